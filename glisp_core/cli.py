@@ -1,0 +1,80 @@
+"""``glisp <stage>``: one subcommand per stage, each implemented in its component and imported lazily.
+
+A command module provides ``add_arguments(parser)`` and ``main(args, cfg) -> int``. Only the chosen
+command's module is imported, so ``glisp serve`` never loads Spark and ``glisp ingest`` never loads
+gRPC.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import sys
+from collections.abc import Sequence
+
+from glisp_core.config import load_config, with_values
+from glisp_core.errors import GlispError
+
+# name -> (module, one-line help)
+COMMANDS: dict[str, tuple[str, str]] = {
+    "generate": ("spark_jobs.generate.cli", "write a built-in or synthetic (R-MAT) graph as raw input files"),
+    "ingest": ("spark_jobs.ingest.cli", "raw edge/vertex tables -> a new canonical dataset version"),
+    "report": ("glisp_core.report", "print a dataset version's manifest (counts, params, metrics, timings)"),
+    "partition": ("spark_jobs.partition.cli", "vertex-cut partitioning (AdaDNE, DistributedNE, baselines)"),
+    "serialize": ("spark_jobs.serialize.cli", "write one binary GLISP partition per server, plus Parquet"),
+    "reorder": ("spark_jobs.serialize.reorder_cli", "inference order: PDS, NS, DS or PS"),
+    "serve": ("glisp_serving.cli", "run one sampling server for one partition"),
+    "serve-cluster": ("glisp_serving.cluster_cli", "run one sampling server per partition on this machine"),
+    "train": ("glisp_serving.train_cli", "train a GNN from the sampling service (not built yet)"),
+    "infer": ("glisp_infer.cli", "layerwise inference to Zarr (not built yet)"),
+    "pipeline": ("spark_jobs.pipeline", "run every batch stage end to end on one dataset"),
+}
+
+
+def add_common(p: argparse.ArgumentParser) -> None:
+    g = p.add_argument_group("common")
+    g.add_argument("--config", "-c", help="a TOML config file layered over conf/default.toml")
+    g.add_argument("--set", action="append", default=[], metavar="SECTION.KEY=VALUE", help="override one config key")
+    g.add_argument("--root", help="dataset root directory (dataset.root)")
+    g.add_argument("--master", help="Spark master (spark.master); ignored under spark-submit")
+
+
+def _top_help() -> str:
+    width = max(len(n) for n in COMMANDS)
+    lines = ["usage: glisp <command> [options]", "", "commands:"]
+    lines += [f"  {n.ljust(width)}  {h}" for n, (_, h) in COMMANDS.items()]
+    lines += ["", "'glisp <command> --help' shows a command's options."]
+    return "\n".join(lines)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if not argv or argv[0] in ("-h", "--help"):
+        print(_top_help())
+        return 0 if argv else 2
+    if argv[0] in ("-V", "--version"):
+        from glisp_core import __version__
+
+        print(__version__)
+        return 0
+    name, rest = argv[0], argv[1:]
+    if name not in COMMANDS:
+        print(f"glisp: unknown command {name!r}\n\n{_top_help()}", file=sys.stderr)
+        return 2
+    module = importlib.import_module(COMMANDS[name][0])
+    parser = argparse.ArgumentParser(prog=f"glisp {name}", description=COMMANDS[name][1])
+    module.add_arguments(parser)
+    add_common(parser)
+    args = parser.parse_args(rest)
+    try:
+        cfg = load_config(args.config, overrides=args.set)
+        cfg = with_values(cfg, "dataset", root=args.root)
+        cfg = with_values(cfg, "spark", master=args.master)
+        return int(module.main(args, cfg) or 0)
+    except GlispError as e:
+        print(f"glisp {name}: error: {e}", file=sys.stderr)
+        return 1
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(main())

@@ -1,0 +1,379 @@
+"""Typed configuration: defaults <- conf/default.toml <- user file <- env GLISP_SECTION__KEY <- CLI.
+
+Every section is a frozen dataclass; its field defaults are the single source of defaults, and
+``conf/default.toml`` documents them key by key (a test keeps the two in step). Loading checks every
+key and type and names the file, the key and the expected type on error. Jobs receive a ``Config``
+explicitly; nothing reads configuration globally.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import tomllib
+import types
+import typing
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Literal, TypeVar
+
+from glisp_core.errors import ConfigError
+
+T = TypeVar("T")
+
+# ----------------------------------------------------------------------------------------------
+# Sections
+# ----------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, kw_only=True)
+class SparkConfig:
+    """How the one SparkSession factory (spark_jobs.session) builds its session."""
+
+    master: str = "local[*]"  # ignored when spark-submit already set spark.master
+    app_name: str = "glisp"
+    driver_memory: str = "4g"  # only effective when Python starts the JVM (not under spark-submit)
+    shuffle_partitions: int = 0  # 0: 2 x default parallelism
+    adaptive: bool = True
+    checkpoint_dir: str = ""  # "": <dataset root>/_checkpoints
+    ui: bool = False
+    log_level: str = "WARN"
+    conf: dict[str, str] = field(default_factory=dict)  # extra spark.* settings passed through
+
+
+@dataclass(frozen=True, kw_only=True)
+class DatasetConfig:
+    root: str = "data"  # <root>/<graph>/<version>/
+    checksum: Literal["content", "stat"] = "content"  # how input files are fingerprinted
+
+
+@dataclass(frozen=True, kw_only=True)
+class EdgeSource:
+    """One edge table: a file, a directory or a glob, CSV/TSV or Parquet."""
+
+    path: str
+    format: Literal["auto", "csv", "tsv", "parquet"] = "auto"
+    header: bool = True
+    delimiter: str = ""  # "": ',' for csv, '\t' for tsv
+    comment: str = ""  # lines starting with this are skipped (e.g. "#")
+    columns: list[str] = field(default_factory=list)  # names for a headerless CSV
+    src: str = "src"
+    dst: str = "dst"
+    etype: str = ""  # column holding the edge type name
+    edge_type: str = ""  # constant edge type for every row of this table
+    src_type: str = ""  # vertex type of the source column, for heterogeneous graphs
+    dst_type: str = ""
+    weight: str = ""
+    timestamp: str = ""
+
+
+@dataclass(frozen=True, kw_only=True)
+class VertexSource:
+    """One vertex table; features come from an array column, fixed-width columns or a .npy file."""
+
+    path: str
+    format: Literal["auto", "csv", "tsv", "parquet"] = "auto"
+    header: bool = True
+    delimiter: str = ""
+    comment: str = ""
+    columns: list[str] = field(default_factory=list)
+    id: str = "id"
+    vtype: str = ""  # column holding the vertex type name
+    vertex_type: str = ""  # constant vertex type for every row of this table
+    label: str = ""
+    split: str = ""  # values train/val/test (or 0/1/2)
+    features: str = ""  # an array<number> column
+    feature_columns: list[str] = field(default_factory=list)
+    features_npy: str = ""  # a (n, d) .npy aligned row by row with features_npy_ids
+    features_npy_ids: str = ""  # a .npy of ids, or "" for the table's own row order
+
+
+@dataclass(frozen=True, kw_only=True)
+class IngestConfig:
+    graph: str = ""
+    version: str = ""  # "": <UTC time>-<input fingerprint>
+    directed: bool = True  # false: each edge is stored in both directions
+    duplicates: Literal["keep", "merge", "drop"] = "keep"  # merge sums weights
+    self_loops: Literal["keep", "drop"] = "keep"
+    on_bad_input: Literal["fail", "quarantine"] = "fail"
+    id_type: Literal["auto", "int", "string"] = "auto"
+    edge_types: list[str] = field(default_factory=list)  # allowed edge types; [] = any
+    vertex_types: list[str] = field(default_factory=list)
+    output_files: int = 0  # Parquet files per table; 0 = let Spark decide
+    edges: list[EdgeSource] = field(default_factory=list)
+    vertices: list[VertexSource] = field(default_factory=list)
+
+
+@dataclass(frozen=True, kw_only=True)
+class RmatConfig:
+    """Graph500 R-MAT defaults."""
+
+    scale: int = 16
+    edge_factor: int = 16
+    a: float = 0.57
+    b: float = 0.19
+    c: float = 0.19
+    seed: int = 1
+    noise: float = 0.1  # per-level jitter of a,b,c,d, as Graph500 does, to smooth the degree staircase
+    permute: bool = True  # scramble vertex ids so that id says nothing about degree
+    features: int = 0  # synthetic feature width, 0 = none
+    classes: int = 0  # synthetic label classes, 0 = none
+    splits: list[float] = field(default_factory=list)  # e.g. [0.6, 0.2, 0.2] train/val/test
+    edge_types: int = 1
+    weights: bool = False
+    timestamps: bool = False
+    files: int = 0  # output files; 0 = Spark's default parallelism
+
+
+@dataclass(frozen=True, kw_only=True)
+class AdaDNEConfig:
+    lambda_: float = 0.1  # base expansion factor (TOML key "lambda")
+    form: Literal["linear", "exp"] = "linear"
+    w_v: float = 0.5
+    w_e: float = 0.5
+    lambda_min: float = 0.01
+    lambda_max: float = 1.0
+
+
+@dataclass(frozen=True, kw_only=True)
+class DNEConfig:
+    lambda_: float = 0.1
+    alpha: float = 1.01
+
+
+@dataclass(frozen=True, kw_only=True)
+class HDRFConfig:
+    lam: float = 1.0  # balance weight of HDRF's score
+    epsilon: float = 1.0
+    chunk_edges: int = 1_000_000
+
+
+@dataclass(frozen=True, kw_only=True)
+class PartitionConfig:
+    algorithm: str = "adadne"
+    parts: int = 4
+    seed: int = 1
+    name: str = ""  # run name; "": <algorithm>-p<parts>
+    checkpoint_every: int = 3  # truncate lineage every N rounds
+    max_rounds: int = 10_000
+    local_finish_edges: int = 2_000_000  # finish a remainder this small in one process
+    progress: bool = True
+    adadne: AdaDNEConfig = field(default_factory=AdaDNEConfig)
+    dne: DNEConfig = field(default_factory=DNEConfig)
+    hdrf: HDRFConfig = field(default_factory=HDRFConfig)
+
+
+@dataclass(frozen=True, kw_only=True)
+class SerializeConfig:
+    partition: str = ""  # partition run name; "": the latest partition run
+    parquet_copy: bool = True
+    master_rule: Literal["least_loaded", "hash"] = "least_loaded"
+
+
+@dataclass(frozen=True, kw_only=True)
+class ReorderConfig:
+    order: Literal["pds", "ns", "ds", "ps"] = "pds"
+
+
+@dataclass(frozen=True, kw_only=True)
+class ServeConfig:
+    host: str = "127.0.0.1"
+    port: int = 0
+    threads: int = 4
+    max_batch: int = 1_000_000  # vertices per request
+    max_message_mb: int = 256
+    grace_s: float = 5.0  # SIGTERM drain time
+
+
+@dataclass(frozen=True, kw_only=True)
+class ClientConfig:
+    deadline_s: float = 30.0
+    retries: int = 3
+    prefetch: int = 2
+
+
+@dataclass(frozen=True, kw_only=True)
+class Config:
+    spark: SparkConfig = field(default_factory=SparkConfig)
+    dataset: DatasetConfig = field(default_factory=DatasetConfig)
+    ingest: IngestConfig = field(default_factory=IngestConfig)
+    rmat: RmatConfig = field(default_factory=RmatConfig)
+    partition: PartitionConfig = field(default_factory=PartitionConfig)
+    serialize: SerializeConfig = field(default_factory=SerializeConfig)
+    reorder: ReorderConfig = field(default_factory=ReorderConfig)
+    serve: ServeConfig = field(default_factory=ServeConfig)
+    client: ClientConfig = field(default_factory=ClientConfig)
+
+
+# ----------------------------------------------------------------------------------------------
+# Loading
+# ----------------------------------------------------------------------------------------------
+
+DEFAULT_CONFIG_PATH = Path(__file__).resolve().parent.parent / "conf" / "default.toml"
+ENV_PREFIX = "GLISP_"
+
+
+def _toml_key(name: str) -> str:
+    """Python field ``lambda_`` is TOML key ``lambda``."""
+    return name[:-1] if name.endswith("_") else name
+
+
+def _type_name(tp: Any) -> str:
+    if isinstance(tp, type):
+        return tp.__name__
+    return str(tp).replace("typing.", "")
+
+
+def _coerce(value: Any, tp: Any, source: str, key: str) -> Any:
+    origin = typing.get_origin(tp)
+    args = typing.get_args(tp)
+    if origin in (types.UnionType, typing.Union):
+        errors = []
+        for arg in args:
+            if arg is type(None) and value is None:
+                return None
+            try:
+                return _coerce(value, arg, source, key)
+            except ConfigError as e:
+                errors.append(str(e))
+        raise ConfigError(source, key, f"expected {_type_name(tp)} (got {value!r})")
+    if origin is Literal:
+        if value not in args:
+            allowed = ", ".join(repr(a) for a in args)
+            raise ConfigError(source, key, f"expected one of {allowed} (got {value!r})")
+        return value
+    if origin in (list, Sequence):
+        if not isinstance(value, list):
+            raise ConfigError(source, key, f"expected a list of {_type_name(args[0])} (got {value!r})")
+        return [_coerce(v, args[0], source, f"{key}[{i}]") for i, v in enumerate(value)]
+    if origin in (dict, Mapping):
+        if not isinstance(value, dict):
+            raise ConfigError(source, key, f"expected a table (got {value!r})")
+        return {str(k): _coerce(v, args[1], source, f"{key}.{k}") for k, v in value.items()}
+    if dataclasses.is_dataclass(tp):
+        if isinstance(value, tp):
+            return value
+        if not isinstance(value, dict):
+            raise ConfigError(source, key, f"expected a table (got {value!r})")
+        return _build(tp, value, source, key)
+    if tp is bool:
+        if isinstance(value, bool):
+            return value
+        raise ConfigError(source, key, f"expected a bool (got {value!r})")
+    if tp is int:
+        if isinstance(value, int) and not isinstance(value, bool):
+            return value
+        raise ConfigError(source, key, f"expected an int (got {value!r})")
+    if tp is float:
+        if isinstance(value, (int, float)) and not isinstance(value, bool):
+            return float(value)
+        raise ConfigError(source, key, f"expected a float (got {value!r})")
+    if tp is str:
+        if isinstance(value, str):
+            return value
+        raise ConfigError(source, key, f"expected a string (got {value!r})")
+    return value
+
+
+def _build(cls: type[T], data: Mapping[str, Any], source: str, prefix: str, base: T | None = None) -> T:
+    """Build dataclass ``cls`` from ``data``, starting from ``base`` (or the defaults)."""
+    hints = typing.get_type_hints(cls)
+    by_key = {_toml_key(f.name): f for f in dataclasses.fields(cls)}  # type: ignore[arg-type]
+    updates: dict[str, Any] = {}
+    for k, v in data.items():
+        full = f"{prefix}.{k}" if prefix else k
+        f = by_key.get(k)
+        if f is None:
+            known = ", ".join(sorted(by_key))
+            raise ConfigError(source, full, f"unknown key (known keys here: {known})")
+        tp = hints[f.name]
+        current = getattr(base, f.name) if base is not None else None
+        if dataclasses.is_dataclass(tp) and isinstance(v, dict):
+            updates[f.name] = _build(tp, v, source, full, current)
+        else:
+            updates[f.name] = _coerce(v, tp, source, full)
+    if base is not None:
+        return dataclasses.replace(base, **updates)  # type: ignore[type-var]
+    missing = [
+        _toml_key(f.name)
+        for f in dataclasses.fields(cls)  # type: ignore[arg-type]
+        if f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING and f.name not in updates
+    ]
+    if missing:
+        raise ConfigError(source, f"{prefix}.{missing[0]}" if prefix else missing[0], "required key is missing")
+    return cls(**updates)
+
+
+def _parse_scalar(text: str) -> Any:
+    """Parse an env/CLI value as a TOML value; fall back to a bare string."""
+    try:
+        return tomllib.loads(f"v = {text}")["v"]
+    except tomllib.TOMLDecodeError:
+        return text
+
+
+def _nest(dotted: str, value: Any) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    node = out
+    parts = dotted.split(".")
+    for p in parts[:-1]:
+        node = node.setdefault(p, {})
+    node[parts[-1]] = value
+    return out
+
+
+def load_config(
+    path: str | Path | None = None,
+    overrides: Sequence[str] = (),
+    env: Mapping[str, str] | None = None,
+    base: Config | None = None,
+) -> Config:
+    """Load defaults, then ``path``, then ``GLISP_SECTION__KEY`` env vars, then ``section.key=value`` overrides."""
+    cfg = base or Config()
+    if DEFAULT_CONFIG_PATH.exists() and base is None:
+        cfg = apply_file(cfg, DEFAULT_CONFIG_PATH)
+    if path:
+        cfg = apply_file(cfg, Path(path))
+    env = os.environ if env is None else env
+    for name, raw in sorted(env.items()):
+        if not name.startswith(ENV_PREFIX) or "__" not in name:
+            continue
+        dotted = name[len(ENV_PREFIX) :].lower().replace("__", ".")
+        cfg = _build(Config, _nest(dotted, _parse_scalar(raw)), f"environment {name}", "", cfg)
+    for item in overrides:
+        if "=" not in item:
+            raise ConfigError("command line", item, "expected section.key=value")
+        k, v = item.split("=", 1)
+        cfg = _build(Config, _nest(k.strip(), _parse_scalar(v.strip())), "command line --set", "", cfg)
+    return cfg
+
+
+def apply_file(cfg: Config, path: Path) -> Config:
+    try:
+        data = tomllib.loads(path.read_text())
+    except FileNotFoundError:
+        raise ConfigError(str(path), "-", "config file not found") from None
+    except tomllib.TOMLDecodeError as e:
+        raise ConfigError(str(path), "-", f"not valid TOML: {e}") from None
+    return _build(Config, data, str(path), "", cfg)
+
+
+def with_values(cfg: Config, section: str, **values: Any) -> Config:
+    """Override fields of one section (CLI flags use this); ``None`` values are ignored."""
+    values = {k: v for k, v in values.items() if v is not None}
+    if not values:
+        return cfg
+    data = _nest(section, {_toml_key(k): v for k, v in values.items()}) if section else values
+    return _build(Config, data, "command line", "", cfg)
+
+
+def to_dict(obj: Any) -> Any:
+    """Plain JSON-able dict of a section, with TOML key names; stages record this in the manifest."""
+    if dataclasses.is_dataclass(obj):
+        return {_toml_key(f.name): to_dict(getattr(obj, f.name)) for f in dataclasses.fields(obj)}
+    if isinstance(obj, list):
+        return [to_dict(v) for v in obj]
+    if isinstance(obj, dict):
+        return {k: to_dict(v) for k, v in obj.items()}
+    return obj

@@ -1,0 +1,150 @@
+"""Paths and column names of a dataset version: ``<root>/<graph>/<version>/``.
+
+Layout (each directory is published atomically by one stage)::
+
+    manifest.json
+    ingest/vertices/      vid, vtype, label, split              (Parquet)
+    ingest/edges/         eid, src, dst, etype[, weight][, ts]  (Parquet)
+    ingest/idmap/         vid, orig_id, vtype                   (Parquet)
+    ingest/features/      vid, feat (array<float>)              (Parquet, only when the graph has them)
+    ingest/rejects/<kind>/                                      (Parquet, quarantine mode only)
+    partition/<run>/assignment/   eid, part                     (Parquet)
+    partition/<run>/replicas/     vid, parts (array<int>), master
+    serialize/<run>/part-NNNNN/   raw arrays + meta.json        (glisp_core.partition_format)
+    serialize/<run>/parquet/      edges/ and vertices/ per partition
+    reorder/<run>/<order>/        vid, part, pos                (Parquet)
+
+``<run>`` is a partition run name such as ``adadne-p8``.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from dataclasses import dataclass
+from pathlib import Path
+
+from glisp_core.errors import StageError
+
+MANIFEST = "manifest.json"
+
+# Canonical column names, shared by every stage.
+VID = "vid"
+EID = "eid"
+SRC = "src"
+DST = "dst"
+ETYPE = "etype"
+VTYPE = "vtype"
+WEIGHT = "weight"
+TS = "ts"
+LABEL = "label"
+SPLIT = "split"
+FEAT = "feat"
+ORIG_ID = "orig_id"
+PART = "part"
+PARTS = "parts"
+MASTER = "master"
+POS = "pos"
+
+SPLIT_CODES = {"train": 0, "val": 1, "test": 2}  # split column: int8, -1 = none
+
+_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.\-]*$")
+
+
+def check_name(kind: str, name: str) -> str:
+    if not _NAME.match(name):
+        raise StageError(f"{kind} name {name!r} must be letters, digits, '_', '.', '-' (got {name!r})")
+    return name
+
+
+@dataclass(frozen=True)
+class DatasetVersion:
+    """One version of one graph; every stage reads and writes under ``path``."""
+
+    root: Path
+    graph: str
+    version: str
+
+    @property
+    def path(self) -> Path:
+        return self.root / self.graph / self.version
+
+    @property
+    def manifest_path(self) -> Path:
+        return self.path / MANIFEST
+
+    # ingest
+    @property
+    def ingest(self) -> Path:
+        return self.path / "ingest"
+
+    @property
+    def vertices(self) -> Path:
+        return self.ingest / "vertices"
+
+    @property
+    def edges(self) -> Path:
+        return self.ingest / "edges"
+
+    @property
+    def idmap(self) -> Path:
+        return self.ingest / "idmap"
+
+    @property
+    def features(self) -> Path:
+        return self.ingest / "features"
+
+    def rejects(self, kind: str = "") -> Path:
+        return self.ingest / "rejects" / kind if kind else self.ingest / "rejects"
+
+    # later stages
+    def partition(self, run: str) -> Path:
+        return self.path / "partition" / check_name("partition run", run)
+
+    def assignment(self, run: str) -> Path:
+        return self.partition(run) / "assignment"
+
+    def replicas(self, run: str) -> Path:
+        return self.partition(run) / "replicas"
+
+    def serialized(self, run: str) -> Path:
+        return self.path / "serialize" / check_name("partition run", run)
+
+    def partition_dir(self, run: str, part: int) -> Path:
+        return self.serialized(run) / f"part-{part:05d}"
+
+    def reorder(self, run: str, order: str) -> Path:
+        return self.path / "reorder" / check_name("partition run", run) / order
+
+    def __str__(self) -> str:
+        return str(self.path)
+
+
+def list_versions(root: Path, graph: str) -> list[str]:
+    """Published versions of a graph, oldest first (only directories with a manifest count)."""
+    gdir = root / graph
+    if not gdir.is_dir():
+        return []
+    out = [d.name for d in gdir.iterdir() if d.is_dir() and not d.name.startswith(".") and (d / MANIFEST).exists()]
+    return sorted(out, key=lambda v: ((gdir / v / MANIFEST).stat().st_mtime_ns, v))
+
+
+def resolve_dataset(spec: str | os.PathLike[str], root: str | os.PathLike[str] = "data") -> DatasetVersion:
+    """Turn a CLI DATASET argument into a version.
+
+    Accepts a version directory (holding manifest.json), a graph directory (its latest version),
+    ``graph`` or ``graph/version`` relative to ``root``.
+    """
+    p = Path(spec)
+    candidates = [p] if p.is_absolute() or p.exists() else [Path(root) / p]
+    for c in candidates:
+        if (c / MANIFEST).exists():
+            return DatasetVersion(c.parent.parent, c.parent.name, c.name)
+        if c.is_dir():
+            versions = list_versions(c.parent, c.name)
+            if versions:
+                return DatasetVersion(c.parent, c.name, versions[-1])
+    raise StageError(
+        f"dataset {str(spec)!r}: no published version found under {candidates[0]} "
+        "(run 'glisp ingest' first, or pass <root>/<graph>/<version>)"
+    )
