@@ -148,3 +148,18 @@ def resolve_dataset(spec: str | os.PathLike[str], root: str | os.PathLike[str] =
         f"dataset {str(spec)!r}: no published version found under {candidates[0]} "
         "(run 'glisp ingest' first, or pass <root>/<graph>/<version>)"
     )
+
+
+# Keys of manifest["schema"], written by ingest and read by every later stage.
+SCHEMA_KEYS = (
+    "directed",  # bool: false means each undirected edge is stored as two directed rows
+    "num_vertices",  # int: vids are dense 0..num_vertices-1
+    "num_edges",  # int: eids are dense 0..num_edges-1 (directed rows)
+    "vertex_types",  # list[str]: vtype code -> name
+    "edge_types",  # list[str]: etype code -> name
+    "weighted",  # bool: edges table has a float32 'weight' column
+    "timestamped",  # bool: edges table has an int64 'ts' column
+    "feature_dim",  # int: 0 = no features table
+    "num_classes",  # int: 0 = no labels
+    "id_type",  # "int" | "string": type of orig_id in the idmap
+)
