@@ -128,12 +128,18 @@ class RmatConfig:
 
 @dataclass(frozen=True, kw_only=True)
 class AdaDNEConfig:
+    """AdaDNE's adaptive expansion factor (reconstructed equations 5-7; see docs/partitioning.md)."""
+
     lambda_: float = 0.1  # base expansion factor (TOML key "lambda")
     form: Literal["linear", "exp"] = "linear"
     w_v: float = 0.5
     w_e: float = 0.5
     lambda_min: float = 0.01
     lambda_max: float = 1.0
+    accel: float = 0.0  # lam_i *= (remaining/|E|)^-accel: fewer rounds as the remainder shrinks
+    seed_scale: float = 1.0  # an empty boundary seeds vertices carrying seed_scale*lam_i*remaining/p rows
+    step: float = 0.3  # per round, two-hop intake may fill this fraction of the deficit to |E|/p
+    floor: float = 0.2  # two-hop intake probability of a partition at or above its fair share
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -158,6 +164,7 @@ class PartitionConfig:
     checkpoint_every: int = 3  # truncate lineage every N rounds
     max_rounds: int = 10_000
     local_finish_edges: int = 2_000_000  # finish a remainder this small in one process
+    count_sample: int = 16  # estimate two-hop volume per round from rows with eid % count_sample == 0
     progress: bool = True
     adadne: AdaDNEConfig = field(default_factory=AdaDNEConfig)
     dne: DNEConfig = field(default_factory=DNEConfig)
@@ -184,6 +191,10 @@ class ServeConfig:
     max_batch: int = 1_000_000  # vertices per request
     max_message_mb: int = 256
     grace_s: float = 5.0  # SIGTERM drain time
+    chunk: int = 4096  # tasks per kernel chunk; a larger batch is split across the threads
+    verify: bool = False  # hash every partition file on start (sizes and version are always checked)
+    warmup: bool = True  # run each kernel once before reporting SERVING
+    start_timeout_s: float = 120.0  # serve-cluster: how long to wait for every server to be healthy
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -191,6 +202,8 @@ class ClientConfig:
     deadline_s: float = 30.0
     retries: int = 3
     prefetch: int = 2
+    routing: Literal["replicas", "owner"] = "replicas"  # owner: each vertex only to its edge-cut owner
+    backoff_s: float = 0.2  # first retry delay on UNAVAILABLE, doubled per retry
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -1,0 +1,301 @@
+"""Build every field of one partition from its edge rows and vertex rows (numpy only), then write it.
+
+Called inside a Spark task (spark_jobs.serialize.build) with one partition's rows; the driver never
+holds a partition. All work is vectorised: sorts (``np.lexsort``), ``bincount``/``cumsum`` for CSR
+offsets, run-length boundaries for the type index and vertex-type ranges.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import shutil
+import uuid
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from glisp_core.errors import GlispError
+from glisp_core.partition_format.spec import (
+    CHECKSUM_ALGO,
+    EDGE_ID_SHIFT,
+    FIELD_BY_NAME,
+    FORMAT_NAME,
+    FORMAT_VERSION,
+    META_FILE,
+    bits_width,
+    code_dtype,
+    index_dtype,
+)
+
+
+@dataclass
+class WrittenPartition:
+    """What ``write_partition`` wrote: sizes for the manifest, and the orders for the Parquet copies."""
+
+    part_id: int
+    num_vertices: int
+    num_edges: int
+    num_master: int
+    field_bytes: dict[str, int] = field(default_factory=dict)
+    edge_order: np.ndarray | None = None  # edge local id -> row index of the input edge arrays
+    vertex_order: np.ndarray | None = None  # local id -> row index of the input vertex arrays
+
+    @property
+    def total_bytes(self) -> int:
+        return int(sum(self.field_bytes.values()))
+
+    def summary(self) -> dict[str, Any]:
+        return {
+            "part": self.part_id,
+            "vertices": self.num_vertices,
+            "edges": self.num_edges,
+            "master": self.num_master,
+            "field_bytes": dict(self.field_bytes),
+            "total_bytes": self.total_bytes,
+        }
+
+
+def _segments(key_a: np.ndarray, key_b: np.ndarray) -> np.ndarray:
+    """Start positions of runs of equal (key_a, key_b) in arrays already sorted by that pair."""
+    m = len(key_a)
+    if m == 0:
+        return np.zeros(0, np.int64)
+    change = np.empty(m, bool)
+    change[0] = True
+    np.not_equal(key_a[1:], key_a[:-1], out=change[1:])
+    change[1:] |= key_b[1:] != key_b[:-1]
+    return np.flatnonzero(change)
+
+
+def _type_index(owner: np.ndarray, etype: np.ndarray, n: int, idx_dt: np.dtype, code_dt: np.dtype):
+    """Per-vertex (types present, cumulative end) index over edges sorted by (owner, etype)."""
+    starts = _segments(owner, etype)
+    m = len(owner)
+    ends = np.append(starts[1:], m) if len(starts) else np.zeros(0, np.int64)
+    ptr = np.zeros(n + 1, np.int64)
+    np.cumsum(np.bincount(owner[starts], minlength=n), out=ptr[1:])
+    return (
+        ptr.astype(index_dtype(len(starts))),
+        etype[starts].astype(code_dt),
+        ends.astype(idx_dt),
+    )
+
+
+def _csr_ptr(owner: np.ndarray, n: int, dt: np.dtype) -> np.ndarray:
+    ptr = np.zeros(n + 1, np.int64)
+    np.cumsum(np.bincount(owner, minlength=n), out=ptr[1:])
+    return ptr.astype(dt)
+
+
+def _partition_bits(n: int, num_parts: int, replica_ptr: np.ndarray, replica_parts: np.ndarray) -> np.ndarray:
+    nb = bits_width(num_parts)
+    rows = np.repeat(np.arange(n, dtype=np.int64), np.diff(replica_ptr))
+    parts = replica_parts.astype(np.int64)
+    if len(parts) and (parts.min() < 0 or parts.max() >= num_parts):
+        raise GlispError(f"replica partition ids must be in [0, {num_parts}) (got {parts.min()}..{parts.max()})")
+    # bits of one vertex are distinct, so summing powers of two is the same as OR-ing them
+    flat = np.bincount(rows * nb + (parts >> 3), weights=np.left_shift(1, parts & 7), minlength=n * nb)
+    return flat.astype(np.uint8).reshape(n, nb)
+
+
+def _write_array(d: Path, name: str, arr: np.ndarray) -> dict[str, Any]:
+    spec = FIELD_BY_NAME[name]
+    arr = np.ascontiguousarray(arr)
+    dt = arr.dtype.newbyteorder("<") if arr.dtype.byteorder == ">" else arr.dtype
+    arr = arr.astype(dt, copy=False)
+    if dt.str not in spec.dtypes:
+        raise GlispError(f"field {name!r}: dtype {dt.str} is not one of {spec.dtypes} (got {dt.str})")
+    h = hashlib.new(CHECKSUM_ALGO)
+    with open(d / spec.file, "wb") as f:
+        if arr.nbytes:
+            buf = memoryview(arr.reshape(-1)).cast("B")
+            h.update(buf)
+            f.write(buf)
+    return {
+        "file": spec.file,
+        "dtype": dt.str,
+        "shape": list(arr.shape),
+        "nbytes": int(arr.nbytes),
+        "checksum": h.hexdigest(),
+    }
+
+
+def write_partition(
+    out_dir: str | os.PathLike[str],
+    *,
+    part_id: int,
+    num_parts: int,
+    vertex_gids: np.ndarray,
+    out_degree: np.ndarray,
+    in_degree: np.ndarray,
+    replica_ptr: np.ndarray,
+    replica_parts: np.ndarray,
+    master: np.ndarray,
+    vtype: np.ndarray,
+    src: np.ndarray,
+    dst: np.ndarray,
+    etype: np.ndarray,
+    weight: np.ndarray | None = None,
+    ts: np.ndarray | None = None,
+    edge_key: np.ndarray | None = None,
+    edge_types: list[str] | None = None,
+    vertex_types: list[str] | None = None,
+    master_gids: np.ndarray | None = None,
+    features: np.ndarray | None = None,
+    labels: np.ndarray | None = None,
+    split: np.ndarray | None = None,
+    feature_dim: int = 0,
+    directed: bool = True,
+    extra: dict[str, Any] | None = None,
+) -> WrittenPartition:
+    """Write partition ``part_id`` into ``out_dir`` (created; replaced atomically if it exists).
+
+    Vertex arrays (``vertex_gids``, degrees, ``replica_ptr``/``replica_parts`` = CSR of each vertex's
+    replica set, ``master``, ``vtype``) are row-aligned, in any order. Edge arrays (``src``, ``dst`` as
+    global ids, ``etype``, optional ``weight``/``ts``, optional ``edge_key`` = ingest eid used to break
+    ties between parallel edges deterministically) are row-aligned, in any order. ``master_gids`` with
+    ``features``/``labels``/``split`` row-aligned to it: the vertices whose master is ``part_id``.
+    """
+    out_dir = Path(out_dir)
+    gids_in = np.asarray(vertex_gids, np.int64)
+    n = len(gids_in)
+    vorder = np.argsort(gids_in, kind="stable")
+    gids = gids_in[vorder]
+    if n > 1 and not (gids[1:] > gids[:-1]).all():
+        dup = gids[1:][gids[1:] == gids[:-1]][:3].tolist()
+        raise GlispError(f"partition {part_id}: vertex ids must be unique (got duplicates, e.g. {dup})")
+    src = np.asarray(src, np.int64)
+    dst = np.asarray(dst, np.int64)
+    m = len(src)
+    et = np.asarray(etype, np.int64)
+    edge_types = list(edge_types or [f"e{i}" for i in range(int(et.max(initial=0)) + 1)])
+    vertex_types = list(vertex_types or ["v0"])
+    num_et = len(edge_types)
+
+    # local ids of endpoints (global ids are sorted, so local order == global order)
+    s_l = np.searchsorted(gids, src)
+    d_l = np.searchsorted(gids, dst)
+    bad = np.zeros(m, bool)
+    if m:
+        bad = (s_l >= n) | (d_l >= n)
+        ok = ~bad
+        bad[ok] = (gids[s_l[ok]] != src[ok]) | (gids[d_l[ok]] != dst[ok])
+    if bad.any():
+        ex = [(int(a), int(b)) for a, b in zip(src[bad][:3], dst[bad][:3], strict=True)]
+        raise GlispError(
+            f"partition {part_id}: {int(bad.sum()):,} of {m:,} edges have an endpoint missing from the partition's "
+            f"vertex set (e.g. {ex}); the replicas table does not match the assignment"
+        )
+
+    keys = [d_l, et, s_l] if edge_key is None else [np.asarray(edge_key), d_l, et, s_l]
+    eorder = np.lexsort(keys)  # sort by (src, etype, dst[, key]); edge local id = position
+    s_l, d_l, et = s_l[eorder], d_l[eorder], et[eorder]
+
+    vid_dt = index_dtype(max(n - 1, 0))
+    eidx_dt = index_dtype(m)
+    code_dt = code_dtype(max(num_et, len(vertex_types)))
+    arrays: dict[str, np.ndarray] = {
+        "global_id": gids,
+        "out_indptr": _csr_ptr(s_l, n, eidx_dt),
+        "out_nbr": d_l.astype(vid_dt),
+    }
+    in_order = np.lexsort((s_l, et, d_l))  # stable: ties keep edge local id order
+    arrays["in_indptr"] = _csr_ptr(d_l, n, eidx_dt)
+    arrays["in_eid"] = in_order.astype(index_dtype(max(m - 1, 0)))
+    type_index = num_et > 1
+    if type_index:
+        p, ids, end = _type_index(s_l, et, n, eidx_dt, code_dtype(num_et))
+        arrays.update(out_type_ptr=p, out_type_ids=ids, out_type_end=end)
+        p, ids, end = _type_index(d_l[in_order], et[in_order], n, eidx_dt, code_dtype(num_et))
+        arrays.update(in_type_ptr=p, in_type_ids=ids, in_type_end=end)
+
+    od = np.asarray(out_degree, np.int64)[vorder]
+    idg = np.asarray(in_degree, np.int64)[vorder]
+    arrays["out_degree"] = od.astype(index_dtype(int(od.max(initial=0))))
+    arrays["in_degree"] = idg.astype(index_dtype(int(idg.max(initial=0))))
+
+    # replica sets -> bits, re-ordered to local order
+    rptr = np.asarray(replica_ptr, np.int64)
+    rparts = np.asarray(replica_parts, np.int64)
+    counts = np.diff(rptr)[vorder]
+    sorted_ptr = np.zeros(n + 1, np.int64)
+    np.cumsum(counts, out=sorted_ptr[1:])
+    take = np.repeat(rptr[:-1][vorder] - sorted_ptr[:-1], counts) + np.arange(sorted_ptr[-1])
+    arrays["partition_bits"] = _partition_bits(n, num_parts, sorted_ptr, rparts[take])
+    mas = np.asarray(master, np.int64)[vorder]
+    arrays["master"] = mas.astype(code_dtype(num_parts))
+    vt = np.asarray(vtype, np.int64)[vorder]
+    vstart = np.flatnonzero(np.concatenate(([True], vt[1:] != vt[:-1]))) if n else np.zeros(0, np.int64)
+    arrays["vtype_start"] = vstart.astype(vid_dt)
+    arrays["vtype_code"] = vt[vstart].astype(code_dt)
+
+    if weight is not None:
+        arrays["weight"] = np.asarray(weight, np.float32)[eorder]
+    if ts is not None:
+        arrays["timestamp"] = np.asarray(ts, np.int64)[eorder]
+
+    # vertex data of the vertices mastered here
+    mine = gids[mas == part_id]
+    mg_in = mine if master_gids is None else np.asarray(master_gids, np.int64)
+    morder = np.argsort(mg_in, kind="stable")
+    mg = mg_in[morder]
+    if len(mg) != len(mine) or not np.array_equal(mg, mine):
+        raise GlispError(
+            f"partition {part_id}: master_gids must be exactly the local vertices whose master is {part_id} "
+            f"(got {len(mg):,} ids for {len(mine):,} such vertices)"
+        )
+    # rows of features/labels/split follow local id order of the mastered vertices (== sorted master gids)
+    if features is not None:
+        f = np.asarray(features, np.float32).reshape(len(mg_in), feature_dim)
+        arrays["features"] = f[morder]
+    if labels is not None:
+        arrays["labels"] = np.asarray(labels, np.int64)[morder]
+    if split is not None:
+        arrays["split"] = np.asarray(split, np.int8)[morder]
+
+    # write into a temp sibling, then swap into place (a retried Spark task replaces its own output)
+    out_dir.parent.mkdir(parents=True, exist_ok=True)
+    tmp = out_dir.parent / f".{out_dir.name}.{uuid.uuid4().hex[:8]}"
+    tmp.mkdir()
+    try:
+        fields = {name: _write_array(tmp, name, arr) for name, arr in arrays.items()}
+        meta = {
+            "format": FORMAT_NAME,
+            "format_version": FORMAT_VERSION,
+            "part_id": int(part_id),
+            "num_parts": int(num_parts),
+            "num_vertices": n,
+            "num_edges": m,
+            "num_master": int(len(mg)),
+            "edge_types": edge_types,
+            "vertex_types": vertex_types,
+            "directed": bool(directed),
+            "weighted": weight is not None,
+            "timestamped": ts is not None,
+            "feature_dim": int(feature_dim if features is not None else 0),
+            "type_index": type_index,
+            "edge_id_shift": EDGE_ID_SHIFT,
+            "checksum_algo": CHECKSUM_ALGO,
+            "fields": fields,
+            "extra": extra or {},
+        }
+        (tmp / META_FILE).write_text(json.dumps(meta, indent=1))
+        if out_dir.exists():
+            shutil.rmtree(out_dir)
+        os.rename(tmp, out_dir)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    return WrittenPartition(
+        part_id=int(part_id),
+        num_vertices=n,
+        num_edges=m,
+        num_master=int(len(mg)),
+        field_bytes={k: v["nbytes"] for k, v in fields.items()},
+        edge_order=eorder,
+        vertex_order=vorder,
+    )

@@ -1,0 +1,414 @@
+"""``glisp report DATASET``: what a dataset version holds, how each stage made it, and how runs compare.
+
+Everything comes from manifest.json, so the report never touches Spark or the data files. Stage
+records are printed generically (every count, metric and timing a stage recorded shows up without
+changes here); partition and serialize stages get comparison tables on top, and the ingest degree
+histogram becomes a log-log PNG (matplotlib, Agg, imported only when plotting).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import sys
+from collections.abc import Iterable, Mapping
+from pathlib import Path
+from typing import Any
+
+from glisp_core.config import Config
+from glisp_core.dataset.layout import DatasetVersion, resolve_dataset
+from glisp_core.dataset.manifest import Manifest, StageRecord, _json_default
+
+PLOT_NAME = "degree_distribution.png"
+MAX_INLINE = 110  # characters of one value before it is abbreviated
+KINDS = ("out", "in", "total")
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("dataset", metavar="DATASET", help="graph, graph/version, or a version directory")
+    parser.add_argument("--json", action="store_true", help="print the manifest as JSON (nothing else on stdout)")
+    parser.add_argument(
+        "--plot", metavar="PATH", help=f"degree distribution PNG (default <version>/report/{PLOT_NAME})"
+    )
+    parser.add_argument("--no-plot", action="store_true", help="do not write the degree distribution plot")
+
+
+def main(args: argparse.Namespace, cfg: Config) -> int:
+    """Print the JSON manifest or the summary; write the degree plot unless --json without --plot."""
+    dv = resolve_dataset(args.dataset, cfg.dataset.root)
+    manifest = Manifest.read(dv.manifest_path)
+    if args.json:
+        print(json.dumps(manifest.to_dict(), indent=2, default=_json_default))
+    else:
+        print(summary(manifest, dv))
+    want_plot = not args.no_plot and (args.plot or not args.json)
+    if want_plot:
+        target = Path(args.plot) if args.plot else dv.path / "report" / PLOT_NAME
+        msg_out = sys.stderr if args.json else sys.stdout
+        hists = degree_histograms(ingest_metrics(manifest))
+        if not hists:
+            print("degree plot: the ingest stage recorded no degree histogram; nothing plotted", file=msg_out)
+        else:
+            try:
+                plot_degree_distribution(hists, target, title=f"{manifest.graph}/{manifest.version}")
+                print(f"degree plot: {target}", file=msg_out)
+            except OSError as e:
+                print(f"degree plot: cannot write {target} ({e})", file=sys.stderr)
+    return 0
+
+
+# ----------------------------------------------------------------------------------------------
+# Formatting
+# ----------------------------------------------------------------------------------------------
+
+
+def fmt(v: Any) -> str:
+    """One value, compactly: thousands separators, 4 significant digits, long lists summarised."""
+    if isinstance(v, bool) or v is None:
+        return {True: "yes", False: "no", None: "-"}[v]
+    if isinstance(v, int):
+        return f"{v:,}"
+    if isinstance(v, float):
+        if math.isnan(v) or math.isinf(v):
+            return str(v)
+        if v != 0 and (abs(v) >= 1e5 or abs(v) < 1e-3):
+            return f"{v:.4g}" if abs(v) < 1e15 else f"{v:.3e}"
+        return f"{v:,.4g}" if abs(v) >= 1000 else f"{v:.4g}"
+    if isinstance(v, (list, tuple)):
+        if len(v) <= 8 and all(not isinstance(x, (list, dict)) for x in v):
+            return "[" + ", ".join(fmt(x) for x in v) + "]"
+        nums = [x for x in v if isinstance(x, (int, float)) and not isinstance(x, bool)]
+        if len(nums) == len(v) and v:
+            return f"[{len(v)} values: min {fmt(min(nums))}, max {fmt(max(nums))}, sum {fmt(sum(nums))}]"
+        paths = [x.get("path") for x in v if isinstance(x, Mapping)]
+        if v and all(isinstance(x, str) for x in paths) and len(paths) == len(v):
+            return fmt(paths)
+        return f"[{len(v)} item{'' if len(v) == 1 else 's'}]"
+    if isinstance(v, Mapping):
+        if not v:
+            return "none"
+        s = ", ".join(f"{k}={fmt(x)}" for k, x in v.items())
+        return s if len(s) <= MAX_INLINE else s[: MAX_INLINE - 3] + "..."
+    s = str(v)
+    return s if len(s) <= MAX_INLINE else s[: MAX_INLINE - 3] + "..."
+
+
+def _is_hist_key(key: str) -> bool:
+    return "hist" in key.lower()
+
+
+def dict_lines(d: Mapping[str, Any], indent: str) -> list[str]:
+    """``key: value`` lines; a dict of scalars goes on one line, deeper dicts are indented below their key."""
+    lines = []
+    width = max((len(str(k)) for k in d), default=0)
+    for k, v in d.items():
+        key = str(k).ljust(width)
+        if _is_hist_key(str(k)) and isinstance(v, Mapping):
+            kinds = [kk for kk in v if isinstance(v[kk], Mapping)]
+            what = ", ".join(kinds) if kinds else f"{len(v.get('counts', v.get('count', [])))} bins"
+            lines.append(f"{indent}{key}  histogram ({what}); see the degree plot")
+        elif isinstance(v, Mapping) and any(isinstance(x, Mapping) for x in v.values()):
+            lines.append(f"{indent}{key}")
+            lines += dict_lines(v, indent + "  ")
+        else:
+            lines.append(f"{indent}{key}  {fmt(v)}")
+    return lines
+
+
+def table(headers: list[str], rows: Iterable[list[Any]], indent: str = "  ") -> list[str]:
+    """Left-aligned text columns, right-aligned numbers."""
+    raw = list(rows)
+    cells = [[c if isinstance(c, str) else fmt(c) for c in r] for r in raw]
+    numeric = [all(c is None or _num(c) is not None for c in (r[i] for r in raw)) for i in range(len(headers))]
+    widths = [max([len(h)] + [len(r[i]) for r in cells]) for i, h in enumerate(headers)]
+
+    def line(vals: list[str]) -> str:
+        return (
+            indent
+            + "  ".join(
+                v.rjust(w) if num else v.ljust(w) for v, w, num in zip(vals, widths, numeric, strict=True)
+            ).rstrip()
+        )
+
+    return [line(headers), line(["-" * w for w in widths])] + [line(r) for r in cells]
+
+
+# ----------------------------------------------------------------------------------------------
+# Summary
+# ----------------------------------------------------------------------------------------------
+
+
+def _num(x: Any) -> float | None:
+    return float(x) if isinstance(x, (int, float)) and not isinstance(x, bool) else None
+
+
+def stage_lines(rec: StageRecord) -> list[str]:
+    t = rec.timings.get("total_s")
+    head = f"Stage {rec.name}"
+    extra = [f"completed {rec.completed_at}"] if rec.completed_at else []
+    if t is not None:
+        extra.append(f"{fmt(float(t))} s")
+    if rec.depends:
+        extra.append("depends on " + ", ".join(rec.depends))
+    lines = [head + (f"  ({'; '.join(extra)})" if extra else "")]
+    for title, d in (
+        ("counts", rec.counts),
+        ("metrics", rec.metrics),
+        ("timings", rec.timings),
+        ("params", rec.params),
+    ):
+        if d:
+            lines.append(f"  {title}:")
+            lines += dict_lines(d, "    ")
+    return lines
+
+
+def schema_lines(m: Manifest) -> list[str]:
+    s = m.schema
+    if not s:
+        return ["Schema: (none recorded)"]
+    vt, et = s.get("vertex_types", []), s.get("edge_types", [])
+    lines = [
+        "Schema",
+        f"  |V| {fmt(s.get('num_vertices'))}   |E| {fmt(s.get('num_edges'))} directed rows   "
+        f"{'directed' if s.get('directed', True) else 'undirected (both directions stored)'}",
+        f"  vertex types ({len(vt)}): {fmt(vt)}",
+        f"  edge types ({len(et)}): {fmt(et)}",
+        f"  weighted {fmt(s.get('weighted'))}   timestamped {fmt(s.get('timestamped'))}   "
+        f"features {fmt(s.get('feature_dim', 0))}   classes {fmt(s.get('num_classes', 0))}   id type {s.get('id_type', '-')}",
+    ]
+    known = {
+        "num_vertices",
+        "num_edges",
+        "directed",
+        "vertex_types",
+        "edge_types",
+        "weighted",
+        "timestamped",
+        "feature_dim",
+        "num_classes",
+        "id_type",
+    }
+    rest = {k: v for k, v in s.items() if k not in known}
+    if rest:
+        lines += dict_lines(rest, "  ")
+    return lines
+
+
+def reject_lines(m: Manifest, dv: DatasetVersion | None) -> list[str]:
+    rec = m.stages.get("ingest")
+    if rec is None:
+        return []
+    found = {k: v for k, v in rec.counts.items() if "reject" in k.lower()}
+    nonzero = {
+        k: v
+        for k, v in found.items()
+        if (isinstance(v, Mapping) and any(_num(x) for x in v.values())) or (_num(v) or 0) > 0
+    }
+    if not nonzero:
+        return []
+    lines = ["Rejects (quarantined input rows)"] + dict_lines(nonzero, "  ")
+    if dv is not None and dv.rejects().exists():
+        lines.append(f"  rows are in {dv.rejects()}")
+    return lines
+
+
+def partition_rows(m: Manifest) -> list[list[Any]]:
+    """One row per partition run: run, algorithm, parts, RF, VB, EB, interior fraction, seconds."""
+    rows = []
+    for rec in m.stages_with_prefix("partition/"):
+        met, par, cnt = rec.metrics, rec.params, rec.counts
+        rows.append(
+            [
+                rec.name.split("/", 1)[1],
+                str(par.get("algorithm", "-")),
+                par.get("parts", cnt.get("parts")),
+                _num(met.get("rf")),
+                _num(met.get("vb")),
+                _num(met.get("eb")),
+                _num(met.get("interior_fraction")),
+                _num(rec.timings.get("total_s")),
+            ]
+        )
+    big = float("inf")
+    rows.sort(key=lambda r: (r[2] if isinstance(r[2], int) else big, r[3] if r[3] is not None else big, r[0]))
+    return rows
+
+
+def partition_table(m: Manifest) -> list[str]:
+    rows = partition_rows(m)
+    if len(rows) < 2:
+        return []
+    head = ["run", "algorithm", "parts", "RF", "VB", "EB", "interior", "seconds"]
+    return ["Partition runs (sorted by parts, then RF)"] + table(head, rows)
+
+
+def _bytes_dicts(d: Mapping[str, Any], prefix: str = "") -> list[tuple[str, dict[str, float]]]:
+    """Every (nested) dict whose values are all numbers, with the path to it."""
+    out = []
+    for k, v in d.items():
+        if isinstance(v, Mapping) and v:
+            if all(_num(x) is not None for x in v.values()):
+                out.append((prefix + str(k), {str(kk): float(x) for kk, x in v.items()}))
+            else:
+                out += _bytes_dicts(v, f"{prefix}{k}.")
+    return out
+
+
+def serialize_lines(m: Manifest) -> list[str]:
+    """Per serialize stage: each numeric dict as a table; dicts of bytes also per directed edge."""
+    recs = m.stages_with_prefix("serialize/")
+    if not recs:
+        return []
+    n_edges = _num(m.schema.get("num_edges")) or 0
+    lines = [f"Serialized partitions (|E| = {fmt(int(n_edges))} directed edges)"]
+    for rec in recs:
+        lines.append(f"  {rec.name}")
+        for where, d in (("counts", rec.counts), ("metrics", rec.metrics)):
+            for name, vals in _bytes_dicts(d):
+                low = name.lower()
+                is_bytes = (
+                    ("byte" in low or "size" in low)
+                    and "per_edge" not in low
+                    and all(float(x).is_integer() for x in vals.values())
+                )
+                if is_bytes and n_edges:
+                    rows = [[k, int(v), v / n_edges] for k, v in vals.items()]
+                    total = sum(vals.values())
+                    rows.append(["total", int(total), total / n_edges])
+                    lines.append(f"    {where}.{name}")
+                    lines += table(["field", "bytes", "bytes/edge"], rows, "      ")
+                else:
+                    lines.append(f"    {where}.{name}")
+                    lines += table(["key", "value"], [[k, v] for k, v in vals.items()], "      ")
+            scalars = {k: v for k, v in d.items() if not isinstance(v, Mapping)}
+            if scalars:
+                lines.append(f"    {where}: " + fmt(scalars))
+        both = {**rec.counts, **rec.metrics}
+        total_bytes = next((_num(both[k]) for k in ("bytes_total", "total_bytes", "bytes") if _num(both.get(k))), None)
+        if total_bytes and n_edges and not any(k in both for k in ("bytes_per_edge", "bytes_per_directed_edge")):
+            lines.append(
+                f"    {fmt(int(total_bytes))} bytes in all = {fmt(total_bytes / n_edges)} bytes per directed edge"
+            )
+    return lines
+
+
+def summary(m: Manifest, dv: DatasetVersion | None = None) -> str:
+    lines = [f"GLISP dataset {m.graph}/{m.version}"]
+    if dv is not None:
+        lines.append(f"  path     {dv.path}")
+    if m.created_at:
+        lines.append(f"  created  {m.created_at}")
+    if m.inputs:
+        nbytes = sum(int(i.get("bytes", 0)) for i in m.inputs)
+        lines.append(f"  inputs   {len(m.inputs)} files, {fmt(nbytes)} bytes")
+    lines.append(f"  stages   {', '.join(m.stages) or 'none'}")
+    lines += [""] + schema_lines(m)
+    for rec in m.stages.values():
+        lines += [""] + stage_lines(rec)
+    for block in (reject_lines(m, dv), partition_table(m), serialize_lines(m)):
+        if block:
+            lines += [""] + block
+    return "\n".join(lines)
+
+
+# ----------------------------------------------------------------------------------------------
+# Degree distribution
+# ----------------------------------------------------------------------------------------------
+
+
+def ingest_metrics(m: Manifest) -> dict[str, Any]:
+    rec = m.stages.get("ingest")
+    return rec.metrics if rec else {}
+
+
+def _parse_hist(h: Mapping[str, Any]) -> tuple[list[float], list[float], list[float]] | None:
+    """(lo, hi, count) per bin from {bin_edges|edges, counts} or {bin_lo|bins|degrees, count|counts}."""
+    counts = h.get("counts", h.get("count"))
+    if not isinstance(counts, list) or not counts:
+        return None
+    n = len(counts)
+    edges = h.get("bin_edges", h.get("edges"))
+    lows = h.get("bin_lo", h.get("bins", h.get("degrees")))
+    if isinstance(lows, list) and len(lows) == n + 1:
+        edges, lows = lows, None
+    if isinstance(edges, list) and len(edges) == n + 1:
+        lo, hi = [float(x) for x in edges[:-1]], [float(x) for x in edges[1:]]
+    elif isinstance(lows, list) and len(lows) == n:
+        lo = [float(x) for x in lows]
+        if n >= 2 and lo[-2] > 0 and lo[-1] == 2 * lo[-2]:
+            last = 2 * lo[-1]  # log2 bins
+        elif n >= 2:
+            last = lo[-1] + (lo[-1] - lo[-2])
+        else:
+            last = lo[-1] + 1
+        hi = lo[1:] + [last]
+    else:
+        return None
+    return lo, hi, [float(c) for c in counts]
+
+
+def degree_histograms(metrics: Mapping[str, Any]) -> dict[str, tuple[list[float], list[float], list[float]]]:
+    """kind -> (lo, hi, count) from any ingest metric whose key mentions degree and hist."""
+    out: dict[str, tuple[list[float], list[float], list[float]]] = {}
+    for key, v in metrics.items():
+        k = key.lower()
+        if "degree" not in k or "hist" not in k or not isinstance(v, Mapping):
+            continue
+        suffix = next((kind for kind in KINDS if k.endswith("_" + kind)), "total")
+        parsed = _parse_hist(v)
+        if parsed is not None:
+            out.setdefault(suffix, parsed)
+            continue
+        for kind, h in v.items():
+            if isinstance(h, Mapping):
+                p = _parse_hist(h)
+                if p is not None:
+                    out.setdefault(str(kind), p)
+    return out
+
+
+def plot_degree_distribution(
+    hists: Mapping[str, tuple[list[float], list[float], list[float]]], path: Path, title: str = ""
+) -> Path:
+    """Log-log plot of vertices per degree value (bin count / integer degrees in the bin); degree 0 is noted."""
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+    from matplotlib.figure import Figure
+
+    fig = Figure(figsize=(6.4, 4.8))
+    FigureCanvasAgg(fig)
+    ax = fig.add_subplot()
+    isolated = None
+    plotted = 0
+    for kind in sorted(hists, key=lambda k: KINDS.index(k) if k in KINDS else len(KINDS)):
+        lo, hi, cnt = hists[kind]
+        xs, ys = [], []
+        for a, b, c in zip(lo, hi, cnt, strict=True):
+            if a <= 0:
+                if a == 0 and b <= 1 and kind == "total":
+                    isolated = c
+                if b <= 1:
+                    continue
+                a = 1.0
+            if c <= 0:
+                continue
+            width = max(math.ceil(b) - math.ceil(a), 1)  # integer degrees in [a, b)
+            xs.append(a if width == 1 else math.sqrt(a * (a + width - 1)))
+            ys.append(c / width)
+        if xs:
+            ax.loglog(xs, ys, marker="o", markersize=4, linewidth=1, label=f"{kind} degree")
+            plotted += 1
+    ax.set_xlabel("degree")
+    ax.set_ylabel("vertices per degree value")
+    note = f" ({int(isolated):,} isolated)" if isolated else ""
+    ax.set_title(f"Degree distribution {title}{note}".strip(), fontsize=10)
+    ax.grid(True, which="both", alpha=0.3)
+    if plotted:
+        ax.legend()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp.png")
+    fig.savefig(tmp, dpi=110, format="png")
+    os.replace(tmp, path)
+    return path

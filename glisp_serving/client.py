@@ -1,0 +1,287 @@
+"""Client of a GLISP sampling cluster: routing, Gather over gRPC, Apply, blocks, prefetching loader.
+
+::
+
+    with SamplingClient("glisp-cluster.json") as client:
+        for batch in client.loader(train_ids, batch_size=1024, fanouts=[15, 10, 5]):
+            out = model(batch.x, batch.blocks)
+
+One asyncio event loop (grpc.aio) runs on a background thread; each hop sends ONE Gather RPC per
+server holding part of the frontier, all in parallel, and the loader keeps ``client.prefetch`` batches
+in flight so the servers never wait on the client's Apply. Every call has a deadline
+(``client.deadline_s``) and is retried on UNAVAILABLE (``client.retries``, exponential backoff, next
+address of the partition when several are listed).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+from collections import deque
+from collections.abc import Iterator, Sequence
+from concurrent.futures import Future
+from pathlib import Path
+from typing import Any
+
+import grpc
+import numpy as np
+
+from glisp_core.config import ClientConfig
+from glisp_core.dataset.layout import resolve_dataset
+from glisp_core.errors import GlispError
+from glisp_serving.apply import HopSample, Partial, merge_partials
+from glisp_serving.blocks import SampledBatch
+from glisp_serving.cluster import ClusterSpec
+from glisp_serving.proto import sampling_pb2 as pb
+from glisp_serving.proto import sampling_pb2_grpc as pb_grpc
+from glisp_serving.routing import RoutingTable
+from glisp_serving.sampler import Fanout, HopRequest, KHopSampler, hop_request
+from glisp_serving.wire import from_array, to_array
+
+
+class SamplingError(GlispError):
+    """An RPC failed; ``code`` is the grpc.StatusCode (INVALID_ARGUMENT for a bad request)."""
+
+    def __init__(self, message: str, code: grpc.StatusCode) -> None:
+        self.code = code
+        super().__init__(message)
+
+
+def _ids_array(ids: np.ndarray) -> pb.Array:
+    ids = np.asarray(ids, np.int64)
+    if len(ids) == 0 or (ids.min() >= 0 and ids.max() < 2**31):
+        return to_array(ids.astype(np.int32))
+    return to_array(ids)
+
+
+class RemoteBackend:
+    """Gather and lookups against the servers of a cluster (runs on the client's event loop)."""
+
+    def __init__(self, spec: ClusterSpec, routing: RoutingTable, cfg: ClientConfig, mode: str, max_mb: int) -> None:
+        self.spec, self.routing, self.cfg, self.mode = spec, routing, cfg, mode
+        self.num_vertices = routing.num_vertices
+        self._opts = [("grpc.max_send_message_length", max_mb << 20), ("grpc.max_receive_message_length", max_mb << 20)]
+        self._channels: list[list[grpc.aio.Channel]] = []
+        self._stubs: list[list[pb_grpc.SamplingStub]] = []
+        self._pref = [0] * spec.num_parts  # index of the address that answered last
+
+    async def open(self) -> None:
+        for addrs in self.spec.addresses:
+            chans = [grpc.aio.insecure_channel(a, options=self._opts) for a in addrs]
+            self._channels.append(chans)
+            self._stubs.append([pb_grpc.SamplingStub(c) for c in chans])
+
+    async def close(self) -> None:
+        for chans in self._channels:
+            for c in chans:
+                await c.close()
+
+    async def call(self, part: int, method: str, request: Any) -> Any:
+        """One RPC to partition ``part`` with a deadline, retried on UNAVAILABLE."""
+        addrs = self.spec.addresses[part]
+        delay = self.cfg.backoff_s
+        for attempt in range(self.cfg.retries + 1):
+            i = self._pref[part] % len(addrs)
+            try:
+                resp = await getattr(self._stubs[part][i], method)(request, timeout=self.cfg.deadline_s)
+                self._pref[part] = i
+                return resp
+            except grpc.aio.AioRpcError as e:
+                if e.code() == grpc.StatusCode.UNAVAILABLE and attempt < self.cfg.retries:
+                    self._pref[part] = i + 1  # fail over to the next address of the partition
+                    await asyncio.sleep(delay)
+                    delay *= 2
+                    continue
+                raise SamplingError(
+                    f"partition {part} at {addrs[i]}: {method} failed with {e.code().name}: {e.details()}", e.code()
+                ) from None
+        raise AssertionError("unreachable")
+
+    def _gather_request(self, ids: np.ndarray, req: HopRequest) -> pb.GatherRequest:
+        msg = pb.GatherRequest(
+            seeds=_ids_array(ids),
+            fanout=req.fanout or 0,
+            method=req.method,
+            direction=pb.IN if req.direction == "in" else pb.OUT,
+            seed=req.seed,
+            edge_ids=req.edge_ids,
+        )
+        for t, f in req.type_fanouts or ():
+            msg.type_fanouts.add(edge_type=t, fanout=f)
+        if req.max_time is not None:
+            msg.max_time = int(req.max_time)
+        return msg
+
+    async def gather(self, frontier: np.ndarray, req: HopRequest) -> HopSample:
+        """Gather (one RPC per server holding part of the frontier, in parallel), then Apply."""
+        frontier = np.asarray(frontier, np.int64)
+        split = self.routing.split(frontier, self.mode)
+        parts = [k for k in range(len(split)) if len(split[k])]
+        resps = await asyncio.gather(
+            *[self.call(k, "Gather", self._gather_request(frontier[split[k]], req)) for k in parts]
+        )
+        nslot = len(req.type_fanouts) if req.typed else 1
+        fanouts = np.array([f for _, f in req.type_fanouts] if req.typed else [req.fanout], np.int64)
+        merge = resps[0].merge if resps else "concat"
+        partials = []
+        for k, r in zip(parts, resps, strict=True):
+            partials.append(
+                Partial(
+                    pos=split[k],
+                    counts=from_array(r.counts, "counts").reshape(len(split[k]), nslot),
+                    nbrs=from_array(r.neighbors, "neighbors"),
+                    keys=from_array(r.keys, "keys") if r.HasField("keys") else None,
+                    edge_ids=from_array(r.edge_ids, "edge_ids") if r.HasField("edge_ids") else None,
+                )
+            )
+        return merge_partials(len(frontier), partials, merge, fanouts, want_eids=req.edge_ids)
+
+    async def lookup(self, ids: np.ndarray, features: bool, labels: bool) -> dict[str, np.ndarray]:
+        """Features / labels of ``ids`` from their master partitions, in the order of ``ids``."""
+        ids = np.asarray(ids, np.int64)
+        split = self.routing.split_master(ids)
+        parts = [k for k in range(len(split)) if len(split[k])]
+        resps = await asyncio.gather(
+            *[
+                self.call(
+                    k, "Lookup", pb.LookupRequest(vertices=_ids_array(ids[split[k]]), features=features, labels=labels)
+                )
+                for k in parts
+            ]  # fmt: skip
+        )
+        out: dict[str, np.ndarray] = {}
+        for name in ("features", "labels", "split"):
+            got = [(split[k], r) for k, r in zip(parts, resps, strict=True) if r.HasField(name)]
+            if not got:
+                continue
+            first = from_array(getattr(got[0][1], name), name)
+            arr = np.empty((len(ids),) + first.shape[1:], first.dtype)
+            for pos, r in got:
+                arr[pos] = from_array(getattr(r, name), name)
+            out[name] = arr
+        return out
+
+
+class SamplingClient:
+    """A connection to a sampling cluster (see the module docstring)."""
+
+    def __init__(
+        self,
+        cluster: str | Path | ClusterSpec,
+        cfg: ClientConfig | None = None,
+        routing: str | None = None,
+        direction: str = "out",
+        max_message_mb: int = 256,
+    ) -> None:
+        self.cfg = cfg or ClientConfig()
+        self.spec = cluster if isinstance(cluster, ClusterSpec) else ClusterSpec.read(cluster)
+        self.mode = routing or self.cfg.routing
+        dv = resolve_dataset(self.spec.dataset)
+        self.routing = RoutingTable.from_partitions(
+            dv, self.spec.run, self.spec.num_parts, owner_direction=direction if self.mode == "owner" else None
+        )
+        self.direction = direction
+        self._loop = asyncio.new_event_loop()
+        self._thread = threading.Thread(target=self._loop.run_forever, name="glisp-client-loop", daemon=True)
+        self._thread.start()
+        self.backend = RemoteBackend(self.spec, self.routing, self.cfg, self.mode, max_message_mb)
+        self._run(self.backend.open())
+
+    # ------------------------------------------------------------------ plumbing
+    def _submit(self, coro: Any) -> Future:
+        return asyncio.run_coroutine_threadsafe(coro, self._loop)
+
+    def _run(self, coro: Any) -> Any:
+        return self._submit(coro).result()
+
+    def close(self) -> None:
+        if self._loop.is_running():
+            self._run(self.backend.close())
+            self._loop.call_soon_threadsafe(self._loop.stop)
+            self._thread.join()
+        self._loop.close()
+
+    def __enter__(self) -> SamplingClient:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    # ------------------------------------------------------------------ API
+    def gather(self, frontier: np.ndarray, fanout: Fanout, **kw: Any) -> HopSample:
+        """One merged one-hop sample (Gather + Apply) of ``frontier``; kw as in HopRequest."""
+        kw.setdefault("direction", self.direction)
+        return self._run(self.backend.gather(np.asarray(frontier, np.int64), hop_request(fanout, **kw)))
+
+    def lookup(self, ids: np.ndarray, features: bool = True, labels: bool = True) -> dict[str, np.ndarray]:
+        return self._run(self.backend.lookup(ids, features, labels))
+
+    def sampler(self, fanouts: Sequence[Fanout], **kw: Any) -> KHopSampler:
+        kw.setdefault("direction", self.direction)
+        return KHopSampler(self.backend, fanouts, **kw)
+
+    def sample(self, seeds: np.ndarray, fanouts: Sequence[Fanout], seed: int = 0, **kw: Any) -> SampledBatch:
+        """One k-hop mini-batch (blocks, features, labels) for ``seeds``."""
+        return self._run(self.sampler(fanouts, **kw).sample(seeds, seed))
+
+    def loader(
+        self,
+        seeds: np.ndarray,
+        batch_size: int,
+        fanouts: Sequence[Fanout],
+        shuffle: bool = True,
+        seed: int = 0,
+        prefetch: int | None = None,
+        drop_last: bool = False,
+        **kw: Any,
+    ) -> Iterator[SampledBatch]:
+        """Mini-batches over ``seeds`` with ``prefetch`` (default client.prefetch) batches in flight."""
+        return iterate_batches(self._submit, self.sampler(fanouts, **kw), seeds, batch_size, shuffle, seed,
+                               prefetch or self.cfg.prefetch, drop_last)  # fmt: skip
+
+    def stats(self) -> list[dict[str, Any]]:
+        """Stats RPC of every partition's server."""
+
+        async def _all() -> list[Any]:
+            return await asyncio.gather(*[self.backend.call(k, "Stats", pb.StatsRequest())
+                                          for k in range(self.spec.num_parts)])  # fmt: skip
+
+        out = []
+        for r in self._run(_all()):
+            d = {f.name: getattr(r, f.name) for f in r.DESCRIPTOR.fields}
+            d["edge_types"] = list(r.edge_types)
+            out.append(d)
+        return out
+
+
+def iterate_batches(
+    submit: Any,
+    sampler: KHopSampler,
+    seeds: np.ndarray,
+    batch_size: int,
+    shuffle: bool,
+    seed: int,
+    prefetch: int,
+    drop_last: bool,
+) -> Iterator[SampledBatch]:
+    """Yield batches in order while keeping up to ``prefetch`` of them being sampled."""
+    if batch_size <= 0:
+        raise GlispError(f"batch_size: must be positive (got {batch_size})")
+    seeds = np.asarray(seeds, np.int64)
+    if shuffle:
+        seeds = seeds[np.random.default_rng(seed).permutation(len(seeds))]
+    stops = list(range(0, len(seeds), batch_size))
+    if drop_last and len(seeds) % batch_size:
+        stops = stops[:-1]
+    pending: deque = deque()
+    nxt = 0
+    try:
+        while nxt < len(stops) or pending:
+            while nxt < len(stops) and len(pending) < max(1, prefetch):
+                a = stops[nxt]
+                pending.append(submit(sampler.sample(seeds[a : a + batch_size], seed=seed * 1_000_003 + nxt)))
+                nxt += 1
+            yield pending.popleft().result()
+    finally:
+        for f in pending:
+            f.cancel()

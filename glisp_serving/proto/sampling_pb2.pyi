@@ -1,0 +1,155 @@
+from google.protobuf.internal import containers as _containers
+from google.protobuf.internal import enum_type_wrapper as _enum_type_wrapper
+from google.protobuf import descriptor as _descriptor
+from google.protobuf import message as _message
+from collections.abc import Iterable as _Iterable, Mapping as _Mapping
+from typing import ClassVar as _ClassVar, Optional as _Optional, Union as _Union
+
+DESCRIPTOR: _descriptor.FileDescriptor
+
+class Direction(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
+    __slots__ = ()
+    OUT: _ClassVar[Direction]
+    IN: _ClassVar[Direction]
+OUT: Direction
+IN: Direction
+
+class Array(_message.Message):
+    __slots__ = ("data", "dtype", "shape")
+    DATA_FIELD_NUMBER: _ClassVar[int]
+    DTYPE_FIELD_NUMBER: _ClassVar[int]
+    SHAPE_FIELD_NUMBER: _ClassVar[int]
+    data: bytes
+    dtype: str
+    shape: _containers.RepeatedScalarFieldContainer[int]
+    def __init__(self, data: _Optional[bytes] = ..., dtype: _Optional[str] = ..., shape: _Optional[_Iterable[int]] = ...) -> None: ...
+
+class TypeFanout(_message.Message):
+    __slots__ = ("edge_type", "fanout")
+    EDGE_TYPE_FIELD_NUMBER: _ClassVar[int]
+    FANOUT_FIELD_NUMBER: _ClassVar[int]
+    edge_type: str
+    fanout: int
+    def __init__(self, edge_type: _Optional[str] = ..., fanout: _Optional[int] = ...) -> None: ...
+
+class GatherRequest(_message.Message):
+    __slots__ = ("seeds", "fanout", "type_fanouts", "method", "direction", "max_time", "seed", "edge_ids")
+    SEEDS_FIELD_NUMBER: _ClassVar[int]
+    FANOUT_FIELD_NUMBER: _ClassVar[int]
+    TYPE_FANOUTS_FIELD_NUMBER: _ClassVar[int]
+    METHOD_FIELD_NUMBER: _ClassVar[int]
+    DIRECTION_FIELD_NUMBER: _ClassVar[int]
+    MAX_TIME_FIELD_NUMBER: _ClassVar[int]
+    SEED_FIELD_NUMBER: _ClassVar[int]
+    EDGE_IDS_FIELD_NUMBER: _ClassVar[int]
+    seeds: Array
+    fanout: int
+    type_fanouts: _containers.RepeatedCompositeFieldContainer[TypeFanout]
+    method: str
+    direction: Direction
+    max_time: int
+    seed: int
+    edge_ids: bool
+    def __init__(self, seeds: _Optional[_Union[Array, _Mapping]] = ..., fanout: _Optional[int] = ..., type_fanouts: _Optional[_Iterable[_Union[TypeFanout, _Mapping]]] = ..., method: _Optional[str] = ..., direction: _Optional[_Union[Direction, str]] = ..., max_time: _Optional[int] = ..., seed: _Optional[int] = ..., edge_ids: _Optional[bool] = ...) -> None: ...
+
+class GatherResponse(_message.Message):
+    __slots__ = ("counts", "neighbors", "keys", "edge_ids", "merge", "fanouts", "part_id")
+    COUNTS_FIELD_NUMBER: _ClassVar[int]
+    NEIGHBORS_FIELD_NUMBER: _ClassVar[int]
+    KEYS_FIELD_NUMBER: _ClassVar[int]
+    EDGE_IDS_FIELD_NUMBER: _ClassVar[int]
+    MERGE_FIELD_NUMBER: _ClassVar[int]
+    FANOUTS_FIELD_NUMBER: _ClassVar[int]
+    PART_ID_FIELD_NUMBER: _ClassVar[int]
+    counts: Array
+    neighbors: Array
+    keys: Array
+    edge_ids: Array
+    merge: str
+    fanouts: _containers.RepeatedScalarFieldContainer[int]
+    part_id: int
+    def __init__(self, counts: _Optional[_Union[Array, _Mapping]] = ..., neighbors: _Optional[_Union[Array, _Mapping]] = ..., keys: _Optional[_Union[Array, _Mapping]] = ..., edge_ids: _Optional[_Union[Array, _Mapping]] = ..., merge: _Optional[str] = ..., fanouts: _Optional[_Iterable[int]] = ..., part_id: _Optional[int] = ...) -> None: ...
+
+class LookupRequest(_message.Message):
+    __slots__ = ("vertices", "features", "labels")
+    VERTICES_FIELD_NUMBER: _ClassVar[int]
+    FEATURES_FIELD_NUMBER: _ClassVar[int]
+    LABELS_FIELD_NUMBER: _ClassVar[int]
+    vertices: Array
+    features: bool
+    labels: bool
+    def __init__(self, vertices: _Optional[_Union[Array, _Mapping]] = ..., features: _Optional[bool] = ..., labels: _Optional[bool] = ...) -> None: ...
+
+class LookupResponse(_message.Message):
+    __slots__ = ("features", "labels", "split")
+    FEATURES_FIELD_NUMBER: _ClassVar[int]
+    LABELS_FIELD_NUMBER: _ClassVar[int]
+    SPLIT_FIELD_NUMBER: _ClassVar[int]
+    features: Array
+    labels: Array
+    split: Array
+    def __init__(self, features: _Optional[_Union[Array, _Mapping]] = ..., labels: _Optional[_Union[Array, _Mapping]] = ..., split: _Optional[_Union[Array, _Mapping]] = ...) -> None: ...
+
+class VertexInfoRequest(_message.Message):
+    __slots__ = ("vertices",)
+    VERTICES_FIELD_NUMBER: _ClassVar[int]
+    vertices: Array
+    def __init__(self, vertices: _Optional[_Union[Array, _Mapping]] = ...) -> None: ...
+
+class VertexInfoResponse(_message.Message):
+    __slots__ = ("out_degree", "in_degree", "replicas", "master")
+    OUT_DEGREE_FIELD_NUMBER: _ClassVar[int]
+    IN_DEGREE_FIELD_NUMBER: _ClassVar[int]
+    REPLICAS_FIELD_NUMBER: _ClassVar[int]
+    MASTER_FIELD_NUMBER: _ClassVar[int]
+    out_degree: Array
+    in_degree: Array
+    replicas: Array
+    master: Array
+    def __init__(self, out_degree: _Optional[_Union[Array, _Mapping]] = ..., in_degree: _Optional[_Union[Array, _Mapping]] = ..., replicas: _Optional[_Union[Array, _Mapping]] = ..., master: _Optional[_Union[Array, _Mapping]] = ...) -> None: ...
+
+class StatsRequest(_message.Message):
+    __slots__ = ()
+    def __init__(self) -> None: ...
+
+class StatsResponse(_message.Message):
+    __slots__ = ("requests", "vertices_served", "edges_served", "busy_seconds", "rss_bytes", "dataset", "run", "part_id", "num_parts", "num_vertices", "num_edges", "partition_bytes", "uptime_seconds", "edge_types", "weighted", "timestamped", "feature_dim", "format_version", "rss_baseline_bytes")
+    REQUESTS_FIELD_NUMBER: _ClassVar[int]
+    VERTICES_SERVED_FIELD_NUMBER: _ClassVar[int]
+    EDGES_SERVED_FIELD_NUMBER: _ClassVar[int]
+    BUSY_SECONDS_FIELD_NUMBER: _ClassVar[int]
+    RSS_BYTES_FIELD_NUMBER: _ClassVar[int]
+    DATASET_FIELD_NUMBER: _ClassVar[int]
+    RUN_FIELD_NUMBER: _ClassVar[int]
+    PART_ID_FIELD_NUMBER: _ClassVar[int]
+    NUM_PARTS_FIELD_NUMBER: _ClassVar[int]
+    NUM_VERTICES_FIELD_NUMBER: _ClassVar[int]
+    NUM_EDGES_FIELD_NUMBER: _ClassVar[int]
+    PARTITION_BYTES_FIELD_NUMBER: _ClassVar[int]
+    UPTIME_SECONDS_FIELD_NUMBER: _ClassVar[int]
+    EDGE_TYPES_FIELD_NUMBER: _ClassVar[int]
+    WEIGHTED_FIELD_NUMBER: _ClassVar[int]
+    TIMESTAMPED_FIELD_NUMBER: _ClassVar[int]
+    FEATURE_DIM_FIELD_NUMBER: _ClassVar[int]
+    FORMAT_VERSION_FIELD_NUMBER: _ClassVar[int]
+    RSS_BASELINE_BYTES_FIELD_NUMBER: _ClassVar[int]
+    requests: int
+    vertices_served: int
+    edges_served: int
+    busy_seconds: float
+    rss_bytes: int
+    dataset: str
+    run: str
+    part_id: int
+    num_parts: int
+    num_vertices: int
+    num_edges: int
+    partition_bytes: int
+    uptime_seconds: float
+    edge_types: _containers.RepeatedScalarFieldContainer[str]
+    weighted: bool
+    timestamped: bool
+    feature_dim: int
+    format_version: int
+    rss_baseline_bytes: int
+    def __init__(self, requests: _Optional[int] = ..., vertices_served: _Optional[int] = ..., edges_served: _Optional[int] = ..., busy_seconds: _Optional[float] = ..., rss_bytes: _Optional[int] = ..., dataset: _Optional[str] = ..., run: _Optional[str] = ..., part_id: _Optional[int] = ..., num_parts: _Optional[int] = ..., num_vertices: _Optional[int] = ..., num_edges: _Optional[int] = ..., partition_bytes: _Optional[int] = ..., uptime_seconds: _Optional[float] = ..., edge_types: _Optional[_Iterable[str]] = ..., weighted: _Optional[bool] = ..., timestamped: _Optional[bool] = ..., feature_dim: _Optional[int] = ..., format_version: _Optional[int] = ..., rss_baseline_bytes: _Optional[int] = ...) -> None: ...

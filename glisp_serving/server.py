@@ -1,0 +1,198 @@
+"""The gRPC server of one partition: Gather, Lookup, VertexInfo, Stats, plus grpc.health.v1.
+
+Requests are decoded from raw bytes, validated, and run by :class:`~glisp_serving.engine.PartitionSampler`
+(numba kernels without the GIL). A bad request is answered ``INVALID_ARGUMENT`` with a message naming
+the field; the server never dies of one. SIGTERM/SIGINT: health turns NOT_SERVING, no new RPCs are
+accepted, in-flight ones get ``serve.grace_s`` to finish, and the process exits 0.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import signal
+import threading
+import time
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+import grpc
+import numpy as np
+import psutil
+from grpc_health.v1 import health, health_pb2, health_pb2_grpc
+
+from glisp_core.config import ServeConfig
+from glisp_core.dataset.layout import DatasetVersion
+from glisp_serving.engine import PartitionSampler, RequestError
+from glisp_serving.proto import sampling_pb2 as pb
+from glisp_serving.proto import sampling_pb2_grpc as pb_grpc
+from glisp_serving.wire import WireError, from_array, to_array
+
+log = logging.getLogger("glisp.serve")
+SERVICE_NAME = "glisp.sampling.v1.Sampling"
+_IDS = ("<i8", "<i4")
+
+
+class SamplingServicer(pb_grpc.SamplingServicer):
+    def __init__(self, engine: PartitionSampler, dataset: str, run: str, rss_baseline: int) -> None:
+        self.engine = engine
+        self.dataset, self.run = dataset, run
+        self.t0 = time.time()
+        self.rss_baseline = rss_baseline
+        self.file_bytes = int(sum(engine.r.file_bytes().values()))
+
+    @staticmethod
+    def _invalid(context: grpc.ServicerContext, e: Exception) -> None:
+        context.abort(grpc.StatusCode.INVALID_ARGUMENT, str(e))
+
+    def Gather(self, request: pb.GatherRequest, context: grpc.ServicerContext) -> pb.GatherResponse:
+        err = None
+        try:
+            seeds = from_array(request.seeds, "seeds", _IDS)
+            tf = [(t.edge_type, t.fanout) for t in request.type_fanouts]
+            res = self.engine.gather(
+                seeds,
+                fanout=request.fanout,
+                type_fanouts=tf or None,
+                method=request.method or "uniform",
+                direction="in" if request.direction == pb.IN else "out",
+                max_time=request.max_time if request.HasField("max_time") else None,
+                seed=request.seed,
+                edge_ids=request.edge_ids,
+            )
+        except (RequestError, WireError) as e:
+            err = e
+        if err is not None:
+            self._invalid(context, err)
+        resp = pb.GatherResponse(
+            counts=to_array(res.counts),
+            neighbors=to_array(res.nbrs.astype(self.engine.id_dtype, copy=False)),
+            merge=res.merge,
+            fanouts=res.fanouts.tolist(),
+            part_id=self.engine.part,
+        )
+        if res.keys is not None:
+            resp.keys.CopyFrom(to_array(res.keys))
+        if res.edge_ids is not None:
+            resp.edge_ids.CopyFrom(to_array(res.edge_ids))
+        return resp
+
+    def Lookup(self, request: pb.LookupRequest, context: grpc.ServicerContext) -> pb.LookupResponse:
+        err = None
+        try:
+            out = self.engine.features(from_array(request.vertices, "vertices", _IDS), request.features, request.labels)
+        except (RequestError, WireError) as e:
+            err = e
+        if err is not None:
+            self._invalid(context, err)
+        resp = pb.LookupResponse()
+        for k in ("features", "labels", "split"):
+            if k in out:
+                getattr(resp, k).CopyFrom(to_array(out[k]))
+        return resp
+
+    def VertexInfo(self, request: pb.VertexInfoRequest, context: grpc.ServicerContext) -> pb.VertexInfoResponse:
+        err = None
+        try:
+            out = self.engine.vertex_info(from_array(request.vertices, "vertices", _IDS))
+        except (RequestError, WireError) as e:
+            err = e
+        if err is not None:
+            self._invalid(context, err)
+        resp = pb.VertexInfoResponse()
+        for k, v in out.items():
+            getattr(resp, k).CopyFrom(to_array(v))
+        return resp
+
+    def Stats(self, request: pb.StatsRequest, context: grpc.ServicerContext) -> pb.StatsResponse:
+        e, r = self.engine, self.engine.r
+        with e._lock:
+            counters = (e.requests, e.vertices_served, e.edges_served, e.busy_s)
+        return pb.StatsResponse(
+            requests=counters[0],
+            vertices_served=counters[1],
+            edges_served=counters[2],
+            busy_seconds=counters[3],
+            rss_bytes=psutil.Process().memory_info().rss,
+            rss_baseline_bytes=self.rss_baseline,
+            dataset=self.dataset,
+            run=self.run,
+            part_id=e.part,
+            num_parts=e.num_parts,
+            num_vertices=r.num_vertices,
+            num_edges=r.num_edges,
+            partition_bytes=self.file_bytes,
+            uptime_seconds=time.time() - self.t0,
+            edge_types=list(r.edge_type_names),
+            weighted=bool(r.weighted),
+            timestamped=bool(r.timestamped),
+            feature_dim=int(r.feature_dim),
+            format_version=int(getattr(r, "format_version", 0)),
+        )
+
+
+def warm_up(engine: PartitionSampler) -> None:
+    """Compile (or load from numba's cache) every kernel variant on this partition's dtypes."""
+    r = engine.r
+    if r.num_vertices == 0:
+        return
+    seeds = np.asarray(r.global_id[: min(8, r.num_vertices)], np.int64)
+    methods = ["uniform", "uniform_exact", "replace"] + (["weighted"] if engine.weight is not None else [])
+    for m in methods:
+        for d in ("out", "in"):
+            engine.gather(seeds, fanout=2, method=m, direction=d, edge_ids=True)
+            if engine.timestamp is not None:
+                engine.gather(seeds, fanout=2, method=m, direction=d, max_time=0)
+    if len(r.edge_type_names) > 1:
+        engine.gather(seeds, type_fanouts=[(r.edge_type_names[0], 2)], method="uniform")
+    with engine._lock:  # warm-up is not served work
+        engine.requests = engine.vertices_served = engine.edges_served = 0
+        engine.busy_s = 0.0
+
+
+def serve(
+    dv: DatasetVersion, run: str, part: int, cfg: ServeConfig, port: int | None = None, port_file: str | None = None
+) -> int:
+    """Serve partition ``part`` of ``run`` until SIGTERM/SIGINT; returns the exit code (0 on a clean stop)."""
+    from glisp_core.partition_format import open_partition
+
+    rss_baseline = psutil.Process().memory_info().rss
+    reader = open_partition(dv.partition_dir(run, part), verify=cfg.verify)
+    engine = PartitionSampler(reader, threads=cfg.threads, chunk=cfg.chunk, max_batch=cfg.max_batch)
+    if cfg.warmup:
+        warm_up(engine)
+    mb = cfg.max_message_mb * 1024 * 1024
+    server = grpc.server(
+        ThreadPoolExecutor(max_workers=max(2, cfg.threads), thread_name_prefix="glisp-rpc"),
+        options=[("grpc.max_send_message_length", mb), ("grpc.max_receive_message_length", mb)],
+    )
+    servicer = SamplingServicer(engine, f"{dv.graph}/{dv.version}", run, rss_baseline)
+    pb_grpc.add_SamplingServicer_to_server(servicer, server)
+    health_servicer = health.HealthServicer()
+    health_pb2_grpc.add_HealthServicer_to_server(health_servicer, server)
+    bound = server.add_insecure_port(f"{cfg.host}:{cfg.port if port is None else port}")
+    if bound == 0:
+        raise OSError(f"serve: cannot bind {cfg.host}:{cfg.port if port is None else port}")
+    stop = threading.Event()
+
+    def _on_signal(signum: int, frame: object) -> None:
+        stop.set()
+
+    signal.signal(signal.SIGTERM, _on_signal)
+    signal.signal(signal.SIGINT, _on_signal)
+    server.start()
+    for name in ("", SERVICE_NAME):
+        health_servicer.set(name, health_pb2.HealthCheckResponse.SERVING)
+    if port_file:
+        tmp = Path(f"{port_file}.{os.getpid()}.tmp")
+        tmp.write_text(str(bound))
+        os.replace(tmp, port_file)
+    print(
+        f"glisp serve: {dv.graph}/{dv.version} run {run} partition {part} listening on {cfg.host}:{bound}", flush=True
+    )
+    stop.wait()
+    health_servicer.enter_graceful_shutdown()  # every service NOT_SERVING
+    server.stop(cfg.grace_s).wait()
+    engine.close()
+    print(f"glisp serve: partition {part} stopped", flush=True)
+    return 0

@@ -1,0 +1,180 @@
+"""Bad-input detection: every row gets at most one reason; counts come from one grouped aggregation.
+
+A row's reason is the first rule it breaks (so counts of kinds add up to the rows set aside). In
+"fail" mode the first problem is raised as a ``BadInputError`` naming the file, the column, the count,
+the file's row total, up to three example rows (``limit(3)``; bad rows are never collected) and a
+hint. In "quarantine" mode the bad rows of each kind go to ``ingest/rejects/<kind>/`` as Parquet with
+their file, reason, column and raw fields, the manifest counts them and the same line is printed.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import uuid
+from collections import defaultdict
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from glisp_core.errors import BadInputError
+
+REASON = "_reason"
+RCOL = "_rcol"
+SI = "_si"  # index of the configured source
+
+# kind -> (what is wrong with the rows, how to fix it); kinds are prefixed with the table.
+PROBLEMS: dict[str, tuple[str, str]] = {
+    "edge_malformed": ("have the wrong number of fields", "check the delimiter, quoting and header settings"),
+    "edge_null_id": ("have a null or empty vertex id", "every edge needs both endpoints"),
+    "edge_bad_id": ("have an id that is not an integer", "set ingest.id_type = 'string' or 'auto'"),
+    "edge_unknown_type": ("have an empty edge type or one not in ingest.edge_types",
+                          "add the type to ingest.edge_types, or fix the rows"),
+    "edge_unknown_vertex_type": ("have an endpoint vertex type not in ingest.vertex_types",
+                                 "add the type to ingest.vertex_types"),
+    "edge_bad_weight": ("have a missing, non-numeric, negative or non-finite weight",
+                        "weights must be numbers >= 0"),
+    "edge_bad_timestamp": ("have a missing or non-integer timestamp", "timestamps must be integers (e.g. epoch ms)"),
+    "edge_missing_endpoint": ("have an endpoint that is not in the vertex tables",
+                              "add the vertices to a vertex table, or drop the edges"),
+    "vertex_malformed": ("have the wrong number of fields", "check the delimiter, quoting and header settings"),
+    "vertex_null_id": ("have a null or empty vertex id", "every vertex row needs an id"),
+    "vertex_bad_id": ("have an id that is not an integer", "set ingest.id_type = 'string' or 'auto'"),
+    "vertex_unknown_type": ("have a vertex type that is null or not in ingest.vertex_types",
+                            "add the type to ingest.vertex_types, or fix the rows"),
+    "vertex_bad_label": ("have a label that is not an integer", "labels must be integers (or all non-numeric names)"),
+    "vertex_bad_split": ("have a split that is not train/val/test or 0/1/2", "use train, val, test, 0, 1 or 2"),
+    "vertex_bad_features": ("have missing or non-numeric features", "every feature value must be a number"),
+    "vertex_feature_width": ("have a feature vector of the wrong width", "all feature vectors need the same width"),
+    "vertex_duplicate": ("repeat a vertex id already given by an earlier row (the first row is kept)",
+                         "give each vertex once"),
+}
+
+
+@dataclass
+class Rule:
+    kind: str
+    flag: object  # boolean Column: the row breaks this rule
+    column: str  # the user's column name, for messages
+
+
+def reason_columns(rules: Sequence[Rule]):
+    """(reason, column) Columns: the first broken rule of a row, or nulls for a good row."""
+    from pyspark.sql import functions as F
+
+    reason = None
+    rcol = None
+    for r in rules:
+        reason = F.when(r.flag, F.lit(r.kind)) if reason is None else reason.when(r.flag, F.lit(r.kind))
+        rcol = F.when(r.flag, F.lit(r.column)) if rcol is None else rcol.when(r.flag, F.lit(r.column))
+    if reason is None:
+        return F.lit(None).cast("string"), F.lit(None).cast("string")
+    return reason, rcol
+
+
+@dataclass
+class Summary:
+    """Grouped counts of one table: per (source, file, reason, column) and per file."""
+
+    bad: dict[tuple[str, int, str], int] = field(default_factory=dict)  # (kind, fid, column) -> rows
+    file_totals: dict[int, int] = field(default_factory=dict)
+    total: int = 0
+    extra: list = field(default_factory=list)  # the grouped rows, for callers that grouped by more columns
+
+    def kind_counts(self) -> dict[str, int]:
+        out: dict[str, int] = defaultdict(int)
+        for (kind, _, _), n in self.bad.items():
+            out[kind] += n
+        return dict(out)
+
+
+def summarize(df, extra_cols: Sequence[str] = ()) -> Summary:
+    """One aggregation over ``df`` (which must carry _fid, _reason, _rcol); result is small."""
+    rows = df.groupBy("_fid", REASON, RCOL, *extra_cols).count().collect()
+    s = Summary(extra=rows)
+    for r in rows:
+        n = int(r["count"])
+        s.total += n
+        s.file_totals[r["_fid"]] = s.file_totals.get(r["_fid"], 0) + n
+        if r[REASON] is not None:
+            key = (r[REASON], r["_fid"], r[RCOL])
+            s.bad[key] = s.bad.get(key, 0) + n
+    return s
+
+
+def _examples(df, kind: str, fid: int, raw: dict[str, object], n: int = 3) -> list[str]:
+    from pyspark.sql import functions as F
+
+    rows = df.filter((F.col(REASON) == kind) & (F.col("_fid") == fid)).select(*[c.alias(k) for k, c in raw.items()])
+    out = []
+    for r in rows.limit(n).collect():
+        d = {k: v for k, v in r.asDict().items() if v is not None}
+        out.append(", ".join(f"{k}={v!r}" for k, v in d.items()) or "(all fields empty)")
+    return out
+
+
+def _error(kind: str, fid: int, column: str, count: int, s: Summary, files: Sequence[str], examples: list[str],
+           others: str = "") -> BadInputError:
+    problem, hint = PROBLEMS[kind]
+    fname = files[fid] if 0 <= fid < len(files) else "(unknown input file)"
+    if others:
+        hint = f"{hint}; also: {others}"
+    return BadInputError(fname, column, count, s.file_totals.get(fid), problem, examples, hint)
+
+
+def handle_bad(
+    df,
+    s: Summary,
+    files: Sequence[str],
+    mode: str,
+    raw: dict[str, object],
+    rejects_dir: Callable[[str], Path],
+    log: Callable[[str], None] = print,
+) -> dict[str, int]:
+    """Raise (fail) or write rejects (quarantine) for the bad rows of ``df``; returns rows per kind."""
+    from pyspark.sql import functions as F
+
+    if not s.bad:
+        return {}
+    order = list(PROBLEMS)
+    items = sorted(s.bad.items(), key=lambda kv: (order.index(kv[0][0]), kv[0][1], kv[0][2]))
+    if mode == "fail":
+        (kind, fid, column), count = items[0]
+        others = "; ".join(
+            f"{n:,} rows of {files[f] if 0 <= f < len(files) else '?'} {PROBLEMS[k][0]} (column '{c}')"
+            for (k, f, c), n in items[1:4]
+        )
+        if len(items) > 4:
+            others += f"; and {len(items) - 4} more problems"
+        raise _error(kind, fid, column, count, s, files, _examples(df, kind, fid, raw), others)
+    # quarantine: one write job for every kind (partitioned by reason), then examples read back cheaply
+    file_names = F.create_map(*[x for i, f in enumerate(files) for x in (F.lit(i), F.lit(f))]) if files else None
+    file_col = file_names[F.col("_fid")] if file_names is not None else F.lit(None).cast("string")
+    cols = [file_col.alias("file"), F.col(REASON).alias("reason"), F.col(RCOL).alias("column")]
+    cols += [c.cast("string").alias(k) for k, c in raw.items()]
+    parent = rejects_dir("")
+    parent.mkdir(parents=True, exist_ok=True)
+    staging = parent / f".staging-{uuid.uuid4().hex[:12]}"
+    (df.filter(F.col(REASON).isNotNull()).select(*cols, F.col(REASON).alias("_part"))
+     .write.partitionBy("_part").parquet(str(staging)))
+    for kind in dict.fromkeys(k for (k, _, _), _ in items):
+        os.rename(staging / f"_part={kind}", rejects_dir(kind))
+    shutil.rmtree(staging, ignore_errors=True)
+    for (kind, fid, column), count in items:
+        fname = files[fid] if 0 <= fid < len(files) else None
+        examples = _examples_from_rejects(rejects_dir(kind), fname, list(raw))
+        log("quarantined: " + str(_error(kind, fid, column, count, s, files, examples)) + f" -> {rejects_dir(kind)}")
+    return s.kind_counts()
+
+
+def _examples_from_rejects(path: Path, fname: str | None, raw: list[str], n: int = 3) -> list[str]:
+    """Up to ``n`` example rows of one file, read from the written rejects (a bounded scan, no Spark job)."""
+    import pyarrow.dataset as ds
+
+    d = ds.dataset(str(path), format="parquet")
+    flt = ds.field("file") == fname if fname is not None else None
+    out = []
+    for r in d.head(n, columns=raw, filter=flt).to_pylist():
+        vals = {k: v for k, v in r.items() if v is not None}
+        out.append(", ".join(f"{k}={v!r}" for k, v in vals.items()) or "(all fields empty)")
+    return out

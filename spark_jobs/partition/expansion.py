@@ -1,0 +1,459 @@
+"""Distributed neighbour expansion, shared by DistributedNE and AdaDNE.
+
+Design (measured costs in docs/partitioning.md):
+
+* Per-vertex state lives on the driver as numpy, O(|V|): residual degree (unallocated incident edge
+  rows), partition sets as bitsets (|V| x ceil(p/64) uint64), and the per-round claims. Per-partition
+  counts |E_k|, |V_k| are exact sums of the deltas. Boundary B_k = {v : k in parts(v), resid(v) > 0}.
+* The unallocated edge rows stay in Spark (a cached DataFrame). One round is ONE Spark job: a
+  ``mapInArrow`` pass with a numba kernel over the unallocated rows only, given the broadcast claims and
+  bitsets. It tags each row with its new partition (or -1) and returns a small per-task delta:
+  (vertex, partition, incidences) triples and rows per partition - vertex-level, never edges.
+  Allocated rows are flushed to scratch Parquet every ``checkpoint_every`` rounds, when the unallocated
+  remainder is also ``localCheckpoint``-ed (lineage truncated) and coalesced as it shrinks.
+* Once the remainder is at most ``partition.local_finish_edges`` rows, it is fetched once and the
+  remaining rounds run in one process with the same kernels. The per-edge decision depends only on
+  the broadcast state, so the result is identical whichever way a round ran (a test checks this).
+* A round = the previous round's two-hop allocation (edges whose endpoints now share a partition go to
+  the least-loaded shared one) + this round's one-hop allocation (all unallocated edges of the selected
+  vertices). Rows of one unordered vertex pair always get the same partition.
+
+Subclasses decide, per round, which partitions expand and how many vertices each selects.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from abc import abstractmethod
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+from pyspark.sql import functions as F
+
+from spark_jobs.partition import kernels
+from spark_jobs.partition.base import PartitionContext, Partitioner, PartitionResult
+from spark_jobs.partition.degrees import degree_array
+
+ROUND_SCHEMA = "eid long, src long, dst long, part int"
+ALLOC_PA = pa.schema([("eid", pa.int64()), ("src", pa.int64()), ("dst", pa.int64()), ("part", pa.int32())])
+DELTA_VERTEX = -1  # delta row: src = vertex, dst = incidences, part = partition
+DELTA_ROWS = -2  # delta row: dst = edge rows allocated, part = partition
+
+
+@dataclass
+class ExpansionState:
+    """Driver-side state of a neighbour expansion (all O(|V|) or O(p))."""
+
+    parts: int
+    resid: np.ndarray  # int64 [n]: unallocated edge rows incident to v (self-loop counts twice)
+    bits: np.ndarray  # uint64 [n, W]: partition set of v
+    order: np.ndarray  # int64: vertices with edges, by (degree, seeded hash): seed candidates
+    seed: int
+    total: int  # edge rows
+    ecount: np.ndarray = field(init=False)  # int64 [p]: |E_k| in rows
+    vcount: np.ndarray = field(init=False)  # int64 [p]: |V_k|
+    claim: np.ndarray = field(init=False)  # int32 [n]: partition claiming v this round, -1 none
+    seed_pos: np.ndarray = field(init=False)
+    rounds: int = 0
+
+    def __post_init__(self) -> None:
+        self.ecount = np.zeros(self.parts, np.int64)
+        self.vcount = np.zeros(self.parts, np.int64)
+        self.claim = np.full(len(self.resid), -1, np.int32)
+        self.seed_pos = np.zeros(2, np.int64)
+
+    @property
+    def remaining(self) -> int:
+        return int(self.total - self.ecount.sum())
+
+    def rank(self) -> np.ndarray:
+        """rank[k]: position of partition k when ordered by |E_k| ascending (ties: lower k)."""
+        order = np.lexsort((np.arange(self.parts), self.ecount))
+        rank = np.empty(self.parts, np.int32)
+        rank[order] = np.arange(self.parts, dtype=np.int32)
+        return rank
+
+    def apply(self, vert: np.ndarray, vpart: np.ndarray, cnt: np.ndarray, rows: np.ndarray) -> None:
+        kernels.apply_delta(self.bits, self.resid, self.vcount, vert, vpart, cnt)
+        self.ecount += rows
+
+
+@dataclass
+class Selection:
+    """One round's plan: claimed vertices (in state.claim), partitions open for two-hop, ranks."""
+
+    claimed: np.ndarray
+    open_bits: np.ndarray
+    rank: np.ndarray
+    weight: np.ndarray  # float64 [p]: share of contested edges a partition draws (light = heavy weight)
+    accept: np.ndarray  # float64 [p]: probability that a partition takes a two-hop edge
+    onehop: np.ndarray  # float64 [p]: residual rows of the vertices each partition claimed (one-hop bound)
+    round_seed: int = 0
+    leftover_to: int = -1  # >= 0: give every remaining edge to this partition and stop
+
+
+def bitmask(active: np.ndarray) -> np.ndarray:
+    words = (len(active) + 63) // 64
+    out = np.zeros(words, np.uint64)
+    for k in np.flatnonzero(active):
+        out[k // 64] |= np.uint64(1) << np.uint64(k % 64)
+    return out
+
+
+class ExpansionPartitioner(Partitioner):
+    """Neighbour expansion in lock-step rounds; subclasses implement ``plan`` (who expands, how fast)."""
+
+    iterative = True
+
+    # ---- subclass hooks ---------------------------------------------------------------------
+    @abstractmethod
+    def plan(self, st: ExpansionState) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, int]:
+        """Per partition: (active, lam, cap, seed_budget, leftover_to).
+
+        active: bool, expands this round; lam: fraction of its boundary to select; cap: most residual
+        rows its selection may carry (inf = no cap); seed_budget: residual rows of seeds to take when its
+        boundary is empty; leftover_to >= 0 ends the run giving all remaining edges to that partition.
+        """
+
+    def min_select(self) -> int:
+        return 1
+
+    # ---- selection (driver) -----------------------------------------------------------------
+    def select(self, st: ExpansionState) -> Selection:
+        p = st.parts
+        rank = st.rank()
+        active, lam, cap, seed_budget, leftover_to = self.plan(st)
+        if leftover_to >= 0:
+            return Selection(np.empty(0, np.int64), np.zeros(st.bits.shape[1], np.uint64), rank, rank * 0.0, rank * 0.0, rank * 0.0, 0, leftover_to)
+        ptr, verts = kernels.boundaries(st.resid, st.bits, p)
+        claimed = []
+        onehop = np.zeros(p)
+        need_seed = []
+        for k in np.argsort(rank):
+            if not active[k]:
+                continue
+            b = verts[ptr[k] : ptr[k + 1]]
+            if len(b) == 0:
+                need_seed.append(k)
+                continue
+            nsel = min(len(b), max(self.min_select(), int(math.ceil(lam[k] * len(b)))))
+            key = (st.resid[b] << 24) | (kernels.vertex_hash(b, st.seed + st.rounds).astype(np.int64) >> 40)
+            if nsel < len(b):
+                idx = np.argpartition(key, nsel - 1)[:nsel]
+                b, key = b[idx], key[idx]
+            if np.isfinite(cap[k]):
+                o = np.argsort(key, kind="stable")
+                b = b[o]
+                keep = int(np.searchsorted(np.cumsum(st.resid[b]), cap[k], side="right"))
+                if keep == 0 and not self.hard_cap and st.ecount[k] < st.total / p:
+                    keep = 1  # a soft cap never stops a partition below its fair share
+                b = b[:keep]
+                if keep == 0:
+                    self.on_blocked(st, int(k))
+                    continue
+            kernels.set_claims(st.claim, b, int(k), rank)
+            onehop[k] += st.resid[b].sum()
+            claimed.append(b)
+        for k in need_seed:
+            budget = int(max(1, seed_budget[k]))
+            s = kernels.take_seeds(st.order, st.seed_pos, st.resid, st.bits, st.claim, budget, max(1, min(budget, 1 << 22)))
+            kernels.set_claims(st.claim, s, int(k), rank)
+            onehop[k] += st.resid[s].sum()
+            claimed.append(s)
+        allc = np.concatenate(claimed) if claimed else np.empty(0, np.int64)
+        w = self.contest_weights(st)
+        return Selection(allc, bitmask(active), rank, w, np.ones(p), onehop, st.seed * 1_000_003 + st.rounds)
+
+    hard_cap = True  # cap[k] is a hard limit (DNE); False: a partition below |E|/p always takes one vertex
+    needs_counts = False  # True: estimate each partition's two-hop offer before the round (one sampled pass)
+
+    def two_hop_accept(self, st: ExpansionState, sel: Selection, offered: np.ndarray) -> np.ndarray:
+        """Probability that partition k takes a two-hop edge, given the estimated rows offered to it."""
+        return np.ones(st.parts)
+
+    def contest_weights(self, st: ExpansionState) -> np.ndarray:
+        """Weight of partition k when several partitions can take an edge: its deficit to the fair share.
+
+        DNE gives a contested edge to the member with the fewest edges, one edge at a time, which fills
+        the emptiest partitions first. Drawing with probability proportional to (|E|/p - |E_k|) is the
+        batch equivalent (water-filling) for a round whose edges are decided in parallel.
+        """
+        fair = st.total / st.parts
+        return np.maximum(fair - st.ecount.astype(np.float64), 0.01 * fair)
+
+    def on_blocked(self, st: ExpansionState, k: int) -> None:
+        """Partition k cannot select anything within its cap (DNE: it is full)."""
+
+    # ---- the run ----------------------------------------------------------------------------
+    def partition(self, ctx: PartitionContext) -> PartitionResult:
+        t_start = time.perf_counter()
+        spark, cfg = ctx.spark, ctx.cfg
+        n, p, m = ctx.num_vertices, ctx.parts, ctx.num_edges
+        alloc_dir = ctx.staging / "alloc"
+        alloc_dir.mkdir(parents=True, exist_ok=True)
+        timings: dict[str, float] = {}
+        t = time.perf_counter()
+        deg = degree_array(ctx.edges, n)
+        timings["degrees_s"] = round(time.perf_counter() - t, 3)
+        st = self.new_state(deg, m)
+        par = max(1, spark.sparkContext.defaultParallelism)
+        local_cap = cfg.local_finish_edges
+        spark_rounds = local_rounds = 0
+        local: dict[str, np.ndarray] | None = None
+        rest = None
+        pending: list[Any] = []  # cached round outputs not yet flushed
+        local_chunks: list[pa.RecordBatch] = []
+        t_spark = t_local = 0.0
+
+        if m <= local_cap:
+            local = _fetch(ctx.edges)
+        else:
+            tasks = max(2 * par, math.ceil(m / 4_000_000))
+            rest = ctx.edges.repartition(tasks) if ctx.edges.rdd.getNumPartitions() < tasks else ctx.edges
+
+        while st.remaining > 0:
+            t0 = time.perf_counter()
+            if local is None and st.remaining <= local_cap:
+                rest = self._flush(rest, pending, alloc_dir, par, truncate=True)
+                local = _fetch(rest)
+                rest = None
+            sel = self.select(st) if st.rounds < cfg.max_rounds else None
+            if sel is None or sel.leftover_to >= 0:
+                k = sel.leftover_to if sel is not None else int(np.argmin(st.ecount))
+                why = "leftover rule" if sel is not None else f"max_rounds {cfg.max_rounds} reached"
+                ctx.log(f"{self.name}: {why}: {st.remaining:,} remaining rows -> partition {k}")
+                if local is not None:
+                    part = np.full(len(local["eid"]), k, np.int32)
+                    local_chunks.append(_batch(local, part))
+                    local = {c: a[:0] for c, a in local.items()}
+                else:
+                    pending.append(rest.withColumn("part", F.lit(k).cast("int")))
+                    rest = self._flush(None, pending, alloc_dir, par, truncate=False)
+                st.ecount[k] += st.remaining
+                break
+            st.rounds += 1
+            if self.needs_counts:
+                sel.accept = self.two_hop_accept(st, sel, self._offered(local, rest, st, sel))
+            if local is not None:
+                part = kernels.edge_round(
+                    local["src"], local["dst"], st.claim, st.bits, sel.open_bits, sel.weight, sel.accept, sel.round_seed
+                )
+                vert, vpart, cnt, rows = kernels.incidence_delta(local["src"], local["dst"], part, p)
+                done = part >= 0
+                if done.any():
+                    local_chunks.append(_batch({c: a[done] for c, a in local.items()}, part[done]))
+                local = {c: a[~done] for c, a in local.items()}
+                local_rounds += 1
+                mode = "local"
+            else:
+                out, (vert, vpart, cnt, rows) = self._spark_round(spark, rest, st, sel)
+                pending.append(out)
+                rest = out.filter((F.col("eid") >= 0) & (F.col("part") < 0)).select("eid", "src", "dst")
+                spark_rounds += 1
+                mode = "spark"
+                if spark_rounds % max(1, cfg.checkpoint_every) == 0:
+                    rest = self._flush(rest, pending, alloc_dir, par, truncate=True)
+            st.claim[sel.claimed] = -1
+            st.apply(vert, vpart, cnt, rows)
+            dt = time.perf_counter() - t0
+            if mode == "spark":
+                t_spark += dt
+            else:
+                t_local += dt
+            if cfg.progress and (mode == "spark" or st.rounds % 10 == 0 or st.remaining == 0):
+                ctx.log(
+                    f"{self.name} round {st.rounds} [{mode}]: unallocated {st.remaining:,} rows, "
+                    f"claimed {len(sel.claimed):,}, E {st.ecount.tolist()}, V {st.vcount.tolist()}, {dt:.2f}s"
+                )
+        if rest is not None:
+            self._flush(None, pending, alloc_dir, par, truncate=False)
+        if local_chunks:
+            with pq.ParquetWriter(str(alloc_dir / "local-00000.parquet"), ALLOC_PA) as w:
+                for b in local_chunks:
+                    w.write_batch(b)
+        if not any(alloc_dir.glob("*.parquet")):
+            pq.write_table(ALLOC_PA.empty_table(), str(alloc_dir / "empty.parquet"))
+        alloc = spark.read.parquet(str(alloc_dir))
+        timings.update(
+            spark_rounds_s=round(t_spark, 3),
+            local_rounds_s=round(t_local, 3),
+            expansion_s=round(time.perf_counter() - t_start, 3),
+        )
+        counts = {"spark_rounds": spark_rounds, "local_rounds": local_rounds}
+        return PartitionResult(alloc, rounds=st.rounds, timings=timings, counts=counts)
+
+    def begin(self, st: ExpansionState) -> None:
+        """Hook: called once before the first round."""
+
+    def new_state(self, deg: np.ndarray, total: int) -> ExpansionState:
+        active_v = np.flatnonzero(deg > 0)
+        tie = kernels.vertex_hash(active_v, self.cfg.seed)
+        order = active_v[np.lexsort((tie, deg[active_v]))]
+        p = self.cfg.parts
+        st = ExpansionState(
+            parts=p,
+            resid=deg.copy(),
+            bits=np.zeros((len(deg), (p + 63) // 64), np.uint64),
+            order=order,
+            seed=self.cfg.seed,
+            total=total,
+        )
+        self.begin(st)
+        return st
+
+    def run_local(self, src: np.ndarray, dst: np.ndarray, num_vertices: int, eid: np.ndarray | None = None,
+                  log=None) -> tuple[np.ndarray, int]:
+        """The whole expansion in this process on numpy arrays: (part per row, rounds).
+
+        Same state, selection and kernels as the Spark path (which gives identical results); used for
+        calibration sweeps and to cross-check the Spark rounds in tests.
+        """
+        src = np.asarray(src, np.int64)
+        dst = np.asarray(dst, np.int64)
+        deg = np.bincount(src, minlength=num_vertices) + np.bincount(dst, minlength=num_vertices)
+        st = self.new_state(deg.astype(np.int64), len(src))
+        out = np.full(len(src), -1, np.int32)
+        idx = np.arange(len(src))
+        eid = idx if eid is None else np.asarray(eid, np.int64)
+        while st.remaining > 0:
+            sel = self.select(st) if st.rounds < self.cfg.max_rounds else None
+            if sel is None or sel.leftover_to >= 0:
+                k = sel.leftover_to if sel is not None else int(np.argmin(st.ecount))
+                out[idx] = k
+                st.ecount[k] += st.remaining
+                break
+            st.rounds += 1
+            s, d = src[idx], dst[idx]
+            if self.needs_counts:
+                smp = eid[idx] % max(1, self.cfg.count_sample) == 0
+                cnt = kernels.two_hop_counts(s[smp], d[smp], st.bits, sel.open_bits, sel.weight, sel.round_seed)
+                sel.accept = self.two_hop_accept(st, sel, cnt * float(max(1, self.cfg.count_sample)))
+            part = kernels.edge_round(s, d, st.claim, st.bits, sel.open_bits, sel.weight, sel.accept, sel.round_seed)
+            vert, vpart, cnt, rows = kernels.incidence_delta(s, d, part, st.parts)
+            done = part >= 0
+            out[idx[done]] = part[done]
+            idx = idx[~done]
+            st.claim[sel.claimed] = -1
+            st.apply(vert, vpart, cnt, rows)
+            if log is not None:
+                log(st, sel)
+        return out, st.rounds
+
+    # ---- Spark pieces -----------------------------------------------------------------------
+    def _offered(self, local: dict[str, np.ndarray] | None, rest: Any, st: ExpansionState, sel: Selection) -> np.ndarray:
+        """Estimated two-hop rows offered to each partition this round, from the rows with eid % S == 0.
+
+        Spark: a job over the JVM-side filtered sample only (about 1/S of the remainder crosses to
+        Python). Local: the same sample, so both paths decide identically.
+        """
+        S = max(1, self.cfg.count_sample)
+        if local is not None:
+            smp = local["eid"] % S == 0
+            cnt = kernels.two_hop_counts(local["src"][smp], local["dst"][smp], st.bits, sel.open_bits, sel.weight,
+                                         sel.round_seed)
+            return cnt * float(S)
+        bc = rest.sparkSession.sparkContext.broadcast((st.bits, sel.open_bits, sel.weight, sel.round_seed))
+
+        def fn(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+            bits, open_bits, weight, seed = bc.value
+            tot = np.zeros(len(weight), np.int64)
+            for b in batches:
+                tot += kernels.two_hop_counts(b.column(1).to_numpy(), b.column(2).to_numpy(), bits, open_bits,
+                                              weight, seed)
+            yield pa.RecordBatch.from_arrays([pa.array(np.arange(len(tot), dtype=np.int32)), pa.array(tot)],
+                                             names=["part", "n"])
+
+        t = rest.filter(F.col("eid") % S == 0).mapInArrow(fn, "part int, n long").toArrow()
+        bc.unpersist()
+        cnt = np.bincount(t.column("part").to_numpy(), weights=t.column("n").to_numpy(), minlength=st.parts)
+        return cnt * float(S)
+
+    def _spark_round(self, spark: Any, rest: Any, st: ExpansionState, sel: Selection):
+        bc = spark.sparkContext.broadcast((st.claim, st.bits, sel.open_bits, sel.weight, sel.accept, sel.round_seed, st.parts))
+        out = rest.mapInArrow(_round_fn(bc), ROUND_SCHEMA).cache()
+        d = out.filter(F.col("eid") < 0).toArrow()  # runs the round; the cache keeps the tagged rows
+        bc.unpersist()
+        kind = d.column("eid").to_numpy()
+        a = d.column("src").to_numpy()
+        c = d.column("dst").to_numpy()
+        k = d.column("part").to_numpy()
+        vm = kind == DELTA_VERTEX
+        rows = np.bincount(k[~vm], weights=c[~vm], minlength=st.parts).astype(np.int64)
+        return out, (a[vm], k[vm].astype(np.int32), c[vm], rows)
+
+    @staticmethod
+    def _flush(rest: Any, pending: list[Any], alloc_dir: Path, par: int, truncate: bool) -> Any:
+        """Truncate the remainder's lineage, write the rounds' allocated rows, drop their caches."""
+        if truncate and rest is not None:
+            nparts = rest.rdd.getNumPartitions()
+            rest = rest.coalesce(max(par, min(nparts, nparts // 2 or 1))) if nparts > 2 * par else rest
+            rest = rest.localCheckpoint(eager=True)
+        if pending:
+            allocated = pending[0].filter((F.col("eid") >= 0) & (F.col("part") >= 0))
+            for o in pending[1:]:
+                allocated = allocated.unionByName(o.filter((F.col("eid") >= 0) & (F.col("part") >= 0)))
+            allocated.write.mode("append").parquet(str(alloc_dir))
+            for o in pending:
+                o.unpersist()
+            pending.clear()
+        return rest
+
+
+def _round_fn(bc: Any):
+    """The mapInArrow body of one round: tag rows, then emit the task's aggregated delta once."""
+
+    def fn(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+        claim, bits, open_bits, weight, accept, round_seed, parts = bc.value
+        keys_v, keys_k, keys_c = [], [], []
+        rows = np.zeros(parts, np.int64)
+        for b in batches:
+            src = b.column(1).to_numpy()
+            dst = b.column(2).to_numpy()
+            part = kernels.edge_round(src, dst, claim, bits, open_bits, weight, accept, round_seed)
+            v, k, c, r = kernels.incidence_delta(src, dst, part, parts)
+            keys_v.append(v)
+            keys_k.append(k)
+            keys_c.append(c)
+            rows += r
+            yield pa.RecordBatch.from_arrays(
+                [b.column(0), b.column(1), b.column(2), pa.array(part)], names=["eid", "src", "dst", "part"]
+            )
+        if keys_v:
+            v = np.concatenate(keys_v)
+            k = np.concatenate(keys_k)
+            c = np.concatenate(keys_c)
+            key = v * parts + k
+            uk, inv = np.unique(key, return_inverse=True)
+            cs = np.bincount(inv, weights=c).astype(np.int64)
+            v, k = uk // parts, (uk % parts).astype(np.int32)
+        else:
+            v = c = np.empty(0, np.int64)
+            k = np.empty(0, np.int32)
+        nz = np.flatnonzero(rows)
+        yield pa.RecordBatch.from_arrays(
+            [
+                pa.array(np.concatenate([np.full(len(v), DELTA_VERTEX, np.int64), np.full(len(nz), DELTA_ROWS, np.int64)])),
+                pa.array(np.concatenate([v, np.full(len(nz), -1, np.int64)])),
+                pa.array(np.concatenate([cs if keys_v else c, rows[nz]])),
+                pa.array(np.concatenate([k, nz.astype(np.int32)])),
+            ],
+            names=["eid", "src", "dst", "part"],
+        )
+
+    return fn
+
+
+def _fetch(df: Any) -> dict[str, np.ndarray]:
+    """Fetch a bounded remainder (at most partition.local_finish_edges rows) to the driver."""
+    t = df.select("eid", "src", "dst").toArrow()
+    return {c: t.column(c).to_numpy().astype(np.int64) for c in ("eid", "src", "dst")}
+
+
+def _batch(cols: dict[str, np.ndarray], part: np.ndarray) -> pa.RecordBatch:
+    return pa.record_batch([cols["eid"], cols["src"], cols["dst"], part.astype(np.int32)], schema=ALLOC_PA)

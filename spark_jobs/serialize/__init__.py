@@ -1,0 +1,1 @@
+"""glisp serialize and glisp reorder: binary GLISP partitions, Parquet copies, inference orders."""

@@ -1,0 +1,239 @@
+"""``glisp serialize``: ingest edges + a partition assignment -> one binary GLISP partition per server.
+
+Spark computes what needs the whole graph (global degrees, replica sets, masters), routes each edge
+and each vertex replica to its partition, and one cogroup task per partition builds and writes that
+partition's files into the stage's temp directory (spark_jobs.serialize.build). The driver only
+collects one summary row per partition, then publishes the stage with its footprint in the manifest.
+The output directory must be on a file system that the executors and the driver share.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from typing import Any
+
+from glisp_core.config import Config
+from glisp_core.dataset.layout import (
+    DST,
+    EID,
+    ETYPE,
+    FEAT,
+    LABEL,
+    MASTER,
+    PART,
+    PARTS,
+    SPLIT,
+    SRC,
+    TS,
+    VID,
+    VTYPE,
+    WEIGHT,
+    DatasetVersion,
+)
+from glisp_core.dataset.manifest import Manifest, StageRecord
+from glisp_core.dataset.publish import StagePublisher
+from glisp_core.errors import BadInputError, GlispError, StageError
+from glisp_core.partition_format import FIELD_BY_NAME, FORMAT_VERSION
+from spark_jobs.serialize.build import SUMMARY_SCHEMA, BuildContext, build_partition, empty_inputs, make_task
+from spark_jobs.serialize.master import compute_masters
+
+
+def latest_partition_run(man: Manifest) -> str:
+    """The partition run published last (by completion time, then name)."""
+    recs = man.stages_with_prefix("partition/")
+    if not recs:
+        raise StageError(f"{man.graph}/{man.version}: no partition stage published; run 'glisp partition' first")
+    return max(recs, key=lambda r: (r.completed_at, r.name)).name.split("/", 1)[1]
+
+
+def resolve_run(man: Manifest, run: str | None) -> tuple[str, int]:
+    """Partition run name (explicit or the latest) and its number of partitions."""
+    run = run or latest_partition_run(man)
+    rec = man.stage(f"partition/{run}")
+    parts = rec.counts.get("parts", rec.params.get("parts"))
+    if not isinstance(parts, int) or parts < 1:
+        raise StageError(f"stage partition/{run}: counts.parts must be a positive int (got {parts!r})")
+    return run, parts
+
+
+def _check_assignment(spark, dv: DatasetVersion, run: str, num_parts: int, num_edges: int):
+    """Every ingest edge has exactly one assignment row with a part in [0, P); returns edges joined with part."""
+    from pyspark.sql import functions as F
+
+    edges = spark.read.parquet(str(dv.edges))
+    assign = spark.read.parquet(str(dv.assignment(run))).select(EID, F.col(PART).cast("int").alias(PART))
+    joined = edges.join(assign, EID, "left")
+    stats = joined.agg(
+        F.count("*").alias("rows"),
+        F.sum(F.col(PART).isNull().cast("long")).alias("missing"),
+        F.sum(((F.col(PART) < 0) | (F.col(PART) >= num_parts)).cast("long")).alias("out_of_range"),
+    ).collect()[0]
+    path = str(dv.assignment(run))
+    if stats["missing"]:
+        ex = [r[EID] for r in joined.filter(F.col(PART).isNull()).select(EID).limit(3).collect()]
+        raise BadInputError(
+            path,
+            EID,
+            stats["missing"],
+            num_edges,
+            "of ingest/edges have no assignment row",
+            ex,
+            "re-run 'glisp partition'",
+        )
+    if stats["rows"] != num_edges:
+        raise BadInputError(
+            path,
+            EID,
+            stats["rows"] - num_edges,
+            num_edges,
+            "are extra assignment rows (duplicate eids)",
+            hint="re-run 'glisp partition'",
+        )
+    if stats["out_of_range"]:
+        ex = [
+            f"eid={r[EID]} part={r[PART]}"
+            for r in joined.filter((F.col(PART) < 0) | (F.col(PART) >= num_parts)).limit(3).collect()
+        ]
+        raise BadInputError(path, PART, stats["out_of_range"], num_edges, f"are outside [0, {num_parts})", ex)
+    return edges, joined
+
+
+def footprint(summaries: list[dict[str, Any]], num_edges: int) -> dict[str, Any]:
+    """Bytes per field summed over partitions, per directed edge, structure subtotal, per partition."""
+    per_field: dict[str, int] = {}
+    for s in summaries:
+        for k, v in s["field_bytes"].items():
+            per_field[k] = per_field.get(k, 0) + int(v)
+    total = sum(per_field.values())
+    groups: dict[str, int] = {}
+    for k, v in per_field.items():
+        g = FIELD_BY_NAME[k].group
+        groups[g] = groups.get(g, 0) + v
+    e = max(num_edges, 1)
+    return {
+        "bytes_total": total,
+        "bytes_per_edge": round(total / e, 4),
+        "structure_bytes_per_edge": round(groups.get("structure", 0) / e, 4),
+        "bytes_per_group": groups,
+        "bytes_per_field": dict(sorted(per_field.items(), key=lambda kv: -kv[1])),
+        "bytes_per_edge_by_field": {k: round(v / e, 4) for k, v in sorted(per_field.items(), key=lambda kv: -kv[1])},
+        "bytes_per_part": [s["total_bytes"] for s in sorted(summaries, key=lambda s: s["part"])],
+    }
+
+
+def run_serialize(spark, cfg: Config, dv: DatasetVersion, run: str | None = None, force: bool = False) -> StageRecord:
+    """Serialize partition run ``run`` (default: cfg.serialize.partition, else the latest) of ``dv``."""
+    from pyspark.sql import functions as F
+
+    t0 = time.perf_counter()
+    man = Manifest.read(dv.manifest_path)
+    man.stage("ingest")
+    run, num_parts = resolve_run(man, run or cfg.serialize.partition or None)
+    sc = cfg.serialize
+    params = {
+        "partition": run,
+        "parts": num_parts,
+        "master_rule": sc.master_rule,
+        "parquet_copy": sc.parquet_copy,
+        "format_version": FORMAT_VERSION,
+    }
+    pub = StagePublisher(dv, f"serialize/{run}", dv.serialized(run), params, depends=["ingest", f"partition/{run}"])
+    if pub.is_current() and not force:
+        rec = pub.record()
+        assert rec is not None
+        return rec
+    schema = man.schema
+    num_edges = int(schema["num_edges"])
+    timings: dict[str, float] = {}
+    with pub:
+        edges, joined = _check_assignment(spark, dv, run, num_parts, num_edges)
+        timings["check_s"] = round(time.perf_counter() - t0, 3)
+        vertices = spark.read.parquet(str(dv.vertices))
+        flags = vertices.agg(F.count(LABEL).alias("labels"), F.max(SPLIT).alias("split")).collect()[0]
+        has_labels = int(schema.get("num_classes", 0) or 0) > 0 or bool(flags["labels"])
+        has_split = flags["split"] is not None and int(flags["split"]) >= 0
+        fdim = int(schema.get("feature_dim", 0) or 0)
+
+        t = time.perf_counter()
+        masters = compute_masters(spark, dv, run, num_parts, sc.master_rule)
+        timings["masters_s"] = round(time.perf_counter() - t, 3)
+
+        out_deg = edges.groupBy(F.col(SRC).alias(VID)).agg(F.count("*").alias("out_deg"))
+        in_deg = edges.groupBy(F.col(DST).alias(VID)).agg(F.count("*").alias("in_deg"))
+        vinfo = (
+            masters.df.join(vertices.select(VID, VTYPE), VID)
+            .join(out_deg, VID, "left")
+            .join(in_deg, VID, "left")
+            .fillna(0, ["out_deg", "in_deg"])
+        )
+        vrows = vinfo.select(VID, "out_deg", "in_deg", PARTS, MASTER, VTYPE, F.explode(PARTS).alias(PART))
+        mrows = masters.df.select(VID, F.col(MASTER).alias(PART)).join(vertices.select(VID, LABEL, SPLIT), VID)
+        if fdim:
+            mrows = mrows.join(spark.read.parquet(str(dv.features)).select(VID, FEAT), VID, "left")
+        else:
+            mrows = mrows.withColumn(FEAT, F.lit(None).cast("array<float>"))
+        vrows = vrows.join(mrows, [VID, PART], "left")
+        ecols = (
+            [PART, EID, SRC, DST, ETYPE]
+            + ([WEIGHT] if schema.get("weighted") else [])
+            + ([TS] if schema.get("timestamped") else [])
+        )
+        erows = joined.select(*ecols)
+
+        ctx = BuildContext(
+            out_dir=str(pub.tmp),
+            num_parts=num_parts,
+            edge_types=list(schema.get("edge_types") or ["e0"]),
+            vertex_types=list(schema.get("vertex_types") or ["v0"]),
+            directed=bool(schema.get("directed", True)),
+            weighted=bool(schema.get("weighted")),
+            timestamped=bool(schema.get("timestamped")),
+            feature_dim=fdim,
+            has_labels=has_labels,
+            has_split=has_split,
+            parquet_copy=sc.parquet_copy,
+            extra={
+                "stage": f"serialize/{run}",
+                "graph": dv.graph,
+                "version": dv.version,
+                "master_rule": sc.master_rule,
+            },
+        )
+        t = time.perf_counter()
+        task = make_task(ctx)
+        try:
+            rows = erows.groupBy(PART).cogroup(vrows.groupBy(PART)).applyInArrow(task, SUMMARY_SCHEMA).collect()
+        except Exception as e:  # a task's GlispError arrives wrapped in a Py4J/Python exception
+            msg = str(e)
+            if "GlispError" in msg or "BadInputError" in msg:
+                line = next(
+                    (ln for ln in msg.splitlines() if "Error:" in ln and "partition" in ln), msg.splitlines()[-1]
+                )
+                raise StageError(f"serialize/{run}: a partition task failed: {line.strip()}") from None
+            raise
+        summaries = {int(r["part"]): json.loads(r["summary"]) for r in rows}
+        for k in range(num_parts):  # partitions that received no rows at all
+            if k not in summaries:
+                e_empty, v_empty = empty_inputs(ctx)
+                summaries[k] = build_partition(ctx, k, e_empty, v_empty)
+        timings["build_s"] = round(time.perf_counter() - t, 3)
+        masters.df.unpersist()
+        summ = [summaries[k] for k in range(num_parts)]
+        got_edges = sum(s["edges"] for s in summ)
+        if got_edges != num_edges:
+            raise GlispError(f"serialize/{run}: partitions hold {got_edges:,} edges, ingest has {num_edges:,}")
+        fp = footprint(summ, num_edges)
+        mp = [s["master"] for s in summ]
+        counts = {
+            "parts": num_parts,
+            "edges_per_part": [s["edges"] for s in summ],
+            "vertices_per_part": [s["vertices"] for s in summ],
+            "master_per_part": mp,
+            "isolated_vertices": masters.isolated,
+            "replicas": sum(s["vertices"] for s in summ),
+        }
+        mean_master = sum(mp) / num_parts
+        metrics = {**fp, "master_balance": round(max(mp) / mean_master, 4) if mean_master else 1.0}
+        timings["total_s"] = round(time.perf_counter() - t0, 3)
+        return pub.commit(counts=counts, metrics=metrics, timings=timings)

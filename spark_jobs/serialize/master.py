@@ -1,0 +1,139 @@
+"""The master partition of every vertex: ONE implementation, used by serialize and by reorder.
+
+A vertex's master partition stores its features/labels and is the inference partition that computes
+its embedding. Rules (config ``serialize.master_rule``):
+
+* ``least_loaded`` (default): an interior vertex (one replica) is mastered by its partition. The
+  other vertices (boundary vertices, and isolated vertices, whose candidates are all P partitions)
+  are split by ``xxhash64(vid)`` into ``SLICES`` slices processed in order. Before slice s the
+  driver knows the number ``L_k`` of vertices mastered by each partition so far (one aggregation of
+  P numbers); each vertex of slice s picks among its candidates by an exponential race
+  ``argmin_k -ln(u(vid, k)) / w_k`` with ``w_k = max(T - L_k, 0) + eps``, ``T = n / P``: partition k
+  wins with probability proportional to its remaining deficit, so under-loaded partitions fill up
+  and over-loaded ones receive almost nothing. ``u`` is a hash of (vid, k), so the result is a pure
+  function of (vertex ids, replica sets, P): deterministic across runs, machines and stages.
+* ``hash``: ``parts[xxhash64(vid) mod |parts|]`` (isolated vertices: ``xxhash64(vid) mod P``).
+
+Everything runs as Spark column expressions over the vertex table; only P counts per slice reach
+the driver.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from glisp_core.dataset.layout import MASTER, PARTS, VID, DatasetVersion
+from glisp_core.errors import BadInputError, ConfigError
+
+SLICES = 4
+_MASK53 = (1 << 53) - 1
+
+
+@dataclass
+class Masters:
+    """``df``: vid long, parts array<int> (isolated: [master]), master int, isolated bool (cached)."""
+
+    df: object  # pyspark DataFrame
+    per_part: list[int]  # vertices mastered by each partition
+    isolated: int
+
+
+def _uniform(vid, k, salt: str):
+    """u in (0, 1] from a 64-bit hash of (vid, k): reproducible anywhere Spark's xxhash64 is."""
+    from pyspark.sql import functions as F
+
+    h = F.xxhash64(vid, k, F.lit(salt)).bitwiseAND(F.lit(_MASK53))
+    return (h + F.lit(1)).cast("double") / F.lit(float(1 << 53))
+
+
+def _race(cands, vid, weights: list[float]):
+    from pyspark.sql import functions as F
+
+    w = F.array(*[F.lit(float(x)) for x in weights])
+    scored = F.transform(
+        cands,
+        lambda k: F.struct((-F.log(_uniform(vid, k, "master")) / F.element_at(w, k + 1)).alias("s"), k.alias("k")),
+    )
+    return F.array_min(scored).getField("k")
+
+
+def compute_masters(spark, dv: DatasetVersion, run: str, num_parts: int, rule: str) -> Masters:
+    """Master partition of every ingest vertex under ``rule`` (see module docstring)."""
+    from pyspark import StorageLevel
+    from pyspark.sql import functions as F
+
+    if rule not in ("least_loaded", "hash"):
+        raise ConfigError("serialize.master_rule", "master_rule", f"expected 'least_loaded' or 'hash' (got {rule!r})")
+    verts = spark.read.parquet(str(dv.vertices)).select(VID)
+    reps = spark.read.parquet(str(dv.replicas(run))).select(VID, PARTS)
+    j = verts.withColumn("_v", F.lit(True)).join(reps.withColumn("_r", F.lit(True)), VID, "full_outer")
+    bad_vid = F.col("_v").isNull()
+    bad_parts = F.col("_r").isNotNull() & ((F.size(PARTS) == 0) | F.exists(PARTS, lambda p: (p < 0) | (p >= num_parts)))
+    stats = j.agg(F.sum(bad_vid.cast("long")).alias("vid"), F.sum(bad_parts.cast("long")).alias("parts")).collect()[0]
+    if stats["vid"]:
+        ex = [r[VID] for r in j.filter(bad_vid).limit(3).collect()]
+        raise BadInputError(
+            str(dv.replicas(run)),
+            VID,
+            stats["vid"],
+            None,
+            "name vertices that ingest/vertices does not have",
+            ex,
+            "re-run 'glisp partition' on this dataset version",
+        )
+    if stats["parts"]:
+        ex = [f"vid={r[VID]} parts={list(r[PARTS])}" for r in j.filter(bad_parts).limit(3).collect()]
+        raise BadInputError(
+            str(dv.replicas(run)),
+            PARTS,
+            stats["parts"],
+            None,
+            f"have an empty replica set or a partition id outside [0, {num_parts})",
+            ex,
+        )
+    v = (
+        j.select(VID, PARTS)
+        .withColumn("isolated", F.col(PARTS).isNull())
+        .withColumn("_cand", F.coalesce(F.col(PARTS), F.sequence(F.lit(0), F.lit(num_parts - 1))))
+        .withColumn(
+            "_slice",
+            F.when(F.size("_cand") == 1, F.lit(-1)).otherwise(
+                F.pmod(F.xxhash64(F.col(VID), F.lit("slice")), F.lit(SLICES))
+            ),
+        )
+        .persist(StorageLevel.MEMORY_AND_DISK)
+    )
+    vid = F.col(VID)
+    if rule == "hash":
+        pick = F.element_at("_cand", (F.pmod(F.xxhash64(vid, F.lit("master")), F.size("_cand")) + 1).cast("int"))
+        master = pick
+    else:
+        counts = dict.fromkeys(range(num_parts), 0)
+        first = F.when(F.col("_slice") == -1, F.element_at("_cand", 1)).otherwise(F.lit(-1))
+        total = 0
+        for r in v.groupBy(first.alias("m")).count().collect():
+            total += int(r["count"])
+            if r["m"] >= 0:
+                counts[int(r["m"])] = int(r["count"])
+        target = total / num_parts
+        eps = max(target, 1.0) * 1e-6
+        master = F.when(F.col("_slice") == -1, F.element_at("_cand", 1))
+        for s in range(SLICES):
+            w = [max(target - counts[k], 0.0) + eps for k in range(num_parts)]
+            expr = _race(F.col("_cand"), vid, w)
+            for r in v.filter(F.col("_slice") == s).groupBy(expr.alias("m")).count().collect():
+                counts[int(r["m"])] += int(r["count"])
+            master = master.when(F.col("_slice") == s, expr)
+    mcol = master.cast("int")
+    parts = F.when(F.col("isolated"), F.array(mcol)).otherwise(F.col(PARTS))
+    out = v.select(VID, parts.alias(PARTS), mcol.alias(MASTER), "isolated")
+    out = out.persist(StorageLevel.MEMORY_AND_DISK)
+    per_part = [0] * num_parts
+    iso = 0
+    for r in (
+        out.groupBy(MASTER).agg(F.count("*").alias("c"), F.sum(F.col("isolated").cast("long")).alias("i")).collect()
+    ):
+        per_part[int(r[MASTER])] = int(r["c"])
+        iso += int(r["i"])
+    v.unpersist()
+    return Masters(df=out, per_part=per_part, isolated=iso)

@@ -1,0 +1,142 @@
+"""``glisp reorder``: the inference order table (vid -> part, pos) for layerwise inference.
+
+Every vertex belongs to exactly one inference partition: its own partition if interior, else its
+master partition; that is exactly the master rule of serialize (spark_jobs.serialize.master, the one
+implementation both stages call), so an isolated vertex goes to its master too. Orders, with
+``degree`` = global in-degree + out-degree:
+
+* ``pds`` (Partition-based Degree Sort): (part, degree descending, vid)
+* ``ns``  (natural sort): vid
+* ``ds``  (degree sort): (degree descending, vid)
+* ``ps``  (partition sort): (part, vid)
+
+``pos`` is the vertex's position in the global order (dense 0..n-1): the row of the vertex in the
+per-layer embedding array. ``part_pos`` is its position among the vertices of its own inference
+partition, in the same order (dense 0..n_part-1).
+"""
+
+from __future__ import annotations
+
+import time
+
+from glisp_core.config import Config
+from glisp_core.dataset.layout import DST, MASTER, PART, POS, SRC, VID, DatasetVersion
+from glisp_core.dataset.manifest import Manifest, StageRecord
+from glisp_core.dataset.publish import StagePublisher
+from glisp_core.errors import ConfigError
+from spark_jobs.serialize.job import resolve_run
+from spark_jobs.serialize.master import compute_masters
+
+ORDERS = ("pds", "ns", "ds", "ps")
+
+
+def order_keys(order: str) -> list:
+    """Sort keys of an order as Spark columns (ties broken by vid, so every order is total)."""
+    from pyspark.sql import functions as F
+
+    keys = {
+        "pds": [F.col(PART).asc(), F.col("degree").desc(), F.col(VID).asc()],
+        "ns": [F.col(VID).asc()],
+        "ds": [F.col("degree").desc(), F.col(VID).asc()],
+        "ps": [F.col(PART).asc(), F.col(VID).asc()],
+    }
+    if order not in keys:
+        raise ConfigError("reorder.order", "order", f"expected one of {', '.join(ORDERS)} (got {order!r})")
+    return keys[order]
+
+
+def dense_positions(df, keys: list):
+    """``df`` sorted by ``keys`` with a dense 0..n-1 ``pos`` column, without a single-partition window."""
+    from pyspark.sql import functions as F
+
+    s = df.orderBy(*keys).withColumn("_pid", F.spark_partition_id()).withColumn("_mid", F.monotonically_increasing_id())
+    s = s.localCheckpoint(eager=True)  # fixes the sort's partitioning before ids are turned into offsets
+    sizes = dict.fromkeys(range(s.rdd.getNumPartitions()), 0)
+    for r in s.groupBy("_pid").count().collect():
+        sizes[int(r["_pid"])] = int(r["count"])
+    offsets, acc = [], 0
+    for pid in sorted(sizes):
+        offsets.append(acc)
+        acc += sizes[pid]
+    off = F.array(*[F.lit(o).cast("long") for o in offsets]) if offsets else F.array(F.lit(0).cast("long"))
+    pos = F.element_at(off, F.col("_pid") + 1) + F.col("_mid").bitwiseAND(F.lit((1 << 33) - 1))
+    return s.withColumn(POS, pos).drop("_pid", "_mid")
+
+
+def run_reorder(
+    spark, cfg: Config, dv: DatasetVersion, order: str | None = None, run: str | None = None, force: bool = False
+) -> StageRecord:
+    """Write ``reorder/<run>/<order>/`` (vid, part, pos, part_pos, degree) and publish it."""
+    return run_reorders(spark, cfg, dv, [order or cfg.reorder.order], run=run, force=force)[0]
+
+
+def run_reorders(
+    spark, cfg: Config, dv: DatasetVersion, orders: list[str], run: str | None = None, force: bool = False
+) -> list[StageRecord]:
+    """Several orders of one partition run, sharing one master computation; one stage per order."""
+    from pyspark import StorageLevel
+    from pyspark.sql import Window
+    from pyspark.sql import functions as F
+
+    t0 = time.perf_counter()
+    for o in orders:
+        order_keys(o)
+    man = Manifest.read(dv.manifest_path)
+    run, num_parts = resolve_run(man, run or cfg.serialize.partition or None)
+    pubs = {}
+    for o in orders:
+        params = {"partition": run, "parts": num_parts, "order": o, "master_rule": cfg.serialize.master_rule}
+        pubs[o] = StagePublisher(
+            dv, f"reorder/{run}/{o}", dv.reorder(run, o), params, depends=["ingest", f"partition/{run}"]
+        )
+    todo = [o for o in orders if force or not pubs[o].is_current()]
+    if not todo:
+        return [pubs[o].record() for o in orders]  # type: ignore[misc]
+    masters = compute_masters(spark, dv, run, num_parts, cfg.serialize.master_rule)
+    edges = spark.read.parquet(str(dv.edges))
+    deg = (
+        edges.select(F.col(SRC).alias(VID))
+        .unionAll(edges.select(F.col(DST).alias(VID)))
+        .groupBy(VID)
+        .agg(F.count("*").alias("degree"))
+    )
+    t = (
+        masters.df.select(VID, F.col(MASTER).alias(PART))
+        .join(deg, VID, "left")
+        .fillna(0, ["degree"])
+        .persist(StorageLevel.MEMORY_AND_DISK)
+    )
+    starts = [sum(masters.per_part[:k]) for k in range(num_parts)]
+    t_masters = time.perf_counter() - t0
+    recs = {}
+    for o in orders:
+        if o not in todo:
+            recs[o] = pubs[o].record()
+            continue
+        t1 = time.perf_counter()
+        pub = pubs[o]
+        with pub:
+            keys = order_keys(o)
+            ranked = t.withColumn("part_pos", F.row_number().over(Window.partitionBy(PART).orderBy(*keys)) - 1)
+            if o in ("pds", "ps"):  # partition-major: the global position is the partition's start + part_pos
+                start = F.element_at(F.array(*[F.lit(x).cast("long") for x in starts]), F.col(PART) + 1)
+                ranked = ranked.withColumn(POS, start + F.col("part_pos"))
+            elif o == "ns":  # vids are dense 0..n-1 (ingest contract)
+                ranked = ranked.withColumn(POS, F.col(VID))
+            else:
+                ranked = dense_positions(ranked, keys)
+            out = ranked.select(VID, PART, POS, F.col("part_pos").cast("long").alias("part_pos"), "degree")
+            out.sortWithinPartitions(POS).write.parquet(str(pub.tmp / "_data"))
+            for f in (pub.tmp / "_data").iterdir():  # the stage directory itself is the Parquet table
+                f.rename(pub.tmp / f.name)
+            (pub.tmp / "_data").rmdir()
+            counts = {
+                "vertices": sum(masters.per_part),
+                "vertices_per_part": masters.per_part,
+                "isolated_vertices": masters.isolated,
+            }
+            timings = {"masters_s": round(t_masters, 3), "total_s": round(time.perf_counter() - t1 + t_masters, 3)}
+            recs[o] = pub.commit(counts=counts, timings=timings)
+    t.unpersist()
+    masters.df.unpersist()
+    return [recs[o] for o in orders]

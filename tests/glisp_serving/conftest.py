@@ -1,0 +1,115 @@
+"""A real served graph: ingest-contract dataset -> partition runs -> serialized partitions -> servers.
+
+The graph is a small R-MAT (hubs and leaves) with two edge types, weights, timestamps, features and
+labels. Two partition runs of the same graph, serialized in process by the format writer (the Spark
+serialize job calls the same writer per partition; Spark jobs cost minutes on a 2-core machine):
+
+- ``vc-p3``: a vertex-cut (each edge to a random partition, so hubs are replicated on all three);
+- ``ec-p2``: an edge-cut (each edge to the partition of its source, ``src % 2``), served by the same
+  server code for the owner-routing comparison.
+
+Servers are real ``glisp serve-cluster`` subprocesses on 127.0.0.1, started once per test module.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from tests.glisp_serving.serialize_np import serialize_numpy
+from tests.graphs import rmat_edges, write_dataset
+from tests.partitions import publish_partition
+
+ROOT = Path(__file__).resolve().parents[2]
+MAX_BATCH = 2000  # serve.max_batch of the test clusters (a bigger request must be INVALID_ARGUMENT)
+
+
+@dataclass
+class Graph:
+    dv: object
+    src: np.ndarray
+    dst: np.ndarray
+    etype: np.ndarray
+    weight: np.ndarray
+    ts: np.ndarray
+    features: np.ndarray
+    labels: np.ndarray
+    n: int
+
+    def out_edges(self, v: int) -> np.ndarray:
+        return np.flatnonzero(self.src == v)
+
+    def in_edges(self, v: int) -> np.ndarray:
+        return np.flatnonzero(self.dst == v)
+
+
+@pytest.fixture(scope="session")
+def graph(tmp_path_factory) -> Graph:
+    root = tmp_path_factory.mktemp("serving")
+    src, dst = rmat_edges(9, edge_factor=12, seed=4)  # 512 vertices, 6144 edges, a few hubs
+    n = 512
+    rng = np.random.default_rng(0)
+    m = len(src)
+    etype = rng.integers(0, 2, m).astype(np.int32)
+    weight = rng.uniform(0.1, 4.0, m).astype(np.float32)
+    ts = rng.integers(0, 1000, m).astype(np.int64)
+    feats = rng.normal(size=(n, 6)).astype(np.float32)
+    labels = rng.integers(0, 4, n).astype(np.int64)
+    dv = write_dataset(root, "rmat9", src, dst, num_vertices=n, etype=etype, edge_types=["cites", "likes"],
+                       weight=weight, ts=ts, features=feats, labels=labels,
+                       split=rng.integers(0, 3, n).astype(np.int8))  # fmt: skip
+    publish_partition(dv, rng.integers(0, 3, m), 3, run="vc-p3", algorithm="random")
+    publish_partition(dv, (src % 2).astype(np.int32), 2, run="ec-p2", algorithm="edgecut")
+    for run in ("vc-p3", "ec-p2"):
+        serialize_numpy(dv, run)
+    return Graph(dv, src, dst, etype, weight, ts, feats, labels, n)
+
+
+class Cluster:
+    """A running ``glisp serve-cluster`` subprocess and its cluster file."""
+
+    def __init__(self, dv, run: str, workdir: Path, extra: list[str] | None = None) -> None:
+        self.cluster_file = workdir / f"{run}.cluster.json"
+        env = dict(os.environ, PYTHONPATH=str(ROOT))
+        cmd = [sys.executable, "-m", "glisp_core.cli", "serve-cluster", str(dv.path), "--run", run,
+               "--cluster-file", str(self.cluster_file), "--threads", "2", *(extra or [])]  # fmt: skip
+        self.proc = subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+        deadline = time.time() + 120
+        while not self.cluster_file.exists():
+            if self.proc.poll() is not None:
+                raise RuntimeError(f"serve-cluster exited {self.proc.returncode}: {self.proc.stdout.read()}")
+            if time.time() > deadline:
+                self.stop()
+                raise RuntimeError("serve-cluster did not write its cluster file in 120 s")
+            time.sleep(0.1)
+
+    def stop(self) -> int:
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+        try:
+            return self.proc.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            return self.proc.wait()
+
+
+@pytest.fixture(scope="module")
+def vc_cluster(graph, tmp_path_factory):
+    c = Cluster(graph.dv, "vc-p3", tmp_path_factory.mktemp("vc"), ["--set", f"serve.max_batch={MAX_BATCH}"])
+    yield c
+    c.stop()
+
+
+@pytest.fixture(scope="module")
+def ec_cluster(graph, tmp_path_factory):
+    c = Cluster(graph.dv, "ec-p2", tmp_path_factory.mktemp("ec"))
+    yield c
+    c.stop()

@@ -1,0 +1,99 @@
+"""Algorithm rules: DNE's leftover rule and threshold, AdaDNE's adaptive factor, and partition quality on an
+R-MAT graph (the expansion runs in one process with the same kernels the Spark rounds use; the Spark
+path is checked equal to it in test_partition_contract.py, and one Spark run here checks the metrics)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from glisp_core.config import AdaDNEConfig, with_values
+from spark_jobs.partition import kernels
+from spark_jobs.partition.adadne import adaptive_factors
+from spark_jobs.partition.base import get_partitioner
+from spark_jobs.partition.metrics import quality
+from tests.graphs import rmat_edges, write_dataset
+
+
+def local_metrics(src, dst, part, p):
+    epp = np.bincount(part, minlength=p)
+    key = np.unique(np.concatenate([src * p + part, dst * p + part]))
+    vpp = np.bincount(key % p, minlength=p)
+    return quality(epp, vpp, len(np.unique(np.concatenate([src, dst]))))
+
+
+def run_local(cfg, algo, p, src, dst, n, **sub):
+    c = with_values(cfg, "partition", algorithm=algo, parts=p)
+    for section, values in sub.items():
+        c = with_values(c, f"partition.{section}", **values)
+    part, rounds = get_partitioner(c.partition).run_local(src, dst, n)
+    assert (part >= 0).all()
+    return part, rounds
+
+
+@pytest.fixture(scope="module")
+def rmat15():
+    s, d = rmat_edges(15, 4, seed=3)  # 131,072 directed edge rows, power-law degrees
+    return s, d, 1 << 15
+
+
+def test_adaptive_factor_slows_heavy_partitions():
+    a = AdaDNEConfig()
+    lam = adaptive_factors(np.array([100, 300, 200]), np.array([50, 50, 200]), 400, 1000, a)
+    assert lam[0] > lam[2] and lam[0] > lam[1]  # lightest in edges and vertices expands fastest
+    e = adaptive_factors(np.array([100, 300, 200]), np.array([50, 50, 200]), 400, 1000, AdaDNEConfig(form="exp"))
+    assert e[0] > e[1] and e[0] > e[2]
+    assert np.all(lam >= a.lambda_min) and np.all(lam <= a.lambda_max)
+    # as the remainder shrinks, accel > 0 speeds every partition up alike
+    fast = adaptive_factors(np.array([1, 1]), np.array([1, 1]), 10, 1000, AdaDNEConfig(accel=0.5))
+    slow = adaptive_factors(np.array([1, 1]), np.array([1, 1]), 1000, 1000, AdaDNEConfig(accel=0.5))
+    assert np.all(fast > slow)
+
+
+def test_dne_threshold_and_leftover_rule(cfg, rmat15):
+    src, dst, n = rmat15
+    p = 4
+    c = with_values(cfg, "partition", algorithm="dne", parts=p)
+    algo = get_partitioner(c.partition)
+    part, rounds = algo.run_local(src, dst, n)
+    epp = np.bincount(part, minlength=p)
+    T = c.partition.dne.alpha * len(src) / p
+    # every partition but the one that took the leftovers stays within the threshold (plus one round's
+    # sampling error of the two-hop estimate)
+    over = np.flatnonzero(epp > T * 1.02)
+    assert len(over) <= 1
+    # leftover rule on a hand-made state: all but the smallest full -> everything to the smallest
+    st = algo.new_state(np.array([2, 2, 2, 2], np.int64), 100)
+    algo.threshold = 30.0
+    st.ecount[:] = [31, 31, 31, 5]
+    assert algo.select(st).leftover_to == 3
+    # remaining fits in the smallest: leftover too
+    st.ecount[:] = [31, 20, 29, 18]  # remaining = 2 <= 30 - 18
+    assert algo.select(st).leftover_to == 3
+
+
+def test_quality_on_rmat(cfg, rmat15):
+    """AdaDNE: EB, VB <= 1.10; VB below DNE's; RF below 2D hash and random (p = 4 and 8)."""
+    src, dst, n = rmat15
+    for p in (4, 8):
+        ada = local_metrics(src, dst, run_local(cfg, "adadne", p, src, dst, n)[0], p)
+        dne = local_metrics(src, dst, run_local(cfg, "dne", p, src, dst, n)[0], p)
+        h2d = local_metrics(src, dst, kernels.edge_partition_2d(src, dst, p), p)
+        rnd = local_metrics(src, dst, (kernels.pair_hash(src, dst, 1) % np.uint64(p)).astype(np.int32), p)
+        assert ada["eb"] <= 1.10 and ada["vb"] <= 1.10, (p, ada)
+        assert ada["vb"] < dne["vb"], (p, ada, dne)
+        assert ada["rf"] < h2d["rf"] and ada["rf"] < rnd["rf"], (p, ada, h2d, rnd)
+
+
+def test_quality_published_by_spark_run(spark, cfg, rmat15, tmp_path):
+    """The published metrics of a real run equal the in-process ones (p=8, rounds partly in Spark)."""
+    from spark_jobs.partition.job import run_partition
+
+    src, dst, n = rmat15
+    dv = write_dataset(tmp_path, "rmat15", src, dst, num_vertices=n)
+    c = with_values(cfg, "partition", algorithm="adadne", parts=8, progress=False, local_finish_edges=60_000)
+    rec = run_partition(spark, c, dv)
+    want = local_metrics(src, dst, run_local(cfg, "adadne", 8, src, dst, n)[0], 8)
+    assert rec.counts["spark_rounds"] >= 1
+    for k in ("rf", "vb", "eb"):
+        assert rec.metrics[k] == pytest.approx(want[k], rel=1e-6)
