@@ -99,6 +99,7 @@ def main(argv: list[str] | None = None) -> int:
             generate_rmat(spark, RmatConfig(scale=8, edge_factor=4), work / "warmup", fmt=args.format)
         gen = generate_rmat(spark, rcfg, work / "input", fmt=args.format)
         rows = [row("generate rmat", m, gen["seconds"], cores)]
+        print(f"generate rmat: {m:,} edges in {gen['seconds']:.1f}s", flush=True)
         if run_ingest is not None:
             cfg = load_config(gen["config"], env={})
             cfg = with_values(cfg, "dataset", root=str(work / "data"))

@@ -57,7 +57,9 @@ FIELDS: tuple[FieldSpec, ...] = (
     FieldSpec("vtype_code", ("<i2", "<i4"), "(r,)", "structure", False, "vertex type code of each run"),
     FieldSpec("weight", ("<f4",), "(m,)", "edge_attr", True, "edge weight by edge local id"),
     FieldSpec("timestamp", ("<i8",), "(m,)", "edge_attr", True, "edge timestamp by edge local id"),
-    FieldSpec("features", ("<f4",), "(k, d)", "vertex_data", True, "features of the vertices mastered here, in local id order"),
+    FieldSpec(
+        "features", ("<f4",), "(k, d)", "vertex_data", True, "features of the vertices mastered here, in local id order"
+    ),
     FieldSpec("labels", ("<i8",), "(k,)", "vertex_data", True, "labels of the mastered vertices, -1 = none"),
     FieldSpec("split", ("|i1",), "(k,)", "vertex_data", True, "0 train, 1 val, 2 test, -1 none"),
 )
