@@ -58,7 +58,7 @@ def run_pipeline(spark, cfg: Config, builtin: str | None = None, force: bool = F
 
 def main(args: argparse.Namespace, cfg: Config) -> int:
     from glisp_core.config import EdgeSource
-    from glisp_core.report import print_summary
+    from glisp_core.report import summary
     from spark_jobs.session import get_spark
 
     cfg = with_values(cfg, "ingest", graph=args.graph)
@@ -72,7 +72,7 @@ def main(args: argparse.Namespace, cfg: Config) -> int:
     cfg = with_values(cfg, "reorder", order=args.order)
     spark = get_spark(cfg.spark, checkpoint_dir=f"{cfg.dataset.root}/_checkpoints")
     dv = run_pipeline(spark, cfg, builtin=args.builtin, force=args.force)
-    print_summary(Manifest.read(dv.manifest_path), dv)
+    print(summary(Manifest.read(dv.manifest_path), dv))
     return 0
 
 

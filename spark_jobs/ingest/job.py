@@ -12,7 +12,6 @@ Steps (each a Spark job over cached data, never a per-row Python loop, never a c
 
 from __future__ import annotations
 
-import os
 import time
 from pathlib import Path
 
@@ -443,8 +442,7 @@ def _build(spark, cfg: Config, plan: _Plan, out: DatasetVersion, cached: list, l
     e0 = frames[0]
     for f in frames[1:]:
         e0 = e0.unionByName(f)
-    if os.environ.get("GLISP_INGEST_NOCACHE") != "1":
-        e0 = e0.persist(StorageLevel.MEMORY_AND_DISK)
+    e0 = e0.persist(StorageLevel.MEMORY_AND_DISK)  # parsed once; read by the checks, the id map and the joins
     cached.append(e0)
     es = checks.summarize(e0, ["_et", "_nonint", SI])
     edge_rows_in = es.total
