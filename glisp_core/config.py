@@ -161,10 +161,10 @@ class PartitionConfig:
     parts: int = 4
     seed: int = 1
     name: str = ""  # run name; "": <algorithm>-p<parts>
-    checkpoint_every: int = 3  # truncate lineage every N rounds
     max_rounds: int = 10_000
     local_finish_edges: int = 2_000_000  # finish a remainder this small in one process
     count_sample: int = 16  # estimate two-hop volume per round from rows with eid % count_sample == 0
+    count_sample_max: int = 1_000_000  # most sample rows held by the driver (the stride grows past it)
     progress: bool = True
     adadne: AdaDNEConfig = field(default_factory=AdaDNEConfig)
     dne: DNEConfig = field(default_factory=DNEConfig)

@@ -8,6 +8,7 @@ accepted, in-flight ones get ``serve.grace_s`` to finish, and the process exits 
 
 from __future__ import annotations
 
+import json
 import logging
 import os
 import signal
@@ -15,15 +16,16 @@ import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
+from typing import Any
 
 import grpc
 import numpy as np
-import psutil
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 
 from glisp_core.config import ServeConfig
 from glisp_core.dataset.layout import DatasetVersion
 from glisp_serving.engine import PartitionSampler, RequestError
+from glisp_serving.memory import release_free_heap, snapshot
 from glisp_serving.proto import sampling_pb2 as pb
 from glisp_serving.proto import sampling_pb2_grpc as pb_grpc
 from glisp_serving.wire import WireError, from_array, to_array
@@ -34,12 +36,16 @@ _IDS = ("<i8", "<i4")
 
 
 class SamplingServicer(pb_grpc.SamplingServicer):
-    def __init__(self, engine: PartitionSampler, dataset: str, run: str, rss_baseline: int) -> None:
+    def __init__(
+        self, engine: PartitionSampler, dataset: str, run: str, baseline: dict[str, int], rss_import: int = 0
+    ) -> None:
         self.engine = engine
         self.dataset, self.run = dataset, run
         self.t0 = time.time()
-        self.rss_baseline = rss_baseline
+        self.baseline = baseline  # memory.snapshot() after imports + kernel warm-up, before opening the partition
+        self.rss_import = rss_import
         self.file_bytes = int(sum(engine.r.file_bytes().values()))
+        self.partition_dir = Path(getattr(engine.r, "path", "")) if getattr(engine.r, "path", None) else None
 
     @staticmethod
     def _invalid(context: grpc.ServicerContext, e: Exception) -> None:
@@ -108,13 +114,21 @@ class SamplingServicer(pb_grpc.SamplingServicer):
         e, r = self.engine, self.engine.r
         with e._lock:
             counters = (e.requests, e.vertices_served, e.edges_served, e.busy_s)
+        mem = snapshot(self.partition_dir)
         return pb.StatsResponse(
             requests=counters[0],
             vertices_served=counters[1],
             edges_served=counters[2],
             busy_seconds=counters[3],
-            rss_bytes=psutil.Process().memory_info().rss,
-            rss_baseline_bytes=self.rss_baseline,
+            rss_bytes=mem["rss"],
+            rss_baseline_bytes=self.baseline["rss"],
+            rss_import_bytes=self.rss_import,
+            uss_bytes=mem["uss"],
+            pss_bytes=mem["pss"],
+            rss_anon_bytes=mem["anon"],
+            rss_file_bytes=mem["file"],
+            baseline_anon_bytes=self.baseline["anon"],
+            partition_resident_bytes=mem["partition_resident"],
             dataset=self.dataset,
             run=self.run,
             part_id=e.part,
@@ -150,23 +164,80 @@ def warm_up(engine: PartitionSampler) -> None:
         engine.busy_s = 0.0
 
 
+def synthetic_partition(meta: dict[str, Any], out_dir: Path) -> Path:
+    """A 16-vertex partition with the same attributes as ``meta`` (types, weights, timestamps, features).
+
+    Its arrays get the same (narrowest) dtypes as any partition under 2^31 edges, so warming the kernels
+    on it compiles or loads from numba's cache the specialisations the real partition will use.
+    """
+    from glisp_core.partition_format import write_partition
+
+    rng = np.random.default_rng(0)
+    n, m = 16, 64
+    gids = np.arange(n, dtype=np.int64)
+    src, dst = rng.integers(0, n, m), rng.integers(0, n, m)
+    ntypes = max(1, len(meta.get("edge_types", [])))
+    d = int(meta.get("feature_dim", 0))
+    num_parts = int(meta.get("num_parts", 1))
+    write_partition(
+        out_dir, part_id=0, num_parts=num_parts, vertex_gids=gids, out_degree=np.bincount(src, minlength=n),
+        in_degree=np.bincount(dst, minlength=n), replica_ptr=np.arange(n + 1), replica_parts=np.zeros(n, np.int32),
+        master=np.zeros(n, np.int32), vtype=np.zeros(n, np.int32), src=src, dst=dst,
+        etype=rng.integers(0, ntypes, m).astype(np.int32),
+        weight=rng.uniform(0.5, 2.0, m).astype(np.float32) if meta.get("weighted") else None,
+        ts=rng.integers(0, 100, m).astype(np.int64) if meta.get("timestamped") else None,
+        edge_types=list(meta.get("edge_types") or ["e0"]), vertex_types=list(meta.get("vertex_types") or ["v0"]),
+        master_gids=gids, features=np.zeros((n, d), np.float32) if d else None,
+        labels=np.zeros(n, np.int64) if "labels" in meta.get("fields", {}) else None,
+        split=np.zeros(n, np.int8) if "split" in meta.get("fields", {}) else None, feature_dim=d,
+        directed=bool(meta.get("directed", True)),
+    )  # fmt: skip
+    return out_dir
+
+
+def warm_up_synthetic(part_dir: Path, cfg: ServeConfig) -> None:
+    """Run every kernel once on a synthetic partition shaped like ``part_dir``, then free it."""
+    import shutil
+    import tempfile
+
+    from glisp_core.partition_format import open_partition
+    from glisp_core.partition_format.spec import META_FILE
+
+    meta = json.loads((part_dir / META_FILE).read_text())
+    tmp = Path(tempfile.mkdtemp(prefix="glisp-warmup-"))
+    try:
+        engine = PartitionSampler(open_partition(synthetic_partition(meta, tmp / "part-00000"), verify=False),
+                                  threads=cfg.threads, chunk=cfg.chunk)  # fmt: skip
+        warm_up(engine)
+        engine.features(engine.global_id[:4])
+        engine.close()
+        del engine
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+    release_free_heap()
+
+
 def serve(
     dv: DatasetVersion, run: str, part: int, cfg: ServeConfig, port: int | None = None, port_file: str | None = None
 ) -> int:
     """Serve partition ``part`` of ``run`` until SIGTERM/SIGINT; returns the exit code (0 on a clean stop)."""
     from glisp_core.partition_format import open_partition
 
-    rss_baseline = psutil.Process().memory_info().rss
-    reader = open_partition(dv.partition_dir(run, part), verify=cfg.verify)
+    part_dir = dv.partition_dir(run, part)
+    rss_import = snapshot()["rss"]
+    if cfg.warmup:
+        warm_up_synthetic(part_dir, cfg)  # the runtime's memory (JIT, caches) before the partition's
+    baseline = snapshot()
+    reader = open_partition(part_dir, verify=cfg.verify)
     engine = PartitionSampler(reader, threads=cfg.threads, chunk=cfg.chunk, max_batch=cfg.max_batch)
     if cfg.warmup:
-        warm_up(engine)
+        warm_up(engine)  # loads nothing new unless the partition needs int64 indices
     mb = cfg.max_message_mb * 1024 * 1024
     server = grpc.server(
         ThreadPoolExecutor(max_workers=max(2, cfg.threads), thread_name_prefix="glisp-rpc"),
         options=[("grpc.max_send_message_length", mb), ("grpc.max_receive_message_length", mb)],
     )
-    servicer = SamplingServicer(engine, f"{dv.graph}/{dv.version}", run, rss_baseline)
+    servicer = SamplingServicer(engine, f"{dv.graph}/{dv.version}", run, baseline, rss_import)
     pb_grpc.add_SamplingServicer_to_server(servicer, server)
     health_servicer = health.HealthServicer()
     health_pb2_grpc.add_HealthServicer_to_server(health_servicer, server)

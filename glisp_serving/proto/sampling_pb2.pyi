@@ -113,7 +113,7 @@ class StatsRequest(_message.Message):
     def __init__(self) -> None: ...
 
 class StatsResponse(_message.Message):
-    __slots__ = ("requests", "vertices_served", "edges_served", "busy_seconds", "rss_bytes", "dataset", "run", "part_id", "num_parts", "num_vertices", "num_edges", "partition_bytes", "uptime_seconds", "edge_types", "weighted", "timestamped", "feature_dim", "format_version", "rss_baseline_bytes")
+    __slots__ = ("requests", "vertices_served", "edges_served", "busy_seconds", "rss_bytes", "dataset", "run", "part_id", "num_parts", "num_vertices", "num_edges", "partition_bytes", "uptime_seconds", "edge_types", "weighted", "timestamped", "feature_dim", "format_version", "rss_baseline_bytes", "rss_import_bytes", "uss_bytes", "pss_bytes", "rss_anon_bytes", "rss_file_bytes", "baseline_anon_bytes", "partition_resident_bytes")
     REQUESTS_FIELD_NUMBER: _ClassVar[int]
     VERTICES_SERVED_FIELD_NUMBER: _ClassVar[int]
     EDGES_SERVED_FIELD_NUMBER: _ClassVar[int]
@@ -133,6 +133,13 @@ class StatsResponse(_message.Message):
     FEATURE_DIM_FIELD_NUMBER: _ClassVar[int]
     FORMAT_VERSION_FIELD_NUMBER: _ClassVar[int]
     RSS_BASELINE_BYTES_FIELD_NUMBER: _ClassVar[int]
+    RSS_IMPORT_BYTES_FIELD_NUMBER: _ClassVar[int]
+    USS_BYTES_FIELD_NUMBER: _ClassVar[int]
+    PSS_BYTES_FIELD_NUMBER: _ClassVar[int]
+    RSS_ANON_BYTES_FIELD_NUMBER: _ClassVar[int]
+    RSS_FILE_BYTES_FIELD_NUMBER: _ClassVar[int]
+    BASELINE_ANON_BYTES_FIELD_NUMBER: _ClassVar[int]
+    PARTITION_RESIDENT_BYTES_FIELD_NUMBER: _ClassVar[int]
     requests: int
     vertices_served: int
     edges_served: int
@@ -152,4 +159,11 @@ class StatsResponse(_message.Message):
     feature_dim: int
     format_version: int
     rss_baseline_bytes: int
-    def __init__(self, requests: _Optional[int] = ..., vertices_served: _Optional[int] = ..., edges_served: _Optional[int] = ..., busy_seconds: _Optional[float] = ..., rss_bytes: _Optional[int] = ..., dataset: _Optional[str] = ..., run: _Optional[str] = ..., part_id: _Optional[int] = ..., num_parts: _Optional[int] = ..., num_vertices: _Optional[int] = ..., num_edges: _Optional[int] = ..., partition_bytes: _Optional[int] = ..., uptime_seconds: _Optional[float] = ..., edge_types: _Optional[_Iterable[str]] = ..., weighted: _Optional[bool] = ..., timestamped: _Optional[bool] = ..., feature_dim: _Optional[int] = ..., format_version: _Optional[int] = ..., rss_baseline_bytes: _Optional[int] = ...) -> None: ...
+    rss_import_bytes: int
+    uss_bytes: int
+    pss_bytes: int
+    rss_anon_bytes: int
+    rss_file_bytes: int
+    baseline_anon_bytes: int
+    partition_resident_bytes: int
+    def __init__(self, requests: _Optional[int] = ..., vertices_served: _Optional[int] = ..., edges_served: _Optional[int] = ..., busy_seconds: _Optional[float] = ..., rss_bytes: _Optional[int] = ..., dataset: _Optional[str] = ..., run: _Optional[str] = ..., part_id: _Optional[int] = ..., num_parts: _Optional[int] = ..., num_vertices: _Optional[int] = ..., num_edges: _Optional[int] = ..., partition_bytes: _Optional[int] = ..., uptime_seconds: _Optional[float] = ..., edge_types: _Optional[_Iterable[str]] = ..., weighted: _Optional[bool] = ..., timestamped: _Optional[bool] = ..., feature_dim: _Optional[int] = ..., format_version: _Optional[int] = ..., rss_baseline_bytes: _Optional[int] = ..., rss_import_bytes: _Optional[int] = ..., uss_bytes: _Optional[int] = ..., pss_bytes: _Optional[int] = ..., rss_anon_bytes: _Optional[int] = ..., rss_file_bytes: _Optional[int] = ..., baseline_anon_bytes: _Optional[int] = ..., partition_resident_bytes: _Optional[int] = ...) -> None: ...

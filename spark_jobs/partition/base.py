@@ -48,6 +48,10 @@ class PartitionResult:
     rounds: int | None = None
     timings: dict[str, float] = field(default_factory=dict)
     counts: dict[str, Any] = field(default_factory=dict)
+    # partition sets already known to the algorithm (uint64 bitsets, |V| x ceil(p/64)): replicas/ is then
+    # written from them by the driver instead of a Spark group-by over every edge row
+    replica_bits: Any = None
+    edges_per_part: Any = None  # the algorithm's own |E_i| (checked against the written assignment)
 
 
 class Partitioner(ABC):

@@ -26,24 +26,17 @@ from __future__ import annotations
 import math
 import time
 from abc import abstractmethod
-from collections.abc import Iterator
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
 import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
-from pyspark.sql import functions as F
 
+from glisp_core.errors import BadInputError
 from spark_jobs.partition import kernels
 from spark_jobs.partition.base import PartitionContext, Partitioner, PartitionResult
-from spark_jobs.partition.degrees import degree_array
-
-ROUND_SCHEMA = "eid long, src long, dst long, part int"
-ALLOC_PA = pa.schema([("eid", pa.int64()), ("src", pa.int64()), ("dst", pa.int64()), ("part", pa.int32())])
-DELTA_VERTEX = -1  # delta row: src = vertex, dst = incidences, part = partition
-DELTA_ROWS = -2  # delta row: dst = edge rows allocated, part = partition
+from spark_jobs.partition.rounds import ALLOC_PA, FileRounds
 
 
 @dataclass
@@ -191,6 +184,11 @@ class ExpansionPartitioner(Partitioner):
         """Partition k cannot select anything within its cap (DNE: it is full)."""
 
     # ---- the run ----------------------------------------------------------------------------
+    def sample_stride(self, total: int) -> int:
+        """Rows with eid % stride == 0 estimate the two-hop offer; at most ``count_sample_max`` of them."""
+        cfg = self.cfg
+        return max(1, cfg.count_sample, math.ceil(total / max(1, cfg.count_sample_max)))
+
     def partition(self, ctx: PartitionContext) -> PartitionResult:
         t_start = time.perf_counter()
         spark, cfg = ctx.spark, ctx.cfg
@@ -198,52 +196,52 @@ class ExpansionPartitioner(Partitioner):
         alloc_dir = ctx.staging / "alloc"
         alloc_dir.mkdir(parents=True, exist_ok=True)
         timings: dict[str, float] = {}
-        t = time.perf_counter()
-        deg = degree_array(ctx.edges, n)
-        timings["degrees_s"] = round(time.perf_counter() - t, 3)
-        st = self.new_state(deg, m)
-        par = max(1, spark.sparkContext.defaultParallelism)
+        stride = self.sample_stride(m)
         local_cap = cfg.local_finish_edges
+        par = max(1, spark.sparkContext.defaultParallelism)
         spark_rounds = local_rounds = 0
         local: dict[str, np.ndarray] | None = None
-        rest = None
-        pending: list[Any] = []  # cached round outputs not yet flushed
+        files: FileRounds | None = None
+        smp: dict[str, np.ndarray] = {}
         local_chunks: list[pa.RecordBatch] = []
         t_spark = t_local = 0.0
-
+        t = time.perf_counter()
         if m <= local_cap:
             local = _fetch(ctx.edges)
+            deg = _local_degrees(local, n)
         else:
-            tasks = max(2 * par, math.ceil(m / 4_000_000))
-            rest = ctx.edges.repartition(tasks) if ctx.edges.rdd.getNumPartitions() < tasks else ctx.edges
+            files = FileRounds(spark, ctx.staging, alloc_dir, max(2 * par, math.ceil(m / 4_000_000)))
+            deg, smp = files.split(ctx.edges, n, stride)
+        timings["split_s" if files is not None else "fetch_s"] = round(time.perf_counter() - t, 3)
+        st = self.new_state(deg, m)
 
         while st.remaining > 0:
             t0 = time.perf_counter()
             if local is None and st.remaining <= local_cap:
-                rest = self._flush(rest, pending, alloc_dir, par, truncate=True)
-                local = _fetch(rest)
-                rest = None
+                local = files.fetch()
+                files = None
+            if local is not None:
+                smp = {c: a[local["eid"] % stride == 0] for c, a in local.items()}
             sel = self.select(st) if st.rounds < cfg.max_rounds else None
             if sel is None or sel.leftover_to >= 0:
                 k = sel.leftover_to if sel is not None else int(np.argmin(st.ecount))
                 why = "leftover rule" if sel is not None else f"max_rounds {cfg.max_rounds} reached"
                 ctx.log(f"{self.name}: {why}: {st.remaining:,} remaining rows -> partition {k}")
                 if local is not None:
-                    part = np.full(len(local["eid"]), k, np.int32)
-                    local_chunks.append(_batch(local, part))
-                    local = {c: a[:0] for c, a in local.items()}
+                    local_chunks.append(_batch(local, np.full(len(local["eid"]), k, np.int32)))
                 else:
-                    pending.append(rest.withColumn("part", F.lit(k).cast("int")))
-                    rest = self._flush(None, pending, alloc_dir, par, truncate=False)
+                    files.run((st.claim, st.bits, sel.open_bits if sel else st.bits[:0], np.ones(p), np.ones(p), 0), p,
+                              leftover_to=k)
+                    files = None
                 st.ecount[k] += st.remaining
                 break
             st.rounds += 1
             if self.needs_counts:
-                sel.accept = self.two_hop_accept(st, sel, self._offered(local, rest, st, sel))
+                cnt = kernels.two_hop_counts(smp["src"], smp["dst"], st.bits, sel.open_bits, sel.weight, sel.round_seed)
+                sel.accept = self.two_hop_accept(st, sel, cnt * float(stride))
+            args = (st.claim, st.bits, sel.open_bits, sel.weight, sel.accept, sel.round_seed)
             if local is not None:
-                part = kernels.edge_round(
-                    local["src"], local["dst"], st.claim, st.bits, sel.open_bits, sel.weight, sel.accept, sel.round_seed
-                )
+                part = kernels.edge_round(local["src"], local["dst"], *args)
                 vert, vpart, cnt, rows = kernels.incidence_delta(local["src"], local["dst"], part, p)
                 done = part >= 0
                 if done.any():
@@ -252,13 +250,12 @@ class ExpansionPartitioner(Partitioner):
                 local_rounds += 1
                 mode = "local"
             else:
-                out, (vert, vpart, cnt, rows) = self._spark_round(spark, rest, st, sel)
-                pending.append(out)
-                rest = out.filter((F.col("eid") >= 0) & (F.col("part") < 0)).select("eid", "src", "dst")
+                if self.needs_counts:  # keep the driver's sample in step with the rows (same decisions)
+                    sp = kernels.edge_round(smp["src"], smp["dst"], *args)
+                    smp = {c: a[sp < 0] for c, a in smp.items()}
+                vert, vpart, cnt, rows, _left = files.run(args, p)
                 spark_rounds += 1
                 mode = "spark"
-                if spark_rounds % max(1, cfg.checkpoint_every) == 0:
-                    rest = self._flush(rest, pending, alloc_dir, par, truncate=True)
             st.claim[sel.claimed] = -1
             st.apply(vert, vpart, cnt, rows)
             dt = time.perf_counter() - t0
@@ -271,8 +268,6 @@ class ExpansionPartitioner(Partitioner):
                     f"{self.name} round {st.rounds} [{mode}]: unallocated {st.remaining:,} rows, "
                     f"claimed {len(sel.claimed):,}, E {st.ecount.tolist()}, V {st.vcount.tolist()}, {dt:.2f}s"
                 )
-        if rest is not None:
-            self._flush(None, pending, alloc_dir, par, truncate=False)
         if local_chunks:
             with pq.ParquetWriter(str(alloc_dir / "local-00000.parquet"), ALLOC_PA) as w:
                 for b in local_chunks:
@@ -286,7 +281,8 @@ class ExpansionPartitioner(Partitioner):
             expansion_s=round(time.perf_counter() - t_start, 3),
         )
         counts = {"spark_rounds": spark_rounds, "local_rounds": local_rounds}
-        return PartitionResult(alloc, rounds=st.rounds, timings=timings, counts=counts)
+        return PartitionResult(alloc, rounds=st.rounds, timings=timings, counts=counts, replica_bits=st.bits,
+                               edges_per_part=st.ecount)
 
     def begin(self, st: ExpansionState) -> None:
         """Hook: called once before the first round."""
@@ -321,6 +317,7 @@ class ExpansionPartitioner(Partitioner):
         out = np.full(len(src), -1, np.int32)
         idx = np.arange(len(src))
         eid = idx if eid is None else np.asarray(eid, np.int64)
+        stride = self.sample_stride(len(src))
         while st.remaining > 0:
             sel = self.select(st) if st.rounds < self.cfg.max_rounds else None
             if sel is None or sel.leftover_to >= 0:
@@ -331,9 +328,9 @@ class ExpansionPartitioner(Partitioner):
             st.rounds += 1
             s, d = src[idx], dst[idx]
             if self.needs_counts:
-                smp = eid[idx] % max(1, self.cfg.count_sample) == 0
+                smp = eid[idx] % stride == 0
                 cnt = kernels.two_hop_counts(s[smp], d[smp], st.bits, sel.open_bits, sel.weight, sel.round_seed)
-                sel.accept = self.two_hop_accept(st, sel, cnt * float(max(1, self.cfg.count_sample)))
+                sel.accept = self.two_hop_accept(st, sel, cnt * float(stride))
             part = kernels.edge_round(s, d, st.claim, st.bits, sel.open_bits, sel.weight, sel.accept, sel.round_seed)
             vert, vpart, cnt, rows = kernels.incidence_delta(s, d, part, st.parts)
             done = part >= 0
@@ -345,115 +342,24 @@ class ExpansionPartitioner(Partitioner):
                 log(st, sel)
         return out, st.rounds
 
-    # ---- Spark pieces -----------------------------------------------------------------------
-    def _offered(self, local: dict[str, np.ndarray] | None, rest: Any, st: ExpansionState, sel: Selection) -> np.ndarray:
-        """Estimated two-hop rows offered to each partition this round, from the rows with eid % S == 0.
-
-        Spark: a job over the JVM-side filtered sample only (about 1/S of the remainder crosses to
-        Python). Local: the same sample, so both paths decide identically.
-        """
-        S = max(1, self.cfg.count_sample)
-        if local is not None:
-            smp = local["eid"] % S == 0
-            cnt = kernels.two_hop_counts(local["src"][smp], local["dst"][smp], st.bits, sel.open_bits, sel.weight,
-                                         sel.round_seed)
-            return cnt * float(S)
-        bc = rest.sparkSession.sparkContext.broadcast((st.bits, sel.open_bits, sel.weight, sel.round_seed))
-
-        def fn(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
-            bits, open_bits, weight, seed = bc.value
-            tot = np.zeros(len(weight), np.int64)
-            for b in batches:
-                tot += kernels.two_hop_counts(b.column(1).to_numpy(), b.column(2).to_numpy(), bits, open_bits,
-                                              weight, seed)
-            yield pa.RecordBatch.from_arrays([pa.array(np.arange(len(tot), dtype=np.int32)), pa.array(tot)],
-                                             names=["part", "n"])
-
-        t = rest.filter(F.col("eid") % S == 0).mapInArrow(fn, "part int, n long").toArrow()
-        bc.unpersist()
-        cnt = np.bincount(t.column("part").to_numpy(), weights=t.column("n").to_numpy(), minlength=st.parts)
-        return cnt * float(S)
-
-    def _spark_round(self, spark: Any, rest: Any, st: ExpansionState, sel: Selection):
-        bc = spark.sparkContext.broadcast((st.claim, st.bits, sel.open_bits, sel.weight, sel.accept, sel.round_seed, st.parts))
-        out = rest.mapInArrow(_round_fn(bc), ROUND_SCHEMA).cache()
-        d = out.filter(F.col("eid") < 0).toArrow()  # runs the round; the cache keeps the tagged rows
-        bc.unpersist()
-        kind = d.column("eid").to_numpy()
-        a = d.column("src").to_numpy()
-        c = d.column("dst").to_numpy()
-        k = d.column("part").to_numpy()
-        vm = kind == DELTA_VERTEX
-        rows = np.bincount(k[~vm], weights=c[~vm], minlength=st.parts).astype(np.int64)
-        return out, (a[vm], k[vm].astype(np.int32), c[vm], rows)
-
-    @staticmethod
-    def _flush(rest: Any, pending: list[Any], alloc_dir: Path, par: int, truncate: bool) -> Any:
-        """Truncate the remainder's lineage, write the rounds' allocated rows, drop their caches."""
-        if truncate and rest is not None:
-            nparts = rest.rdd.getNumPartitions()
-            rest = rest.coalesce(max(par, min(nparts, nparts // 2 or 1))) if nparts > 2 * par else rest
-            rest = rest.localCheckpoint(eager=True)
-        if pending:
-            allocated = pending[0].filter((F.col("eid") >= 0) & (F.col("part") >= 0))
-            for o in pending[1:]:
-                allocated = allocated.unionByName(o.filter((F.col("eid") >= 0) & (F.col("part") >= 0)))
-            allocated.write.mode("append").parquet(str(alloc_dir))
-            for o in pending:
-                o.unpersist()
-            pending.clear()
-        return rest
-
-
-def _round_fn(bc: Any):
-    """The mapInArrow body of one round: tag rows, then emit the task's aggregated delta once."""
-
-    def fn(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
-        claim, bits, open_bits, weight, accept, round_seed, parts = bc.value
-        keys_v, keys_k, keys_c = [], [], []
-        rows = np.zeros(parts, np.int64)
-        for b in batches:
-            src = b.column(1).to_numpy()
-            dst = b.column(2).to_numpy()
-            part = kernels.edge_round(src, dst, claim, bits, open_bits, weight, accept, round_seed)
-            v, k, c, r = kernels.incidence_delta(src, dst, part, parts)
-            keys_v.append(v)
-            keys_k.append(k)
-            keys_c.append(c)
-            rows += r
-            yield pa.RecordBatch.from_arrays(
-                [b.column(0), b.column(1), b.column(2), pa.array(part)], names=["eid", "src", "dst", "part"]
-            )
-        if keys_v:
-            v = np.concatenate(keys_v)
-            k = np.concatenate(keys_k)
-            c = np.concatenate(keys_c)
-            key = v * parts + k
-            uk, inv = np.unique(key, return_inverse=True)
-            cs = np.bincount(inv, weights=c).astype(np.int64)
-            v, k = uk // parts, (uk % parts).astype(np.int32)
-        else:
-            v = c = np.empty(0, np.int64)
-            k = np.empty(0, np.int32)
-        nz = np.flatnonzero(rows)
-        yield pa.RecordBatch.from_arrays(
-            [
-                pa.array(np.concatenate([np.full(len(v), DELTA_VERTEX, np.int64), np.full(len(nz), DELTA_ROWS, np.int64)])),
-                pa.array(np.concatenate([v, np.full(len(nz), -1, np.int64)])),
-                pa.array(np.concatenate([cs if keys_v else c, rows[nz]])),
-                pa.array(np.concatenate([k, nz.astype(np.int32)])),
-            ],
-            names=["eid", "src", "dst", "part"],
-        )
-
-    return fn
-
 
 def _fetch(df: Any) -> dict[str, np.ndarray]:
-    """Fetch a bounded remainder (at most partition.local_finish_edges rows) to the driver."""
+    """Fetch a small edge set (at most partition.local_finish_edges rows) to the driver."""
     t = df.select("eid", "src", "dst").toArrow()
     return {c: t.column(c).to_numpy().astype(np.int64) for c in ("eid", "src", "dst")}
 
 
 def _batch(cols: dict[str, np.ndarray], part: np.ndarray) -> pa.RecordBatch:
     return pa.record_batch([cols["eid"], cols["src"], cols["dst"], part.astype(np.int32)], schema=ALLOC_PA)
+
+
+def _local_degrees(e: dict[str, np.ndarray], n: int, source: str = "ingest/edges") -> np.ndarray:
+    """Degrees of a fetched edge set; ids outside 0..n-1 are an inconsistent ingest."""
+    ids = np.concatenate([e["src"], e["dst"]])
+    bad = (ids < 0) | (ids >= n)
+    if bad.any():
+        raise BadInputError(
+            source, "src/dst", int(bad.sum()), len(ids), f"name vertex ids outside 0..{n - 1}",
+            examples=ids[bad][:3].tolist(), hint="re-run 'glisp ingest' (vertex ids must be dense)",
+        )
+    return np.bincount(ids, minlength=n).astype(np.int64)

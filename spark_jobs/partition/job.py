@@ -46,7 +46,9 @@ def run_partition(spark: Any, cfg: Config, dv: DatasetVersion, force: bool = Fal
         with clock.section("partition_s"):
             result = algo.partition(ctx)
         with clock.section("write_s"):
-            counts, metrics = write_outputs(spark, result.alloc, pub.tmp, pcfg.parts, m)
+            counts, metrics = write_outputs(
+                spark, result.alloc, pub.tmp, pcfg.parts, m, result.replica_bits, result.edges_per_part
+            )
         shutil.rmtree(staging, ignore_errors=True)
         if result.rounds is not None:
             counts["rounds"] = result.rounds

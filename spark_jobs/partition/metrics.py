@@ -12,15 +12,29 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
 from pyspark.sql import functions as F
 
 from glisp_core.errors import StageError
 
 
-def write_outputs(spark: Any, alloc: Any, out: Path, parts: int, num_edges: int) -> tuple[dict, dict]:
-    """Write ``assignment/`` and ``replicas/`` under ``out``; return (counts, metrics)."""
+def write_outputs(
+    spark: Any, alloc: Any, out: Path, parts: int, num_edges: int, replica_bits: np.ndarray | None = None,
+    expect_epp: np.ndarray | None = None,
+) -> tuple[dict, dict]:
+    """Write ``assignment/`` and ``replicas/`` under ``out``; return (counts, metrics).
+
+    With ``replica_bits`` (an expansion's final partition sets, built from exactly the endpoints of
+    the allocated rows) replicas/ is written by the driver, O(|V|), saving a group-by over every edge
+    row; the written assignment is then checked against the algorithm's rows per partition.
+    """
     assignment = str(out / "assignment")
     replicas = str(out / "replicas")
+    if replica_bits is not None:
+        alloc.select("eid", "part").write.mode("overwrite").parquet(assignment)
+        write_replicas_from_bits(replica_bits, parts, out / "replicas")
+        return measure(spark, out, parts, num_edges, expect_epp)
     alloc = alloc.persist()  # written twice (assignment, replicas); computed once
     alloc.select("eid", "part").write.mode("overwrite").parquet(assignment)
     pairs = alloc.select(F.col("src").alias("vid"), "part").unionAll(alloc.select(F.col("dst").alias("vid"), "part"))
@@ -34,8 +48,29 @@ def write_outputs(spark: Any, alloc: Any, out: Path, parts: int, num_edges: int)
     return measure(spark, out, parts, num_edges)
 
 
-def measure(spark: Any, out: Path, parts: int, num_edges: int) -> tuple[dict, dict]:
-    """Counts and quality metrics of a written partitioning (assignment + replicas)."""
+def write_replicas_from_bits(bits: np.ndarray, parts: int, path: Path, chunk: int = 1 << 20) -> None:
+    """replicas/ (vid, sorted parts) from |V| x W uint64 bitsets, in row groups of ``chunk`` vertices."""
+    path.mkdir(parents=True, exist_ok=True)
+    schema = pa.schema([("vid", pa.int64()), ("parts", pa.list_(pa.int32()))])
+    with pq.ParquetWriter(str(path / "part-00000.parquet"), schema) as w:
+        for lo in range(0, max(1, bits.shape[0]), chunk):
+            b = np.ascontiguousarray(bits[lo : lo + chunk])
+            flags = np.unpackbits(b.view(np.uint8), axis=1, bitorder="little")[:, :parts]
+            row, col = np.nonzero(flags)  # row-major: vertices ascending, parts ascending within
+            vid, cnt = np.unique(row, return_counts=True)
+            offsets = np.zeros(len(vid) + 1, np.int32)
+            np.cumsum(cnt, out=offsets[1:])
+            lists = pa.ListArray.from_arrays(pa.array(offsets), pa.array(col.astype(np.int32)))
+            w.write_batch(pa.record_batch([pa.array(vid.astype(np.int64) + lo), lists], schema=schema))
+
+
+def measure(
+    spark: Any, out: Path, parts: int, num_edges: int, expect_epp: np.ndarray | None = None
+) -> tuple[dict, dict]:
+    """Counts and quality metrics of a written partitioning (assignment + replicas).
+
+    ``expect_epp``: the algorithm's own rows per partition, which the written assignment must match.
+    """
     a = spark.read.parquet(str(out / "assignment"))
     r = spark.read.parquet(str(out / "replicas"))
     e = a.groupBy("part").count().toArrow()
@@ -43,6 +78,9 @@ def measure(spark: Any, out: Path, parts: int, num_edges: int) -> tuple[dict, di
     epp[e.column("part").to_numpy()] = e.column("count").to_numpy()
     if int(epp.sum()) != num_edges:
         raise StageError(f"partition assignment holds {int(epp.sum()):,} rows, ingest/edges {num_edges:,} (got a mismatch)")
+    if expect_epp is not None and not np.array_equal(epp, np.asarray(expect_epp)):
+        raise StageError(f"partition assignment rows per partition {epp.tolist()} differ from the algorithm's "
+                         f"(got {np.asarray(expect_epp).tolist()})")
     v = r.select(F.explode("parts").alias("part")).groupBy("part").count().toArrow()
     vpp = np.zeros(parts, np.int64)
     vpp[v.column("part").to_numpy()] = v.column("count").to_numpy()
@@ -70,3 +108,4 @@ def quality(edges_per_part: np.ndarray, vertices_per_part: np.ndarray, active_ve
     eb = epp.max() / (epp.sum() / p) if epp.sum() else 1.0
     vb = vpp.max() / (vpp.sum() / p) if vpp.sum() else 1.0
     return {"rf": round(float(rf), 6), "vb": round(float(vb), 6), "eb": round(float(eb), 6)}
+

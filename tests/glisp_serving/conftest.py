@@ -1,12 +1,15 @@
-"""A real served graph: ingest-contract dataset -> partition runs -> serialized partitions -> servers.
+"""A real served graph: ingest-contract dataset -> Spark partition runs -> Spark serialize -> servers.
 
 The graph is a small R-MAT (hubs and leaves) with two edge types, weights, timestamps, features and
-labels. Two partition runs of the same graph, serialized in process by the format writer (the Spark
-serialize job calls the same writer per partition; Spark jobs cost minutes on a 2-core machine):
+labels, published in the ingest contract by ``tests.graphs.write_dataset`` (ingest has its own tests).
+Partitioning and serialization are the real stages (``run_partition``, ``run_serialize``) in the
+session's one Spark JVM:
 
-- ``vc-p3``: a vertex-cut (each edge to a random partition, so hubs are replicated on all three);
-- ``ec-p2``: an edge-cut (each edge to the partition of its source, ``src % 2``), served by the same
-  server code for the owner-routing comparison.
+- ``vc-p3``: a vertex-cut (``random``: each unordered pair to a seeded hash, so hubs are replicated on
+  all three partitions);
+- ``ec-p2``: an edge-cut (``edgecut``: each edge to a seeded hash owner of its source), served by the
+  same server code for the owner-routing comparison. Only built when the ``edgecut`` partitioner is
+  registered; its tests skip otherwise.
 
 Servers are real ``glisp serve-cluster`` subprocesses on 127.0.0.1, started once per test module.
 """
@@ -24,12 +27,11 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from tests.glisp_serving.serialize_np import serialize_numpy
 from tests.graphs import rmat_edges, write_dataset
-from tests.partitions import publish_partition
 
 ROOT = Path(__file__).resolve().parents[2]
 MAX_BATCH = 2000  # serve.max_batch of the test clusters (a bigger request must be INVALID_ARGUMENT)
+VC_RUN, EC_RUN = "vc-p3", "ec-p2"
 
 
 @dataclass
@@ -43,6 +45,7 @@ class Graph:
     features: np.ndarray
     labels: np.ndarray
     n: int
+    has_edgecut: bool
 
     def out_edges(self, v: int) -> np.ndarray:
         return np.flatnonzero(self.src == v)
@@ -51,8 +54,18 @@ class Graph:
         return np.flatnonzero(self.dst == v)
 
 
+def edgecut_available() -> bool:
+    from spark_jobs.partition.base import algorithms
+
+    return "edgecut" in algorithms()
+
+
 @pytest.fixture(scope="session")
-def graph(tmp_path_factory) -> Graph:
+def graph(spark, tmp_path_factory) -> Graph:
+    from glisp_core.config import load_config, with_values
+    from spark_jobs.partition.job import run_partition
+    from spark_jobs.serialize.job import run_serialize
+
     root = tmp_path_factory.mktemp("serving")
     src, dst = rmat_edges(9, edge_factor=12, seed=4)  # 512 vertices, 6144 edges, a few hubs
     n = 512
@@ -66,11 +79,16 @@ def graph(tmp_path_factory) -> Graph:
     dv = write_dataset(root, "rmat9", src, dst, num_vertices=n, etype=etype, edge_types=["cites", "likes"],
                        weight=weight, ts=ts, features=feats, labels=labels,
                        split=rng.integers(0, 3, n).astype(np.int8))  # fmt: skip
-    publish_partition(dv, rng.integers(0, 3, m), 3, run="vc-p3", algorithm="random")
-    publish_partition(dv, (src % 2).astype(np.int32), 2, run="ec-p2", algorithm="edgecut")
-    for run in ("vc-p3", "ec-p2"):
-        serialize_numpy(dv, run)
-    return Graph(dv, src, dst, etype, weight, ts, feats, labels, n)
+    cfg = with_values(load_config(env={}), "serialize", parquet_copy=False)
+    runs = [("random", 3, VC_RUN)]
+    has_ec = edgecut_available()
+    if has_ec:
+        runs.append(("edgecut", 2, EC_RUN))
+    for algo, parts, run in runs:
+        c = with_values(cfg, "partition", algorithm=algo, parts=parts, name=run, seed=3, progress=False)
+        run_partition(spark, c, dv)
+        run_serialize(spark, c, dv, run=run)
+    return Graph(dv, src, dst, etype, weight, ts, feats, labels, n, has_ec)
 
 
 class Cluster:
@@ -103,13 +121,15 @@ class Cluster:
 
 @pytest.fixture(scope="module")
 def vc_cluster(graph, tmp_path_factory):
-    c = Cluster(graph.dv, "vc-p3", tmp_path_factory.mktemp("vc"), ["--set", f"serve.max_batch={MAX_BATCH}"])
+    c = Cluster(graph.dv, VC_RUN, tmp_path_factory.mktemp("vc"), ["--set", f"serve.max_batch={MAX_BATCH}"])
     yield c
     c.stop()
 
 
 @pytest.fixture(scope="module")
 def ec_cluster(graph, tmp_path_factory):
-    c = Cluster(graph.dv, "ec-p2", tmp_path_factory.mktemp("ec"))
+    if not graph.has_edgecut:
+        pytest.skip("the 'edgecut' partitioner is not registered in spark_jobs.partition yet")
+    c = Cluster(graph.dv, EC_RUN, tmp_path_factory.mktemp("ec"))
     yield c
     c.stop()

@@ -283,6 +283,10 @@ def test_stats_and_vertex_info(client, graph):
     for s in st:
         assert s["requests"] > 0 and s["edges_served"] > 0 and s["busy_seconds"] > 0
         assert s["rss_bytes"] > s["partition_bytes"] > 0
+        assert s["rss_bytes"] >= s["rss_baseline_bytes"] > 0 and s["rss_import_bytes"] > 0
+        assert 0 < s["uss_bytes"] <= s["rss_bytes"] and s["rss_anon_bytes"] > 0 and s["rss_file_bytes"] > 0
+        # the partition's memmaps: touched pages only, never more than the files (+ a page per file)
+        assert 0 < s["partition_resident_bytes"] <= s["partition_bytes"] + 4096 * 24
         assert s["dataset"] == f"{graph.dv.graph}/{graph.dv.version}" and s["run"] == "vc-p3"
     with grpc.insecure_channel(client.spec.addresses[1][0]) as ch:
         r1 = open_partition(graph.dv.partition_dir("vc-p3", 1), verify=False)
@@ -297,7 +301,11 @@ def test_stats_and_vertex_info(client, graph):
 def test_owner_routing_on_edge_cut(ec_cluster, graph):
     with SamplingClient(ec_cluster.cluster_file, routing="owner") as c:
         vs = np.unique(graph.src)
-        assert (c.routing.owner[vs] == vs % 2).all()
+        for k in range(2):  # the owner of v is the partition holding every out-edge of v
+            r = open_partition(graph.dv.partition_dir("ec-p2", k), verify=False)
+            held = np.asarray(r.global_id)[np.diff(np.asarray(r.out_indptr)) > 0]
+            assert (c.routing.owner[held] == k).all()
+        assert set(np.unique(c.routing.owner[vs]).tolist()) == {0, 1}
         hop = c.gather(vs, 4, seed=1)
         deg = np.bincount(graph.src, minlength=graph.n)
         assert np.array_equal(hop.per_vertex, np.minimum(deg[vs], 4))  # D == d_i: exactly min(f, D)
@@ -313,7 +321,7 @@ def test_serve_sigterm_clean_shutdown(graph, tmp_path):
     port_file = tmp_path / "port"
     env = dict(os.environ, PYTHONPATH=str(ROOT))
     p = subprocess.Popen([sys.executable, "-m", "glisp_core.cli", "serve", str(graph.dv.path), "--partition", "1",
-                          "--run", "ec-p2", "--port", "0", "--port-file", str(port_file)],
+                          "--run", "vc-p3", "--port", "0", "--port-file", str(port_file)],
                          env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)  # fmt: skip
     try:
         deadline = time.time() + 60
@@ -323,8 +331,9 @@ def test_serve_sigterm_clean_shutdown(graph, tmp_path):
         addr = f"127.0.0.1:{port_file.read_text()}"
         with grpc.insecure_channel(addr, options=[("grpc.max_receive_message_length", 256 << 20)]) as ch:
             stub = pb_grpc.SamplingStub(ch)
-            assert stub.Gather(pb.GatherRequest(seeds=to_array(np.array([1])), fanout=2), timeout=10).part_id == 1
-            held = np.asarray(open_partition(graph.dv.partition_dir("ec-p2", 1), verify=False).global_id)
+            held = np.asarray(open_partition(graph.dv.partition_dir("vc-p3", 1), verify=False).global_id)
+            one = to_array(held[:1])
+            assert stub.Gather(pb.GatherRequest(seeds=one, fanout=2), timeout=10).part_id == 1
             big = np.repeat(held, 1_000_000 // len(held))  # about a second of work on this machine
             fut = stub.Gather.future(pb.GatherRequest(seeds=to_array(big), fanout=30, method="weighted"), timeout=30)
             time.sleep(0.2)
@@ -332,7 +341,7 @@ def test_serve_sigterm_clean_shutdown(graph, tmp_path):
             assert fut.result().part_id == 1  # in flight when SIGTERM arrived: still answered (drained)
             with pytest.raises(grpc.RpcError):  # and nothing new is accepted
                 time.sleep(0.5)
-                stub.Gather(pb.GatherRequest(seeds=to_array(np.array([1])), fanout=2), timeout=5)
+                stub.Gather(pb.GatherRequest(seeds=one, fanout=2), timeout=5)
         assert p.wait(timeout=30) == 0
         assert "stopped" in p.stdout.read()
     finally:
@@ -340,6 +349,6 @@ def test_serve_sigterm_clean_shutdown(graph, tmp_path):
             p.kill()
 
 
-def test_serve_cluster_sigterm_stops_children(ec_cluster):
-    assert ec_cluster.stop() == 0
-    assert not ec_cluster.cluster_file.exists()
+def test_serve_cluster_sigterm_stops_children(vc_cluster):  # last: it stops the module's cluster
+    assert vc_cluster.stop() == 0
+    assert not vc_cluster.cluster_file.exists()
