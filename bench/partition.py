@@ -2,7 +2,7 @@
 several p; prints RF, VB, EB, seconds and edges/s per core, next to the shape of GLISP Table II.
 
     .venv/bin/python bench/partition.py --scales 16 17 --parts 2 4 8 16
-    .venv/bin/python bench/partition.py --scales 19 --parts 8 --algorithms adadne dne --master 'local[2]'
+    .venv/bin/python bench/partition.py --scales 19 --parts 8 --algorithms adadne dne --builtin --slashdot "" --phases
 """
 
 from __future__ import annotations
@@ -32,6 +32,7 @@ def main() -> int:
     ap.add_argument("--slashdot", default="/work/shared/data/soc-Slashdot0902.txt.gz")
     ap.add_argument("--master", default="local[2]")
     ap.add_argument("--root", default="", help="dataset root (default: a temporary directory)")
+    ap.add_argument("--phases", action="store_true", help="also print each run's timings and the load average")
     args = ap.parse_args()
 
     import numpy as np
@@ -66,6 +67,10 @@ def main() -> int:
                     f"{rec.counts.get('rounds', '-')!s:>6s} {dt:8.1f} {m / dt / cores:12,.0f}",
                     flush=True,
                 )
+                if args.phases:
+                    sr = rec.counts.get("spark_rounds")
+                    phases = {k: v for k, v in rec.timings.items() if k != "total_s"}
+                    print(f"    phases {phases} spark_rounds {sr} load {os.getloadavg()[0]:.1f}", flush=True)
     print(PAPER)
     if not args.root:
         shutil.rmtree(root, ignore_errors=True)

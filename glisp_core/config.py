@@ -138,7 +138,7 @@ class AdaDNEConfig:
     lambda_max: float = 1.0
     accel: float = 0.0  # lam_i *= (remaining/|E|)^-accel: fewer rounds as the remainder shrinks
     seed_scale: float = 1.0  # an empty boundary seeds vertices carrying seed_scale*lam_i*remaining/p rows
-    step: float = 0.3  # per round, two-hop intake may fill this fraction of the deficit to |E|/p
+    step: float = 0.15  # per round, growth may fill this fraction of the deficit to the fair share
     floor: float = 0.2  # two-hop intake probability of a partition at or above its fair share
 
 

@@ -59,8 +59,19 @@ class AdaDNE(ExpansionPartitioner):
         cap = a.step * np.maximum(fair - st.ecount, a.floor * lam * fair)
         # first round: one seed per partition, as DNE; later an emptied boundary seeds in bulk
         scale = self.cfg.adadne.seed_scale if st.rounds > 0 else 0.0
-        seed_budget = np.maximum(1.0, lam * st.remaining / p * scale)
+        # bulk seeds obey the same speed limit as the boundary selection: an unbounded seed batch let one
+        # partition whose first component ran out take ~its whole share of low-degree vertices in one
+        # round (rmat17 p=16: VB 4.0, EB 1.24)
+        seed_budget = np.maximum(1.0, np.minimum(lam * st.remaining / p * scale, cap))
+        # ... and a vertex limit: seeds are the lowest-degree vertices, each bringing itself and its few
+        # neighbours for one or two rows, so a row budget alone lets |V_i| run far ahead (rmat17 p=16:
+        # VB 2.4). Each seed adds about two vertices; allow step x the deficit to mean |V| per round.
+        vbar = st.vcount.mean()
+        self._seed_count = np.maximum(1.0, a.step * np.maximum(vbar - st.vcount, a.floor * lam * vbar) / 2.0)
         return active, lam, cap, seed_budget, -1
+
+    def seed_count(self, st: ExpansionState, k: int) -> int:
+        return int(self._seed_count[k])
 
     needs_counts = True
 

@@ -89,6 +89,12 @@ class Selection:
     onehop: np.ndarray  # float64 [p]: residual rows of the vertices each partition claimed (one-hop bound)
     round_seed: int = 0
     leftover_to: int = -1  # >= 0: give every remaining edge to this partition and stop
+    take: np.ndarray | None = None  # float64 [p]: probability that partition k takes a one-hop edge
+
+    def args(self, st: ExpansionState) -> tuple:
+        """The broadcast state of the round kernel (kernels.edge_round after src, dst)."""
+        take = self.take if self.take is not None else np.ones(len(self.weight))
+        return (st.claim, st.bits, self.open_bits, self.weight, self.accept, self.round_seed, take)
 
 
 def bitmask(active: np.ndarray) -> np.ndarray:
@@ -116,6 +122,10 @@ class ExpansionPartitioner(Partitioner):
 
     def min_select(self) -> int:
         return 1
+
+    def seed_count(self, st: ExpansionState, k: int) -> int:
+        """Most seed vertices partition k takes in one round when its boundary is empty."""
+        return 1 << 22
 
     # ---- selection (driver) -----------------------------------------------------------------
     def select(self, st: ExpansionState) -> Selection:
@@ -155,13 +165,20 @@ class ExpansionPartitioner(Partitioner):
             claimed.append(b)
         for k in need_seed:
             budget = int(max(1, seed_budget[k]))
-            s = kernels.take_seeds(st.order, st.seed_pos, st.resid, st.bits, st.claim, budget, max(1, min(budget, 1 << 22)))
+            count = max(1, min(budget, 1 << 22, self.seed_count(st, int(k))))
+            s = kernels.take_seeds(st.order, st.seed_pos, st.resid, st.bits, st.claim, budget, count)
             kernels.set_claims(st.claim, s, int(k), rank)
             onehop[k] += st.resid[s].sum()
             claimed.append(s)
         allc = np.concatenate(claimed) if claimed else np.empty(0, np.int64)
         w = self.contest_weights(st)
-        return Selection(allc, bitmask(active), rank, w, np.ones(p), onehop, st.seed * 1_000_003 + st.rounds)
+        take = np.ones(p)
+        if not self.hard_cap:  # a soft cap thins the one-hop rows of a selection that overshoots it
+            big = np.isfinite(cap) & (onehop > cap)
+            take[big] = np.maximum(cap[big], 1.0) / onehop[big]
+            onehop = onehop * take  # expected one-hop rows, which the two-hop limit counts
+        return Selection(allc, bitmask(active), rank, w, np.ones(p), onehop, st.seed * 1_000_003 + st.rounds,
+                         take=take)
 
     hard_cap = True  # cap[k] is a hard limit (DNE); False: a partition below |E|/p always takes one vertex
     needs_counts = False  # True: estimate each partition's two-hop offer before the round (one sampled pass)
@@ -228,18 +245,21 @@ class ExpansionPartitioner(Partitioner):
                 why = "leftover rule" if sel is not None else f"max_rounds {cfg.max_rounds} reached"
                 ctx.log(f"{self.name}: {why}: {st.remaining:,} remaining rows -> partition {k}")
                 if local is not None:
-                    local_chunks.append(_batch(local, np.full(len(local["eid"]), k, np.int32)))
+                    part = np.full(len(local["eid"]), k, np.int32)
+                    local_chunks.append(_batch(local, part))
+                    vert, vpart, cnt, rows = kernels.incidence_delta(local["src"], local["dst"], part, p)
                 else:
-                    files.run((st.claim, st.bits, sel.open_bits if sel else st.bits[:0], np.ones(p), np.ones(p), 0), p,
-                              leftover_to=k)
+                    state = (st.claim, st.bits, np.zeros(st.bits.shape[1], np.uint64), np.ones(p), np.ones(p), 0,
+                             np.ones(p))
+                    vert, vpart, cnt, rows, _left = files.run(state, p, leftover_to=k)
                     files = None
-                st.ecount[k] += st.remaining
+                st.apply(vert, vpart, cnt, rows)  # the partition sets become the replicas: keep them exact
                 break
             st.rounds += 1
             if self.needs_counts:
                 cnt = kernels.two_hop_counts(smp["src"], smp["dst"], st.bits, sel.open_bits, sel.weight, sel.round_seed)
                 sel.accept = self.two_hop_accept(st, sel, cnt * float(stride))
-            args = (st.claim, st.bits, sel.open_bits, sel.weight, sel.accept, sel.round_seed)
+            args = sel.args(st)
             if local is not None:
                 part = kernels.edge_round(local["src"], local["dst"], *args)
                 vert, vpart, cnt, rows = kernels.incidence_delta(local["src"], local["dst"], part, p)
@@ -331,7 +351,7 @@ class ExpansionPartitioner(Partitioner):
                 smp = eid[idx] % stride == 0
                 cnt = kernels.two_hop_counts(s[smp], d[smp], st.bits, sel.open_bits, sel.weight, sel.round_seed)
                 sel.accept = self.two_hop_accept(st, sel, cnt * float(stride))
-            part = kernels.edge_round(s, d, st.claim, st.bits, sel.open_bits, sel.weight, sel.accept, sel.round_seed)
+            part = kernels.edge_round(s, d, *sel.args(st))
             vert, vpart, cnt, rows = kernels.incidence_delta(s, d, part, st.parts)
             done = part >= 0
             out[idx[done]] = part[done]

@@ -76,6 +76,7 @@ def edge_round(
     weight: np.ndarray,
     accept: np.ndarray,
     seed: int,
+    take: np.ndarray,
 ) -> np.ndarray:
     """Decide every unallocated edge of one round; -1 = stays unallocated.
 
@@ -85,7 +86,9 @@ def edge_round(
     or goes one-hop): AdaDNE's soft brake on a partition's intake. Where several partitions qualify, one is drawn with probability
     proportional to ``weight`` (the driver makes it large for lightly loaded partitions) by a hash of the
     vertex pair: a batch-parallel stand-in for DNE's sequential "fewest edges wins", which in lock-step
-    rounds would send every contested edge of a round to the same partition. The decision depends on
+    rounds would send every contested edge of a round to the same partition. A one-hop edge is taken
+    with probability ``take[k]`` (AdaDNE: a claimed hub carrying more rows than the partition's per-round
+    limit gives only part of its edges; the rest wait, the hub stays on the boundary). The decision depends on
     the unordered pair and broadcast state only, so all rows of a pair agree wherever they are processed.
     """
     m = src.shape[0]
@@ -127,7 +130,9 @@ def edge_round(
                 nc += 1
         if nc == 0:
             continue
-        out[i] = _draw(cand, nc, weight, _mix(a, b, seed))
+        k = _draw(cand, nc, weight, _mix(a, b, seed))
+        if take[k] >= 1.0 or _mix(a, b, seed + 0x2545F491) < take[k]:
+            out[i] = k
     return out
 
 

@@ -133,13 +133,13 @@ class FileRounds:
         bc = self.sc.broadcast(state)
 
         def fn(it: Iterator[int]) -> Iterator[tuple]:
-            claim, bits, open_bits, weight, accept, seed = bc.value
+            claim, bits, open_bits, weight, accept, seed, take = bc.value
             for g in it:
                 e = read_ipc(groups[g])
                 if leftover_to >= 0:
                     part = np.full(len(e["eid"]), leftover_to, np.int32)
                 else:
-                    part = kernels.edge_round(e["src"], e["dst"], claim, bits, open_bits, weight, accept, seed)
+                    part = kernels.edge_round(e["src"], e["dst"], claim, bits, open_bits, weight, accept, seed, take)
                 v, k, c, rows = kernels.incidence_delta(e["src"], e["dst"], part, parts)
                 done = part >= 0
                 keep = ~done
