@@ -203,7 +203,10 @@ def warm_up_synthetic(part_dir: Path, cfg: ServeConfig) -> None:
     from glisp_core.partition_format import open_partition
     from glisp_core.partition_format.spec import META_FILE
 
-    meta = json.loads((part_dir / META_FILE).read_text())
+    try:
+        meta = json.loads((part_dir / META_FILE).read_text())
+    except (OSError, ValueError):
+        return  # open_partition reports the unreadable meta.json with a FormatError naming the file
     tmp = Path(tempfile.mkdtemp(prefix="glisp-warmup-"))
     try:
         engine = PartitionSampler(open_partition(synthetic_partition(meta, tmp / "part-00000"), verify=False),
