@@ -44,7 +44,9 @@ def main() -> int:
     from tests.graphs import rmat_edges, write_dataset
 
     root = Path(args.root or tempfile.mkdtemp(prefix="glisp-bench-partition-"))
-    spark = get_spark(SparkConfig(master=args.master, log_level="ERROR", driver_memory="6g"), checkpoint_dir=str(root / "_ck"))
+    spark = get_spark(
+        SparkConfig(master=args.master, log_level="ERROR", driver_memory="6g"), checkpoint_dir=str(root / "_ck")
+    )
     cores = int(spark.sparkContext.defaultParallelism)
     cfg = load_config(env={})
     algos = args.algorithms or algorithms()
@@ -53,7 +55,9 @@ def main() -> int:
         src, dst = rmat_edges(s, args.edge_factor, seed=1)
         graphs.append((f"rmat{s}", write_dataset(root, f"rmat{s}", src, dst, num_vertices=1 << s)))
     graphs += _real_graphs(spark, cfg, root, args, np, write_dataset)
-    print(f"{'graph':10s} {'algo':7s} {'p':>3s} {'RF':>7s} {'VB':>7s} {'EB':>7s} {'rounds':>6s} {'sec':>8s} {'edges/s/core':>12s}")
+    print(
+        f"{'graph':10s} {'algo':7s} {'p':>3s} {'RF':>7s} {'VB':>7s} {'EB':>7s} {'rounds':>6s} {'sec':>8s} {'edges/s/core':>12s}"
+    )
     for gname, dv in graphs:
         for p in args.parts:
             for a in algos:

@@ -37,15 +37,19 @@ def main() -> int:
             c = with_values(c, "partition." + algo, **sub)
         left: list[int] = []
         t = time.perf_counter()
-        part, rounds = get_partitioner(c.partition).run_local(s, d, n, log=lambda st, sel, left=left: left.append(st.remaining))
+        part, rounds = get_partitioner(c.partition).run_local(
+            s, d, n, log=lambda st, sel, left=left: left.append(st.remaining)
+        )
         dt = time.perf_counter() - t
         cap = c.partition.local_finish_edges
         spark_rounds = 1 + sum(1 for r in left if r > cap) if len(s) > cap else 0
         epp = np.bincount(part, minlength=p)
         key = np.unique(np.concatenate([s * p + part, d * p + part]))
         q = quality(epp, np.bincount(key % p, minlength=p), len(np.unique(np.concatenate([s, d]))))
-        print(f"rmat{scale} ef{ef} p={p} {algo} {sub} {q} rounds {rounds} spark_rounds {spark_rounds} {dt:.1f}s",
-              flush=True)
+        print(
+            f"rmat{scale} ef{ef} p={p} {algo} {sub} {q} rounds {rounds} spark_rounds {spark_rounds} {dt:.1f}s",
+            flush=True,
+        )
     return 0
 
 

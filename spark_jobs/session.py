@@ -15,7 +15,9 @@ MIN_JAVA = 17
 
 def check_java() -> None:
     """Fail with one sentence when Java is missing or too old (Spark 4 needs Java 17+)."""
-    java = shutil.which("java") if not os.environ.get("JAVA_HOME") else str(Path(os.environ["JAVA_HOME"]) / "bin" / "java")
+    java = (
+        shutil.which("java") if not os.environ.get("JAVA_HOME") else str(Path(os.environ["JAVA_HOME"]) / "bin" / "java")
+    )
     if not java or not Path(java).exists():
         raise GlispError(
             "Java not found: Spark 4 needs Java 17 or newer; install it (e.g. 'apt-get install openjdk-17-jre-headless') "

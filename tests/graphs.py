@@ -17,7 +17,9 @@ from glisp_core.dataset.manifest import Manifest, StageRecord, now_iso
 from glisp_core.dataset.publish import VersionPublisher, fingerprint
 
 
-def rmat_edges(scale: int, edge_factor: int = 16, seed: int = 0, a=0.57, b=0.19, c=0.19) -> tuple[np.ndarray, np.ndarray]:
+def rmat_edges(
+    scale: int, edge_factor: int = 16, seed: int = 0, a=0.57, b=0.19, c=0.19
+) -> tuple[np.ndarray, np.ndarray]:
     """Directed R-MAT edge list in numpy (test-sized; the Spark generator is spark_jobs.generate.rmat)."""
     rng = np.random.default_rng(seed)
     m = edge_factor << scale

@@ -12,7 +12,6 @@ import signal
 import subprocess
 import sys
 import time
-from pathlib import Path
 
 import numpy as np
 import pytest
@@ -94,7 +93,8 @@ def test_serve_cluster_and_sample(cora, tmp_path):
             assert len(batch.blocks) == 2 and batch.num_sampled_edges > 0
             again = client.sample(seeds, [10, 5], seed=3)
             assert all(
-                np.array_equal(a.edge_index.numpy(), b.edge_index.numpy()) for a, b in zip(batch.blocks, again.blocks)
+                np.array_equal(a.edge_index.numpy(), b.edge_index.numpy())
+                for a, b in zip(batch.blocks, again.blocks, strict=True)
             )
             stats = client.stats()
             assert len(stats) == 2 and all(s["requests"] > 0 for s in stats)

@@ -29,5 +29,7 @@ def test_dry_run_builds_the_line(tmp_path):
 
 
 def test_stage_args_are_required():
-    r = subprocess.run([sys.executable, str(ROOT / "submit" / "glisp-submit"), "--dry-run"], capture_output=True, text=True)
+    r = subprocess.run(
+        [sys.executable, str(ROOT / "submit" / "glisp-submit"), "--dry-run"], capture_output=True, text=True
+    )
     assert r.returncode != 0 and "after '--'" in r.stderr

@@ -43,12 +43,22 @@ def builtin_config(name: str, base: IngestConfig | None = None) -> IngestConfig:
         return str(r / f"{rel}.parquet.gzip")
 
     def edge(rel: str, **kw: str) -> EdgeSource:
-        return EdgeSource(path=pq(rel), format="parquet", src="sourceNodeId", dst="targetNodeId", etype="relationshipType", **kw)
+        return EdgeSource(
+            path=pq(rel), format="parquet", src="sourceNodeId", dst="targetNodeId", etype="relationshipType", **kw
+        )
 
     if name == "cora":
         edges = [edge("cora/cora_rels")]
-        vertices = [VertexSource(path=pq("cora/cora_nodes"), format="parquet", id="nodeId", vtype="labels",
-                                 label="subject", features="features")]
+        vertices = [
+            VertexSource(
+                path=pq("cora/cora_nodes"),
+                format="parquet",
+                id="nodeId",
+                vtype="labels",
+                label="subject",
+                features="features",
+            )
+        ]
     elif name == "lastfm":
         edges = [
             edge("lastfm/user_friend_df_directed"),
@@ -62,14 +72,27 @@ def builtin_config(name: str, base: IngestConfig | None = None) -> IngestConfig:
     elif name == "imdb":
         edges = [edge("imdb/imdb_acted_in"), edge("imdb/imdb_directed_in")]
         vertices = [
-            VertexSource(path=pq("imdb/imdb_movies_with_genre"), format="parquet", id="nodeId", vtype="labels",
-                         label="genre", features="plot_keywords"),
-            VertexSource(path=pq("imdb/imdb_movies_without_genre"), format="parquet", id="nodeId", vtype="labels",
-                         features="plot_keywords"),
-            VertexSource(path=pq("imdb/imdb_actors"), format="parquet", id="nodeId", vtype="labels",
-                         features="plot_keywords"),
-            VertexSource(path=pq("imdb/imdb_directors"), format="parquet", id="nodeId", vtype="labels",
-                         features="plot_keywords"),
+            VertexSource(
+                path=pq("imdb/imdb_movies_with_genre"),
+                format="parquet",
+                id="nodeId",
+                vtype="labels",
+                label="genre",
+                features="plot_keywords",
+            ),
+            VertexSource(
+                path=pq("imdb/imdb_movies_without_genre"),
+                format="parquet",
+                id="nodeId",
+                vtype="labels",
+                features="plot_keywords",
+            ),
+            VertexSource(
+                path=pq("imdb/imdb_actors"), format="parquet", id="nodeId", vtype="labels", features="plot_keywords"
+            ),
+            VertexSource(
+                path=pq("imdb/imdb_directors"), format="parquet", id="nodeId", vtype="labels", features="plot_keywords"
+            ),
         ]
     else:
         raise GlispError(f"unknown built-in dataset {name!r} (available: {', '.join(builtin_names())})")

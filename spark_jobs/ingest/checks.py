@@ -28,26 +28,35 @@ PROBLEMS: dict[str, tuple[str, str]] = {
     "edge_malformed": ("have the wrong number of fields", "check the delimiter, quoting and header settings"),
     "edge_null_id": ("have a null or empty vertex id", "every edge needs both endpoints"),
     "edge_bad_id": ("have an id that is not an integer", "set ingest.id_type = 'string' or 'auto'"),
-    "edge_unknown_type": ("have an empty edge type or one not in ingest.edge_types",
-                          "add the type to ingest.edge_types, or fix the rows"),
-    "edge_unknown_vertex_type": ("have an endpoint vertex type not in ingest.vertex_types",
-                                 "add the type to ingest.vertex_types"),
-    "edge_bad_weight": ("have a missing, non-numeric, negative or non-finite weight",
-                        "weights must be numbers >= 0"),
+    "edge_unknown_type": (
+        "have an empty edge type or one not in ingest.edge_types",
+        "add the type to ingest.edge_types, or fix the rows",
+    ),
+    "edge_unknown_vertex_type": (
+        "have an endpoint vertex type not in ingest.vertex_types",
+        "add the type to ingest.vertex_types",
+    ),
+    "edge_bad_weight": ("have a missing, non-numeric, negative or non-finite weight", "weights must be numbers >= 0"),
     "edge_bad_timestamp": ("have a missing or non-integer timestamp", "timestamps must be integers (e.g. epoch ms)"),
-    "edge_missing_endpoint": ("have an endpoint that is not in the vertex tables",
-                              "add the vertices to a vertex table, or drop the edges"),
+    "edge_missing_endpoint": (
+        "have an endpoint that is not in the vertex tables",
+        "add the vertices to a vertex table, or drop the edges",
+    ),
     "vertex_malformed": ("have the wrong number of fields", "check the delimiter, quoting and header settings"),
     "vertex_null_id": ("have a null or empty vertex id", "every vertex row needs an id"),
     "vertex_bad_id": ("have an id that is not an integer", "set ingest.id_type = 'string' or 'auto'"),
-    "vertex_unknown_type": ("have a vertex type that is null or not in ingest.vertex_types",
-                            "add the type to ingest.vertex_types, or fix the rows"),
+    "vertex_unknown_type": (
+        "have a vertex type that is null or not in ingest.vertex_types",
+        "add the type to ingest.vertex_types, or fix the rows",
+    ),
     "vertex_bad_label": ("have a label that is not an integer", "labels must be integers (or all non-numeric names)"),
     "vertex_bad_split": ("have a split that is not train/val/test or 0/1/2", "use train, val, test, 0, 1 or 2"),
     "vertex_bad_features": ("have missing or non-numeric features", "every feature value must be a number"),
     "vertex_feature_width": ("have a feature vector of the wrong width", "all feature vectors need the same width"),
-    "vertex_duplicate": ("repeat a vertex id already given by an earlier row (the first row is kept)",
-                         "give each vertex once"),
+    "vertex_duplicate": (
+        "repeat a vertex id already given by an earlier row (the first row is kept)",
+        "give each vertex once",
+    ),
 }
 
 
@@ -113,8 +122,16 @@ def _examples(df, kind: str, fid: int, raw: dict[str, object], n: int = 3) -> li
     return out
 
 
-def _error(kind: str, fid: int, column: str, count: int, s: Summary, files: Sequence[str], examples: list[str],
-           others: str = "") -> BadInputError:
+def _error(
+    kind: str,
+    fid: int,
+    column: str,
+    count: int,
+    s: Summary,
+    files: Sequence[str],
+    examples: list[str],
+    others: str = "",
+) -> BadInputError:
     problem, hint = PROBLEMS[kind]
     fname = files[fid] if 0 <= fid < len(files) else "(unknown input file)"
     if others:
@@ -155,8 +172,12 @@ def handle_bad(
     parent = rejects_dir("")
     parent.mkdir(parents=True, exist_ok=True)
     staging = parent / f".staging-{uuid.uuid4().hex[:12]}"
-    (df.filter(F.col(REASON).isNotNull()).select(*cols, F.col(REASON).alias("_part"))
-     .write.partitionBy("_part").parquet(str(staging)))
+    (
+        df.filter(F.col(REASON).isNotNull())
+        .select(*cols, F.col(REASON).alias("_part"))
+        .write.partitionBy("_part")
+        .parquet(str(staging))
+    )
     for kind in dict.fromkeys(k for (k, _, _), _ in items):
         os.rename(staging / f"_part={kind}", rejects_dir(kind))
     shutil.rmtree(staging, ignore_errors=True)

@@ -13,10 +13,20 @@ from glisp_core.errors import ConfigError
 def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--graph", help="graph name (ingest.graph)")
     p.add_argument("--builtin", metavar="NAME", help="a built-in graph: cora, lastfm or imdb")
-    p.add_argument("--edges", action="append", default=[], metavar="PATH",
-                   help="an edge list file, directory or glob (repeatable); replaces [[ingest.edges]]")
-    p.add_argument("--vertices", action="append", default=[], metavar="PATH",
-                   help="a vertex table (column 'id'; repeatable); replaces [[ingest.vertices]]")
+    p.add_argument(
+        "--edges",
+        action="append",
+        default=[],
+        metavar="PATH",
+        help="an edge list file, directory or glob (repeatable); replaces [[ingest.edges]]",
+    )
+    p.add_argument(
+        "--vertices",
+        action="append",
+        default=[],
+        metavar="PATH",
+        help="a vertex table (column 'id'; repeatable); replaces [[ingest.vertices]]",
+    )
     p.add_argument("--format", choices=["auto", "csv", "tsv", "parquet"], default="auto", help="format of --edges")
     p.add_argument("--delimiter", default="", help="field delimiter of --edges (default: ',' csv, tab tsv)")
     p.add_argument("--no-header", action="store_true", help="--edges files have no header: columns are src, dst, ...")
@@ -41,13 +51,25 @@ def ingest_config(args: argparse.Namespace, cfg: Config) -> IngestConfig:
         from spark_jobs.generate.builtin import builtin_config
 
         if args.edges or args.vertices:
-            raise ConfigError("command line", "--builtin", "cannot be combined with --edges/--vertices "
-                              f"(got --builtin {args.builtin} and {len(args.edges) + len(args.vertices)} paths)")
+            raise ConfigError(
+                "command line",
+                "--builtin",
+                "cannot be combined with --edges/--vertices "
+                f"(got --builtin {args.builtin} and {len(args.edges) + len(args.vertices)} paths)",
+            )
         ing = builtin_config(args.builtin, dataclasses.replace(ing, graph=args.graph or ing.graph))
     if args.edges:
         updates["edges"] = [
-            EdgeSource(path=p, format=args.format, header=not args.no_header, delimiter=args.delimiter,
-                       comment=args.comment, src=args.src, dst=args.dst, weight=args.weight)
+            EdgeSource(
+                path=p,
+                format=args.format,
+                header=not args.no_header,
+                delimiter=args.delimiter,
+                comment=args.comment,
+                src=args.src,
+                dst=args.dst,
+                weight=args.weight,
+            )
             for p in args.edges
         ]
     if args.vertices:
@@ -56,8 +78,13 @@ def ingest_config(args: argparse.Namespace, cfg: Config) -> IngestConfig:
         updates["graph"] = args.graph
     if args.undirected:
         updates["directed"] = False
-    for flag, key in (("duplicates", "duplicates"), ("self_loops", "self_loops"), ("on_bad_input", "on_bad_input"),
-                      ("id_type", "id_type"), ("data_version", "version")):
+    for flag, key in (
+        ("duplicates", "duplicates"),
+        ("self_loops", "self_loops"),
+        ("on_bad_input", "on_bad_input"),
+        ("id_type", "id_type"),
+        ("data_version", "version"),
+    ):
         v = getattr(args, flag)
         if v is not None:
             updates[key] = v
@@ -83,8 +110,10 @@ def main(args: argparse.Namespace, cfg: Config) -> int:
     e = m.schema.get("num_edges", 0)
     rate = rec.counts.get("input_edge_rows", e) / max(rec.timings.get("total_s", secs), 1e-9)
     print(f"{dv.path}")
-    print(f"  |V| = {m.schema.get('num_vertices', 0):,}   |E| = {e:,}   "
-          f"ingest {rec.timings.get('total_s', 0):.1f} s ({rate:,.0f} edges/s), wall {secs:.1f} s")
+    print(
+        f"  |V| = {m.schema.get('num_vertices', 0):,}   |E| = {e:,}   "
+        f"ingest {rec.timings.get('total_s', 0):.1f} s ({rate:,.0f} edges/s), wall {secs:.1f} s"
+    )
     rejects = rec.counts.get("rejects") or {}
     if rejects:
         print("  rejected rows: " + ", ".join(f"{k}={v:,}" for k, v in sorted(rejects.items())))

@@ -14,8 +14,9 @@ _MID = "_mid"
 _LOCAL_BITS = 33  # monotonically_increasing_id = partition << 33 | row-in-partition
 
 
-def dense_index(df, order: Sequence[object], name: str, group: Sequence[str] = (), aggs: Sequence[object] = (),
-                storage=None):
+def dense_index(
+    df, order: Sequence[object], name: str, group: Sequence[str] = (), aggs: Sequence[object] = (), storage=None
+):
     """``df`` sorted by ``order`` with column ``name`` = position 0..n-1; returns (df, n, cached, rows).
 
     The sorted rows are persisted (the count pass and the write pass must see the same partitions);

@@ -114,15 +114,21 @@ class _Plan:
         self.typed = any(typed)
         if self.typed and not all(bool(e.src_type and e.dst_type) for e in ing.edges):
             i = next(i for i, e in enumerate(ing.edges) if not (e.src_type and e.dst_type))
-            raise ConfigError("ingest", f"edges[{i}].src_type/dst_type",
-                              "when any edge table names endpoint vertex types, every one must name both "
-                              f"(got src_type={ing.edges[i].src_type!r}, dst_type={ing.edges[i].dst_type!r})")
+            raise ConfigError(
+                "ingest",
+                f"edges[{i}].src_type/dst_type",
+                "when any edge table names endpoint vertex types, every one must name both "
+                f"(got src_type={ing.edges[i].src_type!r}, dst_type={ing.edges[i].dst_type!r})",
+            )
         if self.typed:
             for i, v in enumerate(ing.vertices):
                 if not (v.vtype or v.vertex_type):
-                    raise ConfigError("ingest", f"vertices[{i}].vtype",
-                                      "edge tables are typed, so vertex tables must give a vtype column or a "
-                                      "vertex_type (got neither)")
+                    raise ConfigError(
+                        "ingest",
+                        f"vertices[{i}].vtype",
+                        "edge tables are typed, so vertex tables must give a vtype column or a "
+                        "vertex_type (got neither)",
+                    )
         self.edge_files = [expand_paths(e.path, f"ingest.edges[{i}]") for i, e in enumerate(ing.edges)]
         self.vertex_files = [expand_paths(v.path, f"ingest.vertices[{i}]") for i, v in enumerate(ing.vertices)]
         self.npy_files: list[Path] = []
@@ -134,9 +140,12 @@ class _Plan:
                         raise ConfigError("ingest", f"vertices[{i}].{key}", f"file not found (got {p!r})")
                     self.npy_files.append(Path(p).resolve())
             if v.features_npy and not v.features_npy_ids and len(self.vertex_files[i]) != 1:
-                raise ConfigError("ingest", f"vertices[{i}].features_npy_ids",
-                                  "features_npy aligned by row order needs a single-file vertex table; give "
-                                  f"features_npy_ids (got {len(self.vertex_files[i])} files)")
+                raise ConfigError(
+                    "ingest",
+                    f"vertices[{i}].features_npy_ids",
+                    "features_npy aligned by row order needs a single-file vertex table; give "
+                    f"features_npy_ids (got {len(self.vertex_files[i])} files)",
+                )
         self.files: list[str] = [str(f) for fs in self.edge_files + self.vertex_files for f in fs]
 
     def all_input_paths(self) -> list[Path]:
@@ -151,8 +160,9 @@ def _edge_source_frame(spark, plan: _Plan, i: int, offset: int, id_long: bool):
     src: EdgeSource = ing.edges[i]
     what = f"ingest.edges[{i}]"
     sf = read_source(spark, src, what, plan.edge_files[i], offset)
-    require_columns(sf, {"src": src.src, "dst": src.dst, "etype": src.etype, "weight": src.weight,
-                         "timestamp": src.timestamp}, what)
+    require_columns(
+        sf, {"src": src.src, "dst": src.dst, "etype": src.etype, "weight": src.weight, "timestamp": src.timestamp}, what
+    )
     df = sf.df
 
     def ident(name):
@@ -170,16 +180,31 @@ def _edge_source_frame(spark, plan: _Plan, i: int, offset: int, id_long: bool):
     else:
         ts, ts_raw = F.lit(None).cast("long"), F.lit(None).cast("string")
     df = df.select(
-        F.lit(i).alias(SI), FID, ROWPOS, CORRUPT, s.alias("_s"), d.alias("_d"), et.alias("_et"),
-        F.lit(src.src_type or None).cast("string").alias("_st"), F.lit(src.dst_type or None).cast("string").alias("_dt"),
-        w.alias("_w"), w_raw.alias("_w_raw"), ts.alias("_ts"), ts_raw.cast("string").alias("_ts_raw"),
+        F.lit(i).alias(SI),
+        FID,
+        ROWPOS,
+        CORRUPT,
+        s.alias("_s"),
+        d.alias("_d"),
+        et.alias("_et"),
+        F.lit(src.src_type or None).cast("string").alias("_st"),
+        F.lit(src.dst_type or None).cast("string").alias("_dt"),
+        w.alias("_w"),
+        w_raw.alias("_w_raw"),
+        ts.alias("_ts"),
+        ts_raw.cast("string").alias("_ts_raw"),
     )
     c = F.col
-    rules = [Rule("edge_malformed", c(CORRUPT).isNotNull(), "*"),
-             Rule("edge_null_id", c("_s").isNull(), src.src), Rule("edge_null_id", c("_d").isNull(), src.dst)]
+    rules = [
+        Rule("edge_malformed", c(CORRUPT).isNotNull(), "*"),
+        Rule("edge_null_id", c("_s").isNull(), src.src),
+        Rule("edge_null_id", c("_d").isNull(), src.dst),
+    ]
     if ing.id_type == "int" and not id_long:
-        rules += [Rule("edge_bad_id", c("_s").try_cast("long").isNull(), src.src),
-                  Rule("edge_bad_id", c("_d").try_cast("long").isNull(), src.dst)]
+        rules += [
+            Rule("edge_bad_id", c("_s").try_cast("long").isNull(), src.src),
+            Rule("edge_bad_id", c("_d").try_cast("long").isNull(), src.dst),
+        ]
     bad_et = c("_et").isNull()
     if ing.edge_types:
         bad_et = bad_et | ~c("_et").isin(list(ing.edge_types))
@@ -206,8 +231,9 @@ def _vertex_source_frame(spark, plan: _Plan, i: int, offset: int, id_long: bool)
     src: VertexSource = ing.vertices[i]
     what = f"ingest.vertices[{i}]"
     sf = read_source(spark, src, what, plan.vertex_files[i], offset)
-    require_columns(sf, {"id": src.id, "vtype": src.vtype, "label": src.label, "split": src.split,
-                         "features": src.features}, what)
+    require_columns(
+        sf, {"id": src.id, "vtype": src.vtype, "label": src.label, "split": src.split, "features": src.features}, what
+    )
     for j, fc in enumerate(src.feature_columns):
         require_columns(sf, {f"feature_columns[{j}]": fc}, what)
     df = sf.df
@@ -241,16 +267,28 @@ def _vertex_source_frame(spark, plan: _Plan, i: int, offset: int, id_long: bool)
             feat = fc.cast("array<float>")
             feat_raw = fc.cast("string")
     elif src.feature_columns:
-        cols = [_trimmed(_col(x)).try_cast("float") if _dtype(df, x) == "StringType" else _col(x).cast("float")
-                for x in src.feature_columns]
+        cols = [
+            _trimmed(_col(x)).try_cast("float") if _dtype(df, x) == "StringType" else _col(x).cast("float")
+            for x in src.feature_columns
+        ]
         feat = F.array(*cols)
         feat_raw = F.concat_ws(",", *[_col(x).cast("string") for x in src.feature_columns])
     else:
         feat, feat_raw = F.lit(None).cast("array<float>"), F.lit(None).cast("string")
     df = df.select(
-        F.lit(i).alias(SI), FID, ROWPOS, CORRUPT, vid.alias("_id"), vt.alias("_vt"),
-        lab_long.alias("_lab"), lab_raw.alias("_lab_raw"), lab_str.alias("_lab_str"),
-        spl.alias("_spl"), spl_raw.alias("_spl_raw"), feat.alias("_feat"), feat_raw.alias("_feat_raw"),
+        F.lit(i).alias(SI),
+        FID,
+        ROWPOS,
+        CORRUPT,
+        vid.alias("_id"),
+        vt.alias("_vt"),
+        lab_long.alias("_lab"),
+        lab_raw.alias("_lab_raw"),
+        lab_str.alias("_lab_str"),
+        spl.alias("_spl"),
+        spl_raw.alias("_spl_raw"),
+        feat.alias("_feat"),
+        feat_raw.alias("_feat_raw"),
     )
     if src.features_npy:
         df = _attach_npy(spark, df, src, plan, i, id_long)
@@ -267,17 +305,26 @@ def _vertex_source_frame(spark, plan: _Plan, i: int, offset: int, id_long: bool)
         rules.append(Rule("vertex_bad_split", c("_spl_raw").isNotNull() & c("_spl").isNull(), src.split))
     if has_feat:
         fname = src.features or src.features_npy or ",".join(src.feature_columns)
-        rules.append(Rule("vertex_bad_features",
-                          c("_feat").isNull() | F.exists(c("_feat"), lambda x: x.isNull() | F.isnan(x)), fname))
+        rules.append(
+            Rule(
+                "vertex_bad_features",
+                c("_feat").isNull() | F.exists(c("_feat"), lambda x: x.isNull() | F.isnan(x)),
+                fname,
+            )
+        )
     reason, rcol = checks.reason_columns(rules)
     nonint = F.lit(False)
     if ing.id_type == "auto" and not id_long:
         nonint = c("_id").try_cast("long").isNull()
     labnonint = (c("_lab_str").isNotNull() & c("_lab").isNull()) if src.label else F.lit(False)
-    df = (df.withColumn(REASON, reason).withColumn(RCOL, rcol).withColumn("_nonint", nonint)
-          .withColumn("_labnonint", labnonint)
-          .withColumn("_fw", F.when(c("_feat").isNotNull(), F.size(c("_feat"))).otherwise(F.lit(-1)))
-          .withColumn("_fcol", F.lit(src.features or src.features_npy or ",".join(src.feature_columns) or None)))
+    df = (
+        df.withColumn(REASON, reason)
+        .withColumn(RCOL, rcol)
+        .withColumn("_nonint", nonint)
+        .withColumn("_labnonint", labnonint)
+        .withColumn("_fw", F.when(c("_feat").isNotNull(), F.size(c("_feat"))).otherwise(F.lit(-1)))
+        .withColumn("_fcol", F.lit(src.features or src.features_npy or ",".join(src.feature_columns) or None))
+    )
     return df, sf
 
 
@@ -287,15 +334,27 @@ def _attach_npy(spark, df, src: VertexSource, plan: _Plan, i: int, id_long: bool
 
     arr = np.load(src.features_npy, mmap_mode="r")
     if arr.ndim != 2:
-        raise BadInputError(src.features_npy, "features_npy", 1, 1, f"is not a 2-D array (shape {arr.shape})",
-                            hint="save an (n, d) array")
+        raise BadInputError(
+            src.features_npy,
+            "features_npy",
+            1,
+            1,
+            f"is not a 2-D array (shape {arr.shape})",
+            hint="save an (n, d) array",
+        )
     n, d = arr.shape
     ids = None
     if src.features_npy_ids:
         ids = np.load(src.features_npy_ids, mmap_mode="r")
         if ids.ndim != 1 or len(ids) != n:
-            raise BadInputError(src.features_npy_ids, "features_npy_ids", len(ids), n,
-                                f"ids for {n} feature rows (shape {ids.shape})", hint="one id per feature row")
+            raise BadInputError(
+                src.features_npy_ids,
+                "features_npy_ids",
+                len(ids),
+                n,
+                f"ids for {n} feature rows (shape {ids.shape})",
+                hint="one id per feature row",
+            )
     npy_path, ids_path = str(Path(src.features_npy).resolve()), src.features_npy_ids
     id_kind = "long" if (ids is not None and ids.dtype.kind in "iu") else "string"
     parts = max(1, min(64, (n * d * 4) // (32 << 20) + 1))
@@ -322,9 +381,14 @@ def _attach_npy(spark, df, src: VertexSource, plan: _Plan, i: int, id_long: bool
     if ids is None:
         cnt = base.count()
         if cnt != n:
-            raise BadInputError(src.features_npy, "features_npy", n, cnt,
-                                f"feature rows but the vertex table {src.path} has {cnt} rows",
-                                hint="features_npy without features_npy_ids must align row by row")
+            raise BadInputError(
+                src.features_npy,
+                "features_npy",
+                n,
+                cnt,
+                f"feature rows but the vertex table {src.path} has {cnt} rows",
+                hint="features_npy without features_npy_ids must align row by row",
+            )
         indexed, _, _, _ = dense_index(base, [F.col(ROWPOS)], "_row")
         out = indexed.join(npy, "_row", "left").drop("_row")
     else:
@@ -334,9 +398,15 @@ def _attach_npy(spark, df, src: VertexSource, plan: _Plan, i: int, id_long: bool
         nu = unknown.count()
         if nu:
             ex = [r["_nid"] for r in unknown.limit(3).collect()]
-            raise BadInputError(src.features_npy_ids, "features_npy_ids", nu, n,
-                                f"name ids that are not in the vertex table {src.path}", ex,
-                                hint="every feature id must be a vertex of that table")
+            raise BadInputError(
+                src.features_npy_ids,
+                "features_npy_ids",
+                nu,
+                n,
+                f"name ids that are not in the vertex table {src.path}",
+                ex,
+                hint="every feature id must be a vertex of that table",
+            )
         out = base.join(npy.withColumnRenamed("_nid", "_id"), "_id", "left")
     return out.withColumn("_feat_raw", F.lit(f"row of {Path(src.features_npy).name}"))
 
@@ -389,8 +459,9 @@ def ingest_fingerprint(ing: IngestConfig, inputs: list[dict]) -> str:
     return fingerprint(FORMAT_TAG, params, inputs)
 
 
-def run_ingest(spark, cfg: Config, ingest: IngestConfig | None = None, force: bool = False,
-               log=print) -> DatasetVersion:
+def run_ingest(
+    spark, cfg: Config, ingest: IngestConfig | None = None, force: bool = False, log=print
+) -> DatasetVersion:
     """Ingest ``ingest`` (default ``cfg.ingest``) into a new version under ``cfg.dataset.root``."""
     ing = ingest or cfg.ingest
     t0 = time.perf_counter()
@@ -450,10 +521,22 @@ def _build(spark, cfg: Config, plan: _Plan, out: DatasetVersion, cached: list, l
         n_src = sum(int(r["count"]) for r in es.extra if r[SI] == i)
         if n_src == 0:
             f0 = plan.edge_files[i][0]
-            raise BadInputError(str(f0) if len(plan.edge_files[i]) == 1 else ing.edges[i].path, "*", 0, 0,
-                                "found: the edge input has no rows at all", hint="check the path and the file")
-    raw_e = {"src": c("_s"), "dst": c("_d"), "etype": c("_et"), "weight": F.coalesce(c("_w_raw"), c("_w").cast("string")),
-             "timestamp": F.coalesce(c("_ts_raw"), c("_ts").cast("string")), "record": c(CORRUPT)}
+            raise BadInputError(
+                str(f0) if len(plan.edge_files[i]) == 1 else ing.edges[i].path,
+                "*",
+                0,
+                0,
+                "found: the edge input has no rows at all",
+                hint="check the path and the file",
+            )
+    raw_e = {
+        "src": c("_s"),
+        "dst": c("_d"),
+        "etype": c("_et"),
+        "weight": F.coalesce(c("_w_raw"), c("_w").cast("string")),
+        "timestamp": F.coalesce(c("_ts_raw"), c("_ts").cast("string")),
+        "record": c(CORRUPT),
+    }
     rejects: dict[str, int] = {}
     rejects.update(checks.handle_bad(e0, es, plan.files, ing.on_bad_input, raw_e, out.rejects, log))
     timings["read_check_edges_s"] = round(time.perf_counter() - t0, 3)
@@ -475,8 +558,14 @@ def _build(spark, cfg: Config, plan: _Plan, out: DatasetVersion, cached: list, l
         vs = checks.summarize(v0, ["_vt", "_nonint", "_labnonint", "_fw", SI])
         for i in range(len(ing.vertices)):
             if sum(int(r["count"]) for r in vs.extra if r[SI] == i) == 0:
-                raise BadInputError(ing.vertices[i].path, "*", 0, 0, "found: the vertex input has no rows at all",
-                                    hint="check the path and the file")
+                raise BadInputError(
+                    ing.vertices[i].path,
+                    "*",
+                    0,
+                    0,
+                    "found: the vertex input has no rows at all",
+                    hint="check the path and the file",
+                )
 
     # ---- 2. decisions from the aggregates --------------------------------------------------
     good_e = [r for r in es.extra if r[REASON] is None]
@@ -500,30 +589,51 @@ def _build(spark, cfg: Config, plan: _Plan, out: DatasetVersion, cached: list, l
         if widths:
             feature_dim = max(widths.items(), key=lambda kv: (kv[1], -kv[0]))[0]
         if any(r["_labnonint"] for r in good_v):
-            names = (v0.filter(c(REASON).isNull() & c("_lab_str").isNotNull()).select("_lab_str").distinct()
-                     .limit(100_001).collect())
+            names = (
+                v0.filter(c(REASON).isNull() & c("_lab_str").isNotNull())
+                .select("_lab_str")
+                .distinct()
+                .limit(100_001)
+                .collect()
+            )
             if len(names) > 100_000:
-                raise BadInputError(plan.files[0], "label", len(names), None, "distinct non-integer labels",
-                                    hint="labels must be integers or a small set of class names")
+                raise BadInputError(
+                    plan.files[0],
+                    "label",
+                    len(names),
+                    None,
+                    "distinct non-integer labels",
+                    hint="labels must be integers or a small set of class names",
+                )
             label_names = sorted(r["_lab_str"] for r in names)
         # second-phase vertex rules: feature width, then duplicate ids (first row kept)
         fw_bad = c(REASON).isNull() & (c("_fw") >= 0) & (c("_fw") != feature_dim)
-        v1 = (v0.withColumn(RCOL, F.when(fw_bad, c("_fcol")).otherwise(c(RCOL)))
-              .withColumn(REASON, F.when(fw_bad, F.lit("vertex_feature_width")).otherwise(c(REASON)))
-              .withColumn("_k", c("_id").cast(key_t)))
+        v1 = (
+            v0.withColumn(RCOL, F.when(fw_bad, c("_fcol")).otherwise(c(RCOL)))
+            .withColumn(REASON, F.when(fw_bad, F.lit("vertex_feature_width")).otherwise(c(REASON)))
+            .withColumn("_k", c("_id").cast(key_t))
+        )
         kcols = ["_vt", "_k"] if plan.typed else ["_k"]
         first = v1.filter(c(REASON).isNull()).groupBy(*kcols).agg(F.min(ROWPOS).alias("_first"))
         dup = c(REASON).isNull() & (c(ROWPOS) != c("_first"))
         idcols = {i: v.id for i, v in enumerate(ing.vertices)}
         id_name = F.create_map(*[x for i, n in idcols.items() for x in (F.lit(i), F.lit(n))])[c(SI)]
-        v2 = (v1.join(first, kcols, "left")
-              .withColumn(RCOL, F.when(dup, id_name).otherwise(c(RCOL)))
-              .withColumn(REASON, F.when(dup, F.lit("vertex_duplicate")).otherwise(c(REASON)))
-              .persist(StorageLevel.MEMORY_AND_DISK))
+        v2 = (
+            v1.join(first, kcols, "left")
+            .withColumn(RCOL, F.when(dup, id_name).otherwise(c(RCOL)))
+            .withColumn(REASON, F.when(dup, F.lit("vertex_duplicate")).otherwise(c(REASON)))
+            .persist(StorageLevel.MEMORY_AND_DISK)
+        )
         cached.append(v2)
         vs = checks.summarize(v2, ["_vt"])
-        raw_v = {"id": c("_id"), "vtype": c("_vt"), "label": c("_lab_raw"), "split": c("_spl_raw"),
-                 "features": c("_feat_raw"), "record": c(CORRUPT)}
+        raw_v = {
+            "id": c("_id"),
+            "vtype": c("_vt"),
+            "label": c("_lab_raw"),
+            "split": c("_spl_raw"),
+            "features": c("_feat_raw"),
+            "record": c(CORRUPT),
+        }
         rejects.update(checks.handle_bad(v2, vs, plan.files, ing.on_bad_input, raw_v, out.rejects, log))
         v0.unpersist()
         v0 = v2
@@ -559,20 +669,35 @@ def _build(spark, cfg: Config, plan: _Plan, out: DatasetVersion, cached: list, l
         lab = code_of(c("_lab_str"), {n: i for i, n in enumerate(label_names)}, nullable=True).cast("long")
     if v0 is not None:
         keys = v0.filter(c(REASON).isNull()).select(
-            code_of(c("_vt"), vcode).alias("_vtc"), c("_k"), lab.alias(LABEL), c("_spl").alias(SPLIT),
-            c("_feat").alias(FEAT))
+            code_of(c("_vt"), vcode).alias("_vtc"),
+            c("_k"),
+            lab.alias(LABEL),
+            c("_spl").alias(SPLIT),
+            c("_feat").alias(FEAT),
+        )
     else:
         if plan.typed:
             ends = eg.select(code_of(c("_st"), vcode).alias("_vtc"), c("_s").cast(key_t).alias("_k")).unionByName(
-                eg.select(code_of(c("_dt"), vcode).alias("_vtc"), c("_d").cast(key_t).alias("_k")))
+                eg.select(code_of(c("_dt"), vcode).alias("_vtc"), c("_d").cast(key_t).alias("_k"))
+            )
         else:
             ends = eg.select(F.lit(0).alias("_vtc"), c("_s").cast(key_t).alias("_k")).unionByName(
-                eg.select(F.lit(0).alias("_vtc"), c("_d").cast(key_t).alias("_k")))
-        keys = ends.distinct().select("_vtc", "_k", F.lit(None).cast("long").alias(LABEL),
-                                      F.lit(-1).cast("byte").alias(SPLIT), F.lit(None).cast("array<float>").alias(FEAT))
+                eg.select(F.lit(0).alias("_vtc"), c("_d").cast(key_t).alias("_k"))
+            )
+        keys = ends.distinct().select(
+            "_vtc",
+            "_k",
+            F.lit(None).cast("long").alias(LABEL),
+            F.lit(-1).cast("byte").alias(SPLIT),
+            F.lit(None).cast("array<float>").alias(FEAT),
+        )
     idx, n_vertices, idx_cached, vagg = dense_index(
-        keys, [c("_vtc"), c("_k")], VID, group=["_vtc"],
-        aggs=[F.max(LABEL).alias("maxlab"), F.count(FEAT).alias("nfeat")])
+        keys,
+        [c("_vtc"), c("_k")],
+        VID,
+        group=["_vtc"],
+        aggs=[F.max(LABEL).alias("maxlab"), F.count(FEAT).alias("nfeat")],
+    )
     cached.append(idx_cached)
     nfiles = ing.output_files
 
@@ -582,8 +707,10 @@ def _build(spark, cfg: Config, plan: _Plan, out: DatasetVersion, cached: list, l
         df.write.mode("overwrite").parquet(str(path))
 
     write(idx.select(c(VID), c("_k").alias(ORIG_ID), c("_vtc").cast("int").alias(VTYPE)), out.idmap)
-    write(idx.select(c(VID), c("_vtc").cast("int").alias(VTYPE), c(LABEL).cast("long"), c(SPLIT).cast("byte")),
-          out.vertices)
+    write(
+        idx.select(c(VID), c("_vtc").cast("int").alias(VTYPE), c(LABEL).cast("long"), c(SPLIT).cast("byte")),
+        out.vertices,
+    )
     if feature_dim:
         write(idx.filter(c(FEAT).isNotNull()).select(c(VID), c(FEAT)), out.features)
     timings["idmap_s"] = round(time.perf_counter() - t1, 3)
@@ -594,11 +721,19 @@ def _build(spark, cfg: Config, plan: _Plan, out: DatasetVersion, cached: list, l
     has_w = any(e.weight for e in ing.edges)
     has_ts = any(e.timestamp for e in ing.edges)
     typed_cols = [code_of(c("_st"), vcode).alias("_stc"), code_of(c("_dt"), vcode).alias("_dtc")] if plan.typed else []
-    e1 = eg.select(SI, FID, ROWPOS, c("_s"), c("_d"), code_of(c("_et"), ecode).alias(ETYPE),
-                   F.coalesce(c("_w"), F.lit(1.0)).cast("float").alias(WEIGHT),
-                   F.coalesce(c("_ts"), F.lit(0)).cast("long").alias(TS),
-                   c("_s").cast(key_t).alias("_sk"), c("_d").cast(key_t).alias("_dk"),
-                   *typed_cols)
+    e1 = eg.select(
+        SI,
+        FID,
+        ROWPOS,
+        c("_s"),
+        c("_d"),
+        code_of(c("_et"), ecode).alias(ETYPE),
+        F.coalesce(c("_w"), F.lit(1.0)).cast("float").alias(WEIGHT),
+        F.coalesce(c("_ts"), F.lit(0)).cast("long").alias(TS),
+        c("_s").cast(key_t).alias("_sk"),
+        c("_d").cast(key_t).alias("_dk"),
+        *typed_cols,
+    )
     how = "left" if v0 is not None else "inner"
     ms = m.select(c("_k").alias("_sk"), c(VID).alias(SRC), *([c("_vtc").alias("_stc")] if plan.typed else []))
     md = m.select(c("_k").alias("_dk"), c(VID).alias(DST), *([c("_vtc").alias("_dtc")] if plan.typed else []))
@@ -608,8 +743,9 @@ def _build(spark, cfg: Config, plan: _Plan, out: DatasetVersion, cached: list, l
     src_names = F.create_map(*[x for i, e in enumerate(ing.edges) for x in (F.lit(i), F.lit(e.src))])[c(SI)]
     dst_names = F.create_map(*[x for i, e in enumerate(ing.edges) for x in (F.lit(i), F.lit(e.dst))])[c(SI)]
     if v0 is not None:
-        e1 = (e1.withColumn(REASON, F.when(c(SRC).isNull() | c(DST).isNull(), F.lit("edge_missing_endpoint")))
-              .withColumn(RCOL, F.when(c(SRC).isNull(), src_names).when(c(DST).isNull(), dst_names)))
+        e1 = e1.withColumn(
+            REASON, F.when(c(SRC).isNull() | c(DST).isNull(), F.lit("edge_missing_endpoint"))
+        ).withColumn(RCOL, F.when(c(SRC).isNull(), src_names).when(c(DST).isNull(), dst_names))
     else:
         e1 = e1.withColumn(REASON, F.lit(None).cast("string")).withColumn(RCOL, F.lit(None).cast("string"))
     e1 = e1.withColumn("_loop", c(SRC) == c(DST)).persist(StorageLevel.MEMORY_AND_DISK)
@@ -621,8 +757,14 @@ def _build(spark, cfg: Config, plan: _Plan, out: DatasetVersion, cached: list, l
     good_rows = sum(int(r["count"]) for r in s2.extra if r[REASON] is None)
     loops = sum(int(r["count"]) for r in s2.extra if r[REASON] is None and r["_loop"])
     if good_rows == 0:
-        raise BadInputError(plan.files[0], "*", 0, edge_rows_in, "are valid edges: no edge is left to ingest",
-                            hint="see the quarantined rows under ingest/rejects/")
+        raise BadInputError(
+            plan.files[0],
+            "*",
+            0,
+            edge_rows_in,
+            "are valid edges: no edge is left to ingest",
+            hint="see the quarantined rows under ingest/rejects/",
+        )
     timings["map_s"] = round(time.perf_counter() - t2, 3)
 
     # ---- 5. policies, dense eids, write ---------------------------------------------------
@@ -639,15 +781,19 @@ def _build(spark, cfg: Config, plan: _Plan, out: DatasetVersion, cached: list, l
         e = e.groupBy(SRC, DST, ETYPE).agg(F.sum(WEIGHT).cast("float").alias(WEIGHT), F.min(TS).alias(TS))
     elif ing.duplicates == "drop":
         first = F.min_by(F.struct(c(WEIGHT), c(TS)), c(ROWPOS))
-        e = e.groupBy(SRC, DST, ETYPE).agg(first.alias("_f")).select(SRC, DST, ETYPE, c("_f." + WEIGHT).alias(WEIGHT),
-                                                                      c("_f." + TS).alias(TS))
+        e = (
+            e.groupBy(SRC, DST, ETYPE)
+            .agg(first.alias("_f"))
+            .select(SRC, DST, ETYPE, c("_f." + WEIGHT).alias(WEIGHT), c("_f." + TS).alias(TS))
+        )
     else:
         e = e.select(SRC, DST, ETYPE, WEIGHT, TS)
     if not ing.directed:
         e = e.unionByName(e.filter(c(SRC) != c(DST)).select(c(DST).alias(SRC), c(SRC).alias(DST), ETYPE, WEIGHT, TS))
     order = [c(SRC), c(DST), c(ETYPE), c(WEIGHT), c(TS)]
     edges, n_edges, edges_cached, eagg = dense_index(
-        e, order, EID, group=[ETYPE], aggs=[F.sum((c(SRC) == c(DST)).cast("long")).alias("loops")])
+        e, order, EID, group=[ETYPE], aggs=[F.sum((c(SRC) == c(DST)).cast("long")).alias("loops")]
+    )
     cached.append(edges_cached)
     out_cols = [c(EID), c(SRC).cast("long"), c(DST).cast("long"), c(ETYPE).cast("int")]
     if has_w:
@@ -709,9 +855,18 @@ def _build(spark, cfg: Config, plan: _Plan, out: DatasetVersion, cached: list, l
     }
     if label_names is not None:
         schema["label_names"] = label_names
-    rec = StageRecord(name="ingest", path="ingest", fingerprint="", params=to_dict(ing), counts=counts,
-                      metrics=metrics, timings=timings, completed_at=now_iso())
-    log(f"ingest: |V|={n_vertices:,} |E|={n_edges:,} from {edge_rows_in:,} edge rows in {timings['total_s']:.1f}s "
-        f"({timings['edges_per_s']:,.0f} edges/s)")
-    return Manifest(graph=ing.graph, version=out.version, created_at=now_iso(), schema=schema,
-                    stages={"ingest": rec})
+    rec = StageRecord(
+        name="ingest",
+        path="ingest",
+        fingerprint="",
+        params=to_dict(ing),
+        counts=counts,
+        metrics=metrics,
+        timings=timings,
+        completed_at=now_iso(),
+    )
+    log(
+        f"ingest: |V|={n_vertices:,} |E|={n_edges:,} from {edge_rows_in:,} edge rows in {timings['total_s']:.1f}s "
+        f"({timings['edges_per_s']:,.0f} edges/s)"
+    )
+    return Manifest(graph=ing.graph, version=out.version, created_at=now_iso(), schema=schema, stages={"ingest": rec})

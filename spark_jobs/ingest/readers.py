@@ -55,11 +55,17 @@ def detect_format(src: EdgeSource | VertexSource, files: list[Path], what: str) 
         elif name.endswith(_TSV_EXT):
             kinds.add("tsv")
         else:
-            raise ConfigError(what, "format", f"cannot tell the format of {f} from its name; set format "
-                              f"to csv, tsv or parquet (got format = 'auto')")
+            raise ConfigError(
+                what,
+                "format",
+                f"cannot tell the format of {f} from its name; set format to csv, tsv or parquet (got format = 'auto')",
+            )
     if len(kinds) != 1:
-        raise ConfigError(what, "format", f"files of several formats under {src.path!r}; give one format "
-                          f"per source (got {sorted(kinds)})")
+        raise ConfigError(
+            what,
+            "format",
+            f"files of several formats under {src.path!r}; give one format per source (got {sorted(kinds)})",
+        )
     return kinds.pop()
 
 
@@ -108,15 +114,22 @@ def read_source(spark, src: EdgeSource | VertexSource, what: str, files: list[Pa
             first = first_record(files, delim, src.comment)
             columns = [c.strip() for c in first] if src.header else _default_names(src, len(first))
         if not columns:
-            raise BadInputError(paths[0], "-", 0, 0, "found: the file is empty (no header, no rows)",
-                                hint=f"check {what}.path")
+            raise BadInputError(
+                paths[0], "-", 0, 0, "found: the file is empty (no header, no rows)", hint=f"check {what}.path"
+            )
         if len(set(columns)) != len(columns):
-            raise BadInputError(paths[0], ",".join(columns), 1, None, "in the header repeat a column name",
-                                hint="give unique column names (or set columns = [...] with header = false)")
-        schema = T.StructType([T.StructField(c, T.StringType()) for c in columns]
-                              + [T.StructField(CORRUPT, T.StringType())])
-        df = (spark.read.options(**opts, mode="PERMISSIVE", columnNameOfCorruptRecord=CORRUPT)
-              .schema(schema).csv(paths))
+            raise BadInputError(
+                paths[0],
+                ",".join(columns),
+                1,
+                None,
+                "in the header repeat a column name",
+                hint="give unique column names (or set columns = [...] with header = false)",
+            )
+        schema = T.StructType(
+            [T.StructField(c, T.StringType()) for c in columns] + [T.StructField(CORRUPT, T.StringType())]
+        )
+        df = spark.read.options(**opts, mode="PERMISSIVE", columnNameOfCorruptRecord=CORRUPT).schema(schema).csv(paths)
     df = df.withColumn(FID, _file_index_expr(files, file_offset)).withColumn(ROWPOS, F.monotonically_increasing_id())
     return SourceFrame(df=df, files=files, fmt=fmt, columns=columns)
 
@@ -159,5 +172,8 @@ def require_columns(sf: SourceFrame, needed: dict[str, str], what: str) -> None:
     """Every configured column must exist: a missing one is a config error naming the choices."""
     for key, col in needed.items():
         if col and col not in sf.columns:
-            raise ConfigError(what, key, f"column {col!r} is not in {sf.files[0]} (columns: {', '.join(sf.columns)}) "
-                              f"(got {key} = {col!r})")
+            raise ConfigError(
+                what,
+                key,
+                f"column {col!r} is not in {sf.files[0]} (columns: {', '.join(sf.columns)}) (got {key} = {col!r})",
+            )

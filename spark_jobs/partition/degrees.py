@@ -23,8 +23,13 @@ def degree_array(edges: Any, num_vertices: int, source: str = "ingest/edges") ->
     bad = (vid < 0) | (vid >= num_vertices)
     if bad.any():
         raise BadInputError(
-            source, "src/dst", int(bad.sum()), len(vid), f"name vertex ids outside 0..{num_vertices - 1}",
-            examples=vid[bad][:3].tolist(), hint="re-run 'glisp ingest' (vertex ids must be dense)",
+            source,
+            "src/dst",
+            int(bad.sum()),
+            len(vid),
+            f"name vertex ids outside 0..{num_vertices - 1}",
+            examples=vid[bad][:3].tolist(),
+            hint="re-run 'glisp ingest' (vertex ids must be dense)",
         )
     deg = np.zeros(num_vertices, np.int64)
     deg[vid] = d

@@ -133,7 +133,16 @@ class ExpansionPartitioner(Partitioner):
         rank = st.rank()
         active, lam, cap, seed_budget, leftover_to = self.plan(st)
         if leftover_to >= 0:
-            return Selection(np.empty(0, np.int64), np.zeros(st.bits.shape[1], np.uint64), rank, rank * 0.0, rank * 0.0, rank * 0.0, 0, leftover_to)
+            return Selection(
+                np.empty(0, np.int64),
+                np.zeros(st.bits.shape[1], np.uint64),
+                rank,
+                rank * 0.0,
+                rank * 0.0,
+                rank * 0.0,
+                0,
+                leftover_to,
+            )
         ptr, verts = kernels.boundaries(st.resid, st.bits, p)
         claimed = []
         onehop = np.zeros(p)
@@ -177,8 +186,7 @@ class ExpansionPartitioner(Partitioner):
             big = np.isfinite(cap) & (onehop > cap)
             take[big] = np.maximum(cap[big], 1.0) / onehop[big]
             onehop = onehop * take  # expected one-hop rows, which the two-hop limit counts
-        return Selection(allc, bitmask(active), rank, w, np.ones(p), onehop, st.seed * 1_000_003 + st.rounds,
-                         take=take)
+        return Selection(allc, bitmask(active), rank, w, np.ones(p), onehop, st.seed * 1_000_003 + st.rounds, take=take)
 
     hard_cap = True  # cap[k] is a hard limit (DNE); False: a partition below |E|/p always takes one vertex
     needs_counts = False  # True: estimate each partition's two-hop offer before the round (one sampled pass)
@@ -249,8 +257,15 @@ class ExpansionPartitioner(Partitioner):
                     local_chunks.append(_batch(local, part))
                     vert, vpart, cnt, rows = kernels.incidence_delta(local["src"], local["dst"], part, p)
                 else:
-                    state = (st.claim, st.bits, np.zeros(st.bits.shape[1], np.uint64), np.ones(p), np.ones(p), 0,
-                             np.ones(p))
+                    state = (
+                        st.claim,
+                        st.bits,
+                        np.zeros(st.bits.shape[1], np.uint64),
+                        np.ones(p),
+                        np.ones(p),
+                        0,
+                        np.ones(p),
+                    )
                     vert, vpart, cnt, rows, _left = files.run(state, p, leftover_to=k)
                     files = None
                 st.apply(vert, vpart, cnt, rows)  # the partition sets become the replicas: keep them exact
@@ -301,8 +316,9 @@ class ExpansionPartitioner(Partitioner):
             expansion_s=round(time.perf_counter() - t_start, 3),
         )
         counts = {"spark_rounds": spark_rounds, "local_rounds": local_rounds}
-        return PartitionResult(alloc, rounds=st.rounds, timings=timings, counts=counts, replica_bits=st.bits,
-                               edges_per_part=st.ecount)
+        return PartitionResult(
+            alloc, rounds=st.rounds, timings=timings, counts=counts, replica_bits=st.bits, edges_per_part=st.ecount
+        )
 
     def begin(self, st: ExpansionState) -> None:
         """Hook: called once before the first round."""
@@ -323,8 +339,9 @@ class ExpansionPartitioner(Partitioner):
         self.begin(st)
         return st
 
-    def run_local(self, src: np.ndarray, dst: np.ndarray, num_vertices: int, eid: np.ndarray | None = None,
-                  log=None) -> tuple[np.ndarray, int]:
+    def run_local(
+        self, src: np.ndarray, dst: np.ndarray, num_vertices: int, eid: np.ndarray | None = None, log=None
+    ) -> tuple[np.ndarray, int]:
         """The whole expansion in this process on numpy arrays: (part per row, rounds).
 
         Same state, selection and kernels as the Spark path (which gives identical results); used for
@@ -379,7 +396,12 @@ def _local_degrees(e: dict[str, np.ndarray], n: int, source: str = "ingest/edges
     bad = (ids < 0) | (ids >= n)
     if bad.any():
         raise BadInputError(
-            source, "src/dst", int(bad.sum()), len(ids), f"name vertex ids outside 0..{n - 1}",
-            examples=ids[bad][:3].tolist(), hint="re-run 'glisp ingest' (vertex ids must be dense)",
+            source,
+            "src/dst",
+            int(bad.sum()),
+            len(ids),
+            f"name vertex ids outside 0..{n - 1}",
+            examples=ids[bad][:3].tolist(),
+            hint="re-run 'glisp ingest' (vertex ids must be dense)",
         )
     return np.bincount(ids, minlength=n).astype(np.int64)

@@ -56,5 +56,6 @@ class HDRF(Partitioner):
                     done += len(eid)
                     ctx.log(f"hdrf: {done:,}/{ctx.num_edges:,} edges streamed, sizes {sizes.tolist()}")
         alloc = ctx.spark.read.parquet(str(out_dir))
-        return PartitionResult(alloc, timings={"stream_sort_s": round(t_sort, 3),
-                                               "stream_s": round(time.perf_counter() - t0 - t_sort, 3)})
+        return PartitionResult(
+            alloc, timings={"stream_sort_s": round(t_sort, 3), "stream_s": round(time.perf_counter() - t0 - t_sort, 3)}
+        )

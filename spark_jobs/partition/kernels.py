@@ -58,7 +58,11 @@ def _mix(a: int, b: int, seed: int) -> float:
     """Deterministic uniform [0, 1) from an unordered pair and a seed."""
     if a > b:
         a, b = b, a
-    z = (np.uint64(a) * np.uint64(0x9E3779B97F4A7C15)) ^ np.uint64(b) ^ (np.uint64(seed) * np.uint64(0xD6E8FEB86659FD93))
+    z = (
+        (np.uint64(a) * np.uint64(0x9E3779B97F4A7C15))
+        ^ np.uint64(b)
+        ^ (np.uint64(seed) * np.uint64(0xD6E8FEB86659FD93))
+    )
     z = z + np.uint64(0x9E3779B97F4A7C15)
     z = (z ^ (z >> np.uint64(30))) * np.uint64(0xBF58476D1CE4E5B9)
     z = (z ^ (z >> np.uint64(27))) * np.uint64(0x94D049BB133111EB)
@@ -137,8 +141,9 @@ def edge_round(
 
 
 @njit(nogil=True, cache=True)
-def two_hop_counts(src: np.ndarray, dst: np.ndarray, bits: np.ndarray, open_bits: np.ndarray, weight: np.ndarray,
-                   seed: int) -> np.ndarray:
+def two_hop_counts(
+    src: np.ndarray, dst: np.ndarray, bits: np.ndarray, open_bits: np.ndarray, weight: np.ndarray, seed: int
+) -> np.ndarray:
     """Rows per partition that the coming round's two-hop step would offer (same draw as edge_round)."""
     parts = weight.shape[0]
     words = bits.shape[1]
@@ -285,8 +290,15 @@ def boundaries(resid: np.ndarray, bits: np.ndarray, parts: int):
 
 
 @njit(nogil=True, cache=True)
-def take_seeds(order: np.ndarray, pos: np.ndarray, resid: np.ndarray, bits: np.ndarray, claim: np.ndarray, budget: int,
-               max_count: int) -> np.ndarray:
+def take_seeds(
+    order: np.ndarray,
+    pos: np.ndarray,
+    resid: np.ndarray,
+    bits: np.ndarray,
+    claim: np.ndarray,
+    budget: int,
+    max_count: int,
+) -> np.ndarray:
     """Next seed vertices in ``order`` (degree ascending, random ties), until their residual degrees sum
     to ``budget`` or ``max_count`` are taken.
 

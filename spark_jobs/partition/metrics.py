@@ -20,7 +20,12 @@ from glisp_core.errors import StageError
 
 
 def write_outputs(
-    spark: Any, alloc: Any, out: Path, parts: int, num_edges: int, replica_bits: np.ndarray | None = None,
+    spark: Any,
+    alloc: Any,
+    out: Path,
+    parts: int,
+    num_edges: int,
+    replica_bits: np.ndarray | None = None,
     expect_epp: np.ndarray | None = None,
 ) -> tuple[dict, dict]:
     """Write ``assignment/`` and ``replicas/`` under ``out``; return (counts, metrics).
@@ -77,10 +82,14 @@ def measure(
     epp = np.zeros(parts, np.int64)
     epp[e.column("part").to_numpy()] = e.column("count").to_numpy()
     if int(epp.sum()) != num_edges:
-        raise StageError(f"partition assignment holds {int(epp.sum()):,} rows, ingest/edges {num_edges:,} (got a mismatch)")
+        raise StageError(
+            f"partition assignment holds {int(epp.sum()):,} rows, ingest/edges {num_edges:,} (got a mismatch)"
+        )
     if expect_epp is not None and not np.array_equal(epp, np.asarray(expect_epp)):
-        raise StageError(f"partition assignment rows per partition {epp.tolist()} differ from the algorithm's "
-                         f"(got {np.asarray(expect_epp).tolist()})")
+        raise StageError(
+            f"partition assignment rows per partition {epp.tolist()} differ from the algorithm's "
+            f"(got {np.asarray(expect_epp).tolist()})"
+        )
     v = r.select(F.explode("parts").alias("part")).groupBy("part").count().toArrow()
     vpp = np.zeros(parts, np.int64)
     vpp[v.column("part").to_numpy()] = v.column("count").to_numpy()
@@ -108,4 +117,3 @@ def quality(edges_per_part: np.ndarray, vertices_per_part: np.ndarray, active_ve
     eb = epp.max() / (epp.sum() / p) if epp.sum() else 1.0
     vb = vpp.max() / (vpp.sum() / p) if vpp.sum() else 1.0
     return {"rf": round(float(rf), 6), "vb": round(float(vb), 6), "eb": round(float(eb), 6)}
-

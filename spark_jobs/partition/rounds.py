@@ -73,7 +73,9 @@ class FileRounds:
         self.round = 0
 
     # ---- first pass: split the ingested edges into files, count degrees, take the count sample ------
-    def split(self, edges: Any, num_vertices: int, stride: int, source: str = "ingest/edges") -> tuple[np.ndarray, dict]:
+    def split(
+        self, edges: Any, num_vertices: int, stride: int, source: str = "ingest/edges"
+    ) -> tuple[np.ndarray, dict]:
         """One Spark job over the ingested edges: files + degree array + the rows with eid % stride == 0.
 
         Degrees are partial bincounts per task, summed on the driver (O(|V|) per task, never edges).
@@ -110,8 +112,13 @@ class FileRounds:
         if (kind == 2).any():
             ids = a[kind == 2]
             raise BadInputError(
-                source, "src/dst", int(b[kind == 2].sum()), -1, f"name vertex ids outside 0..{n - 1}",
-                examples=ids[:3].tolist(), hint="re-run 'glisp ingest' (vertex ids must be dense)",
+                source,
+                "src/dst",
+                int(b[kind == 2].sum()),
+                -1,
+                f"name vertex ids outside 0..{n - 1}",
+                examples=ids[:3].tolist(),
+                hint="re-run 'glisp ingest' (vertex ids must be dense)",
             )
         deg = np.bincount(a[kind == 0], weights=b[kind == 0], minlength=n).astype(np.int64)
         s = kind == 1
@@ -143,8 +150,9 @@ class FileRounds:
                 v, k, c, rows = kernels.incidence_delta(e["src"], e["dst"], part, parts)
                 done = part >= 0
                 keep = ~done
-                _atomic_write_ipc(f"{nxt}/g{g:05d}.arrow", pa.table({x: e[x][keep] for x in ("eid", "src", "dst")},
-                                                                      schema=EDGE_PA))
+                _atomic_write_ipc(
+                    f"{nxt}/g{g:05d}.arrow", pa.table({x: e[x][keep] for x in ("eid", "src", "dst")}, schema=EDGE_PA)
+                )
                 if done.any():
                     _atomic_write_parquet(
                         f"{alloc}/r{r:05d}-g{g:05d}.parquet",
@@ -176,7 +184,11 @@ class FileRounds:
 
 def _rows(kind: int, a: np.ndarray, b: np.ndarray, c: np.ndarray) -> pa.RecordBatch:
     return pa.RecordBatch.from_arrays(
-        [pa.array(np.full(len(a), kind, np.int32)), pa.array(np.asarray(a, np.int64)),
-         pa.array(np.asarray(b, np.int64)), pa.array(np.asarray(c, np.int64))],
+        [
+            pa.array(np.full(len(a), kind, np.int32)),
+            pa.array(np.asarray(a, np.int64)),
+            pa.array(np.asarray(b, np.int64)),
+            pa.array(np.asarray(c, np.int64)),
+        ],
         names=["kind", "a", "b", "c"],
     )

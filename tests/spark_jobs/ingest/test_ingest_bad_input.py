@@ -63,8 +63,12 @@ CASES = {
     ),
     "unknown_vertex_type": (
         {"e.csv": "src,dst\n1,2\n", "v.csv": "id,kind\n1,user\n2,bot\n"},
-        lambda d: IngestConfig(graph="g", vertex_types=["user"], edges=[_e(d / "e.csv")],
-                               vertices=[VertexSource(path=str(d / "v.csv"), vtype="kind")]),
+        lambda d: IngestConfig(
+            graph="g",
+            vertex_types=["user"],
+            edges=[_e(d / "e.csv")],
+            vertices=[VertexSource(path=str(d / "v.csv"), vtype="kind")],
+        ),
         r"v\.csv, column 'kind': 1 of 2 rows have a vertex type that is null or not in ingest\.vertex_types",
         1,
     ),
@@ -76,22 +80,25 @@ CASES = {
     ),
     "feature_width": (
         {"e.csv": "src,dst\n1,2\n", "v.csv": "id,f\n1,1;2\n2,3;4\n3,5\n"},
-        lambda d: IngestConfig(graph="g", edges=[_e(d / "e.csv")],
-                               vertices=[VertexSource(path=str(d / "v.csv"), features="f")]),
+        lambda d: IngestConfig(
+            graph="g", edges=[_e(d / "e.csv")], vertices=[VertexSource(path=str(d / "v.csv"), features="f")]
+        ),
         r"v\.csv, column 'f': 1 of 3 rows have a feature vector of the wrong width",
         1,
     ),
     "bad_split": (
         {"e.csv": "src,dst\n1,2\n", "v.csv": "id,s\n1,train\n2,foo\n"},
-        lambda d: IngestConfig(graph="g", edges=[_e(d / "e.csv")],
-                               vertices=[VertexSource(path=str(d / "v.csv"), split="s")]),
+        lambda d: IngestConfig(
+            graph="g", edges=[_e(d / "e.csv")], vertices=[VertexSource(path=str(d / "v.csv"), split="s")]
+        ),
         r"v\.csv, column 's': 1 of 2 rows have a split that is not train/val/test",
         1,
     ),
     "duplicate_vertex": (
         {"e.csv": "src,dst\n1,2\n", "v.csv": "id,l\n1,0\n2,1\n1,1\n"},
-        lambda d: IngestConfig(graph="g", edges=[_e(d / "e.csv")],
-                               vertices=[VertexSource(path=str(d / "v.csv"), label="l")]),
+        lambda d: IngestConfig(
+            graph="g", edges=[_e(d / "e.csv")], vertices=[VertexSource(path=str(d / "v.csv"), label="l")]
+        ),
         r"v\.csv, column 'id': 1 of 3 rows repeat a vertex id",
         1,
     ),
@@ -114,40 +121,67 @@ def test_bad_input_fails_naming_file_column_count(ingest, icfg, tmp_path, case):
 def test_empty_input_is_always_an_error(ingest, tmp_path, text):
     f = write(tmp_path / "in" / "e.csv", text)
     for mode in ("fail", "quarantine"):
-        with pytest.raises(BadInputError, match=r"e\.csv.* 0 of 0 rows (found: the edge input has no rows|found: the file is empty)"):
+        with pytest.raises(
+            BadInputError, match=r"e\.csv.* 0 of 0 rows (found: the edge input has no rows|found: the file is empty)"
+        ):
             ingest(IngestConfig(graph="g", on_bad_input=mode, edges=[_e(f, comment="#")]))
 
 
 def test_no_matching_files_is_an_error(ingest, tmp_path):
-    with pytest.raises(ConfigError, match=r"ingest\.edges\[0\], key path: no input file matches it \(got '.*nothing-\*\.csv'\)"):
+    with pytest.raises(
+        ConfigError, match=r"ingest\.edges\[0\], key path: no input file matches it \(got '.*nothing-\*\.csv'\)"
+    ):
         ingest(IngestConfig(graph="g", edges=[_e(tmp_path / "nothing-*.csv")]))
 
 
 def test_quarantine_sets_every_kind_aside_and_counts_it(ingest, tmp_path):
     d = tmp_path / "in"
-    write(d / "e.csv", "\n".join([
-        "src,dst,k,w,t",
-        "1,2,a,1,10",       # good
-        "2,3,a,2,20",       # good
-        "3,4,a,1",          # malformed (4 fields)
-        ",4,a,1,1",         # null id
-        "1,3,zzz,1,1",      # unknown edge type
-        "1,3,a,-4,1",       # negative weight
-        "1,3,a,x,1",        # non-numeric weight
-        "1,3,a,1,1.5",      # non-integer timestamp
-        "1,9,a,1,1",        # endpoint 9 not in the vertex table
-        "3,1,a,1,30",       # good
-    ]) + "\n")
-    write(d / "v.csv", "id,kind,f,s\n1,user,1;2,train\n2,user,3;4,val\n3,user,5;6,test\n4,user,7;8,\n"
-                       "5,robot,1;1,train\n6,user,1,train\n7,user,1;2,later\n3,user,0;0,train\n")
+    write(
+        d / "e.csv",
+        "\n".join(
+            [
+                "src,dst,k,w,t",
+                "1,2,a,1,10",  # good
+                "2,3,a,2,20",  # good
+                "3,4,a,1",  # malformed (4 fields)
+                ",4,a,1,1",  # null id
+                "1,3,zzz,1,1",  # unknown edge type
+                "1,3,a,-4,1",  # negative weight
+                "1,3,a,x,1",  # non-numeric weight
+                "1,3,a,1,1.5",  # non-integer timestamp
+                "1,9,a,1,1",  # endpoint 9 not in the vertex table
+                "3,1,a,1,30",  # good
+            ]
+        )
+        + "\n",
+    )
+    write(
+        d / "v.csv",
+        "id,kind,f,s\n1,user,1;2,train\n2,user,3;4,val\n3,user,5;6,test\n4,user,7;8,\n"
+        "5,robot,1;1,train\n6,user,1,train\n7,user,1;2,later\n3,user,0;0,train\n",
+    )
     lines: list[str] = []
-    ing = IngestConfig(graph="q", on_bad_input="quarantine", edge_types=["a"], vertex_types=["user"],
-                       edges=[_e(d / "e.csv", etype="k", weight="w", timestamp="t")],
-                       vertices=[VertexSource(path=str(d / "v.csv"), vtype="kind", features="f", split="s")])
+    ing = IngestConfig(
+        graph="q",
+        on_bad_input="quarantine",
+        edge_types=["a"],
+        vertex_types=["user"],
+        edges=[_e(d / "e.csv", etype="k", weight="w", timestamp="t")],
+        vertices=[VertexSource(path=str(d / "v.csv"), vtype="kind", features="f", split="s")],
+    )
     dv = ingest(ing, log=lines.append)
-    expected = {"edge_malformed": 1, "edge_null_id": 1, "edge_unknown_type": 1, "edge_bad_weight": 2,
-                "edge_bad_timestamp": 1, "edge_missing_endpoint": 1, "vertex_unknown_type": 1,
-                "vertex_feature_width": 1, "vertex_bad_split": 1, "vertex_duplicate": 1}
+    expected = {
+        "edge_malformed": 1,
+        "edge_null_id": 1,
+        "edge_unknown_type": 1,
+        "edge_bad_weight": 2,
+        "edge_bad_timestamp": 1,
+        "edge_missing_endpoint": 1,
+        "vertex_unknown_type": 1,
+        "vertex_feature_width": 1,
+        "vertex_bad_split": 1,
+        "vertex_duplicate": 1,
+    }
     counts = manifest(dv).stages["ingest"].counts
     assert counts["rejects"] == expected
     for kind, n in expected.items():
@@ -161,7 +195,8 @@ def test_quarantine_sets_every_kind_aside_and_counts_it(ingest, tmp_path):
     assert read_table(dv.rejects("edge_missing_endpoint"))["dst"].tolist() == ["9"]
     # good rows are published; the printed lines say what was set aside
     assert Counter((int(a), int(b), w, ts) for a, b, _, w, ts in edges_back(dv)) == Counter(
-        [(1, 2, 1.0, 10), (2, 3, 2.0, 20), (3, 1, 1.0, 30)])
+        [(1, 2, 1.0, 10), (2, 3, 2.0, 20), (3, 1, 1.0, 30)]
+    )
     assert counts["vertices"] == 4 and counts["vertices_per_type"] == {"user": 4}
     assert len([x for x in lines if x.startswith("quarantined: ")]) == len(expected)
     assert any(re.search(r"e\.csv, column 'w': 2 of 10 rows have a missing, non-numeric", x) for x in lines)

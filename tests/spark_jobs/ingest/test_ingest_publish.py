@@ -56,7 +56,10 @@ def test_rerun_is_idempotent_and_force_rebuilds(ingest, tmp_path):
     other = ingest(ing, self_loops="drop")
     assert other.version != dv.version
     forced = ingest(ing, force=True)
-    assert forced.path.exists() and manifest(forced).stages["ingest"].fingerprint == manifest(dv).stages["ingest"].fingerprint
+    assert (
+        forced.path.exists()
+        and manifest(forced).stages["ingest"].fingerprint == manifest(dv).stages["ingest"].fingerprint
+    )
     # changed input content: not up to date any more
     write(tmp_path / "in" / "e.csv", "src,dst\n1,2\n2,3\n3,4\n")
     changed = ingest(ing)
@@ -67,8 +70,25 @@ def test_rerun_is_idempotent_and_force_rebuilds(ingest, tmp_path):
 def test_cli_edges_quick_path(spark, tmp_path, capsys):
     f = write(tmp_path / "in" / "g.txt", "# SNAP\n1\t2\n2\t3\n3\t3\n")
     root = tmp_path / "data"
-    rc = glisp(["ingest", "--graph", "snap", "--edges", str(f), "--no-header", "--comment", "#", "--undirected",
-                "--self-loops", "drop", "--version", "v1", "--root", str(root)])
+    rc = glisp(
+        [
+            "ingest",
+            "--graph",
+            "snap",
+            "--edges",
+            str(f),
+            "--no-header",
+            "--comment",
+            "#",
+            "--undirected",
+            "--self-loops",
+            "drop",
+            "--version",
+            "v1",
+            "--root",
+            str(root),
+        ]
+    )
     out = capsys.readouterr().out
     assert rc == 0, out
     assert "|V| = 3" in out and "|E| = 4" in out and "edges/s" in out

@@ -41,7 +41,9 @@ def check_contract(dv, rec, parts: int) -> pd.DataFrame:
         lo, hi = np.minimum(e.src, e.dst), np.maximum(e.src, e.dst)
         assert (e.assign(lo=lo, hi=hi).groupby(["lo", "hi"])["part"].nunique() == 1).all()
     # V_i == endpoints of E_i, replicas consistent with V_i
-    ends = pd.concat([e[["src", "part"]].rename(columns={"src": "vid"}), e[["dst", "part"]].rename(columns={"dst": "vid"})])
+    ends = pd.concat(
+        [e[["src", "part"]].rename(columns={"src": "vid"}), e[["dst", "part"]].rename(columns={"dst": "vid"})]
+    )
     ends = ends.drop_duplicates()
     want = ends.groupby("vid")["part"].apply(lambda s: sorted(s.astype(int))).to_dict()
     got = {int(v): list(p) for v, p in zip(r.vid, r.parts, strict=True)}
@@ -148,8 +150,16 @@ def test_spark_rounds_equal_local_rounds(spark, cfg, small_rmat, rmat_runs, algo
     like the all-in-one-process run (so the result is also deterministic across runs)."""
     m = Manifest.read(small_rmat.manifest_path).schema["num_edges"]
     local = rmat_runs[algo]
-    c = with_values(cfg, "partition", algorithm=algo, parts=4, seed=7, progress=False, name=f"{algo}-mixed",
-                    local_finish_edges=m // 4)
+    c = with_values(
+        cfg,
+        "partition",
+        algorithm=algo,
+        parts=4,
+        seed=7,
+        progress=False,
+        name=f"{algo}-mixed",
+        local_finish_edges=m // 4,
+    )
     mixed = run_partition(spark, c, small_rmat, force=True)
     check_contract(small_rmat, mixed, 4)
     assert local.counts["spark_rounds"] == 0
@@ -165,9 +175,13 @@ def test_edgecut_owner_is_seeded_hash(spark, small_rmat, rmat_runs):
     pmod(xxhash64(vid, seed), p) - what the sampling client's owner routing relies on."""
     e, _ = _read(small_rmat, "edgecut-p4")
     own = e.groupby("src")["part"].first()
-    want = spark.sql(
-        f"SELECT id AS vid, pmod(xxhash64(id, CAST(7 AS BIGINT)), 4) AS o FROM range({int(own.index.max()) + 1})"
-    ).toPandas().set_index("vid")["o"]
+    want = (
+        spark.sql(
+            f"SELECT id AS vid, pmod(xxhash64(id, CAST(7 AS BIGINT)), 4) AS o FROM range({int(own.index.max()) + 1})"
+        )
+        .toPandas()
+        .set_index("vid")["o"]
+    )
     assert (own.values == want.loc[own.index].values).all()
     sizes = np.bincount(own.values, minlength=4)
     assert sizes.min() > 0.15 * len(own)  # the hash spreads owners over all partitions
