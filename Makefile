@@ -24,6 +24,7 @@ demo: $(STAMP) java-check
 	$(VENV)/bin/glisp pipeline --builtin cora --root data/demo --parts 4
 
 test: $(STAMP) java-check
+	$(VENV)/bin/ruff check .
 	$(PY) -m pytest -q tests
 
 lint: $(STAMP)
