@@ -58,7 +58,6 @@ def run_pipeline(spark, cfg: Config, builtin: str | None = None, force: bool = F
 
 def main(args: argparse.Namespace, cfg: Config) -> int:
     from glisp_core.config import EdgeSource
-    from glisp_core.report import summary
     from spark_jobs.session import get_spark
 
     cfg = with_values(cfg, "ingest", graph=args.graph)
@@ -72,8 +71,30 @@ def main(args: argparse.Namespace, cfg: Config) -> int:
     cfg = with_values(cfg, "reorder", order=args.order)
     spark = get_spark(cfg.spark, checkpoint_dir=f"{cfg.dataset.root}/_checkpoints")
     dv = run_pipeline(spark, cfg, builtin=args.builtin, force=args.force)
-    print(summary(Manifest.read(dv.manifest_path), dv))
+    print(brief(Manifest.read(dv.manifest_path), dv))
     return 0
+
+
+def brief(m: Manifest, dv) -> str:
+    """One line per published stage; `glisp report` prints everything."""
+    lines = [f"dataset {m.graph}/{m.version} at {dv.path}"]
+    for name, rec in m.stages.items():
+        secs = f"{rec.timings.get('total_s', 0):.1f} s"
+        if name == "ingest":
+            what = f"|V| {rec.counts.get('vertices', 0):,}  |E| {rec.counts.get('edges', 0):,}"
+        elif name.startswith("partition/"):
+            mt = rec.metrics
+            what = f"RF {mt['rf']:.3f}  VB {mt['vb']:.3f}  EB {mt['eb']:.3f}  rounds {rec.counts.get('rounds', '-')}"
+        elif name.startswith("serialize/"):
+            mt = rec.metrics
+            what = (f"{rec.counts.get('parts')} partitions, structure {mt.get('structure_bytes_per_edge', 0):.2f} B/edge,"
+                    f" {mt.get('bytes_total', 0) / 2**20:.1f} MiB in all")  # fmt: skip
+        else:
+            what = f"{rec.counts.get('vertices', 0):,} vertices ordered"
+        lines.append(f"  {name:<28} {what}  ({secs})")
+    lines.append(f"full report: glisp report {dv.path}")
+    lines.append(f"serve it:    glisp serve-cluster {dv.path} --cluster-file cluster.json")
+    return "\n".join(lines)
 
 
 def _replace_edges(cfg: Config, edges):
