@@ -96,25 +96,12 @@ def edge_round(
     the unordered pair and broadcast state only, so all rows of a pair agree wherever they are processed.
     """
     m = src.shape[0]
-    words = bits.shape[1]
     out = np.full(m, -1, np.int32)
     cand = np.empty(bits.shape[1] * 64, np.int64)
     for i in range(m):
         a = src[i]
         b = dst[i]
-        nc = 0
-        for w in range(words):
-            c = bits[a, w] & bits[b, w] & open_bits[w]
-            while c != 0:
-                low = c & (~c + np.uint64(1))
-                t = 0
-                x = low
-                while x > np.uint64(1):
-                    x >>= np.uint64(1)
-                    t += 1
-                cand[nc] = w * 64 + t
-                nc += 1
-                c ^= low
+        nc = _shared_open_parts(bits, open_bits, a, b, cand)
         if nc > 0:
             k = _draw(cand, nc, weight, _mix(a, b, seed))
             if accept[k] >= 1.0 or _mix(a, b, seed + 0x5BD1E995) < accept[k]:
@@ -152,22 +139,29 @@ def two_hop_counts(
     for i in range(src.shape[0]):
         a = src[i]
         b = dst[i]
-        nc = 0
-        for w in range(words):
-            c = bits[a, w] & bits[b, w] & open_bits[w]
-            while c != 0:
-                low = c & (~c + np.uint64(1))
-                t = 0
-                x = low
-                while x > np.uint64(1):
-                    x >>= np.uint64(1)
-                    t += 1
-                cand[nc] = w * 64 + t
-                nc += 1
-                c ^= low
+        nc = _shared_open_parts(bits, open_bits, a, b, cand)
         if nc > 0:
             counts[_draw(cand, nc, weight, _mix(a, b, seed))] += 1
     return counts
+
+
+@njit(nogil=True, cache=True)
+def _shared_open_parts(bits: np.ndarray, open_bits: np.ndarray, a: int, b: int, cand: np.ndarray) -> int:
+    """Write into cand the open partitions holding both a and b (the two-hop candidates); return how many."""
+    nc = 0
+    for w in range(bits.shape[1]):
+        c = bits[a, w] & bits[b, w] & open_bits[w]
+        while c != 0:
+            low = c & (~c + np.uint64(1))
+            t = 0
+            x = low
+            while x > np.uint64(1):
+                x >>= np.uint64(1)
+                t += 1
+            cand[nc] = w * 64 + t
+            nc += 1
+            c ^= low
+    return nc
 
 
 @njit(nogil=True, cache=True)
