@@ -247,39 +247,24 @@ def apply_delta(
 def boundaries(resid: np.ndarray, bits: np.ndarray, parts: int):
     """CSR of the boundary sets: B_k = {v : k in parts(v), resid(v) > 0}, vertices ascending."""
     n = resid.shape[0]
-    words = bits.shape[1]
+    every = np.full(bits.shape[1], ~np.uint64(0), np.uint64)
+    cand = np.empty(bits.shape[1] * 64, np.int64)
     size = np.zeros(parts + 1, np.int64)
     for v in range(n):
         if resid[v] > 0:
-            for w in range(words):
-                c = bits[v, w]
-                while c != 0:
-                    low = c & (~c + np.uint64(1))
-                    t = 0
-                    x = low
-                    while x > np.uint64(1):
-                        x >>= np.uint64(1)
-                        t += 1
-                    size[w * 64 + t + 1] += 1
-                    c ^= low
+            nc = _shared_open_parts(bits, every, v, v, cand)
+            for j in range(nc):
+                size[cand[j] + 1] += 1
     ptr = np.cumsum(size)
     fill = ptr[:-1].copy()
     out = np.empty(ptr[-1], np.int64)
     for v in range(n):
         if resid[v] > 0:
-            for w in range(words):
-                c = bits[v, w]
-                while c != 0:
-                    low = c & (~c + np.uint64(1))
-                    t = 0
-                    x = low
-                    while x > np.uint64(1):
-                        x >>= np.uint64(1)
-                        t += 1
-                    k = w * 64 + t
-                    out[fill[k]] = v
-                    fill[k] += 1
-                    c ^= low
+            nc = _shared_open_parts(bits, every, v, v, cand)
+            for j in range(nc):
+                k = cand[j]
+                out[fill[k]] = v
+                fill[k] += 1
     return ptr, out
 
 
