@@ -85,13 +85,18 @@ class PartitionSampler:
         self.busy_s = 0.0
 
     # ------------------------------------------------------------------ validation helpers
-    def check_ids(self, ids: np.ndarray, what: str = "vertices") -> np.ndarray:
-        """Local ids of global ``ids``; RequestError naming count and examples when any is absent."""
+    def _check_batch(self, ids: np.ndarray, what: str) -> np.ndarray:
+        """A 1-d int32/int64 id array within serve.max_batch, else RequestError naming ``what``."""
         ids = np.asarray(ids)
         if ids.dtype not in _ID_DTYPES or ids.ndim != 1:
             raise RequestError(f"{what}: expected a 1-d int32 or int64 array (got {ids.dtype} shape {ids.shape})")
         if len(ids) > self.max_batch:
             raise RequestError(f"{what}: at most serve.max_batch={self.max_batch} per request (got {len(ids)})")
+        return ids
+
+    def check_ids(self, ids: np.ndarray, what: str = "vertices") -> np.ndarray:
+        """Local ids of global ``ids``; RequestError naming count and examples when any is absent."""
+        ids = self._check_batch(ids, what)
         lids = np.asarray(self.r.to_local(ids.astype(np.int64, copy=False)))
         bad = lids < 0
         if bad.any():
@@ -239,11 +244,7 @@ class PartitionSampler:
     def features(self, gids: np.ndarray, want_features: bool = True, want_labels: bool = True) -> dict[str, Any]:
         """Features/labels/split of vertices mastered here; RequestError when one is not."""
         t0 = time.perf_counter()
-        gids = np.asarray(gids)
-        if gids.dtype not in _ID_DTYPES or gids.ndim != 1:
-            raise RequestError(f"vertices: expected a 1-d int32 or int64 array (got {gids.dtype} shape {gids.shape})")
-        if len(gids) > self.max_batch:
-            raise RequestError(f"vertices: at most serve.max_batch={self.max_batch} per request (got {len(gids)})")
+        gids = self._check_batch(gids, "vertices")
         rows = np.asarray(self.r.feature_rows(gids.astype(np.int64, copy=False)))
         bad = rows < 0
         if bad.any():
