@@ -47,52 +47,26 @@ def builtin_config(name: str, base: IngestConfig | None = None) -> IngestConfig:
             path=pq(rel), format="parquet", src="sourceNodeId", dst="targetNodeId", etype="relationshipType", **kw
         )
 
+    def vertex(rel: str, **kw: str) -> VertexSource:
+        return VertexSource(path=pq(rel), format="parquet", id="nodeId", vtype="labels", **kw)
+
     if name == "cora":
         edges = [edge("cora/cora_rels")]
-        vertices = [
-            VertexSource(
-                path=pq("cora/cora_nodes"),
-                format="parquet",
-                id="nodeId",
-                vtype="labels",
-                label="subject",
-                features="features",
-            )
-        ]
+        vertices = [vertex("cora/cora_nodes", label="subject", features="features")]
     elif name == "lastfm":
         edges = [
             edge("lastfm/user_friend_df_directed"),
             edge("lastfm/user_listen_artist_rels", weight="weight"),
             edge("lastfm/user_tag_artist_rels", timestamp="timestamp"),
         ]
-        vertices = [
-            VertexSource(path=pq("lastfm/user_nodes"), format="parquet", id="nodeId", vtype="labels"),
-            VertexSource(path=pq("lastfm/artist_nodes"), format="parquet", id="nodeId", vtype="labels"),
-        ]
+        vertices = [vertex("lastfm/user_nodes"), vertex("lastfm/artist_nodes")]
     elif name == "imdb":
         edges = [edge("imdb/imdb_acted_in"), edge("imdb/imdb_directed_in")]
         vertices = [
-            VertexSource(
-                path=pq("imdb/imdb_movies_with_genre"),
-                format="parquet",
-                id="nodeId",
-                vtype="labels",
-                label="genre",
-                features="plot_keywords",
-            ),
-            VertexSource(
-                path=pq("imdb/imdb_movies_without_genre"),
-                format="parquet",
-                id="nodeId",
-                vtype="labels",
-                features="plot_keywords",
-            ),
-            VertexSource(
-                path=pq("imdb/imdb_actors"), format="parquet", id="nodeId", vtype="labels", features="plot_keywords"
-            ),
-            VertexSource(
-                path=pq("imdb/imdb_directors"), format="parquet", id="nodeId", vtype="labels", features="plot_keywords"
-            ),
+            vertex("imdb/imdb_movies_with_genre", label="genre", features="plot_keywords"),
+            vertex("imdb/imdb_movies_without_genre", features="plot_keywords"),
+            vertex("imdb/imdb_actors", features="plot_keywords"),
+            vertex("imdb/imdb_directors", features="plot_keywords"),
         ]
     else:
         raise GlispError(f"unknown built-in dataset {name!r} (available: {', '.join(builtin_names())})")
