@@ -82,13 +82,13 @@ def register(cls: type[Partitioner]) -> type[Partitioner]:
 
 
 def _load_builtins() -> None:
-    from spark_jobs.partition import adadne, dbh, dne, edgecut, hash2d, hdrf, metis, random_edge  # noqa: F401
+    from spark_jobs.partition import adadne, dbh, dne, edgecut, hash2d, hdrf, random_edge  # noqa: F401
 
 
 def algorithms() -> list[str]:
-    """Names of the registered (and usable) algorithms."""
+    """Names of the registered algorithms."""
     _load_builtins()
-    return sorted(n for n, c in _REGISTRY.items() if getattr(c, "available", lambda: True)())
+    return sorted(_REGISTRY)
 
 
 def get_partitioner(cfg: PartitionConfig) -> Partitioner:
@@ -98,9 +98,6 @@ def get_partitioner(cfg: PartitionConfig) -> Partitioner:
         raise ConfigError(
             "partition", "algorithm", f"expected one of {', '.join(sorted(_REGISTRY))} (got {cfg.algorithm!r})"
         )
-    check = getattr(cls, "available", None)
-    if check is not None and not check():
-        raise ConfigError("partition", "algorithm", f"{cls.name} needs {cls.requires} installed (got it missing)")
     if cfg.parts < 1:
         raise ConfigError("partition", "parts", f"expected a positive number of partitions (got {cfg.parts})")
     return cls(cfg)
