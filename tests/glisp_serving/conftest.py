@@ -45,19 +45,12 @@ class Graph:
     features: np.ndarray
     labels: np.ndarray
     n: int
-    has_edgecut: bool
 
     def out_edges(self, v: int) -> np.ndarray:
         return np.flatnonzero(self.src == v)
 
     def in_edges(self, v: int) -> np.ndarray:
         return np.flatnonzero(self.dst == v)
-
-
-def edgecut_available() -> bool:
-    from spark_jobs.partition.base import algorithms
-
-    return "edgecut" in algorithms()
 
 
 @pytest.fixture(scope="session")
@@ -80,15 +73,12 @@ def graph(spark, tmp_path_factory) -> Graph:
                        weight=weight, ts=ts, features=feats, labels=labels,
                        split=rng.integers(0, 3, n).astype(np.int8))  # fmt: skip
     cfg = with_values(load_config(env={}), "serialize", parquet_copy=False)
-    runs = [("random", 3, VC_RUN)]
-    has_ec = edgecut_available()
-    if has_ec:
-        runs.append(("edgecut", 2, EC_RUN))
+    runs = [("random", 3, VC_RUN), ("edgecut", 2, EC_RUN)]
     for algo, parts, run in runs:
         c = with_values(cfg, "partition", algorithm=algo, parts=parts, name=run, seed=3, progress=False)
         run_partition(spark, c, dv)
         run_serialize(spark, c, dv, run=run)
-    return Graph(dv, src, dst, etype, weight, ts, feats, labels, n, has_ec)
+    return Graph(dv, src, dst, etype, weight, ts, feats, labels, n)
 
 
 class Cluster:
@@ -128,8 +118,6 @@ def vc_cluster(graph, tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def ec_cluster(graph, tmp_path_factory):
-    if not graph.has_edgecut:
-        pytest.skip("the 'edgecut' partitioner is not registered in spark_jobs.partition yet")
     c = Cluster(graph.dv, EC_RUN, tmp_path_factory.mktemp("ec"))
     yield c
     c.stop()
