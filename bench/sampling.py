@@ -65,9 +65,9 @@ def build(args: argparse.Namespace, root: Path) -> dict[str, dict]:
     cfg = with_values(cfg, "serialize", parquet_copy=False)
     spark = get_spark(cfg.spark, checkpoint_dir=str(root / "_checkpoints"))
     vc_algo = args.vertex_cut
-    ec_algo = "edgecut" if "edgecut" in algorithms() else None
-    if ec_algo is None:
-        print("NOTE: the 'edgecut' partitioner is not registered yet; edge-cut rows are skipped", flush=True)
+    missing = [a for a in args.edge_cut if a not in algorithms()]
+    if missing:
+        raise SystemExit(f"--edge-cut: unknown partitioner(s) {missing} (registered: {algorithms()})")
     out: dict[str, dict] = {}
     try:
         for g in args.graphs:
@@ -92,8 +92,8 @@ def build(args: argparse.Namespace, root: Path) -> dict[str, dict]:
             runs: dict[str, tuple[str, int, str]] = {"whole": ("random", 1, "whole-p1")}
             for p in args.parts:
                 runs[f"vc{p}"] = (vc_algo, p, f"{vc_algo}-p{p}")
-                if ec_algo:
-                    runs[f"ec{p}"] = (ec_algo, p, f"{ec_algo}-p{p}")
+                for ec_algo in args.edge_cut:
+                    runs[f"ec-{ec_algo}{p}"] = (ec_algo, p, f"{ec_algo}-p{p}")
             for algo, p, run in runs.values():
                 c = with_values(cfg, "partition", algorithm=algo, parts=p, name=run, progress=False)
                 t = time.perf_counter()
@@ -250,6 +250,10 @@ def main() -> int:
     ap.add_argument("--edge-factor", type=int, default=8, help="R-MAT edges per vertex before symmetrising")
     ap.add_argument("--parts", type=int, nargs="+", default=[2, 4])
     ap.add_argument("--vertex-cut", default="adadne", help="vertex-cut partition.algorithm")
+    ap.add_argument("--edge-cut", nargs="*", default=["metis", "edgecut"],
+                    help="edge-cut partition.algorithm(s) served with owner routing (metis: locality, "
+                         "DistDGL's; edgecut: seeded hash of the source)")  # fmt: skip
+    ap.add_argument("--build-only", action="store_true", help="publish the datasets and runs, then stop")
     ap.add_argument("--batches", type=int, default=20)
     ap.add_argument("--batch-size", type=int, default=1024)
     ap.add_argument("--fanouts", type=int, nargs="+", default=[15, 10, 5])
@@ -265,6 +269,8 @@ def main() -> int:
     infos = build(args, root)
     t_build = time.perf_counter() - t0
     print(f"build {t_build:.0f}s; load now {os.getloadavg()}", flush=True)
+    if args.build_only:
+        return 0
     results: dict = {"fanouts": args.fanouts, "batch": args.batch_size, "threads": args.threads,
                      "build_s": round(t_build, 1), "graphs": {}}  # fmt: skip
     for g, info in infos.items():

@@ -166,6 +166,7 @@ class PartitionConfig:
     count_sample: int = 16  # estimate two-hop volume per round from rows with eid % count_sample == 0
     count_sample_max: int = 1_000_000  # most sample rows held by the driver (the stride grows past it)
     progress: bool = True
+    metis_max_edges: int = 200_000_000  # metis: most undirected pairs one process partitions
     adadne: AdaDNEConfig = field(default_factory=AdaDNEConfig)
     dne: DNEConfig = field(default_factory=DNEConfig)
     hdrf: HDRFConfig = field(default_factory=HDRFConfig)
@@ -194,6 +195,7 @@ class ServeConfig:
     chunk: int = 4096  # tasks per kernel chunk; a larger batch is split across the threads
     verify: bool = False  # hash every partition file on start (sizes and version are always checked)
     warmup: bool = True  # run each kernel once before reporting SERVING
+    release_compiler_pages: bool = True  # after warm-up, unmap libLLVM's clean pages (~100 MiB of RSS)
     start_timeout_s: float = 120.0  # serve-cluster: how long to wait for every server to be healthy
 
 

@@ -25,7 +25,7 @@ from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from glisp_core.config import ServeConfig
 from glisp_core.dataset.layout import DatasetVersion
 from glisp_serving.engine import PartitionSampler, RequestError
-from glisp_serving.memory import release_free_heap, snapshot
+from glisp_serving.memory import release_clean_library_pages, release_free_heap, snapshot
 from glisp_serving.proto import sampling_pb2 as pb
 from glisp_serving.proto import sampling_pb2_grpc as pb_grpc
 from glisp_serving.wire import WireError, from_array, to_array
@@ -151,10 +151,14 @@ def warm_up(engine: PartitionSampler) -> None:
     if r.num_vertices == 0:
         return
     seeds = np.asarray(r.global_id[: min(8, r.num_vertices)], np.int64)
+    # numba specialises on writability: ids decoded from the wire are read-only (np.frombuffer) when
+    # they arrive as int64 and writable when widened from int32, so warm both
+    both = (seeds, np.array(seeds))
     methods = ["uniform", "uniform_exact", "replace"] + (["weighted"] if engine.weight is not None else [])
     for m in methods:
         for d in ("out", "in"):
-            engine.gather(seeds, fanout=2, method=m, direction=d, edge_ids=True)
+            for ids in both:
+                engine.gather(ids, fanout=2, method=m, direction=d, edge_ids=True)
             if engine.timestamp is not None:
                 engine.gather(seeds, fanout=2, method=m, direction=d, max_time=0)
     if len(r.edge_type_names) > 1:
@@ -230,11 +234,16 @@ def serve(
     rss_import = snapshot()["rss"]
     if cfg.warmup:
         warm_up_synthetic(part_dir, cfg)  # the runtime's memory (JIT, caches) before the partition's
+    released = release_clean_library_pages() if cfg.release_compiler_pages else 0
     baseline = snapshot()
     reader = open_partition(part_dir, verify=cfg.verify)
     engine = PartitionSampler(reader, threads=cfg.threads, chunk=cfg.chunk, max_batch=cfg.max_batch)
     if cfg.warmup:
         warm_up(engine)  # loads nothing new unless the partition needs int64 indices
+    if cfg.release_compiler_pages:
+        released += release_clean_library_pages()  # pages a new specialisation faulted back in
+    log.info("released %.1f MiB of compiler pages; runtime baseline RSS %.1f MiB", released / 2**20,
+             baseline["rss"] / 2**20)  # fmt: skip
     mb = cfg.max_message_mb * 1024 * 1024
     server = grpc.server(
         ThreadPoolExecutor(max_workers=max(2, cfg.threads), thread_name_prefix="glisp-rpc"),

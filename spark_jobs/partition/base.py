@@ -82,7 +82,7 @@ def register(cls: type[Partitioner]) -> type[Partitioner]:
 
 
 def _load_builtins() -> None:
-    from spark_jobs.partition import adadne, dbh, dne, edgecut, hash2d, hdrf, random_edge  # noqa: F401
+    from spark_jobs.partition import adadne, dbh, dne, edgecut, hash2d, hdrf, metis, random_edge  # noqa: F401
 
 
 def algorithms() -> list[str]:

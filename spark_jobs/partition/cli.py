@@ -10,7 +10,9 @@ from glisp_core.dataset.layout import resolve_dataset
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("dataset", help="graph, graph/version or a version directory")
-    p.add_argument("--algorithm", "-a", help="adadne, dne, random, hash2d, dbh, hdrf, edgecut (partition.algorithm)")
+    p.add_argument(
+        "--algorithm", "-a", help="adadne, dne, random, hash2d, dbh, hdrf, edgecut, metis (partition.algorithm)"
+    )
     p.add_argument("--parts", "-p", type=int, help="number of partitions (partition.parts)")
     p.add_argument("--seed", type=int, help="random seed (partition.seed)")
     p.add_argument("--name", help="run name; default <algorithm>-p<parts> (partition.name)")

@@ -321,7 +321,8 @@ def test_serve_sigterm_clean_shutdown(graph, tmp_path):
     port_file = tmp_path / "port"
     env = dict(os.environ, PYTHONPATH=str(ROOT))
     p = subprocess.Popen([sys.executable, "-m", "glisp_core.cli", "serve", str(graph.dv.path), "--partition", "1",
-                          "--run", "vc-p3", "--port", "0", "--port-file", str(port_file)],
+                          "--run", "vc-p3", "--port", "0", "--port-file", str(port_file),
+                          "--set", "serve.grace_s=120"],  # a drain that outlasts the big request on a busy CI box
                          env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)  # fmt: skip
     try:
         deadline = time.time() + 60
@@ -335,14 +336,14 @@ def test_serve_sigterm_clean_shutdown(graph, tmp_path):
             one = to_array(held[:1])
             assert stub.Gather(pb.GatherRequest(seeds=one, fanout=2), timeout=10).part_id == 1
             big = np.repeat(held, 1_000_000 // len(held))  # about a second of work on this machine
-            fut = stub.Gather.future(pb.GatherRequest(seeds=to_array(big), fanout=30, method="weighted"), timeout=30)
+            fut = stub.Gather.future(pb.GatherRequest(seeds=to_array(big), fanout=30, method="weighted"), timeout=120)
             time.sleep(0.2)
             p.send_signal(signal.SIGTERM)
             assert fut.result().part_id == 1  # in flight when SIGTERM arrived: still answered (drained)
             with pytest.raises(grpc.RpcError):  # and nothing new is accepted
                 time.sleep(0.5)
                 stub.Gather(pb.GatherRequest(seeds=one, fanout=2), timeout=5)
-        assert p.wait(timeout=30) == 0
+        assert p.wait(timeout=120) == 0
         assert "stopped" in p.stdout.read()
     finally:
         if p.poll() is None:

@@ -1,0 +1,44 @@
+"""The server's memory accounting and the compiler-page release, in process (no server needed)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from numba import njit
+
+from glisp_serving.memory import _clean_mappings, release_clean_library_pages, snapshot
+
+pytestmark = pytest.mark.skipif(not _clean_mappings("libllvmlite"), reason="needs Linux /proc smaps")
+
+
+def _llvm_resident() -> int:
+    return sum(rss for _, _, rss in _clean_mappings("libllvmlite"))
+
+
+def test_release_drops_llvm_pages_and_compiled_code_still_runs():
+    @njit(nogil=True)
+    def total(a):
+        s = 0
+        for x in a:
+            s += x
+        return s
+
+    assert total(np.arange(10)) == 45  # compiled: LLVM's pages are resident now
+    before_llvm, before_rss = _llvm_resident(), snapshot()["rss"]
+    assert before_llvm > 8 * 2**20
+    freed = release_clean_library_pages()
+    assert freed >= before_llvm * 0.9
+    assert _llvm_resident() < before_llvm * 0.1
+    assert snapshot()["rss"] <= before_rss - freed * 0.9
+    assert total(np.arange(100)) == 4950  # compiled code is not in those pages
+
+    @njit(nogil=True)
+    def biggest(a):
+        return a.max()
+
+    assert biggest(np.array([3.0, 7.0, 1.0])) == 7.0  # compiling again faults the pages back in
+    assert _llvm_resident() > 8 * 2**20
+
+
+def test_release_skips_other_libraries():
+    assert release_clean_library_pages("no-such-library-name") == 0
