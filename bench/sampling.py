@@ -6,9 +6,10 @@ The graphs go through the real batch stages in ONE Spark session (local[2]):
   -> ``run_ingest`` with ``directed = false`` (both directions stored, self-loops dropped);
 - built-ins (``--graphs cora lastfm imdb``): ``builtin_config`` -> ``run_ingest``, also symmetrised;
 
-then for P in --parts: ``run_partition`` with ``adadne`` (vertex-cut, ``replicas`` routing) and
-``edgecut`` (each edge to a seeded hash owner of its source, ``owner`` routing), plus a one-partition
-run (``random``, P=1) for the in-process limit, and ``run_serialize`` of each. Stages are idempotent:
+then for P in --parts: ``run_partition`` with ``adadne`` (vertex-cut, ``replicas`` routing) and each
+``--edge-cut`` algorithm (``owner`` routing): ``metis`` (METIS owner of the source: DistDGL's locality
+layout) and ``edgecut`` (a seeded hash owner), plus a one-partition run (``random``, P=1) for the
+in-process limit, and ``run_serialize`` of each. Stages are idempotent:
 with ``--root`` a second run reuses what is published. Spark is stopped before anything is timed.
 
 For every run it starts ``glisp serve-cluster`` (one process per partition, ``--threads`` each), samples
@@ -16,7 +17,7 @@ fanouts [15,10,5] at batch 1024 with the client loader (prefetch 2, features and
 prints seeds/s and sampled edges/s at the client, and the per-server load L_i = T_i / min_j T_j
 (T_i: busy seconds the server spent in Gather/Lookup during the window) for uniform and weighted
 sampling with balanced seeds (a random permutation of all vertices) and with every seed mastered by
-partition 0. Memory per server, from the Stats RPC after the workload: RSS, USS, PSS, the runtime
+partition 0 (for an edge-cut: owned by partition 0). Memory per server, from the Stats RPC after the workload: RSS, USS, PSS, the runtime
 baseline (RSS after imports and kernel warm-up on a synthetic partition, before the real one was
 opened), the partition-attributable RSS = RSS - baseline, the resident pages of the partition's
 memmaps, and the anonymous growth; against the partition's file bytes. The limit is the same k-hop
@@ -172,6 +173,7 @@ def memory_row(s: dict) -> dict:
         "mapped_resident_mib": round(s["partition_resident_bytes"] / MIB, 1),
         "anon_growth_mib": round((s["rss_anon_bytes"] - s["baseline_anon_bytes"]) / MIB, 1),
         "attributable_over_file": round(attributable / max(s["partition_bytes"], 1), 3),
+        "rss_over_file": round(s["rss_bytes"] / max(s["partition_bytes"], 1), 3),
     }
 
 
@@ -204,7 +206,9 @@ def bench_graph(g: str, info: dict, args: argparse.Namespace, workdir: Path) -> 
         try:
             with SamplingClient(cf, cfg, routing=routing) as c:
                 r: dict = {"run": run, "routing": routing, "parts": c.spec.num_parts}
-                part0 = np.flatnonzero(np.asarray(c.routing.master) == 0)
+                # "all seeds from partition 0": its masters (vertex-cut) or the vertices it owns (edge-cut)
+                home = c.routing.owner if routing == "owner" else c.routing.master
+                part0 = np.flatnonzero(np.asarray(home) == 0)
                 rng.shuffle(part0)
                 for m in methods:
                     for label, s in (("balanced", seeds), ("part0", part0)):
@@ -236,11 +240,56 @@ def print_run(g: str, r: dict, inproc: dict) -> None:
                  f"L_i balanced {w['load']} part0 {r['weighted_part0']['load']}")  # fmt: skip
     print(line, flush=True)
     for mrow in r["memory"]:
-        print(f"    server {mrow['part']}: file {mrow['file_mib']} MiB | RSS {mrow['rss_mib']} (USS {mrow['uss_mib']}, "
+        print(f"    server {mrow['part']}: file {mrow['file_mib']} MiB | RSS {mrow['rss_mib']} = "
+              f"{mrow['rss_over_file']}x file (USS {mrow['uss_mib']}, "
               f"PSS {mrow['pss_mib']}) | baseline {mrow['baseline_mib']} (imports {mrow['import_mib']}) | "
               f"attributable {mrow['attributable_mib']} = {mrow['attributable_over_file']}x file "
               f"(memmap pages {mrow['mapped_resident_mib']}, anon growth {mrow['anon_growth_mib']})",
               flush=True)  # fmt: skip
+
+
+def _li(x: dict) -> str:
+    return f"{_fmt(x['load'])} (edges {_fmt(x['load_edges'])})"
+
+
+def _fmt(v: list[float]) -> str:
+    return "[" + ", ".join(f"{a:.2f}" for a in v) + "]"
+
+
+def markdown(results: dict) -> str:
+    """The throughput/balance table and the memory table of docs/serving.md, from a results dict."""
+    head = ("| graph | P | run (routing) | RF | uniform seeds/s | % of in-process | edges/s | L_i uniform balanced "
+            "| L_i uniform part0 | weighted seeds/s (% in-proc) | L_i weighted balanced | L_i weighted part0 |\n"
+            + "|---" * 12 + "|\n")  # fmt: skip
+    mem = ("| graph | run | server | file MiB | RSS | RSS ÷ file | USS | PSS | baseline (imports) | "
+           "attributable = RSS − baseline | ÷ file | memmap pages | anon growth |\n" + "|---" * 13 + "|\n")  # fmt: skip
+    rows, mrows = [], []
+    for g, res in results["graphs"].items():
+        ip = res["inprocess"]
+        w = f"{ip['weighted']['seeds_s']:,} (100%)" if "weighted" in ip else "–"
+        rows.append(f"| {g} | 1 | in-process, no RPC | – | {ip['uniform']['seeds_s']:,} | 100% | "
+                    f"{ip['uniform']['edges_s'] / 1e6:.2f}M | | | {w} | | |")  # fmt: skip
+        for key, r in res.items():
+            if not isinstance(r, dict) or "routing" not in r:
+                continue
+            rf = res["partition_metrics"].get(key, {}).get("rf", float("nan"))
+            u = r["uniform_balanced"]
+            line = (f"| {g} | {r['parts']} | {r['run']} ({r['routing']}) | {rf:.2f} | {u['seeds_s']:,} | "
+                    f"{u['seeds_s'] / ip['uniform']['seeds_s']:.0%} | {u['edges_s'] / 1e6:.2f}M | {_li(u)} | "
+                    f"{_li(r['uniform_part0'])} |")  # fmt: skip
+            if "weighted_balanced" in r:
+                wb = r["weighted_balanced"]
+                line += (f" {wb['seeds_s']:,} ({wb['seeds_s'] / ip['weighted']['seeds_s']:.0%}) | {_li(wb)} | "
+                         f"{_li(r['weighted_part0'])} |")  # fmt: skip
+            else:
+                line += " – | – | – |"
+            rows.append(line)
+            for m in r["memory"]:
+                mrows.append(f"| {g} | {r['run']} | {m['part']} | {m['file_mib']} | {m['rss_mib']} | "
+                             f"{m['rss_over_file']:.2f} | {m['uss_mib']} | {m['pss_mib']} | {m['baseline_mib']} "
+                             f"({m['import_mib']}) | {m['attributable_mib']} | {m['attributable_over_file']:.2f} | "
+                             f"{m['mapped_resident_mib']} | {m['anon_growth_mib']} |")  # fmt: skip
+    return head + "\n".join(rows) + "\n\n" + mem + "\n".join(mrows) + "\n"
 
 
 def main() -> int:
@@ -280,6 +329,7 @@ def main() -> int:
     print(f"total {results['total_s']}s; load after: {os.getloadavg()}", flush=True)
     if args.json:
         Path(args.json).write_text(json.dumps(results, indent=1, default=str))
+    print(markdown(results), flush=True)
     return 0
 
 

@@ -25,7 +25,7 @@ from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from glisp_core.config import ServeConfig
 from glisp_core.dataset.layout import DatasetVersion
 from glisp_serving.engine import PartitionSampler, RequestError
-from glisp_serving.memory import release_clean_library_pages, release_free_heap, snapshot
+from glisp_serving.memory import map_large_allocations, release_clean_library_pages, release_free_heap, snapshot
 from glisp_serving.proto import sampling_pb2 as pb
 from glisp_serving.proto import sampling_pb2_grpc as pb_grpc
 from glisp_serving.wire import WireError, from_array, to_array
@@ -231,6 +231,7 @@ def serve(
     from glisp_core.partition_format import open_partition
 
     part_dir = dv.partition_dir(run, part)
+    map_large_allocations()  # response buffers go back to the OS when freed, not to a growing heap
     rss_import = snapshot()["rss"]
     if cfg.warmup:
         warm_up_synthetic(part_dir, cfg)  # the runtime's memory (JIT, caches) before the partition's

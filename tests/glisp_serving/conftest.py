@@ -7,9 +7,9 @@ session's one Spark JVM:
 
 - ``vc-p3``: a vertex-cut (``random``: each unordered pair to a seeded hash, so hubs are replicated on
   all three partitions);
-- ``ec-p2``: an edge-cut (``edgecut``: each edge to a seeded hash owner of its source), served by the
-  same server code for the owner-routing comparison. Only built when the ``edgecut`` partitioner is
-  registered; its tests skip otherwise.
+- ``ec-p2``: an edge-cut (``metis``: each edge to the METIS owner of its source, DistDGL's layout),
+  served by the same server code for the owner-routing comparison. (The hash ``edgecut`` is the same
+  routing over another owner rule; the partition tests cover it.)
 
 Servers are real ``glisp serve-cluster`` subprocesses on 127.0.0.1, started once per test module.
 """
@@ -73,7 +73,7 @@ def graph(spark, tmp_path_factory) -> Graph:
                        weight=weight, ts=ts, features=feats, labels=labels,
                        split=rng.integers(0, 3, n).astype(np.int8))  # fmt: skip
     cfg = with_values(load_config(env={}), "serialize", parquet_copy=False)
-    runs = [("random", 3, VC_RUN), ("edgecut", 2, EC_RUN)]
+    runs = [("random", 3, VC_RUN), ("metis", 2, EC_RUN)]
     for algo, parts, run in runs:
         c = with_values(cfg, "partition", algorithm=algo, parts=parts, name=run, seed=3, progress=False)
         run_partition(spark, c, dv)

@@ -2,12 +2,18 @@
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
+from pathlib import Path
+
 import numpy as np
 import pytest
 from numba import njit
 
 from glisp_serving.memory import _clean_mappings, release_clean_library_pages, snapshot
 
+ROOT = Path(__file__).resolve().parents[2]
 pytestmark = pytest.mark.skipif(not _clean_mappings("libllvmlite"), reason="needs Linux /proc smaps")
 
 
@@ -42,3 +48,29 @@ def test_release_drops_llvm_pages_and_compiled_code_still_runs():
 
 def test_release_skips_other_libraries():
     assert release_clean_library_pages("no-such-library-name") == 0
+
+
+_RETENTION = """
+import sys
+import numpy as np
+from glisp_serving.memory import map_large_allocations, snapshot
+if sys.argv[1] == "1":
+    assert map_large_allocations()
+a = np.ones(20 << 20, np.uint8); del a         # glibc's dynamic threshold climbs to 20 MiB here
+base = snapshot()["anon"]
+b = np.ones(20 << 20, np.uint8)                 # ... so this buffer comes from the heap
+pin = [bytes(100) for _ in range(2000)]         # small blocks above it keep the heap from shrinking
+del b
+print((snapshot()["anon"] - base) >> 20)
+"""
+
+
+def _retained_mib(fixed: bool) -> int:
+    out = subprocess.run([sys.executable, "-c", _RETENTION, "1" if fixed else "0"], capture_output=True, text=True,
+                         check=True, cwd=ROOT, env=dict(os.environ, PYTHONPATH=str(ROOT)))  # fmt: skip
+    return int(out.stdout.split()[-1])
+
+
+def test_map_large_allocations_returns_freed_buffers():
+    assert _retained_mib(fixed=False) >= 15  # the default heap keeps a freed response buffer resident
+    assert _retained_mib(fixed=True) <= 3
