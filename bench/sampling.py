@@ -105,7 +105,7 @@ def build(args: argparse.Namespace, root: Path) -> dict[str, dict]:
                 timings[f"serialize {run}"] = time.perf_counter() - t
             man = Manifest.read(dv.manifest_path)
             schema = man.schema
-            metrics = {k: man.stage(f"partition/{r}").metrics for k, (_, _, r) in runs.items() if k != "whole"}
+            metrics = {k: man.stage(f"partition/{r}").metrics for k, (_, _, r) in runs.items()}
             out[g] = {"dv": dv, "name": name, "runs": {k: r for k, (_, _, r) in runs.items()},
                       "n": int(schema["num_vertices"]), "m": int(schema["num_edges"]),
                       "weighted": bool(schema.get("weighted")), "partition_metrics": metrics,
@@ -199,9 +199,9 @@ def bench_graph(g: str, info: dict, args: argparse.Namespace, workdir: Path) -> 
     print(f"[{g}] in-process limit: {json.dumps(res['inprocess'])}", flush=True)
     cfg = ClientConfig(prefetch=2)
     for key, run in runs.items():
-        if key == "whole":
+        if key == "whole" and not args.serve_whole:
             continue
-        routing = "replicas" if key.startswith("vc") else "owner"
+        routing = "owner" if key.startswith("ec") else "replicas"
         proc, cf = start_cluster(dv, run, workdir, args.threads)
         try:
             with SamplingClient(cf, cfg, routing=routing) as c:
@@ -302,6 +302,8 @@ def main() -> int:
     ap.add_argument("--edge-cut", nargs="*", default=["metis", "edgecut"],
                     help="edge-cut partition.algorithm(s) served with owner routing (metis: locality, "
                          "DistDGL's; edgecut: seeded hash of the source)")  # fmt: skip
+    ap.add_argument("--serve-whole", action="store_true",
+                    help="also serve the one-partition run (P=1): the RPC cost alone, and memory at 1 server")  # fmt: skip
     ap.add_argument("--build-only", action="store_true", help="publish the datasets and runs, then stop")
     ap.add_argument("--batches", type=int, default=20)
     ap.add_argument("--batch-size", type=int, default=1024)
