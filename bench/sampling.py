@@ -224,28 +224,15 @@ def bench_graph(g: str, info: dict, args: argparse.Namespace, workdir: Path) -> 
             proc.send_signal(signal.SIGTERM)
             proc.wait(timeout=60)
         res[key] = r
-        print_run(g, r, res["inprocess"])
+        print_run(g, r, res)
     return res
 
 
-def print_run(g: str, r: dict, inproc: dict) -> None:
-    lim = inproc["uniform"]["seeds_s"]
-    u = r["uniform_balanced"]
-    line = (f"[{g}] P={r['parts']} {r['routing']:8s} {r['run']:12s} uniform {u['seeds_s']:8.0f} seeds/s "
-            f"({u['seeds_s'] / lim:4.0%} of in-process) {u['edges_s'] / 1e6:5.2f}M edges/s | L_i balanced "
-            f"{u['load']} part0 {r['uniform_part0']['load']}")  # fmt: skip
-    if "weighted_balanced" in r:
-        w = r["weighted_balanced"]
-        line += (f" | weighted {w['seeds_s']:.0f} seeds/s ({w['seeds_s'] / inproc['weighted']['seeds_s']:.0%}) "
-                 f"L_i balanced {w['load']} part0 {r['weighted_part0']['load']}")  # fmt: skip
-    print(line, flush=True)
-    for mrow in r["memory"]:
-        print(f"    server {mrow['part']}: file {mrow['file_mib']} MiB | RSS {mrow['rss_mib']} = "
-              f"{mrow['rss_over_file']}x file (USS {mrow['uss_mib']}, "
-              f"PSS {mrow['pss_mib']}) | baseline {mrow['baseline_mib']} (imports {mrow['import_mib']}) | "
-              f"attributable {mrow['attributable_mib']} = {mrow['attributable_over_file']}x file "
-              f"(memmap pages {mrow['mapped_resident_mib']}, anon growth {mrow['anon_growth_mib']})",
-              flush=True)  # fmt: skip
+def print_run(g: str, r: dict, res: dict) -> None:
+    """Progress: the run's rows of both tables as soon as it is measured."""
+    print(run_row(g, r, res), flush=True)
+    for m in r["memory"]:
+        print(memory_md(g, r["run"], m), flush=True)
 
 
 def _li(x: dict) -> str:
@@ -256,40 +243,48 @@ def _fmt(v: list[float]) -> str:
     return "[" + ", ".join(f"{a:.2f}" for a in v) + "]"
 
 
-def markdown(results: dict) -> str:
-    """The throughput/balance table and the memory table of docs/serving.md, from a results dict."""
-    head = ("| graph | P | run (routing) | RF | uniform seeds/s | % of in-process | edges/s | L_i uniform balanced "
+RUN_HEAD = ("| graph | P | run (routing) | RF | uniform seeds/s | % of in-process | edges/s | L_i uniform balanced "
             "| L_i uniform part0 | weighted seeds/s (% in-proc) | L_i weighted balanced | L_i weighted part0 |\n"
             + "|---" * 12 + "|\n")  # fmt: skip
-    mem = ("| graph | run | server | file MiB | RSS | RSS ÷ file | USS | PSS | baseline (imports) | "
-           "attributable = RSS − baseline | ÷ file | memmap pages | anon growth |\n" + "|---" * 13 + "|\n")  # fmt: skip
+MEM_HEAD = ("| graph | run | server | file MiB | RSS | RSS ÷ file | USS | PSS | baseline (imports) | "
+            "attributable = RSS − baseline | ÷ file | memmap pages | anon growth |\n" + "|---" * 13 + "|\n")  # fmt: skip
+
+
+def run_row(g: str, r: dict, res: dict) -> str:
+    """One served run: throughput against the in-process limit, and L_i (busy time, and edges served)."""
+    ip = res["inprocess"]
+    key = next((k for k, v in res.items() if v is r), "")
+    rf = res["partition_metrics"].get(key, {}).get("rf", float("nan"))
+    u = r["uniform_balanced"]
+    line = (f"| {g} | {r['parts']} | {r['run']} ({r['routing']}) | {rf:.2f} | {u['seeds_s']:,} | "
+            f"{u['seeds_s'] / ip['uniform']['seeds_s']:.0%} | {u['edges_s'] / 1e6:.2f}M | {_li(u)} | "
+            f"{_li(r['uniform_part0'])} |")  # fmt: skip
+    if "weighted_balanced" not in r:
+        return line + " – | – | – |"
+    wb = r["weighted_balanced"]
+    return line + (f" {wb['seeds_s']:,} ({wb['seeds_s'] / ip['weighted']['seeds_s']:.0%}) | {_li(wb)} | "
+                   f"{_li(r['weighted_part0'])} |")  # fmt: skip
+
+
+def memory_md(g: str, run: str, m: dict) -> str:
+    return (f"| {g} | {run} | {m['part']} | {m['file_mib']} | {m['rss_mib']} | {m['rss_over_file']:.2f} | "
+            f"{m['uss_mib']} | {m['pss_mib']} | {m['baseline_mib']} ({m['import_mib']}) | {m['attributable_mib']} | "
+            f"{m['attributable_over_file']:.2f} | {m['mapped_resident_mib']} | {m['anon_growth_mib']} |")  # fmt: skip
+
+
+def markdown(results: dict) -> str:
+    """The throughput/balance table and the memory table of docs/serving.md, from a results dict."""
     rows, mrows = [], []
     for g, res in results["graphs"].items():
         ip = res["inprocess"]
         w = f"{ip['weighted']['seeds_s']:,} (100%)" if "weighted" in ip else "–"
         rows.append(f"| {g} | 1 | in-process, no RPC | – | {ip['uniform']['seeds_s']:,} | 100% | "
                     f"{ip['uniform']['edges_s'] / 1e6:.2f}M | | | {w} | | |")  # fmt: skip
-        for key, r in res.items():
-            if not isinstance(r, dict) or "routing" not in r:
-                continue
-            rf = res["partition_metrics"].get(key, {}).get("rf", float("nan"))
-            u = r["uniform_balanced"]
-            line = (f"| {g} | {r['parts']} | {r['run']} ({r['routing']}) | {rf:.2f} | {u['seeds_s']:,} | "
-                    f"{u['seeds_s'] / ip['uniform']['seeds_s']:.0%} | {u['edges_s'] / 1e6:.2f}M | {_li(u)} | "
-                    f"{_li(r['uniform_part0'])} |")  # fmt: skip
-            if "weighted_balanced" in r:
-                wb = r["weighted_balanced"]
-                line += (f" {wb['seeds_s']:,} ({wb['seeds_s'] / ip['weighted']['seeds_s']:.0%}) | {_li(wb)} | "
-                         f"{_li(r['weighted_part0'])} |")  # fmt: skip
-            else:
-                line += " – | – | – |"
-            rows.append(line)
-            for m in r["memory"]:
-                mrows.append(f"| {g} | {r['run']} | {m['part']} | {m['file_mib']} | {m['rss_mib']} | "
-                             f"{m['rss_over_file']:.2f} | {m['uss_mib']} | {m['pss_mib']} | {m['baseline_mib']} "
-                             f"({m['import_mib']}) | {m['attributable_mib']} | {m['attributable_over_file']:.2f} | "
-                             f"{m['mapped_resident_mib']} | {m['anon_growth_mib']} |")  # fmt: skip
-    return head + "\n".join(rows) + "\n\n" + mem + "\n".join(mrows) + "\n"
+        for r in res.values():
+            if isinstance(r, dict) and "routing" in r:
+                rows.append(run_row(g, r, res))
+                mrows += [memory_md(g, r["run"], m) for m in r["memory"]]
+    return RUN_HEAD + "\n".join(rows) + "\n\n" + MEM_HEAD + "\n".join(mrows) + "\n"
 
 
 def main() -> int:
