@@ -128,16 +128,21 @@ class IngestPlan:
         return list(seen)
 
 
+def _open(spark, src: EdgeSource | VertexSource, what: str, files: list, offset: int, cols: dict):
+    """Read one configured table and check that every column the config names is there."""
+    sf = read_source(spark, src, what, files, offset)
+    require_columns(sf, cols, what)
+    return sf
+
+
 def edge_source_frame(spark, plan: IngestPlan, i: int, offset: int, id_long: bool):
     from pyspark.sql import functions as F
 
     ing = plan.ing
     src: EdgeSource = ing.edges[i]
     what = f"ingest.edges[{i}]"
-    sf = read_source(spark, src, what, plan.edge_files[i], offset)
-    require_columns(
-        sf, {"src": src.src, "dst": src.dst, "etype": src.etype, "weight": src.weight, "timestamp": src.timestamp}, what
-    )
+    cols = {"src": src.src, "dst": src.dst, "etype": src.etype, "weight": src.weight, "timestamp": src.timestamp}
+    sf = _open(spark, src, what, plan.edge_files[i], offset, cols)
     df = sf.df
 
     def ident(name):
@@ -205,12 +210,9 @@ def vertex_source_frame(spark, plan: IngestPlan, i: int, offset: int, id_long: b
     ing = plan.ing
     src: VertexSource = ing.vertices[i]
     what = f"ingest.vertices[{i}]"
-    sf = read_source(spark, src, what, plan.vertex_files[i], offset)
-    require_columns(
-        sf, {"id": src.id, "vtype": src.vtype, "label": src.label, "split": src.split, "features": src.features}, what
-    )
-    for j, fc in enumerate(src.feature_columns):
-        require_columns(sf, {f"feature_columns[{j}]": fc}, what)
+    cols = {"id": src.id, "vtype": src.vtype, "label": src.label, "split": src.split, "features": src.features}
+    cols.update({f"feature_columns[{j}]": fc for j, fc in enumerate(src.feature_columns)})
+    sf = _open(spark, src, what, plan.vertex_files[i], offset, cols)
     df = sf.df
     c = F.col
     vid = _col(src.id).cast("long") if id_long else _trimmed(_col(src.id))
