@@ -155,14 +155,14 @@ def warm_up(engine: PartitionSampler) -> None:
     # they arrive as int64 and writable when widened from int32, so warm both
     both = (seeds, np.array(seeds))
     methods = ["uniform", "uniform_exact", "replace"] + (["weighted"] if engine.weight is not None else [])
-    for m in methods:
-        for d in ("out", "in"):
-            for ids in both:
+    for ids in both:
+        for m in methods:
+            for d in ("out", "in"):
                 engine.gather(ids, fanout=2, method=m, direction=d, edge_ids=True)
-            if engine.timestamp is not None:
-                engine.gather(seeds, fanout=2, method=m, direction=d, max_time=0)
-    if len(r.edge_type_names) > 1:
-        engine.gather(seeds, type_fanouts=[(r.edge_type_names[0], 2)], method="uniform")
+                if engine.timestamp is not None:  # a bound every edge meets, so the fill kernel runs too
+                    engine.gather(ids, fanout=2, method=m, direction=d, max_time=np.iinfo(np.int64).max)
+        if len(r.edge_type_names) > 1:
+            engine.gather(ids, type_fanouts=[(r.edge_type_names[0], 2)], method="uniform")
     with engine._lock:  # warm-up is not served work
         engine.requests = engine.vertices_served = engine.edges_served = 0
         engine.busy_s = 0.0

@@ -278,6 +278,7 @@ def test_bad_requests_are_invalid_argument(vc_cluster, client, graph):
 
 
 def test_stats_and_vertex_info(client, graph):
+    client.sample(np.arange(graph.n), [2])  # every server has served something, whatever ran before
     st = client.stats()
     assert [s["part_id"] for s in st] == [0, 1, 2]
     for s in st:
@@ -315,6 +316,23 @@ def test_owner_routing_on_edge_cut(ec_cluster, graph):
 
     with pytest.raises(StageError, match="not an edge-cut"):  # a vertex-cut run cannot be owner-routed
         RoutingTable.from_partitions(graph.dv, "vc-p3", 3, owner_direction="out")
+
+
+def test_servers_keep_compiler_pages_released(vc_cluster, client, graph):
+    """After warm-up a server unmaps libLLVM's pages; serving must not fault them back in, which it would
+    if a request hit a kernel specialisation that warm-up missed (e.g. read-only vs writable ids)."""
+    psutil = pytest.importorskip("psutil")
+    seeds = np.arange(graph.n)
+    for method in ("uniform", "weighted", "replace", "uniform_exact"):
+        for direction in ("out", "in"):
+            client.sample(seeds, [3, 2], method=method, direction=direction)
+    client.sample(seeds[:50], [{"cites": 2, "likes": 1}])
+    client.sample(seeds[:50], [2], max_time=500)
+    servers = psutil.Process(vc_cluster.proc.pid).children(recursive=True)
+    assert len(servers) == 3
+    for proc in servers:
+        llvm = sum(m.rss for m in proc.memory_maps() if "libllvmlite" in m.path)
+        assert llvm < 8 * 2**20, f"server {proc.pid}: {llvm / 2**20:.1f} MiB of libLLVM resident after serving"
 
 
 def test_serve_sigterm_clean_shutdown(graph, tmp_path):
