@@ -150,6 +150,26 @@ def test_empty_partition(tmp_path: Path) -> None:
     assert len(r.out_range(np.zeros(0, np.int64))[0]) == 0
 
 
+@pytest.mark.parametrize("size", [7, 5000])  # below and above the sorted-lookup threshold
+def test_to_local_matches_a_dictionary(tmp_path: Path, size: int) -> None:
+    rng = np.random.default_rng(size)
+    held = np.unique(rng.integers(0, 10**9, 3000))
+    z = np.zeros(0, np.int64)
+    n = len(held)
+    write_partition(
+        tmp_path / "p", part_id=0, num_parts=1, vertex_gids=held, out_degree=np.zeros(n, np.int64),
+        in_degree=np.zeros(n, np.int64), replica_ptr=np.arange(n + 1), replica_parts=np.zeros(n, np.int32),
+        master=np.zeros(n, np.int32), vtype=np.zeros(n, np.int32), src=z, dst=z, etype=z,
+    )  # fmt: skip
+    r = open_partition(tmp_path / "p")
+    query = np.concatenate([rng.choice(held, size), rng.integers(0, 2 * 10**9, size), [held[-1] + 1, -5]])
+    rng.shuffle(query)  # held and absent ids, repeats, below and above every held id
+    where = {int(v): i for i, v in enumerate(held)}
+    expect = np.array([where.get(int(v), -1) for v in query])
+    assert np.array_equal(r.to_local(query), expect)
+    assert np.array_equal(r.to_local(query.reshape(2, -1)), expect.reshape(2, -1))
+
+
 @pytest.fixture
 def one_part(tmp_path: Path) -> Path:
     g = _graph()
