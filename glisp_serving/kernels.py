@@ -190,6 +190,13 @@ def _pick(n, c, state, pick, scratch):
 
 
 @njit(nogil=True, cache=True)
+def _heap_swap(hk, hp, i, j):
+    """Swap heap entries i and j (key and payload)."""
+    hk[i], hk[j] = hk[j], hk[i]
+    hp[i], hp[j] = hp[j], hp[i]
+
+
+@njit(nogil=True, cache=True)
 def _heap_sift_down(hk, hp, size, i):
     """Min-heap on keys hk (payload hp) after the root was replaced."""
     while True:
@@ -201,12 +208,7 @@ def _heap_sift_down(hk, hp, size, i):
         if right < size and hk[right] < hk[left]:
             small = right
         if hk[small] < hk[i]:
-            tk = hk[i]
-            hk[i] = hk[small]
-            hk[small] = tk
-            tp = hp[i]
-            hp[i] = hp[small]
-            hp[small] = tp
+            _heap_swap(hk, hp, i, small)
             i = small
         else:
             return
@@ -217,12 +219,7 @@ def _heap_sift_up(hk, hp, i):
     while i > 0:
         parent = (i - 1) // 2
         if hk[i] < hk[parent]:
-            tk = hk[i]
-            hk[i] = hk[parent]
-            hk[parent] = tk
-            tp = hp[i]
-            hp[i] = hp[parent]
-            hp[parent] = tp
+            _heap_swap(hk, hp, i, parent)
             i = parent
         else:
             return
