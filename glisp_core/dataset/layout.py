@@ -13,6 +13,8 @@ Layout (each directory is published atomically by one stage)::
     serialize/<run>/part-NNNNN/   raw arrays + meta.json        (glisp_core.partition_format)
     serialize/<run>/parquet/      edges/ and vertices/ per partition
     reorder/<run>/<order>/        vid, part, pos                (Parquet)
+    train/<run>/                  model.json + weights.pt       (glisp_core.models checkpoint)
+    infer/<run>/                  per-layer Zarr arrays, id map and outputs (glisp_infer)
 
 ``<run>`` is a partition run name such as ``adadne-p8``.
 """
@@ -115,6 +117,12 @@ class DatasetVersion:
 
     def reorder(self, run: str, order: str) -> Path:
         return self.path / "reorder" / check_name("partition run", run) / order
+
+    def train(self, run: str) -> Path:
+        return self.path / "train" / check_name("training run", run)
+
+    def infer(self, run: str) -> Path:
+        return self.path / "infer" / check_name("inference run", run)
 
     def __str__(self) -> str:
         return str(self.path)

@@ -1,0 +1,224 @@
+"""GNN models as stacks of one-layer slices, and the checkpoint that training writes and inference reads.
+
+Training (``glisp train``) runs a :class:`GNN` on the sampling service's blocks; layerwise inference
+(``glisp infer``) runs the same model one slice at a time over every vertex. Both rebuild the model
+from a :class:`ModelSpec`, so this module is the one place that knows the architectures.
+
+Every slice is *local*: the output row of a destination vertex depends only on its own input row and
+on the multiset of rows of its (sampled) in-neighbours in the block. That is what makes layerwise
+inference exact: at full fanout it equals a full-graph forward pass, and with sampling it equals the
+sample-wise forward pass over the same per-layer neighbour samples. GCN therefore uses the mean over
+the vertex and its neighbours (``1/(deg+1)`` weights, "right" normalisation) rather than the symmetric
+form, which would need every neighbour's degree.
+
+A slice takes a bipartite block in the service's layout (:class:`glisp_serving.blocks.Block`): source
+rows, of which the first ``num_dst`` are the destinations themselves, and ``edge_index`` =
+``[source position, destination position]``::
+
+    model = build_model(spec)
+    h = model(batch.x, batch.blocks)                     # training / sample-wise inference
+    h1 = model.layer(0, x_src, edge_index, num_dst)       # layerwise inference, one slice
+
+This is a leaf module: it imports torch and torch_geometric, so only training and inference import it.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Literal
+
+import torch
+from torch import Tensor, nn
+from torch_geometric.nn import GATConv, GCNConv, RGCNConv, SAGEConv
+
+from glisp_core.errors import FormatError, GlispError
+
+ARCHS = ("sage", "gcn", "gat", "rgcn")
+TASKS = ("node", "link")
+SPEC_FILE = "model.json"
+WEIGHTS_FILE = "weights.pt"
+SPEC_FORMAT = "glisp-model"
+SPEC_VERSION = 1
+
+
+@dataclass(frozen=True, kw_only=True)
+class ModelSpec:
+    """Everything needed to rebuild a model; recorded beside its weights.
+
+    ``out_dim`` is the number of classes for a node task and the embedding width for a link task.
+    ``relations`` names the edge types an R-GCN distinguishes, in relation-id order.
+    """
+
+    arch: Literal["sage", "gcn", "gat", "rgcn"]
+    in_dim: int
+    hidden: int
+    out_dim: int
+    layers: int
+    task: Literal["node", "link"] = "node"
+    dropout: float = 0.5
+    heads: int = 4  # gat: attention heads of the hidden layers (concatenated); the last layer has one
+    relations: tuple[str, ...] = field(default_factory=tuple)  # rgcn: edge type names
+    num_bases: int = 0  # rgcn: basis decomposition (0 = none)
+
+    def __post_init__(self) -> None:
+        if self.arch not in ARCHS:
+            raise GlispError(f"model arch: expected one of {ARCHS} (got {self.arch!r})")
+        if self.task not in TASKS:
+            raise GlispError(f"model task: expected one of {TASKS} (got {self.task!r})")
+        for name in ("in_dim", "hidden", "out_dim", "layers"):
+            if int(getattr(self, name)) <= 0:
+                raise GlispError(f"model {name}: must be positive (got {getattr(self, name)})")
+        if self.arch == "gat" and self.hidden % self.heads:
+            raise GlispError(f"model hidden: must be a multiple of heads={self.heads} for gat (got {self.hidden})")
+        if self.arch == "rgcn" and not self.relations:
+            raise GlispError("model relations: rgcn needs the edge type names (got none)")
+
+    @property
+    def dims(self) -> list[tuple[int, int]]:
+        """(input width, output width) of every slice, input layer first."""
+        widths = [self.in_dim] + [self.hidden] * (self.layers - 1) + [self.out_dim]
+        return list(zip(widths[:-1], widths[1:], strict=True))
+
+    def to_dict(self) -> dict[str, Any]:
+        d = dataclasses.asdict(self)
+        d["relations"] = list(self.relations)
+        return d
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> ModelSpec:
+        known = {f.name for f in dataclasses.fields(cls)}
+        unknown = sorted(set(d) - known)
+        if unknown:
+            raise FormatError(f"model spec: unknown keys {unknown} (known: {sorted(known)})")
+        d = dict(d)
+        d["relations"] = tuple(d.get("relations", ()))
+        return cls(**d)
+
+
+def _self_loops(edge_index: Tensor, num_dst: int) -> Tensor:
+    """``edge_index`` plus one edge from each destination's own source row (position i) to itself."""
+    loop = torch.arange(num_dst, device=edge_index.device, dtype=edge_index.dtype)
+    return torch.cat([edge_index, torch.stack([loop, loop])], dim=1)
+
+
+class Slice(nn.Module):
+    """One GNN layer on a bipartite block; returns the destinations' rows (before the activation)."""
+
+    def __init__(self, spec: ModelSpec, i: int) -> None:
+        super().__init__()
+        d_in, d_out = spec.dims[i]
+        last = i == spec.layers - 1
+        self.arch = spec.arch
+        if spec.arch == "sage":
+            self.conv: nn.Module = SAGEConv((d_in, d_in), d_out, aggr="mean")
+        elif spec.arch == "gcn":
+            self.conv = GCNConv(d_in, d_out, normalize=False, add_self_loops=False)
+        elif spec.arch == "gat":
+            heads = 1 if last else spec.heads
+            self.conv = GATConv((d_in, d_in), d_out // heads, heads=heads, add_self_loops=False)
+        else:
+            self.conv = RGCNConv((d_in, d_in), d_out, len(spec.relations), num_bases=spec.num_bases or None,
+                                 aggr="mean")  # fmt: skip
+
+    def forward(self, x_src: Tensor, edge_index: Tensor, num_dst: int, edge_type: Tensor | None = None) -> Tensor:
+        x_dst = x_src[:num_dst]
+        size = (x_src.shape[0], num_dst)
+        if self.arch == "sage":
+            return self.conv((x_src, x_dst), edge_index, size=size)
+        if self.arch == "gcn":
+            ei = _self_loops(edge_index, num_dst)
+            deg = torch.bincount(ei[1], minlength=num_dst).to(x_src.dtype)
+            w = 1.0 / deg[ei[1]]
+            # a homogeneous call over the source rows (the destinations are the first num_dst of them)
+            return self.conv(x_src, ei, w)[:num_dst]
+        if self.arch == "gat":
+            return self.conv((x_src, x_dst), _self_loops(edge_index, num_dst), size=size)
+        if edge_type is None:
+            raise GlispError("rgcn: edge_type is required (got None)")
+        return self.conv((x_src, x_dst), edge_index, edge_type)
+
+
+class GNN(nn.Module):
+    """``spec.layers`` slices; ReLU and dropout between them, none after the last."""
+
+    def __init__(self, spec: ModelSpec) -> None:
+        super().__init__()
+        self.spec = spec
+        self.slices = nn.ModuleList([Slice(spec, i) for i in range(spec.layers)])
+        self.dropout = nn.Dropout(spec.dropout)
+
+    @property
+    def num_layers(self) -> int:
+        return self.spec.layers
+
+    def layer(self, i: int, x_src: Tensor, edge_index: Tensor, num_dst: int, edge_type: Tensor | None = None) -> Tensor:
+        """Slice ``i`` with its activation: what layerwise inference stores as layer ``i + 1``."""
+        h = self.slices[i](x_src, edge_index, num_dst, edge_type)
+        if i < self.spec.layers - 1:
+            h = torch.relu(h)
+        return h
+
+    def forward(self, x: Tensor, blocks: Sequence[Any], edge_types: Sequence[Tensor | None] | None = None) -> Tensor:
+        """Run every slice over the blocks of a mini-batch (input layer first).
+
+        ``x`` holds the rows of ``blocks[0]``'s source vertices; ``edge_types[i]`` the relation id of every
+        edge of block ``i`` (rgcn only).
+        """
+        if len(blocks) != self.spec.layers:
+            raise GlispError(f"blocks: the model has {self.spec.layers} layers (got {len(blocks)} blocks)")
+        h = x
+        for i, b in enumerate(blocks):
+            if i > 0:
+                h = self.dropout(h)
+            h = self.layer(i, h, b.edge_index, b.num_dst, edge_types[i] if edge_types else None)
+        return h
+
+
+def build_model(spec: ModelSpec) -> GNN:
+    return GNN(spec)
+
+
+def link_scores(h_src: Tensor, h_dst: Tensor) -> Tensor:
+    """Score of the links (src[i], dst[i]) from their final embeddings: the dot product (a logit)."""
+    return (h_src * h_dst).sum(dim=-1)
+
+
+def default_device() -> torch.device:
+    """CUDA when present, the CPU otherwise: one code path for both."""
+    return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+
+
+def save_checkpoint(directory: str | os.PathLike[str], model: GNN, extra: dict[str, Any] | None = None) -> Path:
+    """Write ``model.json`` (the spec plus ``extra``) and ``weights.pt`` into ``directory``."""
+    directory = Path(directory)
+    directory.mkdir(parents=True, exist_ok=True)
+    doc = {"format": SPEC_FORMAT, "format_version": SPEC_VERSION, "spec": model.spec.to_dict(), **(extra or {})}
+    (directory / SPEC_FILE).write_text(json.dumps(doc, indent=2, sort_keys=True))
+    torch.save({k: v.detach().cpu() for k, v in model.state_dict().items()}, directory / WEIGHTS_FILE)
+    return directory
+
+
+def load_checkpoint(directory: str | os.PathLike[str], device: torch.device | str | None = None) -> tuple[GNN, dict]:
+    """The model saved in ``directory`` (in eval mode) and its ``model.json`` document."""
+    directory = Path(directory)
+    try:
+        doc = json.loads((directory / SPEC_FILE).read_text())
+    except FileNotFoundError:
+        raise FormatError(f"{directory / SPEC_FILE}: not found (is this a 'glisp train' checkpoint?)") from None
+    except json.JSONDecodeError as e:
+        raise FormatError(f"{directory / SPEC_FILE}: not valid JSON ({e})") from None
+    if doc.get("format") != SPEC_FORMAT or doc.get("format_version") != SPEC_VERSION:
+        raise FormatError(
+            f"{directory / SPEC_FILE}: expected format {SPEC_FORMAT!r} version {SPEC_VERSION} "
+            f"(got {doc.get('format')!r} version {doc.get('format_version')!r})"
+        )
+    model = build_model(ModelSpec.from_dict(doc["spec"]))
+    state = torch.load(directory / WEIGHTS_FILE, map_location="cpu", weights_only=True)
+    model.load_state_dict(state)
+    model.eval()
+    return model.to(device or "cpu"), doc
