@@ -206,6 +206,7 @@ class ClientConfig:
     prefetch: int = 2
     routing: Literal["replicas", "owner"] = "replicas"  # owner: each vertex only to its edge-cut owner
     backoff_s: float = 0.2  # first retry delay on UNAVAILABLE, doubled per retry
+    routing_source: Literal["auto", "files", "servers"] = "auto"  # where the routing table comes from
 
 
 @dataclass(frozen=True, kw_only=True)
