@@ -76,7 +76,9 @@ class IdMap:
         if arr.type == want:
             return arr
         if pa.types.is_floating(arr.type) or pa.types.is_boolean(arr.type):
-            raise IdError(f"original ids: expected {self.id_type} ids (got {arr.type}, e.g. {_examples(arr.to_pylist())})")
+            raise IdError(
+                f"original ids: expected {self.id_type} ids (got {arr.type}, e.g. {_examples(arr.to_pylist())})"
+            )
         try:
             return arr.cast(want)
         except (pa.ArrowInvalid, pa.ArrowNotImplementedError):
@@ -117,6 +119,8 @@ class IdMap:
         """Original ids of vertex ids (object array of str for string ids, int64 otherwise)."""
         v = np.asarray(vids)
         if v.size and (v.dtype.kind not in "iu" or v.min() < 0 or v.max() >= self.num_vertices):
-            raise IdError(f"vertex ids: expected integers in [0, {self.num_vertices}) (got e.g. {_examples(v.tolist())})")
+            raise IdError(
+                f"vertex ids: expected integers in [0, {self.num_vertices}) (got e.g. {_examples(v.tolist())})"
+            )
         taken = self.orig.take(v.astype(np.int64))
         return taken.to_numpy(zero_copy_only=False)
