@@ -186,7 +186,8 @@ class LinkTask:
 
         async def pairs(item: tuple[np.ndarray, np.ndarray], seed: int) -> tuple[np.ndarray, Any]:
             src, neg = item
-            hop = await backend.gather(src, HopRequest(fanout=1, direction="out", seed=seed))
+            # exactly one out-edge per source, uniformly (the quota method is exact only in expectation)
+            hop = await backend.gather(src, HopRequest(fanout=1, method="uniform_exact", direction="out", seed=seed))
             ok = hop.per_vertex > 0  # every drawn source has an out-edge; guard anyway
             src, dst, neg = src[ok], hop.nbrs, neg[ok]
             seeds, inv = np.unique(np.concatenate([src, dst, neg.ravel()]), return_inverse=True)

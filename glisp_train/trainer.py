@@ -99,66 +99,82 @@ def make_task(tc: TrainConfig, source: GraphSource) -> tuple[Any, str, dict[str,
     return task, "link-split", counts
 
 
-def train(cfg: Config, source: GraphSource, d: Dist, progress: Progress | None = None) -> TrainResult:
-    """Train ``cfg.train`` on ``source``; every process of the group calls this."""
+@dataclass
+class Session:
+    """Everything one training run holds: the task, the model and optimiser, the cache and the loaders."""
+
+    task: Any
+    model: GNN
+    opt: torch.optim.Optimizer
+    cache: FeatureCache
+    train_loader: Loader
+    eval_loader: Loader
+    ctx: Ctx
+    split_source: str
+    counts: dict[str, Any]
+    timings: dict[str, float]
+
+
+def setup(cfg: Config, source: GraphSource, d: Dist) -> Session:
+    """Task, model (same initial weights on every process), optimiser, feature cache and loaders."""
     tc = cfg.train
-    progress = progress or Progress(enabled=False)
     if tc.batch_size <= 0 or tc.epochs <= 0:
         raise ConfigError("train", "batch_size" if tc.batch_size <= 0 else "epochs", "must be positive")
     if tc.threads:
         torch.set_num_threads(tc.threads)
     torch.manual_seed(tc.seed)
-    t_setup = time.perf_counter()
+    t0 = time.perf_counter()
     task, split_source, counts = make_task(tc, source)
-    out_dim = task.num_classes if tc.task == "node" else tc.hidden
-    spec = model_spec(tc, source, out_dim)
+    spec = model_spec(tc, source, task.num_classes if tc.task == "node" else tc.hidden)
     model = build_model(spec).to(d.device)
     broadcast_params(model, d)
     opt = torch.optim.Adam(model.parameters(), lr=tc.lr, weight_decay=tc.weight_decay)
-
     out_deg, in_deg = source.info.degrees()
     cache_dev = d.device if tc.cache_device == "auto" else torch.device("cpu")
     t = time.perf_counter()
     cache = source.submit(FeatureCache.build(source.backend, hot_degree(out_deg, in_deg, tc.direction),
                                              tc.feature_cache_mb << 20, spec.in_dim, cache_dev)).result()  # fmt: skip
     cache_fill_s = time.perf_counter() - t
-    typed = tc.model == "rgcn"
     train_loader = Loader(source, hop_fanouts(tc, source.edge_types), cache, tc.prefetch, tc.direction, task.expand())
     eval_loader = Loader(source, hop_fanouts(tc, source.edge_types, True), cache, tc.prefetch, tc.direction)
-    ctx = Ctx(model, cache, d.device, typed, d, tc.batch_size, tc.eval_batch_size or tc.batch_size, tc.max_batches,
-              tc.seed)  # fmt: skip
-    setup_s = time.perf_counter() - t_setup
+    ctx = Ctx(model, cache, d.device, tc.model == "rgcn", d, tc.batch_size, tc.eval_batch_size or tc.batch_size,
+              tc.max_batches, tc.seed)  # fmt: skip
+    timings = {"setup_s": round(time.perf_counter() - t0, 3), "cache_fill_s": round(cache_fill_s, 3)}
+    return Session(task, model, opt, cache, train_loader, eval_loader, ctx, split_source, counts, timings)
 
+
+def train(cfg: Config, source: GraphSource, d: Dist, progress: Progress | None = None) -> TrainResult:
+    """Train ``cfg.train`` on ``source``; every process of the group calls this."""
+    progress = progress or Progress(enabled=False)
+    s = setup(cfg, source, d)
+    task, model = s.task, s.model
     epochs: list[dict[str, Any]] = []
     best, best_state, best_epoch, bad, stopped = -np.inf, None, 0, 0, False
-    for epoch in range(1, tc.epochs + 1):
-        rec = run_epoch(ctx, task, train_loader, opt, epoch, progress)
+    for epoch in range(1, cfg.train.epochs + 1):
+        rec = run_epoch(s.ctx, task, s.train_loader, s.opt, epoch, progress)
         t = time.perf_counter()
-        ev_times = LoaderTimes()
-        val = task.evaluate(ctx, eval_loader, "val", ev_times)
+        val = task.evaluate(s.ctx, s.eval_loader, "val", LoaderTimes())
         rec.update({f"val_{k}": round(float(v), 6) for k, v in val.items() if k != "predictions"})
         rec["eval_s"] = round(time.perf_counter() - t, 3)
         epochs.append(rec)
         progress.epoch_done(rec, task.metric)
-        score = val[task.metric]
-        if score > best:
-            best, best_epoch, bad = score, epoch, 0
+        if val[task.metric] > best:
+            best, best_epoch, bad = val[task.metric], epoch, 0
             best_state = copy.deepcopy({k: v.detach().cpu() for k, v in model.state_dict().items()})
         else:
             bad += 1
-            if tc.patience and bad >= tc.patience:
+            if cfg.train.patience and bad >= cfg.train.patience:
                 stopped = True
                 break
     assert best_state is not None
     model.load_state_dict(best_state)
     t = time.perf_counter()
-    test = task.evaluate(ctx, eval_loader, "test", LoaderTimes())
+    test = task.evaluate(s.ctx, s.eval_loader, "test", LoaderTimes())
     val_best = {k: v for k, v in epochs[best_epoch - 1].items() if k.startswith("val_")}
-    timings = {"setup_s": round(setup_s, 3), "cache_fill_s": round(cache_fill_s, 3),
-               "epochs_s": round(sum(e["epoch_s"] + e["eval_s"] for e in epochs), 3),
+    timings = {**s.timings, "epochs_s": round(sum(e["epoch_s"] + e["eval_s"] for e in epochs), 3),
                "test_s": round(time.perf_counter() - t, 3)}  # fmt: skip
-    return TrainResult(model, task, epochs, best_epoch, val_best, test, stopped, split_source, counts, timings,
-                       len(cache.ids), cache.nbytes)  # fmt: skip
+    return TrainResult(model, task, epochs, best_epoch, val_best, test, stopped, s.split_source, s.counts, timings,
+                       len(s.cache.ids), s.cache.nbytes)  # fmt: skip
 
 
 def run_epoch(ctx: Ctx, task: Any, loader: Loader, opt: torch.optim.Optimizer, epoch: int, progress: Progress):
