@@ -35,6 +35,8 @@ import os
 import signal
 import sys
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import numpy as np
@@ -97,7 +99,7 @@ def build(args: argparse.Namespace, root: Path) -> dict[str, object]:
         return {g: resolve_dataset(known[g]) for g in args.graphs}
     cfg = load_config(env={})
     cfg = with_values(cfg, "dataset", root=str(root / "data"))
-    cfg = with_values(cfg, "spark", master="local[2]", driver_memory="6g", ui=False, log_level="ERROR")
+    cfg = with_values(cfg, "spark", master="local[2]", driver_memory="4g", ui=False, log_level="ERROR")
     cfg = with_values(cfg, "serialize", parquet_copy=False)
     spark = get_spark(cfg.spark, checkpoint_dir=str(root / "_checkpoints"))
     out = {}
@@ -138,6 +140,23 @@ def _cfg(**train):
     return with_values(load_config(env={}), "train", **train)
 
 
+@contextmanager
+def serving(dv, cfg, workdir: Path) -> Iterator:
+    """A GraphSource over 2 servers (serve-cluster, 1 thread each) of the vertex-cut run, stopped after."""
+    from glisp_train.source import open_cluster
+
+    proc, cf = start_cluster(dv, VC, workdir, threads=1)
+    try:
+        source = open_cluster(cf, cfg)
+        try:
+            yield source
+        finally:
+            source.close()
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        proc.wait(timeout=60)
+
+
 def timing(dv, args: argparse.Namespace, workdir: Path) -> list[dict]:
     import torch
 
@@ -145,44 +164,35 @@ def timing(dv, args: argparse.Namespace, workdir: Path) -> list[dict]:
     from glisp_train.dist import Dist
     from glisp_train.loader import Loader
     from glisp_train.progress import Progress
-    from glisp_train.source import open_cluster
     from glisp_train.trainer import hop_fanouts, run_epoch, setup
 
     cfg = _cfg(model="sage", hidden=256, layers=3, fanouts=[15, 10, 5], batch_size=1024, max_batches=args.batches,
                feature_cache_mb=0, prefetch=0, dropout=0.5)  # fmt: skip
-    proc, cf = start_cluster(dv, VC, workdir, threads=1)
     rows: list[dict] = []
-    try:
-        source = open_cluster(cf, cfg)
-        try:
-            s = setup(cfg, source, Dist())
-            n, d = source.num_vertices, source.feature_dim
-            out_deg, in_deg = source.info.degrees()
-            hot = hot_degree(out_deg, in_deg, cfg.train.direction)
-            cached = source.submit(FeatureCache.build(source.backend, hot, int(0.2 * n) * 4 * d, d,
-                                                      torch.device("cpu"))).result()  # fmt: skip
-            loaders = {}
-            for pf in (0, 2):
-                for cache_on in (False, True):
-                    c = cached if cache_on else s.cache
-                    loaders[(pf, cache_on)] = Loader(source, hop_fanouts(cfg.train, source.edge_types), c, pf, "in")
-            run_epoch(s.ctx, s.task, loaders[(2, False)], s.opt, 0, Progress(enabled=False))  # warm-up
-            for rep in range(args.repeats):
-                for (pf, cache_on), loader in loaders.items():
-                    s.ctx.cache = loader.cache
-                    cpu0 = time.process_time()
-                    rec = run_epoch(s.ctx, s.task, loader, s.opt, rep + 1, Progress(enabled=False))
-                    cpu = time.process_time() - cpu0
-                    rec.update(prefetch=pf, cache=cache_on, rep=rep, cpu_s_per_batch=cpu / rec["batches"])
-                    rows.append(rec)
-                    print(f"[timing] rep {rep} prefetch {pf} cache {'20%' if cache_on else 'off'}: epoch "
-                          f"{rec['epoch_s']:.1f}s waiting {rec['wait_s']:.1f}s ({100 * rec['wait_share']:.0f}%) "
-                          f"computing {rec['compute_s']:.1f}s hits {100 * rec['cache_hit_ratio']:.0f}%", flush=True)  # fmt: skip
-        finally:
-            source.close()
-    finally:
-        proc.send_signal(signal.SIGTERM)
-        proc.wait(timeout=60)
+    with serving(dv, cfg, workdir) as source:
+        s = setup(cfg, source, Dist())
+        n, d = source.num_vertices, source.feature_dim
+        out_deg, in_deg = source.info.degrees()
+        hot = hot_degree(out_deg, in_deg, cfg.train.direction)
+        cached = source.submit(FeatureCache.build(source.backend, hot, int(0.2 * n) * 4 * d, d,
+                                                  torch.device("cpu"))).result()  # fmt: skip
+        loaders = {}
+        for pf in (0, 2):
+            for cache_on in (False, True):
+                c = cached if cache_on else s.cache
+                loaders[(pf, cache_on)] = Loader(source, hop_fanouts(cfg.train, source.edge_types), c, pf, "in")
+        run_epoch(s.ctx, s.task, loaders[(2, False)], s.opt, 0, Progress(enabled=False))  # warm-up
+        for rep in range(args.repeats):
+            for (pf, cache_on), loader in loaders.items():
+                s.ctx.cache = loader.cache
+                cpu0 = time.process_time()
+                rec = run_epoch(s.ctx, s.task, loader, s.opt, rep + 1, Progress(enabled=False))
+                cpu = time.process_time() - cpu0
+                rec.update(prefetch=pf, cache=cache_on, rep=rep, cpu_s_per_batch=cpu / rec["batches"])
+                rows.append(rec)
+                print(f"[timing] rep {rep} prefetch {pf} cache {'20%' if cache_on else 'off'}: epoch "
+                      f"{rec['epoch_s']:.1f}s waiting {rec['wait_s']:.1f}s ({100 * rec['wait_share']:.0f}%) "
+                      f"computing {rec['compute_s']:.1f}s hits {100 * rec['cache_hit_ratio']:.0f}%", flush=True)  # fmt: skip
     return rows
 
 
@@ -208,40 +218,31 @@ def hit_ratio(dv, args: argparse.Namespace, workdir: Path) -> list[dict]:
     from glisp_train.cache import FeatureCache, hot_degree
     from glisp_train.dist import Dist, rank_batches
     from glisp_train.loader import Loader, LoaderTimes
-    from glisp_train.source import open_cluster
     from glisp_train.trainer import hop_fanouts
 
     cfg = _cfg(layers=3, fanouts=[15, 10, 5], batch_size=1024)
-    proc, cf = start_cluster(dv, VC, workdir, threads=1)
     rows = []
-    try:
-        source = open_cluster(cf, cfg)
-        try:
-            n, d = source.num_vertices, source.feature_dim
-            out_deg, in_deg = source.info.degrees()
-            hot = hot_degree(out_deg, in_deg, "in")
-            labels, split = source.labels_and_split()
-            train_ids = np.flatnonzero(split == 0)
-            order = np.random.default_rng(0).permutation(train_ids)
-            batches = rank_batches(order, Dist(), 1024, args.batches)
-            rand = np.random.default_rng(1).random(n)  # a random 20% as the baseline ranking
-            for label, pct, score in [(f"{p}% hottest", p, hot) for p in (5, 10, 20, 40)] + [("20% random", 20, rand)]:
-                cache = source.submit(FeatureCache.build(source.backend, score, int(pct / 100 * n) * 4 * d, d,
-                                                         torch.device("cpu"))).result()  # fmt: skip
-                loader = Loader(source, hop_fanouts(cfg.train, source.edge_types), cache, 2, "in")
-                times = LoaderTimes()
-                for _ in loader.batches(batches, 11, times):
-                    pass
-                c = cache.counters
-                rows.append({"cache": label, "vertices": len(cache.ids), "cache_mib": cache.nbytes / 2**20,
-                             "hit_ratio": c.hit_ratio, "mib_fetched_per_batch": c.bytes_fetched / len(batches) / 2**20,
-                             "rows_per_batch": c.rows / len(batches)})  # fmt: skip
-                print(f"[hit ratio] {rows[-1]}", flush=True)
-        finally:
-            source.close()
-    finally:
-        proc.send_signal(signal.SIGTERM)
-        proc.wait(timeout=60)
+    with serving(dv, cfg, workdir) as source:
+        n, d = source.num_vertices, source.feature_dim
+        out_deg, in_deg = source.info.degrees()
+        hot = hot_degree(out_deg, in_deg, "in")
+        labels, split = source.labels_and_split()
+        train_ids = np.flatnonzero(split == 0)
+        order = np.random.default_rng(0).permutation(train_ids)
+        batches = rank_batches(order, Dist(), 1024, args.batches)
+        rand = np.random.default_rng(1).random(n)  # a random 20% as the baseline ranking
+        for label, pct, score in [(f"{p}% hottest", p, hot) for p in (5, 10, 20, 40)] + [("20% random", 20, rand)]:
+            cache = source.submit(FeatureCache.build(source.backend, score, int(pct / 100 * n) * 4 * d, d,
+                                                     torch.device("cpu"))).result()  # fmt: skip
+            loader = Loader(source, hop_fanouts(cfg.train, source.edge_types), cache, 2, "in")
+            times = LoaderTimes()
+            for _ in loader.batches(batches, 11, times):
+                pass
+            c = cache.counters
+            rows.append({"cache": label, "vertices": len(cache.ids), "cache_mib": cache.nbytes / 2**20,
+                         "hit_ratio": c.hit_ratio, "mib_fetched_per_batch": c.bytes_fetched / len(batches) / 2**20,
+                         "rows_per_batch": c.rows / len(batches)})  # fmt: skip
+            print(f"[hit ratio] {rows[-1]}", flush=True)
     return rows
 
 
@@ -266,7 +267,7 @@ ACCURACY = {  # graph -> [train] settings: the same for both sources
 
 def accuracy(g: str, dv, args: argparse.Namespace, workdir: Path) -> dict:
     from glisp_train.dist import Dist
-    from glisp_train.source import open_cluster, open_in_process
+    from glisp_train.source import open_in_process
     from glisp_train.trainer import train
 
     settings = dict(ACCURACY[g], layers=2)
@@ -276,22 +277,18 @@ def accuracy(g: str, dv, args: argparse.Namespace, workdir: Path) -> dict:
         types = Manifest.read(dv.manifest_path).schema["edge_types"]
         settings["type_fanouts"] = [dict.fromkeys(types, 10), dict.fromkeys(types, 10)]
     res: dict = {"settings": settings, "cluster": [], "in-process": []}
-    proc, cf = start_cluster(dv, VC, workdir, threads=1)
-    try:
-        for seed in range(args.seeds):
-            cfg = _cfg(**settings, seed=seed)
-            for kind in ("cluster", "in-process"):
-                src = open_cluster(cf, cfg) if kind == "cluster" else open_in_process(str(dv.path), WHOLE, cfg)
-                try:
+    with serving(dv, _cfg(**settings), workdir) as cluster:
+        local = open_in_process(str(dv.path), WHOLE, _cfg(**settings))
+        try:
+            for seed in range(args.seeds):
+                cfg = _cfg(**settings, seed=seed)
+                for kind, src in (("cluster", cluster), ("in-process", local)):
                     r = train(cfg, src, Dist())
-                finally:
-                    src.close()
-                res[kind].append(r.test["acc"])
-                print(f"[accuracy] {g} seed {seed} {kind}: test acc {r.test['acc']:.4f} (best epoch {r.best_epoch})",
-                      flush=True)  # fmt: skip
-    finally:
-        proc.send_signal(signal.SIGTERM)
-        proc.wait(timeout=60)
+                    res[kind].append(r.test["acc"])
+                    print(f"[accuracy] {g} seed {seed} {kind}: test acc {r.test['acc']:.4f} "
+                          f"(best epoch {r.best_epoch})", flush=True)  # fmt: skip
+        finally:
+            local.close()
     return res
 
 

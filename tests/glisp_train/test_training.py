@@ -25,16 +25,16 @@ def test_cluster_accuracy_matches_the_in_process_reference(cora, cora_cluster, c
     """GraphSAGE on Cora through 2 servers vs the same model, fanouts, epochs and seeds over one whole-graph
     partition in process: mean test accuracy over three seeds within 1.5 points."""
     accs: dict[str, list[float]] = {"cluster": [], "in-process": []}
-    for seed in SEEDS:
-        cfg = train_cfg(epochs=8, seed=seed)
-        for kind in accs:
-            src = open_cluster(cora_cluster.cluster_file, cfg) if kind == "cluster" else open_in_process(
-                str(cora.dv.path), WHOLE, cfg)  # fmt: skip
-            try:
-                res = train(cfg, src, Dist())
-            finally:
-                src.close()
-            accs[kind].append(res.test["acc"])
+    cfg = train_cfg(epochs=8)
+    sources = {"cluster": open_cluster(cora_cluster.cluster_file, cfg),
+               "in-process": open_in_process(str(cora.dv.path), WHOLE, cfg)}  # fmt: skip
+    try:
+        for seed in SEEDS:
+            for kind, src in sources.items():
+                accs[kind].append(train(train_cfg(epochs=8, seed=seed), src, Dist()).test["acc"])
+    finally:
+        for src in sources.values():
+            src.close()
     c, r = float(np.mean(accs["cluster"])), float(np.mean(accs["in-process"]))
     with capsys.disabled():
         print(f"\nCora test accuracy, mean of seeds {SEEDS}: 2 servers {c:.4f} {accs['cluster']}, "
