@@ -276,7 +276,7 @@ def accuracy(g: str, dv, args: argparse.Namespace, workdir: Path) -> dict:
 
         types = Manifest.read(dv.manifest_path).schema["edge_types"]
         settings["type_fanouts"] = [dict.fromkeys(types, 10), dict.fromkeys(types, 10)]
-    res: dict = {"settings": settings, "cluster": [], "in-process": []}
+    res: dict = {"settings": settings, "cluster": [], "in-process": [], "cluster_auc": [], "in-process_auc": []}
     with serving(dv, _cfg(**settings), workdir) as cluster:
         local = open_in_process(str(dv.path), WHOLE, _cfg(**settings))
         try:
@@ -285,6 +285,8 @@ def accuracy(g: str, dv, args: argparse.Namespace, workdir: Path) -> dict:
                 for kind, src in (("cluster", cluster), ("in-process", local)):
                     r = train(cfg, src, Dist())
                     res[kind].append(r.test["acc"])
+                    if "auc" in r.test:  # binary labels: ROC-AUC too
+                        res[f"{kind}_auc"].append(r.test["auc"])
                     print(f"[accuracy] {g} seed {seed} {kind}: test acc {r.test['acc']:.4f} "
                           f"(best epoch {r.best_epoch})", flush=True)  # fmt: skip
         finally:
@@ -300,6 +302,10 @@ def accuracy_table(results: dict) -> str:
         s = r["settings"]
         lines.append(f"| {g} | {s['model']} ({s['fanouts']}) | {len(c)} | {c.mean():.4f} ± {c.std():.4f} | "
                      f"{p.mean():.4f} ± {p.std():.4f} | {100 * (c.mean() - p.mean()):+.2f} |")  # fmt: skip
+        if r.get("cluster_auc"):
+            ca, pa = np.array(r["cluster_auc"]), np.array(r["in-process_auc"])
+            lines.append(f"| {g} (ROC-AUC) | | {len(ca)} | {ca.mean():.4f} ± {ca.std():.4f} | "
+                         f"{pa.mean():.4f} ± {pa.std():.4f} | {100 * (ca.mean() - pa.mean()):+.2f} |")  # fmt: skip
     return "\n".join(lines)
 
 

@@ -96,14 +96,22 @@ class NodeTask:
         return loss, len(b.seeds), {"correct": correct}
 
     def evaluate(self, ctx: Ctx, loader: Loader, which: str, times: LoaderTimes) -> dict[str, Any]:
+        """Accuracy (and ROC-AUC of a binary task, where accuracy alone says little on imbalanced labels)."""
         ids = self.val_ids if which == "val" else self.test_ids
         got, out = embed(ctx, loader, ids, times)
         pred = out.argmax(1) if len(out) else np.empty(0, np.int64)
         correct, total = all_sum([float((pred == self.labels[got]).sum()), float(len(got))], ctx.dist)
         res: dict[str, Any] = {"acc": correct / total if total else 0.0}
-        if which == "test":
-            parts = all_gather((got, pred), ctx.dist)
-            res["predictions"] = (np.concatenate([p[0] for p in parts]), np.concatenate([p[1] for p in parts]))
+        binary = self.num_classes == 2
+        if which == "test" or binary:
+            margin = out[:, 1] - out[:, 0] if binary and len(out) else np.empty(0, np.float32)
+            parts = all_gather((got, pred, margin), ctx.dist)
+            got, pred, margin = (np.concatenate([p[i] for p in parts]) for i in range(3))
+            if binary:
+                y = self.labels[got]
+                res["auc"] = roc_auc(margin[y == 1], margin[y == 0])
+            if which == "test":
+                res["predictions"] = (got, pred)
         return res
 
 
@@ -136,6 +144,17 @@ def node_split(labels: np.ndarray, split: np.ndarray, shares: list[float], seed:
 
 
 # ---------------------------------------------------------------------------------------------- link
+def roc_auc(pos: np.ndarray, neg: np.ndarray) -> float:
+    """Probability that a positive scores above a negative (ties count half): Mann-Whitney over ranks."""
+    pos, neg = np.asarray(pos, np.float64).ravel(), np.asarray(neg, np.float64).ravel()
+    p, q = len(pos), len(neg)
+    if not p or not q:
+        return 0.0
+    _, inv, cnt = np.unique(np.concatenate([pos, neg]), return_inverse=True, return_counts=True)
+    avg_rank = (np.cumsum(cnt) - (cnt - 1) / 2.0)[inv]  # 1-based, ties averaged
+    return float((avg_rank[:p].sum() - p * (p + 1) / 2.0) / (p * q))
+
+
 def mrr_auc(pos: np.ndarray, neg: np.ndarray) -> dict[str, float]:
     """MRR of each positive against its row of negatives (ties count half), and the AUC over all scores."""
     pos = np.asarray(pos, np.float64)
@@ -143,12 +162,7 @@ def mrr_auc(pos: np.ndarray, neg: np.ndarray) -> dict[str, float]:
     if len(pos) == 0:
         return {"mrr": 0.0, "auc": 0.0}
     rank = 1.0 + (neg > pos[:, None]).sum(1) + 0.5 * (neg == pos[:, None]).sum(1)
-    allv = np.concatenate([pos, neg.ravel()])
-    _, inv, cnt = np.unique(allv, return_inverse=True, return_counts=True)
-    avg_rank = (np.cumsum(cnt) - (cnt - 1) / 2.0)[inv]  # 1-based, ties averaged
-    p, q = len(pos), neg.size
-    auc = (avg_rank[:p].sum() - p * (p + 1) / 2.0) / (p * q) if q else 0.0
-    return {"mrr": float(np.mean(1.0 / rank)), "auc": float(auc)}
+    return {"mrr": float(np.mean(1.0 / rank)), "auc": roc_auc(pos, neg)}
 
 
 @dataclass

@@ -124,3 +124,11 @@ def test_link_split_holds_out_unordered_pairs(cora):
     ser = m.stage(f"serialize/{LP}")
     assert sum(ser.counts["edges_per_part"]) == rec.counts["edges"]
     assert json.loads((cora.dv.partition_dir(LP, 0) / "meta.json").read_text())["num_parts"] == 2
+
+
+def test_ranking_metrics():
+    from glisp_train.tasks import roc_auc
+
+    r = mrr_auc(np.array([1.0, 0.2]), np.array([[0.5, 2.0], [0.1, 0.1]]))
+    assert r == {"mrr": 0.75, "auc": 0.625}  # ranks 2 and 1; 5 of 8 pairs ordered
+    assert roc_auc([1, 2, 3], [0, 0.5]) == 1.0 and roc_auc([1], [1]) == 0.5 and roc_auc([0], [1]) == 0.0
