@@ -111,3 +111,26 @@ def test_original_ids_map_to_vertex_ids_and_back(cora):
         ids.to_orig([cora.n])
     with pytest.raises(IdError, match="not one of"):
         ids.to_vids(orig, vertex_type="author")
+
+
+def test_progress_is_a_bar_on_a_terminal_and_a_line_per_epoch_otherwise():
+    import io
+
+    from glisp_train.progress import Progress
+
+    rec = {"epoch": 1, "loss": 0.5, "val_acc": 0.8, "epoch_s": 2.0, "wait_share": 0.1, "cache_hit_ratio": 0.9,
+           "feature_bytes_fetched": 2**20}  # fmt: skip
+    for tty in (True, False):
+        out = io.StringIO()
+        p = Progress(stream=out, tty=tty)
+        p.epoch_start(1, 3)
+        for _ in range(3):
+            p.step(0.5)
+        p.epoch_done(rec, "acc")
+        text = out.getvalue()
+        assert ("[" + "#" * 30 + "] 3/3" in text) == tty
+        assert text.endswith("epoch 1: loss 0.5000 val_acc 0.8000 | 2.0s, waiting 10%, cache hits 90%, 1.0 MiB fetched\n")
+        assert text.count("\n") == 1
+    quiet = io.StringIO()
+    Progress(enabled=False, stream=quiet, tty=True).epoch_done(rec, "acc")  # other ranks say nothing
+    assert quiet.getvalue() == ""
