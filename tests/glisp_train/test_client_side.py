@@ -129,7 +129,9 @@ def test_progress_is_a_bar_on_a_terminal_and_a_line_per_epoch_otherwise():
         p.epoch_done(rec, "acc")
         text = out.getvalue()
         assert ("[" + "#" * 30 + "] 3/3" in text) == tty
-        assert text.endswith("epoch 1: loss 0.5000 val_acc 0.8000 | 2.0s, waiting 10%, cache hits 90%, 1.0 MiB fetched\n")
+        assert text.endswith(
+            "epoch 1: loss 0.5000 val_acc 0.8000 | 2.0s, waiting 10%, cache hits 90%, 1.0 MiB fetched\n"
+        )
         assert text.count("\n") == 1
     quiet = io.StringIO()
     Progress(enabled=False, stream=quiet, tty=True).epoch_done(rec, "acc")  # other ranks say nothing

@@ -132,3 +132,33 @@ def test_ranking_metrics():
     r = mrr_auc(np.array([1.0, 0.2]), np.array([[0.5, 2.0], [0.1, 0.1]]))
     assert r == {"mrr": 0.75, "auc": 0.625}  # ranks 2 and 1; 5 of 8 pairs ordered
     assert roc_auc([1, 2, 3], [0, 0.5]) == 1.0 and roc_auc([1], [1]) == 0.5 and roc_auc([0], [1]) == 0.0
+
+
+def test_hop_fanouts_give_rgcn_every_relation_in_schema_order():
+    from glisp_core.errors import ConfigError
+    from glisp_train.trainer import hop_fanouts
+
+    types = ["ACTED_IN", "DIRECTED_IN"]
+    tc = train_cfg(model="rgcn", fanouts=[10, 5]).train
+    assert hop_fanouts(tc, types) == [[("ACTED_IN", 10), ("DIRECTED_IN", 10)], [("ACTED_IN", 5), ("DIRECTED_IN", 5)]]
+    tc = train_cfg(model="rgcn", type_fanouts=[{"DIRECTED_IN": 3}, {"ACTED_IN": 2, "DIRECTED_IN": 1}]).train
+    assert hop_fanouts(tc, types) == [[("ACTED_IN", 0), ("DIRECTED_IN", 3)], [("ACTED_IN", 2), ("DIRECTED_IN", 1)]]
+    assert hop_fanouts(train_cfg(fanouts=[7, 3], eval_fanouts=[20, 20]).train, types, evaluation=True) == [20, 20]
+    with pytest.raises(ConfigError, match="one fanout per layer"):
+        hop_fanouts(train_cfg(fanouts=[7, 3, 2]).train, types)
+    with pytest.raises(ConfigError, match=r"unknown edge types \['WROTE'\]"):
+        hop_fanouts(train_cfg(type_fanouts=[{"WROTE": 1}, {}]).train, types)
+
+
+@pytest.mark.parametrize("model", ["rgcn", "gat"])
+def test_typed_and_attention_models_train_in_process(cora, model):
+    """R-GCN samples per edge type (Cora has one: relation 0 is every edge); GAT runs on the same blocks."""
+    cfg = train_cfg(model=model, epochs=2, hidden=16, heads=2)
+    src = open_in_process(str(cora.dv.path), WHOLE, cfg)
+    try:
+        res = train(cfg, src, Dist())
+    finally:
+        src.close()
+    assert res.model.spec.arch == model and len(res.epochs) == 2
+    assert res.model.spec.relations == (("e0",) if model == "rgcn" else ())
+    assert res.test["acc"] > 0.5  # well above the largest class (30%)
