@@ -318,7 +318,9 @@ def train_lines(m: Manifest) -> list[str]:
             continue
         p = rec.params
         cols = [c for c in TRAIN_COLUMNS if any(c[0] in e for e in epochs)]
-        rows = [[e.get("epoch")] + [None if e.get(k) is None else float(e[k]) * sc for k, _, sc in cols] for e in epochs]
+        rows = [
+            [e.get("epoch")] + [None if e.get(k) is None else float(e[k]) * sc for k, _, sc in cols] for e in epochs
+        ]
         tests = ", ".join(f"{k} {fmt(v)}" for k, v in rec.metrics.items() if k.startswith("test_"))
         lines += [""] if lines else []
         lines.append(

@@ -154,7 +154,6 @@ class SamplingServicer(pb_grpc.SamplingServicer):
             format_version=int(getattr(r, "format_version", 0)),
         )
 
-
     def Routing(self, request: pb.RoutingRequest, context: grpc.ServicerContext) -> Iterator[pb.RoutingChunk]:
         """This partition's share of the client routing table (see glisp_serving.cluster_info)."""
         owner = ("in" if request.owner_direction == pb.IN else "out") if request.owners else None

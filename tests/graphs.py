@@ -83,8 +83,9 @@ def write_dataset(
         pq.write_table(pa.table(vcols), tmp.vertices / "part-00000.parquet")
         tmp.idmap.mkdir(parents=True)
         pq.write_table(
-            pa.table({"vid": np.arange(n, dtype=np.int64), "orig_id": orig_ids or [str(i) for i in range(n)],
-                      "vtype": vtype}),  # fmt: skip
+            pa.table(
+                {"vid": np.arange(n, dtype=np.int64), "orig_id": orig_ids or [str(i) for i in range(n)], "vtype": vtype}
+            ),  # fmt: skip
             tmp.idmap / "part-00000.parquet",
         )
         fdim = 0
