@@ -15,6 +15,7 @@ The held-out edges of a link-prediction training run (``glisp link-split``) trav
 from __future__ import annotations
 
 import json
+import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -223,8 +224,6 @@ def _stream(addresses: list[str], part: int, method: str, request: Any, cfg: Cli
                 last = e
                 if e.code() != grpc.StatusCode.UNAVAILABLE:
                     break
-        import time
-
         time.sleep(cfg.backoff_s * (2**attempt))
     assert last is not None
     raise SamplingError(
