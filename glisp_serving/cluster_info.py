@@ -222,7 +222,7 @@ def _stream(addresses: list[str], part: int, method: str, request: Any, cfg: Cli
                 return list(getattr(pb_grpc.SamplingStub(ch), method)(request, timeout=cfg.deadline_s))
             except grpc.RpcError as e:
                 last = e
-                if e.code() != grpc.StatusCode.UNAVAILABLE:
+                if e.code() != grpc.StatusCode.UNAVAILABLE or attempt == cfg.retries:
                     break
         time.sleep(cfg.backoff_s * (2**attempt))
     assert last is not None
