@@ -11,8 +11,10 @@ import argparse
 import importlib
 import sys
 from collections.abc import Sequence
+from pathlib import Path
 
-from glisp_core.config import load_config, with_values
+from glisp_core.config import Config, load_config, with_values
+from glisp_core.dataset.paths import confine
 from glisp_core.errors import GlispError
 
 # name -> (module, one-line help)
@@ -47,6 +49,18 @@ def _top_help() -> str:
     return "\n".join(lines)
 
 
+def _confine_arguments(args: argparse.Namespace, cfg: Config) -> None:
+    """The dataset root and a DATASET argument must stay inside ``dataset.confine_to`` when it is set."""
+    jail = cfg.dataset.confine_to
+    if not jail:
+        return
+    confine(cfg.dataset.root, jail, "dataset.root (--root)")
+    ds = getattr(args, "dataset", None)
+    if isinstance(ds, str) and ds:
+        p = Path(ds)
+        confine(p if p.is_absolute() or p.exists() else Path(cfg.dataset.root) / p, jail, "DATASET argument")
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     if not argv or argv[0] in ("-h", "--help"):
@@ -70,6 +84,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         cfg = load_config(args.config, overrides=args.set)
         cfg = with_values(cfg, "dataset", root=args.root)
         cfg = with_values(cfg, "spark", master=args.master)
+        _confine_arguments(args, cfg)
         return int(module.main(args, cfg) or 0)
     except GlispError as e:
         print(f"glisp {name}: error: {e}", file=sys.stderr)

@@ -46,6 +46,7 @@ class SparkConfig:
 class DatasetConfig:
     root: str = "data"  # <root>/<graph>/<version>/
     checksum: Literal["content", "stat"] = "content"  # how input files are fingerprinted
+    confine_to: str = ""  # when set, every path read or written must resolve inside it (glisp_core.dataset.paths)
 
 
 @dataclass(frozen=True, kw_only=True)
