@@ -9,13 +9,14 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import os
 import sys
 from collections.abc import Sequence
 from pathlib import Path
 
 from glisp_core.config import Config, load_config, with_values
 from glisp_core.dataset.paths import confine
-from glisp_core.errors import GlispError
+from glisp_core.errors import GlispError, failure_reason
 
 # name -> (module, one-line help)
 COMMANDS: dict[str, tuple[str, str]] = {
@@ -88,6 +89,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         return int(module.main(args, cfg) or 0)
     except GlispError as e:
         print(f"glisp {name}: error: {e}", file=sys.stderr)
+        return 1
+    except Exception as e:  # a Spark/Py4J/OS failure: one line; the trace only on request
+        if os.environ.get("GLISP_TRACEBACK"):
+            raise
+        print(f"glisp {name}: error: {failure_reason(e)} (set GLISP_TRACEBACK=1 for the full trace)", file=sys.stderr)
         return 1
 
 
