@@ -10,10 +10,12 @@ from __future__ import annotations
 import argparse
 import time
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 from glisp_core.config import Config, with_values
 from glisp_core.dataset.manifest import Manifest
+from glisp_core.dataset.versions import GraphLock, apply_retention, set_latest
 from glisp_core.errors import GlispError, StageError, failure_reason
 
 
@@ -58,11 +60,17 @@ def run_pipeline(spark, cfg: Config, builtin: str | None = None, force: bool = F
 
         ingest_cfg = builtin_config(builtin, cfg.ingest)
     timings: dict[str, float] = {}
-    dv = run_stage("ingest", lambda: run_ingest(spark, cfg, ingest_cfg, force=force), timings)
-    prec = run_stage("partition", lambda: run_partition(spark, cfg, dv, force=force), timings)
-    run = prec.name.split("/", 1)[1]
-    run_stage("serialize", lambda: run_serialize(spark, cfg, dv, run=run, force=force), timings)
-    run_stage("reorder", lambda: run_reorder(spark, cfg, dv, run=run, order=cfg.reorder.order, force=force), timings)
+    root = Path(cfg.dataset.root)
+    graph = (ingest_cfg or cfg.ingest).graph
+    with GraphLock(root, graph):
+        dv = run_stage("ingest", lambda: run_ingest(spark, cfg, ingest_cfg, force=force), timings)
+        prec = run_stage("partition", lambda: run_partition(spark, cfg, dv, force=force), timings)
+        run = prec.name.split("/", 1)[1]
+        run_stage("serialize", lambda: run_serialize(spark, cfg, dv, run=run, force=force), timings)
+        run_stage("reorder", lambda: run_reorder(spark, cfg, dv, run=run, order=cfg.reorder.order, force=force),
+                  timings)  # fmt: skip
+        set_latest(dv)  # only now: every configured stage of this version succeeded
+        apply_retention(root, graph, cfg.dataset.keep_versions)
     print("pipeline stage times: " + ", ".join(f"{k} {v:.1f}s" for k, v in timings.items()))
     return dv
 

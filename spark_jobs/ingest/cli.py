@@ -103,6 +103,9 @@ def main(args: argparse.Namespace, cfg: Config) -> int:
     spark = get_spark(cfg.spark)
     dv = run_ingest(spark, cfg, ing, force=args.force)
     from glisp_core.dataset.manifest import Manifest
+    from glisp_core.dataset.versions import set_latest
+
+    set_latest(dv)  # a one-stage refresh: 'glisp pipeline' moves latest only after all its stages
 
     m = Manifest.read(dv.manifest_path)
     rec = m.stages["ingest"]
