@@ -31,6 +31,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "train": ("glisp_serving.train_cli", "train a GNN from the sampling service (not built yet)"),
     "infer": ("glisp_infer.cli", "layerwise inference to Zarr (not built yet)"),
     "pipeline": ("spark_jobs.pipeline", "run every batch stage end to end on one dataset"),
+    "promote": ("glisp_core.promote", "point a graph's latest at a version whose stages are all published"),
 }
 
 
