@@ -15,8 +15,9 @@ from typing import Any
 
 from glisp_core.config import Config, with_values
 from glisp_core.dataset.manifest import Manifest
-from glisp_core.dataset.versions import GraphLock, apply_retention, set_latest
+from glisp_core.dataset.versions import GraphLock
 from glisp_core.errors import GlispError, StageError, failure_reason
+from glisp_core.promote import promote
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -69,8 +70,8 @@ def run_pipeline(spark, cfg: Config, builtin: str | None = None, force: bool = F
         run_stage("serialize", lambda: run_serialize(spark, cfg, dv, run=run, force=force), timings)
         run_stage("reorder", lambda: run_reorder(spark, cfg, dv, run=run, order=cfg.reorder.order, force=force),
                   timings)  # fmt: skip
-        set_latest(dv)  # only now: every configured stage of this version succeeded
-        apply_retention(root, graph, cfg.dataset.keep_versions)
+        # only now, with every configured stage published: move latest, then apply retention
+        promote(dv, run, [f"reorder/{run}/{cfg.reorder.order}"], cfg.dataset.keep_versions)
     print("pipeline stage times: " + ", ".join(f"{k} {v:.1f}s" for k, v in timings.items()))
     return dv
 
