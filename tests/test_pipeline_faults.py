@@ -23,6 +23,7 @@ import pytest
 
 from glisp_core.dataset.layout import DatasetVersion, list_versions
 from glisp_core.dataset.manifest import Manifest
+from glisp_core.dataset.versions import read_latest
 from glisp_core.partition_format import open_partition
 from tests.graphs import rmat_edges
 
@@ -146,6 +147,7 @@ def test_killed_jvm_or_driver_in_every_stage_loses_nothing_and_a_rerun_completes
         if victim == "jvm":  # the driver survives to say which stage failed and why
             assert f"pipeline stage '{stage}' failed" in out and "JVM" in out, out[-2000:]
         assert _digest(dv_a.path) == before_a, f"snapshot A changed after a kill in {stage}"
+        assert read_latest(gdir) == dv_a.version  # a failed refresh never moves latest
         after = _stage_digests(gdir)
         for key, d in published_before.items():  # every stage published before the kill is untouched
             assert after.get(key) == d, f"{key} changed after a kill in {stage}"
@@ -160,6 +162,7 @@ def test_killed_jvm_or_driver_in_every_stage_loses_nothing_and_a_rerun_completes
     for name in ("ingest", "partition/adadne-p2", "serialize/adadne-p2", "reorder/adadne-p2/pds"):
         m.stage(name)
     _check_consistent(gdir)
+    assert read_latest(gdir) == dv_b.version  # moved once every stage of B was published
     leftovers = [p for p in gdir.rglob(".*") if p.name.startswith((".tmp-", ".old-"))]
     assert not leftovers, leftovers
 
