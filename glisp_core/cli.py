@@ -9,11 +9,14 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import os
 import sys
 from collections.abc import Sequence
+from pathlib import Path
 
-from glisp_core.config import load_config, with_values
-from glisp_core.errors import GlispError
+from glisp_core.config import Config, load_config, with_values
+from glisp_core.dataset.paths import confine
+from glisp_core.errors import GlispError, failure_reason
 
 # name -> (module, one-line help)
 COMMANDS: dict[str, tuple[str, str]] = {
@@ -29,6 +32,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "train": ("glisp_train.cli", "train a GNN through the sampling service (node classification, link prediction)"),
     "infer": ("glisp_infer.cli", "layerwise inference to Zarr (not built yet)"),
     "pipeline": ("spark_jobs.pipeline", "run every batch stage end to end on one dataset"),
+    "promote": ("glisp_core.promote", "point a graph's latest at a version whose stages are all published"),
 }
 
 
@@ -46,6 +50,18 @@ def _top_help() -> str:
     lines += [f"  {n.ljust(width)}  {h}" for n, (_, h) in COMMANDS.items()]
     lines += ["", "'glisp <command> --help' shows a command's options."]
     return "\n".join(lines)
+
+
+def _confine_arguments(args: argparse.Namespace, cfg: Config) -> None:
+    """The dataset root and a DATASET argument must stay inside ``dataset.confine_to`` when it is set."""
+    jail = cfg.dataset.confine_to
+    if not jail:
+        return
+    confine(cfg.dataset.root, jail, "dataset.root (--root)")
+    ds = getattr(args, "dataset", None)
+    if isinstance(ds, str) and ds:
+        p = Path(ds)
+        confine(p if p.is_absolute() or p.exists() else Path(cfg.dataset.root) / p, jail, "DATASET argument")
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -71,9 +87,15 @@ def main(argv: Sequence[str] | None = None) -> int:
         cfg = load_config(args.config, overrides=args.set)
         cfg = with_values(cfg, "dataset", root=args.root)
         cfg = with_values(cfg, "spark", master=args.master)
+        _confine_arguments(args, cfg)
         return int(module.main(args, cfg) or 0)
     except GlispError as e:
         print(f"glisp {name}: error: {e}", file=sys.stderr)
+        return 1
+    except Exception as e:  # a Spark/Py4J/OS failure: one line; the trace only on request
+        if os.environ.get("GLISP_TRACEBACK"):
+            raise
+        print(f"glisp {name}: error: {failure_reason(e)} (set GLISP_TRACEBACK=1 for the full trace)", file=sys.stderr)
         return 1
 
 

@@ -46,6 +46,8 @@ class SparkConfig:
 class DatasetConfig:
     root: str = "data"  # <root>/<graph>/<version>/
     checksum: Literal["content", "stat"] = "content"  # how input files are fingerprinted
+    confine_to: str = ""  # when set, every path read or written must resolve inside it (glisp_core.dataset.paths)
+    keep_versions: int = 0  # glisp pipeline keeps this many newest versions per graph; 0 = keep all
 
 
 @dataclass(frozen=True, kw_only=True)

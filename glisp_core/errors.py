@@ -45,3 +45,38 @@ class FormatError(GlispError):
 
 class StageError(GlispError):
     """A stage cannot run: a missing prerequisite stage or an inconsistent dataset."""
+
+
+# ----------------------------------------------------------------------------------------------
+# What a dying Spark job raises, as one line an operator can act on. A killed JVM surfaces as a Py4J
+# network error, a killed Python worker or a full disk as a Java stack trace hundreds of lines long;
+# commands print the stage that failed and this reason and exit non-zero. Published data is untouched,
+# because every stage publishes atomically.
+# ----------------------------------------------------------------------------------------------
+
+_KNOWN = (
+    ("No space left on device", "no space left on device"),
+    ("Disk quota exceeded", "disk quota exceeded"),
+    ("Python worker exited unexpectedly", "a Spark Python worker died"),
+    ("Answer from Java side is empty", "the Spark JVM died"),
+    ("Error while sending or receiving", "the Spark JVM died"),
+    ("Connection refused", "the Spark JVM died or cannot be reached"),
+    ("SparkContext was shut down", "the Spark context was shut down"),
+    ("java.lang.OutOfMemoryError", "a Spark JVM ran out of memory"),
+    ("Lost executor", "a Spark executor was lost"),
+)
+
+
+def failure_reason(e: BaseException, limit: int = 300) -> str:
+    """A known cause when one is recognised, else the exception's last meaningful line."""
+    text = f"{type(e).__name__}: {e}"
+    cause = e.__cause__ or e.__context__
+    if cause is not None:
+        text += f"\n{type(cause).__name__}: {cause}"
+    lines = [ln.strip() for ln in text.splitlines() if ln.strip()]
+    for needle, what in _KNOWN:
+        hit = next((ln for ln in lines if needle in ln), None)
+        if hit is not None:
+            return f"{what} ({hit[:limit]})"
+    first = lines[0] if lines else type(e).__name__
+    return first[:limit]

@@ -33,12 +33,19 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--plot", metavar="PATH", help=f"degree distribution PNG (default <version>/report/{PLOT_NAME})"
     )
     parser.add_argument("--no-plot", action="store_true", help="do not write the degree distribution plot")
+    parser.add_argument("--compare", metavar="OTHER", help="another version (or graph): both side by side, per stage")
 
 
 def main(args: argparse.Namespace, cfg: Config) -> int:
     """Print the JSON manifest or the summary; write the degree plot unless --json without --plot."""
     dv = resolve_dataset(args.dataset, cfg.dataset.root)
     manifest = Manifest.read(dv.manifest_path)
+    if args.compare:
+        from glisp_core.report_compare import compare_text
+
+        other = resolve_dataset(args.compare, cfg.dataset.root)
+        print(compare_text(manifest, Manifest.read(other.manifest_path)))
+        return 0
     if args.json:
         print(json.dumps(manifest.to_dict(), indent=2, default=_json_default))
     else:

@@ -9,10 +9,15 @@ from __future__ import annotations
 
 import argparse
 import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
 
 from glisp_core.config import Config, with_values
 from glisp_core.dataset.manifest import Manifest
-from glisp_core.errors import GlispError
+from glisp_core.dataset.versions import GraphLock
+from glisp_core.errors import GlispError, StageError, failure_reason
+from glisp_core.promote import promote
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -26,8 +31,25 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--force", action="store_true", help="re-run stages even when up to date")
 
 
+def run_stage(name: str, fn: Callable[[], Any], timings: dict[str, float]) -> Any:
+    """Run one stage; any failure becomes a StageError naming the stage and the reason."""
+    t = time.perf_counter()
+    try:
+        return fn()
+    except GlispError as e:
+        raise StageError(f"pipeline stage {name!r} failed: {e}") from e
+    except Exception as e:  # a Spark or Py4J failure: one line, not a Java stack trace
+        raise StageError(f"pipeline stage {name!r} failed: {failure_reason(e)}") from e
+    finally:
+        timings[name] = time.perf_counter() - t
+
+
 def run_pipeline(spark, cfg: Config, builtin: str | None = None, force: bool = False):
-    """Run all batch stages; returns the dataset version."""
+    """Run all batch stages; returns the dataset version.
+
+    Each stage is idempotent, so a re-run after a failure resumes at the first stage that is not
+    published (or whose inputs changed).
+    """
     from spark_jobs.ingest.job import run_ingest
     from spark_jobs.partition.job import run_partition
     from spark_jobs.serialize.job import run_serialize
@@ -38,20 +60,18 @@ def run_pipeline(spark, cfg: Config, builtin: str | None = None, force: bool = F
         from spark_jobs.generate.builtin import builtin_config
 
         ingest_cfg = builtin_config(builtin, cfg.ingest)
-    timings = {}
-    t = time.perf_counter()
-    dv = run_ingest(spark, cfg, ingest_cfg, force=force)
-    timings["ingest"] = time.perf_counter() - t
-    t = time.perf_counter()
-    prec = run_partition(spark, cfg, dv, force=force)
-    timings["partition"] = time.perf_counter() - t
-    run = prec.name.split("/", 1)[1]
-    t = time.perf_counter()
-    run_serialize(spark, cfg, dv, run=run, force=force)
-    timings["serialize"] = time.perf_counter() - t
-    t = time.perf_counter()
-    run_reorder(spark, cfg, dv, run=run, order=cfg.reorder.order, force=force)
-    timings["reorder"] = time.perf_counter() - t
+    timings: dict[str, float] = {}
+    root = Path(cfg.dataset.root)
+    graph = (ingest_cfg or cfg.ingest).graph
+    with GraphLock(root, graph):
+        dv = run_stage("ingest", lambda: run_ingest(spark, cfg, ingest_cfg, force=force), timings)
+        prec = run_stage("partition", lambda: run_partition(spark, cfg, dv, force=force), timings)
+        run = prec.name.split("/", 1)[1]
+        run_stage("serialize", lambda: run_serialize(spark, cfg, dv, run=run, force=force), timings)
+        run_stage("reorder", lambda: run_reorder(spark, cfg, dv, run=run, order=cfg.reorder.order, force=force),
+                  timings)  # fmt: skip
+        # only now, with every configured stage published: move latest, then apply retention
+        promote(dv, run, [f"reorder/{run}/{cfg.reorder.order}"], cfg.dataset.keep_versions)
     print("pipeline stage times: " + ", ".join(f"{k} {v:.1f}s" for k, v in timings.items()))
     return dv
 

@@ -29,6 +29,7 @@ from pathlib import Path
 from glisp_core.errors import StageError
 
 MANIFEST = "manifest.json"
+LATEST = "LATEST"  # <root>/<graph>/LATEST: the version consumers follow (glisp_core.dataset.versions)
 
 # Canonical column names, shared by every stage.
 VID = "vid"
@@ -137,21 +138,35 @@ def list_versions(root: Path, graph: str) -> list[str]:
     return sorted(out, key=lambda v: ((gdir / v / MANIFEST).stat().st_mtime_ns, v))
 
 
+def _latest_named(graph_dir: Path) -> str | None:
+    """The version ``<graph>/LATEST`` names, when it names a published one."""
+    try:
+        v = (graph_dir / LATEST).read_text().strip()
+    except (FileNotFoundError, NotADirectoryError):
+        return None
+    return v if v and (graph_dir / v / MANIFEST).exists() else None
+
+
 def resolve_dataset(spec: str | os.PathLike[str], root: str | os.PathLike[str] = "data") -> DatasetVersion:
     """Turn a CLI DATASET argument into a version.
 
-    Accepts a version directory (holding manifest.json), a graph directory (its latest version),
-    ``graph`` or ``graph/version`` relative to ``root``.
+    Accepts a version directory (holding manifest.json), a graph directory or ``graph`` (its ``latest``),
+    ``graph/latest``, or ``graph/version`` relative to ``root``. ``latest`` is the version the graph's
+    ``LATEST`` file names (moved by ``glisp pipeline`` once every configured stage succeeded); a graph
+    without one resolves to its newest version.
     """
     p = Path(spec)
     candidates = [p] if p.is_absolute() or p.exists() else [Path(root) / p]
     for c in candidates:
+        if c.name == "latest" and not c.exists():
+            c = c.parent
         if (c / MANIFEST).exists():
             return DatasetVersion(c.parent.parent, c.parent.name, c.name)
         if c.is_dir():
             versions = list_versions(c.parent, c.name)
-            if versions:
-                return DatasetVersion(c.parent, c.name, versions[-1])
+            v = _latest_named(c) or (versions[-1] if versions else None)
+            if v:
+                return DatasetVersion(c.parent, c.name, v)
     raise StageError(
         f"dataset {str(spec)!r}: no published version found under {candidates[0]} "
         "(run 'glisp ingest' first, or pass <root>/<graph>/<version>)"

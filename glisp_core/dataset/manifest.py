@@ -19,6 +19,7 @@ from typing import Any
 from glisp_core.errors import FormatError, StageError
 
 SCHEMA_VERSION = 1
+STAMP = "_GLISP_STAGE.json"  # inside every published stage directory: the record it belongs to
 
 
 @dataclass
@@ -50,10 +51,12 @@ class Manifest:
     inputs: list[dict[str, Any]] = field(default_factory=list)  # {path, bytes, sha256|mtime}
     schema: dict[str, Any] = field(default_factory=dict)  # vertex/edge type names, feature dim, flags
     stages: dict[str, StageRecord] = field(default_factory=dict)
+    location: Path | None = field(default=None, compare=False, repr=False)  # the version directory, once read
 
     # ---- (de)serialisation ----
     def to_dict(self) -> dict[str, Any]:
         d = asdict(self)
+        d.pop("location")
         d["stages"] = {k: asdict(v) for k, v in self.stages.items()}
         return d
 
@@ -82,11 +85,13 @@ class Manifest:
     @classmethod
     def read(cls, path: Path) -> Manifest:
         try:
-            return cls.from_dict(json.loads(path.read_text()), str(path))
+            m = cls.from_dict(json.loads(path.read_text()), str(path))
         except FileNotFoundError:
             raise FormatError(f"{path}: manifest not found") from None
         except json.JSONDecodeError as e:
             raise FormatError(f"{path}: manifest is not valid JSON ({e})") from None
+        m.location = path.parent
+        return m
 
     def write(self, path: Path) -> None:
         """Write atomically: a reader sees the old or the new manifest, never half of one."""
@@ -109,6 +114,15 @@ class Manifest:
                 raise StageError(
                     f"{self.graph}/{self.version}: stage {name!r} was built from an older {dep!r}; re-run it"
                 )
+        if self.location is not None and rec.path:
+            out = self.location / rec.path
+            stamp = read_stamp(out) if out.is_dir() else None
+            if not out.exists() or stamp not in (None, rec.fingerprint):
+                raise StageError(
+                    f"{self.graph}/{self.version}: the output of stage {name!r} at {out} is "
+                    f"{'missing' if not out.exists() else 'not the one its manifest record describes'} "
+                    "(an interrupted publish?); re-run the stage to restore or rebuild it"
+                )
         return rec
 
     def has_stage(self, name: str) -> bool:
@@ -120,6 +134,21 @@ class Manifest:
 
     def stages_with_prefix(self, prefix: str) -> list[StageRecord]:
         return [s for n, s in self.stages.items() if n.startswith(prefix)]
+
+
+def write_stamp(directory: Path, stage: str, fp: str) -> None:
+    """Record inside a stage's output which manifest record it belongs to (checked by Manifest.stage)."""
+    (directory / STAMP).write_text(json.dumps({"stage": stage, "fingerprint": fp}))
+
+
+def read_stamp(directory: Path) -> str | None:
+    """The fingerprint a stage output was published under; None for outputs from before stamps."""
+    try:
+        return str(json.loads((directory / STAMP).read_text())["fingerprint"])
+    except FileNotFoundError:
+        return None
+    except (ValueError, KeyError, TypeError):
+        return "<unreadable stamp>"
 
 
 def now_iso() -> str:

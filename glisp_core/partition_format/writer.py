@@ -151,6 +151,7 @@ def write_partition(
     feature_dim: int = 0,
     directed: bool = True,
     extra: dict[str, Any] | None = None,
+    create_parent: bool = True,
 ) -> WrittenPartition:
     """Write partition ``part_id`` into ``out_dir`` (created; replaced atomically if it exists).
 
@@ -258,7 +259,10 @@ def write_partition(
         arrays["split"] = np.asarray(split, np.int8)[morder]
 
     # write into a temp sibling, then swap into place (a retried Spark task replaces its own output)
-    out_dir.parent.mkdir(parents=True, exist_ok=True)
+    if create_parent:
+        out_dir.parent.mkdir(parents=True, exist_ok=True)
+    elif not out_dir.parent.is_dir():  # a Spark task never recreates a stage's staging directory
+        raise GlispError(f"partition {part_id}: output directory {out_dir.parent} does not exist (removed?)")
     tmp = out_dir.parent / f".{out_dir.name}.{uuid.uuid4().hex[:8]}"
     tmp.mkdir()
     try:

@@ -103,6 +103,7 @@ def main(args: argparse.Namespace, cfg: Config) -> int:
     spark = get_spark(cfg.spark)
     dv = run_ingest(spark, cfg, ing, force=args.force)
     from glisp_core.dataset.manifest import Manifest
+    from glisp_core.dataset.versions import read_latest
 
     m = Manifest.read(dv.manifest_path)
     rec = m.stages["ingest"]
@@ -117,4 +118,8 @@ def main(args: argparse.Namespace, cfg: Config) -> int:
     rejects = rec.counts.get("rejects") or {}
     if rejects:
         print("  rejected rows: " + ", ".join(f"{k}={v:,}" for k, v in sorted(rejects.items())))
+    latest = read_latest(dv.path.parent)
+    if latest is not None and latest != dv.version:
+        print(f"  '{dv.graph}' (latest) still names {latest}: 'glisp promote {dv.graph}/{dv.version}' moves it "
+              "once its stages are published; 'glisp pipeline' does that by itself")  # fmt: skip
     return 0

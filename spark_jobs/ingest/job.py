@@ -34,6 +34,7 @@ from glisp_core.dataset.layout import (
     list_versions,
 )
 from glisp_core.dataset.manifest import Manifest, StageRecord, now_iso
+from glisp_core.dataset.paths import confine, confine_all
 from glisp_core.dataset.publish import VersionPublisher, file_fingerprints, fingerprint
 from glisp_core.errors import BadInputError
 from spark_jobs.ingest import checks
@@ -78,13 +79,16 @@ def run_ingest(
     t0 = time.perf_counter()
     plan = IngestPlan(ing)
     root = Path(cfg.dataset.root)
+    confine(root, cfg.dataset.confine_to, "dataset.root")
+    confine_all(plan.all_input_paths(), cfg.dataset.confine_to, "ingest table or feature file")
     inputs = file_fingerprints(plan.all_input_paths(), cfg.dataset.checksum)
     fp = ingest_fingerprint(ing, inputs)
     existing = _find_existing(root, ing.graph, fp, ing.version)
     if existing is not None and not force:
         log(f"ingest: {existing.path} is up to date (same inputs and parameters); use --force to rebuild")
         return existing
-    version = ing.version or f"{time.strftime('%Y%m%dT%H%M%S', time.gmtime())}-{fp[:8]}"
+    # --force rebuilds the version that holds these inputs in place instead of adding a duplicate
+    version = ing.version or (existing.version if existing else f"{time.strftime('%Y%m%dT%H%M%S', time.gmtime())}-{fp[:8]}")
     check_name("version", version)
     key = "spark.sql.csv.parser.columnPruning.enabled"
     old = spark.conf.get(key, None)

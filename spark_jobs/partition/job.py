@@ -18,7 +18,13 @@ from spark_jobs.partition.metrics import write_outputs
 
 
 def run_name(cfg: Config) -> str:
-    return check_name("partition run", cfg.partition.name or f"{cfg.partition.algorithm}-p{cfg.partition.parts}")
+    """``partition.name``, else ``<algorithm>-p<parts>``, with ``-s<seed>`` when the seed is not the default 1.
+
+    Runs with different seeds are different partitionings, so by default they never share a name (and a
+    directory) that one could overwrite under the other's manifest record.
+    """
+    pc = cfg.partition
+    return check_name("partition run", pc.name or f"{pc.algorithm}-p{pc.parts}" + (f"-s{pc.seed}" if pc.seed != 1 else ""))
 
 
 def run_partition(spark: Any, cfg: Config, dv: DatasetVersion, force: bool = False) -> StageRecord:

@@ -46,7 +46,11 @@ def _col(t: pa.Table, name: str, dtype) -> np.ndarray:
 
 
 def build_partition(ctx: BuildContext, part: int, edges: pa.Table, verts: pa.Table) -> dict[str, Any]:
-    """Build and write partition ``part``; returns its summary (sizes, counts)."""
+    """Build and write partition ``part``; returns its summary (sizes, counts).
+
+    The stage's staging directory ``ctx.out_dir`` must exist: a task never recreates it, so a stage
+    whose staging was removed under it fails instead of publishing a partial output.
+    """
     out = Path(ctx.out_dir)
     parts_col = verts.column("parts").combine_chunks() if verts.num_rows else pa.array([], pa.list_(pa.int32()))
     lengths = parts_col.value_lengths().to_numpy(zero_copy_only=False) if verts.num_rows else np.zeros(0, np.int64)
@@ -97,6 +101,7 @@ def build_partition(ctx: BuildContext, part: int, edges: pa.Table, verts: pa.Tab
         feature_dim=ctx.feature_dim,
         directed=ctx.directed,
         extra=ctx.extra,
+        create_parent=False,
     )
     if ctx.parquet_copy:
         ecols = (
@@ -105,12 +110,13 @@ def build_partition(ctx: BuildContext, part: int, edges: pa.Table, verts: pa.Tab
         et = edges.select(ecols).take(pa.array(wp.edge_order))
         et = et.append_column("part", pa.array(np.full(et.num_rows, part, np.int32)))
         et = et.append_column("leid", pa.array(np.arange(et.num_rows, dtype=np.int64)))
-        (out / "parquet" / "edges").mkdir(parents=True, exist_ok=True)
+        (out / "parquet").mkdir(exist_ok=True)
+        (out / "parquet" / "edges").mkdir(exist_ok=True)
         pq.write_table(et, out / "parquet" / "edges" / f"part-{part:05d}.parquet")
         vt = verts.select(["vid", "master", "parts"]).take(pa.array(wp.vertex_order))
         vt = vt.append_column("lid", pa.array(np.arange(vt.num_rows, dtype=np.int64)))
         vt = vt.append_column("part", pa.array(np.full(vt.num_rows, part, np.int32)))
-        (out / "parquet" / "vertices").mkdir(parents=True, exist_ok=True)
+        (out / "parquet" / "vertices").mkdir(exist_ok=True)
         pq.write_table(vt, out / "parquet" / "vertices" / f"part-{part:05d}.parquet")
     return wp.summary()
 

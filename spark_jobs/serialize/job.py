@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import time
+from pathlib import Path
 from typing import Any
 
 from glisp_core.config import Config
@@ -104,6 +105,35 @@ def _check_assignment(spark, dv: DatasetVersion, run: str, num_parts: int, num_e
         ]
         raise BadInputError(path, PART, stats["out_of_range"], num_edges, f"are outside [0, {num_parts})", ex)
     return edges, joined
+
+
+def check_written(
+    out: Path, run: str, summaries: list[dict[str, Any]], num_edges: int, parquet: bool, expected: str = "ingest has"
+) -> None:
+    """What is on disk, not what the tasks reported, must be complete before the stage is published.
+
+    Opens every partition (sizes and format version checked, no hashing) and compares its edge and
+    vertex counts with its task's summary and the edge total with ``expected`` (ingest's, or the
+    partition run's for an edge subset).
+    """
+    from glisp_core.partition_format import open_partition
+
+    on_disk = 0
+    for k, s in enumerate(summaries):
+        try:
+            r = open_partition(out / f"part-{k:05d}", verify=False)
+        except GlispError as e:
+            raise StageError(f"serialize/{run}: partition {k} is not complete on disk ({e})") from None
+        if (r.num_edges, r.num_vertices) != (s["edges"], s["vertices"]):
+            raise StageError(
+                f"serialize/{run}: partition {k} holds {r.num_edges:,} edges and {r.num_vertices:,} vertices on "
+                f"disk, its task reported {s['edges']:,} and {s['vertices']:,}"
+            )
+        on_disk += r.num_edges
+        if parquet and s["edges"] and not (out / "parquet" / "edges" / f"part-{k:05d}.parquet").is_file():
+            raise StageError(f"serialize/{run}: the Parquet copy of partition {k} is missing")
+    if on_disk != num_edges:
+        raise StageError(f"serialize/{run}: partitions hold {on_disk:,} edges on disk, {expected} {num_edges:,}")
 
 
 def footprint(summaries: list[dict[str, Any]], num_edges: int) -> dict[str, Any]:
@@ -229,10 +259,9 @@ def run_serialize(spark, cfg: Config, dv: DatasetVersion, run: str | None = None
         timings["build_s"] = round(time.perf_counter() - t, 3)
         masters.df.unpersist()
         summ = [summaries[k] for k in range(num_parts)]
-        got_edges = sum(s["edges"] for s in summ)
-        if got_edges != num_edges:
-            what = f"partition/{run} assigns" if subset else "ingest has"
-            raise GlispError(f"serialize/{run}: partitions hold {got_edges:,} edges, {what} {num_edges:,}")
+        check_written(
+            pub.tmp, run, summ, num_edges, sc.parquet_copy, f"partition/{run} assigns" if subset else "ingest has"
+        )
         fp = footprint(summ, num_edges)
         mp = [s["master"] for s in summ]
         counts = {

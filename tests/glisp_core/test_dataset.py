@@ -4,7 +4,11 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
+import subprocess
+import sys
 import threading
+import time
 from pathlib import Path
 
 import numpy as np
@@ -89,6 +93,9 @@ def test_stage_lookup_checks_freshness(dv):
     m.stages["partition/x"] = StageRecord(
         name="partition/x", path="partition/x", fingerprint="p", depends={"ingest": m.stages["ingest"].fingerprint}
     )
+    with pytest.raises(StageError, match="partition/x is missing"):  # a record without its output
+        m.stage("partition/x")
+    dv.partition("x").mkdir(parents=True)
     assert m.stage("partition/x").fingerprint == "p" and m.has_stage("partition/x")
     m.stages["ingest"].fingerprint = "changed"
     with pytest.raises(StageError, match="built from an older 'ingest'"):
@@ -144,25 +151,106 @@ def test_stage_idempotence_and_replacement(dv):
     assert manifest_of(dv).stages["partition/r-p2"].params == {"parts": 3}
     assert not [p.name for p in dv.partition("r-p2").parent.iterdir() if p.name.startswith(".")]
     # output deleted behind the manifest's back: no longer current
-    (dv.partition("r-p2") / "data.bin").unlink()
-    dv.partition("r-p2").rmdir()
+    shutil.rmtree(dv.partition("r-p2"))
     assert not other.is_current()
 
 
-def test_stale_temp_dirs_are_removed_and_commit_needs_output(dv):
+def _hold_lease(directory: Path) -> subprocess.Popen:
+    """Another live process that holds ``directory``'s lease (as a concurrent run would)."""
+    code = (
+        "import fcntl, os, sys, time\n"
+        f"fd = os.open({str(directory / '.lease')!r}, os.O_CREAT | os.O_RDWR)\n"
+        "fcntl.flock(fd, fcntl.LOCK_EX); print('held', flush=True); time.sleep(60)"
+    )
+    proc = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True)
+    assert proc.stdout is not None and proc.stdout.readline().strip() == "held"
+    return proc
+
+
+def test_only_abandoned_staging_of_the_same_name_is_removed(dv):
     parent = dv.path / "partition"
-    stale = parent / ".tmp-r-p2-deadbeef0000"
-    stale.mkdir(parents=True)
-    (stale / "junk").write_text("left by a killed run")
-    unrelated = parent / ".tmp-other-deadbeef0000"
+    parent.mkdir()
+    dead = parent / ".tmp-r-p2~deadbeef0000"  # its writer died: the lease file is there, nobody holds it
+    dead.mkdir()
+    (dead / ".lease").touch()
+    (dead / "junk").write_text("left by a killed run")
+    legacy = parent / ".tmp-r-p2-0123456789ab"  # from before leases, an hour old
+    legacy.mkdir()
+    os.utime(legacy, (time.time() - 3600,) * 2)
+    starting = parent / ".tmp-r-p2~0000000000aa"  # created an instant ago, lease not taken yet
+    starting.mkdir()
+    live = parent / ".tmp-r-p2~00000000abcd"  # a concurrent run of the same stage
+    live.mkdir()
+    longer = parent / ".tmp-r-p2-seed2~00000000beef"  # a concurrent run whose name extends this one's
+    longer.mkdir()
+    (longer / ".lease").touch()
+    unrelated = parent / ".tmp-other~deadbeef0000"
     unrelated.mkdir()
+    holder = _hold_lease(live)
+    try:
+        pub = StagePublisher(dv, "partition/r-p2", dv.partition("r-p2"), {}, depends=["ingest"])
+        with pytest.raises(StageError, match="commit without output"):
+            pub.commit()
+        _ = pub.tmp
+        assert not dead.exists() and not legacy.exists()
+        assert starting.exists() and live.exists() and longer.exists() and unrelated.exists()
+        pub.abort()
+        assert not pub.tmp.name.startswith(".tmp-r-p2-seed2")
+        pub.abort()
+    finally:
+        holder.kill()
+        holder.wait()
+    # once its holder is gone, the run that held 'live' is abandoned too
+    with StagePublisher(dv, "partition/r-p2", dv.partition("r-p2"), {}, depends=["ingest"]) as pub:
+        assert not live.exists() and longer.exists()
+        pub.abort()
+
+
+def test_commit_refuses_a_staging_directory_removed_under_it(dv):
     pub = StagePublisher(dv, "partition/r-p2", dv.partition("r-p2"), {}, depends=["ingest"])
-    with pytest.raises(StageError, match="commit without output"):
+    with pytest.raises(StageError, match="removed while the stage ran"), pub:
+        (pub.tmp / "data.bin").write_bytes(b"half")
+        shutil.rmtree(pub.tmp)  # what the old prefix cleanup of a concurrent run did
+        (pub.tmp / "part-00000").mkdir(parents=True)  # ... and a late task recreated it
         pub.commit()
-    _ = pub.tmp
-    assert not stale.exists() and unrelated.exists()
-    pub.abort()
-    assert not list(parent.glob(".tmp-r-p2-*"))
+    assert "partition/r-p2" not in manifest_of(dv).stages and not dv.partition("r-p2").exists()
+
+
+@pytest.mark.parametrize("crash_at", ["rename_in", "manifest"])
+def test_interrupted_replacement_is_refused_then_restored(dv, monkeypatch, crash_at):
+    """A crash between renaming the old output away and recording the new one never mixes the two."""
+    from glisp_core.dataset import manifest as manifest_mod
+    from glisp_core.dataset import publish as publish_mod
+
+    old_rec = publish(dv, "r-p2", {"seed": 1}, b"seed 1")
+    renames = []
+    real_rename, real_write = os.rename, manifest_mod.Manifest.write
+
+    def crashing_rename(a, b):
+        renames.append((a, b))
+        if crash_at == "rename_in" and len(renames) == 2:
+            raise KeyboardInterrupt("killed between the renames")
+        return real_rename(a, b)
+
+    def crashing_write(self, path):
+        raise KeyboardInterrupt("killed before the manifest update")
+
+    monkeypatch.setattr(publish_mod.os, "rename", crashing_rename)
+    if crash_at == "manifest":
+        monkeypatch.setattr(manifest_mod.Manifest, "write", crashing_write)
+    with pytest.raises(KeyboardInterrupt):
+        publish(dv, "r-p2", {"seed": 2}, b"seed 2")
+    monkeypatch.setattr(publish_mod.os, "rename", real_rename)
+    monkeypatch.setattr(manifest_mod.Manifest, "write", real_write)
+    # the manifest still describes seed 1; whatever is on disk, readers must not take seed 2 for it
+    assert manifest_of(dv).stages["partition/r-p2"] == old_rec
+    with pytest.raises(StageError, match="interrupted publish"):
+        manifest_of(dv).stage("partition/r-p2")
+    # the next run of the stage puts back what was published, and finds it current
+    again = StagePublisher(dv, "partition/r-p2", dv.partition("r-p2"), {"seed": 1}, depends=["ingest"])
+    assert again.is_current()
+    assert (dv.partition("r-p2") / "data.bin").read_bytes() == b"seed 1"
+    assert manifest_of(dv).stage("partition/r-p2") == old_rec
 
 
 def test_stage_needs_its_upstream(dv):
@@ -219,12 +307,39 @@ def test_new_version_and_forced_replacement(dv):
 
 
 def test_stale_version_temps_are_removed(dv):
-    stale = dv.root / "g" / ".tmp-v3-0123456789ab"
+    stale = dv.root / "g" / ".tmp-v3~0123456789ab"
     stale.mkdir()
+    (stale / ".lease").touch()
+    longer = dv.root / "g" / ".tmp-v3-b~0123456789ab"
+    longer.mkdir()
+    (longer / ".lease").touch()
     with VersionPublisher(dv.root, "g", "v3") as pub:
-        assert not stale.exists()
+        assert not stale.exists() and longer.exists()
         pub.commit(Manifest(graph="g", version="ignored"))
     assert manifest_of(DatasetVersion(dv.root, "g", "v3")).version == "v3"
+
+
+def test_interrupted_version_replacement_is_restored(dv, monkeypatch):
+    from glisp_core.dataset import publish as publish_mod
+
+    before = tree(dv.path)
+    real_rename = os.rename
+    calls = []
+
+    def crashing_rename(a, b):
+        calls.append(a)
+        if len(calls) == 2:
+            raise KeyboardInterrupt("killed between the renames")
+        return real_rename(a, b)
+
+    monkeypatch.setattr(publish_mod.os, "rename", crashing_rename)
+    with pytest.raises(KeyboardInterrupt), VersionPublisher(dv.root, "g", "v1") as pub:
+        pub.commit(Manifest(graph="g", version="v1"))
+    monkeypatch.setattr(publish_mod.os, "rename", real_rename)
+    assert not dv.path.exists()  # renamed away, new one not in
+    with VersionPublisher(dv.root, "g", "v2"):  # any later ingest of the graph restores it
+        pass
+    assert tree(dv.path) == before
 
 
 # ---- resolve_dataset ----------------------------------------------------------------------------

@@ -167,3 +167,20 @@ def test_partition_rows_tolerate_missing_metrics(tmp_path):
     rows = partition_rows(m)
     assert [r[0] for r in rows] == ["y-p3", "x"]
     assert rows[1][1:] == ["-", None, None, None, None, None, None]
+
+
+def test_compare_two_versions_side_by_side(dataset, capsys):
+    dv, _ = dataset
+    src, dst = rmat_edges(9, edge_factor=4, seed=4)
+    dv2 = write_dataset(dv.root, "g", src, dst, num_vertices=1 << 9, version="v2")
+    m2 = Manifest.read(dv2.manifest_path)
+    m2.stages["partition/adadne-p4"] = _partition("adadne-p4", "adadne", 4, 1.62, 5.0)
+    m2.write(dv2.manifest_path)
+    assert glisp(["report", str(dv.path), "--compare", "g/v2", "--root", str(dv.root)]) == 0
+    out = capsys.readouterr().out
+    assert f"A = g/{dv.version}   B = g/v2" in out
+    rows = {tuple(line.split()[:2]): line.split()[2:] for line in out.splitlines()[3:]}
+    assert rows[("partition/adadne-p4", "timings.total_s")] == ["2.5", "5", "2"]
+    assert rows[("partition/adadne-p4", "metrics.rf")] == ["1.31", "1.62", "1.237"]
+    assert rows[("schema", "num_edges")][2] == "0.5"  # half the edges in B
+    assert rows[("serialize/adadne-p4", "published")][:2] == ["yes", "no"]  # only A has it

@@ -55,11 +55,12 @@ def test_rerun_is_idempotent_and_force_rebuilds(ingest, tmp_path):
     # different params: a new version
     other = ingest(ing, self_loops="drop")
     assert other.version != dv.version
+    marker = dv.path / "left-by-the-first-build"
+    marker.write_text("a forced run rebuilds the version, so this file must go")
     forced = ingest(ing, force=True)
-    assert (
-        forced.path.exists()
-        and manifest(forced).stages["ingest"].fingerprint == manifest(dv).stages["ingest"].fingerprint
-    )
+    assert forced == dv and not marker.exists()  # rebuilt and swapped in, not skipped
+    assert manifest(forced).stages["ingest"].fingerprint == manifest(dv).stages["ingest"].fingerprint
+    assert len(read_table(forced.edges)) == 3
     # changed input content: not up to date any more
     write(tmp_path / "in" / "e.csv", "src,dst\n1,2\n2,3\n3,4\n")
     changed = ingest(ing)

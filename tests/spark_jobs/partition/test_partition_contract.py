@@ -193,8 +193,10 @@ def test_idempotent_unless_forced(spark, cfg, small_rmat):
     rec = run_partition(spark, c, small_rmat, force=True)
     again = run_partition(spark, c, small_rmat)
     assert again.completed_at == rec.completed_at and again.fingerprint == rec.fingerprint
+    marker = small_rmat.partition("dbh-p2") / "left-by-the-first-run"
+    marker.write_text("a forced run rebuilds the stage, so this file must go")
     forced = run_partition(spark, c, small_rmat, force=True)
-    assert forced.fingerprint == rec.fingerprint
+    assert forced.fingerprint == rec.fingerprint and not marker.exists()  # rebuilt, not skipped
     man = json.loads(small_rmat.manifest_path.read_text())
     assert man["stages"]["partition/dbh-p2"]["counts"]["parts"] == 2
 

@@ -1,0 +1,62 @@
+"""``glisp report DATASET --compare OTHER``: two versions side by side, stage by stage.
+
+What a scheduled refresh wants to see after each snapshot: did any stage get slower, did the partition
+quality drift, did the data grow. Every numeric count, metric and timing that either version's stage
+recorded is listed with both values and their ratio (OTHER / DATASET); sizes come from the stages'
+own byte counts, so nothing but the two manifests is read.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from glisp_core.dataset.manifest import Manifest
+
+
+def _numbers(d: Mapping[str, Any], prefix: str = "") -> dict[str, float]:
+    """Flatten the numeric leaves of a record section (lists of numbers become their sum)."""
+    out: dict[str, float] = {}
+    for k, v in d.items():
+        key = f"{prefix}{k}"
+        if isinstance(v, bool):
+            continue
+        if isinstance(v, (int, float)):
+            out[key] = float(v)
+        elif isinstance(v, Mapping) and "hist" not in k.lower():
+            out.update(_numbers(v, key + "."))
+        elif isinstance(v, list) and v and all(isinstance(x, (int, float)) and not isinstance(x, bool) for x in v):
+            out[f"{key} (sum)"] = float(sum(v))
+    return out
+
+
+def compare_rows(a: Manifest, b: Manifest) -> list[list[Any]]:
+    """[stage, quantity, value in a, value in b, b / a] for every numeric quantity either stage recorded."""
+    from glisp_core.report import fmt
+
+    rows: list[list[Any]] = []
+    schema_a, schema_b = _numbers(a.schema), _numbers(b.schema)
+    for k in sorted(set(schema_a) | set(schema_b)):
+        rows.append(["schema", k, schema_a.get(k), schema_b.get(k), _ratio(schema_a.get(k), schema_b.get(k))])
+    for name in sorted(set(a.stages) | set(b.stages)):
+        ra, rb = a.stages.get(name), b.stages.get(name)
+        vals_a = {f"{s}.{k}": v for s in ("timings", "metrics", "counts") for k, v in
+                  _numbers(getattr(ra, s) if ra else {}).items()}  # fmt: skip
+        vals_b = {f"{s}.{k}": v for s in ("timings", "metrics", "counts") for k, v in
+                  _numbers(getattr(rb, s) if rb else {}).items()}  # fmt: skip
+        if ra is None or rb is None:
+            rows.append([name, "published", fmt(ra is not None), fmt(rb is not None), None])
+        for k in sorted(set(vals_a) | set(vals_b), key=lambda k: (not k.startswith("timings.total"), k)):
+            rows.append([name, k, vals_a.get(k), vals_b.get(k), _ratio(vals_a.get(k), vals_b.get(k))])
+    return rows
+
+
+def _ratio(x: float | None, y: float | None) -> float | None:
+    return round(y / x, 3) if x and y is not None else None
+
+
+def compare_text(a: Manifest, b: Manifest) -> str:
+    from glisp_core.report import table
+
+    head = [f"Comparison: A = {a.graph}/{a.version}   B = {b.graph}/{b.version}"]
+    return "\n".join(head + table(["stage", "quantity", "A", "B", "B/A"], compare_rows(a, b)))

@@ -1,0 +1,97 @@
+"""Apache Airflow DAG: refresh GLISP on every new snapshot of a graph, then move the service to it.
+
+One task per Spark stage (``SparkSubmitOperator`` running ``submit/driver.py <stage>``, so retries and
+logs are per stage), then ``glisp promote`` moves the graph's ``latest`` once every stage of the new
+version is published, then the sampling service is told to reload (it loads the new version beside the
+old one and switches atomically). A failed stage stops the DAG run; ``latest`` and the running service
+stay on the previous version, and clearing the failed task re-runs from that stage (every stage is
+idempotent).
+
+Deploy: copy this file into the DAGs folder and set the variables below (Airflow Variables or the
+environment of the scheduler): ``GLISP_HOME`` (a checkout with its virtualenv), ``GLISP_CONFIG`` (the
+refresh config: ``[ingest]`` tables, ``[partition]``, ``[dataset] root`` and ``keep_versions``),
+``GLISP_GRAPH``, ``GLISP_CLUSTER_FILE`` (the running ``serve-cluster``'s file), and optionally
+``GLISP_INFER_MODEL`` (a training run to re-apply to every snapshot) and ``GLISP_SCHEDULE``.
+
+The commands are built by :func:`refresh_commands`, a plain function the tests run for real without
+Airflow (tests/test_scheduling.py); the DAG only wraps them in operators.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+
+GLISP_HOME = os.environ.get("GLISP_HOME", "/opt/glisp")
+
+
+@dataclass(frozen=True)
+class Step:
+    task_id: str
+    argv: list[str]  # arguments of ``glisp``
+    spark: bool  # a Spark stage (spark-submit) or a plain command
+
+
+def refresh_commands(graph: str, version: str, config: str, run: str, order: str = "pds",
+                     cluster_file: str = "", infer_model: str = "") -> list[Step]:  # fmt: skip
+    """The refresh of one snapshot as ``glisp`` commands, in order; ``version`` names the new version."""
+    dataset = f"{graph}/{version}"
+    cfg = ["--config", config]
+    steps = [
+        Step("ingest", ["ingest", "--version", version, *cfg], True),
+        Step("partition", ["partition", dataset, *cfg], True),
+        Step("serialize", ["serialize", dataset, "--partition", run, *cfg], True),
+        Step("reorder", ["reorder", dataset, "--partition", run, "--order", order, *cfg], True),
+    ]
+    if infer_model:
+        steps.append(Step("infer", ["infer", dataset, "--model", infer_model, *cfg], True))
+    steps.append(Step("promote", ["promote", dataset, "--run", run, "--require", f"reorder/{run}/{order}", *cfg],
+                      False))  # fmt: skip
+    if cluster_file:
+        steps.append(Step("reload_service", ["serve-reload", "--cluster-file", cluster_file, "--to", dataset], False))
+    return steps
+
+
+try:  # the DAG itself only where Airflow is installed; the module stays importable without it
+    import pendulum
+    from airflow import DAG
+    from airflow.operators.bash import BashOperator
+    from airflow.providers.apache.spark.operators.spark_submit import SparkSubmitOperator
+except ImportError:  # pragma: no cover - exercised where Airflow is installed
+    DAG = None
+
+if DAG is not None:  # pragma: no cover
+    _env = os.environ.get
+    with DAG(
+        dag_id="glisp_refresh",
+        description="GLISP: ingest -> partition -> serialize -> reorder [-> infer] -> promote -> reload",
+        schedule=_env("GLISP_SCHEDULE", "@daily"),
+        start_date=pendulum.datetime(2026, 1, 1, tz="UTC"),
+        catchup=False,
+        max_active_runs=1,  # one refresh per graph at a time (glisp pipeline also refuses a second)
+        default_args={"retries": 2, "retry_delay": pendulum.duration(minutes=5)},
+        tags=["glisp"],
+    ) as dag:
+        steps = refresh_commands(
+            graph=_env("GLISP_GRAPH", "graph"),
+            version="{{ ts_nodash }}",
+            config=_env("GLISP_CONFIG", f"{GLISP_HOME}/conf/refresh.toml"),
+            run=_env("GLISP_RUN", "adadne-p8"),
+            cluster_file=_env("GLISP_CLUSTER_FILE", ""),
+            infer_model=_env("GLISP_INFER_MODEL", ""),
+        )
+        prev = None
+        for s in steps:
+            if s.spark:
+                task = SparkSubmitOperator(
+                    task_id=s.task_id,
+                    application=f"{GLISP_HOME}/submit/driver.py",
+                    application_args=s.argv,
+                    py_files=f"{GLISP_HOME}/build/glisp.zip",
+                    conn_id=_env("GLISP_SPARK_CONN", "spark_default"),
+                )
+            else:
+                task = BashOperator(task_id=s.task_id, bash_command=" ".join([f"{GLISP_HOME}/.venv/bin/glisp", *s.argv]))
+            if prev is not None:
+                prev >> task
+            prev = task

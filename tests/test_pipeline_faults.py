@@ -1,0 +1,227 @@
+"""Faults injected into real pipeline runs: a killed Spark JVM or driver in every stage, and a full disk.
+
+Each run is a ``glisp pipeline`` subprocess with its own local Spark JVM, so a test can kill exactly
+that JVM (or the whole driver) by PID while a stage is half-written. What must hold afterwards, every
+time: the run exits non-zero naming the failing stage; every version and stage published before it is
+byte-for-byte unchanged; whatever the manifest lists can be read; and a plain re-run completes.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import psutil
+import pytest
+
+from glisp_core.dataset.layout import DatasetVersion, list_versions
+from glisp_core.dataset.manifest import Manifest
+from glisp_core.dataset.versions import read_latest
+from glisp_core.partition_format import open_partition
+from tests.graphs import rmat_edges
+
+pytestmark = pytest.mark.slow
+
+STAGES = {  # where a stage's staging directory appears, relative to the graph directory
+    "ingest": ".tmp-*",
+    "partition": "*/partition/.tmp-*",
+    "serialize": "*/serialize/.tmp-*",
+    "reorder": "*/reorder/*/.tmp-*",
+}
+
+
+def _write_edges(path: Path, seed: int) -> Path:
+    src, dst = rmat_edges(13, 6, seed=seed)
+    path.write_text("src,dst\n" + "\n".join(f"{s},{d}" for s, d in zip(src.tolist(), dst.tolist(), strict=True)))
+    return path
+
+
+def _cmd(edges: Path, root: Path) -> list[str]:
+    return [sys.executable, "-m", "glisp_core.cli", "pipeline", "--edges", str(edges), "--graph", "g",
+            "--root", str(root), "--parts", "2", "--master", "local[2]", "--set", "spark.driver_memory='1g'",
+            "--set", "partition.progress=false"]  # fmt: skip
+
+
+def _digest(path: Path) -> str:
+    """One hash over every file below ``path`` (names and bytes), so any change shows."""
+    h = hashlib.sha256()
+    for p in sorted(path.rglob("*")):
+        if p.is_file():
+            h.update(str(p.relative_to(path)).encode())
+            h.update(p.read_bytes())
+    return h.hexdigest()
+
+
+def _stage_digests(gdir: Path) -> dict[tuple[str, str], tuple[str, str]]:
+    """(version, stage) -> (record fingerprint, digest of its output) for everything published."""
+    out = {}
+    for v in list_versions(gdir.parent, gdir.name):
+        m = Manifest.read(gdir / v / "manifest.json")
+        for name, rec in m.stages.items():
+            if name != "ingest":  # ingest's output is the version itself, covered by the version digest
+                out[(v, name)] = (rec.fingerprint, _digest(gdir / v / rec.path))
+    return out
+
+
+def _java_of(proc: subprocess.Popen) -> psutil.Process | None:
+    try:
+        kids = psutil.Process(proc.pid).children(recursive=True)
+    except psutil.NoSuchProcess:
+        return None
+    return next((k for k in kids if k.name() == "java"), None)
+
+
+def _run_and_kill(cmd: list[str], gdir: Path, stage: str, victim: str, timeout: float = 600) -> tuple[int, str]:
+    """Start the pipeline, wait until ``stage`` is staging output, then SIGKILL the JVM or the driver."""
+    env = dict(os.environ, PYTHONUNBUFFERED="1")
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env,
+                            start_new_session=True)  # fmt: skip
+    try:
+        deadline = time.time() + timeout
+        while not list(gdir.glob(STAGES[stage])):
+            if proc.poll() is not None:
+                pytest.fail(f"the pipeline ended before {stage} started staging:\n{proc.stdout.read()}")
+            assert time.time() < deadline, f"{stage} did not start"
+            time.sleep(0.02)
+        if victim == "jvm":
+            java = _java_of(proc)
+            assert java is not None, "no Spark JVM under the pipeline process"
+            java.kill()
+        else:
+            proc.kill()
+        out, _ = proc.communicate(timeout=180)
+        return proc.returncode, out
+    finally:
+        try:
+            os.killpg(proc.pid, signal.SIGKILL)  # leave no orphan JVM behind
+        except ProcessLookupError:
+            pass
+
+
+def _check_consistent(gdir: Path) -> None:
+    """Everything the manifests list is there and readable; nothing unpublished is listed."""
+    for v in list_versions(gdir.parent, gdir.name):
+        dv = DatasetVersion(gdir.parent, gdir.name, v)
+        m = Manifest.read(dv.manifest_path)
+        for name in m.stages:
+            m.stage(name)  # raises on a missing output or one that is not the record's
+        for name in m.stages:
+            if name.startswith("serialize/"):
+                run = name.split("/", 1)[1]
+                for k in range(m.stages[name].counts["parts"]):
+                    open_partition(dv.partition_dir(run, k), verify=True)
+
+
+@pytest.fixture(scope="module")
+def published(spark, tmp_path_factory):
+    """A root holding one fully published version (snapshot A) that no later fault may touch."""
+    from glisp_core.config import EdgeSource, load_config, with_values
+    from spark_jobs.pipeline import run_pipeline
+
+    tmp = tmp_path_factory.mktemp("faults")
+    a = _write_edges(tmp / "snapshot-a.csv", seed=1)
+    b = _write_edges(tmp / "snapshot-b.csv", seed=2)
+    cfg = with_values(load_config(env={}), "dataset", root=str(tmp / "root"))
+    cfg = with_values(cfg, "partition", parts=2, progress=False)
+    cfg = with_values(cfg, "ingest", graph="g", edges=[EdgeSource(path=str(a))])
+    dv_a = run_pipeline(spark, cfg, force=False)
+    return tmp / "root" / "g", dv_a, b
+
+
+def test_killed_jvm_or_driver_in_every_stage_loses_nothing_and_a_rerun_completes(published):
+    gdir, dv_a, snapshot_b = published
+    before_a = _digest(dv_a.path)
+    cmd = _cmd(snapshot_b, gdir.parent)
+    seen: dict[str, str] = {}
+    for stage, victim in (("ingest", "jvm"), ("partition", "jvm"), ("serialize", "driver"), ("reorder", "jvm")):
+        published_before = _stage_digests(gdir)
+        rc, out = _run_and_kill(cmd, gdir, stage, victim)
+        assert rc != 0, out
+        if victim == "jvm":  # the driver survives to say which stage failed and why
+            assert f"pipeline stage '{stage}' failed" in out and "JVM" in out, out[-2000:]
+        assert _digest(dv_a.path) == before_a, f"snapshot A changed after a kill in {stage}"
+        assert read_latest(gdir) == dv_a.version  # a failed refresh never moves latest
+        after = _stage_digests(gdir)
+        for key, d in published_before.items():  # every stage published before the kill is untouched
+            assert after.get(key) == d, f"{key} changed after a kill in {stage}"
+        _check_consistent(gdir)
+        seen[stage] = out
+    done = subprocess.run(cmd, capture_output=True, text=True, timeout=900)
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    versions = list_versions(gdir.parent, "g")
+    assert len(versions) == 2 and _digest(dv_a.path) == before_a
+    dv_b = DatasetVersion(gdir.parent, "g", next(v for v in versions if v != dv_a.version))
+    m = Manifest.read(dv_b.manifest_path)
+    for name in ("ingest", "partition/adadne-p2", "serialize/adadne-p2", "reorder/adadne-p2/pds"):
+        m.stage(name)
+    _check_consistent(gdir)
+    assert read_latest(gdir) == dv_b.version  # moved once every stage of B was published
+    leftovers = [p for p in gdir.rglob(".*") if p.name.startswith((".tmp-", ".old-"))]
+    assert not leftovers, leftovers
+
+
+def test_full_disk_ends_with_a_clean_error_and_no_corrupt_version(tmp_path):
+    """A 2 MiB file system: a small graph fits, the next snapshot does not."""
+    if shutil.which("unshare") is None:
+        pytest.skip("needs unshare(1) to mount a small private tmpfs")
+    probe = subprocess.run(["unshare", "-rm", "sh", "-c", f"mount -t tmpfs -o size=1m none {tmp_path}"],
+                           capture_output=True)  # fmt: skip
+    if probe.returncode != 0:
+        pytest.skip(f"cannot mount a private tmpfs here: {probe.stderr.decode().strip()}")
+    small = tmp_path / "in" / "small.csv"
+    small.parent.mkdir()
+    small.write_text("src,dst\n" + "\n".join(f"{i},{i + 1}" for i in range(200)))
+    big = tmp_path / "in" / "big.csv"
+    src, dst = rmat_edges(14, 16, seed=3)  # 262k edges: far more than the disk holds
+    np.savetxt(big, np.stack([src, dst], axis=1), fmt="%d", delimiter=",", header="src,dst", comments="")
+    disk = tmp_path / "disk"
+    disk.mkdir()
+    root = disk / "root"
+    base = [sys.executable, "-m", "glisp_core.cli"]
+    common = ["--root", str(root), "--master", "local[2]", "--set", "spark.driver_memory=1g"]
+    repo = str(Path(__file__).resolve().parent.parent)
+    check = (
+        f"import sys; sys.path.insert(0, {repo!r})\n"
+        "from glisp_core.dataset.layout import list_versions, resolve_dataset\n"
+        "from glisp_core.dataset.manifest import Manifest\n"
+        f"dv = resolve_dataset('small', {str(root)!r}); m = Manifest.read(dv.manifest_path); m.stage('ingest')\n"
+        "import pyarrow.parquet as pq; assert pq.read_table(str(dv.edges)).num_rows == 200\n"
+        "print('versions', list_versions(dv.root, 'small'), list_versions(dv.root, 'big'))\n"
+    )
+    script = " && ".join([
+        f"mount -t tmpfs -o size=1m none {disk}",
+        " ".join(base + ["ingest", "--edges", str(small), "--graph", "small"] + common),
+        "(" + " ".join(base + ["ingest", "--edges", str(big), "--graph", "big"] + common) + "; echo big-rc=$?)",
+        f"{sys.executable} -c \"$CHECK\"",
+        f"find {root} -name '.tmp-*' -o -name '.old-*' | sed 's/^/leftover /'",
+    ])  # fmt: skip
+    env = dict(os.environ, PYTHONUNBUFFERED="1", CHECK=check)
+    res = subprocess.run(["unshare", "-rm", "sh", "-c", script], capture_output=True, text=True, env=env,
+                         timeout=600)  # fmt: skip
+    out = res.stdout + res.stderr
+    assert res.returncode == 0, out[-4000:]
+    assert "big-rc=1" in out, out[-4000:]
+    assert "no space left on device" in out.lower(), out[-4000:]
+    assert "Traceback" not in out, out[-4000:]  # a clean error, not a stack trace
+    assert "versions [" in out and "] []" in out, out[-4000:]  # the small graph intact, no 'big' version
+    assert "leftover" not in out, out[-4000:]
+    print(next(ln for ln in out.splitlines() if "error:" in ln))
+
+
+def test_failure_reason_names_known_causes():
+    from glisp_core.errors import failure_reason
+
+    class Py4JNetworkError(Exception):
+        pass
+
+    assert failure_reason(Py4JNetworkError("Answer from Java side is empty")).startswith("the Spark JVM died")
+    e = RuntimeError("Job aborted.\n  at x\nCaused by: java.io.IOException: No space left on device\n  at y")
+    assert failure_reason(e).startswith("no space left on device (Caused by: java.io.IOException")
+    assert failure_reason(ValueError("plain")) == "ValueError: plain"
