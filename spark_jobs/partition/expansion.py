@@ -155,7 +155,7 @@ class ExpansionPartitioner(Partitioner):
                 need_seed.append(k)
                 continue
             nsel = min(len(b), max(self.min_select(), int(math.ceil(lam[k] * len(b)))))
-            key = (st.resid[b] << 24) | (kernels.vertex_hash(b, st.seed + st.rounds).astype(np.int64) >> 40)
+            key = (st.resid[b] << 24) | (kernels.vertex_hash(b, st.seed + st.rounds) >> np.uint64(40)).astype(np.int64)
             if nsel < len(b):
                 idx = np.argpartition(key, nsel - 1)[:nsel]
                 b, key = b[idx], key[idx]
