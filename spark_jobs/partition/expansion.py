@@ -202,6 +202,10 @@ class ExpansionPartitioner(Partitioner):
         """Most seed vertices partition k takes in one round when its boundary is empty."""
         return 1 << 22
 
+    def top_up(self, st: ExpansionState, k: int, onehop: float, cap: float) -> float:
+        """Residual rows of extra seeds partition k takes besides its boundary selection (0: none)."""
+        return 0.0
+
     def two_hop_accept(self, st: ExpansionState, sel: Selection) -> np.ndarray:
         """Probability that partition k takes a two-hop edge, given ``st.offer`` (estimated rows offered)."""
         return np.ones(st.parts)
@@ -275,13 +279,13 @@ class ExpansionPartitioner(Partitioner):
                 need_seed.append(k)
                 continue
             b = self._pick(st, b, lam[k], cap[k])
-            if len(b) == 0:
-                continue
             kernels.set_claims(st.claim, b, int(k), rank)
             onehop[k] += st.resid[b].sum()
             claimed.append(b)
+            if self.top_up(st, int(k), onehop[k], cap[k]) > 0:
+                need_seed.append(k)
         for k in need_seed:
-            budget = int(max(1, seed_budget[k]))
+            budget = int(max(1, seed_budget[k] if onehop[k] == 0 else self.top_up(st, int(k), onehop[k], cap[k])))
             count = max(1, min(budget, 1 << 22, self.seed_count(st, int(k))))
             s = kernels.take_seeds(st.order, st.seed_pos, st.resid, st.bits, st.claim, budget, count)
             kernels.set_claims(st.claim, s, int(k), rank)
