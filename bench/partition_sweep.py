@@ -60,8 +60,10 @@ def main() -> int:
     from spark_jobs.partition.base import get_partitioner
 
     cfg = load_config(env={})
-    print(f"{'graph':18s} {'p':>3s} {'config':34s} {'RF':>7s} {'VB':>6s} {'EB':>6s} {'rounds':>6s} {'spark':>5s} "
-          f"{'/DNEref':>7s} {'/HDRF':>6s} {'sec':>6s}")
+    print(
+        f"{'graph':18s} {'p':>3s} {'config':34s} {'RF':>7s} {'VB':>6s} {'EB':>6s} {'rounds':>6s} {'spark':>5s} "
+        f"{'/DNEref':>7s} {'/HDRF':>6s} {'sec':>6s}"
+    )
     for gname in args.graphs:
         eid, s, d, n = load_graph(gname, Path(args.dir))
         for p in args.parts:

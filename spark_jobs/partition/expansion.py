@@ -435,7 +435,9 @@ class ExpansionPartitioner(Partitioner):
         timings["refine_s"] = round(time.perf_counter() - t, 3)
         if local is not None and local.done:
             a = local.allocated()
-            pq.write_table(pa.table([a["eid"], a["src"], a["dst"], a["part"]], schema=ALLOC_PA), str(alloc_dir / "local.parquet"))
+            pq.write_table(
+                pa.table([a["eid"], a["src"], a["dst"], a["part"]], schema=ALLOC_PA), str(alloc_dir / "local.parquet")
+            )
         if not any(alloc_dir.glob("*.parquet")):
             pq.write_table(ALLOC_PA.empty_table(), str(alloc_dir / "empty.parquet"))
         alloc = spark.read.parquet(str(alloc_dir))

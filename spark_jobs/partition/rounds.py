@@ -246,7 +246,11 @@ class FileRounds:
 
         out = self._job(fn)
         bc.unpersist()
-        return merge_deltas([o[0] for o in out], parts), merge_deltas([o[1] for o in out], parts), sum(o[2] for o in out)
+        return (
+            merge_deltas([o[0] for o in out], parts),
+            merge_deltas([o[1] for o in out], parts),
+            sum(o[2] for o in out),
+        )
 
 
 def merge_deltas(deltas: list[tuple], parts: int) -> tuple:

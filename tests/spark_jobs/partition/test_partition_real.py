@@ -12,7 +12,6 @@ import dataclasses
 import json
 from pathlib import Path
 
-import numpy as np
 import pyarrow.parquet as pq
 import pytest
 
