@@ -90,6 +90,11 @@ class ExpansionState:
         rank[order] = np.arange(self.parts, dtype=np.int32)
         return rank
 
+    def nbytes(self) -> int:
+        """Bytes of the per-vertex state held by the driver (what stops scaling first)."""
+        arrays = (self.resid, self.bits, self.order, self.deg, self.counts, self.claim, self.pend)
+        return int(sum(a.nbytes for a in arrays if a is not None))
+
     def apply(self, delta: tuple) -> None:
         """Add a batch's allocation delta (vert, vpart, row incidences, pair incidences, rows per part)."""
         vert, vpart, cnt, pcnt, rows = delta
@@ -451,6 +456,8 @@ class ExpansionPartitioner(Partitioner):
             "local_rounds": stats["local_rounds"],
             "refine_rounds": refine_rounds,
             "groups": st.groups,
+            "driver_state_bytes": st.nbytes() + sum(a.nbytes for a in smp.values()),
+            "spark_jobs": files.jobs if files is not None else [],
         }
         bits = st.bits if st.counts is None else pack_bits(st.counts > 0)
         return PartitionResult(

@@ -118,7 +118,7 @@ def edge_round(
         while j < m and min(src[j], dst[j]) == a and max(src[j], dst[j]) == b:
             j += 1
         g = pair_group(a, b, groups)
-        k = _decide(a, b, j - i, q[g], claim, bits, open_bits, weight, accept, seed, take, cand)
+        k = _decide(a, b, j - i, q, g, claim, bits, open_bits, weight, accept, seed, take, cand)
         if k >= 0:
             q[g, k] -= j - i
             for t in range(i, j):
@@ -128,15 +128,15 @@ def edge_round(
 
 
 @njit(nogil=True, cache=True)
-def _decide(a, b, rows, room, claim, bits, open_bits, weight, accept, seed, take, cand) -> int:
+def _decide(a, b, rows, q, g, claim, bits, open_bits, weight, accept, seed, take, cand) -> int:
     """The partition the pair (a, b), a <= b, of ``rows`` rows goes to this round, or -1.
 
-    Only partitions whose quota ``room`` holds the pair's rows are candidates: a two-hop pair whose shared
+    Only partitions whose quota ``q[g]`` holds the pair's rows are candidates: a two-hop pair whose shared
     partitions are all at their quota falls through to one-hop, and a contested one-hop pair to the
     claimant with room.
     """
     nc = _shared_open_parts(bits, open_bits, a, b, cand)
-    nc = _with_room(cand, nc, room, rows)
+    nc = _with_room(cand, nc, q, g, rows)
     if nc > 0:
         k = _draw(cand, nc, weight, _mix(a, b, seed))
         if accept[k] >= 1.0 or _mix(a, b, seed + 0x5BD1E995) < accept[k]:
@@ -152,7 +152,7 @@ def _decide(a, b, rows, room, claim, bits, open_bits, weight, accept, seed, take
     if cb >= 0 and cb != ca:
         cand[nc] = cb
         nc += 1
-    nc = _with_room(cand, nc, room, rows)
+    nc = _with_room(cand, nc, q, g, rows)
     if nc == 0:
         return -1
     k = _draw(cand, nc, weight, _mix(a, b, seed))
@@ -162,11 +162,11 @@ def _decide(a, b, rows, room, claim, bits, open_bits, weight, accept, seed, take
 
 
 @njit(nogil=True, cache=True)
-def _with_room(cand: np.ndarray, nc: int, room: np.ndarray, rows: int) -> int:
-    """Keep the candidates whose quota holds ``rows`` more rows (in place); return how many are left."""
+def _with_room(cand: np.ndarray, nc: int, q: np.ndarray, g: int, rows: int) -> int:
+    """Keep the candidates whose quota q[g] holds ``rows`` more rows (in place); return how many are left."""
     j = 0
     for t in range(nc):
-        if room[cand[t]] >= rows:
+        if q[g, cand[t]] >= rows:
             cand[j] = cand[t]
             j += 1
     return j
@@ -200,9 +200,10 @@ def pair_keys(src: np.ndarray, dst: np.ndarray) -> np.ndarray:
 
 
 def canonical_order(src: np.ndarray, dst: np.ndarray, eid: np.ndarray) -> np.ndarray:
-    """Row permutation by (pair key, eid): rows of a pair adjacent, and the same order within every group
-    whichever process holds it (a Spark task sorts its group, the driver all rows)."""
-    return np.lexsort((eid, pair_keys(src, dst)))
+    """Row permutation by (min(src, dst), max(src, dst), eid): the rows of a pair adjacent, the per-vertex
+    state read in ascending order (cache friendly), and the same order within every group whichever
+    process holds it (a Spark task sorts its group, the driver all rows)."""
+    return np.lexsort((eid, np.maximum(src, dst), np.minimum(src, dst)))
 
 
 def group_quota(room: np.ndarray, groups: int, turn: int, unit: int = 4) -> np.ndarray:

@@ -20,6 +20,7 @@ partitions already require).
 from __future__ import annotations
 
 import os
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -72,6 +73,7 @@ class FileRounds:
         self.groups: list[list[str]] = [[] for _ in range(tasks)]
         self.round = 0
         self.stride = 1  # the count sample's stride (split): a round reports which sample rows it allocated
+        self.jobs: list[dict] = []  # per Spark job after the split: kind, seconds, broadcast bytes
 
     # ---- first pass: split the ingested edges into files, count degrees, take the count sample ------
     def split(
@@ -152,16 +154,16 @@ class FileRounds:
                 e["src"], e["dst"], deg, bits.copy(), ec, vcount.copy(), ec + quota[g], lam_e, lam_v, eps
             )
 
-        return self._pass(st.parts, fin, state, -1)[0]
+        return self._pass(st.parts, fin, state, -1, kind="finish")[0]
 
-    def _pass(self, parts: int, decide, state: tuple, leftover_to: int) -> tuple:
+    def _pass(self, parts: int, decide, state: tuple, leftover_to: int, kind: str = "round") -> tuple:
         """One Spark job over every group: decide each unallocated row, write the rest and the allocated."""
         self.round += 1
         r = self.round
         nxt = self.dir / f"r{r:05d}"
         nxt.mkdir(exist_ok=True)
         groups, alloc, stride = self.groups, str(self.alloc_dir), self.stride
-        bc = self.sc.broadcast(state)
+        t0, bc = time.perf_counter(), self.sc.broadcast(state)
 
         def fn(it: Iterator[int]) -> Iterator[tuple]:
             for g in it:
@@ -187,6 +189,7 @@ class FileRounds:
                 yield delta, e["eid"][done & (e["eid"] % stride == 0)]
 
         out = self._job(fn)
+        self._record(kind if leftover_to < 0 else "leftover", t0, state)
         bc.unpersist()
         old = [p for grp in groups for p in grp]
         self.groups = [[f"{nxt}/g{g:05d}.arrow"] for g in range(self.tasks)]
@@ -196,6 +199,10 @@ class FileRounds:
 
     def _job(self, fn) -> list:
         return self.sc.parallelize(range(self.tasks), self.tasks).mapPartitions(fn).collect()
+
+    def _record(self, kind: str, t0: float, state: tuple) -> None:
+        nbytes = sum(a.nbytes for a in state if isinstance(a, np.ndarray))
+        self.jobs.append({"kind": kind, "s": round(time.perf_counter() - t0, 3), "broadcast_bytes": int(nbytes)})
 
     def fetch(self) -> dict[str, np.ndarray]:
         """The (bounded) remainder, read once by the driver for the local finish; the files are removed."""
@@ -223,7 +230,7 @@ class FileRounds:
         the moved rows (taken out, put in) and how many rows moved."""
         self.round += 1
         r, alloc = self.round, self.alloc_dir
-        bc = self.sc.broadcast(state)
+        t0, bc = time.perf_counter(), self.sc.broadcast(state)
 
         def fn(it: Iterator[int]) -> Iterator[tuple]:
             for g in it:
@@ -245,6 +252,7 @@ class FileRounds:
                 )
 
         out = self._job(fn)
+        self._record("refine", t0, state)
         bc.unpersist()
         return (
             merge_deltas([o[0] for o in out], parts),
