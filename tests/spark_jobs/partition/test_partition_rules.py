@@ -129,6 +129,26 @@ def test_round_kernel_never_exceeds_quota_or_splits_a_pair():
         assert len(set(part[key == k].tolist())) == 1
 
 
+def test_finishing_pass_never_exceeds_the_capacity():
+    """finish_greedy where the replication score pulls every pair into partition 0 (it holds every vertex):
+    partition 0 stops at its capacity and the rest spills over, every pair whole."""
+    n, p = 60, 4
+    a, b = np.triu_indices(n, 1)
+    s, d = np.concatenate([a, b]), np.concatenate([b, a])  # a clique, two rows per pair
+    o = kernels.canonical_order(s, d, np.arange(len(s)))
+    s, d = s[o], d[o]
+    bits = np.zeros((n, 1), np.uint64)
+    bits[:, 0] = 1  # every vertex already in partition 0
+    ecount, vcount = np.array([100, 0, 0, 0], np.int64), np.array([n, 0, 0, 0], np.int64)
+    cap = np.full(p, 1.04 * len(s) / p).astype(np.int64)
+    deg = np.full(n, 2 * (n - 1), np.int64)
+    part = kernels.finish_greedy(s, d, deg, bits, ecount, vcount, cap, 1.0, 1.0, 1.0)
+    rows = np.bincount(part, minlength=p) + [100, 0, 0, 0]
+    assert (rows <= cap).all() and rows[0] == cap[0] - cap[0] % 2, (rows, cap)
+    key = np.minimum(s, d) * n + np.maximum(s, d)
+    assert all(len(set(part[key == k].tolist())) == 1 for k in np.unique(key))
+
+
 def test_group_quota_splits_room_without_exceeding_it():
     for room in (0, 1, 3, 7, 31, 1000, 12345):
         q = kernels.group_quota(np.array([room, room + 5]), 8, 3)
