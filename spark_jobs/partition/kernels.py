@@ -71,6 +71,21 @@ def _mix(a: int, b: int, seed: int) -> float:
 
 
 @njit(nogil=True, cache=True)
+def pair_run(src: np.ndarray, dst: np.ndarray, i: int) -> tuple:
+    """The unordered pair (a, b), a <= b, of row i and the end j of its run of rows (rows in canonical order:
+    the rows of a pair are adjacent, so every kernel decides a pair once, for rows i..j-1)."""
+    a = src[i]
+    b = dst[i]
+    if a > b:
+        a, b = b, a
+    j = i + 1
+    m = src.shape[0]
+    while j < m and min(src[j], dst[j]) == a and max(src[j], dst[j]) == b:
+        j += 1
+    return a, b, j
+
+
+@njit(nogil=True, cache=True)
 def edge_round(
     src: np.ndarray,
     dst: np.ndarray,
@@ -110,13 +125,7 @@ def edge_round(
     cand = np.empty(bits.shape[1] * 64, np.int64)
     i = 0
     while i < m:
-        a = src[i]
-        b = dst[i]
-        if a > b:
-            a, b = b, a
-        j = i + 1
-        while j < m and min(src[j], dst[j]) == a and max(src[j], dst[j]) == b:
-            j += 1
+        a, b, j = pair_run(src, dst, i)
         g = pair_group(a, b, groups)
         k = _decide(a, b, j - i, q, g, claim, bits, open_bits, weight, accept, seed, take, cand)
         if k >= 0:
@@ -323,13 +332,7 @@ def finish_greedy(
     out = np.full(m, -1, np.int32)
     i = 0
     while i < m:
-        a = src[i]
-        b = dst[i]
-        if a > b:
-            a, b = b, a
-        j = i + 1
-        while j < m and min(src[j], dst[j]) == a and max(src[j], dst[j]) == b:
-            j += 1
+        a, b, j = pair_run(src, dst, i)
         r = j - i
         da = float(deg[a])
         db = float(deg[b])
@@ -412,13 +415,7 @@ def refine_round(
     out = part.copy()
     i = 0
     while i < m:
-        a = src[i]
-        b = dst[i]
-        if a > b:
-            a, b = b, a
-        j = i + 1
-        while j < m and min(src[j], dst[j]) == a and max(src[j], dst[j]) == b:
-            j += 1
+        a, b, j = pair_run(src, dst, i)
         r = j - i
         h = part[i]
         g = pair_group(a, b, groups)
