@@ -1,15 +1,23 @@
-"""Partition benchmark: every algorithm on R-MAT graphs (and built-in / SNAP graphs when available) at
-several p; prints RF, VB, EB, seconds and edges/s per core, next to the shape of GLISP Table II.
+"""Partition benchmark: the algorithms on R-MAT graphs and on the real graphs (reference treatment:
+undirected, duplicates merged, self-loops dropped), through the real ``run_partition`` on Spark.
 
-    .venv/bin/python bench/partition.py --scales 16 17 --parts 2 4 8 16
-    .venv/bin/python bench/partition.py --scales 19 --parts 8 --algorithms adadne dne --builtin --slashdot "" --phases
+Every run prints RF, VB, EB, the ratios to the reference partitioner's DNE and HDRF on the same graph
+and p (``/work/shared/tools/reference_partitions.json``, or ``--run-reference`` to compute them with
+``reference_partition.py`` for graphs it lacks), the rounds (Spark + driver + refinement), the Spark
+jobs the run started, seconds and edges/s per core.
+
+    .venv/bin/python bench/partition.py --scales --parts 4 8 16 --algorithms adadne dne      # real graphs
+    .venv/bin/python bench/partition.py --scales 19 --parts 8 --algorithms adadne dne --real --phases
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import os
+import resource
 import shutil
+import subprocess
 import sys
 import tempfile
 import time
@@ -18,28 +26,32 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-PAPER = """GLISP Table II shape (RF / VB / EB): DNE keeps EB near alpha (1.04-1.43) with VB up to 5.6;
-AdaDNE keeps VB 1.06-1.25 (2.73 once) and EB 1.02-1.19 at RF within ~1.1x of DNE's."""
+from bench.real_graphs import REAL, REFERENCE_JSON, ingest_real  # noqa: E402
+
+REFERENCE_SCRIPT = Path("/work/shared/tools/reference_partition.py")
+HEADER = (
+    "| graph | algo | p | RF | VB | EB | RF/DNE_ref | RF/HDRF_ref | rounds (spark+driver+refine) "
+    "| Spark jobs | seconds | edges/s/core |"
+)
 
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--scales", type=int, nargs="*", default=[16, 17], help="R-MAT scales (paper runs 16..19)")
+    ap.add_argument("--scales", type=int, nargs="*", default=[16, 17], help="R-MAT scales (R-MAT seed 1)")
     ap.add_argument("--edge-factor", type=int, default=16)
-    ap.add_argument("--parts", type=int, nargs="+", default=[2, 4, 8, 16])
+    ap.add_argument("--parts", type=int, nargs="+", default=[4, 8, 16])
     ap.add_argument("--algorithms", nargs="+", default=None, help="default: every registered algorithm")
-    ap.add_argument("--builtin", nargs="*", default=["cora", "lastfm", "imdb"], help="built-in graphs (needs ingest)")
-    ap.add_argument("--slashdot", default="/work/shared/data/soc-Slashdot0902.txt.gz")
+    ap.add_argument("--real", nargs="*", default=REAL, help=f"real graphs (default: {' '.join(REAL)})")
+    ap.add_argument("--data", default="/work/shared/data", help="where the file graphs live")
+    ap.add_argument("--reference", default=str(REFERENCE_JSON), help="reference_partition.py results (JSON)")
+    ap.add_argument("--run-reference", action="store_true", help="compute missing references (HDRF, DNE)")
     ap.add_argument("--master", default="local[2]")
     ap.add_argument("--root", default="", help="dataset root (default: a temporary directory)")
-    ap.add_argument("--phases", action="store_true", help="also print each run's timings and the load average")
+    ap.add_argument("--phases", action="store_true", help="also print each run's timings, jobs and memory")
     args = ap.parse_args()
-
-    import numpy as np
 
     from glisp_core.config import SparkConfig, load_config, with_values
     from spark_jobs.partition.base import algorithms
-    from spark_jobs.partition.job import run_partition
     from spark_jobs.session import get_spark
     from tests.graphs import rmat_edges, write_dataset
 
@@ -54,60 +66,97 @@ def main() -> int:
     for s in args.scales:
         src, dst = rmat_edges(s, args.edge_factor, seed=1)
         graphs.append((f"rmat{s}", write_dataset(root, f"rmat{s}", src, dst, num_vertices=1 << s)))
-    graphs += _real_graphs(spark, cfg, root, args, np, write_dataset)
-    print(
-        f"{'graph':10s} {'algo':7s} {'p':>3s} {'RF':>7s} {'VB':>7s} {'EB':>7s} {'rounds':>6s} {'sec':>8s} {'edges/s/core':>12s}"
-    )
+    graphs += ingest_real(spark, cfg, root, args.real, Path(args.data))
+    refs = _load_references(Path(args.reference))
+    print(f"load average {os.getloadavg()[0]:.1f} on {os.cpu_count()} cores (shared machine); {args.master}")
+    print(HEADER)
+    print("|" + "---|" * HEADER.count(" | ") + "---|")
     for gname, dv in graphs:
+        if args.run_reference and not any(k[0] == gname for k in refs):
+            refs.update(_run_reference(dv, gname, args.parts, root))
         for p in args.parts:
             for a in algos:
                 c = with_values(cfg, "partition", algorithm=a, parts=p, progress=False)
-                t = time.perf_counter()
-                rec = run_partition(spark, c, dv, force=True)
-                dt = time.perf_counter() - t
-                m = rec.counts["edges"]
-                print(
-                    f"{gname:10s} {a:7s} {p:3d} {rec.metrics['rf']:7.3f} {rec.metrics['vb']:7.3f} {rec.metrics['eb']:7.3f} "
-                    f"{rec.counts.get('rounds', '-')!s:>6s} {dt:8.1f} {m / dt / cores:12,.0f}",
-                    flush=True,
-                )
+                rec, dt, jobs = _timed_run(spark, c, dv)
+                _print_row(gname, a, p, rec, dt, jobs, cores, refs)
                 if args.phases:
-                    sr = rec.counts.get("spark_rounds")
-                    phases = {k: v for k, v in rec.timings.items() if k != "total_s"}
-                    print(f"    phases {phases} spark_rounds {sr} load {os.getloadavg()[0]:.1f}", flush=True)
-    print(PAPER)
+                    _print_phases(rec)
     if not args.root:
         shutil.rmtree(root, ignore_errors=True)
     return 0
 
 
-def _real_graphs(spark, cfg, root, args, np, write_dataset):
-    out = []
-    try:
-        from spark_jobs.generate.builtin import builtin_config
-        from spark_jobs.ingest.job import run_ingest
-    except ImportError as e:
-        print(f"built-in graphs skipped: ingest is not importable ({e})")
-        run_ingest = None
-    if run_ingest is not None:
-        from glisp_core.config import with_values
+def _timed_run(spark, c, dv):
+    """run_partition under its own job group: (record, seconds, Spark jobs it started)."""
+    from spark_jobs.partition.job import run_partition
 
-        for name in args.builtin:
-            try:
-                c = with_values(cfg, "dataset", root=str(root))
-                c = with_values(c, "ingest", graph=name)
-                out.append((name, run_ingest(spark, c, builtin_config(name, c.ingest))))
-            except Exception as e:  # noqa: BLE001 - a missing optional dataset must not stop the bench
-                print(f"built-in {name} skipped: {e}")
-    if args.slashdot and os.path.exists(args.slashdot):
-        import gzip
+    sc = spark.sparkContext
+    group = f"bench-{time.monotonic_ns()}"
+    sc.setJobGroup(group, "bench/partition.py run")
+    t = time.perf_counter()
+    rec = run_partition(spark, c, dv, force=True)
+    dt = time.perf_counter() - t
+    jobs = len(sc.statusTracker().getJobIdsForGroup(group))
+    sc.setLocalProperty("spark.jobGroup.id", None)
+    return rec, dt, jobs
 
-        with gzip.open(args.slashdot, "rt") as f:
-            a = np.loadtxt((ln for ln in f if not ln.startswith("#")), dtype=np.int64)
-        ids, inv = np.unique(a, return_inverse=True)
-        inv = inv.reshape(a.shape)
-        out.append(("slashdot", write_dataset(root, "slashdot", inv[:, 0], inv[:, 1], num_vertices=len(ids))))
+
+def _print_row(gname, a, p, rec, dt, jobs, cores, refs) -> None:
+    m, k = rec.metrics, rec.counts
+    ref = refs.get((gname, p), {})
+    rd = f"{m['rf'] / ref['dne']:.3f}" if "dne" in ref else "-"
+    rh = f"{m['rf'] / ref['hdrf']:.3f}" if "hdrf" in ref else "-"
+    if "rounds" in k:
+        rounds = f"{k['rounds']} ({k.get('spark_rounds', 0)}+{k.get('local_rounds', 0)}+{k.get('refine_rounds', 0)})"
+    else:
+        rounds = "-"
+    name = f"**{a}**" if a == "adadne" else a
+    print(
+        f"| {gname} | {name} | {p} | {m['rf']:.3f} | {m['vb']:.3f} | {m['eb']:.3f} | {rd} | {rh} | {rounds} "
+        f"| {jobs} | {dt:.1f} | {k['edges'] / dt / cores:,.0f} |",
+        flush=True,
+    )
+
+
+def _print_phases(rec) -> None:
+    k = rec.counts
+    spark_jobs = k.get("spark_jobs", [])
+    per_round = [j["s"] for j in spark_jobs if j["kind"] == "round"]
+    bc = max((j["broadcast_bytes"] for j in spark_jobs), default=0)
+    rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+    phases = {x: v for x, v in rec.timings.items() if x != "total_s"}
+    print(
+        f"    phases {phases}; Spark round s {per_round}; broadcast max {bc / 1e6:.1f} MB; "
+        f"driver state {k.get('driver_state_bytes', 0) / 1e6:.1f} MB; driver peak RSS {rss:.0f} MB; "
+        f"load {os.getloadavg()[0]:.1f}",
+        flush=True,
+    )
+
+
+def _load_references(path: Path) -> dict:
+    """{(graph, p): {algo: RF}} from reference_partition.py's JSON (graph names as in bench/real_graphs.py)."""
+    out: dict = {}
+    if path.exists():
+        for r in json.loads(path.read_text()):
+            out.setdefault((r["graph"], r["p"]), {})[r["algo"]] = r["RF"]
     return out
+
+
+def _run_reference(dv, gname: str, parts: list[int], root: Path) -> dict:
+    """Run reference_partition.py (HDRF, DNE) on a dataset's edges; the script makes them simple."""
+    import numpy as np
+    import pyarrow.parquet as pq
+
+    if not REFERENCE_SCRIPT.exists():
+        print(f"reference for {gname} skipped: {REFERENCE_SCRIPT} is missing")
+        return {}
+    t = pq.read_table(str(dv.edges), columns=["src", "dst"])
+    tsv, out = root / "_ref" / f"{gname}.tsv", root / "_ref" / f"{gname}.json"
+    tsv.parent.mkdir(parents=True, exist_ok=True)
+    np.savetxt(tsv, np.stack([t.column("src").to_numpy(), t.column("dst").to_numpy()], 1), fmt="%d", delimiter="\t")
+    cmd = [sys.executable, str(REFERENCE_SCRIPT), str(tsv), "--parts", *map(str, parts), "--algos", "hdrf", "dne"]
+    subprocess.run([*cmd, "--json", str(out)], check=True, stdout=subprocess.DEVNULL)
+    return _load_references(out)
 
 
 if __name__ == "__main__":

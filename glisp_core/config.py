@@ -137,11 +137,17 @@ class AdaDNEConfig:
     w_v: float = 0.5
     w_e: float = 0.5
     lambda_min: float = 0.01
-    lambda_max: float = 1.0
+    lambda_max: float = 0.2
     accel: float = 0.0  # lam_i *= (remaining/|E|)^-accel: fewer rounds as the remainder shrinks
     seed_scale: float = 1.0  # an empty boundary seeds vertices carrying seed_scale*lam_i*remaining/p rows
     step: float = 0.15  # per round, growth may fill this fraction of the deficit to the fair share
     floor: float = 0.2  # two-hop intake probability of a partition at or above its fair share
+    capacity: float = 1.04  # hard bound: no partition holds more than capacity * |E|/p rows (EB <= capacity)
+    finish: float = 0.05  # the last finish * |E| rows are placed by the finishing pass
+    finish_vertex_weight: float = 1.0  # finishing pass: weight of a partition's vertex slack
+    refine_rounds: int = 4  # vertex-balance refinement rounds (0 = none)
+    refine_vb: float = 1.06  # refinement moves rows out of partitions with |V_i| > refine_vb * mean
+    top_up: float = 0.05  # a boundary yielding under top_up * the round's limit is topped up with seeds
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -165,8 +171,9 @@ class PartitionConfig:
     name: str = ""  # run name; "": <algorithm>-p<parts>
     max_rounds: int = 10_000
     local_finish_edges: int = 2_000_000  # finish a remainder this small in one process
-    count_sample: int = 16  # estimate two-hop volume per round from rows with eid % count_sample == 0
+    count_sample: int = 1  # estimate the two-hop step per round from rows with eid % stride == 0
     count_sample_max: int = 1_000_000  # most sample rows held by the driver (the stride grows past it)
+    groups: int = 0  # expansion: row groups (Spark tasks per round); 0 = max(8, ceil(rows / 4M))
     progress: bool = True
     metis_max_edges: int = 200_000_000  # metis: most undirected pairs one process partitions
     adadne: AdaDNEConfig = field(default_factory=AdaDNEConfig)

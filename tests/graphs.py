@@ -119,3 +119,49 @@ def write_dataset(
         )
         man = Manifest(graph=graph, version=version, created_at=now_iso(), schema=schema, stages={"ingest": rec})
         return pub.commit(man)
+
+
+def ego_network_edges(n: int = 3000, hubs: int = 6, core: int = 60, seed: int = 0) -> tuple[np.ndarray, np.ndarray]:
+    """A dense ego-network-like graph (the shape that broke edge balance): a few hubs linked to most
+    vertices, a dense core (a near-clique), and sparse power-law links around them. Undirected: both
+    directions of every pair, as ``glisp ingest --undirected`` stores them."""
+    rng = np.random.default_rng(seed)
+    pairs = []
+    for h in range(hubs):  # each hub reaches 40-90% of the vertices
+        nb = rng.choice(np.arange(hubs, n), int(rng.uniform(0.4, 0.9) * (n - hubs)), replace=False)
+        pairs.append(np.stack([np.full(len(nb), h), nb], 1))
+    c = np.arange(hubs, hubs + core)
+    a, b = np.triu_indices(core, 1)
+    keep = rng.random(len(a)) < 0.8
+    pairs.append(np.stack([c[a[keep]], c[b[keep]]], 1))
+    w = 1.0 / np.arange(1, n + 1) ** 0.8  # sparse preferential links
+    s = rng.choice(n, 4 * n, p=w / w.sum())
+    t = rng.integers(0, n, 4 * n)
+    pairs.append(np.stack([s, t], 1))
+    return _simple_undirected(np.concatenate(pairs))
+
+
+def chains_edges(chains: int = 1500, long_chains: int = 4, long_len: int = 3000, seed: int = 0):
+    """Many small components (paths of 1-12 edges, triangles) plus a few very long chains: the web-crawl
+    shape reached only by single-seed expansion. Undirected, both directions of every pair."""
+    rng = np.random.default_rng(seed)
+    pairs, base = [], 0
+    for _ in range(chains):
+        k = int(rng.integers(1, 13))
+        v = np.arange(base, base + k + 1)
+        pairs.append(np.stack([v[:-1], v[1:]], 1))
+        if k == 2:
+            pairs.append(np.array([[v[0], v[2]]]))  # a triangle
+        base += k + 1
+    for _ in range(long_chains):
+        v = np.arange(base, base + long_len + 1)
+        pairs.append(np.stack([v[:-1], v[1:]], 1))
+        base += long_len + 1
+    return _simple_undirected(np.concatenate(pairs))
+
+
+def _simple_undirected(pairs: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    pairs = pairs[pairs[:, 0] != pairs[:, 1]]
+    lo, hi = pairs.min(1), pairs.max(1)
+    u = np.unique(np.stack([lo, hi], 1), axis=0)
+    return np.concatenate([u[:, 0], u[:, 1]]).astype(np.int64), np.concatenate([u[:, 1], u[:, 0]]).astype(np.int64)

@@ -71,6 +71,21 @@ def _mix(a: int, b: int, seed: int) -> float:
 
 
 @njit(nogil=True, cache=True)
+def pair_run(src: np.ndarray, dst: np.ndarray, i: int) -> tuple:
+    """The unordered pair (a, b), a <= b, of row i and the end j of its run of rows (rows in canonical order:
+    the rows of a pair are adjacent, so every kernel decides a pair once, for rows i..j-1)."""
+    a = src[i]
+    b = dst[i]
+    if a > b:
+        a, b = b, a
+    j = i + 1
+    m = src.shape[0]
+    while j < m and min(src[j], dst[j]) == a and max(src[j], dst[j]) == b:
+        j += 1
+    return a, b, j
+
+
+@njit(nogil=True, cache=True)
 def edge_round(
     src: np.ndarray,
     dst: np.ndarray,
@@ -81,50 +96,141 @@ def edge_round(
     accept: np.ndarray,
     seed: int,
     take: np.ndarray,
+    quota: np.ndarray,
 ) -> np.ndarray:
     """Decide every unallocated edge of one round; -1 = stays unallocated.
 
     Two-hop first (completing the previous round's expansion): an edge whose endpoints share open
     partitions goes to one of the shared ones; otherwise one-hop: an endpoint claimed this round takes
     the edge for its claimant. A two-hop edge is taken with probability ``accept[k]`` (else it waits,
-    or goes one-hop): AdaDNE's soft brake on a partition's intake. Where several partitions qualify, one is drawn with probability
-    proportional to ``weight`` (the driver makes it large for lightly loaded partitions) by a hash of the
-    vertex pair: a batch-parallel stand-in for DNE's sequential "fewest edges wins", which in lock-step
-    rounds would send every contested edge of a round to the same partition. A one-hop edge is taken
-    with probability ``take[k]`` (AdaDNE: a claimed hub carrying more rows than the partition's per-round
-    limit gives only part of its edges; the rest wait, the hub stays on the boundary). The decision depends on
-    the unordered pair and broadcast state only, so all rows of a pair agree wherever they are processed.
+    or goes one-hop): a soft brake on a partition's intake. Where several partitions qualify, one is
+    drawn with probability proportional to ``weight`` (the driver makes it large for lightly loaded
+    partitions) by a hash of the vertex pair: a batch-parallel stand-in for DNE's sequential "fewest
+    edges wins", which in lock-step rounds would send every contested edge of a round to the same
+    partition. A one-hop edge is taken with probability ``take[k]`` (AdaDNE: a claimed hub carrying more
+    rows than the partition's per-round limit gives only part of its edges; the rest wait).
+
+    **Hard capacity.** ``quota[g, k]`` is the most rows partition k may take from group g =
+    pair_group(a, b, G) this round (G = quota.shape[0]); the driver splits each partition's room under
+    its capacity over the groups, so no round can push a partition past it, whatever the estimates
+    said. Rows must come grouped by unordered pair (``canonical_order``): all rows of a pair are decided
+    once and charged together, so a pair is never split and a quota is never exceeded. Within a group
+    the decisions depend on the rows in canonical order and the broadcast state only, so a group gives
+    the same result in a Spark task and in the driver.
     """
     m = src.shape[0]
+    groups = quota.shape[0]
+    q = quota.copy()
     out = np.full(m, -1, np.int32)
     cand = np.empty(bits.shape[1] * 64, np.int64)
-    for i in range(m):
-        a = src[i]
-        b = dst[i]
-        nc = _shared_open_parts(bits, open_bits, a, b, cand)
-        if nc > 0:
-            k = _draw(cand, nc, weight, _mix(a, b, seed))
-            if accept[k] >= 1.0 or _mix(a, b, seed + 0x5BD1E995) < accept[k]:
-                out[i] = k
-                continue
-            nc = 0
-        if nc == 0:
-            ca = claim[a]
-            cb = claim[b]
-            if ca > cb:  # canonical order, so (a, b) and (b, a) draw alike
-                ca, cb = cb, ca
-            if ca >= 0:
-                cand[nc] = ca
-                nc += 1
-            if cb >= 0 and cb != ca:
-                cand[nc] = cb
-                nc += 1
-        if nc == 0:
-            continue
-        k = _draw(cand, nc, weight, _mix(a, b, seed))
-        if take[k] >= 1.0 or _mix(a, b, seed + 0x2545F491) < take[k]:
-            out[i] = k
+    i = 0
+    while i < m:
+        a, b, j = pair_run(src, dst, i)
+        g = pair_group(a, b, groups)
+        k = _decide(a, b, j - i, q, g, claim, bits, open_bits, weight, accept, seed, take, cand)
+        if k >= 0:
+            q[g, k] -= j - i
+            for t in range(i, j):
+                out[t] = k
+        i = j
     return out
+
+
+@njit(nogil=True, cache=True)
+def _decide(a, b, rows, q, g, claim, bits, open_bits, weight, accept, seed, take, cand) -> int:
+    """The partition the pair (a, b), a <= b, of ``rows`` rows goes to this round, or -1.
+
+    Only partitions whose quota ``q[g]`` holds the pair's rows are candidates: a two-hop pair whose shared
+    partitions are all at their quota falls through to one-hop, and a contested one-hop pair to the
+    claimant with room.
+    """
+    nc = _shared_open_parts(bits, open_bits, a, b, cand)
+    nc = _with_room(cand, nc, q, g, rows)
+    if nc > 0:
+        k = _draw(cand, nc, weight, _mix(a, b, seed))
+        if accept[k] >= 1.0 or _mix(a, b, seed + 0x5BD1E995) < accept[k]:
+            return k
+        nc = 0
+    ca = claim[a]
+    cb = claim[b]
+    if ca > cb:  # canonical order, so (a, b) and (b, a) draw alike
+        ca, cb = cb, ca
+    if ca >= 0:
+        cand[nc] = ca
+        nc += 1
+    if cb >= 0 and cb != ca:
+        cand[nc] = cb
+        nc += 1
+    nc = _with_room(cand, nc, q, g, rows)
+    if nc == 0:
+        return -1
+    k = _draw(cand, nc, weight, _mix(a, b, seed))
+    if take[k] >= 1.0 or _mix(a, b, seed + 0x2545F491) < take[k]:
+        return k
+    return -1
+
+
+@njit(nogil=True, cache=True)
+def _with_room(cand: np.ndarray, nc: int, q: np.ndarray, g: int, rows: int) -> int:
+    """Keep the candidates whose quota q[g] holds ``rows`` more rows (in place); return how many are left."""
+    j = 0
+    for t in range(nc):
+        if q[g, cand[t]] >= rows:
+            cand[j] = cand[t]
+            j += 1
+    return j
+
+
+@njit(nogil=True, cache=True)
+def pair_group(a: int, b: int, groups: int) -> int:
+    """Group of the unordered pair {a, b} (a <= b): the Spark task that holds its rows, 0..groups-1."""
+    return int(_pair_key(a, b) % np.uint64(groups))
+
+
+@njit(nogil=True, cache=True)
+def _pair_key(a: int, b: int) -> np.uint64:
+    z = (np.uint64(a) * np.uint64(0x9E3779B97F4A7C15)) ^ np.uint64(b)
+    z = z + np.uint64(0x9E3779B97F4A7C15)
+    z = (z ^ (z >> np.uint64(30))) * np.uint64(0xBF58476D1CE4E5B9)
+    z = (z ^ (z >> np.uint64(27))) * np.uint64(0x94D049BB133111EB)
+    return z ^ (z >> np.uint64(31))
+
+
+@njit(nogil=True, cache=True)
+def pair_keys(src: np.ndarray, dst: np.ndarray) -> np.ndarray:
+    """Unseeded hash of each row's unordered pair: the canonical row order and the row's group."""
+    out = np.empty(src.shape[0], np.uint64)
+    for i in range(src.shape[0]):
+        a, b = src[i], dst[i]
+        if a > b:
+            a, b = b, a
+        out[i] = _pair_key(a, b)
+    return out
+
+
+def canonical_order(src: np.ndarray, dst: np.ndarray, eid: np.ndarray) -> np.ndarray:
+    """Row permutation by (min(src, dst), max(src, dst), eid): the rows of a pair adjacent, the per-vertex
+    state read in ascending order (cache friendly), and the same order within every group whichever
+    process holds it (a Spark task sorts its group, the driver all rows)."""
+    return np.lexsort((eid, np.maximum(src, dst), np.minimum(src, dst)))
+
+
+def group_quota(room: np.ndarray, groups: int, turn: int, unit: int = 4) -> np.ndarray:
+    """Split each partition's room (rows it may still take) over the groups: [groups, p] int64.
+
+    Equal shares while a share holds at least ``unit`` rows (two undirected pairs); a smaller room goes
+    out in shares of ``unit`` rows to as many groups as it covers, starting at group ``turn % groups``
+    (turn = the round number), so that a pair still fits somewhere and every group gets its turn. The
+    shares never sum past the room.
+    """
+    room = np.maximum(np.asarray(room, np.float64), 0.0)
+    room = np.where(np.isfinite(room), room, 2.0**62).astype(np.int64)
+    share = np.maximum(room // groups, np.minimum(unit, room))
+    pos = (np.arange(groups)[:, None] - turn) % groups  # [G, 1]: the group's place in this round's turn
+    used = share[None, :] * pos  # rows handed to the groups before it
+    q = np.clip(room[None, :] - used, 0, share[None, :])
+    q[turn % groups] += np.maximum(room - share * groups, 0)  # what equal shares leave over
+    return q
 
 
 @njit(nogil=True, cache=True)
@@ -143,6 +249,26 @@ def two_hop_counts(
         if nc > 0:
             counts[_draw(cand, nc, weight, _mix(a, b, seed))] += 1
     return counts
+
+
+@njit(nogil=True, cache=True)
+def two_hop_pending(
+    src: np.ndarray, dst: np.ndarray, bits: np.ndarray, open_bits: np.ndarray, weight: np.ndarray, seed: int, n: int
+):
+    """Per partition and per vertex: rows the coming two-hop step would offer (same draw as edge_round)."""
+    parts = weight.shape[0]
+    counts = np.zeros(parts, np.int64)
+    pend = np.zeros(n, np.int64)
+    cand = np.empty(bits.shape[1] * 64, np.int64)
+    for i in range(src.shape[0]):
+        a = src[i]
+        b = dst[i]
+        nc = _shared_open_parts(bits, open_bits, a, b, cand)
+        if nc > 0:
+            counts[_draw(cand, nc, weight, _mix(min(a, b), max(a, b), seed))] += 1
+            pend[a] += 1
+            pend[b] += 1
+    return counts, pend
 
 
 @njit(nogil=True, cache=True)
@@ -181,11 +307,163 @@ def _draw(cand: np.ndarray, nc: int, weight: np.ndarray, u: float) -> int:
 
 
 @njit(nogil=True, cache=True)
-def incidence_delta(src: np.ndarray, dst: np.ndarray, part: np.ndarray, parts: int):
-    """Aggregate the allocated edges of a batch into (vertex, part, incidences) and rows per part.
+def finish_greedy(
+    src: np.ndarray,
+    dst: np.ndarray,
+    deg: np.ndarray,
+    bits: np.ndarray,
+    ecount: np.ndarray,
+    vcount: np.ndarray,
+    cap: np.ndarray,
+    lam_e: float,
+    lam_v: float,
+    eps: float,
+) -> np.ndarray:
+    """Place the remaining pairs one at a time (rows in canonical order), HDRF-style against the current
+    partition sets, under the hard capacity ``cap``; updates bits, ecount and vcount in place.
 
-    This is what returns to the driver each round: vertex-level, deduplicated within the batch, never
-    the edges themselves.
+    Score of partition k for the pair (a, b): sum over its endpoints held by k of 1 + (1 - theta), theta =
+    the endpoint's share of the pair's degree (HDRF: replicate the higher-degree endpoint), plus lam_e
+    times k's edge slack and, for a pair that adds a vertex to k, lam_v times its vertex slack (both
+    normalised to [0, 1] between the most and least loaded partition).
+    """
+    m = src.shape[0]
+    parts = ecount.shape[0]
+    out = np.full(m, -1, np.int32)
+    i = 0
+    while i < m:
+        a, b, j = pair_run(src, dst, i)
+        r = j - i
+        da = float(deg[a])
+        db = float(deg[b])
+        ta = da / (da + db) if da + db > 0 else 0.5
+        emax = ecount.max()
+        emin = ecount.min()
+        vmax = vcount.max()
+        vmin = vcount.min()
+        best = -1
+        best_s = -1e300
+        for k in range(parts):
+            if ecount[k] + r > cap[k]:
+                continue
+            w = k // 64
+            bit = np.uint64(1) << np.uint64(k % 64)
+            ina = (bits[a, w] & bit) != 0
+            inb = (bits[b, w] & bit) != 0
+            sc = 0.0
+            if ina:
+                sc += 2.0 - ta
+            if inb:
+                sc += 1.0 + ta
+            sc += lam_e * (emax - ecount[k]) / (eps + emax - emin)
+            if not (ina and inb):
+                sc += lam_v * (vmax - vcount[k]) / (eps + vmax - vmin)
+            if sc > best_s:
+                best_s = sc
+                best = k
+        if best < 0:  # no partition has room (the caps sum below the rows): the least loaded takes it
+            best = int(np.argmin(ecount))
+        w = best // 64
+        bit = np.uint64(1) << np.uint64(best % 64)
+        if bits[a, w] & bit == 0:
+            bits[a, w] |= bit
+            vcount[best] += 1
+        if bits[b, w] & bit == 0:
+            bits[b, w] |= bit
+            vcount[best] += 1
+        ecount[best] += r
+        for t in range(i, j):
+            out[t] = best
+        i = j
+    return out
+
+
+@njit(nogil=True, cache=True)
+def refine_round(
+    src: np.ndarray,
+    dst: np.ndarray,
+    part: np.ndarray,
+    bits: np.ndarray,
+    leaf: np.ndarray,
+    vcount: np.ndarray,
+    heavy: np.ndarray,
+    light: np.ndarray,
+    quota: np.ndarray,
+    vroom: np.ndarray,
+) -> np.ndarray:
+    """One round of vertex-balance refinement over allocated rows (canonical order): the new part per row.
+
+    Two moves, neither of which adds a replica overall:
+
+    * out of a heavy partition h (|V_h| above the target): a pair one of whose endpoints has its only
+      edge of h here (``leaf``) moves to a partition t that already holds as many of its endpoints as
+      the move takes out of h, so |V_h| falls and the sum of |V_i| does not grow; t must stay under its
+      vertex target (``vroom[g, t]`` new vertices this round) and its hard edge capacity (``quota``);
+    * into a heavy partition from a light one (|V_t| below the mean): a pair both of whose endpoints
+      the heavy partition already holds moves there, which makes edge room in the light partition for
+      the first kind and removes any leaf endpoint from it.
+
+    ``bits`` and ``leaf`` are the round's broadcast state and are not updated within the round, so the
+    decision for a pair depends on its group's rows before it only through the quotas: a group gives
+    the same result in a Spark task and in the driver.
+    """
+    m = src.shape[0]
+    groups = quota.shape[0]
+    parts = vcount.shape[0]
+    q = quota.copy()
+    vr = vroom.copy()
+    out = part.copy()
+    i = 0
+    while i < m:
+        a, b, j = pair_run(src, dst, i)
+        r = j - i
+        h = part[i]
+        g = pair_group(a, b, groups)
+        best = -1
+        if heavy[h]:
+            gain = _bit(leaf, a, h) + (_bit(leaf, b, h) if b != a else 0)
+            if gain > 0:
+                best_d = 3
+                best_v = 1 << 62
+                for t in range(parts):
+                    if t == h or q[g, t] < r:
+                        continue
+                    add = (1 - _bit(bits, a, t)) + ((1 - _bit(bits, b, t)) if b != a else 0)
+                    d = add - gain
+                    if d > 0 or vr[g, t] < add:
+                        continue
+                    if d < best_d or (d == best_d and vcount[t] < best_v):
+                        best, best_d, best_v = t, d, vcount[t]
+                if best >= 0:
+                    vr[g, best] -= (1 - _bit(bits, a, best)) + ((1 - _bit(bits, b, best)) if b != a else 0)
+        elif light[h]:
+            best_v = -1
+            for t in range(parts):
+                if t == h or not heavy[t] or q[g, t] < r:
+                    continue
+                if _bit(bits, a, t) and _bit(bits, b, t) and vcount[t] > best_v:
+                    best, best_v = t, vcount[t]
+        if best >= 0:
+            q[g, best] -= r
+            for t in range(i, j):
+                out[t] = best
+        i = j
+    return out
+
+
+@njit(nogil=True, cache=True)
+def _bit(bits: np.ndarray, v: int, k: int) -> int:
+    return int((bits[v, k // 64] >> np.uint64(k % 64)) & np.uint64(1))
+
+
+@njit(nogil=True, cache=True)
+def incidence_delta(src: np.ndarray, dst: np.ndarray, part: np.ndarray, parts: int):
+    """Aggregate the allocated rows of a batch (part >= 0) into (vertex, part, row incidences, pair
+    incidences) and rows per part.
+
+    Rows of one pair must be adjacent (canonical order): a pair counts once towards the pair incidences
+    (what the refinement's per-vertex counts hold), each row towards the row incidences (the residual
+    degrees). This is what returns to the driver each round: vertex-level, never the edges themselves.
     """
     m = src.shape[0]
     n_alloc = 0
@@ -198,28 +476,43 @@ def incidence_delta(src: np.ndarray, dst: np.ndarray, part: np.ndarray, parts: i
     for i in range(m):
         k = part[i]
         if k >= 0:
-            keys[j] = src[i] * parts + k
-            keys[j + 1] = dst[i] * parts + k
+            again = 0
+            if i > 0 and part[i - 1] == k:
+                if min(src[i], dst[i]) == min(src[i - 1], dst[i - 1]) and max(src[i], dst[i]) == max(
+                    src[i - 1], dst[i - 1]
+                ):
+                    again = 1
+            keys[j] = (src[i] * parts + k) * 2 + again
+            keys[j + 1] = (dst[i] * parts + k) * 2 + again
             j += 2
             rows[k] += 1
     keys.sort()
     nu = 0
     for i in range(keys.shape[0]):
-        if i == 0 or keys[i] != keys[i - 1]:
+        if i == 0 or keys[i] >> 1 != keys[i - 1] >> 1:
             nu += 1
     vert = np.empty(nu, np.int64)
     vpart = np.empty(nu, np.int32)
-    cnt = np.empty(nu, np.int64)
+    cnt = np.zeros(nu, np.int64)
+    pcnt = np.zeros(nu, np.int64)
     u = -1
     for i in range(keys.shape[0]):
-        if i == 0 or keys[i] != keys[i - 1]:
+        key = keys[i] >> 1
+        if i == 0 or key != keys[i - 1] >> 1:
             u += 1
-            vert[u] = keys[i] // parts
-            vpart[u] = keys[i] % parts
-            cnt[u] = 1
-        else:
-            cnt[u] += 1
-    return vert, vpart, cnt, rows
+            vert[u] = key // parts
+            vpart[u] = key % parts
+        cnt[u] += 1
+        if keys[i] & 1 == 0:
+            pcnt[u] += 1
+    return vert, vpart, cnt, pcnt, rows
+
+
+@njit(nogil=True, cache=True)
+def add_counts(counts: np.ndarray, vert: np.ndarray, vpart: np.ndarray, pcnt: np.ndarray, sign: int) -> None:
+    """Driver side: per-vertex pair counts per partition (the refinement's exact state) += sign * pcnt."""
+    for i in range(vert.shape[0]):
+        counts[vert[i], vpart[i]] += sign * pcnt[i]
 
 
 @njit(nogil=True, cache=True)
@@ -291,7 +584,12 @@ def take_seeds(
     n = order.shape[0]
     for phase in range(2):
         p = pos[phase]
-        while p < n and nt < max_count and got < budget:
+        # phase 0 walks forward once; phase 1 wraps around once (as DNE's cyclic getRandom), so a vertex
+        # passed over while claimed by another partition is a seed candidate again later
+        steps = n - p if phase == 0 else n
+        for _ in range(steps):
+            if nt >= max_count or got >= budget:
+                break
             v = order[p]
             ok = resid[v] > 0 and claim[v] < 0
             if ok and phase == 0:
@@ -304,7 +602,8 @@ def take_seeds(
                 got += resid[v]
                 claim[v] = -2  # reserved: no other partition takes it as a seed this round
             p += 1
-        # do not consume the vertex that stopped the loop
+            if phase == 1 and p == n:
+                p = 0
         pos[phase] = p
         if nt >= max_count or got >= budget:
             break

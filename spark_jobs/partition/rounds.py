@@ -20,6 +20,7 @@ partitions already require).
 from __future__ import annotations
 
 import os
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -71,6 +72,8 @@ class FileRounds:
         self.tasks = tasks
         self.groups: list[list[str]] = [[] for _ in range(tasks)]
         self.round = 0
+        self.stride = 1  # the count sample's stride (split): a round reports which sample rows it allocated
+        self.jobs: list[dict] = []  # per Spark job after the split: kind, seconds, broadcast bytes
 
     # ---- first pass: split the ingested edges into files, count degrees, take the count sample ------
     def split(
@@ -83,6 +86,7 @@ class FileRounds:
         two-hop estimate on the driver, so a round needs no second job.
         """
         n, tasks, d0 = num_vertices, self.tasks, str(self.dir / "r00000")
+        self.stride = stride
         os.makedirs(d0, exist_ok=True)
 
         def fn(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
@@ -97,9 +101,9 @@ class FileRounds:
                 ids = ids[(ids < 0) | (ids >= n)][:3]
                 yield _rows(2, ids, np.full(len(ids), int(bad.sum())), ids)
                 return
-            for g in range(tasks):  # rows spread over all groups by eid, so every group gets work
-                sel = eid % tasks == g
-                _atomic_write_ipc(f"{d0}/g{g:05d}-i{pid:05d}.arrow", tab.filter(pa.array(sel)))
+            grp = (kernels.pair_keys(src, dst) % np.uint64(tasks)).astype(np.int64)
+            for g in range(tasks):  # group = pair hash: all rows of a pair in one group, hubs spread out
+                _atomic_write_ipc(f"{d0}/g{g:05d}-i{pid:05d}.arrow", tab.filter(pa.array(grp == g)))
             deg = np.bincount(src, minlength=n) + np.bincount(dst, minlength=n)
             nz = np.flatnonzero(deg)
             yield _rows(0, nz, deg[nz], nz)
@@ -130,24 +134,48 @@ class FileRounds:
         return deg, sample
 
     # ---- one round ------------------------------------------------------------------------------
-    def run(self, state: tuple, parts: int, leftover_to: int = -1) -> tuple[np.ndarray, ...]:
-        """One round over every group; returns (vert, vpart, cnt, rows per partition, rows left)."""
+    def run(self, state: tuple, parts: int, leftover_to: int = -1) -> tuple:
+        """One round over every group (``kernels.edge_round`` with the broadcast ``state``); returns the
+        delta (vert, vpart, row incidences, pair incidences, rows per partition) and the eids of the
+        count-sample rows it allocated (so the driver's sample stays exactly in step)."""
+        return self._pass(parts, lambda e, st, g: kernels.edge_round(e["src"], e["dst"], *st), state, leftover_to)
+
+    def finish(self, algo: Any, st: Any) -> tuple:
+        """The finishing pass as one Spark job: each group places its rows with ``kernels.finish_greedy``
+        from the broadcast state, within its quota of each partition's room (so the capacity holds)."""
+        deg, cap, lam_e, lam_v, eps = algo.finish_args(st)
+        quota = kernels.group_quota(cap - st.ecount, self.tasks, st.rounds)
+        state = (deg, st.bits, st.ecount, st.vcount, quota, lam_e, lam_v, eps)
+
+        def fin(e: dict, b: tuple, g: int) -> np.ndarray:
+            deg, bits, ecount, vcount, quota, lam_e, lam_v, eps = b
+            ec = ecount.copy()
+            return kernels.finish_greedy(
+                e["src"], e["dst"], deg, bits.copy(), ec, vcount.copy(), ec + quota[g], lam_e, lam_v, eps
+            )
+
+        return self._pass(st.parts, fin, state, -1, kind="finish")[0]
+
+    def _pass(self, parts: int, decide, state: tuple, leftover_to: int, kind: str = "round") -> tuple:
+        """One Spark job over every group: decide each unallocated row, write the rest and the allocated."""
         self.round += 1
         r = self.round
         nxt = self.dir / f"r{r:05d}"
         nxt.mkdir(exist_ok=True)
-        groups, alloc = self.groups, str(self.alloc_dir)
-        bc = self.sc.broadcast(state)
+        groups, alloc, stride = self.groups, str(self.alloc_dir), self.stride
+        t0, bc = time.perf_counter(), self.sc.broadcast(state)
 
         def fn(it: Iterator[int]) -> Iterator[tuple]:
-            claim, bits, open_bits, weight, accept, seed, take = bc.value
             for g in it:
                 e = read_ipc(groups[g])
+                if r == 1:  # the split wrote the group in input order; later rounds keep canonical order
+                    o = kernels.canonical_order(e["src"], e["dst"], e["eid"])
+                    e = {c: a[o] for c, a in e.items()}
                 if leftover_to >= 0:
                     part = np.full(len(e["eid"]), leftover_to, np.int32)
                 else:
-                    part = kernels.edge_round(e["src"], e["dst"], claim, bits, open_bits, weight, accept, seed, take)
-                v, k, c, rows = kernels.incidence_delta(e["src"], e["dst"], part, parts)
+                    part = decide(e, bc.value, g)
+                delta = kernels.incidence_delta(e["src"], e["dst"], part, parts)
                 done = part >= 0
                 keep = ~done
                 _atomic_write_ipc(
@@ -158,28 +186,93 @@ class FileRounds:
                         f"{alloc}/r{r:05d}-g{g:05d}.parquet",
                         pa.table([e["eid"][done], e["src"][done], e["dst"][done], part[done]], schema=ALLOC_PA),
                     )
-                yield v, k, c, rows, int(keep.sum())
+                yield delta, e["eid"][done & (e["eid"] % stride == 0)]
 
-        out = self.sc.parallelize(range(self.tasks), self.tasks).mapPartitions(fn).collect()
+        out = self._job(fn)
+        self._record(kind if leftover_to < 0 else "leftover", t0, state)
         bc.unpersist()
         old = [p for grp in groups for p in grp]
         self.groups = [[f"{nxt}/g{g:05d}.arrow"] for g in range(self.tasks)]
         for p in old:
             os.remove(p)
-        vert = np.concatenate([o[0] for o in out])
-        vpart = np.concatenate([o[1] for o in out])
-        cnt = np.concatenate([o[2] for o in out])
-        rows = np.sum([o[3] for o in out], axis=0).astype(np.int64)
-        return vert, vpart, cnt, rows, sum(o[4] for o in out)
+        return merge_deltas([o[0] for o in out], parts), np.concatenate([o[1] for o in out])
+
+    def _job(self, fn) -> list:
+        return self.sc.parallelize(range(self.tasks), self.tasks).mapPartitions(fn).collect()
+
+    def _record(self, kind: str, t0: float, state: tuple) -> None:
+        nbytes = sum(a.nbytes for a in state if isinstance(a, np.ndarray))
+        self.jobs.append({"kind": kind, "s": round(time.perf_counter() - t0, 3), "broadcast_bytes": int(nbytes)})
 
     def fetch(self) -> dict[str, np.ndarray]:
         """The (bounded) remainder, read once by the driver for the local finish; the files are removed."""
         paths = [p for grp in self.groups for p in grp]
         e = read_ipc(paths)
-        o = np.argsort(e["eid"], kind="stable")
         for p in paths:
             os.remove(p)
-        return {c: a[o] for c, a in e.items()}
+        return e
+
+    # ---- refinement over the allocated rows ---------------------------------------------------------
+    def write_allocated(self, rows: dict[str, np.ndarray] | None) -> None:
+        """Write the rows the driver allocated (the local finish) into the allocation files, one per group."""
+        if rows is None or len(rows["eid"]) == 0:
+            return
+        grp = (kernels.pair_keys(rows["src"], rows["dst"]) % np.uint64(self.tasks)).astype(np.int64)
+        for g in range(self.tasks):
+            s = grp == g
+            if s.any():
+                cols = [rows["eid"][s], rows["src"][s], rows["dst"][s], rows["part"][s].astype(np.int32)]
+                _atomic_write_parquet(str(self.alloc_dir / f"local-g{g:05d}.parquet"), pa.table(cols, schema=ALLOC_PA))
+
+    def refine(self, state: tuple, parts: int) -> tuple[tuple, tuple, int]:
+        """One refinement round as one Spark job: each group re-reads its allocated rows, moves some with
+        ``kernels.refine_round`` (broadcast state) and rewrites them as one file. Returns the deltas of
+        the moved rows (taken out, put in) and how many rows moved."""
+        self.round += 1
+        r, alloc = self.round, self.alloc_dir
+        t0, bc = time.perf_counter(), self.sc.broadcast(state)
+
+        def fn(it: Iterator[int]) -> Iterator[tuple]:
+            for g in it:
+                paths = sorted(str(p) for p in alloc.glob(f"*-g{g:05d}.parquet"))
+                t = pa.concat_tables([ALLOC_PA.empty_table()] + [pq.read_table(p, schema=ALLOC_PA) for p in paths])
+                e = {c: t.column(c).to_numpy() for c in ("eid", "src", "dst", "part")}
+                o = kernels.canonical_order(e["src"], e["dst"], e["eid"])
+                e = {c: a[o] for c, a in e.items()}
+                new = kernels.refine_round(e["src"], e["dst"], e["part"], *bc.value)
+                moved = new != e["part"]
+                out = pa.table([e["eid"], e["src"], e["dst"], new], schema=ALLOC_PA)
+                _atomic_write_parquet(str(alloc / f"f{r:05d}-g{g:05d}.parquet"), out)
+                for p in paths:
+                    os.remove(p)
+                yield (
+                    kernels.incidence_delta(e["src"][moved], e["dst"][moved], e["part"][moved], parts),
+                    kernels.incidence_delta(e["src"][moved], e["dst"][moved], new[moved], parts),
+                    int(moved.sum()),
+                )
+
+        out = self._job(fn)
+        self._record("refine", t0, state)
+        bc.unpersist()
+        return (
+            merge_deltas([o[0] for o in out], parts),
+            merge_deltas([o[1] for o in out], parts),
+            sum(o[2] for o in out),
+        )
+
+
+def merge_deltas(deltas: list[tuple], parts: int) -> tuple:
+    """Concatenate the per-task deltas (a vertex may appear once per task; the driver adds them up)."""
+    if not deltas:
+        z = np.empty(0, np.int64)
+        return z, z.astype(np.int32), z, z, np.zeros(parts, np.int64)
+    return (
+        np.concatenate([d[0] for d in deltas]),
+        np.concatenate([d[1] for d in deltas]),
+        np.concatenate([d[2] for d in deltas]),
+        np.concatenate([d[3] for d in deltas]),
+        np.sum([d[4] for d in deltas], axis=0).astype(np.int64),
+    )
 
 
 def _rows(kind: int, a: np.ndarray, b: np.ndarray, c: np.ndarray) -> pa.RecordBatch:
