@@ -222,7 +222,7 @@ class InferConfig:
     chunk_rows: int = 32768  # rows per Zarr chunk (each partition's rows padded to whole chunks)
     compressor: Literal["blosclz", "lz4", "lz4hc", "zstd", "zlib"] = "blosclz"  # Blosc codec of the arrays
     clevel: int = 9
-    shuffle: Literal["noshuffle", "shuffle", "bitshuffle"] = "shuffle"
+    shuffle: Literal["noshuffle", "shuffle", "bitshuffle"] = "bitshuffle"
     batch_size: int = 1024  # mastered vertices per slice call: the unit of chunk reads
     cache_chunk_rows: int = 0  # rows per chunk of the static cache; 0 = chunk_rows
     cache_policy: Literal["fifo", "lru"] = "fifo"  # dynamic (memory) cache of static-cache chunks

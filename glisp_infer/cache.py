@@ -19,8 +19,6 @@ and hit more. :func:`simulate_hits` replays the access trace under other policie
 from __future__ import annotations
 
 import os
-from collections import OrderedDict
-from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
@@ -63,11 +61,6 @@ class StaticCache:
     def put(self, local: np.ndarray, rows: np.ndarray) -> None:
         self.mm[np.asarray(local, np.int64)] = rows
 
-    def chunk(self, c: int) -> np.ndarray:
-        """Chunk ``c`` read from disk (a copy: the dynamic cache owns it)."""
-        a = c * self.chunk_rows
-        return np.array(self.mm[a : min(a + self.chunk_rows, len(self.ids))])
-
     def close(self) -> None:
         mm, self.mm = self.mm, None
         if mm is not None:
@@ -76,56 +69,140 @@ class StaticCache:
 
 
 class ChunkCache:
-    """The dynamic (memory) cache: up to ``capacity`` chunks loaded by ``load``, FIFO or LRU."""
+    """The dynamic (memory) cache: up to ``capacity`` chunks of a static cache, FIFO or LRU.
 
-    def __init__(self, capacity: int, policy: str, load: Callable[[int], np.ndarray]) -> None:
+    Chunks live in one preallocated pool ``(capacity, chunk_rows, dim)``; :meth:`gather` serves a
+    batch's rows in one compiled pass: each distinct chunk is one access (a hit, or a miss that copies
+    the chunk from the static cache into a slot, evicting the oldest or the least recently used).
+    Within a batch the resident chunks are read first and the misses from the highest chunk down
+    (see ``_gather``); :func:`simulate_hits` replays a trace in exactly this order.
+    """
+
+    def __init__(self, static: StaticCache, capacity: int, policy: str) -> None:
         if policy not in POLICIES:
             raise GlispError(f"infer.cache_policy: expected one of {POLICIES} (got {policy!r})")
         if capacity < 1:
             raise GlispError(f"dynamic cache: capacity must be at least 1 chunk (got {capacity})")
-        self.capacity, self.lru, self.load = int(capacity), policy == "lru", load
-        self._chunks: OrderedDict[int, np.ndarray] = OrderedDict()
-        self.hits = self.misses = self.evictions = 0
+        self.static, self.lru = static, policy == "lru"
+        self.capacity = int(min(capacity, max(static.num_chunks, 1)))
+        self.pool = np.empty((self.capacity, static.chunk_rows, static.dim), np.float32)
+        self.slot_of = np.full(max(static.num_chunks, 1), -1, np.int64)
+        self.slot_chunk = np.full(self.capacity, -1, np.int64)
+        self.stamp = np.zeros(self.capacity, np.int64)
+        self.state = np.zeros(5, np.int64)  # used slots, FIFO head, clock, hits, misses
 
-    def get(self, c: int) -> np.ndarray:
-        a = self._chunks.get(c)
-        if a is not None:
-            self.hits += 1
-            if self.lru:
-                self._chunks.move_to_end(c)
-            return a
-        self.misses += 1
-        a = self.load(c)
-        if len(self._chunks) >= self.capacity:
-            self._chunks.popitem(last=False)
-            self.evictions += 1
-        self._chunks[c] = a
-        return a
+    def gather(self, local: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """Rows of the local ids ``local`` (any order, repeats allowed) and the chunks the batch read."""
+        local = np.asarray(local, np.int64)
+        order = np.argsort(local // self.static.chunk_rows, kind="stable")
+        out = np.empty((len(local), self.static.dim), np.float32)
+        touched = np.empty(len(local), np.int64)
+        k = _gather(local, order, np.asarray(self.static.mm), len(self.static.ids), self.pool, self.slot_of,
+                    self.slot_chunk, self.stamp, self.state, self.lru, out, touched)  # fmt: skip
+        return out, touched[:k]
+
+    @property
+    def hits(self) -> int:
+        return int(self.state[3])
+
+    @property
+    def misses(self) -> int:
+        return int(self.state[4])
 
     @property
     def reads(self) -> int:
         return self.hits + self.misses
 
     @property
+    def evictions(self) -> int:
+        return max(0, self.misses - self.capacity)
+
+    @property
     def hit_ratio(self) -> float:
         return self.hits / self.reads if self.reads else 0.0
 
 
-def gather_rows(cache: ChunkCache, local: np.ndarray, chunk_rows: int, dim: int) -> tuple[np.ndarray, np.ndarray]:
-    """Rows of the local ids ``local`` through the dynamic cache; returns them and the chunks read."""
-    local = np.asarray(local, np.int64)
-    chunk = local // chunk_rows
-    order = np.argsort(chunk, kind="stable")
-    cs = chunk[order]
-    cut = np.flatnonzero(np.diff(cs)) + 1
-    starts = np.concatenate([[0], cut])
-    ends = np.concatenate([cut, [len(cs)]])
-    out = np.empty((len(local), dim), np.float32)
-    touched = cs[starts] if len(cs) else np.empty(0, np.int64)
-    for c, a, b in zip(touched.tolist(), starts.tolist(), ends.tolist(), strict=True):
-        idx = order[a:b]
-        out[idx] = cache.get(c)[local[idx] - c * chunk_rows]
-    return out, touched
+@njit(nogil=True, cache=True)
+def _victim(capacity, state, stamp, lru):  # pragma: no cover - compiled
+    """The slot a miss fills: a free one, else the least recently used (LRU) or the oldest (FIFO)."""
+    used = state[0]
+    if used < capacity:
+        state[0] = used + 1
+        return used
+    if lru:
+        s = 0
+        for j in range(1, capacity):
+            if stamp[j] < stamp[s]:
+                s = j
+        return s
+    s = state[1]
+    state[1] = (s + 1) % capacity
+    return s
+
+
+@njit(nogil=True, cache=True)
+def _access(c, clock, slot_of, slot_chunk, stamp, state, lru, static, nrows, pool):  # pragma: no cover - compiled
+    """One chunk read: the chunk's slot, loading it from the static cache on a miss."""
+    chunk_rows = pool.shape[1]
+    s = slot_of[c]
+    if s >= 0:
+        state[3] += 1
+        if lru:
+            stamp[s] = clock
+        return s
+    state[4] += 1
+    s = _victim(pool.shape[0], state, stamp, lru)
+    if slot_chunk[s] >= 0:
+        slot_of[slot_chunk[s]] = -1
+    a = c * chunk_rows
+    b = min(a + chunk_rows, nrows)
+    pool[s, : b - a, :] = static[a:b, :]
+    slot_chunk[s] = c
+    slot_of[c] = s
+    stamp[s] = clock
+    return s
+
+
+@njit(nogil=True, cache=True)
+def _serve(chunks, starts, local, order, out, slot_of, slot_chunk, stamp, state, lru, static, nrows, pool):  # pragma: no cover - compiled
+    """Serve one batch's distinct ``chunks`` (ascending), copying rows ``order[starts[g]:starts[g + 1]]``
+    of chunk ``g`` into ``out``: resident chunks first (this batch's misses cannot evict them before
+    they are read), then the misses from the highest chunk down, so that the chunks left in memory
+    for the next batch are the lowest ones: under PDS, the partition's highest-degree vertices."""
+    nt = len(chunks)
+    hit = np.empty(nt, np.bool_)
+    for g in range(nt):
+        hit[g] = slot_of[chunks[g]] >= 0
+    chunk_rows = pool.shape[1]
+    for p in range(2):
+        for q in range(nt):
+            g = q if p == 0 else nt - 1 - q
+            if hit[g] != (p == 0):
+                continue
+            c = chunks[g]
+            clock = state[2]
+            state[2] = clock + 1
+            s = _access(c, clock, slot_of, slot_chunk, stamp, state, lru, static, nrows, pool)
+            for i in range(starts[g], starts[g + 1]):
+                j = order[i]
+                out[j, :] = pool[s, local[j] - c * chunk_rows, :]
+
+
+@njit(nogil=True, cache=True)
+def _gather(local, order, static, nrows, pool, slot_of, slot_chunk, stamp, state, lru, out, touched):  # pragma: no cover - compiled
+    chunk_rows = pool.shape[1]
+    m = len(order)
+    starts = np.empty(m + 1, np.int64)
+    nt = 0
+    for i in range(m):
+        c = local[order[i]] // chunk_rows
+        if i == 0 or c != touched[nt - 1]:
+            touched[nt] = c
+            starts[nt] = i
+            nt += 1
+    starts[nt] = m
+    _serve(touched[:nt], starts, local, order, out, slot_of, slot_chunk, stamp, state, lru, static, nrows, pool)
+    return nt
 
 
 def capacity_of(num_chunks: int, fraction: float, chunks: int = 0) -> int:
@@ -138,36 +215,20 @@ def capacity_of(num_chunks: int, fraction: float, chunks: int = 0) -> int:
 
 
 @njit(nogil=True, cache=True)
-def simulate_hits(trace, num_chunks, capacity, lru):  # pragma: no cover - compiled
-    """Hits of a ``capacity``-chunk FIFO (``lru=False``) or LRU cache on the chunk access ``trace``."""
+def simulate_hits(trace, bounds, num_chunks, capacity, lru):  # pragma: no cover - compiled
+    """Hits of a ``capacity``-chunk FIFO (``lru=False``) or LRU cache on a chunk access trace: batch
+    ``b`` read the distinct chunks ``trace[bounds[b]:bounds[b + 1]]`` (ascending), served exactly as
+    :class:`ChunkCache` serves them, without the data."""
     slot_of = np.full(num_chunks, -1, np.int64)
-    slots = np.full(capacity, -1, np.int64)
+    slot_chunk = np.full(capacity, -1, np.int64)
     stamp = np.zeros(capacity, np.int64)
-    used = 0
-    head = 0  # FIFO: next slot to evict
-    hits = 0
-    for t in range(len(trace)):
-        c = trace[t]
-        s = slot_of[c]
-        if s >= 0:
-            hits += 1
-            if lru:
-                stamp[s] = t
-            continue
-        if used < capacity:
-            s = used
-            used += 1
-        elif lru:
-            s = 0
-            for j in range(1, capacity):
-                if stamp[j] < stamp[s]:
-                    s = j
-            slot_of[slots[s]] = -1
-        else:
-            s = head
-            head = (head + 1) % capacity
-            slot_of[slots[s]] = -1
-        slots[s] = c
-        slot_of[c] = s
-        stamp[s] = t
-    return hits
+    state = np.zeros(5, np.int64)
+    pool = np.empty((capacity, 1, 0), np.float32)  # no data: chunk c stands for row c
+    rows = np.empty((num_chunks, 0), np.float32)
+    none = np.empty(0, np.int64)
+    out = np.empty((0, 0), np.float32)
+    for b in range(len(bounds) - 1):
+        k = bounds[b + 1] - bounds[b]
+        _serve(trace[bounds[b] : bounds[b + 1]], np.zeros(k + 1, np.int64), none, none, out, slot_of, slot_chunk,
+               stamp, state, lru, rows, num_chunks, pool)  # fmt: skip
+    return state[3]

@@ -33,12 +33,12 @@ def parse_fanouts(text: str | None) -> list[int] | None:
 
 def main(args: argparse.Namespace, cfg: Config) -> int:
     from glisp_infer.job import run_infer
-    from spark_jobs.serialize.reorder import order_keys
+    from spark_jobs.serialize.reorder import check_order
     from spark_jobs.session import get_spark
 
     orders = [o.strip() for o in args.order.split(",")] if args.order else [cfg.infer.order]
     for o in orders:
-        order_keys(o)  # a bad name fails before Spark starts
+        check_order(o)  # a bad name fails before Spark starts
     cfg = with_values(cfg, "infer", model=args.model, fanouts=parse_fanouts(args.fanouts), store=args.store,
                       edges=args.edges)  # fmt: skip
     dv = resolve_dataset(args.dataset, cfg.dataset.root)

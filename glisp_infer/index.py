@@ -26,9 +26,10 @@ def chunk_writer(store: str, key: str, values: dict[str, str], chunk: int, total
     def write(batches: Iterator[Any]) -> Iterator[Any]:
         import pyarrow as pa
 
-        tbl = pa.Table.from_batches(list(batches))
+        got = list(batches)
+        tbl = pa.Table.from_batches(got) if got else None
         written = 0
-        if tbl.num_rows:
+        if tbl is not None and tbl.num_rows:
             keys = tbl.column(key).to_numpy()
             order = np.argsort(keys, kind="stable")
             keys = keys[order]

@@ -73,10 +73,10 @@ class Inputs:
 
     def __init__(self, spark: Any, cfg: Config, dv: DatasetVersion) -> None:
         from glisp_core.models import load_checkpoint
-        from spark_jobs.serialize.reorder import order_keys, run_reorder
+        from spark_jobs.serialize.reorder import check_order, run_reorder
 
         ic = cfg.infer
-        order_keys(ic.order)
+        check_order(ic.order)
         man = Manifest.read(dv.manifest_path)
         self.model_run = ic.model or latest_train_run(man)
         trec = man.stage(f"train/{self.model_run}")

@@ -134,16 +134,16 @@ def write_outputs(spark: Any, plan: InferPlan, cfg: Config, dv: DatasetVersion, 
     idm = _idmap(spark, dv, vertex_types)
     schema = "vid long, embedding array<float>" + (", prediction int, score float" if plan.task == "node" else "")
     rows = _parts_df(spark, plan).mapInArrow(vertex_rows(plan), schema).join(idm, VID)
-    rows = rows.persist(StorageLevel.MEMORY_AND_DISK)
-    counts = {"embeddings": rows.count()}
-    rows.select(ORIG_ID, VTYPE, VID, "embedding").write.parquet(str(out / "embeddings"))
+    counts = {"embeddings": plan.layout.num_vertices}
     if plan.task == "node":
+        rows = rows.persist(StorageLevel.MEMORY_AND_DISK)
         rows.select(ORIG_ID, VTYPE, VID, "prediction", "score").write.parquet(str(out / "predictions"))
-        counts["predictions"] = counts["embeddings"]
+        counts["predictions"] = plan.layout.num_vertices
+    rows.select(ORIG_ID, VTYPE, VID, "embedding").write.parquet(str(out / "embeddings"))
     rows.unpersist()
     if plan.task == "link":
         if cfg.infer.edges:
-            scored = _score_edge_list(spark, plan, cfg, idm)
+            scored, counts["scores"] = _score_edge_list(spark, plan, cfg, idm)
         else:
             et = F.array(*[F.lit(t) for t in edge_types]) if edge_types else F.array(F.lit(""))
             scored = (
@@ -156,11 +156,16 @@ def write_outputs(spark: Any, plan: InferPlan, cfg: Config, dv: DatasetVersion, 
             scored = scored.join(s_ids, "src_vid").join(d_ids, "dst_vid").select(
                 "src", "src_type", "dst", "dst_type", "etype", "score", "src_vid", "dst_vid"
             )
-        scored = scored.persist(StorageLevel.MEMORY_AND_DISK)
-        counts["scores"] = scored.count()
+            counts["scores"] = _num_edges(plan)
         scored.write.parquet(str(out / "scores"))
-        scored.unpersist()
     return counts
+
+
+def _num_edges(plan: InferPlan) -> int:
+    """Edges stored over all partitions (each edge in exactly one): the rows of ``scores/``."""
+    from glisp_core.partition_format import open_partition
+
+    return sum(open_partition(plan.partition_dir(k), verify=False).num_edges for k in range(plan.num_parts))
 
 
 def read_table(spark: Any, path: str) -> Any:
@@ -172,8 +177,9 @@ def read_table(spark: Any, path: str) -> Any:
     return spark.read.parquet(path)
 
 
-def _score_edge_list(spark: Any, plan: InferPlan, cfg: Config, idm: Any) -> Any:
-    """The user's edge list with vertex ids resolved (unknown or ambiguous ids are bad input), scored."""
+def _score_edge_list(spark: Any, plan: InferPlan, cfg: Config, idm: Any) -> tuple[Any, int]:
+    """The user's edge list with vertex ids resolved (unknown or ambiguous ids are bad input), scored;
+    and its number of rows."""
     from pyspark.sql import functions as F
 
     ic = cfg.infer
@@ -211,4 +217,4 @@ def _score_edge_list(spark: Any, plan: InferPlan, cfg: Config, idm: Any) -> Any:
     out = out.drop("_row")
     par = max(1, spark.sparkContext.defaultParallelism)
     schema = out.schema.add("score", "float")
-    return out.repartition(par).mapInArrow(list_scores(plan), schema)
+    return out.repartition(par).mapInArrow(list_scores(plan), schema), total

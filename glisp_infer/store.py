@@ -84,7 +84,7 @@ class Codec:
 
     cname: str = "blosclz"
     clevel: int = 9
-    shuffle: str = "shuffle"
+    shuffle: str = "bitshuffle"
 
     def zarr_codec(self) -> Any:
         from zarr.codecs import BloscCodec

@@ -24,12 +24,10 @@ from typing import Any
 import numpy as np
 
 from glisp_core.errors import GlispError
-from glisp_infer.cache import ChunkCache, StaticCache, capacity_of, gather_rows, simulate_hits
+from glisp_infer.cache import ChunkCache, StaticCache, capacity_of, simulate_hits
 from glisp_infer.plan import InferPlan, load_model, resolve_device, set_threads
 from glisp_infer.sampling import FULL, edge_slots, hop_of, layer_request, max_degree, sample_masters
 from glisp_infer.store import INDEX_POS, INDEX_ROW, INDEX_VID, layer_name, open_array, stored_bytes, write_owned
-
-FILL_GROUP_CHUNKS = 64  # global chunks decoded per fill step (bounds the fill's memory)
 
 
 class OwnedWriter:
@@ -134,21 +132,17 @@ class _Engines:
 
 
 def fill_static(cache: StaticCache, arr: Any, rows: np.ndarray, chunk_rows: int) -> int:
-    """Copy the layer rows ``rows[j]`` into local id ``j``, reading each global chunk once; returns
-    the number of global chunks read."""
-    from glisp_infer.store import read_rows
-
+    """Copy the layer rows ``rows[j]`` into local id ``j``, decoding each global chunk they touch once;
+    returns the number of global chunks read."""
     order = np.argsort(rows, kind="stable")
-    chunk = rows[order] // chunk_rows
-    uniq = np.unique(chunk)
-    done = 0
-    for g in range(0, len(uniq), FILL_GROUP_CHUNKS):
-        lo, hi = uniq[g], uniq[min(g + FILL_GROUP_CHUNKS, len(uniq)) - 1]
-        a, b = np.searchsorted(chunk, [lo, hi + 1])
-        vals, nch = read_rows(arr, rows[order[a:b]])
-        cache.put(order[a:b], vals)
-        done += nch
-    return done
+    srt = rows[order]
+    chunk = srt // chunk_rows
+    cuts = np.flatnonzero(np.diff(chunk)) + 1
+    for lo, hi in zip(np.r_[0, cuts].tolist(), np.r_[cuts, len(srt)].tolist(), strict=True):
+        a = int(chunk[lo]) * chunk_rows
+        block = np.asarray(arr[a : a + chunk_rows])
+        cache.put(order[lo:hi], block[srt[lo:hi] - a])
+    return len(cuts) + 1 if len(srt) else 0
 
 
 def infer_layer(plan: InferPlan, layer: int, part: int, attempt: int = 0) -> dict[str, Any]:
@@ -192,8 +186,8 @@ def infer_layer(plan: InferPlan, layer: int, part: int, attempt: int = 0) -> dic
         eoff = np.zeros(n + 1, np.int64)
         np.cumsum(per_vertex, out=eoff[1:])
         slots = torch.from_numpy(edge_slots(sample.counts)) if plan.relations else None
-        dyn = ChunkCache(capacity_of(cache.num_chunks, plan.cache_fraction, plan.cache_chunks), plan.cache_policy,
-                         cache.chunk)  # fmt: skip
+        dyn = ChunkCache(cache, capacity_of(cache.num_chunks, plan.cache_fraction, plan.cache_chunks),
+                         plan.cache_policy)  # fmt: skip
         out = open_array(plan.store, layer_name(layer), mode="r+")
         writer = OwnedWriter(out, plan.layout.starts[part], plan.layout.chunk_rows,
                              parse_fault(plan, layer, part, attempt))  # fmt: skip
@@ -203,7 +197,7 @@ def infer_layer(plan: InferPlan, layer: int, part: int, attempt: int = 0) -> dic
             e = min(b + plan.batch_size, n)
             tr = time.perf_counter()
             src, nb_pos = relabel(loc_v[b:e], loc_n[eoff[b] : eoff[e]], scratch)
-            x, touched = gather_rows(dyn, src, cache.chunk_rows, d_in)
+            x, touched = dyn.gather(src)
             trace.append(touched)
             tc = time.perf_counter()
             read_s += tc - tr
@@ -220,7 +214,7 @@ def infer_layer(plan: InferPlan, layer: int, part: int, attempt: int = 0) -> dic
     finally:
         cache.close()
     m.update(read_s=read_s, compute_s=compute_s, model_s=read_s + compute_s)
-    m.update(_cache_metrics(plan, dyn, num_chunks, np.concatenate(trace) if trace else np.empty(0, np.int64)))
+    m.update(_cache_metrics(plan, dyn, num_chunks, trace))
     foreign = len(ids) - n
     m.update(interior=int(interior.sum()), boundary=int(n - interior.sum()), sampled_edges=int(len(nbrs)),
              static_rows=int(len(ids)), static_foreign_rows=int(foreign), static_bytes=int(len(ids) * d_in * 4),
@@ -231,13 +225,16 @@ def infer_layer(plan: InferPlan, layer: int, part: int, attempt: int = 0) -> dic
     return m
 
 
-def _cache_metrics(plan: InferPlan, dyn: ChunkCache, num_chunks: int, trace: np.ndarray) -> dict[str, Any]:
-    """Chunk reads and dynamic-cache hits, plus the hits of the same trace under both policies and sizes."""
+def _cache_metrics(plan: InferPlan, dyn: ChunkCache, num_chunks: int, batches: list[np.ndarray]) -> dict[str, Any]:
+    """Chunk reads and dynamic-cache hits, plus the hits of the same reads under both policies and sizes."""
+    trace = np.concatenate(batches) if batches else np.empty(0, np.int64)
+    bounds = np.zeros(len(batches) + 1, np.int64)
+    np.cumsum([len(b) for b in batches], out=bounds[1:])
     shadow: dict[str, dict[str, int]] = {"fifo": {}, "lru": {}}
     for frac in plan.shadow_fractions:
         cap = capacity_of(num_chunks, frac)
         for pol in ("fifo", "lru"):
-            hits = simulate_hits(trace, max(num_chunks, 1), cap, pol == "lru") if len(trace) else 0
+            hits = simulate_hits(trace, bounds, max(num_chunks, 1), cap, pol == "lru") if len(trace) else 0
             shadow[pol][f"{frac:g}"] = int(hits)
     return {"chunk_reads": dyn.reads, "dynamic_hits": dyn.hits, "dynamic_misses": dyn.misses,
             "cache_capacity": dyn.capacity, "static_chunks": num_chunks, "evictions": dyn.evictions,
