@@ -137,7 +137,9 @@ def run_infer(spark: Any, cfg: Config, dv: DatasetVersion, force: bool = False, 
         "cache_fraction": ic.cache_fraction, "cache_chunks": ic.cache_chunks, "store": ic.store,
         "edges": ic.edges, "task": inp.spec.task, "arch": inp.spec.arch, "dims": list(inp.dims),
     }  # fmt: skip
-    extra = file_fingerprints(_edge_files(ic.edges), cfg.dataset.checksum) if ic.edges else None
+    extra = None
+    if ic.edges:  # a local edge list is fingerprinted; a URL is taken as named
+        extra = {"edges": ic.edges} if "://" in ic.edges else file_fingerprints(_edge_files(ic.edges), cfg.dataset.checksum)
     depends = ["ingest", f"partition/{inp.partition}", f"serialize/{inp.partition}",
                f"reorder/{inp.partition}/{ic.order}", f"train/{inp.model_run}"]  # fmt: skip
     pub = StagePublisher(dv, f"infer/{inp.name}", dv.infer(inp.name), params, depends=depends, extra_inputs=extra)

@@ -36,7 +36,7 @@ def test_bad_config_override_names_the_key(capsys):
 
 
 def test_unbuilt_stage_says_so(capsys):
-    assert main(["infer", "x"]) == 1
+    assert main(["train", "x"]) == 1
     assert "not built yet" in capsys.readouterr().err
 
 
