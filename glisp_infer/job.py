@@ -189,8 +189,8 @@ def _plan(cfg: Config, spark: Any, inp: Inputs, layout: RowLayout, codec: Codec,
         relations=tuple(inp.spec.relations) if inp.spec.arch == "rgcn" else (), checkpoint=str(inp.checkpoint),
         task=inp.spec.task, batch_size=ic.batch_size, cache_chunk_rows=ic.cache_chunk_rows or ic.chunk_rows,
         cache_policy=ic.cache_policy, cache_fraction=ic.cache_fraction, cache_chunks=ic.cache_chunks,
-        scratch_dir=ic.scratch_dir, device=ic.device, threads=threads,
-        fault=fault if fault is not None else os.environ.get("GLISP_INFER_FAULT", ""),
+        scratch_dir=ic.scratch_dir, device=ic.device, threads=threads, local_own_rows=ic.local_own_rows,
+        token=f"{inp.name}-{uuid.uuid4().hex[:12]}", fault=fault if fault is not None else os.environ.get("GLISP_INFER_FAULT", ""),
     )  # fmt: skip
 
 
@@ -213,15 +213,24 @@ def run_tasks(spark: Any, plan: InferPlan, fn: Any, what: str) -> list[dict[str,
 
 def _run(spark: Any, cfg: Config, dv: DatasetVersion, inp: Inputs, layout: RowLayout, codec: Codec, url: str,
          pub: StagePublisher, fault: str | None, log: Any) -> StageRecord:  # fmt: skip
+    t0 = time.perf_counter()
+    plan = _plan(cfg, spark, inp, layout, codec, url, fault)
+    try:
+        return _run_layers(spark, cfg, dv, inp, plan, pub, log, t0)
+    finally:
+        shutil.rmtree(plan.scratch(), ignore_errors=True)  # this host's leftovers (tasks remove their own)
+
+
+def _run_layers(spark: Any, cfg: Config, dv: DatasetVersion, inp: Inputs, plan: InferPlan, pub: StagePublisher,
+                log: Any, t0: float) -> StageRecord:  # fmt: skip
     from glisp_infer import task as T
     from glisp_infer.index import build_index
     from glisp_infer.outputs import write_outputs
 
-    t0 = time.perf_counter()
-    plan = _plan(cfg, spark, inp, layout, codec, url, fault)
+    layout, url = plan.layout, plan.store
     attrs = {"order": plan.order, "model": inp.model_run, "partition": inp.partition, "graph": dv.graph,
              "version": dv.version, "fanouts": list(plan.fanouts), "seed": plan.seed, "direction": plan.direction}  # fmt: skip
-    create_arrays(url, layout, list(plan.dims), inp.num_vertices, codec, attrs)
+    create_arrays(url, layout, list(plan.dims), inp.num_vertices, plan.codec, attrs)
     timings: dict[str, float] = {}
     t = time.perf_counter()
     idx = build_index(spark, dv, dv.path / inp.reorder.path, layout, url, pub.tmp / "index", inp.vertex_types)

@@ -38,6 +38,8 @@ class InferPlan:
     scratch_dir: str = ""
     device: str = "auto"
     threads: int = 1
+    local_own_rows: bool = True  # keep each task's output rows on local disk for its next layer's static cache
+    token: str = ""  # unique per run: names its files under the scratch directory
     shadow_fractions: tuple[float, ...] = field(default=SHADOW_FRACTIONS)
     fault: str = ""  # test hook "layer:part:chunks[:raise]": the first attempt of that task dies after writing chunks
 
@@ -49,11 +51,16 @@ class InferPlan:
         return Path(self.parts_dir) / f"part-{part:05d}"
 
     def scratch(self) -> Path:
+        """This run's directory on the task's local disk (static caches, own rows between layers)."""
         import tempfile
 
-        d = Path(self.scratch_dir or tempfile.gettempdir()) / "glisp-infer"
+        d = Path(self.scratch_dir or tempfile.gettempdir()) / "glisp-infer" / (self.token or "run")
         d.mkdir(parents=True, exist_ok=True)
         return d
+
+    def own_rows_file(self, layer: int, part: int) -> Path:
+        """Where partition ``part``'s task keeps its rows of layer ``layer`` for its next layer."""
+        return self.scratch() / f"own-l{layer}-p{part:05d}.f32"
 
 
 @functools.lru_cache(maxsize=2)

@@ -4,12 +4,13 @@ Layer 0 copies the features of the partition's vertices into its rows. Layer ``l
 
 1. samples one hop for every vertex the partition masters (Gather at every partition holding its
    edges, Apply), with the request seed of the hop slice ``l - 1`` aggregates;
-2. fills the static cache: the previous layer's rows of those vertices and of every sampled
-   neighbour, read from the layer-``l - 1`` array chunk by chunk into a local file, under local ids
-   in the chosen order;
-3. streams its vertices in that order, ``batch_size`` at a time, through slice ``l - 1``, reading
-   rows through the dynamic chunk cache;
-4. writes its output rows to its own chunks of the layer-``l`` array as they fill up.
+2. builds the static cache: the previous layer's rows of its own vertices (the local file its task
+   of layer ``l - 1`` wrote on this host, else its own chunks of the Zarr array) and of every sampled
+   neighbour mastered elsewhere (read from Zarr, each global chunk decoded once), on local disk;
+3. streams its vertices in row order, ``batch_size`` at a time, through slice ``l - 1``, reading rows
+   through the dynamic chunk cache;
+4. writes its output rows to its own chunks of the layer-``l`` array as they fill up (and to a local
+   file for its next layer).
 
 Only a small dict of metrics goes back to the driver.
 """
@@ -19,6 +20,7 @@ from __future__ import annotations
 import os
 import time
 import uuid
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -31,24 +33,41 @@ from glisp_infer.store import INDEX_POS, INDEX_ROW, INDEX_VID, layer_name, open_
 
 
 class OwnedWriter:
-    """Streams a task's output rows into its own chunks of a layer array, whole chunks only."""
+    """Streams a task's output rows into its own chunks of a layer array, whole chunks only, and (with
+    ``local``) into a file on local disk that becomes the own part of the task's next static cache."""
 
-    def __init__(self, arr: Any, start: int, chunk_rows: int, fault: tuple[int, bool] | None = None) -> None:
+    def __init__(self, arr: Any, start: int, chunk_rows: int, fault: tuple[int, bool] | None = None,
+                 local: Path | None = None) -> None:  # fmt: skip
         self.arr, self.next_row, self.chunk_rows = arr, start, chunk_rows
         self.buf: list[np.ndarray] = []
         self.buffered = 0
         self.chunks = 0
         self.seconds = 0.0
         self.fault = fault  # (chunks, raise instead of exiting): die after writing that many chunks
+        self.local = local
+        self._tmp = local.with_name(f".{local.name}.{uuid.uuid4().hex[:8]}") if local else None
+        self._fh = open(self._tmp, "wb") if self._tmp else None  # noqa: SIM115 - closed in close()
 
     def add(self, rows: np.ndarray) -> None:
         self.buf.append(rows)
         self.buffered += len(rows)
+        if self._fh is not None:
+            self._fh.write(np.ascontiguousarray(rows, np.float32).tobytes())
         if self.buffered >= self.chunk_rows:
             self._flush(self.buffered - self.buffered % self.chunk_rows)
 
     def close(self) -> None:
         self._flush(self.buffered)
+        if self._fh is not None:
+            self._fh.close()
+            os.replace(self._tmp, self.local)  # complete, or absent: a reader never sees half of it
+            self._fh = None
+
+    def abort(self) -> None:
+        if self._fh is not None:
+            self._fh.close()
+            self._tmp.unlink(missing_ok=True)
+            self._fh = None
 
     def _flush(self, n: int) -> None:
         if n == 0:
@@ -98,11 +117,15 @@ def write_features(plan: InferPlan, part: int, attempt: int = 0) -> dict[str, An
     if (rows < 0).any():
         raise GlispError(f"{reader.path}: vertices {vids[rows < 0][:3].tolist()} are not mastered here")
     arr = open_array(plan.store, layer_name(0), mode="r+")
-    writer = OwnedWriter(arr, plan.layout.starts[part], plan.layout.chunk_rows, parse_fault(plan, 0, part, attempt))
-    step = plan.layout.chunk_rows * 8
-    for a in range(0, len(vids), step):
-        writer.add(np.asarray(reader.features[rows[a : a + step]], np.float32))
-    writer.close()
+    writer = OwnedWriter(arr, plan.layout.starts[part], plan.layout.chunk_rows, parse_fault(plan, 0, part, attempt),
+                         _keep_local(plan, 0, part))  # fmt: skip
+    try:
+        step = plan.layout.chunk_rows * 8
+        for a in range(0, len(vids), step):
+            writer.add(np.asarray(reader.features[rows[a : a + step]], np.float32))
+        writer.close()
+    finally:
+        writer.abort()
     return _write_metrics(plan, part, 0, arr, writer, attempt, t0)
 
 
@@ -131,8 +154,21 @@ class _Engines:
         return self.engines[k]
 
 
-def fill_static(cache: StaticCache, arr: Any, rows: np.ndarray, chunk_rows: int) -> int:
-    """Copy the layer rows ``rows[j]`` into local id ``j``, decoding each global chunk they touch once;
+def _keep_local(plan: InferPlan, layer: int, part: int) -> Path | None:
+    """The local file of this task's output rows, when its next layer will use them."""
+    return plan.own_rows_file(layer, part) if plan.local_own_rows and layer < plan.layers else None
+
+
+def _own_file(plan: InferPlan, layer: int, part: int, n: int, dim: int) -> Path | None:
+    """This host's complete copy of the partition's rows of ``layer``, if its previous task left one here."""
+    if not plan.local_own_rows:
+        return None
+    f = plan.own_rows_file(layer, part)
+    return f if f.exists() and f.stat().st_size == n * dim * 4 else None
+
+
+def fill_static(put: Any, arr: Any, rows: np.ndarray, chunk_rows: int) -> int:
+    """``put(j, row)`` the layer row ``rows[j]`` for every j, decoding each global chunk they touch once;
     returns the number of global chunks read."""
     order = np.argsort(rows, kind="stable")
     srt = rows[order]
@@ -141,88 +177,118 @@ def fill_static(cache: StaticCache, arr: Any, rows: np.ndarray, chunk_rows: int)
     for lo, hi in zip(np.r_[0, cuts].tolist(), np.r_[cuts, len(srt)].tolist(), strict=True):
         a = int(chunk[lo]) * chunk_rows
         block = np.asarray(arr[a : a + chunk_rows])
-        cache.put(order[lo:hi], block[srt[lo:hi] - a])
+        put(order[lo:hi], block[srt[lo:hi] - a])
     return len(cuts) + 1 if len(srt) else 0
+
+
+def build_static(plan: InferPlan, layer: int, part: int, vids: np.ndarray, nbrs: np.ndarray) -> tuple[StaticCache, int]:
+    """The static cache of slice ``layer - 1``: the task's own rows of layer ``layer - 1`` (from the local
+    file its previous task wrote, else from Zarr), then every sampled neighbour mastered elsewhere, in the
+    chosen order, read from Zarr. Returns it and the number of global chunks decoded."""
+    i, d_in = layer - 1, plan.dims[layer - 1]
+    foreign = np.setdiff1d(np.unique(nbrs), vids)
+    foreign = foreign[np.argsort(open_array(plan.store, INDEX_POS).get_orthogonal_selection(foreign), kind="stable")]
+    own_file = _own_file(plan, i, part, len(vids), d_in)
+    cache = StaticCache(plan.scratch(), vids, foreign, d_in, plan.cache_chunk_rows, own_file)
+    arr = open_array(plan.store, layer_name(i))
+    c = plan.layout.chunk_rows
+    chunks = 0
+    try:
+        if own_file is None:  # own rows are one contiguous run of whole chunks
+            start = plan.layout.starts[part]
+            for a in range(0, len(vids), c):
+                cache.put_own(np.arange(a, min(a + c, len(vids))), np.asarray(arr[start + a : start + min(a + c, len(vids))]))
+                chunks += 1
+        rows = np.asarray(open_array(plan.store, INDEX_ROW).get_orthogonal_selection(foreign), np.int64)
+        chunks += fill_static(cache.put_foreign, arr, rows, c)
+    except BaseException:
+        cache.close()
+        raise
+    return cache, chunks
 
 
 def infer_layer(plan: InferPlan, layer: int, part: int, attempt: int = 0) -> dict[str, Any]:
     """Compute layer ``layer`` (>= 1) of the vertices partition ``part`` masters; returns its metrics."""
-    import torch
-
     from glisp_core.partition_format import open_partition
-    from glisp_serving.apply import relabel
 
     t0 = time.perf_counter()
     set_threads(plan.threads)
-    device = resolve_device(plan.device)
-    model = load_model(plan.checkpoint, str(device))
-    i, k_layers = layer - 1, plan.layers
+    i = layer - 1
     reader = open_partition(plan.partition_dir(part), verify=False)
     vids = task_vertices(plan, part)
     n = len(vids)
     m: dict[str, Any] = {"part": part, "layer": layer, "attempt": attempt, "vertices": n}
     # 1. one hop for every vertex the task infers
-    hop = hop_of(i, k_layers)
+    hop = hop_of(i, plan.layers)
     f = plan.fanouts[hop]
     full = max_degree([reader], plan.direction, reader.to_local(vids)) if f == FULL else 0
     req = layer_request(f, plan.relations, full, plan.seed, hop, plan.direction)
     sample, interior = sample_masters(reader, vids, req, _Engines(plan, reader))
-    nbrs = sample.nbrs
     m["sample_s"] = time.perf_counter() - t0
-    # 2. the static cache: own rows and every sampled neighbour's, local ids in the chosen order
+    # 2. the static cache: own rows and every sampled neighbour's
     t = time.perf_counter()
-    ids = np.unique(np.concatenate([vids, nbrs]))
-    ids = ids[np.argsort(open_array(plan.store, INDEX_POS).get_orthogonal_selection(ids), kind="stable")]
-    rows = np.asarray(open_array(plan.store, INDEX_ROW).get_orthogonal_selection(ids), np.int64)
-    d_in, d_out = plan.dims[i], plan.dims[layer]
-    path = plan.scratch() / f"static-l{layer}-p{part}-a{attempt}-{uuid.uuid4().hex[:8]}.f32"
-    cache = StaticCache(path, ids, d_in, plan.cache_chunk_rows)
+    cache, m["fill_chunks"] = build_static(plan, layer, part, vids, sample.nbrs)
+    m["fill_s"] = time.perf_counter() - t
+    m["own_rows_local"] = bool(cache.own_reused)
+    # 3. stream the vertices through the slice, 4. writing the output rows
+    out = open_array(plan.store, layer_name(layer), mode="r+")
+    writer = None
     try:
-        m["fill_chunks"] = fill_static(cache, open_array(plan.store, layer_name(i)), rows, plan.layout.chunk_rows)
-        m["fill_s"] = time.perf_counter() - t
-        # 3. stream the vertices through the slice; 4. write the output rows
-        loc_v, loc_n = cache.local_ids(vids), cache.local_ids(nbrs)
-        per_vertex = sample.counts.sum(axis=1)
-        eoff = np.zeros(n + 1, np.int64)
-        np.cumsum(per_vertex, out=eoff[1:])
-        slots = torch.from_numpy(edge_slots(sample.counts)) if plan.relations else None
+        writer = OwnedWriter(out, plan.layout.starts[part], plan.layout.chunk_rows,
+                             parse_fault(plan, layer, part, attempt), _keep_local(plan, layer, part))  # fmt: skip
         dyn = ChunkCache(cache, capacity_of(cache.num_chunks, plan.cache_fraction, plan.cache_chunks),
                          plan.cache_policy)  # fmt: skip
-        out = open_array(plan.store, layer_name(layer), mode="r+")
-        writer = OwnedWriter(out, plan.layout.starts[part], plan.layout.chunk_rows,
-                             parse_fault(plan, layer, part, attempt))  # fmt: skip
-        scratch = np.full(len(ids), -1, np.int64)
-        trace, read_s, compute_s = [], 0.0, 0.0
-        for b in range(0, n, plan.batch_size):
-            e = min(b + plan.batch_size, n)
-            tr = time.perf_counter()
-            src, nb_pos = relabel(loc_v[b:e], loc_n[eoff[b] : eoff[e]], scratch)
-            x, touched = dyn.gather(src)
-            trace.append(touched)
-            tc = time.perf_counter()
-            read_s += tc - tr
-            dst_pos = np.repeat(np.arange(e - b, dtype=np.int64), per_vertex[b:e])
-            ei = torch.from_numpy(np.stack([nb_pos, dst_pos])).to(device)
-            et = slots[eoff[b] : eoff[e]].to(device) if slots is not None else None
-            with torch.no_grad():
-                h = model.layer(i, torch.from_numpy(x).to(device), ei, e - b, et)
-            h = h.to("cpu", torch.float32).numpy()
-            compute_s += time.perf_counter() - tc
-            writer.add(h)
+        m.update(stream(plan, layer, cache, dyn, vids, sample, writer))
         writer.close()
-        num_chunks = cache.num_chunks
     finally:
+        if writer is not None:
+            writer.abort()
         cache.close()
-    m.update(read_s=read_s, compute_s=compute_s, model_s=read_s + compute_s)
-    m.update(_cache_metrics(plan, dyn, num_chunks, trace))
-    foreign = len(ids) - n
-    m.update(interior=int(interior.sum()), boundary=int(n - interior.sum()), sampled_edges=int(len(nbrs)),
-             static_rows=int(len(ids)), static_foreign_rows=int(foreign), static_bytes=int(len(ids) * d_in * 4),
-             static_lookups=int(n + len(nbrs)), static_hits=int(n + len(nbrs)),
+    plan.own_rows_file(i, part).unlink(missing_ok=True)  # consumed; a retry reads the own rows from Zarr
+    nf = len(cache.foreign_ids)
+    m.update(interior=int(interior.sum()), boundary=int(n - interior.sum()), sampled_edges=int(len(sample.nbrs)),
+             static_rows=n + nf, static_foreign_rows=nf, static_bytes=(n + nf) * plan.dims[i] * 4,
+             static_lookups=int(n + len(sample.nbrs)), static_hits=int(n + len(sample.nbrs)),
              fanout=int(full if f == FULL else f))  # fmt: skip
     m.update(_write_metrics(plan, part, layer, out, writer, attempt, t0))
-    assert d_out == plan.dims[layer]
     return m
+
+
+def stream(plan: InferPlan, layer: int, cache: StaticCache, dyn: ChunkCache, vids: np.ndarray, sample: Any,
+           writer: OwnedWriter) -> dict[str, Any]:  # fmt: skip
+    """Slice ``layer - 1`` over ``vids`` in order, ``plan.batch_size`` at a time, reading every row through
+    the dynamic cache; returns the read and compute seconds and the cache metrics."""
+    import torch
+
+    from glisp_serving.apply import relabel
+
+    device = resolve_device(plan.device)
+    model = load_model(plan.checkpoint, str(device))
+    n = len(vids)
+    loc_v, loc_n = cache.local_ids(vids), cache.local_ids(sample.nbrs)
+    per_vertex = sample.counts.sum(axis=1)
+    eoff = np.zeros(n + 1, np.int64)
+    np.cumsum(per_vertex, out=eoff[1:])
+    slots = torch.from_numpy(edge_slots(sample.counts)) if plan.relations else None
+    scratch = np.full(cache.base + len(cache.foreign_ids), -1, np.int64)
+    trace, read_s, compute_s = [], 0.0, 0.0
+    for b in range(0, n, plan.batch_size):
+        e = min(b + plan.batch_size, n)
+        tr = time.perf_counter()
+        src, nb_pos = relabel(loc_v[b:e], loc_n[eoff[b] : eoff[e]], scratch)
+        x, touched = dyn.gather(src)
+        trace.append(touched)
+        tc = time.perf_counter()
+        read_s += tc - tr
+        dst_pos = np.repeat(np.arange(e - b, dtype=np.int64), per_vertex[b:e])
+        ei = torch.from_numpy(np.stack([nb_pos, dst_pos])).to(device)
+        et = slots[eoff[b] : eoff[e]].to(device) if slots is not None else None
+        with torch.no_grad():
+            h = model.layer(layer - 1, torch.from_numpy(x).to(device), ei, e - b, et).to("cpu", torch.float32)
+        compute_s += time.perf_counter() - tc
+        writer.add(h.numpy())  # timed by the writer
+    return {"read_s": read_s, "compute_s": compute_s, "model_s": read_s + compute_s,
+            **_cache_metrics(plan, dyn, cache.num_chunks, trace)}  # fmt: skip
 
 
 def _cache_metrics(plan: InferPlan, dyn: ChunkCache, num_chunks: int, batches: list[np.ndarray]) -> dict[str, Any]:
