@@ -1,10 +1,8 @@
 """The two-level embedding cache of one inference task (GLISP section III-D).
 
 - :class:`StaticCache` (first level, local disk): before each layer the task has, on local disk, the
-  previous layer's rows of every vertex it will read: its own vertices (local ids ``0..n-1``, in row
-  order; the file it wrote when it computed them, or a copy from Zarr when the task moved) and the
-  sampled out-of-partition neighbours (from the next chunk boundary on, in the chosen order, read from
-  the layer's Zarr array). Every lookup of the layer hits it.
+  previous layer's rows of every vertex it will read, its own vertices and the sampled neighbours
+  mastered elsewhere, under consecutive local ids in the chosen order. Every lookup of the layer hits it.
 - :class:`ChunkCache` (second level, memory): the static cache is read in chunks of
   ``cache_chunk_rows`` rows; the dynamic cache keeps up to ``capacity`` of them, evicting FIFO (the
   paper's choice) or LRU.
@@ -32,47 +30,19 @@ POLICIES = ("fifo", "lru")
 
 
 class StaticCache:
-    """A task's static cache on local disk, in two files: its own vertices' rows (local ids ``0..n_own-1``, in
-    row order) and, from the next chunk boundary on, the sampled out-of-partition neighbours' rows in the
-    chosen order. Chunks never straddle the two.
+    """Rows of ``ids`` (global vertex ids, already in local-id order) in one float32 file on local disk."""
 
-    ``own_file``, when given, already holds the own rows (the task wrote them when it computed the previous
-    layer) and is used as is; otherwise an empty own file is created and filled like the foreign one.
-    """
-
-    def __init__(self, scratch: Path, own_ids: np.ndarray, foreign_ids: np.ndarray, dim: int, chunk_rows: int,
-                 own_file: Path | None = None) -> None:  # fmt: skip
-        self.own_ids = np.asarray(own_ids, np.int64)
-        self.foreign_ids = np.asarray(foreign_ids, np.int64)
+    def __init__(self, scratch: Path, ids: np.ndarray, dim: int, chunk_rows: int) -> None:
+        self.ids = np.asarray(ids, np.int64)
         self.dim, self.chunk_rows = int(dim), int(chunk_rows)
-        self.own_chunks = -(-len(self.own_ids) // self.chunk_rows)
-        self.base = self.own_chunks * self.chunk_rows  # local id of the first foreign row
-        local = np.concatenate([np.arange(len(self.own_ids)), self.base + np.arange(len(self.foreign_ids))])
-        ids = np.concatenate([self.own_ids, self.foreign_ids])
-        self._sorter = np.argsort(ids, kind="stable")
-        self._sorted, self._local = ids[self._sorter], local[self._sorter]
-        self._made: list[Path] = []
-        self.own_reused = own_file is not None
-        self.own = self._map(own_file, len(self.own_ids)) if own_file else self._new(scratch, len(self.own_ids))
-        self.foreign = self._new(scratch, len(self.foreign_ids))
-
-    def _map(self, path: Path, n: int) -> np.ndarray:
-        return np.memmap(path, dtype=np.float32, mode="r", shape=(n, self.dim)) if n else np.empty((0, self.dim), np.float32)
-
-    def _new(self, scratch: Path, n: int) -> np.ndarray:
-        if n == 0:
-            return np.empty((0, self.dim), np.float32)
-        path = Path(scratch) / f"static-{uuid.uuid4().hex}.f32"
-        self._made.append(path)
-        return np.memmap(path, dtype=np.float32, mode="w+", shape=(n, self.dim))
-
-    @property
-    def num_rows(self) -> int:
-        return len(self.own_ids) + len(self.foreign_ids)
+        self._sorter = np.argsort(self.ids, kind="stable")
+        self._sorted = self.ids[self._sorter]
+        self.path = Path(scratch) / f"static-{uuid.uuid4().hex}.f32"
+        self.mm = np.memmap(self.path, dtype=np.float32, mode="w+", shape=(max(len(self.ids), 1), self.dim))
 
     @property
     def num_chunks(self) -> int:
-        return self.own_chunks + -(-len(self.foreign_ids) // self.chunk_rows)
+        return -(-len(self.ids) // self.chunk_rows)
 
     def local_ids(self, vids: np.ndarray) -> np.ndarray:
         """Local id of each global id; every id the task reads is cached, so a miss is a bug."""
@@ -80,21 +50,16 @@ class StaticCache:
         if (p < 0).any():
             bad = np.asarray(vids)[p < 0][:3].tolist()
             raise GlispError(f"static cache: vertices {bad} were not cached (the fill missed them)")
-        return self._local[p]
+        return self._sorter[p]
 
-    def put_own(self, idx: np.ndarray, rows: np.ndarray) -> None:
-        self.own[np.asarray(idx, np.int64)] = rows
-
-    def put_foreign(self, idx: np.ndarray, rows: np.ndarray) -> None:
-        self.foreign[np.asarray(idx, np.int64)] = rows
+    def put(self, local: np.ndarray, rows: np.ndarray) -> None:
+        self.mm[np.asarray(local, np.int64)] = rows
 
     def close(self) -> None:
-        for a in (self.own, self.foreign):
-            if isinstance(a, np.memmap):
-                a._mmap.close()  # type: ignore[attr-defined]
-        self.own = self.foreign = None  # type: ignore[assignment]
-        for p in self._made:
-            p.unlink(missing_ok=True)
+        mm, self.mm = self.mm, None
+        if mm is not None:
+            mm._mmap.close()  # type: ignore[attr-defined]
+        self.path.unlink(missing_ok=True)
 
 
 class ChunkCache:
@@ -127,8 +92,8 @@ class ChunkCache:
         out = np.empty((len(local), self.static.dim), np.float32)
         touched = np.empty(len(local), np.int64)
         st = self.static
-        k = _gather(local, order, np.asarray(st.own), np.asarray(st.foreign), st.own_chunks, self.pool, self.slot_of,
-                    self.slot_chunk, self.stamp, self.state, self.lru, out, touched)  # fmt: skip
+        k = _gather(local, order, np.asarray(st.mm), len(st.ids), self.pool, self.slot_of, self.slot_chunk,
+                    self.stamp, self.state, self.lru, out, touched)  # fmt: skip
         return out, touched[:k]
 
     @property
@@ -171,8 +136,8 @@ def _victim(capacity, state, stamp, lru):  # pragma: no cover - compiled
 
 
 @njit(nogil=True, cache=True)
-def _access(c, clock, slot_of, slot_chunk, stamp, state, lru, own, foreign, own_chunks, pool):  # pragma: no cover - compiled
-    """One chunk read: the chunk's slot, loading it from the static cache (own or foreign file) on a miss."""
+def _access(c, clock, slot_of, slot_chunk, stamp, state, lru, static, nrows, pool):  # pragma: no cover - compiled
+    """One chunk read: the chunk's slot, loading it from the static cache on a miss."""
     chunk_rows = pool.shape[1]
     s = slot_of[c]
     if s >= 0:
@@ -184,14 +149,9 @@ def _access(c, clock, slot_of, slot_chunk, stamp, state, lru, own, foreign, own_
     s = _victim(pool.shape[0], state, stamp, lru)
     if slot_chunk[s] >= 0:
         slot_of[slot_chunk[s]] = -1
-    if c < own_chunks:
-        a = c * chunk_rows
-        b = min(a + chunk_rows, own.shape[0])
-        pool[s, : b - a, :] = own[a:b, :]
-    else:
-        a = (c - own_chunks) * chunk_rows
-        b = min(a + chunk_rows, foreign.shape[0])
-        pool[s, : b - a, :] = foreign[a:b, :]
+    a = c * chunk_rows
+    b = min(a + chunk_rows, nrows)
+    pool[s, : b - a, :] = static[a:b, :]
     slot_chunk[s] = c
     slot_of[c] = s
     stamp[s] = clock
@@ -199,7 +159,7 @@ def _access(c, clock, slot_of, slot_chunk, stamp, state, lru, own, foreign, own_
 
 
 @njit(nogil=True, cache=True)
-def _serve(chunks, starts, local, order, out, slot_of, slot_chunk, stamp, state, lru, own, foreign, own_chunks, pool):  # pragma: no cover - compiled
+def _serve(chunks, starts, local, order, out, slot_of, slot_chunk, stamp, state, lru, static, nrows, pool):  # pragma: no cover - compiled
     """Serve one batch's distinct ``chunks`` (ascending), copying rows ``order[starts[g]:starts[g + 1]]``
     of chunk ``g`` into ``out``: resident chunks first (this batch's misses cannot evict them before
     they are read), then the misses from the highest chunk down, so that the chunks left in memory
@@ -217,14 +177,14 @@ def _serve(chunks, starts, local, order, out, slot_of, slot_chunk, stamp, state,
             c = chunks[g]
             clock = state[2]
             state[2] = clock + 1
-            s = _access(c, clock, slot_of, slot_chunk, stamp, state, lru, own, foreign, own_chunks, pool)
+            s = _access(c, clock, slot_of, slot_chunk, stamp, state, lru, static, nrows, pool)
             for i in range(starts[g], starts[g + 1]):
                 j = order[i]
                 out[j, :] = pool[s, local[j] - c * chunk_rows, :]
 
 
 @njit(nogil=True, cache=True)
-def _gather(local, order, own, foreign, own_chunks, pool, slot_of, slot_chunk, stamp, state, lru, out, touched):  # pragma: no cover - compiled
+def _gather(local, order, static, nrows, pool, slot_of, slot_chunk, stamp, state, lru, out, touched):  # pragma: no cover - compiled
     chunk_rows = pool.shape[1]
     m = len(order)
     starts = np.empty(m + 1, np.int64)
@@ -236,8 +196,7 @@ def _gather(local, order, own, foreign, own_chunks, pool, slot_of, slot_chunk, s
             starts[nt] = i
             nt += 1
     starts[nt] = m
-    _serve(touched[:nt], starts, local, order, out, slot_of, slot_chunk, stamp, state, lru, own, foreign, own_chunks,
-           pool)  # fmt: skip
+    _serve(touched[:nt], starts, local, order, out, slot_of, slot_chunk, stamp, state, lru, static, nrows, pool)
     return nt
 
 
@@ -261,11 +220,10 @@ def simulate_hits(trace, bounds, num_chunks, capacity, lru):  # pragma: no cover
     state = np.zeros(5, np.int64)
     pool = np.empty((capacity, 1, 0), np.float32)  # no data: chunk c stands for row c
     rows = np.empty((num_chunks, 0), np.float32)
-    foreign = np.empty((0, 0), np.float32)
     none = np.empty(0, np.int64)
     out = np.empty((0, 0), np.float32)
     for b in range(len(bounds) - 1):
         k = bounds[b + 1] - bounds[b]
         _serve(trace[bounds[b] : bounds[b + 1]], np.zeros(k + 1, np.int64), none, none, out, slot_of, slot_chunk,
-               stamp, state, lru, rows, foreign, num_chunks, pool)  # fmt: skip
+               stamp, state, lru, rows, num_chunks, pool)  # fmt: skip
     return state[3]

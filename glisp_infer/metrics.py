@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import Any
 
-SUMS = ("rows", "vertices", "chunks_written", "bytes_written", "raw_bytes", "write_s", "sample_s", "fill_s",
+SUMS = ("rows", "vertices", "chunks_written", "bytes_written", "raw_bytes", "total_s", "cpu_s", "write_s", "sample_s", "fill_s",
         "read_s", "compute_s", "model_s", "fill_chunks", "chunk_reads", "dynamic_hits", "dynamic_misses",
         "static_hits", "static_lookups", "static_rows", "static_foreign_rows", "static_bytes", "sampled_edges",
         "interior", "boundary", "evictions")  # fmt: skip
@@ -35,6 +35,7 @@ def summarize_layer(res: list[dict[str, Any]]) -> dict[str, Any]:
         d["static_chunks_per_part"] = [int(r["static_chunks"]) for r in res]
         d["cache_share_max"] = max((_ratio(r["cache_capacity"], r["static_chunks"]) for r in res), default=0.0)
         d["fanout_per_part"] = [int(r["fanout"]) for r in res]
+        d["own_rows_local"] = sum(bool(r.get("own_rows_local")) for r in res)
         d["shadow_hit_ratio"] = shadow_ratios(res)
     return d
 
@@ -54,6 +55,7 @@ def summarize_layers(per_layer: list[list[dict[str, Any]]]) -> dict[str, Any]:
     model = [layers[f"layer{i}"] for i in range(1, len(per_layer))]
     tot = {k: sum(d.get(k, 0) for d in model) for k in ("fill_s", "model_s", "sample_s", "read_s", "compute_s",
                                                          "write_s", "chunk_reads", "dynamic_hits", "fill_chunks")}  # fmt: skip
+    task_cpu = sum(d.get("cpu_s", 0) for d in layers.values())
     written = sum(d["bytes_written"] for d in layers.values())
     raw = sum(d["raw_bytes"] for d in layers.values())
     flat = [r for res in per_layer[1:] for r in res]
@@ -67,6 +69,7 @@ def summarize_layers(per_layer: list[list[dict[str, Any]]]) -> dict[str, Any]:
         "model_s": round(tot["model_s"], 3),
         "sample_s": round(tot["sample_s"], 3),
         "write_s": round(tot["write_s"], 3),
+        "task_cpu_s": round(task_cpu, 3),
         "bytes_written": written,
         "compression_ratio": _ratio(raw, written),
         "cache_share_max": max((d.get("cache_share_max", 0.0) for d in model), default=0.0),

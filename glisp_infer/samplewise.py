@@ -35,7 +35,8 @@ class SamplewiseResult:
     model_s: float = 0.0
     cpu_s: float = 0.0  # CPU seconds of this process over the run
     sampled_edges: int = 0
-    input_vertices: int = 0  # summed over batches: the input layer's vertices (the redundant work)
+    input_vertices: int = 0  # summed over batches: the input layer's vertices
+    slice_rows: int = 0  # summed over batches and layers: rows the slices computed (layerwise: layers x n)
     batches: int = 0
 
     @property
@@ -108,6 +109,7 @@ class Samplewise:
             res.model_s += time.perf_counter() - t1
             res.sampled_edges += batch.num_sampled_edges
             res.input_vertices += int(batch.input_ids.shape[0])
+            res.slice_rows += sum(int(b.num_dst) for b in batch.blocks)
             res.batches += 1
         res.cpu_s = time.process_time() - cpu0
         return res

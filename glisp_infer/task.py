@@ -4,10 +4,11 @@ Layer 0 copies the features of the partition's vertices into its rows. Layer ``l
 
 1. samples one hop for every vertex the partition masters (Gather at every partition holding its
    edges, Apply), with the request seed of the hop slice ``l - 1`` aggregates;
-2. builds the static cache: the previous layer's rows of its own vertices (the local file its task
-   of layer ``l - 1`` wrote on this host, else its own chunks of the Zarr array) and of every sampled
-   neighbour mastered elsewhere (read from Zarr, each global chunk decoded once), on local disk;
-3. streams its vertices in row order, ``batch_size`` at a time, through slice ``l - 1``, reading rows
+2. builds the static cache on local disk: the previous layer's rows of its own vertices (from the local
+   file its task of layer ``l - 1`` wrote on this host, else its own chunks of the Zarr array) and of every
+   sampled neighbour mastered elsewhere (read from Zarr, each global chunk decoded once), under local ids
+   in the chosen order;
+3. streams its vertices in that order, ``batch_size`` at a time, through slice ``l - 1``, reading rows
    through the dynamic chunk cache;
 4. writes its output rows to its own chunks of the layer-``l`` array as they fill up (and to a local
    file for its next layer).
@@ -108,7 +109,7 @@ def write_features(plan: InferPlan, part: int, attempt: int = 0) -> dict[str, An
     """Layer 0: the features of the partition's vertices, read from the partition they are stored in."""
     from glisp_core.partition_format import open_partition
 
-    t0 = time.perf_counter()
+    t0, c0 = time.perf_counter(), time.process_time()
     reader = open_partition(plan.partition_dir(part), verify=False)
     vids = task_vertices(plan, part)
     if reader.features is None:
@@ -126,15 +127,16 @@ def write_features(plan: InferPlan, part: int, attempt: int = 0) -> dict[str, An
         writer.close()
     finally:
         writer.abort()
-    return _write_metrics(plan, part, 0, arr, writer, attempt, t0)
+    return _write_metrics(plan, part, 0, arr, writer, attempt, t0, c0)
 
 
-def _write_metrics(plan: InferPlan, part: int, layer: int, arr: Any, w: OwnedWriter, attempt: int, t0: float) -> dict:
+def _write_metrics(plan: InferPlan, part: int, layer: int, arr: Any, w: OwnedWriter, attempt: int, t0: float,
+                   c0: float) -> dict:  # fmt: skip
     raw = plan.layout.padded[part] * plan.dims[layer] * 4
     stored = stored_bytes(arr, plan.layout.chunks_of(part))
     return {"part": part, "layer": layer, "attempt": attempt, "rows": plan.layout.counts[part], "chunks_written": w.chunks,
-            "bytes_written": stored, "raw_bytes": raw, "write_s": w.seconds,
-            "total_s": time.perf_counter() - t0}  # fmt: skip
+            "bytes_written": stored, "raw_bytes": raw, "write_s": w.seconds, "total_s": time.perf_counter() - t0,
+            "cpu_s": time.process_time() - c0}  # fmt: skip
 
 
 class _Engines:
@@ -181,37 +183,45 @@ def fill_static(put: Any, arr: Any, rows: np.ndarray, chunk_rows: int) -> int:
     return len(cuts) + 1 if len(srt) else 0
 
 
-def build_static(plan: InferPlan, layer: int, part: int, vids: np.ndarray, nbrs: np.ndarray) -> tuple[StaticCache, int]:
-    """The static cache of slice ``layer - 1``: the task's own rows of layer ``layer - 1`` (from the local
-    file its previous task wrote, else from Zarr), then every sampled neighbour mastered elsewhere, in the
-    chosen order, read from Zarr. Returns it and the number of global chunks decoded."""
+def build_static(plan: InferPlan, layer: int, part: int, vids: np.ndarray, nbrs: np.ndarray) -> tuple[StaticCache, int, bool]:
+    """The static cache of slice ``layer - 1``: the layer-``layer - 1`` rows of the task's vertices and of every
+    sampled neighbour, local ids sorted by the order's global position. The own rows come from the local file
+    the partition's previous task wrote on this host (else its own chunks of the Zarr array), the others from
+    Zarr, each global chunk decoded once. Returns the cache, the global chunks decoded, whether the own rows
+    were local."""
     i, d_in = layer - 1, plan.dims[layer - 1]
-    foreign = np.setdiff1d(np.unique(nbrs), vids)
-    foreign = foreign[np.argsort(open_array(plan.store, INDEX_POS).get_orthogonal_selection(foreign), kind="stable")]
-    own_file = _own_file(plan, i, part, len(vids), d_in)
-    cache = StaticCache(plan.scratch(), vids, foreign, d_in, plan.cache_chunk_rows, own_file)
+    ids = np.unique(np.concatenate([vids, nbrs]))
+    ids = ids[np.argsort(open_array(plan.store, INDEX_POS).get_orthogonal_selection(ids), kind="stable")]
+    cache = StaticCache(plan.scratch(), ids, d_in, plan.cache_chunk_rows)
     arr = open_array(plan.store, layer_name(i))
-    c = plan.layout.chunk_rows
+    c, n = plan.layout.chunk_rows, len(vids)
+    own_file = _own_file(plan, i, part, n, d_in)
     chunks = 0
     try:
-        if own_file is None:  # own rows are one contiguous run of whole chunks
-            start = plan.layout.starts[part]
-            for a in range(0, len(vids), c):
-                cache.put_own(np.arange(a, min(a + c, len(vids))), np.asarray(arr[start + a : start + min(a + c, len(vids))]))
-                chunks += 1
-        rows = np.asarray(open_array(plan.store, INDEX_ROW).get_orthogonal_selection(foreign), np.int64)
-        chunks += fill_static(cache.put_foreign, arr, rows, c)
+        own_local = cache.local_ids(vids)
+        src = np.memmap(own_file, dtype=np.float32, mode="r", shape=(n, d_in)) if own_file and n else None
+        for a in range(0, n, c):  # own rows: one contiguous run of whole chunks, in row order
+            b = min(a + c, n)
+            if src is None:
+                start = plan.layout.starts[part]
+                block, chunks = np.asarray(arr[start + a : start + b]), chunks + 1
+            else:
+                block = np.asarray(src[a:b])
+            cache.put(own_local[a:b], block)
+        foreign = np.flatnonzero(~np.isin(ids, vids))
+        rows = np.asarray(open_array(plan.store, INDEX_ROW).get_orthogonal_selection(ids[foreign]), np.int64)
+        chunks += fill_static(lambda j, r: cache.put(foreign[j], r), arr, rows, c)
     except BaseException:
         cache.close()
         raise
-    return cache, chunks
+    return cache, chunks, own_file is not None
 
 
 def infer_layer(plan: InferPlan, layer: int, part: int, attempt: int = 0) -> dict[str, Any]:
     """Compute layer ``layer`` (>= 1) of the vertices partition ``part`` masters; returns its metrics."""
     from glisp_core.partition_format import open_partition
 
-    t0 = time.perf_counter()
+    t0, c0 = time.perf_counter(), time.process_time()  # CPU: the task's process, zarr's codec threads included
     set_threads(plan.threads)
     i = layer - 1
     reader = open_partition(plan.partition_dir(part), verify=False)
@@ -227,9 +237,8 @@ def infer_layer(plan: InferPlan, layer: int, part: int, attempt: int = 0) -> dic
     m["sample_s"] = time.perf_counter() - t0
     # 2. the static cache: own rows and every sampled neighbour's
     t = time.perf_counter()
-    cache, m["fill_chunks"] = build_static(plan, layer, part, vids, sample.nbrs)
+    cache, m["fill_chunks"], m["own_rows_local"] = build_static(plan, layer, part, vids, sample.nbrs)
     m["fill_s"] = time.perf_counter() - t
-    m["own_rows_local"] = bool(cache.own_reused)
     # 3. stream the vertices through the slice, 4. writing the output rows
     out = open_array(plan.store, layer_name(layer), mode="r+")
     writer = None
@@ -245,12 +254,12 @@ def infer_layer(plan: InferPlan, layer: int, part: int, attempt: int = 0) -> dic
             writer.abort()
         cache.close()
     plan.own_rows_file(i, part).unlink(missing_ok=True)  # consumed; a retry reads the own rows from Zarr
-    nf = len(cache.foreign_ids)
+    nf = len(cache.ids) - n
     m.update(interior=int(interior.sum()), boundary=int(n - interior.sum()), sampled_edges=int(len(sample.nbrs)),
              static_rows=n + nf, static_foreign_rows=nf, static_bytes=(n + nf) * plan.dims[i] * 4,
              static_lookups=int(n + len(sample.nbrs)), static_hits=int(n + len(sample.nbrs)),
              fanout=int(full if f == FULL else f))  # fmt: skip
-    m.update(_write_metrics(plan, part, layer, out, writer, attempt, t0))
+    m.update(_write_metrics(plan, part, layer, out, writer, attempt, t0, c0))
     return m
 
 
@@ -270,7 +279,7 @@ def stream(plan: InferPlan, layer: int, cache: StaticCache, dyn: ChunkCache, vid
     eoff = np.zeros(n + 1, np.int64)
     np.cumsum(per_vertex, out=eoff[1:])
     slots = torch.from_numpy(edge_slots(sample.counts)) if plan.relations else None
-    scratch = np.full(cache.base + len(cache.foreign_ids), -1, np.int64)
+    scratch = np.full(len(cache.ids), -1, np.int64)
     trace, read_s, compute_s = [], 0.0, 0.0
     for b in range(0, n, plan.batch_size):
         e = min(b + plan.batch_size, n)

@@ -9,55 +9,37 @@ from glisp_core.errors import GlispError
 from glisp_infer.cache import ChunkCache, StaticCache, capacity_of, simulate_hits
 
 
-def _static(tmp_path, n=100, n_own=30, dim=3, chunk_rows=8, seed=0, own_file=None):
-    """A static cache of n rows: n_own own rows (local ids 0..n_own-1), the rest from the next chunk on."""
+def _static(tmp_path, n=100, dim=3, chunk_rows=8, seed=0):
     rng = np.random.default_rng(seed)
-    ids = rng.permutation(1000)[:n]  # global ids: own first, then foreign in local order
-    c = StaticCache(tmp_path, ids[:n_own], ids[n_own:], dim, chunk_rows, own_file)
+    ids = rng.permutation(1000)[:n]  # global ids in local order (not sorted)
+    c = StaticCache(tmp_path, ids, dim, chunk_rows)
     vals = rng.normal(size=(n, dim)).astype(np.float32)
-    if own_file is None:
-        c.put_own(np.arange(n_own)[::-1], vals[:n_own][::-1])  # any order of puts
-    c.put_foreign(np.arange(n - n_own)[::-1], vals[n_own:][::-1])
-    local = np.concatenate([np.arange(n_own), c.base + np.arange(n - n_own)])
-    return c, ids, vals, local
+    c.put(np.arange(n)[::-1], vals[::-1])  # any order of puts
+    return c, ids, vals
 
 
 def test_static_cache_local_ids_and_missing(tmp_path) -> None:
-    c, ids, vals, local = _static(tmp_path)
-    assert c.base == 32 and c.own_chunks == 4 and c.num_chunks == 4 + 9
-    assert np.array_equal(c.local_ids(ids[[5, 0, 99, 30]]), [5, 0, 32 + 69, 32])
+    c, ids, _ = _static(tmp_path)
+    assert np.array_equal(c.local_ids(ids[[5, 0, 99]]), [5, 0, 99])
     with pytest.raises(GlispError, match="were not cached"):
         c.local_ids(np.array([ids[0], 5000]))
-    files = list(tmp_path.glob("static-*.f32"))
-    assert len(files) == 2
+    assert c.num_chunks == 13 and c.path.exists()
     c.close()
-    assert not any(f.exists() for f in files)
-
-
-def test_own_rows_from_an_existing_file_are_used_as_is(tmp_path) -> None:
-    own = np.arange(30 * 3, dtype=np.float32).reshape(30, 3)
-    own.tofile(tmp_path / "own.f32")
-    c, _, vals, local = _static(tmp_path, own_file=tmp_path / "own.f32")
-    dyn = ChunkCache(c, 2, "fifo")
-    got, _ = dyn.gather(np.array([3, 29, 32, 40]))
-    np.testing.assert_array_equal(got[:2], own[[3, 29]])
-    np.testing.assert_array_equal(got[2:], vals[[30, 38]])
-    c.close()
-    assert (tmp_path / "own.f32").exists()  # not the cache's to delete
+    assert not c.path.exists()
 
 
 @pytest.mark.parametrize("policy", ["fifo", "lru"])
 def test_dynamic_cache_rows_and_hits_match_the_replay(tmp_path, policy) -> None:
-    c, _, vals, local_of = _static(tmp_path)
+    c, _, vals = _static(tmp_path)
     dyn = ChunkCache(c, 3, policy)
     rng = np.random.default_rng(1)
     trace = []
     for _ in range(60):
         # batches skewed to the first chunks, as PDS makes them
-        row = np.minimum(rng.geometric(0.05, size=rng.integers(1, 12)) - 1, 99)
-        got, touched = dyn.gather(local_of[row])
-        np.testing.assert_array_equal(got, vals[row])
-        assert np.array_equal(touched, np.unique(local_of[row] // 8))  # each distinct chunk read once per batch
+        local = np.minimum(rng.geometric(0.05, size=rng.integers(1, 12)) - 1, 99)
+        got, touched = dyn.gather(local)
+        np.testing.assert_array_equal(got, vals[local])
+        assert np.array_equal(touched, np.unique(local // 8))  # each distinct chunk read once per batch
         trace.append(touched)
     t = np.concatenate(trace)
     bounds = np.cumsum([0] + [len(x) for x in trace])
