@@ -38,6 +38,13 @@ STORE_FILE = "store.json"
 ZARR_DIR = "zarr"
 
 
+def effective_chunk_rows(chunk_rows: int, counts: list[int]) -> int:
+    """``infer.chunk_rows``, or less when every partition is smaller: its largest size rounded up to a
+    multiple of 256, so that a small graph is not padded to 32,768 rows per partition."""
+    largest = -(-max(counts, default=0) // 256) * 256
+    return max(1, min(chunk_rows, max(largest, 256)))
+
+
 def latest_train_run(man: Manifest) -> str:
     recs = man.stages_with_prefix("train/")
     if not recs:
@@ -125,15 +132,15 @@ def run_infer(spark: Any, cfg: Config, dv: DatasetVersion, force: bool = False, 
     ic = cfg.infer
     inp = Inputs(spark, cfg, dv)
     counts = [int(x) for x in inp.reorder.counts["vertices_per_part"]]
-    layout = RowLayout(ic.chunk_rows, tuple(counts))
-    codec = Codec(ic.compressor, ic.clevel, ic.shuffle)
     if ic.chunk_rows < 1 or ic.batch_size < 1:
         raise GlispError(f"infer.chunk_rows and infer.batch_size must be positive (got {ic.chunk_rows}, {ic.batch_size})")
+    layout = RowLayout(effective_chunk_rows(ic.chunk_rows, counts), tuple(counts))
+    codec = Codec(ic.compressor, ic.clevel, ic.shuffle)
     params = {
         "model": inp.model_run, "partition": inp.partition, "parts": inp.num_parts, "order": ic.order,
-        "fanouts": inp.fanouts, "seed": ic.seed, "direction": inp.direction, "chunk_rows": ic.chunk_rows,
+        "fanouts": inp.fanouts, "seed": ic.seed, "direction": inp.direction, "chunk_rows": layout.chunk_rows,
         "compressor": ic.compressor, "clevel": ic.clevel, "shuffle": ic.shuffle, "batch_size": ic.batch_size,
-        "cache_chunk_rows": ic.cache_chunk_rows or ic.chunk_rows, "cache_policy": ic.cache_policy,
+        "cache_chunk_rows": ic.cache_chunk_rows or layout.chunk_rows, "cache_policy": ic.cache_policy,
         "cache_fraction": ic.cache_fraction, "cache_chunks": ic.cache_chunks, "store": ic.store,
         "edges": ic.edges, "task": inp.spec.task, "arch": inp.spec.arch, "dims": list(inp.dims),
     }  # fmt: skip
@@ -187,7 +194,7 @@ def _plan(cfg: Config, spark: Any, inp: Inputs, layout: RowLayout, codec: Codec,
         store=url, parts_dir=str(inp.parts_dir), num_parts=inp.num_parts, layout=layout, codec=codec,
         order=ic.order, dims=inp.dims, fanouts=tuple(inp.fanouts), seed=ic.seed, direction=inp.direction,
         relations=tuple(inp.spec.relations) if inp.spec.arch == "rgcn" else (), checkpoint=str(inp.checkpoint),
-        task=inp.spec.task, batch_size=ic.batch_size, cache_chunk_rows=ic.cache_chunk_rows or ic.chunk_rows,
+        task=inp.spec.task, batch_size=ic.batch_size, cache_chunk_rows=ic.cache_chunk_rows or layout.chunk_rows,
         cache_policy=ic.cache_policy, cache_fraction=ic.cache_fraction, cache_chunks=ic.cache_chunks,
         scratch_dir=ic.scratch_dir, device=ic.device, threads=threads, local_own_rows=ic.local_own_rows,
         token=f"{inp.name}-{uuid.uuid4().hex[:12]}", fault=fault if fault is not None else os.environ.get("GLISP_INFER_FAULT", ""),

@@ -51,6 +51,8 @@ def test_full_fanout_equals_full_graph_forward_and_every_vertex_has_one_row(spar
     vid_of_row = np.asarray(open_array(r.url, "index/vid")[:])
     assert np.array_equal(np.sort(vid_of_row[vid_of_row >= 0]), np.arange(g.n))
     assert starts[0] == 0 and all(s % 16 == 0 for s in starts)
+    # own rows of every layer came from the local files the previous tasks wrote
+    assert [rec.metrics["layers"][f"layer{i}"]["own_rows_local"] for i in (1, 2)] == [3, 3]
     # layer 0 is the features; the external store is what the stage points to
     np.testing.assert_array_equal(_rows_by_vid(g, rec, 0)[0], g.features)
     assert json.loads((r.path / "store.json").read_text())["url"].startswith(f"file://{tmp_path}/store/")
@@ -65,10 +67,12 @@ def test_full_fanout_equals_full_graph_forward_and_every_vertex_has_one_row(spar
 
 
 def test_typed_rgcn_at_full_fanout(spark, infer_graph) -> None:
+    """R-GCN on in-edges; own rows read back from Zarr rather than kept locally."""
     g = infer_graph
-    model, rec = _infer(spark, g, "rgcn", "rgcn-full", direction="in")
+    model, rec = _infer(spark, g, "rgcn", "rgcn-full", direction="in", local_own_rows=False)
     got, _, _ = _rows_by_vid(g, rec)
     np.testing.assert_allclose(got, g.reference(model, direction="in").numpy(), rtol=1e-4, atol=1e-5)
+    assert rec.metrics["layers"]["layer2"]["own_rows_local"] == 0
 
 
 @pytest.fixture(scope="module")

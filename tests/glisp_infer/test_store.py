@@ -44,3 +44,11 @@ def test_owned_writes_and_chunk_counted_reads(tmp_path) -> None:
     assert nch == 3 and stored_bytes(arr, lay.chunks_of(0)) > 0
     with pytest.raises(GlispError, match="clevel"):
         Codec("blosclz", 11).zarr_codec()
+
+
+def test_small_partitions_get_smaller_chunks() -> None:
+    from glisp_infer.job import effective_chunk_rows
+
+    assert effective_chunk_rows(32768, [65536, 70000]) == 32768
+    assert effective_chunk_rows(32768, [3000, 2900]) == 3072  # not 32,768 rows of padding per partition
+    assert effective_chunk_rows(16, [100, 90]) == 16
