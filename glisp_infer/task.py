@@ -132,7 +132,7 @@ def write_features(plan: InferPlan, part: int, attempt: int = 0) -> dict[str, An
 
 def _write_metrics(plan: InferPlan, part: int, layer: int, arr: Any, w: OwnedWriter, attempt: int, t0: float,
                    c0: float) -> dict:  # fmt: skip
-    raw = plan.layout.padded[part] * plan.dims[layer] * 4
+    raw = plan.layout.counts[part] * plan.dims[layer] * 4  # the rows' bytes (padding compresses to almost nothing)
     stored = stored_bytes(arr, plan.layout.chunks_of(part))
     return {"part": part, "layer": layer, "attempt": attempt, "rows": plan.layout.counts[part], "chunks_written": w.chunks,
             "bytes_written": stored, "raw_bytes": raw, "write_s": w.seconds, "total_s": time.perf_counter() - t0,
