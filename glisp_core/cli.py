@@ -26,7 +26,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "serve": ("glisp_serving.cli", "run one sampling server for one partition"),
     "serve-cluster": ("glisp_serving.cluster_cli", "run one sampling server per partition on this machine"),
     "train": ("glisp_serving.train_cli", "train a GNN from the sampling service (not built yet)"),
-    "infer": ("glisp_infer.cli", "layerwise inference to Zarr (not built yet)"),
+    "infer": ("glisp_infer.cli", "layerwise inference to Zarr: embeddings, predictions and link scores"),
     "pipeline": ("spark_jobs.pipeline", "run every batch stage end to end on one dataset"),
 }
 

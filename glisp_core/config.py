@@ -213,6 +213,7 @@ class InferConfig:
     """Layerwise inference (glisp_infer): what to infer with, the Zarr layout and the two-level cache."""
 
     model: str = ""  # training run (train/<run>); "": the latest published
+    partition: str = ""  # partition run to infer over; "": the one the model was trained on
     run: str = ""  # inference run name; "": <model>-<order>
     order: Literal["pds", "ns", "ds", "ps"] = "pds"  # local ids, streaming order and rows within a partition
     fanouts: list[int] = field(default_factory=list)  # per hop, first hop first (as training); [] or -1 = full

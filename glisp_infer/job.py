@@ -90,10 +90,10 @@ class Inputs:
         self.checkpoint = dv.path / trec.path
         model, self.doc = load_checkpoint(self.checkpoint)
         self.spec = model.spec
-        self.partition = str(trec.params.get("partition") or cfg.serialize.partition or "") or None
         from spark_jobs.serialize.job import resolve_run
 
-        self.partition, self.num_parts = resolve_run(man, self.partition)
+        trained_on = trec.params.get("partition_run") or trec.params.get("partition") or self.doc.get("partition_run")
+        self.partition, self.num_parts = resolve_run(man, ic.partition or trained_on or None)
         man.stage(f"serialize/{self.partition}")
         self.parts_dir = dv.serialized(self.partition)
         schema = man.schema
