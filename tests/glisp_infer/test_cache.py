@@ -56,11 +56,11 @@ def test_fifo_and_lru_differ_as_defined() -> None:
 
 
 def test_a_batch_reads_resident_chunks_first_and_misses_from_the_top() -> None:
-    # capacity 2, FIFO. Batch 1 loads 3, 1 (descending misses): chunk 1 is the newest and survives batch 2,
-    # which reads it first (resident) and then loads 5, 4, evicting 3 and then 1.
-    t = np.array([1, 3, 1, 4, 5, 1])
-    b = np.array([0, 2, 5, 6])
-    assert simulate_hits(t, b, 6, 2, False) == 1
+    # capacity 2, FIFO. Misses from the top: batch [0, 5, 9] loads 9, 5, 0, so 0 (the lowest: under PDS the
+    # high-degree vertices) survives for the next batch; loaded upwards it would be evicted by 9.
+    assert simulate_hits(np.array([0, 5, 9, 0]), np.array([0, 3, 4]), 10, 2, False) == 1
+    # Resident first: chunk 1 is read before the batch's misses 3 and 2 can evict it.
+    assert simulate_hits(np.array([1, 1, 2, 3]), np.array([0, 1, 4]), 10, 2, False) == 1
 
 
 def test_capacity_of() -> None:
