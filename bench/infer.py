@@ -311,7 +311,9 @@ def markdown(res: dict) -> str:
                    f"compression {m['compression_ratio']}.")  # fmt: skip
         runs = r["orders"]
         ns = next((x for x in runs if x["order"] == "ns"), None)
-        out.append("\n| order | chunk reads | vs NS | hit ratio | fill chunks | cache share |\n|---|---|---|---|---|---|")
+        out.append(
+            "\n| order | chunk reads | vs NS | hit ratio | fill chunks | cache share |\n|---|---|---|---|---|---|"
+        )
         for x in runs:
             mm = x["metrics"]
             vs = f"{mm['chunk_reads'] / ns['metrics']['chunk_reads']:.3f}" if ns else "-"
@@ -349,11 +351,18 @@ def main() -> int:
     ap.add_argument("--cache-fraction", type=float, default=0.05)
     ap.add_argument("--batch", type=int, default=1024, help="sample-wise seeds per batch")
     ap.add_argument("--samplewise-seeds", type=int, default=4096, help="0 = no sample-wise run")
-    ap.add_argument("--samplewise-service", action="store_true",
-                    help="also sample-wise through a sampling cluster on loopback, as training does")
+    ap.add_argument(
+        "--samplewise-service",
+        action="store_true",
+        help="also sample-wise through a sampling cluster on loopback, as training does",
+    )
     ap.add_argument("--sweep", type=int, nargs="*", default=[], help="batch sizes for the reads/hits trade-off")
-    ap.add_argument("--no-warmup", dest="warmup", action="store_false",
-                    help="time the first run (cold Python workers) when the timed order is the only one")
+    ap.add_argument(
+        "--no-warmup",
+        dest="warmup",
+        action="store_false",
+        help="time the first run (cold Python workers) when the timed order is the only one",
+    )
     ap.add_argument("--build-only", action="store_true")
     ap.add_argument("--root", default="/tmp/glisp-bench-infer")
     ap.add_argument("--driver-memory", default="4g")

@@ -220,7 +220,7 @@ class InferConfig:
     seed: int = 0  # neighbour samples are a function of (seed, layer, vertex)
     direction: Literal["", "out", "in"] = ""  # "": the checkpoint's sampling direction, else "out"
     store: str = ""  # Zarr store: "" = inside the stage; else a local directory or an fsspec URL
-    chunk_rows: int = 32768  # rows per Zarr chunk (each partition's rows padded to whole chunks; less for small partitions)
+    chunk_rows: int = 32768  # rows per Zarr chunk, each partition padded to whole ones (fewer rows when all are small)
     compressor: Literal["blosclz", "lz4", "lz4hc", "zstd", "zlib"] = "blosclz"  # Blosc codec of the arrays
     clevel: int = 9
     shuffle: Literal["noshuffle", "shuffle", "bitshuffle"] = "bitshuffle"

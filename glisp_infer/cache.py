@@ -159,7 +159,9 @@ def _access(c, clock, slot_of, slot_chunk, stamp, state, lru, static, nrows, poo
 
 
 @njit(nogil=True, cache=True)
-def _serve(chunks, starts, local, order, out, slot_of, slot_chunk, stamp, state, lru, static, nrows, pool):  # pragma: no cover - compiled
+def _serve(
+    chunks, starts, local, order, out, slot_of, slot_chunk, stamp, state, lru, static, nrows, pool
+):  # pragma: no cover - compiled
     """Serve one batch's distinct ``chunks`` (ascending), copying rows ``order[starts[g]:starts[g + 1]]``
     of chunk ``g`` into ``out``: resident chunks first (this batch's misses cannot evict them before
     they are read), then the misses from the highest chunk down, so that the chunks left in memory
@@ -184,7 +186,9 @@ def _serve(chunks, starts, local, order, out, slot_of, slot_chunk, stamp, state,
 
 
 @njit(nogil=True, cache=True)
-def _gather(local, order, static, nrows, pool, slot_of, slot_chunk, stamp, state, lru, out, touched):  # pragma: no cover - compiled
+def _gather(
+    local, order, static, nrows, pool, slot_of, slot_chunk, stamp, state, lru, out, touched
+):  # pragma: no cover - compiled
     chunk_rows = pool.shape[1]
     m = len(order)
     starts = np.empty(m + 1, np.int64)

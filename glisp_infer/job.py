@@ -133,7 +133,9 @@ def run_infer(spark: Any, cfg: Config, dv: DatasetVersion, force: bool = False, 
     inp = Inputs(spark, cfg, dv)
     counts = [int(x) for x in inp.reorder.counts["vertices_per_part"]]
     if ic.chunk_rows < 1 or ic.batch_size < 1:
-        raise GlispError(f"infer.chunk_rows and infer.batch_size must be positive (got {ic.chunk_rows}, {ic.batch_size})")
+        raise GlispError(
+            f"infer.chunk_rows and infer.batch_size must be positive (got {ic.chunk_rows}, {ic.batch_size})"
+        )
     layout = RowLayout(effective_chunk_rows(ic.chunk_rows, counts), tuple(counts))
     codec = Codec(ic.compressor, ic.clevel, ic.shuffle)
     params = {
@@ -146,7 +148,9 @@ def run_infer(spark: Any, cfg: Config, dv: DatasetVersion, force: bool = False, 
     }  # fmt: skip
     extra = None
     if ic.edges:  # a local edge list is fingerprinted; a URL is taken as named
-        extra = {"edges": ic.edges} if "://" in ic.edges else file_fingerprints(_edge_files(ic.edges), cfg.dataset.checksum)
+        extra = (
+            {"edges": ic.edges} if "://" in ic.edges else file_fingerprints(_edge_files(ic.edges), cfg.dataset.checksum)
+        )
     depends = ["ingest", f"partition/{inp.partition}", f"serialize/{inp.partition}",
                f"reorder/{inp.partition}/{ic.order}", f"train/{inp.model_run}"]  # fmt: skip
     pub = StagePublisher(dv, f"infer/{inp.name}", dv.infer(inp.name), params, depends=depends, extra_inputs=extra)
@@ -186,7 +190,9 @@ def _new_store(dv: DatasetVersion, base: str, name: str, tmp: Path) -> str:
     return url
 
 
-def _plan(cfg: Config, spark: Any, inp: Inputs, layout: RowLayout, codec: Codec, url: str, fault: str | None) -> InferPlan:
+def _plan(
+    cfg: Config, spark: Any, inp: Inputs, layout: RowLayout, codec: Codec, url: str, fault: str | None
+) -> InferPlan:
     ic = cfg.infer
     cores = os.cpu_count() or 1
     threads = ic.threads or max(1, cores // max(1, int(spark.sparkContext.defaultParallelism)))

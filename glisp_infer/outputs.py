@@ -153,8 +153,10 @@ def write_outputs(spark: Any, plan: InferPlan, cfg: Config, dv: DatasetVersion, 
             )
             s_ids = idm.select(F.col(VID).alias("src_vid"), F.col(ORIG_ID).alias("src"), F.col(VTYPE).alias("src_type"))
             d_ids = idm.select(F.col(VID).alias("dst_vid"), F.col(ORIG_ID).alias("dst"), F.col(VTYPE).alias("dst_type"))
-            scored = scored.join(s_ids, "src_vid").join(d_ids, "dst_vid").select(
-                "src", "src_type", "dst", "dst_type", "etype", "score", "src_vid", "dst_vid"
+            scored = (
+                scored.join(s_ids, "src_vid")
+                .join(d_ids, "dst_vid")
+                .select("src", "src_type", "dst", "dst_type", "etype", "score", "src_vid", "dst_vid")
             )
             counts["scores"] = _num_edges(plan)
         scored.write.parquet(str(out / "scores"))

@@ -183,7 +183,9 @@ def fill_static(put: Any, arr: Any, rows: np.ndarray, chunk_rows: int) -> int:
     return len(cuts) + 1 if len(srt) else 0
 
 
-def build_static(plan: InferPlan, layer: int, part: int, vids: np.ndarray, nbrs: np.ndarray) -> tuple[StaticCache, int, bool]:
+def build_static(
+    plan: InferPlan, layer: int, part: int, vids: np.ndarray, nbrs: np.ndarray
+) -> tuple[StaticCache, int, bool]:
     """The static cache of slice ``layer - 1``: the layer-``layer - 1`` rows of the task's vertices and of every
     sampled neighbour, local ids sorted by the order's global position. The own rows come from the local file
     the partition's previous task wrote on this host (else its own chunks of the Zarr array), the others from
