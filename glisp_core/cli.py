@@ -25,7 +25,8 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "reorder": ("spark_jobs.serialize.reorder_cli", "inference order: PDS, NS, DS or PS"),
     "serve": ("glisp_serving.cli", "run one sampling server for one partition"),
     "serve-cluster": ("glisp_serving.cluster_cli", "run one sampling server per partition on this machine"),
-    "train": ("glisp_serving.train_cli", "train a GNN from the sampling service (not built yet)"),
+    "link-split": ("glisp_train.link_split", "hold out edges for link prediction: a training-only partition run"),
+    "train": ("glisp_train.cli", "train a GNN through the sampling service (node classification, link prediction)"),
     "infer": ("glisp_infer.cli", "layerwise inference to Zarr: embeddings, predictions and link scores"),
     "pipeline": ("spark_jobs.pipeline", "run every batch stage end to end on one dataset"),
 }

@@ -206,6 +206,41 @@ class ClientConfig:
     prefetch: int = 2
     routing: Literal["replicas", "owner"] = "replicas"  # owner: each vertex only to its edge-cut owner
     backoff_s: float = 0.2  # first retry delay on UNAVAILABLE, doubled per retry
+    routing_source: Literal["auto", "files", "servers"] = "auto"  # where the routing table comes from
+
+
+@dataclass(frozen=True, kw_only=True)
+class TrainConfig:
+    """``glisp train`` (glisp_train): the model, the optimisation, the loader and the feature cache."""
+
+    task: Literal["node", "link"] = "node"
+    model: Literal["sage", "gcn", "gat", "rgcn"] = "sage"
+    name: str = ""  # training run name (stage train/<name>); "": <task>-<model>-<partition run>
+    hidden: int = 256
+    layers: int = 2
+    fanouts: list[int] = field(default_factory=lambda: [10, 10])  # per hop, the seeds' hop first; one per layer
+    type_fanouts: list[dict[str, int]] = field(default_factory=list)  # per hop per edge type; []: fanouts
+    eval_fanouts: list[int] = field(default_factory=list)  # validation/test sampling; []: fanouts
+    direction: Literal["in", "out"] = "in"  # "in": a vertex aggregates its in-neighbours (messages follow edges)
+    batch_size: int = 1024
+    epochs: int = 10
+    lr: float = 0.003
+    weight_decay: float = 0.0
+    dropout: float = 0.5
+    heads: int = 4  # gat attention heads
+    patience: int = 0  # early stopping: epochs without a better validation score; 0 = off
+    seed: int = 0
+    split: list[float] = field(default_factory=lambda: [0.6, 0.2, 0.2])  # random split when the dataset has none
+    link_val: float = 0.05  # link-split: held-out validation share of edges
+    link_test: float = 0.1  # link-split: held-out test share of edges
+    negatives: int = 1  # link: uniform negative destinations per positive edge in training
+    eval_negatives: int = 100  # link: uniform negatives each held-out edge is ranked against (MRR)
+    prefetch: int = 2  # batches sampled and fetched ahead while the current one computes; 0 = none
+    feature_cache_mb: int = 256  # static cache of the hottest vertices' features; 0 = off
+    cache_device: Literal["auto", "host"] = "auto"  # auto: on the GPU when training on one, else host memory
+    max_batches: int = 0  # per epoch and rank; 0 = all (benchmarks and smoke runs cap it)
+    threads: int = 0  # torch intra-op threads; 0 = torch's default
+    eval_batch_size: int = 0  # 0 = batch_size
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -249,6 +284,7 @@ class Config:
     reorder: ReorderConfig = field(default_factory=ReorderConfig)
     serve: ServeConfig = field(default_factory=ServeConfig)
     client: ClientConfig = field(default_factory=ClientConfig)
+    train: TrainConfig = field(default_factory=TrainConfig)
     infer: InferConfig = field(default_factory=InferConfig)
 
 

@@ -334,6 +334,43 @@ def infer_lines(m: Manifest) -> list[str]:
     return lines
 
 
+TRAIN_COLUMNS = (  # (metric key, header, scale): the per-epoch curve of a training run
+    ("loss", "loss", 1.0),
+    ("train_acc", "train acc", 1.0),
+    ("val_acc", "val acc", 1.0),
+    ("val_mrr", "val MRR", 1.0),
+    ("val_auc", "val AUC", 1.0),
+    ("epoch_s", "train s", 1.0),
+    ("eval_s", "eval s", 1.0),
+    ("wait_share", "waiting %", 100.0),
+    ("cache_hit_ratio", "cache hit %", 100.0),
+    ("feature_bytes_fetched", "fetched MiB", 1.0 / 2**20),
+)
+
+
+def train_lines(m: Manifest) -> list[str]:
+    """Per training run: the per-epoch curve (loss, validation score, waiting share, cache) and the result."""
+    lines: list[str] = []
+    for rec in m.stages_with_prefix("train/"):
+        epochs = [e for e in rec.metrics.get("epochs", []) if isinstance(e, Mapping)]
+        if not epochs:
+            continue
+        p = rec.params
+        cols = [c for c in TRAIN_COLUMNS if any(c[0] in e for e in epochs)]
+        rows = [
+            [e.get("epoch")] + [None if e.get(k) is None else float(e[k]) * sc for k, _, sc in cols] for e in epochs
+        ]
+        tests = ", ".join(f"{k} {fmt(v)}" for k, v in rec.metrics.items() if k.startswith("test_"))
+        lines += [""] if lines else []
+        lines.append(
+            f"Training {rec.name}: {p.get('task', '-')} / {p.get('model', '-')} on run {p.get('partition_run', '-')}"
+            f" ({p.get('source', '-')}, {p.get('world_size', 1)} process(es), {p.get('device', '-')})"
+        )
+        lines += table(["epoch"] + [h for _, h, _ in cols], rows)
+        lines.append(f"  best epoch {rec.metrics.get('best_epoch', '-')}; {tests or 'no test metrics'}")
+    return lines
+
+
 def summary(m: Manifest, dv: DatasetVersion | None = None) -> str:
     lines = [f"GLISP dataset {m.graph}/{m.version}"]
     if dv is not None:
@@ -347,7 +384,7 @@ def summary(m: Manifest, dv: DatasetVersion | None = None) -> str:
     lines += [""] + schema_lines(m)
     for rec in m.stages.values():
         lines += [""] + stage_lines(rec)
-    for block in (reject_lines(m, dv), partition_table(m), serialize_lines(m), infer_lines(m)):
+    for block in (reject_lines(m, dv), partition_table(m), serialize_lines(m), train_lines(m), infer_lines(m)):
         if block:
             lines += [""] + block
     return "\n".join(lines)

@@ -27,15 +27,15 @@ import grpc
 import numpy as np
 
 from glisp_core.config import ClientConfig
-from glisp_core.dataset.layout import resolve_dataset
 from glisp_core.errors import GlispError
 from glisp_serving.apply import HopSample, Partial, merge_partials
 from glisp_serving.blocks import SampledBatch
 from glisp_serving.cluster import ClusterSpec
+from glisp_serving.cluster_info import load_routing
 from glisp_serving.proto import sampling_pb2 as pb
 from glisp_serving.proto import sampling_pb2_grpc as pb_grpc
 from glisp_serving.routing import RoutingTable
-from glisp_serving.sampler import Fanout, HopRequest, KHopSampler, hop_request
+from glisp_serving.sampler import Fanout, HopRequest, KHopSampler, check_seeds, hop_request
 from glisp_serving.wire import from_array, to_array
 
 
@@ -172,14 +172,14 @@ class SamplingClient:
         routing: str | None = None,
         direction: str = "out",
         max_message_mb: int = 256,
+        routing_table: RoutingTable | None = None,
     ) -> None:
         self.cfg = cfg or ClientConfig()
         self.spec = cluster if isinstance(cluster, ClusterSpec) else ClusterSpec.read(cluster)
         self.mode = routing or self.cfg.routing
-        dv = resolve_dataset(self.spec.dataset)
-        self.routing = RoutingTable.from_partitions(
-            dv, self.spec.run, self.spec.num_parts, owner_direction=direction if self.mode == "owner" else None
-        )
+        owner_direction = direction if self.mode == "owner" else None
+        # from the partition files, or from the servers when this machine has only the cluster file
+        self.routing = routing_table or load_routing(self.spec, self.cfg, owner_direction, max_message_mb)
         self.direction = direction
         self._loop = asyncio.new_event_loop()
         self._thread = threading.Thread(target=self._loop.run_forever, name="glisp-client-loop", daemon=True)
@@ -267,7 +267,7 @@ def iterate_batches(
     """Yield batches in order while keeping up to ``prefetch`` of them being sampled."""
     if batch_size <= 0:
         raise GlispError(f"batch_size: must be positive (got {batch_size})")
-    seeds = np.asarray(seeds, np.int64)
+    seeds = check_seeds(seeds)
     if shuffle:
         seeds = seeds[np.random.default_rng(seed).permutation(len(seeds))]
     stops = list(range(0, len(seeds), batch_size))

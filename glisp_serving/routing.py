@@ -1,7 +1,8 @@
 """The client's routing table: which partitions hold each vertex, which one masters it, which one owns it.
 
 Built once from the serialized partitions (memory-mapped ``global_id`` / ``master_gids`` of each,
-through ``glisp_core.partition_format``): a per-vertex replica bitmask ``(n, ceil(P/8))`` uint8 indexed
+through ``glisp_core.partition_format``) or from the servers' ``Routing`` streams
+(:mod:`glisp_serving.cluster_info`, for a client without the dataset directory): a per-vertex replica bitmask ``(n, ceil(P/8))`` uint8 indexed
 by global id (1 byte per vertex up to 8 partitions), a master array, and, for edge-cut comparison,
 an owner array (the one partition holding *all* of a vertex's edges in the sampling direction).
 Splitting a frontier by partition is a numba pass over it, O(frontier x replicas).
@@ -15,8 +16,7 @@ import numpy as np
 from numba import njit
 
 from glisp_core.dataset.layout import DatasetVersion
-from glisp_core.dataset.manifest import Manifest
-from glisp_core.errors import GlispError, StageError
+from glisp_core.errors import GlispError
 
 
 class RoutingError(GlispError):
@@ -112,33 +112,10 @@ class RoutingTable:
         edges in that direction span several partitions (the run is not an edge-cut for it).
         """
         from glisp_core.partition_format import open_partition
+        from glisp_serving.cluster_info import local_cluster_info
 
-        n = int(Manifest.read(dv.manifest_path).schema.get("num_vertices", 0))
         readers = [open_partition(dv.partition_dir(run, k), verify=False) for k in range(num_parts)]
-        if n == 0:
-            n = max((int(r.global_id[-1]) + 1 for r in readers if r.num_vertices), default=0)
-        nb = (num_parts + 7) // 8
-        bits = np.zeros((n, nb), np.uint8)
-        master = np.full(n, -1, np.int32)
-        owner = np.full(n, -1, np.int32) if owner_direction else None
-        split_vertices = 0
-        for k, r in enumerate(readers):
-            gid = np.asarray(r.global_id, np.int64)
-            bits[gid, k >> 3] |= np.uint8(1 << (k & 7))
-            master[np.asarray(r.master_gids, np.int64)] = k
-            if owner is not None:
-                indptr = np.asarray(r.out_indptr if owner_direction == "out" else r.in_indptr, np.int64)
-                glob = np.asarray(r.out_degree if owner_direction == "out" else r.in_degree, np.int64)
-                local = np.diff(indptr)
-                owner[gid[(local == glob) & (local > 0)]] = k
-                split_vertices += int(((local > 0) & (local < glob)).sum())
-        if owner is not None and split_vertices:
-            raise StageError(
-                f"routing 'owner': run {run} is not an edge-cut for {owner_direction}-edges: "
-                f"{split_vertices:,} vertex replicas hold only part of their {owner_direction}-edges "
-                f"(use routing 'replicas', or an edge-cut partition run)"
-            )
-        return cls(num_parts, bits, master, owner, owner_direction or "")
+        return local_cluster_info(dv, run, readers, owner_direction).routing_table(owner_direction)
 
     def _check(self, ids: np.ndarray, bad: int) -> None:
         if bad >= 0:

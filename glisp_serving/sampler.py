@@ -60,6 +60,42 @@ class GatherBackend(Protocol):
     async def lookup(self, ids: np.ndarray, features: bool, labels: bool) -> dict[str, np.ndarray]: ...
 
 
+class SeedError(GlispError):
+    """Seeds that are not a 1-d array of distinct integer vertex ids."""
+
+
+def check_seeds(seeds: Any, what: str = "seeds") -> np.ndarray:
+    """``seeds`` as int64, or SeedError: ids must be integers (never truncated) and distinct.
+
+    Duplicates fail rather than being dropped: row i of a batch's output is seed i, so a silently
+    shortened batch would misalign every row after the first repeat. Deduplicate first
+    (``np.unique(ids, return_inverse=True)``) and expand the output with the inverse.
+    """
+    arr = np.asarray(seeds)
+    if arr.size == 0:
+        return np.empty(0, np.int64)
+    if arr.ndim != 1:
+        raise SeedError(f"{what}: expected a 1-d array of vertex ids (got shape {arr.shape})")
+    if arr.dtype.kind not in "iu":
+        ex = ", ".join(repr(x) for x in arr[:3].tolist())
+        raise SeedError(
+            f"{what}: expected integer vertex ids (got dtype {arr.dtype}, e.g. {ex}); ids are never rounded. "
+            "Original ids map to vertex ids with glisp_core.dataset.idmap.IdMap"
+        )
+    if arr.dtype.kind == "u" and arr.max() > np.iinfo(np.int64).max:
+        raise SeedError(f"{what}: vertex ids must be below 2^63 (got {int(arr.max())})")
+    arr = arr.astype(np.int64, copy=False)
+    srt = np.sort(arr)
+    dup = srt[1:][srt[1:] == srt[:-1]]
+    if len(dup):
+        raise SeedError(
+            f"{what}: {len(dup)} repeated vertex ids (e.g. {', '.join(str(int(v)) for v in np.unique(dup)[:3])}); "
+            "a batch holds each vertex once, so row i of its output is seed i. Deduplicate with "
+            "np.unique(ids, return_inverse=True) and expand the output with the inverse"
+        )
+    return arr
+
+
 def hop_seed(seed: int, hop: int) -> int:
     """The request seed of one hop of one batch (all servers get the same one)."""
     return int(K.task_seed(np.uint64(seed & 0xFFFFFFFFFFFFFFFF), hop, 0, 0, 0))
@@ -99,11 +135,8 @@ class KHopSampler:
         return s
 
     async def sample(self, seeds: np.ndarray, seed: int = 0) -> SampledBatch:
-        """One mini-batch for ``seeds`` (global ids; duplicates are dropped, first occurrence kept)."""
-        seeds = np.asarray(seeds, np.int64)
-        _, first = np.unique(seeds, return_index=True)
-        if len(first) != len(seeds):
-            seeds = seeds[np.sort(first)]
+        """One mini-batch for ``seeds`` (distinct integer global ids, else SeedError; see check_seeds)."""
+        seeds = check_seeds(seeds)
         frontier = seeds
         blocks, hops = [], []
         for h, req in enumerate(self.hops):

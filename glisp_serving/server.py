@@ -1,4 +1,4 @@
-"""The gRPC server of one partition: Gather, Lookup, VertexInfo, Stats, plus grpc.health.v1.
+"""The gRPC server of one partition: Gather, Lookup, VertexInfo, Stats, Routing, HeldOutEdges, grpc.health.v1.
 
 Requests are decoded from raw bytes, validated, and run by :class:`~glisp_serving.engine.PartitionSampler`
 (numba kernels without the GIL). A bad request is answered ``INVALID_ARGUMENT`` with a message naming
@@ -14,6 +14,7 @@ import os
 import signal
 import threading
 import time
+from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
@@ -24,6 +25,8 @@ from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 
 from glisp_core.config import ServeConfig
 from glisp_core.dataset.layout import DatasetVersion
+from glisp_core.errors import StageError
+from glisp_serving.cluster_info import dataset_facts, heldout_chunks, partition_info, read_heldout, routing_chunks
 from glisp_serving.engine import PartitionSampler, RequestError
 from glisp_serving.memory import map_large_allocations, release_clean_library_pages, release_free_heap, snapshot
 from glisp_serving.proto import sampling_pb2 as pb
@@ -37,10 +40,17 @@ _IDS = ("<i8", "<i4")
 
 class SamplingServicer(pb_grpc.SamplingServicer):
     def __init__(
-        self, engine: PartitionSampler, dataset: str, run: str, baseline: dict[str, int], rss_import: int = 0
+        self,
+        engine: PartitionSampler,
+        dataset: str,
+        run: str,
+        baseline: dict[str, int],
+        rss_import: int = 0,
+        dv: DatasetVersion | None = None,
     ) -> None:
         self.engine = engine
         self.dataset, self.run = dataset, run
+        self.dv = dv  # the served dataset version: Routing's header and HeldOutEdges read its manifest/files
         self.t0 = time.time()
         self.baseline = baseline  # memory.snapshot() after imports + kernel warm-up, before opening the partition
         self.rss_import = rss_import
@@ -143,6 +153,27 @@ class SamplingServicer(pb_grpc.SamplingServicer):
             feature_dim=int(r.feature_dim),
             format_version=int(getattr(r, "format_version", 0)),
         )
+
+    def Routing(self, request: pb.RoutingRequest, context: grpc.ServicerContext) -> Iterator[pb.RoutingChunk]:
+        """This partition's share of the client routing table (see glisp_serving.cluster_info)."""
+        owner = ("in" if request.owner_direction == pb.IN else "out") if request.owners else None
+        n, fp, schema = dataset_facts(self.dv, self.run) if self.dv is not None else (0, "", {})
+        header = {"num_parts": self.engine.num_parts, "num_vertices": n, "run": self.run, "run_fingerprint": fp,
+                  "schema": schema}  # fmt: skip
+        yield from routing_chunks(partition_info(self.engine.r, owner), header, request.chunk)
+
+    def HeldOutEdges(self, request: pb.HeldOutRequest, context: grpc.ServicerContext) -> Iterator[pb.HeldOutChunk]:
+        """The held-out edges of a link-split run (FAILED_PRECONDITION for a run that serves every edge)."""
+        err = None
+        try:
+            if self.dv is None:
+                raise StageError("this server was started without its dataset version")
+            edges = read_heldout(self.dv, self.run)
+        except StageError as e:
+            err = e
+        if err is not None:
+            context.abort(grpc.StatusCode.FAILED_PRECONDITION, str(err))
+        yield from heldout_chunks(edges, request.chunk)
 
 
 def warm_up(engine: PartitionSampler) -> None:
@@ -250,7 +281,7 @@ def serve(
         ThreadPoolExecutor(max_workers=max(2, cfg.threads), thread_name_prefix="glisp-rpc"),
         options=[("grpc.max_send_message_length", mb), ("grpc.max_receive_message_length", mb)],
     )
-    servicer = SamplingServicer(engine, f"{dv.graph}/{dv.version}", run, baseline, rss_import)
+    servicer = SamplingServicer(engine, f"{dv.graph}/{dv.version}", run, baseline, rss_import, dv=dv)
     pb_grpc.add_SamplingServicer_to_server(servicer, server)
     health_servicer = health.HealthServicer()
     health_pb2_grpc.add_HealthServicer_to_server(health_servicer, server)

@@ -53,6 +53,7 @@ def write_dataset(
     features: np.ndarray | None = None,
     directed: bool = True,
     version: str = "v1",
+    orig_ids: list[str] | None = None,
 ) -> DatasetVersion:
     """Publish a dataset version whose ingest stage holds exactly these arrays."""
     src = np.asarray(src, np.int64)
@@ -82,7 +83,9 @@ def write_dataset(
         pq.write_table(pa.table(vcols), tmp.vertices / "part-00000.parquet")
         tmp.idmap.mkdir(parents=True)
         pq.write_table(
-            pa.table({"vid": np.arange(n, dtype=np.int64), "orig_id": [str(i) for i in range(n)], "vtype": vtype}),
+            pa.table(
+                {"vid": np.arange(n, dtype=np.int64), "orig_id": orig_ids or [str(i) for i in range(n)], "vtype": vtype}
+            ),  # fmt: skip
             tmp.idmap / "part-00000.parquet",
         )
         fdim = 0
@@ -105,7 +108,7 @@ def write_dataset(
             "timestamped": ts is not None,
             "feature_dim": fdim,
             "num_classes": int(labels.max() + 1) if labels is not None else 0,
-            "id_type": "int",
+            "id_type": "string" if orig_ids else "int",
         }
         rec = StageRecord(
             name="ingest",

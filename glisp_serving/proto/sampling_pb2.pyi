@@ -167,3 +167,61 @@ class StatsResponse(_message.Message):
     baseline_anon_bytes: int
     partition_resident_bytes: int
     def __init__(self, requests: _Optional[int] = ..., vertices_served: _Optional[int] = ..., edges_served: _Optional[int] = ..., busy_seconds: _Optional[float] = ..., rss_bytes: _Optional[int] = ..., dataset: _Optional[str] = ..., run: _Optional[str] = ..., part_id: _Optional[int] = ..., num_parts: _Optional[int] = ..., num_vertices: _Optional[int] = ..., num_edges: _Optional[int] = ..., partition_bytes: _Optional[int] = ..., uptime_seconds: _Optional[float] = ..., edge_types: _Optional[_Iterable[str]] = ..., weighted: _Optional[bool] = ..., timestamped: _Optional[bool] = ..., feature_dim: _Optional[int] = ..., format_version: _Optional[int] = ..., rss_baseline_bytes: _Optional[int] = ..., rss_import_bytes: _Optional[int] = ..., uss_bytes: _Optional[int] = ..., pss_bytes: _Optional[int] = ..., rss_anon_bytes: _Optional[int] = ..., rss_file_bytes: _Optional[int] = ..., baseline_anon_bytes: _Optional[int] = ..., partition_resident_bytes: _Optional[int] = ...) -> None: ...
+
+class RoutingRequest(_message.Message):
+    __slots__ = ("chunk", "owners", "owner_direction")
+    CHUNK_FIELD_NUMBER: _ClassVar[int]
+    OWNERS_FIELD_NUMBER: _ClassVar[int]
+    OWNER_DIRECTION_FIELD_NUMBER: _ClassVar[int]
+    chunk: int
+    owners: bool
+    owner_direction: Direction
+    def __init__(self, chunk: _Optional[int] = ..., owners: _Optional[bool] = ..., owner_direction: _Optional[_Union[Direction, str]] = ...) -> None: ...
+
+class RoutingChunk(_message.Message):
+    __slots__ = ("part_id", "num_parts", "num_vertices", "run", "run_fingerprint", "schema_json", "split_owner_vertices", "replica_gids", "master_gids", "master_out_degree", "master_in_degree", "owner_gids")
+    PART_ID_FIELD_NUMBER: _ClassVar[int]
+    NUM_PARTS_FIELD_NUMBER: _ClassVar[int]
+    NUM_VERTICES_FIELD_NUMBER: _ClassVar[int]
+    RUN_FIELD_NUMBER: _ClassVar[int]
+    RUN_FINGERPRINT_FIELD_NUMBER: _ClassVar[int]
+    SCHEMA_JSON_FIELD_NUMBER: _ClassVar[int]
+    SPLIT_OWNER_VERTICES_FIELD_NUMBER: _ClassVar[int]
+    REPLICA_GIDS_FIELD_NUMBER: _ClassVar[int]
+    MASTER_GIDS_FIELD_NUMBER: _ClassVar[int]
+    MASTER_OUT_DEGREE_FIELD_NUMBER: _ClassVar[int]
+    MASTER_IN_DEGREE_FIELD_NUMBER: _ClassVar[int]
+    OWNER_GIDS_FIELD_NUMBER: _ClassVar[int]
+    part_id: int
+    num_parts: int
+    num_vertices: int
+    run: str
+    run_fingerprint: str
+    schema_json: str
+    split_owner_vertices: int
+    replica_gids: Array
+    master_gids: Array
+    master_out_degree: Array
+    master_in_degree: Array
+    owner_gids: Array
+    def __init__(self, part_id: _Optional[int] = ..., num_parts: _Optional[int] = ..., num_vertices: _Optional[int] = ..., run: _Optional[str] = ..., run_fingerprint: _Optional[str] = ..., schema_json: _Optional[str] = ..., split_owner_vertices: _Optional[int] = ..., replica_gids: _Optional[_Union[Array, _Mapping]] = ..., master_gids: _Optional[_Union[Array, _Mapping]] = ..., master_out_degree: _Optional[_Union[Array, _Mapping]] = ..., master_in_degree: _Optional[_Union[Array, _Mapping]] = ..., owner_gids: _Optional[_Union[Array, _Mapping]] = ...) -> None: ...
+
+class HeldOutRequest(_message.Message):
+    __slots__ = ("chunk",)
+    CHUNK_FIELD_NUMBER: _ClassVar[int]
+    chunk: int
+    def __init__(self, chunk: _Optional[int] = ...) -> None: ...
+
+class HeldOutChunk(_message.Message):
+    __slots__ = ("total", "src", "dst", "etype", "split")
+    TOTAL_FIELD_NUMBER: _ClassVar[int]
+    SRC_FIELD_NUMBER: _ClassVar[int]
+    DST_FIELD_NUMBER: _ClassVar[int]
+    ETYPE_FIELD_NUMBER: _ClassVar[int]
+    SPLIT_FIELD_NUMBER: _ClassVar[int]
+    total: int
+    src: Array
+    dst: Array
+    etype: Array
+    split: Array
+    def __init__(self, total: _Optional[int] = ..., src: _Optional[_Union[Array, _Mapping]] = ..., dst: _Optional[_Union[Array, _Mapping]] = ..., etype: _Optional[_Union[Array, _Mapping]] = ..., split: _Optional[_Union[Array, _Mapping]] = ...) -> None: ...

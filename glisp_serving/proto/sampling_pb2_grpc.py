@@ -54,6 +54,16 @@ class SamplingStub:
                 request_serializer=glisp__serving_dot_proto_dot_sampling__pb2.StatsRequest.SerializeToString,
                 response_deserializer=glisp__serving_dot_proto_dot_sampling__pb2.StatsResponse.FromString,
                 _registered_method=True)
+        self.Routing = channel.unary_stream(
+                '/glisp.sampling.v1.Sampling/Routing',
+                request_serializer=glisp__serving_dot_proto_dot_sampling__pb2.RoutingRequest.SerializeToString,
+                response_deserializer=glisp__serving_dot_proto_dot_sampling__pb2.RoutingChunk.FromString,
+                _registered_method=True)
+        self.HeldOutEdges = channel.unary_stream(
+                '/glisp.sampling.v1.Sampling/HeldOutEdges',
+                request_serializer=glisp__serving_dot_proto_dot_sampling__pb2.HeldOutRequest.SerializeToString,
+                response_deserializer=glisp__serving_dot_proto_dot_sampling__pb2.HeldOutChunk.FromString,
+                _registered_method=True)
 
 
 class SamplingServicer:
@@ -83,6 +93,18 @@ class SamplingServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def Routing(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def HeldOutEdges(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_SamplingServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -105,6 +127,16 @@ def add_SamplingServicer_to_server(servicer, server):
                     servicer.Stats,
                     request_deserializer=glisp__serving_dot_proto_dot_sampling__pb2.StatsRequest.FromString,
                     response_serializer=glisp__serving_dot_proto_dot_sampling__pb2.StatsResponse.SerializeToString,
+            ),
+            'Routing': grpc.unary_stream_rpc_method_handler(
+                    servicer.Routing,
+                    request_deserializer=glisp__serving_dot_proto_dot_sampling__pb2.RoutingRequest.FromString,
+                    response_serializer=glisp__serving_dot_proto_dot_sampling__pb2.RoutingChunk.SerializeToString,
+            ),
+            'HeldOutEdges': grpc.unary_stream_rpc_method_handler(
+                    servicer.HeldOutEdges,
+                    request_deserializer=glisp__serving_dot_proto_dot_sampling__pb2.HeldOutRequest.FromString,
+                    response_serializer=glisp__serving_dot_proto_dot_sampling__pb2.HeldOutChunk.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -215,6 +247,60 @@ class Sampling:
             '/glisp.sampling.v1.Sampling/Stats',
             glisp__serving_dot_proto_dot_sampling__pb2.StatsRequest.SerializeToString,
             glisp__serving_dot_proto_dot_sampling__pb2.StatsResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def Routing(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_stream(
+            request,
+            target,
+            '/glisp.sampling.v1.Sampling/Routing',
+            glisp__serving_dot_proto_dot_sampling__pb2.RoutingRequest.SerializeToString,
+            glisp__serving_dot_proto_dot_sampling__pb2.RoutingChunk.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def HeldOutEdges(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_stream(
+            request,
+            target,
+            '/glisp.sampling.v1.Sampling/HeldOutEdges',
+            glisp__serving_dot_proto_dot_sampling__pb2.HeldOutRequest.SerializeToString,
+            glisp__serving_dot_proto_dot_sampling__pb2.HeldOutChunk.FromString,
             options,
             channel_credentials,
             insecure,

@@ -57,12 +57,19 @@ def resolve_run(man: Manifest, run: str | None) -> tuple[str, int]:
     return run, parts
 
 
-def _check_assignment(spark, dv: DatasetVersion, run: str, num_parts: int, num_edges: int):
-    """Every ingest edge has exactly one assignment row with a part in [0, P); returns edges joined with part."""
+def _check_assignment(spark, dv: DatasetVersion, run: str, num_parts: int, num_edges: int, subset: bool = False):
+    """Every ingest edge has exactly one assignment row with a part in [0, P); returns edges joined with part.
+
+    ``subset``: the run partitions only some ingest edges (a link-prediction training graph, whose held-out
+    edges are left out); then every assignment row names a distinct ingest edge, ``num_edges`` of them, and
+    the returned edges are that subset (so global degrees count only the edges served).
+    """
     from pyspark.sql import functions as F
 
     edges = spark.read.parquet(str(dv.edges))
     assign = spark.read.parquet(str(dv.assignment(run))).select(EID, F.col(PART).cast("int").alias(PART))
+    if subset:
+        edges = edges.join(assign.select(EID), EID, "left_semi")
     joined = edges.join(assign, EID, "left")
     stats = joined.agg(
         F.count("*").alias("rows"),
@@ -144,10 +151,12 @@ def run_serialize(spark, cfg: Config, dv: DatasetVersion, run: str | None = None
         assert rec is not None
         return rec
     schema = man.schema
-    num_edges = int(schema["num_edges"])
+    prec = man.stage(f"partition/{run}")
+    subset = bool(prec.params.get("edge_subset"))  # e.g. glisp link-split: the held-out edges are not served
+    num_edges = int(prec.counts["edges"]) if subset else int(schema["num_edges"])
     timings: dict[str, float] = {}
     with pub:
-        edges, joined = _check_assignment(spark, dv, run, num_parts, num_edges)
+        edges, joined = _check_assignment(spark, dv, run, num_parts, num_edges, subset)
         timings["check_s"] = round(time.perf_counter() - t0, 3)
         vertices = spark.read.parquet(str(dv.vertices))
         flags = vertices.agg(F.count(LABEL).alias("labels"), F.max(SPLIT).alias("split")).collect()[0]
@@ -222,7 +231,8 @@ def run_serialize(spark, cfg: Config, dv: DatasetVersion, run: str | None = None
         summ = [summaries[k] for k in range(num_parts)]
         got_edges = sum(s["edges"] for s in summ)
         if got_edges != num_edges:
-            raise GlispError(f"serialize/{run}: partitions hold {got_edges:,} edges, ingest has {num_edges:,}")
+            what = f"partition/{run} assigns" if subset else "ingest has"
+            raise GlispError(f"serialize/{run}: partitions hold {got_edges:,} edges, {what} {num_edges:,}")
         fp = footprint(summ, num_edges)
         mp = [s["master"] for s in summ]
         counts = {

@@ -1,0 +1,109 @@
+"""A training run's outputs: the checkpoint, the split it used and its test predictions, in original ids.
+
+Published as stage ``train/<name>`` of the dataset version (atomic, like every stage) with the model
+config and the partition run's fingerprint in ``model.json`` (what ``glisp infer`` rebuilds the model
+from) and the per-epoch metrics in the manifest (what ``glisp report`` draws the curve from). A trainer
+that cannot read the dataset directory writes the same files to ``--output DIR`` instead, with the
+manifest record beside them as ``run.json``.
+
+Files: ``model.json`` + ``weights.pt`` (glisp_core.models), ``split.parquet`` (node: vid, orig_id, split
+code 0/1/2 of every vertex used), ``predictions.parquet`` (node: the test vertices with label and
+prediction; link: the test edges with their score), with ``orig_id`` columns when the id map is readable.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from glisp_core.config import Config, to_dict
+from glisp_core.models import save_checkpoint
+from glisp_train.source import GraphSource
+from glisp_train.trainer import TrainResult, hop_fanouts
+
+
+def run_params(cfg: Config, source: GraphSource, world: int, device: str) -> dict[str, Any]:
+    """What the run is, recorded in the manifest (and its fingerprint)."""
+    return {
+        "task": cfg.train.task,
+        "model": cfg.train.model,
+        "source": source.kind,
+        "partition_run": source.run,
+        "partition_fingerprint": source.info.run_fingerprint,
+        "world_size": world,
+        "device": device,
+        "train": to_dict(cfg.train),
+    }
+
+
+def record(result: TrainResult) -> tuple[dict[str, Any], dict[str, Any], dict[str, float]]:
+    """(counts, metrics, timings) of the manifest record."""
+    counts = {**result.counts, "epochs_run": len(result.epochs), "parameters": sum(p.numel() for p in result.model.parameters()),
+              "cache_vertices": result.cache_rows, "cache_bytes": result.cache_bytes}  # fmt: skip
+    test = {f"test_{k}": round(float(v), 6) for k, v in result.test.items() if k != "predictions"}
+    metrics = {"best_epoch": result.best_epoch, **result.val, **test, "stopped_early": result.stopped_early,
+               "split": result.split_source, "epochs": result.epochs}  # fmt: skip
+    return counts, metrics, dict(result.timings)
+
+
+def write_outputs(out: Path, result: TrainResult, cfg: Config, source: GraphSource) -> None:
+    """Checkpoint, split and predictions into ``out`` (a stage's temporary directory or --output)."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    tc = cfg.train
+    extra = {
+        "task": tc.task,
+        "dataset": str(source.dv.path) if source.dv else "",
+        "partition_run": source.run,
+        "partition_fingerprint": source.info.run_fingerprint,
+        "direction": tc.direction,
+        "fanouts": hop_fanouts(tc, source.edge_types),
+        "eval_fanouts": hop_fanouts(tc, source.edge_types, evaluation=True),
+        "best_epoch": result.best_epoch,
+        "val": result.val,
+        "test": {k: v for k, v in result.test.items() if k != "predictions"},
+    }
+    save_checkpoint(out, result.model, extra=extra)
+    idmap = _idmap(source)
+
+    def orig(vids: np.ndarray) -> dict[str, Any]:
+        return {} if idmap is None else {"orig_id": idmap.to_orig(vids)}
+
+    if tc.task == "node":
+        t = result.task
+        vids = np.concatenate([t.train_ids, t.val_ids, t.test_ids])
+        codes = np.repeat(np.array([0, 1, 2], np.int8), [len(t.train_ids), len(t.val_ids), len(t.test_ids)])
+        pq.write_table(pa.table({"vid": vids, **orig(vids), "split": codes}), out / "split.parquet")
+        got, pred = result.test["predictions"]
+        order = np.argsort(got)
+        got, pred = got[order], pred[order]
+        pq.write_table(pa.table({"vid": got, **orig(got), "label": t.labels[got], "predicted": pred.astype(np.int64)}),
+                       out / "predictions.parquet")  # fmt: skip
+    else:
+        src, dst, score = result.test["predictions"]
+        cols: dict[str, Any] = {"src": src, "dst": dst}
+        if idmap is not None:
+            cols.update(src_orig_id=idmap.to_orig(src), dst_orig_id=idmap.to_orig(dst))
+        pq.write_table(pa.table({**cols, "score": score.astype(np.float32)}), out / "predictions.parquet")
+
+
+def _idmap(source: GraphSource):
+    from glisp_core.dataset.idmap import IdMap
+
+    if source.dv is None or not source.dv.idmap.is_dir():
+        return None
+    return IdMap.load(source.dv)
+
+
+def write_standalone(out: Path, result: TrainResult, cfg: Config, source: GraphSource, params: dict[str, Any]) -> Path:
+    """--output DIR: the run's files plus run.json (what the manifest record would hold)."""
+    out.mkdir(parents=True, exist_ok=True)
+    write_outputs(out, result, cfg, source)
+    counts, metrics, timings = record(result)
+    doc = {"params": params, "counts": counts, "metrics": metrics, "timings": timings}
+    (out / "run.json").write_text(json.dumps(doc, indent=2, default=str))
+    return out

@@ -1,0 +1,177 @@
+"""Where a trainer's samples come from: a sampling cluster (the product) or one whole-graph partition in process.
+
+Both give the same things: a Gather/Lookup backend for :class:`~glisp_serving.sampler.KHopSampler`, a way to
+run its coroutines, the :class:`~glisp_serving.cluster_info.ClusterInfo` (degrees, schema, the partition
+run's fingerprint), labels and splits, and the held-out edges of a link-split run. The cluster source
+needs only the cluster file: routing, degrees and schema come from the servers' ``Routing`` stream, and
+the dataset directory, when this machine can read it, is used only to publish the checkpoint.
+
+The in-process source (``LocalSampler`` over a one-partition run) is the accuracy reference: the same
+k-hop code, Apply and blocks, no RPC.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable
+from concurrent.futures import Future
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from glisp_core.config import Config
+from glisp_core.dataset.layout import MANIFEST, DatasetVersion, resolve_dataset
+from glisp_core.errors import GlispError, StageError
+from glisp_serving.cluster_info import ClusterInfo
+
+LABEL_CHUNK = 1 << 16  # vertices per label lookup (well under serve.max_batch)
+
+
+@dataclass
+class GraphSource:
+    kind: str  # "cluster" | "in-process"
+    backend: Any  # GatherBackend: gather / lookup / num_vertices
+    submit: Callable[[Any], Future]  # run a coroutine of the backend; a Future of its result
+    info: ClusterInfo
+    dv: DatasetVersion | None  # the dataset version, when readable here (publishing, original ids)
+    heldout_fn: Callable[[], dict[str, np.ndarray]]
+    close_fn: Callable[[], None]
+    description: str = ""
+    _labels: tuple[np.ndarray, np.ndarray] | None = field(default=None, repr=False)
+
+    @property
+    def num_vertices(self) -> int:
+        return self.info.num_vertices
+
+    @property
+    def schema(self) -> dict[str, Any]:
+        return self.info.schema
+
+    @property
+    def run(self) -> str:
+        return self.info.run
+
+    @property
+    def feature_dim(self) -> int:
+        return int(self.schema.get("feature_dim", 0) or 0)
+
+    @property
+    def edge_types(self) -> list[str]:
+        return list(self.schema.get("edge_types") or ["e0"])
+
+    def labels_and_split(self) -> tuple[np.ndarray, np.ndarray]:
+        """Label (-1 = none) and split code (-1 none, 0 train, 1 val, 2 test) of every vertex, by global id."""
+        if self._labels is None:
+            n = self.num_vertices
+            labels = np.full(n, -1, np.int64)
+            split = np.full(n, -1, np.int8)
+
+            async def fetch_all() -> None:
+                for a in range(0, n, LABEL_CHUNK):
+                    ids = np.arange(a, min(n, a + LABEL_CHUNK), dtype=np.int64)
+                    got = await self.backend.lookup(ids, False, True)
+                    if "labels" in got:
+                        labels[a : a + len(ids)] = got["labels"]
+                    if "split" in got:
+                        split[a : a + len(ids)] = got["split"]
+
+            self.submit(fetch_all()).result()
+            self._labels = (labels, split)
+        return self._labels
+
+    def heldout(self) -> dict[str, np.ndarray]:
+        return self.heldout_fn()
+
+    def close(self) -> None:
+        self.close_fn()
+
+
+def open_cluster(cluster_file: str | Path, cfg: Config) -> GraphSource:
+    """A source over the servers of ``cluster_file`` (routing and degrees from their Routing streams)."""
+    from glisp_serving.client import SamplingClient
+    from glisp_serving.cluster import ClusterSpec
+    from glisp_serving.cluster_info import fetch_cluster_info, fetch_heldout
+
+    spec = ClusterSpec.read(cluster_file)
+    info = fetch_cluster_info(spec, cfg.client)
+    client = SamplingClient(spec, cfg.client, routing_table=info.routing_table(), direction=cfg.train.direction)
+    dv = None
+    if (Path(spec.dataset) / MANIFEST).is_file():
+        dv = resolve_dataset(spec.dataset)
+    return GraphSource(
+        kind="cluster",
+        backend=client.backend,
+        submit=client._submit,
+        info=info,
+        dv=dv,
+        heldout_fn=lambda: fetch_heldout(spec, cfg.client),
+        close_fn=client.close,
+        description=f"{spec.num_parts} servers of run {spec.run} ({cluster_file})",
+    )
+
+
+class _LoopThread:
+    """An event loop on a thread for the in-process source, so its loader overlaps compute too."""
+
+    def __init__(self) -> None:
+        import threading
+
+        self.loop = asyncio.new_event_loop()
+        self.thread = threading.Thread(target=self.loop.run_forever, name="glisp-local-loop", daemon=True)
+        self.thread.start()
+
+    def submit(self, coro: Any) -> Future:
+        return asyncio.run_coroutine_threadsafe(coro, self.loop)
+
+    def close(self) -> None:
+        self.loop.call_soon_threadsafe(self.loop.stop)
+        self.thread.join()
+        self.loop.close()
+
+
+def open_in_process(dataset: str | Path, run: str, cfg: Config) -> GraphSource:
+    """A source over a one-partition run of ``dataset`` sampled in this process (the accuracy reference)."""
+    from glisp_core.partition_format import open_partition
+    from glisp_serving.cluster import num_parts_of
+    from glisp_serving.cluster_info import local_cluster_info, read_heldout
+    from glisp_serving.engine import PartitionSampler
+    from glisp_serving.local import LocalBackend
+
+    dv = resolve_dataset(dataset, cfg.dataset.root)
+    parts = num_parts_of(dv, run)
+    if parts != 1:
+        raise StageError(
+            f"in-process training samples one whole-graph partition: run {run!r} has {parts} partitions "
+            f"(partition with --parts 1, or serve the run and train with --cluster)"
+        )
+    reader = open_partition(dv.partition_dir(run, 0), verify=False)
+    info = local_cluster_info(dv, run, [reader])
+    engine = PartitionSampler(reader, threads=1)
+    backend = LocalBackend(engine, num_vertices=info.num_vertices)
+    loop = _LoopThread()
+
+    def close() -> None:
+        loop.close()
+        engine.close()
+
+    return GraphSource(
+        kind="in-process",
+        backend=backend,
+        submit=loop.submit,
+        info=info,
+        dv=dv,
+        heldout_fn=lambda: read_heldout(dv, run),
+        close_fn=close,
+        description=f"in process, run {run} of {dv.path}",
+    )
+
+
+def check_dataset_matches(source: GraphSource, dataset: str | None, cfg: Config) -> None:
+    """A DATASET argument given beside --cluster must be the version the servers serve."""
+    if not dataset or source.dv is None:
+        return
+    dv = resolve_dataset(dataset, cfg.dataset.root)
+    if dv.path.resolve() != source.dv.path.resolve():
+        raise GlispError(f"DATASET {dv.path} is not the version the cluster serves ({source.dv.path})")

@@ -1,0 +1,214 @@
+"""The training loop: epochs of prefetched batches, gradient all-reduce, validation, early stopping, test.
+
+One code path for CPU and CUDA (``glisp_core.models.default_device``), for one process and for a torchrun
+group (:mod:`glisp_train.dist`), and for both sources (a cluster, or one partition in process). Every
+epoch records its loss and validation score, the time the trainer waited for data and computed, the
+sampled edges, and the feature cache's hit ratio and bytes fetched; the checkpoint keeps the weights of
+the epoch with the best validation score.
+"""
+
+from __future__ import annotations
+
+import copy
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+import torch
+
+from glisp_core.config import Config, TrainConfig
+from glisp_core.errors import ConfigError, GlispError
+from glisp_core.models import GNN, ModelSpec, build_model
+from glisp_serving.sampler import Fanout
+from glisp_train.cache import CacheCounters, FeatureCache, hot_degree
+from glisp_train.dist import Dist, all_sum, broadcast_params, reduce_gradients
+from glisp_train.loader import Loader, LoaderTimes
+from glisp_train.progress import Progress
+from glisp_train.source import GraphSource
+from glisp_train.tasks import Ctx, LinkTask, NodeTask, node_split
+
+
+@dataclass
+class TrainResult:
+    model: GNN
+    task: Any
+    epochs: list[dict[str, Any]]
+    best_epoch: int
+    val: dict[str, Any]
+    test: dict[str, Any]
+    stopped_early: bool
+    split_source: str = ""
+    counts: dict[str, Any] = field(default_factory=dict)
+    timings: dict[str, float] = field(default_factory=dict)
+    cache_rows: int = 0
+    cache_bytes: int = 0
+
+
+def hop_fanouts(tc: TrainConfig, edge_types: list[str], evaluation: bool = False) -> list[Fanout]:
+    """Per-hop fanouts (the seeds' hop first); per edge type for rgcn or when type_fanouts is set.
+
+    R-GCN's relation id is the slot of the per-type fanout, so it samples every edge type of the dataset
+    in schema order (a type not named in ``type_fanouts`` gets fanout 0).
+    """
+    base = list(tc.eval_fanouts) if evaluation and tc.eval_fanouts else list(tc.fanouts)
+    if len(base) != tc.layers:
+        key = "eval_fanouts" if evaluation and tc.eval_fanouts else "fanouts"
+        raise ConfigError("train", key, f"expected one fanout per layer ({tc.layers} layers; got {base})")
+    if tc.type_fanouts:
+        if len(tc.type_fanouts) != tc.layers:
+            raise ConfigError(
+                "train", "type_fanouts", f"expected one table per layer ({tc.layers}; got {tc.type_fanouts})"
+            )
+        unknown = sorted({t for hop in tc.type_fanouts for t in hop} - set(edge_types))
+        if unknown:
+            raise ConfigError("train", "type_fanouts", f"unknown edge types {unknown} (the dataset has {edge_types})")
+        if not evaluation or not tc.eval_fanouts:
+            return [[(t, int(hop.get(t, 0))) for t in edge_types] for hop in tc.type_fanouts]
+    if tc.model == "rgcn":
+        return [[(t, int(f)) for t in edge_types] for f in base]
+    return [int(f) for f in base]
+
+
+def model_spec(tc: TrainConfig, source: GraphSource, out_dim: int) -> ModelSpec:
+    d = source.feature_dim
+    if d <= 0:
+        raise GlispError(f"{source.description}: the dataset has no vertex features (schema feature_dim = 0)")
+    rel = tuple(source.edge_types) if tc.model == "rgcn" else ()
+    return ModelSpec(arch=tc.model, in_dim=d, hidden=tc.hidden, out_dim=out_dim, layers=tc.layers, task=tc.task,
+                     dropout=tc.dropout, heads=tc.heads, relations=rel)  # fmt: skip
+
+
+def make_task(tc: TrainConfig, source: GraphSource) -> tuple[Any, str, dict[str, Any]]:
+    """The task, where its split came from, and its counts."""
+    out_deg, _ = source.info.degrees()
+    if tc.task == "node":
+        labels, split = source.labels_and_split()
+        sets, how = node_split(labels, split, list(tc.split), tc.seed)
+        num_classes = int(source.schema.get("num_classes") or (labels.max() + 1))
+        task = NodeTask(labels, sets["train"], sets["val"], sets["test"], num_classes)
+        return task, how, {f"{k}_vertices": len(v) for k, v in sets.items()}
+    held = source.heldout()
+    m = int(out_deg.sum())
+    task = LinkTask(source.backend, out_deg, m, held, source.num_vertices, tc.negatives, tc.eval_negatives)
+    counts = {
+        "train_edges": m,
+        "val_edges": int((held["split"] == 1).sum()),
+        "test_edges": int((held["split"] == 2).sum()),
+    }
+    return task, "link-split", counts
+
+
+@dataclass
+class Session:
+    """Everything one training run holds: the task, the model and optimiser, the cache and the loaders."""
+
+    task: Any
+    model: GNN
+    opt: torch.optim.Optimizer
+    cache: FeatureCache
+    train_loader: Loader
+    eval_loader: Loader
+    ctx: Ctx
+    split_source: str
+    counts: dict[str, Any]
+    timings: dict[str, float]
+
+
+def setup(cfg: Config, source: GraphSource, d: Dist) -> Session:
+    """Task, model (same initial weights on every process), optimiser, feature cache and loaders."""
+    tc = cfg.train
+    if tc.batch_size <= 0 or tc.epochs <= 0:
+        raise ConfigError("train", "batch_size" if tc.batch_size <= 0 else "epochs", "must be positive")
+    if tc.threads:
+        torch.set_num_threads(tc.threads)
+    torch.manual_seed(tc.seed)
+    t0 = time.perf_counter()
+    task, split_source, counts = make_task(tc, source)
+    spec = model_spec(tc, source, task.num_classes if tc.task == "node" else tc.hidden)
+    model = build_model(spec).to(d.device)
+    broadcast_params(model, d)
+    opt = torch.optim.Adam(model.parameters(), lr=tc.lr, weight_decay=tc.weight_decay)
+    out_deg, in_deg = source.info.degrees()
+    cache_dev = d.device if tc.cache_device == "auto" else torch.device("cpu")
+    t = time.perf_counter()
+    cache = source.submit(FeatureCache.build(source.backend, hot_degree(out_deg, in_deg, tc.direction),
+                                             tc.feature_cache_mb << 20, spec.in_dim, cache_dev)).result()  # fmt: skip
+    cache_fill_s = time.perf_counter() - t
+    train_loader = Loader(source, hop_fanouts(tc, source.edge_types), cache, tc.prefetch, tc.direction, task.expand())
+    eval_loader = Loader(source, hop_fanouts(tc, source.edge_types, True), cache, tc.prefetch, tc.direction)
+    ctx = Ctx(model, cache, d.device, tc.model == "rgcn", d, tc.batch_size, tc.eval_batch_size or tc.batch_size,
+              tc.max_batches, tc.seed)  # fmt: skip
+    timings = {"setup_s": round(time.perf_counter() - t0, 3), "cache_fill_s": round(cache_fill_s, 3)}
+    return Session(task, model, opt, cache, train_loader, eval_loader, ctx, split_source, counts, timings)
+
+
+def train(cfg: Config, source: GraphSource, d: Dist, progress: Progress | None = None) -> TrainResult:
+    """Train ``cfg.train`` on ``source``; every process of the group calls this."""
+    progress = progress or Progress(enabled=False)
+    s = setup(cfg, source, d)
+    task, model = s.task, s.model
+    epochs: list[dict[str, Any]] = []
+    best, best_state, best_epoch, bad, stopped = -np.inf, None, 0, 0, False
+    for epoch in range(1, cfg.train.epochs + 1):
+        rec = run_epoch(s.ctx, task, s.train_loader, s.opt, epoch, progress)
+        t = time.perf_counter()
+        val = task.evaluate(s.ctx, s.eval_loader, "val", LoaderTimes())
+        rec.update({f"val_{k}": round(float(v), 6) for k, v in val.items() if k != "predictions"})
+        rec["eval_s"] = round(time.perf_counter() - t, 3)
+        epochs.append(rec)
+        progress.epoch_done(rec, task.metric)
+        if val[task.metric] > best:
+            best, best_epoch, bad = val[task.metric], epoch, 0
+            best_state = copy.deepcopy({k: v.detach().cpu() for k, v in model.state_dict().items()})
+        else:
+            bad += 1
+            if cfg.train.patience and bad >= cfg.train.patience:
+                stopped = True
+                break
+    assert best_state is not None
+    model.load_state_dict(best_state)
+    t = time.perf_counter()
+    test = task.evaluate(s.ctx, s.eval_loader, "test", LoaderTimes())
+    val_best = {k: v for k, v in epochs[best_epoch - 1].items() if k.startswith("val_")}
+    timings = {**s.timings, "epochs_s": round(sum(e["epoch_s"] + e["eval_s"] for e in epochs), 3),
+               "test_s": round(time.perf_counter() - t, 3)}  # fmt: skip
+    return TrainResult(model, task, epochs, best_epoch, val_best, test, stopped, s.split_source, s.counts, timings,
+                       len(s.cache.ids), s.cache.nbytes)  # fmt: skip
+
+
+def run_epoch(ctx: Ctx, task: Any, loader: Loader, opt: torch.optim.Optimizer, epoch: int, progress: Progress):
+    """One pass over this process's batches; returns the epoch's record (summed over processes)."""
+    ctx.model.train()
+    items = task.epoch_items(ctx, epoch)
+    times = LoaderTimes()
+    c0 = copy.copy(ctx.cache.counters)
+    loss_sum = seen = correct = 0.0
+    progress.epoch_start(epoch, len(items))
+    for b in loader.batches(items, ctx.seed * 7_368_787 + epoch, times):
+        opt.zero_grad(set_to_none=True)
+        n = 0
+        if not b.empty:
+            loss, n, st = task.loss(ctx, b)
+            loss.backward()
+            loss_sum += float(loss.detach())
+            correct += st.get("correct", 0.0)
+        if reduce_gradients(ctx.model, n, ctx.dist):
+            opt.step()
+        seen += n
+        progress.step(loss_sum / seen if seen else 0.0)
+    c = ctx.cache.counters.minus(c0)
+    s = all_sum([loss_sum, seen, correct, times.wait_s, times.compute_s, times.total_s, times.sampled_edges,
+                 times.input_rows, c.rows, c.hits, c.bytes_fetched, times.batches], ctx.dist)  # fmt: skip
+    w = ctx.dist.world
+    wait, compute = s[3] / w, s[4] / w
+    rec: dict[str, Any] = {"epoch": epoch, "loss": round(s[0] / s[1], 6) if s[1] else 0.0}
+    if task.name == "node":
+        rec["train_acc"] = round(s[2] / s[1], 6) if s[1] else 0.0
+    rec.update({
+        "epoch_s": round(s[5] / w, 3), "wait_s": round(wait, 3), "compute_s": round(compute, 3),
+        "wait_share": round(wait / (wait + compute), 4) if wait + compute else 0.0,
+        "batches": int(s[11]), "examples": int(s[1]), "sampled_edges": int(s[6]), "input_rows": int(s[7]),
+        "cache_hit_ratio": round(CacheCounters(int(s[8]), int(s[9]), 0).hit_ratio, 4), "feature_bytes_fetched": int(s[10]),
+    })  # fmt: skip
+    return rec

@@ -1,0 +1,164 @@
+"""Training through real servers: accuracy against the in-process reference, link prediction, the published run."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pyarrow.parquet as pq
+import pytest
+
+from glisp_core.cli import main as glisp
+from glisp_core.dataset.manifest import Manifest
+from glisp_core.errors import StageError
+from glisp_core.models import load_checkpoint
+from glisp_train.dist import Dist
+from glisp_train.source import open_cluster, open_in_process
+from glisp_train.tasks import mrr_auc
+from glisp_train.trainer import train
+from tests.glisp_train.conftest import LP, P2, WHOLE, train_cfg
+
+SEEDS = (0, 1, 2)
+
+
+def test_cluster_accuracy_matches_the_in_process_reference(cora, cora_cluster, capsys):
+    """GraphSAGE on Cora through 2 servers vs the same model, fanouts, epochs and seeds over one whole-graph
+    partition in process: mean test accuracy over three seeds within 1.5 points."""
+    accs: dict[str, list[float]] = {"cluster": [], "in-process": []}
+    cfg = train_cfg(epochs=8)
+    sources = {"cluster": open_cluster(cora_cluster.cluster_file, cfg),
+               "in-process": open_in_process(str(cora.dv.path), WHOLE, cfg)}  # fmt: skip
+    try:
+        for seed in SEEDS:
+            for kind, src in sources.items():
+                accs[kind].append(train(train_cfg(epochs=8, seed=seed), src, Dist()).test["acc"])
+    finally:
+        for src in sources.values():
+            src.close()
+    c, r = float(np.mean(accs["cluster"])), float(np.mean(accs["in-process"]))
+    with capsys.disabled():
+        print(f"\nCora test accuracy, mean of seeds {SEEDS}: 2 servers {c:.4f} {accs['cluster']}, "
+              f"in process {r:.4f} {accs['in-process']}")  # fmt: skip
+    assert abs(c - r) <= 0.015, (accs, c, r)
+    assert min(c, r) > 0.8  # a trained model: the largest class is 30% of Cora
+
+
+def test_glisp_train_publishes_the_run_and_report_shows_the_curve(cora, cora_cluster, capsys):
+    args = ["train", "--cluster", str(cora_cluster.cluster_file), "--task", "node", "--model", "gcn",
+            "--epochs", "2", "--name", "gcn-test", "--set", "train.hidden=32", "--set", "train.batch_size=256"]  # fmt: skip
+    assert glisp(args) == 0
+    out = capsys.readouterr()
+    assert "epoch 1: loss" in out.err and "epoch 2: loss" in out.err  # one line per epoch off a terminal
+    m = Manifest.read(cora.dv.manifest_path)
+    rec = m.stage("train/gcn-test")
+    assert rec.depends == {f"serialize/{P2}": m.stages[f"serialize/{P2}"].fingerprint}
+    assert rec.params["partition_fingerprint"] == m.stages[f"serialize/{P2}"].fingerprint
+    assert [e["epoch"] for e in rec.metrics["epochs"]] == [1, 2]
+    for e in rec.metrics["epochs"]:
+        assert e["examples"] == rec.counts["train_vertices"] and 0 <= e["wait_share"] <= 1
+        assert e["cache_hit_ratio"] == 1.0 and e["feature_bytes_fetched"] == 0  # Cora fits in the cache
+    model, doc = load_checkpoint(cora.dv.train("gcn-test"))
+    assert model.spec.arch == "gcn" and model.spec.out_dim == 7 and doc["partition_run"] == P2
+    assert doc["partition_fingerprint"] == rec.params["partition_fingerprint"] and doc["direction"] == "in"
+    pred = pq.read_table(cora.dv.train("gcn-test") / "predictions.parquet").to_pydict()
+    assert len(pred["vid"]) == rec.counts["test_vertices"]
+    assert pred["orig_id"][0] == f"paper-{cora.node_ids[pred['vid'][0]]}"  # original ids at the edges
+    assert np.array_equal(cora.labels[pred["vid"]], pred["label"])
+    split = pq.read_table(cora.dv.train("gcn-test") / "split.parquet").to_pydict()
+    assert np.bincount(split["split"]).tolist() == [rec.counts[f"{k}_vertices"] for k in ("train", "val", "test")]
+    # an unchanged run is a no-op
+    assert glisp(args) == 0 and "up to date" in capsys.readouterr().err
+    assert glisp(["report", str(cora.dv.path), "--no-plot"]) == 0
+    rep = capsys.readouterr().out
+    assert f"Training train/gcn-test: node / gcn on run {P2}" in rep
+    curve = rep[rep.index("Training train/gcn-test") :].splitlines()
+    assert "val acc" in curve[1] and "waiting %" in curve[1] and curve[3].split()[0] == "1"
+
+
+def test_link_prediction_beats_a_random_scorer(cora, lp_cluster, cora_cluster, capsys):
+    cfg = train_cfg(task="link", epochs=3, batch_size=512, eval_negatives=50)
+    src = open_cluster(lp_cluster.cluster_file, cfg)
+    try:
+        held = src.heldout()
+        res = train(cfg, src, Dist())
+        # the held-out edges are invisible to the sampler: all out-neighbours of their sources, as served
+        test = held["split"] == 2
+        hop = src.submit(src.backend.gather(held["src"], _all_neighbours())).result()
+    finally:
+        src.close()
+    served = set(zip(np.repeat(held["src"], hop.per_vertex).tolist(), hop.nbrs.tolist(), strict=True))
+    assert not served & set(zip(held["src"].tolist(), held["dst"].tolist(), strict=True))
+    assert set(zip(held["src"][test].tolist(), held["dst"][test].tolist(), strict=True)) <= set(
+        zip(cora.src.tolist(), cora.dst.tolist(), strict=True))  # fmt: skip
+    rng = np.random.default_rng(0)
+    k = int(test.sum())
+    rand = mrr_auc(rng.random(k), rng.random((k, 50)))
+    with capsys.disabled():
+        print(f"\nCora link prediction, {k} test edges x 50 negatives: GraphSAGE MRR {res.test['mrr']:.4f} "
+              f"AUC {res.test['auc']:.4f}; random scorer MRR {rand['mrr']:.4f} AUC {rand['auc']:.4f}")  # fmt: skip
+    assert res.test["mrr"] > 3 * rand["mrr"] and res.test["auc"] > rand["auc"] + 0.2
+    # a run that serves every edge is refused for link prediction, naming what to do
+    with pytest.raises(StageError, match="glisp link-split"):
+        open_cluster(cora_cluster.cluster_file, cfg).heldout()
+
+
+def _all_neighbours():
+    from glisp_serving.sampler import HopRequest
+
+    return HopRequest(fanout=100_000, method="uniform_exact", direction="out")
+
+
+def test_link_split_holds_out_unordered_pairs(cora):
+    m = Manifest.read(cora.dv.manifest_path)
+    rec = m.stage(f"partition/{LP}")
+    assert rec.params["derived_from"] == P2 and rec.params["edge_subset"] is True
+    held = pq.read_table(cora.dv.partition(LP) / "heldout").to_pydict()
+    pairs = {(min(a, b), max(a, b)) for a, b in zip(held["src"], held["dst"], strict=True)}
+    both = {(a, b) for a, b in zip(held["src"], held["dst"], strict=True)}
+    assert all((b, a) in both for a, b in both)  # both directions of every held-out edge
+    assert rec.counts["edges"] + rec.counts["heldout_val"] + rec.counts["heldout_test"] == len(cora.src)
+    assert 0.1 < rec.counts["heldout_test"] / len(cora.src) < 0.2
+    # every copy of a held-out pair (both directions, parallel citations) is held out
+    in_pairs = [(min(a, b), max(a, b)) in pairs for a, b in zip(cora.src.tolist(), cora.dst.tolist(), strict=True)]
+    assert sum(in_pairs) == len(held["src"])
+    ser = m.stage(f"serialize/{LP}")
+    assert sum(ser.counts["edges_per_part"]) == rec.counts["edges"]
+    assert json.loads((cora.dv.partition_dir(LP, 0) / "meta.json").read_text())["num_parts"] == 2
+
+
+def test_ranking_metrics():
+    from glisp_train.tasks import roc_auc
+
+    r = mrr_auc(np.array([1.0, 0.2]), np.array([[0.5, 2.0], [0.1, 0.1]]))
+    assert r == {"mrr": 0.75, "auc": 0.625}  # ranks 2 and 1; 5 of 8 pairs ordered
+    assert roc_auc([1, 2, 3], [0, 0.5]) == 1.0 and roc_auc([1], [1]) == 0.5 and roc_auc([0], [1]) == 0.0
+
+
+def test_hop_fanouts_give_rgcn_every_relation_in_schema_order():
+    from glisp_core.errors import ConfigError
+    from glisp_train.trainer import hop_fanouts
+
+    types = ["ACTED_IN", "DIRECTED_IN"]
+    tc = train_cfg(model="rgcn", fanouts=[10, 5]).train
+    assert hop_fanouts(tc, types) == [[("ACTED_IN", 10), ("DIRECTED_IN", 10)], [("ACTED_IN", 5), ("DIRECTED_IN", 5)]]
+    tc = train_cfg(model="rgcn", type_fanouts=[{"DIRECTED_IN": 3}, {"ACTED_IN": 2, "DIRECTED_IN": 1}]).train
+    assert hop_fanouts(tc, types) == [[("ACTED_IN", 0), ("DIRECTED_IN", 3)], [("ACTED_IN", 2), ("DIRECTED_IN", 1)]]
+    assert hop_fanouts(train_cfg(fanouts=[7, 3], eval_fanouts=[20, 20]).train, types, evaluation=True) == [20, 20]
+    with pytest.raises(ConfigError, match="one fanout per layer"):
+        hop_fanouts(train_cfg(fanouts=[7, 3, 2]).train, types)
+    with pytest.raises(ConfigError, match=r"unknown edge types \['WROTE'\]"):
+        hop_fanouts(train_cfg(type_fanouts=[{"WROTE": 1}, {}]).train, types)
+
+
+@pytest.mark.parametrize("model", ["rgcn", "gat"])
+def test_typed_and_attention_models_train_in_process(cora, model):
+    """R-GCN samples per edge type (Cora has one: relation 0 is every edge); GAT runs on the same blocks."""
+    cfg = train_cfg(model=model, epochs=2, hidden=16, heads=2)
+    src = open_in_process(str(cora.dv.path), WHOLE, cfg)
+    try:
+        res = train(cfg, src, Dist())
+    finally:
+        src.close()
+    assert res.model.spec.arch == model and len(res.epochs) == 2
+    assert res.model.spec.relations == (("e0",) if model == "rgcn" else ())
+    assert res.test["acc"] > 0.5  # well above the largest class (30%)
