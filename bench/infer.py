@@ -4,7 +4,7 @@ The graphs go through the real batch stages in one Spark session (local[2]): R-M
 symmetrised, 128-d synthetic features, 8 classes), the built-ins cora and imdb (typed: R-GCN over its edge
 types; lastfm has no vertex features, so layerwise inference, which starts from them, does not apply), and
 tolokers from ../shared/data (10-d features); each symmetrised, partitioned with AdaDNE (--parts) and
-serialized, with all four reorder tables. A model with random weights (``glisp_infer.testing.publish_model``;
+serialized, with all four reorder tables. A model with random weights (``glisp_train.publish.publish_model``;
 the cost does not depend on the weights) is published as a train stage: a 3-layer GraphSAGE, hidden 256,
 fanouts [15, 10, 5] (R-GCN on imdb).
 
@@ -120,7 +120,7 @@ def publish(info: dict, args: argparse.Namespace):
 
     from glisp_core.dataset.manifest import Manifest
     from glisp_core.models import ModelSpec, build_model, load_checkpoint
-    from glisp_infer.testing import publish_model
+    from glisp_train.publish import publish_model
 
     typed = len(info["edge_types"]) > 1
     arch = "rgcn" if typed else args.arch

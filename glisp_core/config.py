@@ -248,12 +248,12 @@ class InferConfig:
     """Layerwise inference (glisp_infer): what to infer with, the Zarr layout and the two-level cache."""
 
     model: str = ""  # training run (train/<run>); "": the latest published
-    partition: str = ""  # partition run to infer over; "": the one the model was trained on
+    partition: str = ""  # partition run to infer over; "": the one the model was trained on (link-split: its full run)
     run: str = ""  # inference run name; "": <model>-<order>
     order: Literal["pds", "ns", "ds", "ps"] = "pds"  # local ids, streaming order and rows within a partition
     fanouts: list[int] = field(default_factory=list)  # per hop, first hop first (as training); [] or -1 = full
     seed: int = 0  # neighbour samples are a function of (seed, layer, vertex)
-    direction: Literal["", "out", "in"] = ""  # "": the checkpoint's sampling direction, else "out"
+    direction: Literal["", "out", "in"] = ""  # "": the checkpoint's sampling direction, else "in"
     store: str = ""  # Zarr store: "" = inside the stage; else a local directory or an fsspec URL
     chunk_rows: int = 32768  # rows per Zarr chunk, each partition padded to whole ones (fewer rows when all are small)
     compressor: Literal["blosclz", "lz4", "lz4hc", "zstd", "zlib"] = "blosclz"  # Blosc codec of the arrays

@@ -75,6 +75,15 @@ def _remove_store(url: str) -> None:
         pass
 
 
+def full_run(man: Manifest, run: str | None) -> str | None:
+    """The run a model trained on ``run`` infers over: for a ``glisp link-split`` training-only run (its held-out
+    edges left out), the full run it was derived from, so inference and link scores see every edge."""
+    if not run or not man.has_stage(f"partition/{run}"):
+        return run
+    p = man.stage(f"partition/{run}").params
+    return str(p["derived_from"]) if p.get("edge_subset") and p.get("derived_from") else run
+
+
 class Inputs:
     """Everything the driver resolves before scheduling: the model, the partition run, the order."""
 
@@ -93,7 +102,7 @@ class Inputs:
         from spark_jobs.serialize.job import resolve_run
 
         trained_on = trec.params.get("partition_run") or trec.params.get("partition") or self.doc.get("partition_run")
-        self.partition, self.num_parts = resolve_run(man, ic.partition or trained_on or None)
+        self.partition, self.num_parts = resolve_run(man, ic.partition or full_run(man, trained_on) or None)
         man.stage(f"serialize/{self.partition}")
         self.parts_dir = dv.serialized(self.partition)
         schema = man.schema
@@ -109,7 +118,7 @@ class Inputs:
             raise StageError(f"model {self.model_run}: relations {unknown} are not edge types of the graph "
                              f"(edge types: {schema.get('edge_types')})")  # fmt: skip
         self.fanouts = check_fanouts(ic.fanouts, self.spec.layers)
-        self.direction = ic.direction or str(self.doc.get("direction") or "out")
+        self.direction = ic.direction or str(self.doc.get("direction") or "in")  # glisp train's default
         rcfg = replace(cfg, reorder=replace(cfg.reorder, order=ic.order))
         self.reorder = run_reorder(spark, rcfg, dv, order=ic.order, run=self.partition)
         self.num_vertices = int(schema.get("num_vertices", 0))

@@ -84,7 +84,7 @@ class Samplewise:
         return cls(sample, _readers(dv, run))
 
     def run(self, model: Any, seeds: np.ndarray, fanouts: list[int], batch_size: int = 1024, seed: int = 0,
-            direction: str = "out", device: Any = "cpu") -> SamplewiseResult:  # fmt: skip
+            direction: str = "in", device: Any = "cpu") -> SamplewiseResult:  # fmt: skip
         """Embeddings of ``seeds`` (global ids); ``fanouts`` per hop, first hop first, -1 = every neighbour."""
         import torch
 

@@ -4,7 +4,7 @@ R-MAT scale 8 (hubs and leaves) plus isolated vertices, two edge types, 6-d feat
 ingest contract by ``tests.graphs.write_dataset``; a vertex-cut assignment by unordered pair (so hubs are
 replicated on every partition) through ``tests.partitions.publish_partition``; then the real Spark
 ``run_serialize`` and ``run_reorders`` (all four orders). Models are published as train stages with
-``glisp_infer.testing.publish_model`` (random weights: exactness does not need a trained model).
+``glisp_train.publish.publish_model`` (random weights: exactness does not need a trained model).
 """
 
 from __future__ import annotations
@@ -33,7 +33,7 @@ class InferGraph:
     features: np.ndarray
     n: int
 
-    def reference(self, model, direction: str = "out") -> torch.Tensor:
+    def reference(self, model, direction: str = "in") -> torch.Tensor:
         """The model's in-memory full-graph forward pass (messages from the neighbours in ``direction``)."""
         s, d = torch.from_numpy(self.src), torch.from_numpy(self.dst)
         ei = torch.stack([d, s]) if direction == "out" else torch.stack([s, d])

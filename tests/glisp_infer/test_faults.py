@@ -25,7 +25,7 @@ def _stage_dirs(g) -> list[str]:
 def test_a_failed_run_publishes_nothing_and_keeps_the_last_good_one(spark, infer_graph, tmp_path) -> None:
     from glisp_infer.job import run_infer
     from glisp_infer.read import InferenceRun
-    from glisp_infer.testing import publish_model
+    from glisp_train.publish import publish_model
 
     g = infer_graph
     publish_model(g.dv, "sage-f", make_model("sage", seed=3), g.run)
@@ -52,7 +52,7 @@ def test_a_killed_task_is_retried_and_leaves_a_correct_array(infer_graph) -> Non
     """``glisp infer`` in its own Spark (local[2,2]: one retry per task); the first attempt of partition 1's
     layer-1 task kills its Python worker after writing one chunk."""
     from glisp_infer.read import InferenceRun
-    from glisp_infer.testing import publish_model
+    from glisp_train.publish import publish_model
 
     g = infer_graph
     model = make_model("sage", seed=4)

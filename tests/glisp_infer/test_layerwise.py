@@ -17,7 +17,7 @@ pytestmark = pytest.mark.usefixtures("spark")
 
 def _infer(spark, g, arch, run, layers=2, task="node", out_dim=3, **infer):
     from glisp_infer.job import run_infer
-    from glisp_infer.testing import publish_model
+    from glisp_train.publish import publish_model
 
     model = make_model(arch, layers=layers, task=task, out_dim=out_dim)
     publish_model(g.dv, run, model, g.run)
@@ -67,11 +67,11 @@ def test_full_fanout_equals_full_graph_forward_and_every_vertex_has_one_row(spar
 
 
 def test_typed_rgcn_at_full_fanout(spark, infer_graph) -> None:
-    """R-GCN on in-edges; own rows read back from Zarr rather than kept locally."""
+    """R-GCN on out-edges (against the checkpoint's "in"); own rows read back from Zarr rather than kept locally."""
     g = infer_graph
-    model, rec = _infer(spark, g, "rgcn", "rgcn-full", direction="in", local_own_rows=False)
+    model, rec = _infer(spark, g, "rgcn", "rgcn-full", direction="out", local_own_rows=False)
     got, _, _ = _rows_by_vid(g, rec)
-    np.testing.assert_allclose(got, g.reference(model, direction="in").numpy(), rtol=1e-4, atol=1e-5)
+    np.testing.assert_allclose(got, g.reference(model, direction="out").numpy(), rtol=1e-4, atol=1e-5)
     assert rec.metrics["layers"]["layer2"]["own_rows_local"] == 0
 
 
@@ -92,9 +92,11 @@ def test_sampled_equals_samplewise_over_the_same_samples(infer_graph, sampled) -
     got, _, _ = _rows_by_vid(g, pds)
     sw = Samplewise.in_process(g.dv, g.run)
     seeds = np.random.default_rng(0).permutation(g.n)
-    res = sw.run(model, seeds, [4, 3], batch_size=50, seed=5)
+    assert pds.params["direction"] == "in"  # the checkpoint's, as glisp train writes it
+    res = sw.run(model, seeds, [4, 3], batch_size=50, seed=5, direction="in")
     np.testing.assert_allclose(res.embeddings, got[seeds], rtol=1e-4, atol=1e-5)
-    other = sw.run(model, seeds[:60], [4, 3], batch_size=50, seed=6).embeddings  # another seed, other samples
+    # another seed, other samples
+    other = sw.run(model, seeds[:60], [4, 3], batch_size=50, seed=6, direction="in").embeddings
     assert not np.allclose(other, got[seeds[:60]], atol=1e-3)
     assert not np.allclose(got, g.reference(model).numpy(), atol=1e-3)  # sampling changed the result
 
@@ -115,3 +117,34 @@ def test_order_changes_layout_and_reads_not_embeddings(infer_graph, sampled) -> 
         assert set(lay["shadow_hit_ratio"]) == {"fifo", "lru"}
     man = Manifest.read(g.dv.manifest_path)
     assert man.stage("infer/gat-s").params["order"] == "pds" and man.stage("infer/gat-s-ns").params["order"] == "ns"
+
+
+def test_glisp_train_then_glisp_infer_equals_the_full_graph_forward(infer_graph, tmp_path, capsys) -> None:
+    """The real chain: ``glisp train`` through a served cluster publishes train/<name>; ``glisp infer`` reads
+    that checkpoint and its partition run and writes every vertex's output, equal to the trained model's
+    in-memory full-graph forward pass (along the in-edges the model was trained on: the graph is directed)."""
+    from glisp_core.cli import main as glisp
+    from glisp_core.models import load_checkpoint
+    from tests.glisp_serving.conftest import Cluster
+
+    g = infer_graph
+    cluster = Cluster(g.dv, g.run, tmp_path)
+    try:
+        args = ["train", "--cluster", str(cluster.cluster_file), "--task", "node", "--model", "sage", "--epochs", "2",
+                "--fanouts", "4,3", "--name", "trained", "--set", "train.hidden=8", "--set", "train.batch_size=64"]  # fmt: skip
+        assert glisp(args) == 0
+    finally:
+        assert cluster.stop() == 0
+    trained, doc = load_checkpoint(g.dv.train("trained"))
+    assert doc["partition_run"] == g.run and doc["direction"] == "in"
+    args = ["infer", str(g.dv.path), "--model", "trained", "--fanouts", "full", "--set", "infer.chunk_rows=16"]
+    assert glisp(args) == 0
+    assert "infer/trained-pds: 262 vertices x 2 layers" in capsys.readouterr().out
+    rec = Manifest.read(g.dv.manifest_path).stage("infer/trained-pds")
+    assert rec.params["direction"] == "in" and rec.params["partition"] == g.run
+    got, _, r = _rows_by_vid(g, rec)
+    ref = g.reference(trained.eval()).numpy()
+    np.testing.assert_allclose(got, ref, rtol=1e-4, atol=1e-5)
+    assert not np.allclose(got, g.reference(trained, direction="out").numpy(), atol=1e-3)
+    pred = pq.read_table(r.path / "predictions").to_pandas().sort_values("vid")
+    assert np.array_equal(pred["prediction"].to_numpy(), ref.argmax(1))

@@ -19,7 +19,7 @@ pytestmark = pytest.mark.usefixtures("spark")
 def link(spark, infer_graph):
     """A link-task SAGE at full fanout through the CLI; the every-edge scores are published with it."""
     from glisp_core.cli import main
-    from glisp_infer.testing import publish_model
+    from glisp_train.publish import publish_model
 
     g = infer_graph
     model = make_model("sage", task="link", out_dim=4, seed=7)
@@ -117,7 +117,7 @@ def test_cli_errors(infer_graph, capsys) -> None:
     assert "--fanouts: expected integers like 15,10,5 or 'full'" in capsys.readouterr().err
     assert main(["infer", str(g.dv.path), "--order", "zz"]) == 1
     assert "expected one of pds, ns, ds, ps" in capsys.readouterr().err
-    from glisp_infer.testing import publish_model
+    from glisp_train.publish import publish_model
 
     publish_model(g.dv, "three", make_model("sage", layers=2), g.run)
     assert main(["infer", str(g.dv.path), "--model", "three", "--fanouts", "5,5,5"]) == 1
