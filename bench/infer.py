@@ -180,9 +180,10 @@ def samplewise(info: dict, model, args: argparse.Namespace, service: bool = Fals
     proc, client = None, None
     try:
         if service:
+            from bench.sampling import start_cluster
             from glisp_serving.client import SamplingClient
 
-            proc, cluster = start_cluster(info, args)
+            proc, cluster = start_cluster(info["dv"], info["run"], args.scratch, threads=1)
             client = SamplingClient(cluster)
             sw = Samplewise.service(client, info["dv"], info["run"])
         else:
@@ -206,22 +207,6 @@ def samplewise(info: dict, model, args: argparse.Namespace, service: bool = Fals
           f"{out['slice_rows_per_seed']:.1f} slice rows/seed); all {n:,} vertices: {out['est_wall_s']:.0f}s, "
           f"{out['est_cpu_s']:.0f} CPU-s", flush=True)  # fmt: skip
     return out
-
-
-def start_cluster(info: dict, args: argparse.Namespace):
-    """``glisp serve-cluster`` for the graph's run (one server per partition), and its cluster file."""
-    import subprocess
-
-    cf = args.scratch / f"{info['dv'].graph}-{info['run']}.cluster.json"
-    cf.unlink(missing_ok=True)
-    cmd = [sys.executable, "-m", "glisp_core.cli", "serve-cluster", str(info["dv"].path), "--run", info["run"],
-           "--cluster-file", str(cf), "--threads", "1"]  # fmt: skip
-    p = subprocess.Popen(cmd, env=dict(os.environ, PYTHONPATH=str(ROOT)), stdout=subprocess.DEVNULL)
-    while not cf.exists():
-        if p.poll() is not None:
-            raise RuntimeError(f"serve-cluster exited with {p.returncode}")
-        time.sleep(0.2)
-    return p, cf
 
 
 def stop_cluster(p) -> None:
