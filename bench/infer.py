@@ -138,7 +138,8 @@ def publish(info: dict, args: argparse.Namespace):
 
 
 def _tree_cpu(pid: int | None = None) -> float:
-    """CPU seconds of a process (this one) and all its descendants (the JVM and its Python workers)."""
+    """CPU seconds of a process (this one) and all its descendants (the JVM and its Python workers), with those
+    of descendants that exited and were reaped (a Python worker that Spark retires mid-run keeps counting)."""
     import psutil
 
     total = 0.0
@@ -146,7 +147,7 @@ def _tree_cpu(pid: int | None = None) -> float:
     for p in [me] + me.children(recursive=True):
         try:
             t = p.cpu_times()
-            total += t.user + t.system
+            total += t.user + t.system + t.children_user + t.children_system
         except psutil.Error:
             pass
     return total
