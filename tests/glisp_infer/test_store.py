@@ -52,3 +52,17 @@ def test_small_partitions_get_smaller_chunks() -> None:
     assert effective_chunk_rows(32768, [65536, 70000]) == 32768
     assert effective_chunk_rows(32768, [3000, 2900]) == 3072  # not 32,768 rows of padding per partition
     assert effective_chunk_rows(16, [100, 90]) == 16
+
+
+def test_a_link_split_model_infers_over_the_full_run() -> None:
+    """A model trained on a ``glisp link-split`` run (params as link_split publishes them) infers over the run
+    it was derived from; any other run is kept."""
+    from glisp_core.dataset.manifest import Manifest, StageRecord
+    from glisp_infer.job import full_run
+
+    def part(name: str, **params) -> StageRecord:
+        return StageRecord(f"partition/{name}", f"partition/{name}", "f", params={"parts": 2, **params})
+
+    m = Manifest("g", "v", stages={r.name: r for r in (part("p2"), part("p2-lp", edge_subset=True, derived_from="p2"))})
+    assert full_run(m, "p2-lp") == "p2" and full_run(m, "p2") == "p2"
+    assert full_run(m, "gone") == "gone" and full_run(m, None) is None
