@@ -125,6 +125,7 @@ def _replace(ing, **kw):
 
 def start_cluster(dv, run: str, workdir: Path, threads: int) -> tuple[subprocess.Popen, Path]:
     cf = workdir / f"{dv.graph}-{run}.json"
+    cf.unlink(missing_ok=True)  # a stale file from an earlier run is not this cluster's
     cmd = [sys.executable, "-m", "glisp_core.cli", "serve-cluster", str(dv.path), "--run", run, "--cluster-file",
            str(cf), "--threads", str(threads)]  # fmt: skip
     p = subprocess.Popen(cmd, env=dict(os.environ, PYTHONPATH=str(ROOT)), stdout=subprocess.DEVNULL)

@@ -30,7 +30,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "serve-cluster": ("glisp_serving.cluster_cli", "run one sampling server per partition on this machine"),
     "link-split": ("glisp_train.link_split", "hold out edges for link prediction: a training-only partition run"),
     "train": ("glisp_train.cli", "train a GNN through the sampling service (node classification, link prediction)"),
-    "infer": ("glisp_infer.cli", "layerwise inference to Zarr (not built yet)"),
+    "infer": ("glisp_infer.cli", "layerwise inference to Zarr: embeddings, predictions and link scores"),
     "pipeline": ("spark_jobs.pipeline", "run every batch stage end to end on one dataset"),
     "promote": ("glisp_core.promote", "point a graph's latest at a version whose stages are all published"),
 }

@@ -253,6 +253,36 @@ class TrainConfig:
 
 
 @dataclass(frozen=True, kw_only=True)
+class InferConfig:
+    """Layerwise inference (glisp_infer): what to infer with, the Zarr layout and the two-level cache."""
+
+    model: str = ""  # training run (train/<run>); "": the latest published
+    partition: str = ""  # partition run to infer over; "": the one the model was trained on (link-split: its full run)
+    run: str = ""  # inference run name; "": <model>-<order>
+    order: Literal["pds", "ns", "ds", "ps"] = "pds"  # local ids, streaming order and rows within a partition
+    fanouts: list[int] = field(default_factory=list)  # per hop, first hop first (as training); [] or -1 = full
+    seed: int = 0  # neighbour samples are a function of (seed, layer, vertex)
+    direction: Literal["", "out", "in"] = ""  # "": the checkpoint's sampling direction, else "in"
+    store: str = ""  # Zarr store: "" = inside the stage; else a local directory or an fsspec URL
+    chunk_rows: int = 32768  # rows per Zarr chunk, each partition padded to whole ones (fewer rows when all are small)
+    compressor: Literal["blosclz", "lz4", "lz4hc", "zstd", "zlib"] = "blosclz"  # Blosc codec of the arrays
+    clevel: int = 9
+    shuffle: Literal["noshuffle", "shuffle", "bitshuffle"] = "bitshuffle"
+    batch_size: int = 1024  # mastered vertices per slice call: the unit of chunk reads
+    cache_chunk_rows: int = 0  # rows per chunk of the static cache; 0 = chunk_rows
+    cache_policy: Literal["fifo", "lru"] = "fifo"  # dynamic (memory) cache of static-cache chunks
+    cache_fraction: float = 0.05  # dynamic cache size as a fraction of the task's static-cache chunks
+    cache_chunks: int = 0  # dynamic cache size in chunks; 0 = cache_fraction
+    scratch_dir: str = ""  # local disk of the static caches; "": the system temp directory
+    local_own_rows: bool = True  # keep a task's output rows on local disk as its next layer's own static rows
+    device: Literal["auto", "cpu", "cuda"] = "auto"  # auto: CUDA when present
+    threads: int = 0  # torch threads per task; 0 = cores / concurrent tasks
+    edges: str = ""  # link task: edge list to score (Parquet or CSV of original ids); "": every edge
+    edges_src: str = "src"  # its source id column
+    edges_dst: str = "dst"  # its destination id column
+
+
+@dataclass(frozen=True, kw_only=True)
 class Config:
     spark: SparkConfig = field(default_factory=SparkConfig)
     dataset: DatasetConfig = field(default_factory=DatasetConfig)
@@ -264,6 +294,7 @@ class Config:
     serve: ServeConfig = field(default_factory=ServeConfig)
     client: ClientConfig = field(default_factory=ClientConfig)
     train: TrainConfig = field(default_factory=TrainConfig)
+    infer: InferConfig = field(default_factory=InferConfig)
 
 
 # ----------------------------------------------------------------------------------------------

@@ -302,6 +302,45 @@ def serialize_lines(m: Manifest) -> list[str]:
     return lines
 
 
+def _same_setup(a: StageRecord, b: StageRecord) -> bool:
+    """Two inference runs that differ only in their order (and name)."""
+    skip = {"order"}
+    return {k: v for k, v in a.params.items() if k not in skip} == {k: v for k, v in b.params.items() if k not in skip}
+
+
+def infer_lines(m: Manifest) -> list[str]:
+    """One row per inference run (chunk reads against the NS run of the same setup), then per layer."""
+    recs = m.stages_with_prefix("infer/")
+    if not recs:
+        return []
+    rows = []
+    for rec in recs:
+        p, met = rec.params, rec.metrics
+        ns = next((r for r in recs if r.params.get("order") == "ns" and _same_setup(r, rec)), None)
+        vs = met.get("chunk_reads", 0) / ns.metrics["chunk_reads"] if ns and ns.metrics.get("chunk_reads") else None
+        fan = p.get("fanouts")
+        rows.append([rec.name.split("/", 1)[1], str(p.get("order")), str(p.get("task")),
+                     "full" if fan and all(f == -1 for f in fan) else fmt(fan), str(p.get("cache_policy")),
+                     _num(met.get("cache_share_max")), met.get("chunk_reads"), vs, _num(met.get("dynamic_hit_ratio")),
+                     met.get("fill_chunks"), _num(met.get("fill_over_model")), met.get("bytes_written"),
+                     _num(met.get("compression_ratio")), _num(rec.timings.get("total_s"))])  # fmt: skip
+    head = ["run", "order", "task", "fanouts", "policy", "cache share", "chunk reads", "vs ns", "hit ratio",
+            "fill chunks", "fill/model", "bytes written", "compression", "seconds"]  # fmt: skip
+    lines = ["Inference runs (chunk reads: distinct static-cache chunks per batch; hit ratio: of the dynamic cache)"]
+    lines += table(head, rows)
+    for rec in recs:
+        layers = rec.metrics.get("layers", {})
+        lrows = [[k, _num(d.get("fill_s")), _num(d.get("model_s")), _num(d.get("fill_over_model")),
+                  d.get("static_hits"), d.get("chunk_reads"), _num(d.get("dynamic_hit_ratio")), d.get("fill_chunks"),
+                  d.get("bytes_written"), _num(d.get("compression_ratio")), _num(d.get("wall_s"))]
+                 for k, d in layers.items()]  # fmt: skip
+        if lrows:
+            lines.append(f"  {rec.name} per layer (seconds summed over tasks)")
+            lines += table(["layer", "fill s", "model s", "fill/model", "static hits", "chunk reads", "hit ratio",
+                            "fill chunks", "bytes written", "compression", "wall s"], lrows, "    ")  # fmt: skip
+    return lines
+
+
 TRAIN_COLUMNS = (  # (metric key, header, scale): the per-epoch curve of a training run
     ("loss", "loss", 1.0),
     ("train_acc", "train acc", 1.0),
@@ -352,7 +391,7 @@ def summary(m: Manifest, dv: DatasetVersion | None = None) -> str:
     lines += [""] + schema_lines(m)
     for rec in m.stages.values():
         lines += [""] + stage_lines(rec)
-    for block in (reject_lines(m, dv), partition_table(m), serialize_lines(m), train_lines(m)):
+    for block in (reject_lines(m, dv), partition_table(m), serialize_lines(m), train_lines(m), infer_lines(m)):
         if block:
             lines += [""] + block
     return "\n".join(lines)

@@ -1,16 +1,55 @@
-"""``glisp infer``: placeholder until layerwise inference is built; it says so instead of pretending."""
+"""``glisp infer DATASET --model TRAIN_RUN [--order pds] [--fanouts 15,10,5|full] [--store URL] [--edges FILE]``."""
 
 from __future__ import annotations
 
 import argparse
 
-from glisp_core.config import Config
-from glisp_core.errors import StageError
+from glisp_core.config import Config, with_values
+from glisp_core.dataset.layout import resolve_dataset
+from glisp_core.errors import GlispError
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument("dataset", nargs="?")
+    p.add_argument("dataset", help="graph, graph/version or a version directory")
+    p.add_argument("--model", help="training run (train/<run>; infer.model, default the latest)")
+    p.add_argument("--order", help="pds, ns, ds or ps (infer.order, default pds); a comma list runs each")
+    p.add_argument("--fanouts", help="per hop, first hop first, e.g. 15,10,5; 'full' = every neighbour (default)")
+    p.add_argument("--run", help="inference run name (infer.run; default <model>-<order>)")
+    p.add_argument("--store", help="Zarr store: a local directory or an fsspec URL (infer.store; default in the stage)")
+    p.add_argument("--edges", help="link task: Parquet/CSV edge list of original ids to score (infer.edges)")
+    p.add_argument("--force", action="store_true", help="recompute even if the published stage is current")
+
+
+def parse_fanouts(text: str | None) -> list[int] | None:
+    if text is None:
+        return None
+    if text.strip().lower() == "full":
+        return []
+    try:
+        return [int(x) for x in text.split(",") if x.strip()]
+    except ValueError:
+        raise GlispError(f"--fanouts: expected integers like 15,10,5 or 'full' (got {text!r})") from None
 
 
 def main(args: argparse.Namespace, cfg: Config) -> int:
-    raise StageError("'glisp infer' is not built yet (layerwise inference is a later issue)")
+    from glisp_infer.job import run_infer
+    from spark_jobs.serialize.reorder import check_order
+    from spark_jobs.session import get_spark
+
+    orders = [o.strip() for o in args.order.split(",")] if args.order else [cfg.infer.order]
+    for o in orders:
+        check_order(o)  # a bad name fails before Spark starts
+    cfg = with_values(cfg, "infer", model=args.model, fanouts=parse_fanouts(args.fanouts), store=args.store,
+                      edges=args.edges)  # fmt: skip
+    dv = resolve_dataset(args.dataset, cfg.dataset.root)
+    spark = get_spark(cfg.spark, checkpoint_dir=str(dv.root / "_checkpoints"))
+    for o in orders:
+        run = args.run or cfg.infer.run
+        name = (f"{run}-{o}" if len(orders) > 1 else run) if run else ""
+        rec = run_infer(spark, with_values(cfg, "infer", order=o, run=name or None), dv, force=args.force)
+        met = rec.metrics
+        print(f"{rec.name}: {rec.counts.get('vertices'):,} vertices x {rec.counts.get('layers')} layers at "
+              f"{dv.path / rec.path}; chunk reads {met.get('chunk_reads'):,}, dynamic-cache hit ratio "
+              f"{met.get('dynamic_hit_ratio')}, fill/model {met.get('fill_over_model')} "
+              f"({rec.timings.get('total_s')} s)")  # fmt: skip
+    return 0

@@ -1,13 +1,18 @@
-"""In-process sampling over one partition holding the whole graph: the same kernels, no RPC.
+"""In-process sampling: the same kernels, Apply and k-hop logic as the service, with no RPC.
 
-The limit the service is measured against (bench/sampling.py), and a reference for the tests: the
-k-hop logic, Apply and blocks are exactly the client's; only Gather is a direct call.
+- :class:`LocalSampler` samples one partition holding the whole graph: the limit the service is
+  measured against (bench/sampling.py), and a reference for the tests.
+- :class:`PartitionsBackend` samples every partition of a run in this process, routed exactly as the
+  client routes (each frontier vertex to every partition holding it, features from its master), so
+  its samples equal the cluster's for the same request seeds. Sample-wise inference (glisp_infer)
+  uses it as its baseline; :func:`gather_split` is the Gather + Apply step that layerwise inference
+  tasks share with it.
 """
 
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import Future
 from typing import Any
 
@@ -17,7 +22,28 @@ from glisp_serving.apply import HopSample, Partial, merge_partials
 from glisp_serving.blocks import SampledBatch
 from glisp_serving.client import iterate_batches
 from glisp_serving.engine import PartitionSampler
+from glisp_serving.routing import RoutingTable
 from glisp_serving.sampler import Fanout, HopRequest, KHopSampler, hop_request
+
+
+def gather_split(
+    frontier: np.ndarray, split: Sequence[np.ndarray], engine_of: Callable[[int], PartitionSampler], req: HopRequest
+) -> HopSample:
+    """Gather the partial samples of ``frontier`` from each partition ``k`` given the positions
+    ``split[k]`` it holds (partitions in ascending order, as the client does), then Apply."""
+    partials, merge = [], "concat"
+    nslot = len(req.type_fanouts) if req.typed else 1
+    fanouts = np.array([f for _, f in req.type_fanouts] if req.typed else [req.fanout], np.int64)
+    for k, pos in enumerate(split):
+        if len(pos) == 0:
+            continue
+        res = engine_of(k).gather(frontier[pos], fanout=req.fanout, type_fanouts=req.type_fanouts,
+                                  method=req.method, direction=req.direction, max_time=req.max_time,
+                                  seed=req.seed, edge_ids=req.edge_ids)  # fmt: skip
+        merge = res.merge
+        partials.append(Partial(pos=pos, counts=res.counts.reshape(len(pos), nslot), nbrs=res.nbrs, keys=res.keys,
+                                edge_ids=res.edge_ids))  # fmt: skip
+    return merge_partials(len(frontier), partials, merge, fanouts, want_eids=req.edge_ids)
 
 
 class LocalBackend:
@@ -28,12 +54,7 @@ class LocalBackend:
 
     async def gather(self, frontier: np.ndarray, req: HopRequest) -> HopSample:
         frontier = np.asarray(frontier, np.int64)
-        res = self.engine.gather(frontier, fanout=req.fanout, type_fanouts=req.type_fanouts, method=req.method,
-                                 direction=req.direction, max_time=req.max_time, seed=req.seed,
-                                 edge_ids=req.edge_ids)  # fmt: skip
-        p = Partial(pos=np.arange(len(frontier)), counts=res.counts, nbrs=res.nbrs, keys=res.keys,
-                    edge_ids=res.edge_ids)  # fmt: skip
-        return merge_partials(len(frontier), [p], res.merge, res.fanouts, want_eids=req.edge_ids)
+        return gather_split(frontier, [np.arange(len(frontier))], lambda k: self.engine, req)
 
     async def lookup(self, ids: np.ndarray, features: bool, labels: bool) -> dict[str, np.ndarray]:
         return self.engine.features(np.asarray(ids, np.int64), features, labels)
@@ -67,3 +88,32 @@ class LocalSampler:
 
     def close(self) -> None:
         self._loop.close()
+
+
+class PartitionsBackend:
+    """Gather and lookups over all partitions of a run, in process (the cluster without RPC)."""
+
+    def __init__(self, engines: Sequence[PartitionSampler], routing: RoutingTable) -> None:
+        self.engines = list(engines)
+        self.routing = routing
+        self.num_vertices = routing.num_vertices
+
+    async def gather(self, frontier: np.ndarray, req: HopRequest) -> HopSample:
+        frontier = np.asarray(frontier, np.int64)
+        return gather_split(frontier, self.routing.split(frontier), self.engines.__getitem__, req)
+
+    async def lookup(self, ids: np.ndarray, features: bool, labels: bool) -> dict[str, np.ndarray]:
+        ids = np.asarray(ids, np.int64)
+        out: dict[str, np.ndarray] = {}
+        for k, pos in enumerate(self.routing.split_master(ids)):
+            if len(pos) == 0:
+                continue
+            for name, arr in self.engines[k].features(ids[pos], features, labels).items():
+                if name not in out:
+                    out[name] = np.empty((len(ids),) + arr.shape[1:], arr.dtype)
+                out[name][pos] = arr
+        return out
+
+    def sample(self, seeds: np.ndarray, fanouts: Sequence[Fanout], seed: int = 0, **kw: Any) -> SampledBatch:
+        """One k-hop mini-batch on the caller's thread."""
+        return asyncio.run(KHopSampler(self, fanouts, **kw).sample(seeds, seed))

@@ -78,6 +78,14 @@ def _split_owner(ids, owner, num_parts):
     return flat, counts, bad
 
 
+def split_by_bits(bits: np.ndarray, num_parts: int) -> list[np.ndarray]:
+    """Per partition, the positions ``i`` whose replica bit is set in row ``bits[i]`` (rows already
+    gathered for a frontier, as a partition stores them for its own vertices)."""
+    bits = np.ascontiguousarray(bits, np.uint8)
+    flat, off, _ = _split_bits(np.arange(len(bits), dtype=np.int64), bits, num_parts)
+    return [flat[off[k] : off[k + 1]] for k in range(num_parts)]
+
+
 @dataclass
 class RoutingTable:
     num_parts: int

@@ -56,8 +56,7 @@ def main(args: argparse.Namespace, cfg: Config) -> int:
 
 
 def _run(args: argparse.Namespace, cfg: Config, source, d, progress) -> int:
-    from glisp_core.dataset.publish import StagePublisher
-    from glisp_train.publish import record, run_params, write_outputs, write_standalone
+    from glisp_train.publish import record, run_params, train_publisher, write_outputs, write_standalone
     from glisp_train.trainer import train
 
     tc = cfg.train
@@ -70,8 +69,7 @@ def _run(args: argparse.Namespace, cfg: Config, source, d, progress) -> int:
                 "the dataset directory the cluster serves is not readable here; pass --output DIR to write the "
                 "run there (routing and labels come from the servers either way)"
             )
-        pub = StagePublisher(source.dv, f"train/{name}", source.dv.train(name), params,
-                             depends=[f"serialize/{source.run}"])  # fmt: skip
+        pub = train_publisher(source.dv, name, source.run, params)
         if pub.is_current() and not args.force:
             progress.log(f"train/{name}: up to date (use --force to train again)")
             return 0

@@ -20,6 +20,9 @@ from typing import Any
 import numpy as np
 
 from glisp_core.config import Config, to_dict
+from glisp_core.dataset.layout import DatasetVersion
+from glisp_core.dataset.manifest import Manifest, StageRecord
+from glisp_core.dataset.publish import StagePublisher
 from glisp_core.models import save_checkpoint
 from glisp_train.source import GraphSource
 from glisp_train.trainer import TrainResult, hop_fanouts
@@ -37,6 +40,37 @@ def run_params(cfg: Config, source: GraphSource, world: int, device: str) -> dic
         "device": device,
         "train": to_dict(cfg.train),
     }
+
+
+def train_publisher(dv: DatasetVersion, name: str, partition_run: str, params: dict[str, Any]) -> StagePublisher:
+    """The publisher of stage ``train/<name>`` of a model trained on ``partition_run``."""
+    return StagePublisher(dv, f"train/{name}", dv.train(name), params, depends=[f"serialize/{partition_run}"])
+
+
+def publish_model(dv: DatasetVersion, name: str, model: Any, partition_run: str, direction: str = "in",
+                  extra: dict[str, Any] | None = None) -> StageRecord:  # fmt: skip
+    """Publish a model trained elsewhere (or untrained: tests, benchmarks) as ``train/<name>``.
+
+    The checkpoint and the record carry the fields ``glisp train`` writes for ``glisp infer`` (task,
+    partition run and its fingerprint, sampling direction), so inference reads both alike; the params
+    hold a hash of the weights, so publishing other weights under the same name replaces the stage.
+    """
+    import hashlib
+
+    import torch
+
+    h = hashlib.sha256()
+    for k, v in sorted(model.state_dict().items()):
+        h.update(k.encode())
+        h.update(v.detach().cpu().to(torch.float32).numpy().tobytes())
+    fp = Manifest.read(dv.manifest_path).stage(f"serialize/{partition_run}").fingerprint
+    params = {"task": model.spec.task, "model": model.spec.arch, "source": "external", "partition_run": partition_run,
+              "partition_fingerprint": fp, "weights_sha256": h.hexdigest()}  # fmt: skip
+    pub = train_publisher(dv, name, partition_run, params)
+    with pub:
+        save_checkpoint(pub.tmp, model, extra={"task": model.spec.task, "dataset": str(dv.path), "partition_run": partition_run,
+                                               "partition_fingerprint": fp, "direction": direction, **(extra or {})})  # fmt: skip
+        return pub.commit(counts={"parameters": sum(p.numel() for p in model.parameters())})
 
 
 def record(result: TrainResult) -> tuple[dict[str, Any], dict[str, Any], dict[str, float]]:

@@ -35,9 +35,9 @@ def test_bad_config_override_names_the_key(capsys):
     assert "key partition.parts: expected an int (got 'four')" in err
 
 
-def test_unbuilt_stage_says_so(capsys):
-    assert main(["infer", "x"]) == 1
-    assert "not built yet" in capsys.readouterr().err
+def test_infer_on_a_missing_dataset_says_so(capsys, tmp_path):
+    assert main(["infer", "nowhere", "--root", str(tmp_path)]) == 1
+    assert "dataset 'nowhere': no published version found" in capsys.readouterr().err
 
 
 def test_console_script_runs():

@@ -30,9 +30,18 @@ from spark_jobs.serialize.master import compute_masters
 ORDERS = ("pds", "ns", "ds", "ps")
 
 
+def check_order(order: str) -> str:
+    """The order name, or a ConfigError naming the choices (no Spark needed)."""
+    if order not in ORDERS:
+        raise ConfigError("reorder.order", "order", f"expected one of {', '.join(ORDERS)} (got {order!r})")
+    return order
+
+
 def order_keys(order: str) -> list:
     """Sort keys of an order as Spark columns (ties broken by vid, so every order is total)."""
     from pyspark.sql import functions as F
+
+    check_order(order)
 
     keys = {
         "pds": [F.col(PART).asc(), F.col("degree").desc(), F.col(VID).asc()],
@@ -40,8 +49,6 @@ def order_keys(order: str) -> list:
         "ds": [F.col("degree").desc(), F.col(VID).asc()],
         "ps": [F.col(PART).asc(), F.col(VID).asc()],
     }
-    if order not in keys:
-        raise ConfigError("reorder.order", "order", f"expected one of {', '.join(ORDERS)} (got {order!r})")
     return keys[order]
 
 

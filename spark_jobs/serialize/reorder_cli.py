@@ -16,12 +16,12 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def main(args: argparse.Namespace, cfg: Config) -> int:
-    from spark_jobs.serialize.reorder import order_keys, run_reorders
+    from spark_jobs.serialize.reorder import check_order, run_reorders
     from spark_jobs.session import get_spark
 
     orders = [o.strip() for o in args.order.split(",")] if args.order else [cfg.reorder.order]
     for o in orders:
-        order_keys(o)  # fail on a bad name before starting Spark
+        check_order(o)  # fail on a bad name before starting Spark
     cfg = with_values(cfg, "reorder", order=orders[0])
     cfg = with_values(cfg, "serialize", partition=args.partition)
     dv = resolve_dataset(args.dataset, cfg.dataset.root)

@@ -1,0 +1,412 @@
+"""Layerwise inference benchmark: layerwise (Spark, Zarr, two-level cache) against sample-wise inference.
+
+The graphs go through the real batch stages in one Spark session (local[2]): R-MAT (scale 18, edge factor 8,
+symmetrised, 128-d synthetic features, 8 classes), the built-ins cora and imdb (typed: R-GCN over its edge
+types; lastfm has no vertex features, so layerwise inference, which starts from them, does not apply), and
+tolokers from ../shared/data (10-d features); each symmetrised, partitioned with AdaDNE (--parts) and
+serialized, with all four reorder tables. A model with random weights (``glisp_train.publish.publish_model``;
+the cost does not depend on the weights) is published as a train stage: a 3-layer GraphSAGE, hidden 256,
+fanouts [15, 10, 5] (R-GCN on imdb).
+
+Per graph it runs ``run_infer`` once per order in --orders (every run computes all layers and publishes; the
+first run also starts the Python workers, so the timed run is the last one, in --time-order, and when it
+is the only order it runs twice), then
+sample-wise inference over a random sample of --samplewise-seeds vertices in batches of 1024 after one
+warm-up batch, in process over all partitions (no RPC: the fastest sample-wise can be). Sample-wise cost is
+linear in the seeds, so its total is the per-seed time times n. Both sides report wall seconds and CPU
+seconds (layerwise: the driver, the JVM and the Python workers; sample-wise: its process). Prints:
+
+1. speedup: layerwise (index + every layer, all Zarr I/O) and with the Parquet outputs, against sample-wise;
+2. the time split per layer: sampling, static-cache fill, reads through the dynamic cache, slice, writes;
+3. chunk reads per order (distinct static-cache chunks per batch, see glisp_infer.cache) and hit ratios;
+4. FIFO against LRU hit ratio at 1-20% of a task's chunks (the same reads replayed);
+5. --sweep: the batch size trade-off (reads against hits) for one task of layer 1, in process.
+
+Counts (chunk reads, hits) are deterministic; timings need the lock::
+
+    .venv/bin/python bench/infer.py --root /tmp/glisp-bench-infer --build-only          # build, untimed
+    flock /tmp/glisp-bench.lock .venv/bin/python bench/infer.py --root /tmp/glisp-bench-infer --graphs rmat
+    .venv/bin/python bench/infer.py --root /tmp/glisp-bench-infer --graphs cora imdb tolokers
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import os
+import shutil
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+
+ROOT = Path(__file__).resolve().parent.parent
+if str(ROOT) not in sys.path:
+    sys.path.insert(0, str(ROOT))
+
+TOLOKERS = Path("/work/shared/data/tolokers.npz")
+ORDERS = ["pds", "ns", "ds", "ps"]
+
+
+def _tolokers_config(root: Path):
+    """tolokers.npz as an ingest config: an edge table, a vertex table with labels, features from .npy."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    from glisp_core.config import EdgeSource, IngestConfig, VertexSource
+
+    d = np.load(TOLOKERS)
+    out = root / "tolokers-src"
+    if not (out / "x.npy").exists():
+        out.mkdir(parents=True, exist_ok=True)
+        e = d["edges"]
+        pq.write_table(pa.table({"src": e[:, 0], "dst": e[:, 1]}), out / "edges.parquet")
+        n = len(d["node_labels"])
+        split = np.where(d["train_masks"][0], "train", np.where(d["val_masks"][0], "val", "test"))
+        pq.write_table(pa.table({"id": np.arange(n), "label": d["node_labels"], "split": split}), out / "nodes.parquet")
+        np.save(out / "x.npy", d["node_features"].astype(np.float32))
+    return IngestConfig(graph="tolokers", edges=[EdgeSource(path=str(out / "edges.parquet"))],
+                        vertices=[VertexSource(path=str(out / "nodes.parquet"), label="label", split="split",
+                                               features_npy=str(out / "x.npy"))])  # fmt: skip
+
+
+def build(args: argparse.Namespace, root: Path, spark, cfg) -> dict[str, dict]:
+    """Publish each graph's dataset, AdaDNE partition run, partitions and the four reorder tables."""
+    from glisp_core.config import RmatConfig, load_config, with_values
+    from glisp_core.dataset.manifest import Manifest
+    from spark_jobs.generate.builtin import builtin_config
+    from spark_jobs.generate.rmat import generate_rmat
+    from spark_jobs.ingest.job import run_ingest
+    from spark_jobs.partition.job import run_partition
+    from spark_jobs.serialize.job import run_serialize
+    from spark_jobs.serialize.reorder import run_reorders
+
+    out = {}
+    for g in args.graphs:
+        t0 = time.perf_counter()
+        if g == "rmat":
+            src_dir = root / "rmat-src" / f"s{args.scale}-ef{args.edge_factor}-f{args.features}"
+            if not (src_dir / "ingest.toml").exists():
+                rc = RmatConfig(scale=args.scale, edge_factor=args.edge_factor, seed=1, features=args.features,
+                                classes=8)  # fmt: skip
+                generate_rmat(spark, rc, src_dir, fmt="parquet", graph=f"rmat{args.scale}")
+            ing = load_config(src_dir / "ingest.toml", env={}).ingest
+        elif g == "tolokers":
+            ing = _tolokers_config(root)
+        else:
+            ing = builtin_config(g)
+        ing = dataclasses.replace(ing, directed=False, self_loops="drop")
+        dv = run_ingest(spark, cfg, ing, log=lambda s: None)
+        run = f"adadne-p{args.parts}"
+        c = with_values(cfg, "partition", algorithm="adadne", parts=args.parts, name=run, progress=False)
+        run_partition(spark, c, dv)
+        run_serialize(spark, c, dv, run=run)
+        run_reorders(spark, c, dv, ORDERS, run=run)
+        schema = Manifest.read(dv.manifest_path).schema
+        out[g] = {"dv": dv, "run": run, "n": int(schema["num_vertices"]), "m": int(schema["num_edges"]),
+                  "feature_dim": int(schema.get("feature_dim", 0)), "edge_types": list(schema["edge_types"]),
+                  "classes": max(2, int(schema.get("num_classes") or 8))}  # fmt: skip
+        print(f"built {g}: {out[g]['n']:,} vertices, {out[g]['m']:,} directed edges, {out[g]['feature_dim']}-d "
+              f"features, edge types {out[g]['edge_types']} ({time.perf_counter() - t0:.0f}s)", flush=True)  # fmt: skip
+    return out
+
+
+def publish(info: dict, args: argparse.Namespace):
+    """The benchmark model of a graph, published once as train/bench-<arch>."""
+    import torch
+
+    from glisp_core.dataset.manifest import Manifest
+    from glisp_core.models import ModelSpec, build_model, load_checkpoint
+    from glisp_train.publish import publish_model
+
+    typed = len(info["edge_types"]) > 1
+    arch = "rgcn" if typed else args.arch
+    name = f"bench-{arch}-h{args.hidden}-l{len(args.fanouts)}"
+    dv = info["dv"]
+    if Manifest.read(dv.manifest_path).has_stage(f"train/{name}"):
+        return name, load_checkpoint(dv.path / "train" / name)[0]
+    torch.manual_seed(0)
+    spec = ModelSpec(arch=arch, in_dim=info["feature_dim"], hidden=args.hidden, out_dim=info["classes"],
+                     layers=len(args.fanouts), dropout=0.0,
+                     relations=tuple(info["edge_types"]) if typed else ())  # fmt: skip
+    model = build_model(spec).eval()
+    publish_model(dv, name, model, info["run"])
+    return name, model
+
+
+def _tree_cpu(pid: int | None = None) -> float:
+    """CPU seconds of a process (this one) and all its descendants (the JVM and its Python workers), with those
+    of descendants that exited and were reaped (a Python worker that Spark retires mid-run keeps counting)."""
+    import psutil
+
+    total = 0.0
+    me = psutil.Process(pid)
+    for p in [me] + me.children(recursive=True):
+        try:
+            t = p.cpu_times()
+            total += t.user + t.system + t.children_user + t.children_system
+        except psutil.Error:
+            pass
+    return total
+
+
+def layerwise(spark, cfg, info: dict, model_run: str, args: argparse.Namespace, order: str) -> dict:
+    from glisp_core.config import with_values
+    from glisp_infer.job import run_infer
+
+    c = with_values(cfg, "infer", model=model_run, run=f"bench-{order}", order=order, fanouts=args.fanouts,
+                    chunk_rows=args.chunk_rows, cache_chunk_rows=args.cache_chunk_rows, batch_size=args.batch_size,
+                    cache_fraction=args.cache_fraction, scratch_dir=str(args.scratch))  # fmt: skip
+    cpu0, t0 = _tree_cpu(), time.perf_counter()
+    rec = run_infer(spark, c, info["dv"], force=True, log=lambda s: None)
+    wall, cpu = time.perf_counter() - t0, _tree_cpu() - cpu0
+    t = rec.timings
+    lw = t["total_s"] - t["outputs_s"]
+    print(f"  layerwise {order}: {wall:.1f}s wall ({lw:.1f}s index + layers, {t['outputs_s']:.1f}s Parquet outputs), "
+          f"{cpu:.1f} CPU-s; chunk reads {rec.metrics['chunk_reads']:,}, hit ratio "
+          f"{rec.metrics['dynamic_hit_ratio']}", flush=True)  # fmt: skip
+    return {"order": order, "wall_s": wall, "cpu_s": cpu, "layers_s": lw, "timings": t, "metrics": rec.metrics,
+            "path": str(info["dv"].path / rec.path)}  # fmt: skip
+
+
+def samplewise(info: dict, model, args: argparse.Namespace, service: bool = False) -> dict:
+    """Sample-wise over --samplewise-seeds random vertices after a warm-up batch; totals are per seed x n."""
+    from glisp_infer.samplewise import Samplewise
+
+    n = info["n"]
+    seeds = np.random.default_rng(7).permutation(n)[: args.samplewise_seeds + args.batch]
+    proc, client = None, None
+    try:
+        if service:
+            from bench.sampling import start_cluster
+            from glisp_serving.client import SamplingClient
+
+            proc, cluster = start_cluster(info["dv"], info["run"], args.scratch, threads=1)
+            client = SamplingClient(cluster)
+            sw = Samplewise.service(client, info["dv"], info["run"])
+        else:
+            sw = Samplewise.in_process(info["dv"], info["run"])
+        sw.run(model, seeds[: args.batch], args.fanouts, batch_size=args.batch)  # warm-up (kernels, pages)
+        cpu0 = _tree_cpu(proc.pid) if proc else 0.0
+        r = sw.run(model, seeds[args.batch :], args.fanouts, batch_size=args.batch)
+        cpu = r.cpu_s + ((_tree_cpu(proc.pid) - cpu0) if proc else 0.0)
+    finally:
+        if client is not None:
+            client.close()
+        if proc is not None:
+            stop_cluster(proc)
+    k = len(seeds) - args.batch
+    out = {"backend": "service" if service else "in-process", "seeds": k, "wall_s": r.total_s, "cpu_s": cpu,
+           "sample_s": r.sample_s, "model_s": r.model_s, "per_seed_ms": 1000 * r.total_s / k,
+           "cpu_per_seed_ms": 1000 * cpu / k, "input_vertices_per_seed": r.input_vertices / k,
+           "slice_rows_per_seed": r.slice_rows / k, "est_wall_s": r.total_s / k * n, "est_cpu_s": cpu / k * n}  # fmt: skip
+    print(f"  sample-wise ({out['backend']}): {k} seeds in {r.total_s:.1f}s ({out['per_seed_ms']:.2f} ms/seed, "
+          f"{out['cpu_per_seed_ms']:.2f} CPU-ms/seed; sampling {r.sample_s:.1f}s, model {r.model_s:.1f}s; "
+          f"{out['slice_rows_per_seed']:.1f} slice rows/seed); all {n:,} vertices: {out['est_wall_s']:.0f}s, "
+          f"{out['est_cpu_s']:.0f} CPU-s", flush=True)  # fmt: skip
+    return out
+
+
+def stop_cluster(p) -> None:
+    import signal
+    import subprocess
+
+    p.send_signal(signal.SIGTERM)
+    try:
+        p.wait(timeout=60)
+    except subprocess.TimeoutExpired:
+        p.kill()
+        p.wait()
+
+
+def sweep(info: dict, timed: dict, args: argparse.Namespace) -> list[dict]:
+    """Layer 1 of partition 0, in process on a copy of the timed run's store, per order and batch size."""
+    from glisp_core.dataset.manifest import Manifest
+    from glisp_infer import task as T
+    from glisp_infer.plan import InferPlan
+    from glisp_infer.store import Codec, RowLayout
+
+    dv = info["dv"]
+    rows = []
+    for order in ("pds", "ns"):
+        rec = Manifest.read(dv.manifest_path).stage(f"infer/bench-{order}")
+        tmp = Path(tempfile.mkdtemp(prefix="glisp-sweep-", dir=args.scratch))
+        shutil.copytree(dv.path / rec.path / "zarr", tmp / "zarr")
+        p = rec.params
+        plan = InferPlan(store=str(tmp / "zarr"), parts_dir=str(dv.serialized(p["partition"])), num_parts=p["parts"],
+                         layout=RowLayout(p["chunk_rows"], tuple(rec.counts["vertices_per_part"])), codec=Codec(),
+                         order=order, dims=tuple(p["dims"]), fanouts=tuple(p["fanouts"]), seed=p["seed"],
+                         direction=p["direction"], relations=(), checkpoint=str(dv.path / "train" / p["model"]),
+                         task=p["task"], cache_chunk_rows=p["cache_chunk_rows"], cache_fraction=p["cache_fraction"],
+                         scratch_dir=str(args.scratch))  # fmt: skip
+        for b in args.sweep:
+            m = T.infer_layer(dataclasses.replace(plan, batch_size=b), 1, 0)
+            rows.append({"order": order, "batch": b, "chunk_reads": m["chunk_reads"],
+                         "hit_ratio": m["dynamic_hits"] / max(m["chunk_reads"], 1),
+                         "lru": m["shadow_hits"]["lru"]["0.05"] / max(m["chunk_reads"], 1),
+                         "model_s": m["model_s"], "cache": m["cache_capacity"], "chunks": m["static_chunks"]})  # fmt: skip
+        shutil.rmtree(tmp, ignore_errors=True)
+    ns = {r["batch"]: r["chunk_reads"] for r in rows if r["order"] == "ns"}
+    for r in rows:
+        r["vs_ns"] = r["chunk_reads"] / ns[r["batch"]]
+    return rows
+
+
+def markdown(res: dict) -> str:
+    out = []
+    for g, r in res["graphs"].items():
+        if "skipped" in r:
+            out.append(f"\n### {g}: skipped ({r['skipped']})")
+            continue
+        t = r["timed"]
+        out.append(f"\n### {g}: {r['n']:,} vertices, {r['m']:,} directed edges, model {r['model']}")
+        sws = [x for x in (r.get("samplewise"), r.get("samplewise_service")) if x]
+        if sws:
+            layers = len(r["timed"]["metrics"]["layers"]) - 1
+            out.append("\n| | wall s | CPU s | speedup (wall) | speedup (CPU) |\n|---|---|---|---|---|")
+            for sw in sws:
+                out.append(f"| sample-wise ({sw['backend']}), all vertices: {sw['per_seed_ms']:.2f} ms, "
+                           f"{sw['cpu_per_seed_ms']:.2f} CPU-ms per seed over {sw['seeds']:,} seeds; "
+                           f"{sw['slice_rows_per_seed'] / layers:.1f}x layerwise's slice rows | "
+                           f"{sw['est_wall_s']:.0f} | {sw['est_cpu_s']:.0f} | 1 | 1 |")  # fmt: skip
+            sw = sws[0]
+            cold = r["cold"]
+            rows = [("layerwise: index + layers, all Zarr I/O", t["layers_s"], t["cpu_s"] * t["layers_s"] / t["wall_s"]),
+                    ("layerwise: the whole stage, with Parquet outputs", t["wall_s"], t["cpu_s"]),
+                    (f"layerwise: the first run of the session ({cold['order']}), cold Python workers", cold["wall_s"],
+                     cold["cpu_s"])]  # fmt: skip
+            for name, wall, cpu in rows:
+                out.append(f"| {name} | {wall:.1f} | {cpu:.0f} | " + " / ".join(f"{x['est_wall_s'] / wall:.1f}x" for x in sws)
+                           + " | " + " / ".join(f"{x['est_cpu_s'] / cpu:.1f}x" for x in sws) + " |")  # fmt: skip
+        m = t["metrics"]
+        out.append(f"\nTime split of the timed {t['order']} run (task seconds summed over partitions; fill/model "
+                   f"{m['fill_over_model']}, sampling/model {m['sample_over_model']}):\n")  # fmt: skip
+        out.append("| layer | sample | fill | read | slice | write | fill/model | task CPU s | wall |\n"
+                   "|---|---|---|---|---|---|---|---|---|")  # fmt: skip
+        for k, d in m["layers"].items():
+            if "fill_s" in d:
+                out.append(f"| {k} | {d['sample_s']:.2f} | {d['fill_s']:.2f} | {d['read_s']:.2f} | {d['compute_s']:.2f} "
+                           f"| {d['write_s']:.2f} | {d['fill_over_model']} | {d['cpu_s']:.1f} | {d['wall_s']:.1f} |")  # fmt: skip
+            else:
+                out.append(f"| {k} (features) | | | | | {d['write_s']:.2f} | | {d['cpu_s']:.1f} | {d['wall_s']:.1f} |")
+        out.append(f"\nIndex {t['timings']['index_s']:.1f}s, layer 0 (features) {t['timings']['layer0_s']:.1f}s, "
+                   f"Parquet outputs {t['timings']['outputs_s']:.1f}s; {m['bytes_written']:,} bytes written, "
+                   f"compression {m['compression_ratio']}.")  # fmt: skip
+        runs = r["orders"]
+        ns = next((x for x in runs if x["order"] == "ns"), None)
+        out.append(
+            "\n| order | chunk reads | vs NS | hit ratio | fill chunks | cache share |\n|---|---|---|---|---|---|"
+        )
+        for x in runs:
+            mm = x["metrics"]
+            vs = f"{mm['chunk_reads'] / ns['metrics']['chunk_reads']:.3f}" if ns else "-"
+            out.append(f"| {x['order']} | {mm['chunk_reads']:,} | {vs} | {mm['dynamic_hit_ratio']} | "
+                       f"{mm['fill_chunks']:,} | {mm['cache_share_max']} |")  # fmt: skip
+        out.append("\n| order | policy | " + " | ".join(f"{f}" for f in runs[0]["metrics"]["shadow_hit_ratio"]["fifo"])
+                   + " |\n|---|---|" + "---|" * len(runs[0]["metrics"]["shadow_hit_ratio"]["fifo"]))  # fmt: skip
+        for x in runs:
+            for pol, v in x["metrics"]["shadow_hit_ratio"].items():
+                out.append(f"| {x['order']} | {pol} | " + " | ".join(f"{h:.3f}" for h in v.values()) + " |")
+        if r.get("sweep"):
+            out.append("\n| order | batch | chunk reads | vs NS | FIFO hit ratio | LRU | cache/chunks | read+slice s |\n"
+                       "|---|---|---|---|---|---|---|---|")  # fmt: skip
+            for x in r["sweep"]:
+                out.append(f"| {x['order']} | {x['batch']} | {x['chunk_reads']:,} | {x['vs_ns']:.3f} | "
+                           f"{x['hit_ratio']:.3f} | {x['lru']:.3f} | {x['cache']}/{x['chunks']} | {x['model_s']:.2f} |")  # fmt: skip
+    return "\n".join(out)
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--graphs", nargs="+", default=["rmat"], help="rmat, cora, imdb, lastfm, tolokers")
+    ap.add_argument("--scale", type=int, default=18)
+    ap.add_argument("--edge-factor", type=int, default=8, help="R-MAT edges per vertex before symmetrising")
+    ap.add_argument("--features", type=int, default=128)
+    ap.add_argument("--parts", type=int, default=4)
+    ap.add_argument("--arch", default="sage")
+    ap.add_argument("--hidden", type=int, default=256)
+    ap.add_argument("--fanouts", type=int, nargs="+", default=[15, 10, 5])
+    ap.add_argument("--orders", nargs="+", default=ORDERS, help="one layerwise run each")
+    ap.add_argument("--time-order", default="pds", help="the order of the timed run (run last)")
+    ap.add_argument("--chunk-rows", type=int, default=32768)
+    ap.add_argument("--cache-chunk-rows", type=int, default=256)
+    ap.add_argument("--batch-size", type=int, default=1024, help="layerwise vertices per slice call")
+    ap.add_argument("--cache-fraction", type=float, default=0.05)
+    ap.add_argument("--batch", type=int, default=1024, help="sample-wise seeds per batch")
+    ap.add_argument("--samplewise-seeds", type=int, default=4096, help="0 = no sample-wise run")
+    ap.add_argument(
+        "--samplewise-service",
+        action="store_true",
+        help="also sample-wise through a sampling cluster on loopback, as training does",
+    )
+    ap.add_argument("--sweep", type=int, nargs="*", default=[], help="batch sizes for the reads/hits trade-off")
+    ap.add_argument(
+        "--no-warmup",
+        dest="warmup",
+        action="store_false",
+        help="time the first run (cold Python workers) when the timed order is the only one",
+    )
+    ap.add_argument("--build-only", action="store_true")
+    ap.add_argument("--root", default="/tmp/glisp-bench-infer")
+    ap.add_argument("--driver-memory", default="4g")
+    ap.add_argument("--json", help="also write the results here")
+    args = ap.parse_args()
+    root = Path(args.root)
+    args.scratch = root / "scratch"
+    args.scratch.mkdir(parents=True, exist_ok=True)
+
+    from glisp_core.config import load_config, with_values
+    from spark_jobs.session import get_spark
+
+    cfg = load_config(env={})
+    cfg = with_values(cfg, "dataset", root=str(root / "data"))
+    cfg = with_values(cfg, "spark", master="local[2]", driver_memory=args.driver_memory, ui=False, log_level="ERROR")
+    cfg = with_values(cfg, "serialize", parquet_copy=False)
+    spark = get_spark(cfg.spark, checkpoint_dir=str(root / "_checkpoints"))
+    t0 = time.perf_counter()
+    print(f"load before: {os.getloadavg()}", flush=True)
+    graphs = [g for g in args.graphs if g != "lastfm"]
+    infos = build(_with(args, graphs), root, spark, cfg)
+    if args.build_only:
+        spark.stop()
+        return 0
+    res: dict = {"args": {k: v for k, v in vars(args).items() if k != "scratch"}, "graphs": {}}
+    if "lastfm" in args.graphs:
+        res["graphs"]["lastfm"] = {"skipped": "no vertex features: layerwise inference starts from them"}
+    orders = [o for o in args.orders if o != args.time_order] + [args.time_order]
+    if args.warmup and orders[0] == args.time_order:
+        orders = [args.time_order] + orders  # the first run starts the Python workers; time the second
+    for g, info in infos.items():
+        print(f"[{g}] load {os.getloadavg()}", flush=True)
+        name, model = publish(info, args)
+        runs = [layerwise(spark, cfg, info, name, args, o) for o in orders]
+        r = {"n": info["n"], "m": info["m"], "model": name, "orders": runs[len(runs) - len(set(orders)):],
+             "timed": runs[-1], "cold": runs[0]}  # fmt: skip
+        if args.samplewise_seeds:
+            r["samplewise"] = samplewise(info, model, args)
+            if args.samplewise_service:
+                r["samplewise_service"] = samplewise(info, model, args, service=True)
+        if args.sweep:
+            r["sweep"] = sweep(info, runs[-1], args)
+        r["load_after"] = os.getloadavg()
+        res["graphs"][g] = r
+    spark.stop()
+    res["total_s"] = time.perf_counter() - t0
+    print(f"total {res['total_s']:.0f}s; load after {os.getloadavg()}", flush=True)
+    if args.json:
+        Path(args.json).write_text(json.dumps(res, indent=1, default=str))
+    print(markdown(res), flush=True)
+    return 0
+
+
+def _with(args: argparse.Namespace, graphs: list[str]) -> argparse.Namespace:
+    a = argparse.Namespace(**vars(args))
+    a.graphs = graphs
+    return a
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,233 @@
+"""The two-level embedding cache of one inference task (GLISP section III-D).
+
+- :class:`StaticCache` (first level, local disk): before each layer the task has, on local disk, the
+  previous layer's rows of every vertex it will read, its own vertices and the sampled neighbours
+  mastered elsewhere, under consecutive local ids in the chosen order. Every lookup of the layer hits it.
+- :class:`ChunkCache` (second level, memory): the static cache is read in chunks of
+  ``cache_chunk_rows`` rows; the dynamic cache keeps up to ``capacity`` of them, evicting FIFO (the
+  paper's choice) or LRU.
+
+**Chunk reads** (what the order comparison counts): the task streams its vertices in batches; a
+batch needs the rows of its vertices and of their sampled neighbours, and every distinct static-cache
+chunk holding one of those rows is one chunk read, served by the dynamic cache (a hit) or by the
+static cache (a miss). Orders that put a partition's vertices, and its high-degree vertices, next to
+each other make a batch touch fewer chunks and the same chunks again soon, so they read fewer chunks
+and hit more. :func:`simulate_hits` replays the access trace under other policies and sizes.
+"""
+
+from __future__ import annotations
+
+import uuid
+from pathlib import Path
+
+import numpy as np
+from numba import njit
+
+from glisp_core.errors import GlispError
+from glisp_core.partition_format.reader import positions_in
+
+POLICIES = ("fifo", "lru")
+
+
+class StaticCache:
+    """Rows of ``ids`` (global vertex ids, already in local-id order) in one float32 file on local disk."""
+
+    def __init__(self, scratch: Path, ids: np.ndarray, dim: int, chunk_rows: int) -> None:
+        self.ids = np.asarray(ids, np.int64)
+        self.dim, self.chunk_rows = int(dim), int(chunk_rows)
+        self._sorter = np.argsort(self.ids, kind="stable")
+        self._sorted = self.ids[self._sorter]
+        self.path = Path(scratch) / f"static-{uuid.uuid4().hex}.f32"
+        self.mm = np.memmap(self.path, dtype=np.float32, mode="w+", shape=(max(len(self.ids), 1), self.dim))
+
+    @property
+    def num_chunks(self) -> int:
+        return -(-len(self.ids) // self.chunk_rows)
+
+    def local_ids(self, vids: np.ndarray) -> np.ndarray:
+        """Local id of each global id; every id the task reads is cached, so a miss is a bug."""
+        p = positions_in(self._sorted, vids)
+        if (p < 0).any():
+            bad = np.asarray(vids)[p < 0][:3].tolist()
+            raise GlispError(f"static cache: vertices {bad} were not cached (the fill missed them)")
+        return self._sorter[p]
+
+    def put(self, local: np.ndarray, rows: np.ndarray) -> None:
+        self.mm[np.asarray(local, np.int64)] = rows
+
+    def close(self) -> None:
+        mm, self.mm = self.mm, None
+        if mm is not None:
+            mm._mmap.close()  # type: ignore[attr-defined]
+        self.path.unlink(missing_ok=True)
+
+
+class ChunkCache:
+    """The dynamic (memory) cache: up to ``capacity`` chunks of a static cache, FIFO or LRU.
+
+    Chunks live in one preallocated pool ``(capacity, chunk_rows, dim)``; :meth:`gather` serves a
+    batch's rows in one compiled pass: each distinct chunk is one access (a hit, or a miss that copies
+    the chunk from the static cache into a slot, evicting the oldest or the least recently used).
+    Within a batch the resident chunks are read first and the misses from the highest chunk down
+    (see ``_gather``); :func:`simulate_hits` replays a trace in exactly this order.
+    """
+
+    def __init__(self, static: StaticCache, capacity: int, policy: str) -> None:
+        if policy not in POLICIES:
+            raise GlispError(f"infer.cache_policy: expected one of {POLICIES} (got {policy!r})")
+        if capacity < 1:
+            raise GlispError(f"dynamic cache: capacity must be at least 1 chunk (got {capacity})")
+        self.static, self.lru = static, policy == "lru"
+        self.capacity = int(min(capacity, max(static.num_chunks, 1)))
+        self.pool = np.empty((self.capacity, static.chunk_rows, static.dim), np.float32)
+        self.slot_of = np.full(max(static.num_chunks, 1), -1, np.int64)
+        self.slot_chunk = np.full(self.capacity, -1, np.int64)
+        self.stamp = np.zeros(self.capacity, np.int64)
+        self.state = np.zeros(5, np.int64)  # used slots, FIFO head, clock, hits, misses
+
+    def gather(self, local: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """Rows of the local ids ``local`` (any order, repeats allowed) and the chunks the batch read."""
+        local = np.asarray(local, np.int64)
+        order = np.argsort(local // self.static.chunk_rows, kind="stable")
+        out = np.empty((len(local), self.static.dim), np.float32)
+        touched = np.empty(len(local), np.int64)
+        st = self.static
+        k = _gather(local, order, np.asarray(st.mm), len(st.ids), self.pool, self.slot_of, self.slot_chunk,
+                    self.stamp, self.state, self.lru, out, touched)  # fmt: skip
+        return out, touched[:k]
+
+    @property
+    def hits(self) -> int:
+        return int(self.state[3])
+
+    @property
+    def misses(self) -> int:
+        return int(self.state[4])
+
+    @property
+    def reads(self) -> int:
+        return self.hits + self.misses
+
+    @property
+    def evictions(self) -> int:
+        return max(0, self.misses - self.capacity)
+
+    @property
+    def hit_ratio(self) -> float:
+        return self.hits / self.reads if self.reads else 0.0
+
+
+@njit(nogil=True, cache=True)
+def _victim(capacity, state, stamp, lru):  # pragma: no cover - compiled
+    """The slot a miss fills: a free one, else the least recently used (LRU) or the oldest (FIFO)."""
+    used = state[0]
+    if used < capacity:
+        state[0] = used + 1
+        return used
+    if lru:
+        s = 0
+        for j in range(1, capacity):
+            if stamp[j] < stamp[s]:
+                s = j
+        return s
+    s = state[1]
+    state[1] = (s + 1) % capacity
+    return s
+
+
+@njit(nogil=True, cache=True)
+def _access(c, clock, slot_of, slot_chunk, stamp, state, lru, static, nrows, pool):  # pragma: no cover - compiled
+    """One chunk read: the chunk's slot, loading it from the static cache on a miss."""
+    chunk_rows = pool.shape[1]
+    s = slot_of[c]
+    if s >= 0:
+        state[3] += 1
+        if lru:
+            stamp[s] = clock
+        return s
+    state[4] += 1
+    s = _victim(pool.shape[0], state, stamp, lru)
+    if slot_chunk[s] >= 0:
+        slot_of[slot_chunk[s]] = -1
+    a = c * chunk_rows
+    b = min(a + chunk_rows, nrows)
+    pool[s, : b - a, :] = static[a:b, :]
+    slot_chunk[s] = c
+    slot_of[c] = s
+    stamp[s] = clock
+    return s
+
+
+@njit(nogil=True, cache=True)
+def _serve(
+    chunks, starts, local, order, out, slot_of, slot_chunk, stamp, state, lru, static, nrows, pool
+):  # pragma: no cover - compiled
+    """Serve one batch's distinct ``chunks`` (ascending), copying rows ``order[starts[g]:starts[g + 1]]``
+    of chunk ``g`` into ``out``: resident chunks first (this batch's misses cannot evict them before
+    they are read), then the misses from the highest chunk down, so that the chunks left in memory
+    for the next batch are the lowest ones: under PDS, the partition's highest-degree vertices."""
+    nt = len(chunks)
+    hit = np.empty(nt, np.bool_)
+    for g in range(nt):
+        hit[g] = slot_of[chunks[g]] >= 0
+    chunk_rows = pool.shape[1]
+    for p in range(2):
+        for q in range(nt):
+            g = q if p == 0 else nt - 1 - q
+            if hit[g] != (p == 0):
+                continue
+            c = chunks[g]
+            clock = state[2]
+            state[2] = clock + 1
+            s = _access(c, clock, slot_of, slot_chunk, stamp, state, lru, static, nrows, pool)
+            for i in range(starts[g], starts[g + 1]):
+                j = order[i]
+                out[j, :] = pool[s, local[j] - c * chunk_rows, :]
+
+
+@njit(nogil=True, cache=True)
+def _gather(
+    local, order, static, nrows, pool, slot_of, slot_chunk, stamp, state, lru, out, touched
+):  # pragma: no cover - compiled
+    chunk_rows = pool.shape[1]
+    m = len(order)
+    starts = np.empty(m + 1, np.int64)
+    nt = 0
+    for i in range(m):
+        c = local[order[i]] // chunk_rows
+        if i == 0 or c != touched[nt - 1]:
+            touched[nt] = c
+            starts[nt] = i
+            nt += 1
+    starts[nt] = m
+    _serve(touched[:nt], starts, local, order, out, slot_of, slot_chunk, stamp, state, lru, static, nrows, pool)
+    return nt
+
+
+def capacity_of(num_chunks: int, fraction: float, chunks: int = 0) -> int:
+    """Dynamic cache size in chunks: ``chunks`` if set, else ``floor(fraction * num_chunks)``, at least 1."""
+    if chunks > 0:
+        return int(chunks)
+    if not 0 < fraction <= 1:
+        raise GlispError(f"infer.cache_fraction: expected a fraction in (0, 1] (got {fraction})")
+    return max(1, int(fraction * num_chunks))
+
+
+@njit(nogil=True, cache=True)
+def simulate_hits(trace, bounds, num_chunks, capacity, lru):  # pragma: no cover - compiled
+    """Hits of a ``capacity``-chunk FIFO (``lru=False``) or LRU cache on a chunk access trace: batch
+    ``b`` read the distinct chunks ``trace[bounds[b]:bounds[b + 1]]`` (ascending), served exactly as
+    :class:`ChunkCache` serves them, without the data."""
+    slot_of = np.full(num_chunks, -1, np.int64)
+    slot_chunk = np.full(capacity, -1, np.int64)
+    stamp = np.zeros(capacity, np.int64)
+    state = np.zeros(5, np.int64)
+    pool = np.empty((capacity, 1, 0), np.float32)  # no data: chunk c stands for row c
+    rows = np.empty((num_chunks, 0), np.float32)
+    none = np.empty(0, np.int64)
+    out = np.empty((0, 0), np.float32)
+    for b in range(len(bounds) - 1):
+        k = bounds[b + 1] - bounds[b]
+        _serve(trace[bounds[b] : bounds[b + 1]], np.zeros(k + 1, np.int64), none, none, out, slot_of, slot_chunk,
+               stamp, state, lru, rows, num_chunks, pool)  # fmt: skip
+    return state[3]

@@ -1,0 +1,84 @@
+"""The row index of an inference run, built by Spark from the reorder table (nothing reaches the driver).
+
+- ``index/`` (Parquet, in the stage): ``orig_id, vtype, vid, part, row``: the user's ids to rows.
+- Zarr ``index/vid`` (by row), ``index/row`` and ``index/pos`` (by vertex id): what tasks look up.
+  Rows are grouped by Zarr chunk before the write, so each chunk is written whole by one Spark task.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from glisp_core.dataset.layout import ORIG_ID, PART, POS, VID, VTYPE, DatasetVersion
+from glisp_infer.store import INDEX_CHUNK, INDEX_POS, INDEX_ROW, INDEX_VID, RowLayout, open_array
+
+ROW = "row"
+
+
+def chunk_writer(store: str, key: str, values: dict[str, str], chunk: int, total: int) -> Any:
+    """A mapInArrow function writing whole chunks of 1-d index arrays: ``values[col] = array name``,
+    the array element at ``key`` gets that column's value; absent elements stay -1."""
+
+    def write(batches: Iterator[Any]) -> Iterator[Any]:
+        import pyarrow as pa
+
+        got = list(batches)
+        tbl = pa.Table.from_batches(got) if got else None
+        written = 0
+        if tbl is not None and tbl.num_rows:
+            keys = tbl.column(key).to_numpy()
+            order = np.argsort(keys, kind="stable")
+            keys = keys[order]
+            cols = {name: tbl.column(col).to_numpy()[order] for col, name in values.items()}
+            arrays = {name: open_array(store, name, mode="r+") for name in cols}
+            cid = keys // chunk
+            cuts = np.flatnonzero(np.diff(cid)) + 1
+            for a, b in zip(np.r_[0, cuts], np.r_[cuts, len(keys)], strict=True):
+                lo = int(cid[a]) * chunk
+                hi = min(lo + chunk, total)
+                for name, col in cols.items():
+                    buf = np.full(hi - lo, -1, np.int64)
+                    buf[keys[a:b] - lo] = col[a:b]
+                    arrays[name][lo:hi] = buf
+                written += 1
+        yield pa.RecordBatch.from_arrays([pa.array([written], pa.int64())], ["chunks"])
+
+    return write
+
+
+def build_index(spark: Any, dv: DatasetVersion, reorder_path: Path, layout: RowLayout, store: str, out: Path,
+                vertex_types: list[str]) -> dict[str, int]:  # fmt: skip
+    """Write the Parquet id map to ``out`` and fill the Zarr index arrays of ``store``."""
+    from pyspark import StorageLevel
+    from pyspark.sql import functions as F
+
+    starts = F.array(*[F.lit(s).cast("long") for s in layout.starts])
+    r = (
+        spark.read.parquet(str(reorder_path))
+        .select(VID, PART, POS, F.col("part_pos").cast("long").alias("part_pos"))
+        .withColumn(ROW, F.element_at(starts, F.col(PART) + 1) + F.col("part_pos"))
+        .persist(StorageLevel.MEMORY_AND_DISK)
+    )
+    names = F.array(*[F.lit(t) for t in vertex_types]) if vertex_types else F.array(F.lit(""))
+    idmap = spark.read.parquet(str(dv.idmap)).select(VID, ORIG_ID, F.element_at(names, F.col(VTYPE) + 1).alias(VTYPE))
+    r.join(idmap, VID).select(ORIG_ID, VTYPE, VID, PART, ROW).write.parquet(str(out))
+    n, c = layout.num_vertices, layout.chunk_rows
+    par = max(1, spark.sparkContext.defaultParallelism)
+    jobs = [
+        (VID, {ROW: INDEX_ROW, POS: INDEX_POS}, INDEX_CHUNK, n),
+        (ROW, {VID: INDEX_VID}, c, layout.rows),
+    ]
+    done = {}
+    for key, values, chunk, total in jobs:
+        nchunks = -(-total // chunk)
+        df = r.select(key, *[col for col in values if col != key]).repartition(
+            min(nchunks, 4 * par), F.floor(F.col(key) / chunk)
+        )
+        rows = df.mapInArrow(chunk_writer(store, key, values, chunk, total), "chunks long").collect()
+        done[key] = sum(int(x["chunks"]) for x in rows)
+    r.unpersist()
+    return {"index_chunks_by_vid": done[VID], "index_chunks_by_row": done[ROW]}

@@ -1,0 +1,282 @@
+"""``glisp infer``: the Spark driver of layerwise inference. It resolves the inputs, schedules one task per
+partition per layer, and publishes ``infer/<run>/`` atomically. It never holds embeddings: tasks read and
+write the Zarr arrays themselves and return only metrics.
+
+Stage layout (``infer/<run>/``)::
+
+    zarr/          the Zarr v3 group (glisp_infer.store), unless infer.store names another place
+    store.json     where the group lives when infer.store is set (a local directory or an fsspec URL)
+    index/         Parquet: orig_id, vtype, vid, part, row
+    embeddings/    Parquet: orig_id, vtype, vid, embedding (the last layer's rows)
+    predictions/   Parquet (node task): orig_id, vtype, vid, prediction, score
+    scores/        Parquet (link task): src, src_type, dst, dst_type, etype, score, src_vid, dst_vid
+    model.json     the checkpoint's model.json, for the record
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import time
+import uuid
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
+
+from glisp_core.config import Config
+from glisp_core.dataset.layout import DatasetVersion
+from glisp_core.dataset.manifest import Manifest, StageRecord
+from glisp_core.dataset.publish import StagePublisher, file_fingerprints
+from glisp_core.errors import GlispError, StageError
+from glisp_infer.metrics import summarize_layers
+from glisp_infer.plan import InferPlan
+from glisp_infer.sampling import check_fanouts
+from glisp_infer.store import Codec, RowLayout, create_arrays
+
+STORE_FILE = "store.json"
+ZARR_DIR = "zarr"
+
+
+def effective_chunk_rows(chunk_rows: int, counts: list[int]) -> int:
+    """``infer.chunk_rows``, or less when every partition is smaller: its largest size rounded up to a
+    multiple of 256, so that a small graph is not padded to 32,768 rows per partition."""
+    largest = -(-max(counts, default=0) // 256) * 256
+    return max(1, min(chunk_rows, max(largest, 256)))
+
+
+def latest_train_run(man: Manifest) -> str:
+    recs = man.stages_with_prefix("train/")
+    if not recs:
+        raise StageError(f"{man.graph}/{man.version}: no training run published; run 'glisp train' first "
+                         "(or pass --model RUN)")  # fmt: skip
+    return max(recs, key=lambda r: (r.completed_at, r.name)).name.split("/", 1)[1]
+
+
+def store_url(dv: DatasetVersion, stage_dir: Path) -> str:
+    """Where a published run's Zarr group is: ``store.json``'s URL, else ``zarr/`` in the stage."""
+    f = Path(stage_dir) / STORE_FILE
+    if f.exists():
+        return str(json.loads(f.read_text())["url"])
+    return str(Path(stage_dir) / ZARR_DIR)
+
+
+def _remove_store(url: str) -> None:
+    """Best-effort removal of an external store that no published stage points to."""
+    if "://" not in url:
+        shutil.rmtree(url, ignore_errors=True)
+        return
+    import fsspec
+
+    fs, path = fsspec.core.url_to_fs(url)
+    try:
+        fs.rm(path, recursive=True)
+    except FileNotFoundError:
+        pass
+
+
+def full_run(man: Manifest, run: str | None) -> str | None:
+    """The run a model trained on ``run`` infers over: for a ``glisp link-split`` training-only run (its held-out
+    edges left out), the full run it was derived from, so inference and link scores see every edge."""
+    if not run or not man.has_stage(f"partition/{run}"):
+        return run
+    p = man.stage(f"partition/{run}").params
+    return str(p["derived_from"]) if p.get("edge_subset") and p.get("derived_from") else run
+
+
+class Inputs:
+    """Everything the driver resolves before scheduling: the model, the partition run, the order."""
+
+    def __init__(self, spark: Any, cfg: Config, dv: DatasetVersion) -> None:
+        from glisp_core.models import load_checkpoint
+        from spark_jobs.serialize.reorder import check_order, run_reorder
+
+        ic = cfg.infer
+        check_order(ic.order)
+        man = Manifest.read(dv.manifest_path)
+        self.model_run = ic.model or latest_train_run(man)
+        trec = man.stage(f"train/{self.model_run}")
+        self.checkpoint = dv.path / trec.path
+        model, self.doc = load_checkpoint(self.checkpoint)
+        self.spec = model.spec
+        from spark_jobs.serialize.job import resolve_run
+
+        trained_on = trec.params.get("partition_run") or trec.params.get("partition") or self.doc.get("partition_run")
+        self.partition, self.num_parts = resolve_run(man, ic.partition or full_run(man, trained_on) or None)
+        man.stage(f"serialize/{self.partition}")
+        self.parts_dir = dv.serialized(self.partition)
+        schema = man.schema
+        fdim = int(schema.get("feature_dim", 0))
+        if fdim == 0:
+            raise StageError(f"{dv}: the graph has no vertex features; layerwise inference starts from them "
+                             "(ingest features with the vertex table)")  # fmt: skip
+        if fdim != self.spec.in_dim:
+            raise StageError(f"model {self.model_run}: in_dim {self.spec.in_dim} does not match the graph's "
+                             f"feature_dim {fdim}")  # fmt: skip
+        unknown = sorted(set(self.spec.relations) - set(schema.get("edge_types", [])))
+        if unknown:
+            raise StageError(f"model {self.model_run}: relations {unknown} are not edge types of the graph "
+                             f"(edge types: {schema.get('edge_types')})")  # fmt: skip
+        self.fanouts = check_fanouts(ic.fanouts, self.spec.layers)
+        self.direction = ic.direction or str(self.doc.get("direction") or "in")  # glisp train's default
+        rcfg = replace(cfg, reorder=replace(cfg.reorder, order=ic.order))
+        self.reorder = run_reorder(spark, rcfg, dv, order=ic.order, run=self.partition)
+        self.num_vertices = int(schema.get("num_vertices", 0))
+        self.vertex_types = list(schema.get("vertex_types", []))
+        self.edge_types = list(schema.get("edge_types", []))
+        self.name = ic.run or f"{self.model_run}-{ic.order}"
+
+    @property
+    def dims(self) -> tuple[int, ...]:
+        return tuple([d for d, _ in self.spec.dims] + [self.spec.out_dim])
+
+
+def run_infer(spark: Any, cfg: Config, dv: DatasetVersion, force: bool = False, fault: str | None = None,
+              log: Any = print) -> StageRecord:  # fmt: skip
+    """Run layerwise inference and publish ``infer/<run>``; a current stage is reused unless forced.
+
+    ``fault`` (tests only; also env ``GLISP_INFER_FAULT``) = ``"layer:part:chunks[:raise]"`` makes the
+    first attempt of that task die after writing that many chunks.
+    """
+    ic = cfg.infer
+    inp = Inputs(spark, cfg, dv)
+    counts = [int(x) for x in inp.reorder.counts["vertices_per_part"]]
+    if ic.chunk_rows < 1 or ic.batch_size < 1:
+        raise GlispError(
+            f"infer.chunk_rows and infer.batch_size must be positive (got {ic.chunk_rows}, {ic.batch_size})"
+        )
+    layout = RowLayout(effective_chunk_rows(ic.chunk_rows, counts), tuple(counts))
+    codec = Codec(ic.compressor, ic.clevel, ic.shuffle)
+    params = {
+        "model": inp.model_run, "partition": inp.partition, "parts": inp.num_parts, "order": ic.order,
+        "fanouts": inp.fanouts, "seed": ic.seed, "direction": inp.direction, "chunk_rows": layout.chunk_rows,
+        "compressor": ic.compressor, "clevel": ic.clevel, "shuffle": ic.shuffle, "batch_size": ic.batch_size,
+        "cache_chunk_rows": ic.cache_chunk_rows or layout.chunk_rows, "cache_policy": ic.cache_policy,
+        "cache_fraction": ic.cache_fraction, "cache_chunks": ic.cache_chunks, "store": ic.store,
+        "edges": ic.edges, "task": inp.spec.task, "arch": inp.spec.arch, "dims": list(inp.dims),
+    }  # fmt: skip
+    extra = None
+    if ic.edges:  # a local edge list is fingerprinted; a URL is taken as named
+        extra = (
+            {"edges": ic.edges} if "://" in ic.edges else file_fingerprints(_edge_files(ic.edges), cfg.dataset.checksum)
+        )
+    depends = ["ingest", f"partition/{inp.partition}", f"serialize/{inp.partition}",
+               f"reorder/{inp.partition}/{ic.order}", f"train/{inp.model_run}"]  # fmt: skip
+    pub = StagePublisher(dv, f"infer/{inp.name}", dv.infer(inp.name), params, depends=depends, extra_inputs=extra)
+    if not force and pub.is_current():
+        log(f"infer/{inp.name}: current, nothing to do")
+        return pub.record()  # type: ignore[return-value]
+    old_url = store_url(dv, dv.infer(inp.name)) if (dv.infer(inp.name) / STORE_FILE).exists() else None
+    url = None
+    try:
+        with pub:
+            url = _new_store(dv, ic.store, inp.name, pub.tmp)
+            rec = _run(spark, cfg, dv, inp, layout, codec, url, pub, fault, log)
+    except BaseException:
+        if url and ic.store:
+            _remove_store(url)
+        raise
+    if old_url and old_url != url:
+        _remove_store(old_url)
+    return rec
+
+
+def _edge_files(path: str) -> list[Path]:
+    p = Path(path)
+    if p.is_dir():
+        return sorted(f for f in p.rglob("*") if f.is_file() and not f.name.startswith((".", "_")))
+    if not p.exists():
+        raise GlispError(f"infer.edges: {path}: no such file or directory")
+    return [p]
+
+
+def _new_store(dv: DatasetVersion, base: str, name: str, tmp: Path) -> str:
+    """The Zarr group of this attempt: inside the stage, or a fresh prefix under ``base``."""
+    if not base:
+        return str(tmp / ZARR_DIR)
+    url = f"{base.rstrip('/')}/{dv.graph}/{dv.version}/infer/{name}-{uuid.uuid4().hex[:12]}"
+    (tmp / STORE_FILE).write_text(json.dumps({"url": url}, indent=2))
+    return url
+
+
+def _plan(
+    cfg: Config, spark: Any, inp: Inputs, layout: RowLayout, codec: Codec, url: str, fault: str | None
+) -> InferPlan:
+    ic = cfg.infer
+    cores = os.cpu_count() or 1
+    threads = ic.threads or max(1, cores // max(1, int(spark.sparkContext.defaultParallelism)))
+    return InferPlan(
+        store=url, parts_dir=str(inp.parts_dir), num_parts=inp.num_parts, layout=layout, codec=codec,
+        order=ic.order, dims=inp.dims, fanouts=tuple(inp.fanouts), seed=ic.seed, direction=inp.direction,
+        relations=tuple(inp.spec.relations) if inp.spec.arch == "rgcn" else (), checkpoint=str(inp.checkpoint),
+        task=inp.spec.task, batch_size=ic.batch_size, cache_chunk_rows=ic.cache_chunk_rows or layout.chunk_rows,
+        cache_policy=ic.cache_policy, cache_fraction=ic.cache_fraction, cache_chunks=ic.cache_chunks,
+        scratch_dir=ic.scratch_dir, device=ic.device, threads=threads, local_own_rows=ic.local_own_rows,
+        token=f"{inp.name}-{uuid.uuid4().hex[:12]}", fault=fault if fault is not None else os.environ.get("GLISP_INFER_FAULT", ""),
+    )  # fmt: skip
+
+
+def run_tasks(spark: Any, plan: InferPlan, fn: Any, what: str) -> list[dict[str, Any]]:
+    """One Spark task per partition running ``fn(plan, part, attempt)``; only metrics come back."""
+    from pyspark import TaskContext
+
+    sc = spark.sparkContext
+    sc.setJobDescription(f"glisp infer: {what}")
+
+    def task(idx: int, _: Any) -> list[dict[str, Any]]:
+        ctx = TaskContext.get()
+        return [fn(plan, idx, ctx.attemptNumber() if ctx is not None else 0)]
+
+    try:
+        return sc.parallelize(range(plan.num_parts), plan.num_parts).mapPartitionsWithIndex(task).collect()
+    finally:
+        sc.setJobDescription(None)
+
+
+def _run(spark: Any, cfg: Config, dv: DatasetVersion, inp: Inputs, layout: RowLayout, codec: Codec, url: str,
+         pub: StagePublisher, fault: str | None, log: Any) -> StageRecord:  # fmt: skip
+    t0 = time.perf_counter()
+    plan = _plan(cfg, spark, inp, layout, codec, url, fault)
+    try:
+        return _run_layers(spark, cfg, dv, inp, plan, pub, log, t0)
+    finally:
+        shutil.rmtree(plan.scratch(), ignore_errors=True)  # this host's leftovers (tasks remove their own)
+
+
+def _run_layers(spark: Any, cfg: Config, dv: DatasetVersion, inp: Inputs, plan: InferPlan, pub: StagePublisher,
+                log: Any, t0: float) -> StageRecord:  # fmt: skip
+    from glisp_infer import task as T
+    from glisp_infer.index import build_index
+    from glisp_infer.outputs import write_outputs
+
+    layout, url = plan.layout, plan.store
+    attrs = {"order": plan.order, "model": inp.model_run, "partition": inp.partition, "graph": dv.graph,
+             "version": dv.version, "fanouts": list(plan.fanouts), "seed": plan.seed, "direction": plan.direction}  # fmt: skip
+    create_arrays(url, layout, list(plan.dims), inp.num_vertices, plan.codec, attrs)
+    timings: dict[str, float] = {}
+    t = time.perf_counter()
+    idx = build_index(spark, dv, dv.path / inp.reorder.path, layout, url, pub.tmp / "index", inp.vertex_types)
+    timings["index_s"] = time.perf_counter() - t
+    per_layer: list[list[dict[str, Any]]] = []
+    for layer in range(plan.layers + 1):
+        t = time.perf_counter()
+        if layer == 0:
+            res = run_tasks(spark, plan, lambda p, k, a: T.write_features(p, k, a), "layer 0 (features)")
+        else:
+            res = run_tasks(spark, plan, lambda p, k, a, ly=layer: T.infer_layer(p, ly, k, a), f"layer {layer}")
+        wall = time.perf_counter() - t
+        timings[f"layer{layer}_s"] = wall
+        for r in res:
+            r["wall_s"] = wall
+        per_layer.append(sorted(res, key=lambda r: r["part"]))
+        log(f"infer/{inp.name}: layer {layer} done in {wall:.1f}s")
+    t = time.perf_counter()
+    out_counts = write_outputs(spark, plan, cfg, dv, pub.tmp, inp.vertex_types, inp.edge_types)
+    timings["outputs_s"] = time.perf_counter() - t
+    shutil.copy(Path(inp.checkpoint) / "model.json", pub.tmp / "model.json")
+    metrics = summarize_layers(per_layer)
+    counts = {"vertices": layout.num_vertices, "rows": layout.rows, "vertices_per_part": list(layout.counts),
+              "row_start_per_part": list(layout.starts), "layers": plan.layers, "dims": list(plan.dims),
+              "chunks_per_layer": layout.rows // layout.chunk_rows, **idx, **out_counts}  # fmt: skip
+    timings["total_s"] = time.perf_counter() - t0
+    return pub.commit(counts=counts, metrics=metrics, timings={k: round(v, 3) for k, v in timings.items()})

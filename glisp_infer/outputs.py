@@ -1,0 +1,222 @@
+"""What users consume from an inference run, as Parquet with their original ids.
+
+- ``embeddings/``: every vertex's row of the last layer (the model's output: class logits for a node
+  task, the embedding for a link task);
+- ``predictions/`` (node task): the arg-max class and its softmax probability;
+- ``scores/`` (link task): the dot-product score of every edge of the graph (each edge once: a
+  vertex-cut stores it in one partition), or of the edge list ``infer.edges``.
+
+Tasks read the last layer's Zarr array themselves (mapInArrow), so the rows go from Zarr to Parquet
+through Spark's executors; the driver only collects counts.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from glisp_core.config import Config
+from glisp_core.dataset.layout import ORIG_ID, VID, VTYPE, DatasetVersion
+from glisp_core.errors import BadInputError, GlispError
+from glisp_infer.plan import InferPlan
+from glisp_infer.store import INDEX_ROW, layer_name, open_array, read_rows
+
+EDGE_STEP = 1 << 20  # edges scored per Arrow batch
+
+
+def _fixed_list(h: np.ndarray) -> Any:
+    import pyarrow as pa
+
+    h = np.ascontiguousarray(h, np.float32)
+    return pa.FixedSizeListArray.from_arrays(pa.array(h.reshape(-1)), h.shape[1]).cast(pa.list_(pa.float32()))
+
+
+def vertex_rows(plan: InferPlan) -> Any:
+    """mapInArrow over partition ids: the last layer's rows of each partition's vertices."""
+
+    def fn(batches: Iterator[Any]) -> Iterator[Any]:
+        import pyarrow as pa
+
+        from glisp_infer.task import task_vertices
+
+        arr = open_array(plan.store, layer_name(plan.layers))
+        step = plan.layout.chunk_rows * max(1, (1 << 16) // plan.layout.chunk_rows)
+        for b in batches:
+            for part in b.column(0).to_pylist():
+                start, vids = plan.layout.starts[part], task_vertices(plan, part)
+                for a in range(0, len(vids), step):
+                    e = min(a + step, len(vids))
+                    h = np.asarray(arr[start + a : start + e], np.float32)
+                    cols = {VID: pa.array(vids[a:e]), "embedding": _fixed_list(h)}
+                    if plan.task == "node":
+                        z = np.exp(h - h.max(axis=1, keepdims=True))
+                        cols["prediction"] = pa.array(h.argmax(axis=1).astype(np.int32))
+                        cols["score"] = pa.array((z.max(axis=1) / z.sum(axis=1)).astype(np.float32))
+                    yield pa.RecordBatch.from_pydict(cols)
+
+    return fn
+
+
+def pair_scores(plan: InferPlan, src: np.ndarray, dst: np.ndarray) -> np.ndarray:
+    """Dot-product scores of (src[i], dst[i]) from the last layer (glisp_core.models.link_scores)."""
+    import torch
+
+    from glisp_core.models import link_scores
+
+    ids = np.unique(np.concatenate([src, dst]))
+    rows = np.asarray(open_array(plan.store, INDEX_ROW).get_orthogonal_selection(ids), np.int64)
+    emb, _ = read_rows(open_array(plan.store, layer_name(plan.layers)), rows)
+    hs = torch.from_numpy(emb[np.searchsorted(ids, src)])
+    hd = torch.from_numpy(emb[np.searchsorted(ids, dst)])
+    return link_scores(hs, hd).numpy().astype(np.float32)
+
+
+def edge_scores(plan: InferPlan) -> Any:
+    """mapInArrow over partition ids: the score of every edge stored in each partition."""
+
+    def fn(batches: Iterator[Any]) -> Iterator[Any]:
+        import pyarrow as pa
+
+        from glisp_core.partition_format import open_partition
+
+        for b in batches:
+            for part in b.column(0).to_pylist():
+                r = open_partition(plan.partition_dir(part), verify=False)
+                gid = np.asarray(r.global_id, np.int64)
+                for a in range(0, r.num_edges, EDGE_STEP):
+                    eids = np.arange(a, min(a + EDGE_STEP, r.num_edges), dtype=np.int64)
+                    src, dst = gid[r.edge_src(eids)], gid[r.edge_dst(eids)]
+                    yield pa.RecordBatch.from_pydict({"src_vid": pa.array(src), "dst_vid": pa.array(dst),
+                                                      "etype": pa.array(r.edge_type(eids)),
+                                                      "score": pa.array(pair_scores(plan, src, dst))})  # fmt: skip
+
+    return fn
+
+
+def list_scores(plan: InferPlan) -> Any:
+    """mapInArrow over the user's edge list (with src_vid, dst_vid): appends ``score``."""
+
+    def fn(batches: Iterator[Any]) -> Iterator[Any]:
+        import pyarrow as pa
+
+        for b in batches:
+            if b.num_rows == 0:
+                continue
+            s = pair_scores(plan, b.column("src_vid").to_numpy(), b.column("dst_vid").to_numpy())
+            yield b.append_column("score", pa.array(s))
+
+    return fn
+
+
+def _idmap(spark: Any, dv: DatasetVersion, vertex_types: list[str]) -> Any:
+    from pyspark.sql import functions as F
+
+    names = F.array(*[F.lit(t) for t in vertex_types]) if vertex_types else F.array(F.lit(""))
+    return spark.read.parquet(str(dv.idmap)).select(
+        VID, F.col(ORIG_ID).cast("string").alias(ORIG_ID), F.element_at(names, F.col(VTYPE) + 1).alias(VTYPE)
+    )
+
+
+def _parts_df(spark: Any, plan: InferPlan) -> Any:
+    rdd = spark.sparkContext.parallelize([(k,) for k in range(plan.num_parts)], plan.num_parts)
+    return spark.createDataFrame(rdd, "part int")
+
+
+def write_outputs(spark: Any, plan: InferPlan, cfg: Config, dv: DatasetVersion, out: Path, vertex_types: list[str],
+                  edge_types: list[str]) -> dict[str, int]:  # fmt: skip
+    """Write embeddings (and predictions or scores) under ``out``; returns row counts."""
+    from pyspark import StorageLevel
+    from pyspark.sql import functions as F
+
+    idm = _idmap(spark, dv, vertex_types)
+    schema = "vid long, embedding array<float>" + (", prediction int, score float" if plan.task == "node" else "")
+    rows = _parts_df(spark, plan).mapInArrow(vertex_rows(plan), schema).join(idm, VID)
+    counts = {"embeddings": plan.layout.num_vertices}
+    if plan.task == "node":
+        rows = rows.persist(StorageLevel.MEMORY_AND_DISK)
+        rows.select(ORIG_ID, VTYPE, VID, "prediction", "score").write.parquet(str(out / "predictions"))
+        counts["predictions"] = plan.layout.num_vertices
+    rows.select(ORIG_ID, VTYPE, VID, "embedding").write.parquet(str(out / "embeddings"))
+    rows.unpersist()
+    if plan.task == "link":
+        if cfg.infer.edges:
+            scored, counts["scores"] = _score_edge_list(spark, plan, cfg, idm)
+        else:
+            et = F.array(*[F.lit(t) for t in edge_types]) if edge_types else F.array(F.lit(""))
+            scored = (
+                _parts_df(spark, plan)
+                .mapInArrow(edge_scores(plan), "src_vid long, dst_vid long, etype int, score float")
+                .withColumn("etype", F.element_at(et, F.col("etype") + 1))
+            )
+            s_ids = idm.select(F.col(VID).alias("src_vid"), F.col(ORIG_ID).alias("src"), F.col(VTYPE).alias("src_type"))
+            d_ids = idm.select(F.col(VID).alias("dst_vid"), F.col(ORIG_ID).alias("dst"), F.col(VTYPE).alias("dst_type"))
+            scored = (
+                scored.join(s_ids, "src_vid")
+                .join(d_ids, "dst_vid")
+                .select("src", "src_type", "dst", "dst_type", "etype", "score", "src_vid", "dst_vid")
+            )
+            counts["scores"] = _num_edges(plan)
+        scored.write.parquet(str(out / "scores"))
+    return counts
+
+
+def _num_edges(plan: InferPlan) -> int:
+    """Edges stored over all partitions (each edge in exactly one): the rows of ``scores/``."""
+    from glisp_core.partition_format import open_partition
+
+    return sum(open_partition(plan.partition_dir(k), verify=False).num_edges for k in range(plan.num_parts))
+
+
+def read_table(spark: Any, path: str) -> Any:
+    """A Parquet or CSV (with a header) table, chosen by extension (a directory is Parquet)."""
+    low = path.lower()
+    if low.endswith((".csv", ".csv.gz", ".tsv", ".txt")):
+        sep = "\t" if low.endswith(".tsv") else ","
+        return spark.read.option("header", True).option("sep", sep).csv(path)
+    return spark.read.parquet(path)
+
+
+def _score_edge_list(spark: Any, plan: InferPlan, cfg: Config, idm: Any) -> tuple[Any, int]:
+    """The user's edge list with vertex ids resolved (unknown or ambiguous ids are bad input), scored;
+    and its number of rows."""
+    from pyspark.sql import functions as F
+
+    ic = cfg.infer
+    path = ic.edges
+    df = read_table(spark, path)
+    for col in (ic.edges_src, ic.edges_dst):
+        if col not in df.columns:
+            raise GlispError(f"{path}: no column {col!r} (columns: {df.columns}); set infer.edges_src / "
+                             "infer.edges_dst, e.g. --set infer.edges_src=source")  # fmt: skip
+    total = df.count()
+    sides = []
+    for side, col in (("src", ic.edges_src), ("dst", ic.edges_dst)):
+        typed = f"{side}_type" in df.columns
+        ids = idm.select(F.col(VID).alias(f"{side}_vid"), F.col(ORIG_ID).alias(f"_{side}_key"),
+                         F.col(VTYPE).alias(f"_{side}_vt"))  # fmt: skip
+        sides.append((side, col, typed, ids))
+    out = df.withColumn("_row", F.monotonically_increasing_id())
+    for side, col, typed, ids in sides:
+        cond = F.col(col).cast("string") == F.col(f"_{side}_key")
+        if typed:
+            cond = cond & (F.col(f"{side}_type") == F.col(f"_{side}_vt"))
+        out = out.join(ids, cond, "left")
+        bad = out.filter(F.col(f"{side}_vid").isNull())
+        nbad = bad.count()
+        if nbad:
+            ex = [r[0] for r in bad.select(col).limit(3).collect()]
+            raise BadInputError(path, col, nbad, total, "name no vertex of the graph", ex,
+                                f"use the original ids of ingest{' with a ' + side + '_type column' if typed else ''}")  # fmt: skip
+        dup = out.groupBy("_row").count().filter(F.col("count") > 1)
+        if dup.limit(1).count():
+            ex = [r[0] for r in out.join(dup, "_row").select(col).limit(3).collect()]
+            raise BadInputError(path, col, dup.count(), total, "match vertices of several types", ex,
+                                f"add a {side}_type column naming the vertex type")  # fmt: skip
+        out = out.drop(f"_{side}_key", f"_{side}_vt")
+    out = out.drop("_row")
+    par = max(1, spark.sparkContext.defaultParallelism)
+    schema = out.schema.add("score", "float")
+    return out.repartition(par).mapInArrow(list_scores(plan), schema), total

@@ -1,0 +1,94 @@
+"""What every inference task needs to know, resolved once by the driver and shipped with the task."""
+
+from __future__ import annotations
+
+import functools
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from glisp_infer.store import Codec, RowLayout
+
+SHADOW_FRACTIONS = (0.01, 0.02, 0.05, 0.1, 0.2)  # dynamic cache sizes replayed for the FIFO/LRU comparison
+
+
+@dataclass(frozen=True)
+class InferPlan:
+    """A small, picklable description of one inference run (no arrays: tasks read what they need)."""
+
+    store: str  # Zarr group: a local directory or an fsspec URL
+    parts_dir: str  # serialize/<run>
+    num_parts: int
+    layout: RowLayout
+    codec: Codec
+    order: str
+    dims: tuple[int, ...]  # width of layer 0 (features) ... layer K (output)
+    fanouts: tuple[int, ...]  # per hop, first hop first; -1 = every neighbour
+    seed: int
+    direction: str
+    relations: tuple[str, ...]  # rgcn: typed sampling, one slot per relation
+    checkpoint: str  # the train stage directory (model.json + weights.pt)
+    task: str  # "node" or "link"
+    batch_size: int = 1024
+    cache_chunk_rows: int = 32768
+    cache_policy: str = "fifo"
+    cache_fraction: float = 0.05
+    cache_chunks: int = 0
+    scratch_dir: str = ""
+    device: str = "auto"
+    threads: int = 1
+    local_own_rows: bool = True  # keep each task's output rows on local disk for its next layer's static cache
+    token: str = ""  # unique per run: names its files under the scratch directory
+    shadow_fractions: tuple[float, ...] = field(default=SHADOW_FRACTIONS)
+    fault: str = ""  # test hook "layer:part:chunks[:raise]": the first attempt of that task dies after writing chunks
+
+    @property
+    def layers(self) -> int:
+        return len(self.dims) - 1
+
+    def partition_dir(self, part: int) -> Path:
+        return Path(self.parts_dir) / f"part-{part:05d}"
+
+    def scratch(self) -> Path:
+        """This run's directory on the task's local disk (static caches, own rows between layers)."""
+        import tempfile
+
+        d = Path(self.scratch_dir or tempfile.gettempdir()) / "glisp-infer" / (self.token or "run")
+        d.mkdir(parents=True, exist_ok=True)
+        return d
+
+    def own_rows_file(self, layer: int, part: int) -> Path:
+        """Where partition ``part``'s task keeps its rows of layer ``layer`` for its next layer."""
+        return self.scratch() / f"own-l{layer}-p{part:05d}.f32"
+
+
+@functools.lru_cache(maxsize=2)
+def load_model(checkpoint: str, device: str) -> Any:
+    """The checkpoint's model in eval mode on ``device``; loaded once per Python worker."""
+    from glisp_core.models import load_checkpoint
+
+    model, _ = load_checkpoint(checkpoint, device=device)
+    return model
+
+
+def resolve_device(name: str) -> Any:
+    import torch
+
+    from glisp_core.errors import GlispError
+    from glisp_core.models import default_device
+
+    if name == "auto":
+        return default_device()
+    if name == "cuda" and not torch.cuda.is_available():
+        raise GlispError("infer.device = 'cuda', but torch sees no CUDA device (use 'auto' or 'cpu')")
+    return torch.device(name)
+
+
+def set_threads(n: int) -> None:
+    import torch
+
+    n = max(1, int(n))
+    if torch.get_num_threads() != n:
+        torch.set_num_threads(n)
+    os.environ.setdefault("OMP_NUM_THREADS", str(n))

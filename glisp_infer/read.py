@@ -1,0 +1,89 @@
+"""Read the embeddings of an inference run by the user's own vertex ids::
+
+    from glisp_infer.read import InferenceRun
+    run = InferenceRun.open("data/cora")                 # the latest infer/<run> of the latest version
+    emb = run.embeddings(["31336", "1061127"])           # (2, d) float32, rows in the order asked
+    h1 = run.embeddings(ids, layer=1)                    # any layer; 0 = the features
+    run.layer(2)                                         # the zarr.Array itself
+
+Ids are the original ids of ingest (strings or integers); on a graph with several vertex types, pass
+``vtype`` when an id names vertices of several types. Unknown or ambiguous ids are an error that
+names them.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from glisp_core.dataset.layout import ORIG_ID, VTYPE, DatasetVersion, resolve_dataset
+from glisp_core.dataset.manifest import Manifest
+from glisp_core.errors import GlispError, StageError
+from glisp_infer.store import layer_name, open_array, read_rows
+
+
+class InferenceRun:
+    """A published ``infer/<run>`` stage."""
+
+    def __init__(self, dv: DatasetVersion, run: str) -> None:
+        from glisp_infer.job import store_url
+
+        self.dv, self.run = dv, run
+        rec = Manifest.read(dv.manifest_path).stage(f"infer/{run}")
+        self.record = rec
+        self.path = dv.path / rec.path
+        self.url = store_url(dv, self.path)
+        self.layers = int(rec.counts["layers"])
+
+    @classmethod
+    def open(cls, dataset: str | os.PathLike[str], run: str | None = None, root: str = "data") -> InferenceRun:
+        dv = resolve_dataset(dataset, root)
+        if run is None:
+            recs = Manifest.read(dv.manifest_path).stages_with_prefix("infer/")
+            if not recs:
+                raise StageError(f"{dv}: no inference run published; run 'glisp infer' first")
+            run = max(recs, key=lambda r: (r.completed_at, r.name)).name.split("/", 1)[1]
+        return cls(dv, run)
+
+    def layer(self, i: int = -1) -> Any:
+        """The Zarr array of layer ``i`` (negative counts from the last)."""
+        i = i % (self.layers + 1)
+        return open_array(self.url, layer_name(i))
+
+    def rows(self, ids: Sequence[Any], vtype: str | None = None) -> np.ndarray:
+        """The row of each original id, in the order given."""
+        import pyarrow.compute as pc
+        import pyarrow.dataset as ds
+
+        keys = [str(x) for x in ids]
+        tbl = ds.dataset(str(self.path / "index"), format="parquet")
+        flt = pc.field(ORIG_ID).cast("string").isin(keys)
+        if vtype is not None:
+            flt = flt & (pc.field(VTYPE) == vtype)
+        t = tbl.to_table(columns=[ORIG_ID, VTYPE, "row"], filter=flt)
+        found: dict[str, list[int]] = {}
+        for k, r in zip(t.column(ORIG_ID).cast("string").to_pylist(), t.column("row").to_pylist(), strict=True):
+            found.setdefault(k, []).append(int(r))
+        missing = [k for k in keys if k not in found]
+        if missing:
+            raise GlispError(f"{self.path / 'index'}: {len(missing)} ids are not vertices of the graph "
+                             f"(got e.g. {missing[:3]})")  # fmt: skip
+        many = [k for k in keys if len(found[k]) > 1]
+        if many:
+            raise GlispError(f"ids {many[:3]} name vertices of several types; pass vtype=")
+        return np.array([found[k][0] for k in keys], np.int64)
+
+    def embeddings(self, ids: Sequence[Any], layer: int = -1, vtype: str | None = None) -> np.ndarray:
+        """Rows of layer ``layer`` (default: the last) for the original ids ``ids``."""
+        vals, _ = read_rows(self.layer(layer), self.rows(ids, vtype))
+        return vals
+
+
+def read_embeddings(dataset: str | os.PathLike[str], ids: Sequence[Any], run: str | None = None, layer: int = -1,
+                    root: str | Path = "data", vtype: str | None = None) -> np.ndarray:  # fmt: skip
+    """One call: the embeddings of original ``ids`` from an inference run (see :class:`InferenceRun`)."""
+    return InferenceRun.open(dataset, run, str(root)).embeddings(ids, layer, vtype)

@@ -1,0 +1,122 @@
+"""Sample-wise inference, the baseline layerwise inference is measured against (GLISP section III-D).
+
+For every batch of seed vertices it samples their K-hop trees with the k-hop sampler, looks up the
+input features at their master partitions and runs the whole model, exactly as training does; every
+intermediate embedding is thrown away. Two backends:
+
+- :meth:`Samplewise.in_process`: all partitions of the run opened in this process
+  (:class:`glisp_serving.local.PartitionsBackend`: the cluster's routing and kernels without RPC), the
+  fastest sample-wise can be;
+- :meth:`Samplewise.service`: a running sampling cluster through :class:`SamplingClient`, as training does.
+
+Every batch uses the request seed ``seed``, so a vertex's neighbours at a hop are the same in every tree
+it appears in, and the same ones layerwise inference draws with that seed.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from glisp_core.dataset.layout import DatasetVersion
+from glisp_core.dataset.manifest import Manifest
+from glisp_infer.sampling import check_fanouts, fanout_for, max_degree
+
+
+@dataclass
+class SamplewiseResult:
+    embeddings: np.ndarray  # (len(seeds), out_dim), rows in the order of the seeds
+    sample_s: float = 0.0  # sampling and feature lookups
+    model_s: float = 0.0
+    cpu_s: float = 0.0  # CPU seconds of this process over the run
+    sampled_edges: int = 0
+    input_vertices: int = 0  # summed over batches: the input layer's vertices
+    slice_rows: int = 0  # summed over batches and layers: rows the slices computed (layerwise: layers x n)
+    batches: int = 0
+
+    @property
+    def total_s(self) -> float:
+        return self.sample_s + self.model_s
+
+
+def _readers(dv: DatasetVersion, run: str) -> list[Any]:
+    from glisp_core.partition_format import open_partition
+
+    parts = int(Manifest.read(dv.manifest_path).stage(f"partition/{run}").counts["parts"])
+    return [open_partition(dv.partition_dir(run, k), verify=False) for k in range(parts)]
+
+
+class Samplewise:
+    """K-hop trees from ``sample(seeds, fanouts, seed, direction)``, the whole model on each batch."""
+
+    def __init__(self, sample: Callable[..., Any], readers: list[Any]) -> None:
+        self.sample, self.readers = sample, readers
+
+    @classmethod
+    def in_process(cls, dv: DatasetVersion, run: str) -> Samplewise:
+        from glisp_serving.engine import PartitionSampler
+        from glisp_serving.local import PartitionsBackend
+        from glisp_serving.routing import RoutingTable
+        from glisp_serving.sampler import KHopSampler
+
+        readers = _readers(dv, run)
+        backend = PartitionsBackend([PartitionSampler(r) for r in readers],
+                                    RoutingTable.from_partitions(dv, run, len(readers)))  # fmt: skip
+
+        def sample(seeds: np.ndarray, fanouts: list, seed: int, direction: str) -> Any:
+            sampler = KHopSampler(backend, fanouts, direction=direction, features=True, labels=False)
+            return asyncio.run(sampler.sample(seeds, seed))
+
+        return cls(sample, readers)
+
+    @classmethod
+    def service(cls, client: Any, dv: DatasetVersion, run: str) -> Samplewise:
+        """Through a :class:`glisp_serving.client.SamplingClient` connected to the run's servers."""
+
+        def sample(seeds: np.ndarray, fanouts: list, seed: int, direction: str) -> Any:
+            return client.sample(seeds, fanouts, seed=seed, direction=direction, labels=False)
+
+        return cls(sample, _readers(dv, run))
+
+    def run(self, model: Any, seeds: np.ndarray, fanouts: list[int], batch_size: int = 1024, seed: int = 0,
+            direction: str = "in", device: Any = "cpu") -> SamplewiseResult:  # fmt: skip
+        """Embeddings of ``seeds`` (global ids); ``fanouts`` per hop, first hop first, -1 = every neighbour."""
+        import torch
+
+        spec = model.spec
+        rel = tuple(spec.relations) if spec.arch == "rgcn" else ()
+        full = max_degree(self.readers, direction)
+        fans = [fanout_for(f, rel, full) for f in check_fanouts(fanouts, spec.layers)]
+        seeds = np.asarray(seeds, np.int64)
+        res = SamplewiseResult(np.empty((len(seeds), spec.out_dim), np.float32))
+        model.eval()
+        cpu0 = time.process_time()
+        for a in range(0, len(seeds), batch_size):
+            t = time.perf_counter()
+            batch = self.sample(seeds[a : a + batch_size], fans, seed, direction)
+            t1 = time.perf_counter()
+            types = [b.edge_type.to(device) for b in batch.blocks] if rel else None
+            blocks = [_on(b, device) for b in batch.blocks]
+            with torch.no_grad():
+                h = model(batch.x.to(device), blocks, types)
+            res.embeddings[a : a + batch_size] = h.to("cpu", torch.float32).numpy()
+            res.sample_s += t1 - t
+            res.model_s += time.perf_counter() - t1
+            res.sampled_edges += batch.num_sampled_edges
+            res.input_vertices += int(batch.input_ids.shape[0])
+            res.slice_rows += sum(int(b.num_dst) for b in batch.blocks)
+            res.batches += 1
+        res.cpu_s = time.process_time() - cpu0
+        return res
+
+
+def _on(block: Any, device: Any) -> Any:
+    """The block with its edge index on ``device`` (the model only reads edge_index and num_dst)."""
+    from types import SimpleNamespace
+
+    return SimpleNamespace(edge_index=block.edge_index.to(device), num_dst=block.num_dst)

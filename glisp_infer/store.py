@@ -1,0 +1,182 @@
+"""The Zarr v3 store of an inference run: one array per layer, the row layout, and chunk-aligned I/O.
+
+Layout of the group (a local directory or any fsspec URL)::
+
+    layers/0 ... layers/K   float32 (rows, d_i): layer 0 = features, layer K = the model's output
+    index/vid               int64 (rows,): the vertex of each row, -1 on padding rows
+    index/row               int64 (n,): the row of each vertex id
+    index/pos               int64 (n,): the vertex's position in the global order (reorder ``pos``)
+
+Rows: partition ``k``'s vertices (the ones it masters, hence infers) occupy rows
+``[start_k, start_k + n_k)`` in the order's within-partition position (``part_pos``), and
+``start_k`` is a multiple of the chunk rows, so every chunk belongs to exactly one partition and
+concurrent tasks never write the same chunk. For the partition-major orders (PDS, PS) this is the
+order's global position plus padding; for NS and DS it is that order within each partition.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from glisp_core.errors import GlispError
+
+LAYERS = "layers"
+INDEX_VID = "index/vid"
+INDEX_ROW = "index/row"
+INDEX_POS = "index/pos"
+INDEX_CHUNK = 1 << 20  # entries per chunk of the index arrays (8 MiB of int64)
+LAYOUT_ATTR = "glisp_layout"
+
+
+@dataclass(frozen=True)
+class RowLayout:
+    """Rows of each partition: ``counts[k]`` vertices from row ``starts[k]``, padded to whole chunks."""
+
+    chunk_rows: int
+    counts: tuple[int, ...]
+
+    @property
+    def num_parts(self) -> int:
+        return len(self.counts)
+
+    @property
+    def padded(self) -> tuple[int, ...]:
+        c = self.chunk_rows
+        return tuple(-(-n // c) * c for n in self.counts)
+
+    @property
+    def starts(self) -> tuple[int, ...]:
+        out, acc = [], 0
+        for p in self.padded:
+            out.append(acc)
+            acc += p
+        return tuple(out)
+
+    @property
+    def rows(self) -> int:
+        return int(sum(self.padded))
+
+    @property
+    def num_vertices(self) -> int:
+        return int(sum(self.counts))
+
+    def chunks_of(self, part: int) -> range:
+        """The chunk indices that partition ``part`` owns (and alone writes)."""
+        a = self.starts[part] // self.chunk_rows
+        return range(a, a + self.padded[part] // self.chunk_rows)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"chunk_rows": self.chunk_rows, "counts": list(self.counts), "starts": list(self.starts),
+                "rows": self.rows}  # fmt: skip
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> RowLayout:
+        return cls(int(d["chunk_rows"]), tuple(int(x) for x in d["counts"]))
+
+
+@dataclass(frozen=True)
+class Codec:
+    """Blosc settings of the layer arrays (``[infer]`` compressor, clevel, shuffle)."""
+
+    cname: str = "blosclz"
+    clevel: int = 9
+    shuffle: str = "bitshuffle"
+
+    def zarr_codec(self) -> Any:
+        from zarr.codecs import BloscCodec
+
+        if not 0 <= self.clevel <= 9:
+            raise GlispError(f"infer.clevel: expected 0..9 (got {self.clevel})")
+        return BloscCodec(cname=self.cname, clevel=self.clevel, shuffle=self.shuffle, typesize=4)
+
+
+def open_store(url: str, read_only: bool = False) -> Any:
+    """A zarr store for a local directory or an fsspec URL (``file://``, ``s3://``, ``memory://`` ...)."""
+    from zarr.storage import FsspecStore, LocalStore
+
+    if "://" not in url:
+        return LocalStore(url, read_only=read_only)
+    opts = {"auto_mkdir": True} if url.startswith("file://") else {}
+    return FsspecStore.from_url(url, read_only=read_only, storage_options=opts)
+
+
+def open_group(url: str, mode: str = "r") -> Any:
+    import zarr
+
+    return zarr.open_group(store=open_store(url, read_only=mode == "r"), mode=mode)
+
+
+def create_arrays(url: str, layout: RowLayout, dims: list[int], n: int, codec: Codec, attrs: dict) -> None:
+    """Create the group, every layer array and the index arrays (metadata only; tasks fill the chunks)."""
+    g = open_group(url, mode="w")
+    g.attrs[LAYOUT_ATTR] = json.loads(json.dumps({**attrs, "layout": layout.to_dict(), "dims": dims}))
+    cfg = {"write_empty_chunks": True}  # every owned chunk exists once its task has finished
+    for i, d in enumerate(dims):
+        g.create_array(f"{LAYERS}/{i}", shape=(layout.rows, d), chunks=(layout.chunk_rows, d), dtype="float32",
+                       compressors=codec.zarr_codec(), fill_value=0.0, config=cfg)  # fmt: skip
+    g.create_array(INDEX_VID, shape=(layout.rows,), chunks=(layout.chunk_rows,), dtype="int64",
+                   compressors=codec.zarr_codec(), fill_value=-1, config=cfg)  # fmt: skip
+    for name in (INDEX_ROW, INDEX_POS):
+        g.create_array(name, shape=(n,), chunks=(min(INDEX_CHUNK, max(n, 1)),), dtype="int64",
+                       compressors=codec.zarr_codec(), fill_value=-1, config=cfg)  # fmt: skip
+
+
+def open_array(url: str, name: str, mode: str = "r") -> Any:
+    import zarr
+
+    return zarr.open_array(store=open_store(url, read_only=mode == "r"), path=name, mode=mode)
+
+
+def layer_name(i: int) -> str:
+    return f"{LAYERS}/{i}"
+
+
+def write_owned(arr: Any, start: int, values: np.ndarray, chunk_rows: int) -> int:
+    """Write ``values`` from row ``start`` (a chunk boundary), zero-padding the last chunk; returns the
+    number of chunks written. Every write covers whole chunks, so zarr never reads one back."""
+    if start % chunk_rows:
+        raise GlispError(f"write at row {start}: not a multiple of the chunk rows {chunk_rows}")
+    n = len(values)
+    if n == 0:
+        return 0
+    pad = -n % chunk_rows
+    if pad:
+        values = np.concatenate([values, np.zeros((pad,) + values.shape[1:], values.dtype)])
+    arr[start : start + len(values)] = values
+    return len(values) // chunk_rows
+
+
+def stored_bytes(arr: Any, chunks: range) -> int:
+    """Compressed bytes of these chunks of a 2-d (row-chunked) or 1-d array, as the store holds them."""
+    from zarr.core.sync import sync
+
+    store = arr.store_path.store
+    base = arr.store_path.path
+    ncol = (0,) if arr.ndim == 2 else ()
+
+    async def sizes() -> int:
+        total = 0
+        for c in chunks:
+            key = f"{base}/{arr.metadata.encode_chunk_key((c, *ncol))}"
+            total += await store.getsize(key)
+        return total
+
+    return int(sync(sizes()))
+
+
+def read_rows(arr: Any, rows: np.ndarray) -> tuple[np.ndarray, int]:
+    """Rows ``rows`` (any order, repeats allowed) of a layer array, reading each chunk they touch once;
+    returns the rows and the number of chunks read."""
+    rows = np.asarray(rows, np.int64)
+    if len(rows) == 0:
+        return np.empty((0,) + tuple(arr.shape[1:]), arr.dtype), 0
+    uniq, inv = np.unique(rows, return_inverse=True)
+    chunk_rows = arr.chunks[0]
+    nchunks = len(np.unique(uniq // chunk_rows))
+    sel = (uniq,) + (slice(None),) * (arr.ndim - 1)
+    vals = arr.get_orthogonal_selection(sel)
+    return vals[inv], nchunks

@@ -1,0 +1,318 @@
+"""The work of one Spark task: one partition, one layer.
+
+Layer 0 copies the features of the partition's vertices into its rows. Layer ``l >= 1``:
+
+1. samples one hop for every vertex the partition masters (Gather at every partition holding its
+   edges, Apply), with the request seed of the hop slice ``l - 1`` aggregates;
+2. builds the static cache on local disk: the previous layer's rows of its own vertices (from the local
+   file its task of layer ``l - 1`` wrote on this host, else its own chunks of the Zarr array) and of every
+   sampled neighbour mastered elsewhere (read from Zarr, each global chunk decoded once), under local ids
+   in the chosen order;
+3. streams its vertices in that order, ``batch_size`` at a time, through slice ``l - 1``, reading rows
+   through the dynamic chunk cache;
+4. writes its output rows to its own chunks of the layer-``l`` array as they fill up (and to a local
+   file for its next layer).
+
+Only a small dict of metrics goes back to the driver.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+import uuid
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from glisp_core.errors import GlispError
+from glisp_infer.cache import ChunkCache, StaticCache, capacity_of, simulate_hits
+from glisp_infer.plan import InferPlan, load_model, resolve_device, set_threads
+from glisp_infer.sampling import FULL, edge_slots, hop_of, layer_request, max_degree, sample_masters
+from glisp_infer.store import INDEX_POS, INDEX_ROW, INDEX_VID, layer_name, open_array, stored_bytes, write_owned
+
+
+class OwnedWriter:
+    """Streams a task's output rows into its own chunks of a layer array, whole chunks only, and (with
+    ``local``) into a file on local disk that becomes the own part of the task's next static cache."""
+
+    def __init__(self, arr: Any, start: int, chunk_rows: int, fault: tuple[int, bool] | None = None,
+                 local: Path | None = None) -> None:  # fmt: skip
+        self.arr, self.next_row, self.chunk_rows = arr, start, chunk_rows
+        self.buf: list[np.ndarray] = []
+        self.buffered = 0
+        self.chunks = 0
+        self.seconds = 0.0
+        self.fault = fault  # (chunks, raise instead of exiting): die after writing that many chunks
+        self.local = local
+        self._tmp = local.with_name(f".{local.name}.{uuid.uuid4().hex[:8]}") if local else None
+        self._fh = open(self._tmp, "wb") if self._tmp else None  # noqa: SIM115 - closed in close()
+
+    def add(self, rows: np.ndarray) -> None:
+        self.buf.append(rows)
+        self.buffered += len(rows)
+        if self._fh is not None:
+            self._fh.write(np.ascontiguousarray(rows, np.float32).tobytes())
+        if self.buffered >= self.chunk_rows:
+            self._flush(self.buffered - self.buffered % self.chunk_rows)
+
+    def close(self) -> None:
+        self._flush(self.buffered)
+        if self._fh is not None:
+            self._fh.close()
+            os.replace(self._tmp, self.local)  # complete, or absent: a reader never sees half of it
+            self._fh = None
+
+    def abort(self) -> None:
+        if self._fh is not None:
+            self._fh.close()
+            self._tmp.unlink(missing_ok=True)
+            self._fh = None
+
+    def _flush(self, n: int) -> None:
+        if n == 0:
+            return
+        t = time.perf_counter()
+        allrows = np.concatenate(self.buf) if len(self.buf) > 1 else self.buf[0]
+        self.chunks += write_owned(self.arr, self.next_row, allrows[:n], self.chunk_rows)
+        self.next_row += n
+        rest = allrows[n:]
+        self.buf, self.buffered = ([rest] if len(rest) else []), len(rest)
+        self.seconds += time.perf_counter() - t
+        if self.fault is not None and self.chunks >= self.fault[0]:
+            if self.fault[1]:
+                raise GlispError(f"injected failure after writing {self.chunks} chunks")
+            os._exit(17)  # a crash: the Python worker dies mid-task, as a killed executor would
+
+
+def parse_fault(plan: InferPlan, layer: int, part: int, attempt: int) -> tuple[int, bool] | None:
+    """The test hook ``plan.fault = "layer:part:chunks[:raise]"``, armed on a task's first attempt only."""
+    if not plan.fault or attempt > 0:
+        return None
+    f = plan.fault.split(":")
+    if int(f[0]) != layer or int(f[1]) != part:
+        return None
+    return int(f[2]), len(f) > 3 and f[3] == "raise"
+
+
+def task_vertices(plan: InferPlan, part: int) -> np.ndarray:
+    """The vertices partition ``part`` infers, in row order (its slice of ``index/vid``)."""
+    start, n = plan.layout.starts[part], plan.layout.counts[part]
+    vids = np.asarray(open_array(plan.store, INDEX_VID)[start : start + n], np.int64)
+    if (vids < 0).any():
+        raise GlispError(f"{plan.store}/{INDEX_VID}: padding inside partition {part}'s rows (the index is incomplete)")
+    return vids
+
+
+def write_features(plan: InferPlan, part: int, attempt: int = 0) -> dict[str, Any]:
+    """Layer 0: the features of the partition's vertices, read from the partition they are stored in."""
+    from glisp_core.partition_format import open_partition
+
+    t0, c0 = time.perf_counter(), time.process_time()
+    reader = open_partition(plan.partition_dir(part), verify=False)
+    vids = task_vertices(plan, part)
+    if reader.features is None:
+        raise GlispError(f"{reader.path}: no features stored; layerwise inference starts from vertex features")
+    rows = reader.feature_rows(vids)
+    if (rows < 0).any():
+        raise GlispError(f"{reader.path}: vertices {vids[rows < 0][:3].tolist()} are not mastered here")
+    arr = open_array(plan.store, layer_name(0), mode="r+")
+    writer = OwnedWriter(arr, plan.layout.starts[part], plan.layout.chunk_rows, parse_fault(plan, 0, part, attempt),
+                         _keep_local(plan, 0, part))  # fmt: skip
+    try:
+        step = plan.layout.chunk_rows * 8
+        for a in range(0, len(vids), step):
+            writer.add(np.asarray(reader.features[rows[a : a + step]], np.float32))
+        writer.close()
+    finally:
+        writer.abort()
+    return _write_metrics(plan, part, 0, arr, writer, attempt, t0, c0)
+
+
+def _write_metrics(plan: InferPlan, part: int, layer: int, arr: Any, w: OwnedWriter, attempt: int, t0: float,
+                   c0: float) -> dict:  # fmt: skip
+    raw = plan.layout.counts[part] * plan.dims[layer] * 4  # the rows' bytes (padding compresses to almost nothing)
+    stored = stored_bytes(arr, plan.layout.chunks_of(part))
+    return {"part": part, "layer": layer, "attempt": attempt, "rows": plan.layout.counts[part], "chunks_written": w.chunks,
+            "bytes_written": stored, "raw_bytes": raw, "write_s": w.seconds, "total_s": time.perf_counter() - t0,
+            "cpu_s": time.process_time() - c0}  # fmt: skip
+
+
+class _Engines:
+    """Sampling engines of the partitions this task gathers from, opened on first use (memory-mapped)."""
+
+    def __init__(self, plan: InferPlan, own: Any) -> None:
+        from glisp_serving.engine import PartitionSampler
+
+        self.plan, self._make = plan, PartitionSampler
+        self.engines = {own.part_id: PartitionSampler(own)}
+
+    def __call__(self, k: int) -> Any:
+        from glisp_core.partition_format import open_partition
+
+        if k not in self.engines:
+            self.engines[k] = self._make(open_partition(self.plan.partition_dir(k), verify=False))
+        return self.engines[k]
+
+
+def _keep_local(plan: InferPlan, layer: int, part: int) -> Path | None:
+    """The local file of this task's output rows, when its next layer will use them."""
+    return plan.own_rows_file(layer, part) if plan.local_own_rows and layer < plan.layers else None
+
+
+def _own_file(plan: InferPlan, layer: int, part: int, n: int, dim: int) -> Path | None:
+    """This host's complete copy of the partition's rows of ``layer``, if its previous task left one here."""
+    if not plan.local_own_rows:
+        return None
+    f = plan.own_rows_file(layer, part)
+    return f if f.exists() and f.stat().st_size == n * dim * 4 else None
+
+
+def fill_static(put: Any, arr: Any, rows: np.ndarray, chunk_rows: int) -> int:
+    """``put(j, row)`` the layer row ``rows[j]`` for every j, decoding each global chunk they touch once;
+    returns the number of global chunks read."""
+    order = np.argsort(rows, kind="stable")
+    srt = rows[order]
+    chunk = srt // chunk_rows
+    cuts = np.flatnonzero(np.diff(chunk)) + 1
+    for lo, hi in zip(np.r_[0, cuts].tolist(), np.r_[cuts, len(srt)].tolist(), strict=True):
+        a = int(chunk[lo]) * chunk_rows
+        block = np.asarray(arr[a : a + chunk_rows])
+        put(order[lo:hi], block[srt[lo:hi] - a])
+    return len(cuts) + 1 if len(srt) else 0
+
+
+def build_static(
+    plan: InferPlan, layer: int, part: int, vids: np.ndarray, nbrs: np.ndarray
+) -> tuple[StaticCache, int, bool]:
+    """The static cache of slice ``layer - 1``: the layer-``layer - 1`` rows of the task's vertices and of every
+    sampled neighbour, local ids sorted by the order's global position. The own rows come from the local file
+    the partition's previous task wrote on this host (else its own chunks of the Zarr array), the others from
+    Zarr, each global chunk decoded once. Returns the cache, the global chunks decoded, whether the own rows
+    were local."""
+    i, d_in = layer - 1, plan.dims[layer - 1]
+    ids = np.unique(np.concatenate([vids, nbrs]))
+    ids = ids[np.argsort(open_array(plan.store, INDEX_POS).get_orthogonal_selection(ids), kind="stable")]
+    cache = StaticCache(plan.scratch(), ids, d_in, plan.cache_chunk_rows)
+    arr = open_array(plan.store, layer_name(i))
+    c, n = plan.layout.chunk_rows, len(vids)
+    own_file = _own_file(plan, i, part, n, d_in)
+    chunks = 0
+    try:
+        own_local = cache.local_ids(vids)
+        src = np.memmap(own_file, dtype=np.float32, mode="r", shape=(n, d_in)) if own_file and n else None
+        for a in range(0, n, c):  # own rows: one contiguous run of whole chunks, in row order
+            b = min(a + c, n)
+            if src is None:
+                start = plan.layout.starts[part]
+                block, chunks = np.asarray(arr[start + a : start + b]), chunks + 1
+            else:
+                block = np.asarray(src[a:b])
+            cache.put(own_local[a:b], block)
+        foreign = np.flatnonzero(~np.isin(ids, vids))
+        rows = np.asarray(open_array(plan.store, INDEX_ROW).get_orthogonal_selection(ids[foreign]), np.int64)
+        chunks += fill_static(lambda j, r: cache.put(foreign[j], r), arr, rows, c)
+    except BaseException:
+        cache.close()
+        raise
+    return cache, chunks, own_file is not None
+
+
+def infer_layer(plan: InferPlan, layer: int, part: int, attempt: int = 0) -> dict[str, Any]:
+    """Compute layer ``layer`` (>= 1) of the vertices partition ``part`` masters; returns its metrics."""
+    from glisp_core.partition_format import open_partition
+
+    t0, c0 = time.perf_counter(), time.process_time()  # CPU: the task's process, zarr's codec threads included
+    set_threads(plan.threads)
+    i = layer - 1
+    reader = open_partition(plan.partition_dir(part), verify=False)
+    vids = task_vertices(plan, part)
+    n = len(vids)
+    m: dict[str, Any] = {"part": part, "layer": layer, "attempt": attempt, "vertices": n}
+    # 1. one hop for every vertex the task infers
+    hop = hop_of(i, plan.layers)
+    f = plan.fanouts[hop]
+    full = max_degree([reader], plan.direction, reader.to_local(vids)) if f == FULL else 0
+    req = layer_request(f, plan.relations, full, plan.seed, hop, plan.direction)
+    sample, interior = sample_masters(reader, vids, req, _Engines(plan, reader))
+    m["sample_s"] = time.perf_counter() - t0
+    # 2. the static cache: own rows and every sampled neighbour's
+    t = time.perf_counter()
+    cache, m["fill_chunks"], m["own_rows_local"] = build_static(plan, layer, part, vids, sample.nbrs)
+    m["fill_s"] = time.perf_counter() - t
+    # 3. stream the vertices through the slice, 4. writing the output rows
+    out = open_array(plan.store, layer_name(layer), mode="r+")
+    writer = None
+    try:
+        writer = OwnedWriter(out, plan.layout.starts[part], plan.layout.chunk_rows,
+                             parse_fault(plan, layer, part, attempt), _keep_local(plan, layer, part))  # fmt: skip
+        dyn = ChunkCache(cache, capacity_of(cache.num_chunks, plan.cache_fraction, plan.cache_chunks),
+                         plan.cache_policy)  # fmt: skip
+        m.update(stream(plan, layer, cache, dyn, vids, sample, writer))
+        writer.close()
+    finally:
+        if writer is not None:
+            writer.abort()
+        cache.close()
+    plan.own_rows_file(i, part).unlink(missing_ok=True)  # consumed; a retry reads the own rows from Zarr
+    nf = len(cache.ids) - n
+    m.update(interior=int(interior.sum()), boundary=int(n - interior.sum()), sampled_edges=int(len(sample.nbrs)),
+             static_rows=n + nf, static_foreign_rows=nf, static_bytes=(n + nf) * plan.dims[i] * 4,
+             static_lookups=int(n + len(sample.nbrs)), static_hits=int(n + len(sample.nbrs)),
+             fanout=int(full if f == FULL else f))  # fmt: skip
+    m.update(_write_metrics(plan, part, layer, out, writer, attempt, t0, c0))
+    return m
+
+
+def stream(plan: InferPlan, layer: int, cache: StaticCache, dyn: ChunkCache, vids: np.ndarray, sample: Any,
+           writer: OwnedWriter) -> dict[str, Any]:  # fmt: skip
+    """Slice ``layer - 1`` over ``vids`` in order, ``plan.batch_size`` at a time, reading every row through
+    the dynamic cache; returns the read and compute seconds and the cache metrics."""
+    import torch
+
+    from glisp_serving.apply import relabel
+
+    device = resolve_device(plan.device)
+    model = load_model(plan.checkpoint, str(device))
+    n = len(vids)
+    loc_v, loc_n = cache.local_ids(vids), cache.local_ids(sample.nbrs)
+    per_vertex = sample.counts.sum(axis=1)
+    eoff = np.zeros(n + 1, np.int64)
+    np.cumsum(per_vertex, out=eoff[1:])
+    slots = torch.from_numpy(edge_slots(sample.counts)) if plan.relations else None
+    scratch = np.full(len(cache.ids), -1, np.int64)
+    trace, read_s, compute_s = [], 0.0, 0.0
+    for b in range(0, n, plan.batch_size):
+        e = min(b + plan.batch_size, n)
+        tr = time.perf_counter()
+        src, nb_pos = relabel(loc_v[b:e], loc_n[eoff[b] : eoff[e]], scratch)
+        x, touched = dyn.gather(src)
+        trace.append(touched)
+        tc = time.perf_counter()
+        read_s += tc - tr
+        dst_pos = np.repeat(np.arange(e - b, dtype=np.int64), per_vertex[b:e])
+        ei = torch.from_numpy(np.stack([nb_pos, dst_pos])).to(device)
+        et = slots[eoff[b] : eoff[e]].to(device) if slots is not None else None
+        with torch.no_grad():
+            h = model.layer(layer - 1, torch.from_numpy(x).to(device), ei, e - b, et).to("cpu", torch.float32)
+        compute_s += time.perf_counter() - tc
+        writer.add(h.numpy())  # timed by the writer
+    return {"read_s": read_s, "compute_s": compute_s, "model_s": read_s + compute_s,
+            **_cache_metrics(plan, dyn, cache.num_chunks, trace)}  # fmt: skip
+
+
+def _cache_metrics(plan: InferPlan, dyn: ChunkCache, num_chunks: int, batches: list[np.ndarray]) -> dict[str, Any]:
+    """Chunk reads and dynamic-cache hits, plus the hits of the same reads under both policies and sizes."""
+    trace = np.concatenate(batches) if batches else np.empty(0, np.int64)
+    bounds = np.zeros(len(batches) + 1, np.int64)
+    np.cumsum([len(b) for b in batches], out=bounds[1:])
+    shadow: dict[str, dict[str, int]] = {"fifo": {}, "lru": {}}
+    for frac in plan.shadow_fractions:
+        cap = capacity_of(num_chunks, frac)
+        for pol in ("fifo", "lru"):
+            hits = simulate_hits(trace, bounds, max(num_chunks, 1), cap, pol == "lru") if len(trace) else 0
+            shadow[pol][f"{frac:g}"] = int(hits)
+    return {"chunk_reads": dyn.reads, "dynamic_hits": dyn.hits, "dynamic_misses": dyn.misses,
+            "cache_capacity": dyn.capacity, "static_chunks": num_chunks, "evictions": dyn.evictions,
+            "shadow_hits": shadow}  # fmt: skip

@@ -1,0 +1,150 @@
+"""Layerwise inference end to end on real Spark, Zarr and Parquet: exact against an in-memory full-graph
+forward pass at full fanout, and against sample-wise inference over the same neighbour samples."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pyarrow.parquet as pq
+import pytest
+
+from glisp_core.dataset.manifest import Manifest
+from tests.glisp_infer.conftest import infer_cfg, make_model
+
+pytestmark = pytest.mark.usefixtures("spark")
+
+
+def _infer(spark, g, arch, run, layers=2, task="node", out_dim=3, **infer):
+    from glisp_infer.job import run_infer
+    from glisp_train.publish import publish_model
+
+    model = make_model(arch, layers=layers, task=task, out_dim=out_dim)
+    publish_model(g.dv, run, model, g.run)
+    rec = run_infer(spark, infer_cfg(model=run, run=run, **infer), g.dv)
+    return model, rec
+
+
+def _rows_by_vid(g, rec, layer=-1):
+    """Every vertex's row of a layer, by vertex id, through the Parquet index and the Zarr array."""
+    from glisp_infer.read import InferenceRun
+
+    r = InferenceRun(g.dv, rec.name.split("/", 1)[1])
+    idx = pq.read_table(r.path / "index").to_pandas().sort_values("vid")
+    return np.asarray(r.layer(layer)[:])[idx["row"].to_numpy()], idx, r
+
+
+def test_full_fanout_equals_full_graph_forward_and_every_vertex_has_one_row(spark, infer_graph, tmp_path) -> None:
+    """SAGE at full fanout, Zarr in an external store given as a file:// URL."""
+    from glisp_infer.store import open_array
+
+    g = infer_graph
+    model, rec = _infer(spark, g, "sage", "sage-full", store=f"file://{tmp_path}/store")
+    got, idx, r = _rows_by_vid(g, rec)
+    np.testing.assert_allclose(got, g.reference(model).numpy(), rtol=1e-4, atol=1e-5)
+    # every vertex exactly one row, rows inside its partition's padded range; padding rows hold no vertex
+    assert np.array_equal(idx["vid"].to_numpy(), np.arange(g.n)) and idx["row"].is_unique
+    lay = rec.counts
+    starts, counts = lay["row_start_per_part"], lay["vertices_per_part"]
+    part, row = idx["part"].to_numpy(), idx["row"].to_numpy()
+    assert ((row >= np.take(starts, part)) & (row < np.take(starts, part) + np.take(counts, part))).all()
+    vid_of_row = np.asarray(open_array(r.url, "index/vid")[:])
+    assert np.array_equal(np.sort(vid_of_row[vid_of_row >= 0]), np.arange(g.n))
+    assert starts[0] == 0 and all(s % 16 == 0 for s in starts)
+    # own rows of every layer came from the local files the previous tasks wrote
+    assert [rec.metrics["layers"][f"layer{i}"]["own_rows_local"] for i in (1, 2)] == [3, 3]
+    # layer 0 is the features; the external store is what the stage points to
+    np.testing.assert_array_equal(_rows_by_vid(g, rec, 0)[0], g.features)
+    assert json.loads((r.path / "store.json").read_text())["url"].startswith(f"file://{tmp_path}/store/")
+    assert not (r.path / "zarr").exists()
+    # predictions and embeddings Parquet, with original ids
+    pred = pq.read_table(r.path / "predictions").to_pandas().sort_values("vid")
+    ref = g.reference(model).numpy()
+    assert np.array_equal(pred["prediction"].to_numpy(), ref.argmax(1)) and len(pred) == g.n
+    assert (pred["orig_id"].to_numpy() == np.arange(g.n).astype(str)).all()
+    emb = pq.read_table(r.path / "embeddings").to_pandas().sort_values("vid")
+    np.testing.assert_allclose(np.stack(emb["embedding"].to_numpy()), ref, rtol=1e-4, atol=1e-5)
+
+
+def test_typed_rgcn_at_full_fanout(spark, infer_graph) -> None:
+    """R-GCN on out-edges (against the checkpoint's "in"); own rows read back from Zarr rather than kept locally."""
+    g = infer_graph
+    model, rec = _infer(spark, g, "rgcn", "rgcn-full", direction="out", local_own_rows=False)
+    got, _, _ = _rows_by_vid(g, rec)
+    np.testing.assert_allclose(got, g.reference(model, direction="out").numpy(), rtol=1e-4, atol=1e-5)
+    assert rec.metrics["layers"]["layer2"]["own_rows_local"] == 0
+
+
+@pytest.fixture(scope="module")
+def sampled(spark, infer_graph):
+    """GAT with fanouts [4, 3], in PDS and NS order."""
+    g = infer_graph
+    model, pds = _infer(spark, g, "gat", "gat-s", fanouts=[4, 3], seed=5, order="pds")
+    _, ns = _infer(spark, g, "gat", "gat-s-ns", fanouts=[4, 3], seed=5, order="ns")
+    return model, pds, ns
+
+
+def test_sampled_equals_samplewise_over_the_same_samples(infer_graph, sampled) -> None:
+    from glisp_infer.samplewise import Samplewise
+
+    g = infer_graph
+    model, pds, _ = sampled
+    got, _, _ = _rows_by_vid(g, pds)
+    sw = Samplewise.in_process(g.dv, g.run)
+    seeds = np.random.default_rng(0).permutation(g.n)
+    assert pds.params["direction"] == "in"  # the checkpoint's, as glisp train writes it
+    res = sw.run(model, seeds, [4, 3], batch_size=50, seed=5, direction="in")
+    np.testing.assert_allclose(res.embeddings, got[seeds], rtol=1e-4, atol=1e-5)
+    # another seed, other samples
+    other = sw.run(model, seeds[:60], [4, 3], batch_size=50, seed=6, direction="in").embeddings
+    assert not np.allclose(other, got[seeds[:60]], atol=1e-3)
+    assert not np.allclose(got, g.reference(model).numpy(), atol=1e-3)  # sampling changed the result
+
+
+def test_order_changes_layout_and_reads_not_embeddings(infer_graph, sampled) -> None:
+    g = infer_graph
+    _, pds, ns = sampled
+    a, ia, _ = _rows_by_vid(g, pds)
+    b, ib, _ = _rows_by_vid(g, ns)
+    np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-6)
+    assert not np.array_equal(ia["row"].to_numpy(), ib["row"].to_numpy())
+    for rec in (pds, ns):
+        m = rec.metrics
+        lay = m["layers"]["layer1"]
+        assert m["chunk_reads"] > 0 and lay["static_hits"] == lay["static_lookups"] > g.n
+        assert lay["dynamic_hits"] + lay["dynamic_misses"] == lay["chunk_reads"]
+        assert 0 < lay["bytes_written"] and lay["compression_ratio"] > 0
+        assert set(lay["shadow_hit_ratio"]) == {"fifo", "lru"}
+    man = Manifest.read(g.dv.manifest_path)
+    assert man.stage("infer/gat-s").params["order"] == "pds" and man.stage("infer/gat-s-ns").params["order"] == "ns"
+
+
+def test_glisp_train_then_glisp_infer_equals_the_full_graph_forward(infer_graph, tmp_path, capsys) -> None:
+    """The real chain: ``glisp train`` through a served cluster publishes train/<name>; ``glisp infer`` reads
+    that checkpoint and its partition run and writes every vertex's output, equal to the trained model's
+    in-memory full-graph forward pass (along the in-edges the model was trained on: the graph is directed)."""
+    from glisp_core.cli import main as glisp
+    from glisp_core.models import load_checkpoint
+    from tests.glisp_serving.conftest import Cluster
+
+    g = infer_graph
+    cluster = Cluster(g.dv, g.run, tmp_path)
+    try:
+        args = ["train", "--cluster", str(cluster.cluster_file), "--task", "node", "--model", "sage", "--epochs", "2",
+                "--fanouts", "4,3", "--name", "trained", "--set", "train.hidden=8", "--set", "train.batch_size=64"]  # fmt: skip
+        assert glisp(args) == 0
+    finally:
+        assert cluster.stop() == 0
+    trained, doc = load_checkpoint(g.dv.train("trained"))
+    assert doc["partition_run"] == g.run and doc["direction"] == "in"
+    args = ["infer", str(g.dv.path), "--model", "trained", "--fanouts", "full", "--set", "infer.chunk_rows=16"]
+    assert glisp(args) == 0
+    assert "infer/trained-pds: 262 vertices x 2 layers" in capsys.readouterr().out
+    rec = Manifest.read(g.dv.manifest_path).stage("infer/trained-pds")
+    assert rec.params["direction"] == "in" and rec.params["partition"] == g.run
+    got, _, r = _rows_by_vid(g, rec)
+    ref = g.reference(trained.eval()).numpy()
+    np.testing.assert_allclose(got, ref, rtol=1e-4, atol=1e-5)
+    assert not np.allclose(got, g.reference(trained, direction="out").numpy(), atol=1e-3)
+    pred = pq.read_table(r.path / "predictions").to_pandas().sort_values("vid")
+    assert np.array_equal(pred["prediction"].to_numpy(), ref.argmax(1))

@@ -1,0 +1,68 @@
+"""The Zarr layout: every chunk belongs to one partition, writes cover whole chunks, reads count chunks."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from glisp_core.errors import GlispError
+from glisp_infer.store import (
+    Codec,
+    RowLayout,
+    create_arrays,
+    layer_name,
+    open_array,
+    read_rows,
+    stored_bytes,
+    write_owned,
+)
+
+
+def test_row_layout_pads_each_partition_to_whole_chunks() -> None:
+    lay = RowLayout(16, (20, 0, 16, 1))
+    assert lay.padded == (32, 0, 16, 16) and lay.starts == (0, 32, 32, 48) and lay.rows == 64
+    assert [list(lay.chunks_of(k)) for k in range(4)] == [[0, 1], [], [2], [3]]
+    assert RowLayout.from_dict(lay.to_dict()) == lay
+    owner = np.concatenate([np.full(p // 16, k) for k, p in enumerate(lay.padded)])
+    assert len(owner) == lay.rows // 16  # each chunk has exactly one owning partition
+
+
+def test_owned_writes_and_chunk_counted_reads(tmp_path) -> None:
+    lay = RowLayout(4, (6, 3))
+    url = str(tmp_path / "z")
+    create_arrays(url, lay, [3], 9, Codec("blosclz", 9, "bitshuffle"), {"order": "pds"})
+    arr = open_array(url, layer_name(0), mode="r+")
+    vals = np.arange(27, dtype=np.float32).reshape(9, 3)
+    assert write_owned(arr, 0, vals[:6], 4) == 2 and write_owned(arr, 8, vals[6:], 4) == 1
+    with pytest.raises(GlispError, match="not a multiple of the chunk rows"):
+        write_owned(arr, 6, vals[:2], 4)
+    got = np.asarray(open_array(url, layer_name(0))[:])
+    np.testing.assert_array_equal(got[[0, 1, 2, 3, 4, 5, 8, 9, 10]], vals)
+    assert not got[[6, 7, 11]].any()  # padding rows are zero
+    rows, nch = read_rows(open_array(url, layer_name(0)), np.array([9, 0, 9, 5]))
+    np.testing.assert_array_equal(rows, vals[[7, 0, 7, 5]])
+    assert nch == 3 and stored_bytes(arr, lay.chunks_of(0)) > 0
+    with pytest.raises(GlispError, match="clevel"):
+        Codec("blosclz", 11).zarr_codec()
+
+
+def test_small_partitions_get_smaller_chunks() -> None:
+    from glisp_infer.job import effective_chunk_rows
+
+    assert effective_chunk_rows(32768, [65536, 70000]) == 32768
+    assert effective_chunk_rows(32768, [3000, 2900]) == 3072  # not 32,768 rows of padding per partition
+    assert effective_chunk_rows(16, [100, 90]) == 16
+
+
+def test_a_link_split_model_infers_over_the_full_run() -> None:
+    """A model trained on a ``glisp link-split`` run (params as link_split publishes them) infers over the run
+    it was derived from; any other run is kept."""
+    from glisp_core.dataset.manifest import Manifest, StageRecord
+    from glisp_infer.job import full_run
+
+    def part(name: str, **params) -> StageRecord:
+        return StageRecord(f"partition/{name}", f"partition/{name}", "f", params={"parts": 2, **params})
+
+    m = Manifest("g", "v", stages={r.name: r for r in (part("p2"), part("p2-lp", edge_subset=True, derived_from="p2"))})
+    assert full_run(m, "p2-lp") == "p2" and full_run(m, "p2") == "p2"
+    assert full_run(m, "gone") == "gone" and full_run(m, None) is None
