@@ -1,7 +1,8 @@
 """Read one configured source (a file, a directory or a glob; CSV/TSV or Parquet) into a DataFrame.
 
-CSV is read with every column as a string, in PERMISSIVE mode with a corrupt-record column, so a row
-with the wrong number of fields is kept and reported rather than silently padded or dropped. The files
+CSV is read by the executors with pyarrow (``arrowcsv``): every column a string (or typed where the
+caller asks and the text is canonical), and a row with the wrong number of fields kept with its raw
+text in a corrupt-record column, so it is reported rather than silently padded or dropped. The files
 are expanded on the driver (they are fingerprinted anyway) and each row carries the index of its file.
 """
 
@@ -92,10 +93,23 @@ def _file_index_expr(files: list[Path], offset: int):
     return F.coalesce(F.create_map(*pairs)[F.input_file_name()], F.lit(-1)).cast("int")
 
 
-def read_source(spark, src: EdgeSource | VertexSource, what: str, files: list[Path], file_offset: int) -> SourceFrame:
-    """Read ``files`` of ``src``; ``file_offset`` numbers its files after those of earlier sources."""
+def read_source(
+    spark,
+    src: EdgeSource | VertexSource,
+    what: str,
+    files: list[Path],
+    file_offset: int,
+    typed: dict[str, str] | None = None,
+    seq: int = 0,
+) -> SourceFrame:
+    """Read ``files`` of ``src``; ``file_offset`` numbers its files after those of earlier sources.
+
+    ``typed`` ({column: "long" | "double"}) asks a CSV reader for typed columns (see ``arrowcsv``);
+    ``seq`` (the source's index in the run) keeps row positions unique across sources.
+    """
     from pyspark.sql import functions as F
-    from pyspark.sql import types as T
+
+    from spark_jobs.ingest import arrowcsv
 
     fmt = detect_format(src, files, what)
     paths = [str(f) for f in files]
@@ -105,9 +119,6 @@ def read_source(spark, src: EdgeSource | VertexSource, what: str, files: list[Pa
         df = df.withColumn(CORRUPT, F.lit(None).cast("string"))
     else:
         delim = src.delimiter or ("\t" if fmt == "tsv" else ",")
-        opts = {"header": str(src.header).lower(), "sep": delim, "quote": '"', "escape": '"'}
-        if src.comment:
-            opts["comment"] = src.comment
         if src.columns:
             columns = list(src.columns)
         else:
@@ -126,11 +137,18 @@ def read_source(spark, src: EdgeSource | VertexSource, what: str, files: list[Pa
                 "in the header repeat a column name",
                 hint="give unique column names (or set columns = [...] with header = false)",
             )
-        schema = T.StructType(
-            [T.StructField(c, T.StringType()) for c in columns] + [T.StructField(CORRUPT, T.StringType())]
+        spec = arrowcsv.CsvSpec(
+            columns=tuple(columns),
+            delimiter=delim,
+            comment=src.comment,
+            header=src.header,
+            typed=tuple((c, k) for c, k in (typed or {}).items() if c in columns),
         )
-        df = spark.read.options(**opts, mode="PERMISSIVE", columnNameOfCorruptRecord=CORRUPT).schema(schema).csv(paths)
-    df = df.withColumn(FID, _file_index_expr(files, file_offset)).withColumn(ROWPOS, F.monotonically_increasing_id())
+        tasks = arrowcsv.plan_chunks(files, file_offset, src.header, arrowcsv.default_parallelism(spark))
+        df = arrowcsv.csv_frame(spark, tasks, spec, seq)
+        return SourceFrame(df=df, files=files, fmt=fmt, columns=columns)
+    pos = F.monotonically_increasing_id() + F.lit(seq << arrowcsv.SOURCE_SHIFT)
+    df = df.withColumn(FID, _file_index_expr(files, file_offset)).withColumn(ROWPOS, pos)
     return SourceFrame(df=df, files=files, fmt=fmt, columns=columns)
 
 
