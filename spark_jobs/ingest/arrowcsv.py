@@ -4,11 +4,10 @@ Why not Spark's CSV reader: to see rows with the wrong number of fields it must 
 mode with column pruning off, and it then costs about 1.5 us per row on one core and hands every
 field over as a string. Here each task reads whole lines of a byte range of a file from the shared
 file system (the same access Spark's reader needs), parses them with ``pyarrow.csv`` (about 0.25 us
-per row) and hands id/weight/timestamp columns over typed where the text is canonical
-(``textparse``). The frame has the same meaning as Spark's PERMISSIVE frame:
+per row). ``edgestage`` uses the parsed chunks directly; ``csv_frame`` hands them to Spark with the
+same meaning as Spark's PERMISSIVE frame:
 
-- every column is a string, except that a column named in ``typed`` comes as ``<name>`` (typed,
-  where the text is canonical) plus ``<name>__txt`` (the text where it is not);
+- every column is a string;
 - a row with the wrong number of fields is kept: its raw line in ``_corrupt``, nulls elsewhere;
 - lines starting with the comment character and empty lines are skipped; with ``header`` the first
   remaining line of every file is the header; '"' quotes with '""' inside; an empty field is null;
@@ -25,7 +24,6 @@ from pathlib import Path
 
 import numpy as np
 
-TXT = "__txt"  # suffix of the text part of a typed column
 SOURCE_SHIFT = 55
 _CHUNK_SHIFT = 33
 _MIN_CHUNK = 4 << 20
@@ -48,7 +46,6 @@ class CsvSpec:
     delimiter: str
     comment: str
     header: bool
-    typed: tuple[tuple[str, str], ...]  # (column, "long" | "double")
 
 
 def plan_chunks(files: list[Path], file_offset: int, header: bool, parallelism: int) -> list[list[Chunk]]:
@@ -170,80 +167,91 @@ def parse_chunk(data: bytes, spec: CsvSpec):
 
 
 def output_schema(spec: CsvSpec):
-    """The Spark schema of the frame: source columns (typed ones split), _corrupt, _fid, _rowpos."""
+    """The Spark schema of the text frame: source columns (strings), _corrupt, _fid, _rowpos."""
     from pyspark.sql import types as T
 
     from spark_jobs.ingest.readers import CORRUPT, FID, ROWPOS
 
-    kinds = dict(spec.typed)
-    fields = []
-    for c in spec.columns:
-        if c in kinds:
-            t = T.LongType() if kinds[c] == "long" else T.DoubleType()
-            fields += [T.StructField(c, t), T.StructField(c + TXT, T.StringType())]
-        else:
-            fields.append(T.StructField(c, T.StringType()))
+    fields = [T.StructField(c, T.StringType()) for c in spec.columns]
     fields += [T.StructField(CORRUPT, T.StringType()), T.StructField(FID, T.IntegerType())]
     fields.append(T.StructField(ROWPOS, T.LongType()))
     return T.StructType(fields)
 
 
-def _chunk_batches(c: Chunk, spec: CsvSpec, rowpos0: int):
-    """Record batches of one chunk: the parsed rows, then the malformed ones."""
-    import pyarrow as pa
-
-    from spark_jobs.ingest.readers import CORRUPT, FID, ROWPOS
-    from spark_jobs.ingest.textparse import split_typed
-
+def chunk_table(c: Chunk, spec: CsvSpec):
+    """(string Table, raw text of each malformed row) of one chunk: comments and header removed."""
     data = read_lines(c)
     if spec.comment:
         data = drop_comment_lines(data, spec.comment)
     if c.header:
         data = drop_header_line(data)
-    table, bad = parse_chunk(data, spec)
-    kinds = dict(spec.typed)
+    return parse_chunk(data, spec)
+
+
+def text_batches(table, bad: list[str], fid: int, rowpos: np.ndarray, bad_rowpos: np.ndarray):
+    """Record batches of the text frame: the parsed rows, then the malformed ones (nulls + _corrupt)."""
+    import pyarrow as pa
+
+    from spark_jobs.ingest.readers import CORRUPT, FID, ROWPOS
+
     n = table.num_rows
-    out: dict[str, pa.Array] = {}
-    for name in spec.columns:
-        col = table.column(name).combine_chunks() if n else pa.array([], pa.string())
-        if name in kinds:
-            typed, text = split_typed(col, kinds[name])
-            out[name], out[name + TXT] = typed, text
-        else:
-            out[name] = col
-    out[CORRUPT] = pa.nulls(n, pa.string())
-    out[FID] = pa.array(np.full(n, c.fid, np.int32))
-    out[ROWPOS] = pa.array(rowpos0 + np.arange(n, dtype=np.int64))
     if n:
+        out = {name: table.column(name).combine_chunks() for name in table.column_names}
+        out[CORRUPT] = pa.nulls(n, pa.string())
+        out[FID] = pa.array(np.full(n, fid, np.int32))
+        out[ROWPOS] = pa.array(rowpos)
         yield pa.RecordBatch.from_pydict(out)
     if bad:
         k = len(bad)
-        cols = {name: pa.nulls(k, arr.type) for name, arr in out.items()}
+        cols = {name: pa.nulls(k, pa.string()) for name in table.column_names}
         cols[CORRUPT] = pa.array(bad, pa.string())
-        cols[FID] = pa.array(np.full(k, c.fid, np.int32))
-        cols[ROWPOS] = pa.array(rowpos0 + n + np.arange(k, dtype=np.int64))
+        cols[FID] = pa.array(np.full(k, fid, np.int32))
+        cols[ROWPOS] = pa.array(bad_rowpos)
         yield pa.RecordBatch.from_pydict(cols)
 
 
-def csv_frame(spark, tasks: list[list[Chunk]], spec: CsvSpec, source_seq: int, chunk_offset: int = 0):
-    """The DataFrame of ``tasks`` (one Spark partition each), read by the executors."""
-    schema = output_schema(spec)
-    base = [source_seq << SOURCE_SHIFT]
-    first_chunk = []
-    k = chunk_offset
+def chunk_rowpos(source_seq: int, chunk_index: int, n: int, k: int) -> tuple[np.ndarray, np.ndarray]:
+    """Row positions of a chunk's n parsed rows, then its k malformed rows."""
+    base = (source_seq << SOURCE_SHIFT) | (chunk_index << _CHUNK_SHIFT)
+    pos = base + np.arange(n + k, dtype=np.int64)
+    return pos[:n], pos[n:]
+
+
+def chunk_indices(tasks: list[list[Chunk]]) -> list[int]:
+    """The index of each task's first chunk (chunks are numbered in file order)."""
+    out, k = [], 0
     for t in tasks:
-        first_chunk.append(k)
+        out.append(k)
         k += len(t)
+    return out
+
+
+def csv_frame(spark, tasks: list[list[Chunk]], spec: CsvSpec, source_seq: int):
+    """The text DataFrame of ``tasks`` (one Spark partition each), read by the executors."""
+    first = chunk_indices(tasks)
 
     def read(batches):
         for b in batches:
             for task in b.column(0).to_pylist():
                 for j, c in enumerate(tasks[task]):
-                    pos0 = base[0] | ((first_chunk[task] + j) << _CHUNK_SHIFT)
-                    yield from _chunk_batches(c, spec, pos0)
+                    table, bad = chunk_table(c, spec)
+                    pos, bad_pos = chunk_rowpos(source_seq, first[task] + j, table.num_rows, len(bad))
+                    yield from text_batches(table, bad, c.fid, pos, bad_pos)
 
-    n = max(1, len(tasks))
-    return spark.range(0, len(tasks), 1, n).mapInArrow(read, schema)
+    return spark.range(0, len(tasks), 1, max(1, len(tasks))).mapInArrow(read, output_schema(spec))
+
+
+def ipc_frame(spark, files: list[str], schema):
+    """A DataFrame of Arrow IPC files written by tasks (one Spark partition each)."""
+    import pyarrow as pa
+
+    def read(batches):
+        for b in batches:
+            for i in b.column(0).to_pylist():
+                with pa.memory_map(files[i]) as src:
+                    yield from pa.ipc.open_file(src).read_all().to_batches(max_chunksize=1 << 20)
+
+    return spark.range(0, len(files), 1, max(1, len(files))).mapInArrow(read, schema)
 
 
 def default_parallelism(spark) -> int:

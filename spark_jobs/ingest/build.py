@@ -9,18 +9,21 @@ from glisp_core.dataset.layout import DatasetVersion
 from glisp_core.errors import BadInputError
 from spark_jobs.ingest import checks, edgefiles, mapping
 from spark_jobs.ingest.checks import RCOL, REASON, SI, summary_of
+from spark_jobs.ingest.edgestage import GROUP, CsvEdgeTable, StageOpts, dirty_frame, stage_csv_edges
 from spark_jobs.ingest.idmap import dense_index
 from spark_jobs.ingest.job import Built, cleanup_stage, no_edges_error
 from spark_jobs.ingest.keys import build_rank_map, part_size, write_vertex_tables
 from spark_jobs.ingest.phases import Phases
-from spark_jobs.ingest.readers import CORRUPT, FID, ROWPOS
-from spark_jobs.ingest.scan import KeySpec, ScanResult, StageSpec, scan
+from spark_jobs.ingest.readers import CORRUPT, FID, ROWPOS, SourceFrame
+from spark_jobs.ingest.scan import KeySpec, StageSpec, merge_payloads, scan, scan_payloads
 from spark_jobs.ingest.sources import (
+    DEFAULT_EDGE_TYPE,
     DEFAULT_VERTEX_TYPE,
     IngestPlan,
     edge_source_frame,
     ids_native_long,
     key_string,
+    open_edge_source,
     vertex_source_frame,
 )
 
@@ -74,25 +77,47 @@ class IngestRun:
         return self.b
 
     # ---- read_check --------------------------------------------------------------------------
-    def _edge_frame(self, typed_read: bool, for_scan: bool):
-        """Union of the edge tables with their row rules; ``for_scan``: only what the scan needs."""
+    def _open_edges(self) -> tuple[list, list]:
+        """(Spark rule frames of the non-CSV edge tables, CsvEdgeTable of each CSV table)."""
+        ing, frames, csv, offset = self.plan.ing, [], [], 0
+        self.edge_sf = {}
+        for i, e in enumerate(ing.edges):
+            sf = open_edge_source(self.spark, self.plan, i, offset)
+            offset += len(sf.files)
+            self.edge_sf[i] = sf
+            if sf.spec is None:
+                frames.append((i, edge_source_frame(self.spark, self.plan, i, 0, self.id_long, sf=sf)[0]))
+                continue
+            ok_et = bool(e.etype) or not ing.edge_types or (e.edge_type or DEFAULT_EDGE_TYPE) in ing.edge_types
+            ok_vt = not (self.plan.typed and ing.vertex_types) or {e.src_type, e.dst_type} <= set(ing.vertex_types)
+            csv.append(
+                CsvEdgeTable(
+                    si=i,
+                    spec=sf.spec,
+                    tasks=tuple(sf.tasks),
+                    src=e.src,
+                    dst=e.dst,
+                    weight=e.weight,
+                    timestamp=e.timestamp,
+                    etype=e.etype,
+                    allowed_types=tuple(ing.edge_types),
+                    constants_ok=ok_et and ok_vt,
+                    int_ids=ing.id_type != "string",
+                    src_type=e.src_type,
+                    dst_type=e.dst_type,
+                )
+            )
+        return frames, csv
+
+    def _for_scan(self, i: int, df):
+        """The columns the scan needs; a table's constant edge type is known from _si, not shipped per row."""
         from pyspark.sql import functions as F
 
-        ing, frames, offset = self.plan.ing, [], 0
-        for i in range(len(ing.edges)):
-            df, sf = edge_source_frame(self.spark, self.plan, i, offset, self.id_long, typed_read)
-            offset += len(sf.files)
-            if for_scan:  # a table's constant edge type is known from _si: do not ship it per row
-                et = F.col("_et") if ing.edges[i].etype else F.lit(None).cast("string")
-                cols = [SI, FID, ROWPOS, REASON, RCOL, "_nonint", "_s_int", "_s_str", "_d_int", "_d_str", "_w", "_ts"]
-                df = df.select(*cols, et.alias("_et"))
-            frames.append(df)
-        e0 = frames[0]
-        for f in frames[1:]:
-            e0 = e0.unionByName(f)
-        return e0
+        et = F.col("_et") if self.plan.ing.edges[i].etype else F.lit(None).cast("string")
+        cols = [SI, FID, ROWPOS, REASON, RCOL, "_nonint", "_s_int", "_s_str", "_d_int", "_d_str", "_w", "_ts"]
+        return df.select(*cols, et.alias("_et"))
 
-    def _read_edges(self) -> ScanResult:
+    def _stage_specs(self) -> tuple[StageSpec, list[KeySpec]]:
         ing = self.plan.ing
         cols = [("_si", SI, "int16")]
         if ing.vertices:
@@ -113,7 +138,30 @@ class IngestRun:
             st = tuple((i, e.src_type) for i, e in enumerate(ing.edges))
             dt = tuple((i, e.dst_type) for i, e in enumerate(ing.edges))
             keys = [KeySpec("_s_int", "_s_str", type_by_si=st), KeySpec("_d_int", "_d_str", type_by_si=dt)]
-        res = scan(self._edge_frame(True, True), [FID, REASON, RCOL, SI, "_et", "_nonint"], keys, stage)
+        return stage, keys
+
+    def _read_edges(self):
+        """CSV tables through ``edgestage`` (one job), the rest and the CSV rows it left through Spark's
+        rules and ``scan`` (one job); their counts, key sets and staged files merged."""
+        ing = self.plan.ing
+        frames, csv = self._open_edges()
+        stage, keys = self._stage_specs()
+        payloads, dirty = [], {}
+        if csv:
+            opts = StageOpts(str(self.stage), keys=bool(keys), fid=bool(ing.vertices), rowpos=ing.duplicates == "drop")
+            payloads, dirty = stage_csv_edges(self.spark.sparkContext, csv, opts)
+            for p in payloads:
+                self.ph.add_task_seconds(p["times"])
+        for si, paths in dirty.items():
+            if paths:
+                sf = self.edge_sf[si]
+                dsf = SourceFrame(
+                    df=dirty_frame(self.spark, paths, sf.spec), files=sf.files, fmt=sf.fmt, columns=sf.columns
+                )
+                frames.append((si, edge_source_frame(self.spark, self.plan, si, 0, self.id_long, sf=dsf)[0]))
+        if frames:
+            payloads += scan_payloads(_union([self._for_scan(i, df) for i, df in frames]), list(GROUP), keys, stage)
+        res = merge_payloads(payloads, list(GROUP))
         es = summary_of(res.counts)
         self.b.edge_rows_in = es.total
         for i in range(len(ing.edges)):
@@ -127,7 +175,7 @@ class IngestRun:
                     "found: the edge input has no rows at all",
                     hint="check the path and the file",
                 )
-        if es.bad:  # bad rows are reported from their raw text: re-read without typed parsing
+        if es.bad:  # every bad row is in the rule frames (a clean CSV row is never bad)
             from pyspark.sql import functions as F
 
             c = F.col
@@ -139,9 +187,9 @@ class IngestRun:
                 "timestamp": F.coalesce(c("_ts_raw"), c("_ts").cast("string")),
                 "record": c(CORRUPT),
             }
-            e_text = self._edge_frame(False, False)
+            bad = _union([df for _, df in frames])
             self.b.rejects.update(
-                checks.handle_bad(e_text, es, self.plan.files, ing.on_bad_input, raw, self.out.rejects, self.log)
+                checks.handle_bad(bad, es, self.plan.files, ing.on_bad_input, raw, self.out.rejects, self.log)
             )
         self.escan = res
         return es
@@ -503,3 +551,10 @@ def _c(name: str):
     from pyspark.sql import functions as F
 
     return F.col(name)
+
+
+def _union(frames: list):
+    out = frames[0]
+    for f in frames[1:]:
+        out = out.unionByName(f)
+    return out

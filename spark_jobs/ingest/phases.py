@@ -2,8 +2,8 @@
 
 Each phase runs under its own Spark job group, so ``statusTracker().getJobIdsForGroup`` counts the
 jobs it started (including the ones Spark starts for it, e.g. broadcasts and adaptive re-planning).
-Tasks also report the seconds they spent on each activity (parsing, sorting, writing, ...); those are
-summed here as ``task_<activity>_s`` (CPU-ish seconds over all tasks, not wall time).
+Tasks also report the CPU seconds (``time.process_time``) they spent on each activity (parsing,
+sorting, writing, ...); those are summed over all tasks here as ``task_<activity>_cpu_s``.
 """
 
 from __future__ import annotations
@@ -51,11 +51,11 @@ class Phases:
         return len(self.sc.statusTracker().getJobIdsForGroup(f"{self.prefix}:{name}"))
 
     def timings(self) -> dict[str, float]:
-        """Flat manifest timings: <phase>_s and <phase>_jobs in phase order, then task_<activity>_s."""
+        """Flat manifest timings: <phase>_s and <phase>_jobs in phase order, then task_<activity>_cpu_s."""
         out: dict[str, float] = {}
         for name in self.order:
             out[f"{name}_s"] = round(self.seconds[name], 3)
             out[f"{name}_jobs"] = self.jobs(name)
         for k in sorted(self.task_seconds):
-            out[f"task_{k}_s"] = round(self.task_seconds[k], 3)
+            out[f"task_{k}_cpu_s"] = round(self.task_seconds[k], 3)
         return out

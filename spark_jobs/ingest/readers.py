@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import glob
 import os
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from glisp_core.config import EdgeSource, VertexSource
@@ -78,6 +78,8 @@ class SourceFrame:
     files: list[Path]
     fmt: str
     columns: list[str]  # the source's own column names
+    spec: object = None  # CSV: the arrowcsv.CsvSpec and its read tasks (chunks), for edgestage
+    tasks: list = field(default_factory=list)
 
 
 def _file_index_expr(files: list[Path], offset: int):
@@ -99,12 +101,10 @@ def read_source(
     what: str,
     files: list[Path],
     file_offset: int,
-    typed: dict[str, str] | None = None,
     seq: int = 0,
 ) -> SourceFrame:
     """Read ``files`` of ``src``; ``file_offset`` numbers its files after those of earlier sources.
 
-    ``typed`` ({column: "long" | "double"}) asks a CSV reader for typed columns (see ``arrowcsv``);
     ``seq`` (the source's index in the run) keeps row positions unique across sources.
     """
     from pyspark.sql import functions as F
@@ -137,16 +137,10 @@ def read_source(
                 "in the header repeat a column name",
                 hint="give unique column names (or set columns = [...] with header = false)",
             )
-        spec = arrowcsv.CsvSpec(
-            columns=tuple(columns),
-            delimiter=delim,
-            comment=src.comment,
-            header=src.header,
-            typed=tuple((c, k) for c, k in (typed or {}).items() if c in columns),
-        )
+        spec = arrowcsv.CsvSpec(columns=tuple(columns), delimiter=delim, comment=src.comment, header=src.header)
         tasks = arrowcsv.plan_chunks(files, file_offset, src.header, arrowcsv.default_parallelism(spark))
         df = arrowcsv.csv_frame(spark, tasks, spec, seq)
-        return SourceFrame(df=df, files=files, fmt=fmt, columns=columns)
+        return SourceFrame(df=df, files=files, fmt=fmt, columns=columns, spec=spec, tasks=tasks)
     pos = F.monotonically_increasing_id() + F.lit(seq << arrowcsv.SOURCE_SHIFT)
     df = df.withColumn(FID, _file_index_expr(files, file_offset)).withColumn(ROWPOS, pos)
     return SourceFrame(df=df, files=files, fmt=fmt, columns=columns)

@@ -117,6 +117,11 @@ class _Writers:
 
 def scan(df, group: Sequence[str], keys: Sequence[KeySpec] = (), stage: StageSpec | None = None) -> ScanResult:
     """Run the pass (one Spark job); ``df`` must carry ``group``, REASON and what keys/stage name."""
+    return merge_payloads(scan_payloads(df, group, keys, stage), group)
+
+
+def scan_payloads(df, group: Sequence[str], keys: Sequence[KeySpec] = (), stage: StageSpec | None = None) -> list:
+    """The pass's per-task payloads ({pid, counts, parts, nonint, files}), for merging with others."""
     import pyarrow as pa
 
     from spark_jobs.ingest.keys import KeySet
@@ -169,7 +174,7 @@ def scan(df, group: Sequence[str], keys: Sequence[KeySpec] = (), stage: StageSpe
                 kind, batch = _stage_batch(good, stage)
                 writers.write(kind, batch)
         payload = {
-            "pid": pid,
+            "pid": (1 << 40) + pid,  # after edgestage's tasks
             "counts": counts,
             "parts": {} if nonint else {k: v.part() for k, v in sets.items()},
             "nonint": nonint,
@@ -178,9 +183,14 @@ def scan(df, group: Sequence[str], keys: Sequence[KeySpec] = (), stage: StageSpe
         yield pa.RecordBatch.from_pydict({"payload": [pickle.dumps(payload, protocol=5)]})
 
     rows = df.select(*need).mapInArrow(task, PAYLOAD).collect()
+    return [pickle.loads(r["payload"]) for r in rows]
+
+
+def merge_payloads(payloads: list[dict], group: Sequence[str]) -> ScanResult:
+    """One ScanResult of task payloads ({pid, counts, parts, nonint, files}), in task order."""
     res = ScanResult()
     merged: dict[tuple, int] = {}
-    for p in sorted((pickle.loads(r["payload"]) for r in rows), key=lambda p: p["pid"]):
+    for p in sorted(payloads, key=lambda p: p["pid"]):
         for k, n in p["counts"].items():
             merged[k] = merged.get(k, 0) + n
         res.nonint |= p["nonint"]

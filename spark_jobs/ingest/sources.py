@@ -16,7 +16,6 @@ from glisp_core.config import EdgeSource, IngestConfig, VertexSource
 from glisp_core.dataset.layout import check_name
 from glisp_core.errors import BadInputError, ConfigError
 from spark_jobs.ingest import checks
-from spark_jobs.ingest.arrowcsv import TXT
 from spark_jobs.ingest.checks import RCOL, REASON, SI, Rule
 from spark_jobs.ingest.idmap import dense_index
 from spark_jobs.ingest.readers import CORRUPT, FID, ROWPOS, expand_paths, read_source, require_columns
@@ -45,19 +44,6 @@ def _dtype(df, name: str) -> str:
     return type(df.schema[name].dataType).__name__
 
 
-def _text_part(df, name: str) -> str | None:
-    """The text part of a column the CSV reader split into typed + text (``arrowcsv``), or None."""
-    return name + TXT if name + TXT in df.columns else None
-
-
-def _typed_split(df, name: str, kind: str):
-    """(value, raw text) of a split column: the typed part where canonical, else Spark's cast of the text."""
-    from pyspark.sql import functions as F
-
-    c, t = _col(name), _col(_text_part(df, name))
-    return F.coalesce(c, _trimmed(t).try_cast(kind)), F.coalesce(t, c.cast("string"))
-
-
 def id_parts(df, name: str, id_long: bool):
     """(integer part, string part) of an id column: the integer when the trimmed text parses as one,
     the trimmed text unless it is exactly the integer's canonical form. Both null: a null/empty id.
@@ -65,10 +51,6 @@ def id_parts(df, name: str, id_long: bool):
     from pyspark.sql import functions as F
 
     none = F.lit(None).cast("string")
-    if _text_part(df, name):
-        c, s = _col(name), _trimmed(_col(_text_part(df, name)))
-        i = F.coalesce(c, s.try_cast("long"))
-        return i, F.when(c.isNull() & (i.isNull() | (i.cast("string") != s)), s)
     if id_long or _dtype(df, name) in _INTEGRAL:
         return _col(name).cast("long"), none
     s = _trimmed(_col(name))
@@ -87,8 +69,6 @@ def _to_long(df, name: str):
     """(typed long column or null when not an integer, raw string or null)."""
     from pyspark.sql import functions as F
 
-    if _text_part(df, name):
-        return _typed_split(df, name, "long")
     t = _dtype(df, name)
     c = _col(name)
     if t in _INTEGRAL:
@@ -104,8 +84,6 @@ def _to_long(df, name: str):
 def _to_double(df, name: str):
     from pyspark.sql import functions as F
 
-    if _text_part(df, name):
-        return _typed_split(df, name, "double")
     t = _dtype(df, name)
     c = _col(name)
     if t == "StringType":
@@ -171,33 +149,38 @@ class IngestPlan:
         return list(seen)
 
 
-def _open(
-    spark, src: EdgeSource | VertexSource, what: str, files: list, offset: int, cols: dict, typed=None, seq: int = 0
-):
+def _open(spark, src: EdgeSource | VertexSource, what: str, files: list, offset: int, cols: dict, seq: int = 0):
     """Read one configured table and check that every column the config names is there."""
-    sf = read_source(spark, src, what, files, offset, typed=typed, seq=seq)
+    sf = read_source(spark, src, what, files, offset, seq=seq)
     require_columns(sf, cols, what)
     return sf
 
 
-def edge_source_frame(spark, plan: IngestPlan, i: int, offset: int, id_long: bool, typed_read: bool = True):
-    """Edge table ``i`` with its row rules. ``typed_read``: let a CSV reader hand ids, weights and
-    timestamps over typed (the fast path); False keeps every field's raw text (for reporting bad rows)."""
+def edge_columns(src: EdgeSource) -> dict[str, str]:
+    return {"src": src.src, "dst": src.dst, "etype": src.etype, "weight": src.weight, "timestamp": src.timestamp}
+
+
+def open_edge_source(spark, plan: IngestPlan, i: int, offset: int):
+    """Edge table ``i`` read (lazily) and its configured columns checked."""
+    return _open(
+        spark,
+        plan.ing.edges[i],
+        f"ingest.edges[{i}]",
+        plan.edge_files[i],
+        offset,
+        edge_columns(plan.ing.edges[i]),
+        seq=i,
+    )
+
+
+def edge_source_frame(spark, plan: IngestPlan, i: int, offset: int, id_long: bool, sf=None):
+    """Edge table ``i`` with its row rules; ``sf``: the table's SourceFrame if already open (or the
+    rows ``edgestage`` left for the rules)."""
     from pyspark.sql import functions as F
 
     ing = plan.ing
     src: EdgeSource = ing.edges[i]
-    what = f"ingest.edges[{i}]"
-    cols = {"src": src.src, "dst": src.dst, "etype": src.etype, "weight": src.weight, "timestamp": src.timestamp}
-    typed: dict[str, str] = {}
-    if typed_read:
-        if ing.id_type != "string":
-            typed.update({src.src: "long", src.dst: "long"})
-        if src.weight:
-            typed[src.weight] = "double"
-        if src.timestamp:
-            typed[src.timestamp] = "long"
-    sf = _open(spark, src, what, plan.edge_files[i], offset, cols, typed, seq=i)
+    sf = sf or open_edge_source(spark, plan, i, offset)
     df = sf.df
     s_int, s_str = id_parts(df, src.src, id_long)
     d_int, d_str = id_parts(df, src.dst, id_long)

@@ -1,0 +1,226 @@
+"""CSV edge tables straight to staged files: rows that certainly pass every row rule skip the JVM.
+
+Why: handing a parsed row to Spark (Arrow -> rows) costs about 1 us per row, several times the
+parse itself, and the row rules are column expressions in Spark (``sources``). A row is *clean*
+when its ids (and weight, timestamp) parse in the canonical forms of ``textparse``, it has the right
+number of fields, and its edge type (a constant or a field without surrounding blanks) is allowed.
+For such a row every rule is known to pass: canonical integers are non-null integers, canonical
+decimals are finite and non-negative. So each task of ONE Spark job (``stage_csv_edges``):
+
+- parses its chunks (``arrowcsv``), splits clean rows from the others with numpy;
+- writes the clean rows to ``edges/c<task>.int.arrow`` in the form ``scan`` stages good rows,
+  counts them and adds their ids to the key sets;
+- writes every other row, as text exactly as read (malformed rows with their raw line), to
+  ``dirty/t<task>.arrow``. Those rows (usually none) then go through Spark's row rules like a Parquet
+  table's rows (``dirty_frame``), so what a rule decides and what a bad-row report shows is unchanged.
+"""
+
+from __future__ import annotations
+
+import os
+import pickle
+import time
+from dataclasses import dataclass
+
+import numba
+import numpy as np
+
+from spark_jobs.ingest import arrowcsv
+from spark_jobs.ingest.checks import RCOL, REASON, SI
+from spark_jobs.ingest.readers import FID
+
+GROUP = (FID, REASON, RCOL, SI, "_et", "_nonint")  # the grouping of the edge scan's counts
+
+
+@dataclass(frozen=True)
+class CsvEdgeTable:
+    """What a task needs to know about one CSV edge table (pickled into the tasks)."""
+
+    si: int
+    spec: arrowcsv.CsvSpec
+    tasks: tuple  # chunk lists (arrowcsv.plan_chunks)
+    src: str
+    dst: str
+    weight: str
+    timestamp: str
+    etype: str  # column with the type name, or "" for a constant type
+    allowed_types: tuple[str, ...]  # ingest.edge_types ([] = any)
+    constants_ok: bool  # the table's constant edge/vertex types pass the rules
+    int_ids: bool  # ids may be integers (id_type is not "string")
+    src_type: str = ""
+    dst_type: str = ""
+
+
+@dataclass(frozen=True)
+class StageOpts:
+    dir: str
+    keys: bool  # collect integer key sets (no vertex tables)
+    fid: bool  # stage the file index (for missing-endpoint reports)
+    rowpos: bool  # stage the row position (duplicates = "drop")
+
+
+@numba.njit(nogil=True, cache=True)
+def _no_blank_ends(offsets, data, out):  # pragma: no cover - compiled
+    for i in range(len(offsets) - 1):
+        a, b = offsets[i], offsets[i + 1]
+        out[i] = b > a and data[a] > 32 and data[b - 1] > 32
+
+
+def _clean_type(col, allowed: tuple[str, ...]) -> np.ndarray:
+    """Edge type fields that trim to themselves, are not empty and are allowed."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    from spark_jobs.ingest.textparse import _string_parts
+
+    arr = col.combine_chunks() if hasattr(col, "combine_chunks") else col
+    offsets, data, valid = _string_parts(arr)
+    ok = np.empty(len(arr), dtype=np.bool_)
+    _no_blank_ends(offsets, data, ok)
+    if valid is not None:
+        ok &= valid
+    if allowed:
+        ok &= np.asarray(pc.is_in(arr, value_set=pa.array(list(allowed), arr.type)).fill_null(False))
+    return ok
+
+
+def _split_clean(table, t: CsvEdgeTable):
+    """(clean mask, {staged column: array}) of a parsed chunk."""
+    import pyarrow as pa
+
+    from spark_jobs.ingest.textparse import split_typed
+
+    n = table.num_rows
+    clean = np.full(n, t.constants_ok and t.int_ids, dtype=bool)
+    cols: dict[str, object] = {}
+    if not clean.any():
+        return clean, cols
+    for name, out, kind in ((t.src, "_s", "long"), (t.dst, "_d", "long"), (t.weight, "_w", "double")):
+        if name:
+            typed, _ = split_typed(table.column(name).combine_chunks(), kind)
+            clean &= ~np.asarray(typed.is_null())
+            cols[out] = typed
+    if t.timestamp:
+        typed, _ = split_typed(table.column(t.timestamp).combine_chunks(), "long")
+        clean &= ~np.asarray(typed.is_null())
+        cols["_ts"] = typed
+    if t.etype:
+        et = table.column(t.etype).combine_chunks()
+        clean &= _clean_type(et, t.allowed_types)
+        cols["_et"] = et
+    if "_w" in cols:
+        cols["_w"] = cols["_w"].cast(pa.float32())
+    return clean, cols
+
+
+class _Files:
+    """One Arrow IPC file per kind of output of a task, written under a temporary name."""
+
+    def __init__(self) -> None:
+        self.open: dict[str, list] = {}
+
+    def write(self, path: str, batch) -> None:
+        import pyarrow as pa
+
+        if path not in self.open:
+            tmp = f"{path}.tmp-{os.getpid()}"
+            sink = pa.OSFile(tmp, "wb")
+            self.open[path] = [tmp, sink, pa.ipc.new_file(sink, batch.schema), 0]
+        self.open[path][2].write_batch(batch)
+        self.open[path][3] += batch.num_rows
+
+    def close(self) -> dict[str, int]:
+        out = {}
+        for path, (tmp, sink, w, n) in self.open.items():
+            w.close()
+            sink.close()
+            os.replace(tmp, path)
+            out[path] = n
+        return out
+
+
+def _stage_chunk(c, j: int, t: CsvEdgeTable, task: int, first: int, opts: StageOpts, acc: dict, files: _Files) -> None:
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    from spark_jobs.ingest.keys import KeySet
+
+    t0 = time.process_time()
+    table, bad = arrowcsv.chunk_table(c, t.spec)
+    pos, bad_pos = arrowcsv.chunk_rowpos(t.si, first + j, table.num_rows, len(bad))
+    t1 = time.process_time()
+    clean, cols = _split_clean(table, t)
+    nc = int(clean.sum())
+    if nc:
+        m = pa.array(clean)
+        out = {k: v.filter(m) for k, v in cols.items()}
+        out["_si"] = pa.array(np.full(nc, t.si, np.int16))
+        if opts.fid:
+            out["_fid"] = pa.array(np.full(nc, c.fid, np.int32))
+        if opts.rowpos:
+            out["_rowpos"] = pa.array(pos[clean])
+        files.write(
+            os.path.join(opts.dir, "edges", f"c{t.si:03d}-{task:05d}.int.arrow"), pa.RecordBatch.from_pydict(out)
+        )
+        if "_et" in out:
+            for vc in pc.value_counts(out["_et"]).to_pylist():  # one entry per distinct type
+                key = (c.fid, None, None, t.si, vc["values"], False)
+                acc["counts"][key] = acc["counts"].get(key, 0) + int(vc["counts"])
+        else:
+            key = (c.fid, None, None, t.si, None, False)
+            acc["counts"][key] = acc["counts"].get(key, 0) + nc
+        if opts.keys:
+            for name, arr in ((t.src_type, out["_s"]), (t.dst_type, out["_d"])):
+                acc["sets"].setdefault(name, KeySet()).add(arr.to_numpy())
+    if nc < table.num_rows or bad:
+        dirty = table.filter(pa.array(~clean)) if nc else table
+        path = os.path.join(opts.dir, "dirty", f"t{t.si:03d}-{task:05d}.arrow")
+        for b in arrowcsv.text_batches(dirty, bad, c.fid, pos[~clean], bad_pos):
+            files.write(path, b)
+    t2 = time.process_time()
+    acc["times"]["parse"] = acc["times"].get("parse", 0.0) + (t1 - t0)
+    acc["times"]["clean_split"] = acc["times"].get("clean_split", 0.0) + (t2 - t1)
+
+
+def stage_csv_edges(sc, tables: list[CsvEdgeTable], opts: StageOpts) -> tuple[list[dict], dict[int, list[str]]]:
+    """One Spark job over every chunk of the CSV edge tables: (task payloads, dirty files per table)."""
+    work = [(ti, k) for ti, t in enumerate(tables) for k in range(len(t.tasks))]
+    for sub in ("edges", "dirty"):
+        os.makedirs(os.path.join(opts.dir, sub), exist_ok=True)
+
+    def task(it):
+        for w in it:
+            ti, k = work[w]
+            t = tables[ti]
+            first = arrowcsv.chunk_indices(list(t.tasks))[k]
+            acc = {"counts": {}, "sets": {}, "times": {}}
+            files = _Files()
+            for j, c in enumerate(t.tasks[k]):
+                _stage_chunk(c, j, t, k, first, opts, acc, files)
+            written = files.close()
+            yield pickle.dumps(
+                {
+                    "pid": w,
+                    "counts": acc["counts"],
+                    "parts": {name: s.part() for name, s in acc["sets"].items()},
+                    "nonint": False,
+                    "files": [(p, n) for p, n in written.items() if "/edges/" in p],
+                    "dirty": (t.si, [p for p in written if "/dirty/" in p]),
+                    "times": acc["times"],
+                },
+                protocol=5,
+            )
+
+    payloads = [
+        pickle.loads(p) for p in sc.parallelize(range(len(work)), max(1, len(work))).mapPartitions(task).collect()
+    ]
+    dirty: dict[int, list[str]] = {}
+    for p in sorted(payloads, key=lambda p: p["pid"]):
+        si, paths = p["dirty"]
+        dirty.setdefault(si, []).extend(paths)
+    return payloads, dirty
+
+
+def dirty_frame(spark, files: list[str], spec: arrowcsv.CsvSpec):
+    """The rows a table's tasks left for Spark's rules, as the text frame Spark's CSV reading gives."""
+    return arrowcsv.ipc_frame(spark, files, arrowcsv.output_schema(spec))
