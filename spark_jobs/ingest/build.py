@@ -12,7 +12,7 @@ from spark_jobs.ingest.checks import RCOL, REASON, SI, summary_of
 from spark_jobs.ingest.edgestage import GROUP, CsvEdgeTable, StageOpts, dirty_frame, stage_csv_edges
 from spark_jobs.ingest.idmap import dense_index
 from spark_jobs.ingest.job import Built, cleanup_stage, no_edges_error
-from spark_jobs.ingest.keys import build_rank_map, part_size, write_vertex_tables
+from spark_jobs.ingest.keys import build_rank_map, part_size, write_vertex_rows, write_vertex_tables
 from spark_jobs.ingest.phases import Phases
 from spark_jobs.ingest.readers import CORRUPT, FID, ROWPOS, SourceFrame
 from spark_jobs.ingest.scan import KeySpec, StageSpec, merge_payloads, scan, scan_payloads
@@ -208,7 +208,9 @@ class IngestRun:
             v0 = v0.unionByName(f)
         v0 = v0.persist(StorageLevel.MEMORY_AND_DISK)
         self.cached.append(v0)
-        vs = checks.summarize(v0, ["_vt", "_nonint", "_labnonint", "_fw", SI])
+        keys = [KeySpec("_id_int", "_id_str", type_col="_vt")] if ing.id_type != "string" else []
+        res = scan(v0, [FID, REASON, RCOL, "_vt", "_nonint", "_labnonint", "_fw", SI], keys)
+        vs = summary_of(res.counts)
         for i in range(len(ing.vertices)):
             if sum(int(r["count"]) for r in vs.extra if r[SI] == i) == 0:
                 raise BadInputError(
@@ -219,7 +221,7 @@ class IngestRun:
                     "found: the vertex input has no rows at all",
                     hint="check the path and the file",
                 )
-        return VertexState(v0=v0, summary=vs)
+        return VertexState(v0=v0, summary=vs, parts=res.parts)
 
     # ---- decisions -----------------------------------------------------------------------------
     def _decide_types(self, es, vs: VertexState | None) -> None:
@@ -257,10 +259,28 @@ class IngestRun:
 
         c = F.col
         ing, b = self.plan.ing, self.b
-        fw_bad = c(REASON).isNull() & (c("_fw") >= 0) & (c("_fw") != b.feature_dim)
+        raw_v = {
+            "id": key_string(c("_id_int"), c("_id_str")),
+            "vtype": c("_vt"),
+            "label": c("_lab_raw"),
+            "split": c("_spl_raw"),
+            "features": c("_feat_raw"),
+            "record": c(CORRUPT),
+        }
         key = c("_id_int") if self.key_t == "long" else key_string(c("_id_int"), c("_id_str"))
+        if self._no_second_phase_problem(vs):
+            vs.v0 = vs.v0.withColumn("_k", key)
+            b.rejects.update(
+                checks.handle_bad(
+                    vs.v0, vs.summary, self.plan.files, ing.on_bad_input, raw_v, self.out.rejects, self.log
+                )
+            )
+            return
+        fw_bad = c(REASON).isNull() & (c("_fw") >= 0) & (c("_fw") != b.feature_dim)
+        feat_text = F.when(c("_feat").isNotNull(), c("_feat").cast("string"))
         v1 = (
             vs.v0.withColumn(RCOL, F.when(fw_bad, c("_fcol")).otherwise(c(RCOL)))
+            .withColumn("_feat_raw", F.when(fw_bad, feat_text).otherwise(c("_feat_raw")))
             .withColumn(REASON, F.when(fw_bad, F.lit("vertex_feature_width")).otherwise(c(REASON)))
             .withColumn("_k", key)
         )
@@ -279,19 +299,27 @@ class IngestRun:
         keys = [KeySpec("_id_int", "_id_str", type_col="_vt")] if self.key_t == "long" else []
         res = scan(v2, [FID, REASON, RCOL, "_vt"], keys)
         s2 = summary_of(res.counts)
-        raw_v = {
-            "id": key_string(c("_id_int"), c("_id_str")),
-            "vtype": c("_vt"),
-            "label": c("_lab_raw"),
-            "split": c("_spl_raw"),
-            "features": c("_feat_raw"),
-            "record": c(CORRUPT),
-        }
         b.rejects.update(
             checks.handle_bad(v2, s2, self.plan.files, ing.on_bad_input, raw_v, self.out.rejects, self.log)
         )
         vs.v0.unpersist()
         vs.v0, vs.summary, vs.parts = v2, s2, res.parts
+
+    def _no_second_phase_problem(self, vs: VertexState) -> bool:
+        """True when no good row has a stray feature width and every integer key is distinct (from the
+        first scan's counts and key sets): then the duplicate check needs no join."""
+        from spark_jobs.ingest.keys import merge_parts
+
+        good = [r for r in vs.summary.extra if r[REASON] is None]
+        if self.key_t != "long" or not vs.parts or not good:
+            return False
+        if any(r["_fw"] >= 0 and r["_fw"] != self.b.feature_dim for r in good):
+            return False
+        if self.plan.typed:
+            distinct = sum(merge_parts(ps).n for ps in vs.parts.values())
+        else:  # untyped edges: an id names one vertex whatever its type
+            distinct = merge_parts([p for ps in vs.parts.values() for p in ps]).n
+        return distinct == sum(int(r["count"]) for r in good)
 
     # ---- idmap -------------------------------------------------------------------------------------
     def _rank_parts(self, es, vs: VertexState | None) -> dict | None:
@@ -325,10 +353,42 @@ class IngestRun:
             files = self.plan.ing.output_files or max(1, -(-rank.n // _ROWS_PER_FILE))
             write_vertex_tables(self.spark.sparkContext, rank, str(self.out.idmap), str(self.out.vertices), files)
             return rank, None
-        idx = self._dictionary(vs)
-        if rank is not None and rank.n != b.n_vertices:
-            raise AssertionError(f"rank map has {rank.n} vertices, the dictionary {b.n_vertices}")
-        return rank, idx
+        if vs is not None and rank is not None:
+            self._vertex_rows_by_rank(vs, rank)
+            return rank, None
+        return rank, self._dictionary(vs)
+
+    def _vertex_key_frame(self, vs: VertexState):
+        """The good vertex rows as (_vtc, _k, label, split, feat)."""
+        from pyspark.sql import functions as F
+
+        c, b = F.col, self.b
+        vcode = {n: i for i, n in enumerate(b.vertex_types)}
+        lab = c("_lab")
+        if b.label_names is not None:
+            lab = self._code_of(c("_lab_str"), {n: i for i, n in enumerate(b.label_names)}, True).cast("long")
+        return vs.v0.filter(c(REASON).isNull()).select(
+            self._code_of(c("_vt"), vcode).alias("_vtc"),
+            c("_k"),
+            lab.alias("label"),
+            c("_spl").alias("split"),
+            c("_feat").alias("feat"),
+        )
+
+    def _vertex_rows_by_rank(self, vs: VertexState, rank) -> None:
+        """Vertex-side tables of integer-id vertex tables, vids from the rank map (one job, no sort)."""
+        b = self.b
+        dirs = {"idmap": str(self.out.idmap), "vertices": str(self.out.vertices), "features": str(self.out.features)}
+        parts = write_vertex_rows(self._vertex_key_frame(vs), rank, dirs, b.feature_dim > 0)
+        b.n_vertices = rank.n
+        for p in parts:
+            for code, n in p["per_type"].items():
+                b.per_vtype[b.vertex_types[code]] = b.per_vtype.get(b.vertex_types[code], 0) + n
+        labs = [p["maxlab"] for p in parts if p["maxlab"] is not None]
+        b.maxlab = max(labs) if labs else None
+        b.nfeat = sum(p["nfeat"] for p in parts)
+        if sum(b.per_vtype.values()) != rank.n:
+            raise AssertionError(f"{sum(b.per_vtype.values())} vertex rows for {rank.n} vertices")
 
     def _code_of(self, col, codes: dict[str, int], nullable: bool = False):
         from pyspark.sql import functions as F
@@ -344,16 +404,7 @@ class IngestRun:
         c, b = F.col, self.b
         vcode = {n: i for i, n in enumerate(b.vertex_types)}
         if vs is not None:
-            lab = c("_lab")
-            if b.label_names is not None:
-                lab = self._code_of(c("_lab_str"), {n: i for i, n in enumerate(b.label_names)}, True).cast("long")
-            keys = vs.v0.filter(c(REASON).isNull()).select(
-                self._code_of(c("_vt"), vcode).alias("_vtc"),
-                c("_k"),
-                lab.alias("label"),
-                c("_spl").alias("split"),
-                c("_feat").alias("feat"),
-            )
+            keys = self._vertex_key_frame(vs)
         else:
             keys = self._endpoint_keys(vcode)
         idx, n, idx_cached, vagg = dense_index(

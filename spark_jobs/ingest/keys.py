@@ -234,3 +234,58 @@ def write_vertex_tables(sc, rank: RankMap, idmap_dir: str, vertices_dir: str, fi
     for d in (idmap_dir, vertices_dir):
         os.makedirs(d, exist_ok=True)
     sc.parallelize(range(files), files).mapPartitions(task).collect()
+
+
+def write_vertex_rows(df, rank: RankMap, dirs: dict[str, str], with_features: bool) -> list[dict]:
+    """idmap, vertices and (``with_features``) features of the good vertex rows ``df`` (columns _vtc,
+    _k, label, split, feat), vids from the broadcast rank map: one Spark job, each task writes its
+    part of the three tables. Returns per task {vtype code: rows}, the largest label, rows with features."""
+    import os
+    import pickle
+
+    import pyarrow as pa
+    import pyarrow.compute as pc
+    import pyarrow.parquet as pq
+
+    b_rank = df.sparkSession.sparkContext.broadcast(rank)
+    for d in dirs.values():
+        os.makedirs(d, exist_ok=True)
+
+    def put(d: str, pid: int, j: int, tab) -> None:
+        path = os.path.join(d, f"part-{pid:05d}-{j:05d}.parquet")
+        tmp = f"{path}.tmp-{os.getpid()}"
+        pq.write_table(tab, tmp, compression="snappy")
+        os.replace(tmp, path)
+
+    def task(batches):
+        from pyspark import TaskContext
+
+        pid = TaskContext.get().partitionId()
+        per_type: dict[int, int] = {}
+        maxlab, nfeat = None, 0
+        for j, b in enumerate(batches):
+            t = pa.Table.from_batches([b])
+            vtc = t.column("_vtc").to_numpy().astype(np.int64)
+            vid = b_rank.value.vids(vtc, t.column("_k").to_numpy())
+            vt = pa.array(vtc.astype(np.int32))
+            put(dirs["idmap"], pid, j, pa.table({"vid": vid, "orig_id": t.column("_k"), "vtype": vt}))
+            lab = t.column("label").cast(pa.int64())
+            spl = t.column("split").cast(pa.int8())
+            put(dirs["vertices"], pid, j, pa.table({"vid": vid, "vtype": vt, "label": lab, "split": spl}))
+            if with_features:
+                has = pc.is_valid(t.column("feat"))
+                feat = t.column("feat").filter(has).cast(pa.list_(pa.float32()))
+                put(dirs["features"], pid, j, pa.table({"vid": pa.array(vid).filter(has), "feat": feat}))
+                nfeat += int(pc.sum(has.cast(pa.int64())).as_py() or 0)
+            for code, n in zip(*np.unique(vtc, return_counts=True), strict=True):
+                per_type[int(code)] = per_type.get(int(code), 0) + int(n)
+            m = pc.max(lab).as_py()
+            maxlab = m if maxlab is None or (m is not None and m > maxlab) else maxlab
+        yield pa.RecordBatch.from_pydict(
+            {"payload": [pickle.dumps({"per_type": per_type, "maxlab": maxlab, "nfeat": nfeat})]}
+        )
+
+    try:
+        return [pickle.loads(r["payload"]) for r in df.mapInArrow(task, "payload binary").collect()]
+    finally:
+        b_rank.unpersist()

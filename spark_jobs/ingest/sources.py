@@ -326,7 +326,9 @@ def vertex_source_frame(spark, plan: IngestPlan, i: int, offset: int, id_long: b
         rules.append(
             Rule(
                 "vertex_bad_features",
-                c("_feat").isNull() | F.exists(c("_feat"), lambda x: x.isNull() | F.isnan(x)),
+                # array_contains(NaN) is true with a NaN, null with a null element (no lambda: cheaper)
+                c("_feat").isNull()
+                | F.coalesce(F.array_contains(c("_feat"), F.lit(float("nan")).cast("float")), F.lit(True)),
                 fname,
             )
         )
@@ -342,6 +344,7 @@ def vertex_source_frame(spark, plan: IngestPlan, i: int, offset: int, id_long: b
         .withColumn("_labnonint", labnonint)
         .withColumn("_fw", F.when(c("_feat").isNotNull(), F.size(c("_feat"))).otherwise(F.lit(-1)))
         .withColumn("_fcol", F.lit(src.features or src.features_npy or ",".join(src.feature_columns) or None))
+        .withColumn("_feat_raw", F.when(c(REASON).isNotNull(), c("_feat_raw")))  # text only for reports
     )
     return df, sf
 
