@@ -149,7 +149,7 @@ class IngestRun:
         payloads, dirty = [], {}
         if csv:
             opts = StageOpts(str(self.stage), keys=bool(keys), fid=bool(ing.vertices), rowpos=ing.duplicates == "drop")
-            payloads, dirty = stage_csv_edges(self.spark.sparkContext, csv, opts)
+            payloads, dirty = stage_csv_edges(self.spark, csv, opts)
             for p in payloads:
                 self.ph.add_task_seconds(p["times"])
         for si, paths in dirty.items():
@@ -351,7 +351,7 @@ class IngestRun:
             b.n_vertices = rank.n
             b.per_vtype = {n: t.n for n, t in zip(b.vertex_types, rank.types, strict=True) if t.n}
             files = self.plan.ing.output_files or max(1, -(-rank.n // _ROWS_PER_FILE))
-            write_vertex_tables(self.spark.sparkContext, rank, str(self.out.idmap), str(self.out.vertices), files)
+            write_vertex_tables(self.spark, rank, str(self.out.idmap), str(self.out.vertices), files)
             return rank, None
         if vs is not None and rank is not None:
             self._vertex_rows_by_rank(vs, rank)
@@ -493,7 +493,7 @@ class IngestRun:
         mapping.stage_dirs(str(self.stage))
         files = self._staged_files()
         if rank is not None:
-            results = mapping.map_with_rank(self.spark.sparkContext, files, rank, eplan, self.plan.typed)
+            results = mapping.map_with_rank(self.spark, files, rank, eplan, self.plan.typed)
             missing = lambda: mapping.rank_missing_frame(self.spark, files, rank, eplan, self.plan.typed)  # noqa: E731
         else:
             joined = self._joined(files, idx)
@@ -566,22 +566,21 @@ class IngestRun:
         import numpy as np
 
         ing, b = self.plan.ing, self.b
-        sc = self.spark.sparkContext
         rows = np.sum([r.rows for r in results], axis=0) if results else np.zeros(eplan.nb, np.int64)
         b.loops_dropped = b.loops if ing.self_loops == "drop" else 0
         if ing.duplicates == "keep":
             offsets = np.concatenate([[0], np.cumsum(rows)[:-1]]).tolist()
             with self.ph("sort"):
-                final = edgefiles.run_buckets(sc, eplan, edgefiles.sort_bucket, offsets)
+                final = edgefiles.run_buckets(self.spark, eplan, edgefiles.sort_bucket, offsets)
         else:
             with self.ph("sort"):
-                sorted_ = edgefiles.run_buckets(sc, eplan, edgefiles.sort_bucket, None)
+                sorted_ = edgefiles.run_buckets(self.spark, eplan, edgefiles.sort_bucket, None)
             for r in sorted_:
                 self.ph.add_task_seconds(r["times"])
             counts = [r["rows"] for r in sorted_]
             offsets = np.concatenate([[0], np.cumsum(counts)[:-1]]).tolist()
             with self.ph("write"):
-                final = edgefiles.run_buckets(sc, eplan, edgefiles.write_bucket, offsets)
+                final = edgefiles.run_buckets(self.spark, eplan, edgefiles.write_bucket, offsets)
         for r in final:
             self.ph.add_task_seconds(r["times"])
         b.n_edges = int(sum(r["rows"] for r in final))

@@ -24,7 +24,6 @@ import os
 from dataclasses import dataclass, field
 from pathlib import Path
 
-import numba
 import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
@@ -32,27 +31,12 @@ import pyarrow.parquet as pq
 _TARGET_BUCKET_ROWS = 4_000_000
 
 
-@numba.njit(nogil=True, cache=True)
-def _bucket_order(keys, nb):  # pragma: no cover - compiled
-    """Counting sort: the row order that groups rows by bucket, stable within a bucket."""
-    start = np.zeros(nb + 1, dtype=np.int64)
-    for k in keys:
-        start[k + 1] += 1
-    for i in range(nb):
-        start[i + 1] += start[i]
-    order = np.empty(len(keys), dtype=np.int64)
-    for i in range(len(keys)):
-        k = keys[i]
-        order[start[k]] = i
-        start[k] += 1
-    return order
-
-
 def _buckets(values: np.ndarray, bounds: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """(order grouping ``values`` by vid range, rows per range)."""
     b = (np.searchsorted(bounds, values, side="right") - 1).astype(np.int64)
     nb = len(bounds) - 1
-    return _bucket_order(b, nb), np.bincount(b, minlength=nb).astype(np.int64)
+    small = np.int16 if nb < (1 << 15) else np.int32  # 16-bit keys: numpy's stable sort is a radix sort
+    return np.argsort(b.astype(small), kind="stable"), np.bincount(b, minlength=nb).astype(np.int64)
 
 
 @dataclass(frozen=True)
@@ -342,16 +326,10 @@ def write_bucket(k: int, plan: EdgePlan, offset: int) -> dict:
     return _finish({c: t.column(c).to_numpy() for c in t.column_names}, k, offset, plan)
 
 
-def run_buckets(sc, plan: EdgePlan, fn, offsets: list[int] | None) -> list[dict]:
+def run_buckets(spark, plan: EdgePlan, fn, offsets: list[int] | None) -> list[dict]:
     """One Spark job: ``fn(k, plan, offset)`` for every bucket, results in bucket order."""
-    nb = plan.nb
-    offs = offsets
-
-    def task(it):
-        for k in it:
-            yield fn(k, plan, None if offs is None else offs[k])
+    from spark_jobs.ingest.tasks import run_tasks
 
     os.makedirs(os.path.join(plan.stage, "sorted"), exist_ok=True)
     Path(plan.out).mkdir(parents=True, exist_ok=True)
-    res = sc.parallelize(range(nb), nb).mapPartitions(task).collect()
-    return sorted(res, key=lambda r: r["k"])
+    return run_tasks(spark, plan.nb, lambda k: fn(k, plan, None if offsets is None else offsets[k]))

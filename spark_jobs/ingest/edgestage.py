@@ -18,11 +18,9 @@ decimals are finite and non-negative. So each task of ONE Spark job (``stage_csv
 from __future__ import annotations
 
 import os
-import pickle
 import time
 from dataclasses import dataclass
 
-import numba
 import numpy as np
 
 from spark_jobs.ingest import arrowcsv
@@ -59,13 +57,6 @@ class StageOpts:
     rowpos: bool  # stage the row position (duplicates = "drop")
 
 
-@numba.njit(nogil=True, cache=True)
-def _no_blank_ends(offsets, data, out):  # pragma: no cover - compiled
-    for i in range(len(offsets) - 1):
-        a, b = offsets[i], offsets[i + 1]
-        out[i] = b > a and data[a] > 32 and data[b - 1] > 32
-
-
 def _clean_type(col, allowed: tuple[str, ...]) -> np.ndarray:
     """Edge type fields that trim to themselves, are not empty and are allowed."""
     import pyarrow as pa
@@ -75,8 +66,10 @@ def _clean_type(col, allowed: tuple[str, ...]) -> np.ndarray:
 
     arr = col.combine_chunks() if hasattr(col, "combine_chunks") else col
     offsets, data, valid = _string_parts(arr)
+    from spark_jobs.ingest.kernels import no_blank_ends
+
     ok = np.empty(len(arr), dtype=np.bool_)
-    _no_blank_ends(offsets, data, ok)
+    no_blank_ends(offsets, data, ok)
     if valid is not None:
         ok &= valid
     if allowed:
@@ -182,40 +175,36 @@ def _stage_chunk(c, j: int, t: CsvEdgeTable, task: int, first: int, opts: StageO
     acc["times"]["clean_split"] = acc["times"].get("clean_split", 0.0) + (t2 - t1)
 
 
-def stage_csv_edges(sc, tables: list[CsvEdgeTable], opts: StageOpts) -> tuple[list[dict], dict[int, list[str]]]:
+def stage_csv_edges(spark, tables: list[CsvEdgeTable], opts: StageOpts) -> tuple[list[dict], dict[int, list[str]]]:
     """One Spark job over every chunk of the CSV edge tables: (task payloads, dirty files per table)."""
+    from spark_jobs.ingest.tasks import run_tasks
+
     work = [(ti, k) for ti, t in enumerate(tables) for k in range(len(t.tasks))]
     for sub in ("edges", "dirty"):
         os.makedirs(os.path.join(opts.dir, sub), exist_ok=True)
 
-    def task(it):
-        for w in it:
-            ti, k = work[w]
-            t = tables[ti]
-            first = arrowcsv.chunk_indices(list(t.tasks))[k]
-            acc = {"counts": {}, "sets": {}, "times": {}}
-            files = _Files()
-            for j, c in enumerate(t.tasks[k]):
-                _stage_chunk(c, j, t, k, first, opts, acc, files)
-            written = files.close()
-            yield pickle.dumps(
-                {
-                    "pid": w,
-                    "counts": acc["counts"],
-                    "parts": {name: s.part() for name, s in acc["sets"].items()},
-                    "nonint": False,
-                    "files": [(p, n) for p, n in written.items() if "/edges/" in p],
-                    "dirty": (t.si, [p for p in written if "/dirty/" in p]),
-                    "times": acc["times"],
-                },
-                protocol=5,
-            )
+    def task(w: int) -> dict:
+        ti, k = work[w]
+        t = tables[ti]
+        first = arrowcsv.chunk_indices(list(t.tasks))[k]
+        acc = {"counts": {}, "sets": {}, "times": {}}
+        files = _Files()
+        for j, c in enumerate(t.tasks[k]):
+            _stage_chunk(c, j, t, k, first, opts, acc, files)
+        written = files.close()
+        return {
+            "pid": w,
+            "counts": acc["counts"],
+            "parts": {name: s.part() for name, s in acc["sets"].items()},
+            "nonint": False,
+            "files": [(p, n) for p, n in written.items() if "/edges/" in p],
+            "dirty": (t.si, [p for p in written if "/dirty/" in p]),
+            "times": acc["times"],
+        }
 
-    payloads = [
-        pickle.loads(p) for p in sc.parallelize(range(len(work)), max(1, len(work))).mapPartitions(task).collect()
-    ]
+    payloads = run_tasks(spark, len(work), task)
     dirty: dict[int, list[str]] = {}
-    for p in sorted(payloads, key=lambda p: p["pid"]):
+    for p in payloads:
         si, paths = p["dirty"]
         dirty.setdefault(si, []).extend(paths)
     return payloads, dirty

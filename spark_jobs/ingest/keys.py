@@ -188,7 +188,7 @@ def build_rank_map(parts_by_type: dict[str, list[tuple]], type_names: list[str])
     return rm
 
 
-def write_vertex_tables(sc, rank: RankMap, idmap_dir: str, vertices_dir: str, files: int) -> None:
+def write_vertex_tables(spark, rank: RankMap, idmap_dir: str, vertices_dir: str, files: int) -> None:
     """idmap (vid, orig_id, vtype) and vertices (vid, vtype, label, split) of a graph without vertex
     tables, straight from the rank map: one Spark job, ``files`` vid ranges, numpy in the tasks."""
     import os
@@ -200,40 +200,41 @@ def write_vertex_tables(sc, rank: RankMap, idmap_dir: str, vertices_dir: str, fi
     files = max(1, min(files, n or 1))
     bounds = np.linspace(0, n, files + 1).round().astype(np.int64)
 
-    def task(it):
-        for k in it:
-            lo, hi = int(bounds[k]), int(bounds[k + 1])
-            vids, orig, vtype = [], [], []
-            for code, (t, off) in enumerate(zip(rank.types, rank.offsets, strict=True)):
-                a, b = max(lo, off), min(hi, off + t.n)
-                if a < b:
-                    vids.append(np.arange(a, b, dtype=np.int64))
-                    orig.append(t.ids(a - off, b - off))
-                    vtype.append(np.full(b - a, code, dtype=np.int32))
-            v = np.concatenate(vids) if vids else np.zeros(0, np.int64)
-            o = np.concatenate(orig) if orig else np.zeros(0, np.int64)
-            vt = np.concatenate(vtype) if vtype else np.zeros(0, np.int32)
-            tables = {
-                idmap_dir: pa.table({"vid": v, "orig_id": o, "vtype": vt}),
-                vertices_dir: pa.table(
-                    {
-                        "vid": v,
-                        "vtype": vt,
-                        "label": pa.nulls(len(v), pa.int64()),
-                        "split": pa.array(np.full(len(v), -1, np.int8)),
-                    }
-                ),
-            }
-            for d, tab in tables.items():
-                path = os.path.join(d, f"part-{k:05d}.parquet")
-                tmp = f"{path}.tmp-{os.getpid()}"
-                pq.write_table(tab, tmp, compression="snappy")
-                os.replace(tmp, path)
-            yield k
+    def task(k: int) -> int:
+        lo, hi = int(bounds[k]), int(bounds[k + 1])
+        vids, orig, vtype = [], [], []
+        for code, (t, off) in enumerate(zip(rank.types, rank.offsets, strict=True)):
+            a, b = max(lo, off), min(hi, off + t.n)
+            if a < b:
+                vids.append(np.arange(a, b, dtype=np.int64))
+                orig.append(t.ids(a - off, b - off))
+                vtype.append(np.full(b - a, code, dtype=np.int32))
+        v = np.concatenate(vids) if vids else np.zeros(0, np.int64)
+        o = np.concatenate(orig) if orig else np.zeros(0, np.int64)
+        vt = np.concatenate(vtype) if vtype else np.zeros(0, np.int32)
+        tables = {
+            idmap_dir: pa.table({"vid": v, "orig_id": o, "vtype": vt}),
+            vertices_dir: pa.table(
+                {
+                    "vid": v,
+                    "vtype": vt,
+                    "label": pa.nulls(len(v), pa.int64()),
+                    "split": pa.array(np.full(len(v), -1, np.int8)),
+                }
+            ),
+        }
+        for d, tab in tables.items():
+            path = os.path.join(d, f"part-{k:05d}.parquet")
+            tmp = f"{path}.tmp-{os.getpid()}"
+            pq.write_table(tab, tmp, compression="snappy")
+            os.replace(tmp, path)
+        return k
+
+    from spark_jobs.ingest.tasks import run_tasks
 
     for d in (idmap_dir, vertices_dir):
         os.makedirs(d, exist_ok=True)
-    sc.parallelize(range(files), files).mapPartitions(task).collect()
+    run_tasks(spark, files, task)
 
 
 def write_vertex_rows(df, rank: RankMap, dirs: dict[str, str], with_features: bool) -> list[dict]:

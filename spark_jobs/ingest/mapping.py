@@ -48,29 +48,30 @@ def _rank_vids(t: pa.Table, si: np.ndarray, rank, plan: EdgePlan, typed: bool) -
     return rank.vids_any(s), rank.vids_any(d)
 
 
-def map_with_rank(sc, files: list[str], rank, plan: EdgePlan, typed: bool) -> list[BucketResult]:
+def map_with_rank(spark, files: list[str], rank, plan: EdgePlan, typed: bool) -> list[BucketResult]:
     """One Spark job: each task maps one staged file with the broadcast rank map and buckets it."""
-    b_rank = sc.broadcast(rank)
+    import time
 
-    def task(it):
-        import time
+    from spark_jobs.ingest.tasks import run_tasks
 
-        for i in it:
-            t0 = time.process_time()
-            t = read_ipc([files[i]])
-            si = _col(t, "_si", np.int64, 0)
-            vs, vd = _rank_vids(t, si, b_rank.value, plan, typed)
-            miss_s = vs < 0
-            miss_d = (vd < 0) & ~miss_s
-            fid = _col(t, "_fid", np.int64, -1)
-            t1 = time.process_time()
-            res = bucket_rows(vs, vd, t, si, ~(miss_s | miss_d), plan, f"f{i:05d}")
-            res.missing = _missing_counts(fid, si, miss_s, miss_d, plan)
-            res.times = {"map": t1 - t0, "bucket": time.process_time() - t1}
-            yield res
+    b_rank = spark.sparkContext.broadcast(rank)
+
+    def task(i: int) -> BucketResult:
+        t0 = time.process_time()
+        t = read_ipc([files[i]])
+        si = _col(t, "_si", np.int64, 0)
+        vs, vd = _rank_vids(t, si, b_rank.value, plan, typed)
+        miss_s = vs < 0
+        miss_d = (vd < 0) & ~miss_s
+        fid = _col(t, "_fid", np.int64, -1)
+        t1 = time.process_time()
+        res = bucket_rows(vs, vd, t, si, ~(miss_s | miss_d), plan, f"f{i:05d}")
+        res.missing = _missing_counts(fid, si, miss_s, miss_d, plan)
+        res.times = {"map": t1 - t0, "bucket": time.process_time() - t1}
+        return res
 
     try:
-        return sc.parallelize(range(len(files)), max(1, len(files))).mapPartitions(task).collect()
+        return run_tasks(spark, len(files), task)
     finally:
         b_rank.unpersist()
 

@@ -114,7 +114,7 @@ def read_source(
     fmt = detect_format(src, files, what)
     paths = [str(f) for f in files]
     if fmt == "parquet":
-        df = spark.read.parquet(*paths)
+        df = _parquet(spark, paths)
         columns = list(df.columns)
         df = df.withColumn(CORRUPT, F.lit(None).cast("string"))
     else:
@@ -144,6 +144,19 @@ def read_source(
     pos = F.monotonically_increasing_id() + F.lit(seq << arrowcsv.SOURCE_SHIFT)
     df = df.withColumn(FID, _file_index_expr(files, file_offset)).withColumn(ROWPOS, pos)
     return SourceFrame(df=df, files=files, fmt=fmt, columns=columns)
+
+
+def _parquet(spark, paths: list[str]):
+    """Parquet files with the schema of the first file's footer (read here: cheaper than the Spark job
+    that infers it); Spark's own inference when pyarrow's types have no Spark equivalent."""
+    import pyarrow.parquet as pq
+    from pyspark.sql.pandas.types import from_arrow_schema
+
+    try:
+        schema = from_arrow_schema(pq.read_schema(paths[0]))
+    except Exception:  # noqa: BLE001 - e.g. unsigned or nanosecond types: let Spark decide
+        return spark.read.parquet(*paths)
+    return spark.read.schema(schema).parquet(*paths)
 
 
 def _open_text(path: Path):
