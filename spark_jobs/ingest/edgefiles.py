@@ -141,38 +141,39 @@ class BucketResult:
     times: dict = field(default_factory=dict)  # activity -> seconds in the task
 
 
+def _carried(plan: EdgePlan) -> list[str]:
+    """The columns a bucket row carries besides src and dst (a single edge type is not carried)."""
+    out = ["etype"] if len(plan.etype_codes) > 1 else []
+    out += [c for c, on in (("weight", plan.has_w), ("ts", plan.has_ts), ("rowpos", plan.duplicates == "drop")) if on]
+    return out
+
+
 def bucket_rows(
     src: np.ndarray, dst: np.ndarray, t: pa.Table, si: np.ndarray, keep: np.ndarray, plan: EdgePlan, tag: str
 ) -> BucketResult:
     """Step 1 after the vid lookup: loops, doubling, split by source-vid range, write the buckets."""
     res = BucketResult(rows=np.zeros(plan.nb, dtype=np.int64))
-    et = etype_codes(t, si, plan)
-    w = _col(t, "_w", np.float32, 1.0)
-    ts = _col(t, "_ts", np.int64, 0)
-    rp = _col(t, "_rowpos", np.int64, 0) if plan.duplicates == "drop" else None
-    src, dst, et, w, ts = src[keep], dst[keep], et[keep], w[keep], ts[keep]
-    rp = rp[keep] if rp is not None else None
-    loops = src == dst
+    make = {
+        "etype": lambda: etype_codes(t, si, plan),
+        "weight": lambda: _col(t, "_w", np.float32, 1.0),
+        "ts": lambda: _col(t, "_ts", np.int64, 0),
+        "rowpos": lambda: _col(t, "_rowpos", np.int64, 0),
+    }
+    cols = {"src": src, "dst": dst, **{c: make[c]() for c in _carried(plan)}}
+    if not keep.all():
+        cols = {k: v[keep] for k, v in cols.items()}
+    loops = cols["src"] == cols["dst"]
     res.loops = int(loops.sum())
     if plan.drop_loops and res.loops:
-        k = ~loops
-        src, dst, et, w, ts = src[k], dst[k], et[k], w[k], ts[k]
-        rp = rp[k] if rp is not None else None
+        cols = {k: v[~loops] for k, v in cols.items()}
     if not plan.directed:  # one canonical row per edge plus its reverse (not for self-loops)
-        a, b = np.minimum(src, dst), np.maximum(src, dst)
+        s, d = cols.pop("src"), cols.pop("dst")
+        a, b = np.minimum(s, d), np.maximum(s, d)
         r = a != b
-        src, dst = np.concatenate([a, b[r]]), np.concatenate([b, a[r]])
-        et, w, ts = np.concatenate([et, et[r]]), np.concatenate([w, w[r]]), np.concatenate([ts, ts[r]])
-        rp = np.concatenate([rp, rp[r]]) if rp is not None else None
+        rest = {k: np.concatenate([v, v[r]]) for k, v in cols.items()}
+        cols = {"src": np.concatenate([a, b[r]]), "dst": np.concatenate([b, a[r]]), **rest}
     bounds = np.asarray(plan.bounds, dtype=np.int64)
-    order, res.rows = _buckets(src, bounds)
-    cols = {"src": src, "dst": dst, "etype": et}
-    if plan.has_w:
-        cols["weight"] = w
-    if plan.has_ts:
-        cols["ts"] = ts
-    if rp is not None:
-        cols["rowpos"] = rp
+    order, res.rows = _buckets(cols["src"], bounds)
     cols = {k: v[order] for k, v in cols.items()}
     ends = np.cumsum(res.rows)
     for k in np.flatnonzero(res.rows):
@@ -208,7 +209,7 @@ def _sorted_order(cols: dict[str, np.ndarray], lo: int, n: int, by_rowpos: bool)
     if len(src) == 0:
         return np.zeros(0, dtype=np.int64)
     key = (src - lo) * np.int64(max(n, 1)) + dst  # fits: (bucket width) * n < 2**63 for n < 3e9
-    ties = [cols["etype"]] if np.any(cols["etype"] != cols["etype"][0]) else []
+    ties = [cols["etype"]] if "etype" in cols and np.any(cols["etype"] != cols["etype"][0]) else []
     if by_rowpos:
         ties.append(cols["rowpos"])
     else:
@@ -222,9 +223,12 @@ def _apply_policy(cols: dict[str, np.ndarray], duplicates: str) -> dict[str, np.
     """Rows sorted by (src, dst, etype, ...): merge (sum weights, earliest ts) or drop (keep the first)."""
     if duplicates == "keep" or len(cols["src"]) == 0:
         return cols
-    s, d, e = cols["src"], cols["dst"], cols["etype"]
+    s, d = cols["src"], cols["dst"]
     new = np.ones(len(s), dtype=bool)
-    new[1:] = (s[1:] != s[:-1]) | (d[1:] != d[:-1]) | (e[1:] != e[:-1])
+    new[1:] = (s[1:] != s[:-1]) | (d[1:] != d[:-1])
+    if "etype" in cols:
+        e = cols["etype"]
+        new[1:] |= e[1:] != e[:-1]
     first = np.flatnonzero(new)
     out = {k: v[first] for k, v in cols.items() if k != "rowpos"}
     if duplicates == "merge":
@@ -251,7 +255,7 @@ def _finish(cols: dict[str, np.ndarray], k: int, offset: int, plan: EdgePlan) ->
         "eid": np.arange(offset, offset + n, dtype=np.int64),
         "src": cols["src"],
         "dst": cols["dst"],
-        "etype": cols["etype"].astype(np.int32),
+        "etype": cols["etype"].astype(np.int32) if "etype" in cols else np.zeros(n, np.int32),
     }
     if plan.has_w:
         table["weight"] = cols["weight"].astype(np.float32)
@@ -278,7 +282,7 @@ def _finish(cols: dict[str, np.ndarray], k: int, offset: int, plan: EdgePlan) ->
             in_deg += np.bincount(np.load(f), minlength=hi - lo)
     else:
         in_deg = out_deg
-    et_counts = np.bincount(cols["etype"], minlength=len(plan.etype_codes) or 1)
+    et_counts = np.bincount(table["etype"], minlength=len(plan.etype_codes) or 1)
     return {
         "k": k,
         "rows": n,
@@ -292,9 +296,7 @@ def _finish(cols: dict[str, np.ndarray], k: int, offset: int, plan: EdgePlan) ->
 def _bucket_cols(k: int, plan: EdgePlan) -> dict[str, np.ndarray]:
     files = sorted(glob.glob(os.path.join(plan.stage, "buckets", f"b{k:05d}", "*.arrow")))
     t = read_ipc(files)
-    names = ["src", "dst", "etype"] + [c for c, on in (("weight", plan.has_w), ("ts", plan.has_ts)) if on]
-    if plan.duplicates == "drop":
-        names.append("rowpos")
+    names = ["src", "dst", *_carried(plan)]
     if t is None:
         dts = {"src": np.int64, "dst": np.int64, "etype": np.int32, "weight": np.float32, "ts": np.int64}
         return {c: np.zeros(0, dtype=dts.get(c, np.int64)) for c in names}

@@ -77,32 +77,27 @@ def _clean_type(col, allowed: tuple[str, ...]) -> np.ndarray:
     return ok
 
 
-def _split_clean(table, t: CsvEdgeTable):
-    """(clean mask, {staged column: array}) of a parsed chunk."""
-    import pyarrow as pa
-
-    from spark_jobs.ingest.textparse import split_typed
+def _split_clean(table, t: CsvEdgeTable) -> tuple[np.ndarray, dict]:
+    """(clean mask, {staged column: numpy array or, for the type, Arrow strings}) of a parsed chunk."""
+    from spark_jobs.ingest.textparse import parse_canonical
 
     n = table.num_rows
     clean = np.full(n, t.constants_ok and t.int_ids, dtype=bool)
     cols: dict[str, object] = {}
     if not clean.any():
         return clean, cols
-    for name, out, kind in ((t.src, "_s", "long"), (t.dst, "_d", "long"), (t.weight, "_w", "double")):
+    fields = ((t.src, "_s", "long"), (t.dst, "_d", "long"), (t.weight, "_w", "double"), (t.timestamp, "_ts", "long"))
+    for name, out, kind in fields:
         if name:
-            typed, _ = split_typed(table.column(name).combine_chunks(), kind)
-            clean &= ~np.asarray(typed.is_null())
-            cols[out] = typed
-    if t.timestamp:
-        typed, _ = split_typed(table.column(t.timestamp).combine_chunks(), "long")
-        clean &= ~np.asarray(typed.is_null())
-        cols["_ts"] = typed
+            values, ok = parse_canonical(table.column(name).combine_chunks(), kind)
+            clean &= ok
+            cols[out] = values
     if t.etype:
         et = table.column(t.etype).combine_chunks()
         clean &= _clean_type(et, t.allowed_types)
         cols["_et"] = et
     if "_w" in cols:
-        cols["_w"] = cols["_w"].cast(pa.float32())
+        cols["_w"] = cols["_w"].astype(np.float32)
     return clean, cols
 
 
@@ -145,13 +140,16 @@ def _stage_chunk(c, j: int, t: CsvEdgeTable, task: int, first: int, opts: StageO
     clean, cols = _split_clean(table, t)
     nc = int(clean.sum())
     if nc:
-        m = pa.array(clean)
-        out = {k: v.filter(m) for k, v in cols.items()}
-        out["_si"] = pa.array(np.full(nc, t.si, np.int16))
+        if nc < len(clean):
+            m = pa.array(clean)
+            out = {k: v.filter(m) if isinstance(v, pa.Array) else v[clean] for k, v in cols.items()}
+        else:
+            out = dict(cols)
+        out["_si"] = np.full(nc, t.si, np.int16)
         if opts.fid:
-            out["_fid"] = pa.array(np.full(nc, c.fid, np.int32))
+            out["_fid"] = np.full(nc, c.fid, np.int32)
         if opts.rowpos:
-            out["_rowpos"] = pa.array(pos[clean])
+            out["_rowpos"] = pos[clean]
         files.write(
             os.path.join(opts.dir, "edges", f"c{t.si:03d}-{task:05d}.int.arrow"), pa.RecordBatch.from_pydict(out)
         )
@@ -164,7 +162,7 @@ def _stage_chunk(c, j: int, t: CsvEdgeTable, task: int, first: int, opts: StageO
             acc["counts"][key] = acc["counts"].get(key, 0) + nc
         if opts.keys:
             for name, arr in ((t.src_type, out["_s"]), (t.dst_type, out["_d"])):
-                acc["sets"].setdefault(name, KeySet()).add(arr.to_numpy())
+                acc["sets"].setdefault(name, KeySet()).add(arr)
     if nc < table.num_rows or bad:
         dirty = table.filter(pa.array(~clean)) if nc else table
         path = os.path.join(opts.dir, "dirty", f"t{t.si:03d}-{task:05d}.arrow")

@@ -91,6 +91,8 @@ class TypeRank:
             return out
         if self.rank is not None:
             off = ids - self.lo
+            if off.min() >= 0 and off.max() < len(self.rank):  # one gather; -1 marks ids not present
+                return self.rank[off].astype(np.int64)
             ok = (off >= 0) & (off < len(self.rank))
             out[ok] = self.rank[off[ok]]
             return out

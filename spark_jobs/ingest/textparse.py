@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import numpy as np
 import pyarrow as pa
-import pyarrow.compute as pc
 
 _POW10 = np.array([10.0**k for k in range(23)], dtype=np.float64)
 
@@ -33,29 +32,25 @@ def _string_parts(arr: pa.Array) -> tuple[np.ndarray, np.ndarray, np.ndarray | N
     return offsets, data, valid
 
 
-def split_typed(arr: pa.Array, kind: str) -> tuple[pa.Array, pa.Array]:
-    """(typed values where the text is canonical, else null; the text where it is not, else null).
-
-    ``kind`` is "long" (canonical integers) or "double" (canonical non-negative decimals).
-    """
-    n = len(arr)
-    if n == 0:
-        t = pa.int64() if kind == "long" else pa.float64()
-        return pa.array([], t), pa.array([], arr.type)
-    offsets, data, valid = _string_parts(arr)
+def parse_canonical(arr: pa.Array, kind: str) -> tuple[np.ndarray, np.ndarray]:
+    """(values, ok) of a string array: ``ok`` where the text is in canonical form (values elsewhere are
+    undefined). ``kind`` is "long" (canonical integers) or "double" (canonical non-negative decimals)."""
     from spark_jobs.ingest import kernels
 
-    ok = np.empty(n, dtype=np.bool_)
+    n = len(arr)
+    ok = np.zeros(n, dtype=np.bool_)
     if kind == "long":
-        out = np.empty(n, dtype=np.int64)
-        kernels.parse_ints(offsets, data, out, ok)
+        out = np.zeros(n, dtype=np.int64)
+        parse = kernels.parse_ints
     elif kind == "double":
-        out = np.empty(n, dtype=np.float64)
-        kernels.parse_nonneg_floats(offsets, data, _POW10, out, ok)
+        out = np.zeros(n, dtype=np.float64)
+        parse = lambda o, d, v, k: kernels.parse_nonneg_floats(o, d, _POW10, v, k)  # noqa: E731
     else:
-        raise ValueError(f"unknown typed kind {kind!r}")
+        raise ValueError(f"unknown kind {kind!r}")
+    if n == 0:
+        return out, ok
+    offsets, data, valid = _string_parts(arr)
+    parse(offsets, data, out, ok)
     if valid is not None:
         ok &= valid
-    typed = pa.array(out, mask=~ok)
-    text = arr if not ok.any() else pc.if_else(pa.array(ok), pa.scalar(None, arr.type), arr)
-    return typed, text
+    return out, ok
