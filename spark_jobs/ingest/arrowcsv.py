@@ -28,7 +28,7 @@ SOURCE_SHIFT = 55
 _CHUNK_SHIFT = 33
 _MIN_CHUNK = 4 << 20
 _MAX_CHUNK = 128 << 20
-_ALT_DELIM = "\x1f"  # stands in for a multi-character delimiter
+ALT_DELIM = "\x1f"  # stands in for a multi-character delimiter
 
 
 @dataclass(frozen=True)
@@ -133,14 +133,11 @@ def drop_header_line(data: bytes) -> bytes:
 
 
 def parse_chunk(data: bytes, spec: CsvSpec):
-    """(pyarrow Table of string columns, raw text of each malformed row)."""
+    """(pyarrow Table of string columns, raw text of each malformed row) of ``chunk_bytes``."""
     import pyarrow as pa
     import pyarrow.csv as pacsv
 
-    delim = spec.delimiter
-    if len(delim) > 1:
-        data = data.replace(delim.encode(), _ALT_DELIM.encode())
-        delim = _ALT_DELIM
+    delim = delimiter(spec)
     bad: list[str] = []
 
     def on_invalid(row) -> str:
@@ -178,14 +175,25 @@ def output_schema(spec: CsvSpec):
     return T.StructType(fields)
 
 
-def chunk_table(c: Chunk, spec: CsvSpec):
-    """(string Table, raw text of each malformed row) of one chunk: comments and header removed."""
+def chunk_bytes(c: Chunk, spec: CsvSpec) -> bytes:
+    """The chunk's lines, comment lines and the header removed; a multi-character delimiter replaced."""
     data = read_lines(c)
     if spec.comment:
         data = drop_comment_lines(data, spec.comment)
     if c.header:
         data = drop_header_line(data)
-    return parse_chunk(data, spec)
+    if len(spec.delimiter) > 1:
+        data = data.replace(spec.delimiter.encode(), ALT_DELIM.encode())
+    return data
+
+
+def delimiter(spec: CsvSpec) -> str:
+    return spec.delimiter if len(spec.delimiter) == 1 else ALT_DELIM
+
+
+def chunk_table(c: Chunk, spec: CsvSpec):
+    """(string Table, raw text of each malformed row) of one chunk."""
+    return parse_chunk(chunk_bytes(c, spec), spec)
 
 
 def text_batches(table, bad: list[str], fid: int, rowpos: np.ndarray, bad_rowpos: np.ndarray):
@@ -210,10 +218,14 @@ def text_batches(table, bad: list[str], fid: int, rowpos: np.ndarray, bad_rowpos
         yield pa.RecordBatch.from_pydict(cols)
 
 
+def chunk_base(source_seq: int, chunk_index: int) -> int:
+    """The row position of a chunk's first row."""
+    return (source_seq << SOURCE_SHIFT) | (chunk_index << _CHUNK_SHIFT)
+
+
 def chunk_rowpos(source_seq: int, chunk_index: int, n: int, k: int) -> tuple[np.ndarray, np.ndarray]:
     """Row positions of a chunk's n parsed rows, then its k malformed rows."""
-    base = (source_seq << SOURCE_SHIFT) | (chunk_index << _CHUNK_SHIFT)
-    pos = base + np.arange(n + k, dtype=np.int64)
+    pos = chunk_base(source_seq, chunk_index) + np.arange(n + k, dtype=np.int64)
     return pos[:n], pos[n:]
 
 

@@ -7,7 +7,8 @@ number of fields, and its edge type (a constant or a field without surrounding b
 For such a row every rule is known to pass: canonical integers are non-null integers, canonical
 decimals are finite and non-negative. So each task of ONE Spark job (``stage_csv_edges``):
 
-- parses its chunks (``arrowcsv``), splits clean rows from the others with numpy;
+- parses its chunks (``arrowcsv``, then ``textparse`` for the typed fields), splits clean rows from
+  the others with numpy;
 - writes the clean rows to ``edges/c<task>.int.arrow`` in the form ``scan`` stages good rows,
   counts them and adds their ids to the key sets;
 - writes every other row, as text exactly as read (malformed rows with their raw line), to
@@ -127,6 +128,33 @@ class _Files:
         return out
 
 
+@dataclass
+class ChunkRows:
+    """A chunk split: clean rows as staged columns, the other rows as text (Spark's rules decide)."""
+
+    clean: dict  # staged column -> numpy array (or Arrow strings for _et)
+    clean_pos: np.ndarray
+    dirty: object  # pyarrow Table of the well-formed other rows, every column a string
+    dirty_pos: np.ndarray
+    bad: list  # raw text of the rows with the wrong number of fields
+    bad_pos: np.ndarray
+
+
+def _split_rows(data: bytes, t: CsvEdgeTable, base: int) -> ChunkRows:
+    """pyarrow parses every row as text, numba parses the typed fields, numpy picks the clean rows."""
+    import pyarrow as pa
+
+    table, bad = arrowcsv.parse_chunk(data, t.spec)
+    n = table.num_rows
+    pos = base + np.arange(n + len(bad), dtype=np.int64)
+    clean, cols = _split_clean(table, t)
+    if not clean.all():
+        m = pa.array(clean)
+        cols = {k: v.filter(m) if isinstance(v, pa.Array) else v[clean] for k, v in cols.items()}
+    dirty = table.filter(pa.array(~clean)) if not clean.all() else table.slice(0, 0)
+    return ChunkRows(cols, pos[:n][clean], dirty, pos[:n][~clean], bad, pos[n:])
+
+
 def _stage_chunk(c, j: int, t: CsvEdgeTable, task: int, first: int, opts: StageOpts, acc: dict, files: _Files) -> None:
     import pyarrow as pa
     import pyarrow.compute as pc
@@ -134,25 +162,19 @@ def _stage_chunk(c, j: int, t: CsvEdgeTable, task: int, first: int, opts: StageO
     from spark_jobs.ingest.keys import KeySet
 
     t0 = time.process_time()
-    table, bad = arrowcsv.chunk_table(c, t.spec)
-    pos, bad_pos = arrowcsv.chunk_rowpos(t.si, first + j, table.num_rows, len(bad))
+    data = arrowcsv.chunk_bytes(c, t.spec)
+    rows = _split_rows(data, t, arrowcsv.chunk_base(t.si, first + j))
     t1 = time.process_time()
-    clean, cols = _split_clean(table, t)
-    nc = int(clean.sum())
+    out = rows.clean
+    nc = len(rows.clean_pos)
     if nc:
-        if nc < len(clean):
-            m = pa.array(clean)
-            out = {k: v.filter(m) if isinstance(v, pa.Array) else v[clean] for k, v in cols.items()}
-        else:
-            out = dict(cols)
         out["_si"] = np.full(nc, t.si, np.int16)
         if opts.fid:
             out["_fid"] = np.full(nc, c.fid, np.int32)
         if opts.rowpos:
-            out["_rowpos"] = pos[clean]
-        files.write(
-            os.path.join(opts.dir, "edges", f"c{t.si:03d}-{task:05d}.int.arrow"), pa.RecordBatch.from_pydict(out)
-        )
+            out["_rowpos"] = rows.clean_pos
+        path = os.path.join(opts.dir, "edges", f"c{t.si:03d}-{task:05d}.int.arrow")
+        files.write(path, pa.RecordBatch.from_pydict(out))
         if "_et" in out:
             for vc in pc.value_counts(out["_et"]).to_pylist():  # one entry per distinct type
                 key = (c.fid, None, None, t.si, vc["values"], False)
@@ -163,14 +185,13 @@ def _stage_chunk(c, j: int, t: CsvEdgeTable, task: int, first: int, opts: StageO
         if opts.keys:
             for name, arr in ((t.src_type, out["_s"]), (t.dst_type, out["_d"])):
                 acc["sets"].setdefault(name, KeySet()).add(arr)
-    if nc < table.num_rows or bad:
-        dirty = table.filter(pa.array(~clean)) if nc else table
+    if rows.dirty.num_rows or rows.bad:
         path = os.path.join(opts.dir, "dirty", f"t{t.si:03d}-{task:05d}.arrow")
-        for b in arrowcsv.text_batches(dirty, bad, c.fid, pos[~clean], bad_pos):
+        for b in arrowcsv.text_batches(rows.dirty, rows.bad, c.fid, rows.dirty_pos, rows.bad_pos):
             files.write(path, b)
     t2 = time.process_time()
     acc["times"]["parse"] = acc["times"].get("parse", 0.0) + (t1 - t0)
-    acc["times"]["clean_split"] = acc["times"].get("clean_split", 0.0) + (t2 - t1)
+    acc["times"]["stage"] = acc["times"].get("stage", 0.0) + (t2 - t1)
 
 
 def stage_csv_edges(spark, tables: list[CsvEdgeTable], opts: StageOpts) -> tuple[list[dict], dict[int, list[str]]]:

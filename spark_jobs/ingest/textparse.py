@@ -17,8 +17,6 @@ from __future__ import annotations
 import numpy as np
 import pyarrow as pa
 
-_POW10 = np.array([10.0**k for k in range(23)], dtype=np.float64)
-
 
 def _string_parts(arr: pa.Array) -> tuple[np.ndarray, np.ndarray, np.ndarray | None]:
     """(offsets, data bytes, validity or None) of a string / large_string array, without copies."""
@@ -44,7 +42,7 @@ def parse_canonical(arr: pa.Array, kind: str) -> tuple[np.ndarray, np.ndarray]:
         parse = kernels.parse_ints
     elif kind == "double":
         out = np.zeros(n, dtype=np.float64)
-        parse = lambda o, d, v, k: kernels.parse_nonneg_floats(o, d, _POW10, v, k)  # noqa: E731
+        parse = lambda o, d, v, k: kernels.parse_nonneg_floats(o, d, kernels.POW10, v, k)  # noqa: E731
     else:
         raise ValueError(f"unknown kind {kind!r}")
     if n == 0:
