@@ -251,8 +251,9 @@ def write_vertex_rows(df, rank: RankMap, dirs: dict[str, str], with_features: bo
     import pyarrow.parquet as pq
 
     b_rank = df.sparkSession.sparkContext.broadcast(rank)
-    for d in dirs.values():
-        os.makedirs(d, exist_ok=True)
+    for name, d in dirs.items():
+        if with_features or name != "features":
+            os.makedirs(d, exist_ok=True)
 
     def put(d: str, pid: int, j: int, tab) -> None:
         path = os.path.join(d, f"part-{pid:05d}-{j:05d}.parquet")
