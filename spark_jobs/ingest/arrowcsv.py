@@ -10,7 +10,7 @@ same meaning as Spark's PERMISSIVE frame:
 - every column is a string;
 - a row with the wrong number of fields is kept: its raw line in ``_corrupt``, nulls elsewhere;
 - lines starting with the comment character and empty lines are skipped; with ``header`` the first
-  remaining line of every file is the header; '"' quotes with '""' inside; an empty field is null;
+  other line of every file is the header; '"' quotes with '""' inside; an empty field is null;
 - ``.gz``/``.bz2`` files are read whole (one chunk each); a multi-character delimiter is replaced by
   a control character before parsing (so it must not occur inside quoted fields);
 - ``_rowpos`` = (source << 55) | (chunk << 33) | row, so "first row" means first in file order.
@@ -37,7 +37,7 @@ class Chunk:
     path: str
     start: int
     end: int  # -1: the whole (compressed) file
-    header: bool  # the chunk starts the file, so it holds the header line
+    header: bool  # the chunk holds the header line (a whole compressed file) and drops it
 
 
 @dataclass(frozen=True)
@@ -48,8 +48,24 @@ class CsvSpec:
     header: bool
 
 
-def plan_chunks(files: list[Path], file_offset: int, header: bool, parallelism: int) -> list[list[Chunk]]:
-    """Byte ranges of the files grouped into tasks: about three tasks per core, chunks of 4-128 MiB."""
+def header_end(path: Path, comment: str) -> int:
+    """Byte offset just after the header line: the first line that is neither empty nor a comment."""
+    mark = comment.encode()
+    with open(path, "rb") as fh:
+        pos = 0
+        for line in fh:
+            pos += len(line)
+            if line.strip(b"\r\n") and not (mark and line.startswith(mark)):
+                return pos
+    return pos
+
+
+def plan_chunks(
+    files: list[Path], file_offset: int, header: bool, parallelism: int, comment: str = ""
+) -> list[list[Chunk]]:
+    """Byte ranges of the files grouped into tasks: about three tasks per core, chunks of 4-128 MiB.
+    The header line is skipped here (its end found on the driver), except in a compressed file, which
+    is one chunk that drops its own header."""
     sizes = [f.stat().st_size for f in files]
     total = sum(sizes)
     target = int(min(_MAX_CHUNK, max(_MIN_CHUNK, total // max(1, 3 * parallelism) + 1)))
@@ -58,8 +74,9 @@ def plan_chunks(files: list[Path], file_offset: int, header: bool, parallelism: 
         if f.name.lower().endswith((".gz", ".bz2")):
             chunks.append(Chunk(file_offset + i, str(f), 0, -1, header))
             continue
-        for start in range(0, max(size, 1), target):
-            chunks.append(Chunk(file_offset + i, str(f), start, min(size, start + target), header and start == 0))
+        first = header_end(f, comment) if header else 0
+        for start in range(first, max(size, first + 1), target):
+            chunks.append(Chunk(file_offset + i, str(f), start, min(size, start + target), False))
     tasks: list[list[Chunk]] = []
     acc = 0
     for c in chunks:  # consecutive small chunks (small files) share a task

@@ -138,7 +138,7 @@ def read_source(
                 hint="give unique column names (or set columns = [...] with header = false)",
             )
         spec = arrowcsv.CsvSpec(columns=tuple(columns), delimiter=delim, comment=src.comment, header=src.header)
-        tasks = arrowcsv.plan_chunks(files, file_offset, src.header, arrowcsv.default_parallelism(spark))
+        tasks = arrowcsv.plan_chunks(files, file_offset, src.header, arrowcsv.default_parallelism(spark), src.comment)
         df = arrowcsv.csv_frame(spark, tasks, spec, seq)
         return SourceFrame(df=df, files=files, fmt=fmt, columns=columns, spec=spec, tasks=tasks)
     pos = F.monotonically_increasing_id() + F.lit(seq << arrowcsv.SOURCE_SHIFT)
