@@ -11,7 +11,22 @@ from ingest_util import edges_back, manifest, read_table, write
 
 from glisp_core.config import EdgeSource, IngestConfig, VertexSource
 
-INTS = ["0", "7", "-12", "123456789012345678", "007", "+5", " 5", "5 ", "-0", "5.0", "1e3", "", "x", "1234567890123456789"]
+INTS = [
+    "0",
+    "7",
+    "-12",
+    "123456789012345678",
+    "007",
+    "+5",
+    " 5",
+    "5 ",
+    "-0",
+    "5.0",
+    "1e3",
+    "",
+    "x",
+    "1234567890123456789",
+]
 DECIMALS = ["0", "1", "1.5", "0.1", ".5", "5.", "1e3", "1E-5", "00.50", "-1", "+1", "inf", "NaN", "1e400", "1.5d", " 1"]
 DECIMALS += ["12345678901234.5", "123456789012345.6", "0.000000000000000000000001", "1e", "e5", "."]
 
@@ -24,7 +39,9 @@ def test_canonical_numbers_are_exactly_what_spark_reads(spark):
 
     for kind, vals, spark_type in (("long", INTS, "long"), ("double", DECIMALS, "double")):
         got, ok = parse_canonical(pa.array(vals), kind)
-        rows = spark.createDataFrame([(v,) for v in vals], "s string").select(F.trim("s").try_cast(spark_type).alias("v"))
+        rows = spark.createDataFrame([(v,) for v in vals], "s string").select(
+            F.trim("s").try_cast(spark_type).alias("v")
+        )
         want = [r["v"] for r in rows.collect()]
         for v, g, k, w in zip(vals, got, ok, want, strict=True):
             if k:
