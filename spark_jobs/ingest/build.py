@@ -9,7 +9,7 @@ from glisp_core.dataset.layout import DatasetVersion
 from glisp_core.errors import BadInputError
 from spark_jobs.ingest import checks, edgefiles, mapping
 from spark_jobs.ingest.checks import RCOL, REASON, SI, summary_of
-from spark_jobs.ingest.edgestage import GROUP, CsvEdgeTable, StageOpts, dirty_frame, stage_csv_edges
+from spark_jobs.ingest.edgestage import GROUP, EdgeTable, StageOpts, dirty_frame, stage_edges
 from spark_jobs.ingest.idmap import dense_index
 from spark_jobs.ingest.job import Built, cleanup_stage, no_edges_error
 from spark_jobs.ingest.keys import build_rank_map, part_size, write_vertex_rows, write_vertex_tables
@@ -77,21 +77,18 @@ class IngestRun:
         return self.b
 
     # ---- read_check --------------------------------------------------------------------------
-    def _open_edges(self) -> tuple[list, list]:
-        """(Spark rule frames of the non-CSV edge tables, CsvEdgeTable of each CSV table)."""
-        ing, frames, csv, offset = self.plan.ing, [], [], 0
+    def _open_edges(self) -> list:
+        """An EdgeTable (what ``edgestage`` needs) for every edge table."""
+        ing, tables, offset = self.plan.ing, [], 0
         self.edge_sf = {}
         for i, e in enumerate(ing.edges):
             sf = open_edge_source(self.spark, self.plan, i, offset)
             offset += len(sf.files)
             self.edge_sf[i] = sf
-            if sf.spec is None:
-                frames.append((i, edge_source_frame(self.spark, self.plan, i, 0, self.id_long, sf=sf)[0]))
-                continue
             ok_et = bool(e.etype) or not ing.edge_types or (e.edge_type or DEFAULT_EDGE_TYPE) in ing.edge_types
             ok_vt = not (self.plan.typed and ing.vertex_types) or {e.src_type, e.dst_type} <= set(ing.vertex_types)
-            csv.append(
-                CsvEdgeTable(
+            tables.append(
+                EdgeTable(
                     si=i,
                     spec=sf.spec,
                     tasks=tuple(sf.tasks),
@@ -107,7 +104,7 @@ class IngestRun:
                     dst_type=e.dst_type,
                 )
             )
-        return frames, csv
+        return tables
 
     def _for_scan(self, i: int, df):
         """The columns the scan needs; a table's constant edge type is known from _si, not shipped per row."""
@@ -141,17 +138,16 @@ class IngestRun:
         return stage, keys
 
     def _read_edges(self):
-        """CSV tables through ``edgestage`` (one job), the rest and the CSV rows it left through Spark's
-        rules and ``scan`` (one job); their counts, key sets and staged files merged."""
+        """Every table through ``edgestage`` (one job), the rows it left through Spark's rules and
+        ``scan`` (one more job, only when there are such rows); counts, key sets and files merged."""
         ing = self.plan.ing
-        frames, csv = self._open_edges()
+        tables = self._open_edges()
         stage, keys = self._stage_specs()
-        payloads, dirty = [], {}
-        if csv:
-            opts = StageOpts(str(self.stage), keys=bool(keys), fid=bool(ing.vertices), rowpos=ing.duplicates == "drop")
-            payloads, dirty = stage_csv_edges(self.spark, csv, opts)
-            for p in payloads:
-                self.ph.add_task_seconds(p["times"])
+        opts = StageOpts(str(self.stage), keys=bool(keys), fid=bool(ing.vertices), rowpos=ing.duplicates == "drop")
+        payloads, dirty = stage_edges(self.spark, tables, opts)
+        for p in payloads:
+            self.ph.add_task_seconds(p["times"])
+        frames = []
         for si, paths in dirty.items():
             if paths:
                 sf = self.edge_sf[si]
@@ -175,7 +171,7 @@ class IngestRun:
                     "found: the edge input has no rows at all",
                     hint="check the path and the file",
                 )
-        if es.bad:  # every bad row is in the rule frames (a clean CSV row is never bad)
+        if es.bad:  # every bad row is in the rule frames (a clean row is never bad)
             from pyspark.sql import functions as F
 
             c = F.col

@@ -1,19 +1,19 @@
-"""CSV edge tables straight to staged files: rows that certainly pass every row rule skip the JVM.
+"""Edge tables straight to staged files: rows that certainly pass every row rule skip the JVM.
 
-Why: handing a parsed row to Spark (Arrow -> rows) costs about 1 us per row, several times the
-parse itself, and the row rules are column expressions in Spark (``sources``). A row is *clean*
-when its ids (and weight, timestamp) parse in the canonical forms of ``textparse``, it has the right
-number of fields, and its edge type (a constant or a field without surrounding blanks) is allowed.
-For such a row every rule is known to pass: canonical integers are non-null integers, canonical
-decimals are finite and non-negative. So each task of ONE Spark job (``stage_csv_edges``):
+Why: handing a row to Spark (Arrow -> rows) costs about 1 us, several times reading it, and the row
+rules are column expressions in Spark (``sources``). A row is *clean* when its ids (and weight,
+timestamp) are integers (CSV: in the canonical forms of ``textparse``), a weight is finite and
+non-negative, a CSV row has the right number of fields, and its edge type (a constant or a string
+without surrounding blanks) is allowed. For such a row every rule is known to pass. So each task of
+ONE Spark job (``stage_edges``):
 
-- parses its chunks (``arrowcsv``, then ``textparse`` for the typed fields), splits clean rows from
-  the others with numpy;
-- writes the clean rows to ``edges/c<task>.int.arrow`` in the form ``scan`` stages good rows,
+- reads its chunks (``arrowread``: CSV parsed by pyarrow, ``textparse`` for the typed fields; Parquet
+  row groups), splits clean rows from the others with numpy;
+- writes the clean rows to ``edges/c<table>-<task>.int.arrow`` in the form ``scan`` stages good rows,
   counts them and adds their ids to the key sets;
-- writes every other row, as text exactly as read (malformed rows with their raw line), to
-  ``dirty/t<task>.arrow``. Those rows (usually none) then go through Spark's row rules like a Parquet
-  table's rows (``dirty_frame``), so what a rule decides and what a bad-row report shows is unchanged.
+- writes every other row as read (CSV: text, malformed rows with their raw line) to
+  ``dirty/t<table>-<task>.arrow``. Those rows (usually none) then go through Spark's row rules
+  (``dirty_frame``), so what a rule decides and what a bad-row report shows is unchanged.
 """
 
 from __future__ import annotations
@@ -24,7 +24,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from spark_jobs.ingest import arrowcsv
+from spark_jobs.ingest import arrowread
 from spark_jobs.ingest.checks import RCOL, REASON, SI
 from spark_jobs.ingest.readers import FID
 
@@ -32,12 +32,12 @@ GROUP = (FID, REASON, RCOL, SI, "_et", "_nonint")  # the grouping of the edge sc
 
 
 @dataclass(frozen=True)
-class CsvEdgeTable:
-    """What a task needs to know about one CSV edge table (pickled into the tasks)."""
+class EdgeTable:
+    """What a task needs to know about one edge table (pickled into the tasks)."""
 
     si: int
-    spec: arrowcsv.CsvSpec
-    tasks: tuple  # chunk lists (arrowcsv.plan_chunks)
+    spec: object  # arrowread.CsvSpec or ParquetSpec
+    tasks: tuple  # chunk lists (arrowread.plan_chunks / plan_row_groups)
     src: str
     dst: str
     weight: str
@@ -78,9 +78,31 @@ def _clean_type(col, allowed: tuple[str, ...]) -> np.ndarray:
     return ok
 
 
-def _split_clean(table, t: CsvEdgeTable) -> tuple[np.ndarray, dict]:
-    """(clean mask, {staged column: numpy array or, for the type, Arrow strings}) of a parsed chunk."""
+def _typed_values(col, kind: str) -> tuple[np.ndarray, np.ndarray]:
+    """(values, ok) of an id/weight/timestamp column: ``ok`` where every row rule is sure to pass.
+    Text: the canonical forms of ``textparse``; Parquet integers (non-null, and >= 0 for a weight);
+    Parquet floats as weights (non-null, finite, >= 0); anything else is left to Spark's rules."""
+    import pyarrow as pa
+
     from spark_jobs.ingest.textparse import parse_canonical
+
+    t = col.type
+    n = len(col)
+    if pa.types.is_string(t) or pa.types.is_large_string(t):
+        return parse_canonical(col, kind)
+    valid = np.asarray(col.is_valid().to_numpy(zero_copy_only=False), dtype=bool)
+    if pa.types.is_signed_integer(t):
+        v = col.fill_null(0).to_numpy().astype(np.int64 if kind == "long" else np.float64)
+        return v, (valid & (v >= 0)) if kind == "double" else valid
+    if kind == "double" and pa.types.is_floating(t):
+        v = col.cast(pa.float64()).fill_null(0.0).to_numpy()
+        return v, valid & np.isfinite(v) & (v >= 0)
+    return np.zeros(n, np.int64 if kind == "long" else np.float64), np.zeros(n, dtype=bool)
+
+
+def _split_clean(table, t: EdgeTable) -> tuple[np.ndarray, dict]:
+    """(clean mask, {staged column: numpy array or, for the type, Arrow strings}) of a chunk."""
+    import pyarrow as pa
 
     n = table.num_rows
     clean = np.full(n, t.constants_ok and t.int_ids, dtype=bool)
@@ -90,12 +112,15 @@ def _split_clean(table, t: CsvEdgeTable) -> tuple[np.ndarray, dict]:
     fields = ((t.src, "_s", "long"), (t.dst, "_d", "long"), (t.weight, "_w", "double"), (t.timestamp, "_ts", "long"))
     for name, out, kind in fields:
         if name:
-            values, ok = parse_canonical(table.column(name).combine_chunks(), kind)
+            values, ok = _typed_values(table.column(name).combine_chunks(), kind)
             clean &= ok
             cols[out] = values
     if t.etype:
         et = table.column(t.etype).combine_chunks()
-        clean &= _clean_type(et, t.allowed_types)
+        if pa.types.is_string(et.type):
+            clean &= _clean_type(et, t.allowed_types)
+        else:
+            clean[:] = False
         cols["_et"] = et
     if "_w" in cols:
         cols["_w"] = cols["_w"].astype(np.float32)
@@ -140,11 +165,10 @@ class ChunkRows:
     bad_pos: np.ndarray
 
 
-def _split_rows(data: bytes, t: CsvEdgeTable, base: int) -> ChunkRows:
-    """pyarrow parses every row as text, numba parses the typed fields, numpy picks the clean rows."""
+def _split_rows(table, bad: list, t: EdgeTable, base: int) -> ChunkRows:
+    """The chunk's clean rows (staged columns) apart from the others (the source columns as read)."""
     import pyarrow as pa
 
-    table, bad = arrowcsv.parse_chunk(data, t.spec)
     n = table.num_rows
     pos = base + np.arange(n + len(bad), dtype=np.int64)
     clean, cols = _split_clean(table, t)
@@ -155,15 +179,15 @@ def _split_rows(data: bytes, t: CsvEdgeTable, base: int) -> ChunkRows:
     return ChunkRows(cols, pos[:n][clean], dirty, pos[:n][~clean], bad, pos[n:])
 
 
-def _stage_chunk(c, j: int, t: CsvEdgeTable, task: int, first: int, opts: StageOpts, acc: dict, files: _Files) -> None:
+def _stage_chunk(c, j: int, t: EdgeTable, task: int, first: int, opts: StageOpts, acc: dict, files: _Files) -> None:
     import pyarrow as pa
     import pyarrow.compute as pc
 
     from spark_jobs.ingest.keys import KeySet
 
     t0 = time.process_time()
-    data = arrowcsv.chunk_bytes(c, t.spec)
-    rows = _split_rows(data, t, arrowcsv.chunk_base(t.si, first + j))
+    table, bad = arrowread.read_chunk(c, t.spec)
+    rows = _split_rows(table, bad, t, arrowread.chunk_base(t.si, first + j))
     t1 = time.process_time()
     out = rows.clean
     nc = len(rows.clean_pos)
@@ -187,15 +211,15 @@ def _stage_chunk(c, j: int, t: CsvEdgeTable, task: int, first: int, opts: StageO
                 acc["sets"].setdefault(name, KeySet()).add(arr)
     if rows.dirty.num_rows or rows.bad:
         path = os.path.join(opts.dir, "dirty", f"t{t.si:03d}-{task:05d}.arrow")
-        for b in arrowcsv.text_batches(rows.dirty, rows.bad, c.fid, rows.dirty_pos, rows.bad_pos):
+        for b in arrowread.text_batches(rows.dirty, rows.bad, c.fid, rows.dirty_pos, rows.bad_pos):
             files.write(path, b)
     t2 = time.process_time()
     acc["times"]["parse"] = acc["times"].get("parse", 0.0) + (t1 - t0)
     acc["times"]["stage"] = acc["times"].get("stage", 0.0) + (t2 - t1)
 
 
-def stage_csv_edges(spark, tables: list[CsvEdgeTable], opts: StageOpts) -> tuple[list[dict], dict[int, list[str]]]:
-    """One Spark job over every chunk of the CSV edge tables: (task payloads, dirty files per table)."""
+def stage_edges(spark, tables: list[EdgeTable], opts: StageOpts) -> tuple[list[dict], dict[int, list[str]]]:
+    """One Spark job over every chunk of the edge tables: (task payloads, dirty files per table)."""
     from spark_jobs.ingest.tasks import run_tasks
 
     work = [(ti, k) for ti, t in enumerate(tables) for k in range(len(t.tasks))]
@@ -205,7 +229,7 @@ def stage_csv_edges(spark, tables: list[CsvEdgeTable], opts: StageOpts) -> tuple
     def task(w: int) -> dict:
         ti, k = work[w]
         t = tables[ti]
-        first = arrowcsv.chunk_indices(list(t.tasks))[k]
+        first = arrowread.chunk_indices(list(t.tasks))[k]
         acc = {"counts": {}, "sets": {}, "times": {}}
         files = _Files()
         for j, c in enumerate(t.tasks[k]):
@@ -229,6 +253,6 @@ def stage_csv_edges(spark, tables: list[CsvEdgeTable], opts: StageOpts) -> tuple
     return payloads, dirty
 
 
-def dirty_frame(spark, files: list[str], spec: arrowcsv.CsvSpec):
-    """The rows a table's tasks left for Spark's rules, as the text frame Spark's CSV reading gives."""
-    return arrowcsv.ipc_frame(spark, files, arrowcsv.output_schema(spec))
+def dirty_frame(spark, files: list[str], spec):
+    """The rows a table's tasks left for Spark's rules, as ``arrowread.table_frame`` gives them."""
+    return arrowread.ipc_frame(spark, files, arrowread.output_schema(spec))

@@ -1,8 +1,8 @@
 """Read one configured source (a file, a directory or a glob; CSV/TSV or Parquet) into a DataFrame.
 
-CSV is read by the executors with pyarrow (``arrowcsv``): every column a string (or typed where the
-caller asks and the text is canonical), and a row with the wrong number of fields kept with its raw
-text in a corrupt-record column, so it is reported rather than silently padded or dropped. The files
+Files are read by the executors with pyarrow (``arrowread``): CSV with every column a string and a
+row with the wrong number of fields kept with its raw text in a corrupt-record column (so it is
+reported rather than silently padded or dropped), Parquet typed as Spark would read it. The files
 are expanded on the driver (they are fingerprinted anyway) and each row carries the index of its file.
 """
 
@@ -78,21 +78,8 @@ class SourceFrame:
     files: list[Path]
     fmt: str
     columns: list[str]  # the source's own column names
-    spec: object = None  # CSV: the arrowcsv.CsvSpec and its read tasks (chunks), for edgestage
+    spec: object = None  # arrowread.CsvSpec or ParquetSpec, and the read tasks (chunks), for edgestage
     tasks: list = field(default_factory=list)
-
-
-def _file_index_expr(files: list[Path], offset: int):
-    """Column: index of the row's input file (``input_file_name`` mapped through a literal map)."""
-    from pyspark.sql import functions as F
-
-    if len(files) == 1:
-        return F.lit(offset).cast("int")
-    pairs = []
-    for i, f in enumerate(files):
-        for key in {f.as_uri(), f"file:{f}", str(f)}:
-            pairs += [F.lit(key), F.lit(offset + i)]
-    return F.coalesce(F.create_map(*pairs)[F.input_file_name()], F.lit(-1)).cast("int")
 
 
 def read_source(
@@ -107,16 +94,15 @@ def read_source(
 
     ``seq`` (the source's index in the run) keeps row positions unique across sources.
     """
-    from pyspark.sql import functions as F
-
-    from spark_jobs.ingest import arrowcsv
+    from spark_jobs.ingest import arrowread
 
     fmt = detect_format(src, files, what)
     paths = [str(f) for f in files]
+    par = arrowread.default_parallelism(spark)
     if fmt == "parquet":
-        df = _parquet(spark, paths)
-        columns = list(df.columns)
-        df = df.withColumn(CORRUPT, F.lit(None).cast("string"))
+        spec = arrowread.parquet_spec(files, what)
+        columns = list(spec.columns)
+        tasks = arrowread.plan_row_groups(files, file_offset, par)
     else:
         delim = src.delimiter or ("\t" if fmt == "tsv" else ",")
         if src.columns:
@@ -137,26 +123,10 @@ def read_source(
                 "in the header repeat a column name",
                 hint="give unique column names (or set columns = [...] with header = false)",
             )
-        spec = arrowcsv.CsvSpec(columns=tuple(columns), delimiter=delim, comment=src.comment, header=src.header)
-        tasks = arrowcsv.plan_chunks(files, file_offset, src.header, arrowcsv.default_parallelism(spark), src.comment)
-        df = arrowcsv.csv_frame(spark, tasks, spec, seq)
-        return SourceFrame(df=df, files=files, fmt=fmt, columns=columns, spec=spec, tasks=tasks)
-    pos = F.monotonically_increasing_id() + F.lit(seq << arrowcsv.SOURCE_SHIFT)
-    df = df.withColumn(FID, _file_index_expr(files, file_offset)).withColumn(ROWPOS, pos)
-    return SourceFrame(df=df, files=files, fmt=fmt, columns=columns)
-
-
-def _parquet(spark, paths: list[str]):
-    """Parquet files with the schema of the first file's footer (read here: cheaper than the Spark job
-    that infers it); Spark's own inference when pyarrow's types have no Spark equivalent."""
-    import pyarrow.parquet as pq
-    from pyspark.sql.pandas.types import from_arrow_schema
-
-    try:
-        schema = from_arrow_schema(pq.read_schema(paths[0]))
-    except Exception:  # noqa: BLE001 - e.g. unsigned or nanosecond types: let Spark decide
-        return spark.read.parquet(*paths)
-    return spark.read.schema(schema).parquet(*paths)
+        spec = arrowread.CsvSpec(columns=tuple(columns), delimiter=delim, comment=src.comment, header=src.header)
+        tasks = arrowread.plan_chunks(files, file_offset, src.header, par, src.comment)
+    df = arrowread.table_frame(spark, tasks, spec, seq)
+    return SourceFrame(df=df, files=files, fmt=fmt, columns=columns, spec=spec, tasks=tasks)
 
 
 def _open_text(path: Path):

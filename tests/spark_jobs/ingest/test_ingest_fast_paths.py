@@ -62,14 +62,14 @@ TEXT = (
 
 def test_many_small_chunks_read_like_one(ingest, tmp_path, monkeypatch):
     """Byte-range chunks split lines, comments, quotes and CRLF exactly as a single read does."""
-    from spark_jobs.ingest import arrowcsv
+    from spark_jobs.ingest import arrowread
 
     f = write(tmp_path / "in" / "e.csv", TEXT)
     ing = IngestConfig(graph="ch", on_bad_input="quarantine", edges=[EdgeSource(path=str(f), weight="w", comment="#")])
     whole = ingest(ing, version="whole")
-    monkeypatch.setattr(arrowcsv, "_MIN_CHUNK", 7)
-    monkeypatch.setattr(arrowcsv, "_MAX_CHUNK", 7)
-    assert len(arrowcsv.plan_chunks([f], 0, True, 2)) > 10
+    monkeypatch.setattr(arrowread, "_MIN_CHUNK", 7)
+    monkeypatch.setattr(arrowread, "_MAX_CHUNK", 7)
+    assert len(arrowread.plan_chunks([f], 0, True, 2)) > 10
     chunked = ingest(ing, version="chunked", force=True)
     assert Counter(edges_back(chunked)) == Counter(edges_back(whole))
     assert Counter((int(a), int(b), w) for a, b, _, w, _ in edges_back(whole)) == Counter(

@@ -1,19 +1,21 @@
-"""CSV/TSV read by Spark tasks with pyarrow: byte-range chunks of the files, malformed rows kept.
+"""Tables read by Spark tasks with pyarrow: CSV/TSV by byte ranges, Parquet by row groups.
 
-Why not Spark's CSV reader: to see rows with the wrong number of fields it must run in PERMISSIVE
-mode with column pruning off, and it then costs about 1.5 us per row on one core and hands every
-field over as a string. Here each task reads whole lines of a byte range of a file from the shared
-file system (the same access Spark's reader needs), parses them with ``pyarrow.csv`` (about 0.25 us
-per row). ``edgestage`` uses the parsed chunks directly; ``csv_frame`` hands them to Spark with the
-same meaning as Spark's PERMISSIVE frame:
+Why not Spark's readers: to see CSV rows with the wrong number of fields Spark's CSV reader must run
+in PERMISSIVE mode with column pruning off, and then costs about 1.5 us per row on one core, every
+field a string; and a row Spark reads must come back to Python for the scan anyway. Here each task
+reads its part of the files from the shared file system (the same access Spark's readers need) with
+pyarrow (CSV: about 0.25 us per row). ``edgestage`` uses the chunks directly; ``table_frame`` hands
+them to Spark with the meaning Spark's readers give:
 
-- every column is a string;
-- a row with the wrong number of fields is kept: its raw line in ``_corrupt``, nulls elsewhere;
-- lines starting with the comment character and empty lines are skipped; with ``header`` the first
-  other line of every file is the header; '"' quotes with '""' inside; an empty field is null;
-- ``.gz``/``.bz2`` files are read whole (one chunk each); a multi-character delimiter is replaced by
-  a control character before parsing (so it must not occur inside quoted fields);
-- ``_rowpos`` = (source << 55) | (chunk << 33) | row, so "first row" means first in file order.
+- CSV: every column a string; a row with the wrong number of fields is kept with its raw line in
+  ``_corrupt`` and nulls elsewhere; lines starting with the comment character and empty lines are
+  skipped; with ``header`` the first other line of every file is the header; '"' quotes with '""'
+  inside; an empty field is null; ``.gz``/``.bz2`` files are read whole (one chunk each); a
+  multi-character delimiter is replaced by a control character (so it must not occur in quotes);
+- Parquet: the columns typed as Spark reads them (unsigned integers widened, uint64 as
+  decimal(20,0), timestamps in microseconds, dictionaries decoded);
+- ``_fid`` is the file's index, ``_rowpos`` = (source << 55) | (chunk << 33) | row, so "first row"
+  means first in file order.
 """
 
 from __future__ import annotations
@@ -38,6 +40,21 @@ class Chunk:
     start: int
     end: int  # -1: the whole (compressed) file
     header: bool  # the chunk holds the header line (a whole compressed file) and drops it
+
+
+@dataclass(frozen=True)
+class RowGroups:
+    """A Parquet chunk: some row groups of one file."""
+
+    fid: int
+    path: str
+    groups: tuple[int, ...]
+
+
+@dataclass(frozen=True)
+class ParquetSpec:
+    columns: tuple[str, ...]
+    schema: object  # the pyarrow schema every chunk is cast to (Spark-compatible types)
 
 
 @dataclass(frozen=True)
@@ -180,13 +197,17 @@ def parse_chunk(data: bytes, spec: CsvSpec):
     return table, bad
 
 
-def output_schema(spec: CsvSpec):
-    """The Spark schema of the text frame: source columns (strings), _corrupt, _fid, _rowpos."""
+def output_schema(spec):
+    """The Spark schema of a table frame: source columns (CSV: strings), _corrupt, _fid, _rowpos."""
     from pyspark.sql import types as T
+    from pyspark.sql.pandas.types import from_arrow_type
 
     from spark_jobs.ingest.readers import CORRUPT, FID, ROWPOS
 
-    fields = [T.StructField(c, T.StringType()) for c in spec.columns]
+    if isinstance(spec, ParquetSpec):
+        fields = [T.StructField(f.name, from_arrow_type(f.type)) for f in spec.schema]
+    else:
+        fields = [T.StructField(c, T.StringType()) for c in spec.columns]
     fields += [T.StructField(CORRUPT, T.StringType()), T.StructField(FID, T.IntegerType())]
     fields.append(T.StructField(ROWPOS, T.LongType()))
     return T.StructType(fields)
@@ -214,7 +235,7 @@ def chunk_table(c: Chunk, spec: CsvSpec):
 
 
 def text_batches(table, bad: list[str], fid: int, rowpos: np.ndarray, bad_rowpos: np.ndarray):
-    """Record batches of the text frame: the parsed rows, then the malformed ones (nulls + _corrupt)."""
+    """Record batches of a table frame: the rows, then the malformed ones (nulls + _corrupt)."""
     import pyarrow as pa
 
     from spark_jobs.ingest.readers import CORRUPT, FID, ROWPOS
@@ -228,7 +249,7 @@ def text_batches(table, bad: list[str], fid: int, rowpos: np.ndarray, bad_rowpos
         yield pa.RecordBatch.from_pydict(out)
     if bad:
         k = len(bad)
-        cols = {name: pa.nulls(k, pa.string()) for name in table.column_names}
+        cols = {name: pa.nulls(k, table.schema.field(name).type) for name in table.column_names}
         cols[CORRUPT] = pa.array(bad, pa.string())
         cols[FID] = pa.array(np.full(k, fid, np.int32))
         cols[ROWPOS] = pa.array(bad_rowpos)
@@ -255,19 +276,115 @@ def chunk_indices(tasks: list[list[Chunk]]) -> list[int]:
     return out
 
 
-def csv_frame(spark, tasks: list[list[Chunk]], spec: CsvSpec, source_seq: int):
-    """The text DataFrame of ``tasks`` (one Spark partition each), read by the executors."""
+def read_chunk(c, spec):
+    """(Table of the source columns, raw text of each malformed row) of a CSV or Parquet chunk."""
+    if isinstance(spec, ParquetSpec):
+        return parquet_chunk(c, spec), []
+    return chunk_table(c, spec)
+
+
+def table_frame(spark, tasks: list[list], spec, source_seq: int):
+    """The DataFrame of ``tasks`` (one Spark partition each), read by the executors."""
     first = chunk_indices(tasks)
 
     def read(batches):
         for b in batches:
             for task in b.column(0).to_pylist():
                 for j, c in enumerate(tasks[task]):
-                    table, bad = chunk_table(c, spec)
+                    table, bad = read_chunk(c, spec)
                     pos, bad_pos = chunk_rowpos(source_seq, first[task] + j, table.num_rows, len(bad))
                     yield from text_batches(table, bad, c.fid, pos, bad_pos)
 
     return spark.range(0, len(tasks), 1, max(1, len(tasks))).mapInArrow(read, output_schema(spec))
+
+
+# ---- Parquet ---------------------------------------------------------------------------------------
+def _spark_type(t):
+    """The arrow type Spark reads a Parquet column of type ``t`` as (recursively for lists)."""
+    import pyarrow as pa
+
+    if pa.types.is_dictionary(t):
+        return _spark_type(t.value_type)
+    if pa.types.is_unsigned_integer(t):
+        return {8: pa.int16(), 16: pa.int32(), 32: pa.int64()}.get(t.bit_width, pa.decimal128(20, 0))
+    if pa.types.is_timestamp(t):
+        return pa.timestamp("us", tz=t.tz)
+    if pa.types.is_date64(t):
+        return pa.date32()
+    if pa.types.is_float16(t):
+        return pa.float32()
+    if pa.types.is_large_string(t):
+        return pa.string()
+    if pa.types.is_large_binary(t):
+        return pa.binary()
+    if pa.types.is_list(t) or pa.types.is_large_list(t) or pa.types.is_fixed_size_list(t):
+        return pa.list_(_spark_type(t.value_type))
+    return t
+
+
+def parquet_spec(files: list[Path], what: str) -> ParquetSpec:
+    """The columns of the first file (as Spark without schema merging) and their Spark-compatible types."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+    from pyspark.sql.pandas.types import from_arrow_type
+
+    from glisp_core.errors import ConfigError
+
+    schema = pq.read_schema(files[0])
+    fields = []
+    for f in schema:
+        if f.name.startswith("__index_level_"):
+            continue
+        t = _spark_type(f.type)
+        try:
+            from_arrow_type(t)
+        except Exception as e:  # noqa: BLE001 - an arrow type Spark has no type for
+            raise ConfigError(what, "path", f"column {f.name!r} of {files[0]} has type {f.type} ({e})") from None
+        fields.append(pa.field(f.name, t))
+    return ParquetSpec(columns=tuple(f.name for f in fields), schema=pa.schema(fields))
+
+
+def plan_row_groups(files: list[Path], file_offset: int, parallelism: int) -> list[list[RowGroups]]:
+    """Row groups of the files in file order, grouped into about three tasks per core (and tasks of at
+    most 128 MiB of compressed data); a row group is never split."""
+    import pyarrow.parquet as pq
+
+    groups = []
+    for i, f in enumerate(files):
+        md = pq.ParquetFile(f).metadata
+        for g in range(md.num_row_groups):
+            groups.append((file_offset + i, str(f), g, md.row_group(g).total_byte_size))
+    total = sum(g[3] for g in groups)
+    target = int(min(_MAX_CHUNK, max(_MIN_CHUNK, total // max(1, 3 * parallelism) + 1)))
+    tasks: list[list[RowGroups]] = []
+    acc = 0
+    for fid, path, g, size in groups:
+        if not tasks or acc + size > target:
+            tasks.append([])
+            acc = 0
+        if tasks[-1] and tasks[-1][-1].path == path:
+            last = tasks[-1][-1]
+            tasks[-1][-1] = RowGroups(fid, path, (*last.groups, g))
+        else:
+            tasks[-1].append(RowGroups(fid, path, (g,)))
+        acc += size
+    return tasks or [[]]
+
+
+def parquet_chunk(c: RowGroups, spec: ParquetSpec):
+    """The chunk's rows, the spec's columns cast to their Spark-compatible types."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    pf = pq.ParquetFile(c.path)
+    t = pf.read_row_groups(list(c.groups), columns=list(spec.columns), use_threads=False)
+    cols = []
+    for f in spec.schema:
+        col = t.column(f.name)
+        if pa.types.is_dictionary(col.type):
+            col = col.cast(col.type.value_type)
+        cols.append(col.cast(f.type) if col.type != f.type else col)
+    return pa.table(cols, schema=spec.schema)
 
 
 def ipc_frame(spark, files: list[str], schema):
