@@ -59,20 +59,32 @@ class IngestRun:
         self.id_long = ids_native_long(self.plan, self.spark)
         self.b.has_w = any(e.weight for e in ing.edges)
         self.b.has_ts = any(e.timestamp for e in ing.edges)
-        with self.ph("read_check"):
-            es = self._read_edges()
-            if not any(r[REASON] is None for r in es.extra):
-                raise no_edges_error(self.plan, self.b.edge_rows_in)
-            vs = self._read_vertices() if ing.vertices else None
+        with self.ph("read_check"):  # the vertex tables are read while the edge job runs
+            reading = Background(self._read_vertices) if ing.vertices else None
+            try:
+                es = self._read_edges()
+                if not any(r[REASON] is None for r in es.extra):
+                    raise no_edges_error(self.plan, self.b.edge_rows_in)
+            except BaseException:
+                if reading is not None:
+                    reading.wait()
+                raise
+            vs = reading.result() if reading is not None else None
         self._decide_types(es, vs)
         if vs is not None:
             with self.ph("vertex_checks"):
                 self._vertex_rules(vs)
         with self.ph("idmap"):
-            rank, idx = self._vertex_ids(es, vs)
+            rank, idx, writing = self._vertex_ids(es, vs)
         eplan = self._edge_plan()
-        with self.ph("map"):
-            results = self._map(es, rank, idx, eplan)
+        with self.ph("map"):  # with the rank map, the vertex-side tables are written meanwhile
+            try:
+                results = self._map(es, rank, idx, eplan)
+            finally:
+                if writing is not None:
+                    writing.wait()
+            if writing is not None:
+                writing.result()
         self._edges_out(results, eplan)
         return self.b
 
@@ -334,7 +346,8 @@ class IngestRun:
         return parts
 
     def _vertex_ids(self, es, vs: VertexState | None):
-        """(rank map or None, (key, vid) dictionary DataFrame or None); writes the vertex-side tables."""
+        """(rank map or None, (key, vid) dictionary DataFrame or None, the vertex-side tables' writing
+        when it runs in the background (rank map) or None)."""
         b = self.b
         parts = self._rank_parts(es, vs)
         good_v = [r for r in vs.summary.extra if r[REASON] is None] if vs else []
@@ -347,12 +360,12 @@ class IngestRun:
             b.n_vertices = rank.n
             b.per_vtype = {n: t.n for n, t in zip(b.vertex_types, rank.types, strict=True) if t.n}
             files = self.plan.ing.output_files or max(1, -(-rank.n // _ROWS_PER_FILE))
-            write_vertex_tables(self.spark, rank, str(self.out.idmap), str(self.out.vertices), files)
-            return rank, None
+            dirs = str(self.out.idmap), str(self.out.vertices)
+            return rank, None, Background(lambda: write_vertex_tables(self.spark, rank, *dirs, files))
         if vs is not None and rank is not None:
-            self._vertex_rows_by_rank(vs, rank)
-            return rank, None
-        return rank, self._dictionary(vs)
+            b.n_vertices = rank.n
+            return rank, None, Background(lambda: self._vertex_rows_by_rank(vs, rank))
+        return rank, self._dictionary(vs), None
 
     def _vertex_key_frame(self, vs: VertexState):
         """The good vertex rows as (_vtc, _k, label, split, feat)."""
@@ -376,7 +389,6 @@ class IngestRun:
         b = self.b
         dirs = {"idmap": str(self.out.idmap), "vertices": str(self.out.vertices), "features": str(self.out.features)}
         parts = write_vertex_rows(self._vertex_key_frame(vs), rank, dirs, b.feature_dim > 0)
-        b.n_vertices = rank.n
         for p in parts:
             for code, n in p["per_type"].items():
                 b.per_vtype[b.vertex_types[code]] = b.per_vtype.get(b.vertex_types[code], 0) + n
@@ -604,3 +616,31 @@ def _union(frames: list):
     for f in frames[1:]:
         out = out.unionByName(f)
     return out
+
+
+class Background:
+    """``fn()`` in a thread that keeps the caller's Spark job group (``InheritableThread``), so two small
+    jobs can use both cores. ``result()`` joins and re-raises the thread's error; ``wait()`` only joins."""
+
+    def __init__(self, fn) -> None:
+        from pyspark import InheritableThread
+
+        self._res, self._err = None, None
+
+        def run() -> None:
+            try:
+                self._res = fn()
+            except BaseException as e:  # noqa: BLE001 - handed to the caller by result()
+                self._err = e
+
+        self._thread = InheritableThread(target=run)
+        self._thread.start()
+
+    def wait(self) -> None:
+        self._thread.join()
+
+    def result(self):
+        self._thread.join()
+        if self._err is not None:
+            raise self._err
+        return self._res
