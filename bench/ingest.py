@@ -30,7 +30,10 @@ if str(ROOT) not in sys.path and "--child" not in sys.argv:  # a child imports t
 
 
 def tree_cpu_seconds(pid: int | None = None) -> float:
-    """User + system CPU seconds of a process and all its live descendants (Linux)."""
+    """User + system CPU seconds of a process and all its live descendants (Linux).
+
+    Each live process counts its own time and that of the children it has already reaped (cutime,
+    cstime), so Python workers that Spark retired during the run (idle timeout) still count."""
     root = pid or os.getpid()
     procs: dict[int, tuple[int, float]] = {}
     tick = os.sysconf("SC_CLK_TCK")
@@ -40,7 +43,7 @@ def tree_cpu_seconds(pid: int | None = None) -> float:
                 st = Path(f"/proc/{p}/stat").read_text().rsplit(")", 1)[1].split()
             except OSError:
                 continue
-            procs[int(p)] = (int(st[1]), (int(st[11]) + int(st[12])) / tick)
+            procs[int(p)] = (int(st[1]), sum(int(x) for x in st[11:15]) / tick)
     keep, changed = {root}, True
     while changed:
         changed = False
@@ -49,6 +52,14 @@ def tree_cpu_seconds(pid: int | None = None) -> float:
                 keep.add(p)
                 changed = True
     return sum(procs[p][1] for p in keep if p in procs)
+
+
+def load_1min() -> float:
+    """The machine's 1-minute load average (how many runnable processes shared the cores)."""
+    try:
+        return float(Path("/proc/loadavg").read_text().split()[0])
+    except (OSError, ValueError, IndexError):
+        return float("nan")
 
 
 def cores_of(master: str) -> int:
@@ -79,11 +90,17 @@ def child(args) -> int:
         from spark_jobs.generate.builtin import builtin_config
 
         ing = builtin_config(args.builtin, cfg.ingest)
-    c0, t0 = tree_cpu_seconds(), time.perf_counter()
+    l0, c0, t0 = load_1min(), tree_cpu_seconds(), time.perf_counter()
     dv = run_ingest(spark, cfg, ing, force=True, log=lambda s: None)
-    wall, cpu = time.perf_counter() - t0, tree_cpu_seconds() - c0
+    wall, cpu, load = time.perf_counter() - t0, tree_cpu_seconds() - c0, (l0 + load_1min()) / 2
     rec = Manifest.read(dv.manifest_path).stages["ingest"]
-    out = {"wall_s": wall, "cpu_s": cpu, "rows": rec.counts.get("input_edge_rows"), "timings": rec.timings}
+    out = {
+        "wall_s": wall,
+        "cpu_s": cpu,
+        "load": load,
+        "rows": rec.counts.get("input_edge_rows"),
+        "timings": rec.timings,
+    }
     print("BENCH " + json.dumps(out), flush=True)
     spark.stop()
     return 0
@@ -172,16 +189,21 @@ def main(argv: list[str] | None = None) -> int:
     try:
         inputs = generate_inputs(scales, work, args.master, args.driver_memory)
         cases = ([(args.builtin, None)] if args.builtin else []) + [(f"rmat s{s} csv", inputs[s]) for s in scales]
-        summary, breakdown = [], {}
+        summary, breakdown, medians = [], {}, {}
         for name, config in cases:
-            for tag, code in trees:
-                runs = []
-                for _ in range(args.reps):
-                    runs.append(measure(code, args.master, args.driver_memory, work / "data", config, args.builtin))
-                    print(f"{name} [{tag}]: {runs[-1]['wall_s']:.1f} s, {runs[-1]['cpu_s']:.1f} CPU-s", flush=True)
-                med = sorted(runs, key=lambda r: r["wall_s"])[len(runs) // 2]
-                wall = statistics.median(r["wall_s"] for r in runs)
-                cpu = statistics.median(r["cpu_s"] for r in runs)
+            runs: dict[str, list[dict]] = {tag: [] for tag, _ in trees}
+            for _ in range(args.reps):  # the trees take turns, so a change in the machine's load hits both
+                for tag, code in trees:
+                    r = measure(code, args.master, args.driver_memory, work / "data", config, args.builtin)
+                    runs[tag].append(r)
+                    print(
+                        f"{name} [{tag}]: {r['wall_s']:.1f} s, {r['cpu_s']:.1f} CPU-s, load {r['load']:.1f}", flush=True
+                    )
+            for tag, _ in trees:
+                med = sorted(runs[tag], key=lambda r: r["wall_s"])[len(runs[tag]) // 2]
+                wall = statistics.median(r["wall_s"] for r in runs[tag])
+                cpu = statistics.median(r["cpu_s"] for r in runs[tag])
+                medians[f"{name} [{tag}]"] = (wall, cpu)
                 rows = int(med["rows"] or 0)
                 summary.append(
                     [
@@ -193,19 +215,21 @@ def main(argv: list[str] | None = None) -> int:
                         f"{cpu:.1f}",
                         f"{rows / max(cpu, 1e-9):,.0f}",
                         str(med["timings"].get("total_jobs", "-")),
+                        f"{statistics.median(r['load'] for r in runs[tag]):.1f}",
                     ]
                 )
                 breakdown[f"{name} [{tag}]"] = med["timings"]
         print(
-            f"\ningest on {args.master} ({cores} cores), median of {args.reps}; wall = run_ingest after Spark started"
+            f"\ningest on {args.master} ({cores} cores), median of {args.reps}; wall = run_ingest after Spark started;"
+            " load = the machine's 1-minute load average over the run (above the core count the cores were shared)"
         )
-        head = ["case", "edge rows", "wall s", "edges/s", "edges/s/core", "CPU-s", "edges/CPU-s", "jobs"]
+        head = ["case", "edge rows", "wall s", "edges/s", "edges/s/core", "CPU-s", "edges/CPU-s", "jobs", "load"]
         print_table(head, summary)
         if len(trees) > 1:
             print()
             for name, _ in cases:
-                a, b = breakdown[f"{name} [this]"], breakdown[f"{name} [baseline]"]
-                print(f"{name}: this tree takes {a['total_s'] / b['total_s']:.2f}x the baseline's stage time")
+                (wa, ca), (wb, cb) = medians[f"{name} [this]"], medians[f"{name} [baseline]"]
+                print(f"{name}: this tree takes {wa / wb:.2f}x the baseline's wall time and {ca / cb:.2f}x its CPU-s")
         for case, t in breakdown.items():
             if case.endswith("[this]"):
                 print(f"\nphases of {case}")
