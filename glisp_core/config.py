@@ -103,6 +103,7 @@ class IngestConfig:
     edge_types: list[str] = field(default_factory=list)  # allowed edge types; [] = any
     vertex_types: list[str] = field(default_factory=list)
     output_files: int = 0  # Parquet files per table; 0 = let Spark decide
+    max_rank_map_vertices: int = 1 << 26  # integer ids: up to this many vertices map to vids without a join
     edges: list[EdgeSource] = field(default_factory=list)
     vertices: list[VertexSource] = field(default_factory=list)
 

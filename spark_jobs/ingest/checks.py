@@ -98,8 +98,15 @@ class Summary:
 
 
 def summarize(df, extra_cols: Sequence[str] = ()) -> Summary:
-    """One aggregation over ``df`` (which must carry _fid, _reason, _rcol); result is small."""
-    rows = df.groupBy("_fid", REASON, RCOL, *extra_cols).count().collect()
+    """Counts of ``df`` (which must carry _fid, _reason, _rcol) per file, reason, column and ``extra_cols``:
+    one Spark job without a shuffle (``scan``); the result is small."""
+    from spark_jobs.ingest.scan import scan
+
+    return summary_of(scan(df, ["_fid", REASON, RCOL, *extra_cols]).counts)
+
+
+def summary_of(rows: list) -> Summary:
+    """A Summary of grouped count rows (mappings with _fid, _reason, _rcol, count and any extra keys)."""
     s = Summary(extra=rows)
     for r in rows:
         n = int(r["count"])

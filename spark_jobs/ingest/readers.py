@@ -1,7 +1,8 @@
 """Read one configured source (a file, a directory or a glob; CSV/TSV or Parquet) into a DataFrame.
 
-CSV is read with every column as a string, in PERMISSIVE mode with a corrupt-record column, so a row
-with the wrong number of fields is kept and reported rather than silently padded or dropped. The files
+Files are read by the executors with pyarrow (``arrowread``): CSV with every column a string and a
+row with the wrong number of fields kept with its raw text in a corrupt-record column (so it is
+reported rather than silently padded or dropped), Parquet typed as Spark would read it. The files
 are expanded on the driver (they are fingerprinted anyway) and each row carries the index of its file.
 """
 
@@ -9,7 +10,7 @@ from __future__ import annotations
 
 import glob
 import os
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from glisp_core.config import EdgeSource, VertexSource
@@ -77,37 +78,33 @@ class SourceFrame:
     files: list[Path]
     fmt: str
     columns: list[str]  # the source's own column names
+    spec: object = None  # arrowread.CsvSpec or ParquetSpec, and the read tasks (chunks), for edgestage
+    tasks: list = field(default_factory=list)
 
 
-def _file_index_expr(files: list[Path], offset: int):
-    """Column: index of the row's input file (``input_file_name`` mapped through a literal map)."""
-    from pyspark.sql import functions as F
+def read_source(
+    spark,
+    src: EdgeSource | VertexSource,
+    what: str,
+    files: list[Path],
+    file_offset: int,
+    seq: int = 0,
+) -> SourceFrame:
+    """Read ``files`` of ``src``; ``file_offset`` numbers its files after those of earlier sources.
 
-    if len(files) == 1:
-        return F.lit(offset).cast("int")
-    pairs = []
-    for i, f in enumerate(files):
-        for key in {f.as_uri(), f"file:{f}", str(f)}:
-            pairs += [F.lit(key), F.lit(offset + i)]
-    return F.coalesce(F.create_map(*pairs)[F.input_file_name()], F.lit(-1)).cast("int")
-
-
-def read_source(spark, src: EdgeSource | VertexSource, what: str, files: list[Path], file_offset: int) -> SourceFrame:
-    """Read ``files`` of ``src``; ``file_offset`` numbers its files after those of earlier sources."""
-    from pyspark.sql import functions as F
-    from pyspark.sql import types as T
+    ``seq`` (the source's index in the run) keeps row positions unique across sources.
+    """
+    from spark_jobs.ingest import arrowread
 
     fmt = detect_format(src, files, what)
     paths = [str(f) for f in files]
+    par = arrowread.default_parallelism(spark)
     if fmt == "parquet":
-        df = spark.read.parquet(*paths)
-        columns = list(df.columns)
-        df = df.withColumn(CORRUPT, F.lit(None).cast("string"))
+        spec = arrowread.parquet_spec(files, what)
+        columns = list(spec.columns)
+        tasks = arrowread.plan_row_groups(files, file_offset, par)
     else:
         delim = src.delimiter or ("\t" if fmt == "tsv" else ",")
-        opts = {"header": str(src.header).lower(), "sep": delim, "quote": '"', "escape": '"'}
-        if src.comment:
-            opts["comment"] = src.comment
         if src.columns:
             columns = list(src.columns)
         else:
@@ -126,12 +123,10 @@ def read_source(spark, src: EdgeSource | VertexSource, what: str, files: list[Pa
                 "in the header repeat a column name",
                 hint="give unique column names (or set columns = [...] with header = false)",
             )
-        schema = T.StructType(
-            [T.StructField(c, T.StringType()) for c in columns] + [T.StructField(CORRUPT, T.StringType())]
-        )
-        df = spark.read.options(**opts, mode="PERMISSIVE", columnNameOfCorruptRecord=CORRUPT).schema(schema).csv(paths)
-    df = df.withColumn(FID, _file_index_expr(files, file_offset)).withColumn(ROWPOS, F.monotonically_increasing_id())
-    return SourceFrame(df=df, files=files, fmt=fmt, columns=columns)
+        spec = arrowread.CsvSpec(columns=tuple(columns), delimiter=delim, comment=src.comment, header=src.header)
+        tasks = arrowread.plan_chunks(files, file_offset, src.header, par, src.comment)
+    df = arrowread.table_frame(spark, tasks, spec, seq)
+    return SourceFrame(df=df, files=files, fmt=fmt, columns=columns, spec=spec, tasks=tasks)
 
 
 def _open_text(path: Path):

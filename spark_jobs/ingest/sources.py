@@ -44,6 +44,27 @@ def _dtype(df, name: str) -> str:
     return type(df.schema[name].dataType).__name__
 
 
+def id_parts(df, name: str, id_long: bool):
+    """(integer part, string part) of an id column: the integer when the trimmed text parses as one,
+    the trimmed text unless it is exactly the integer's canonical form. Both null: a null/empty id.
+    The string key is ``coalesce(string part, integer part as string)``, i.e. the trimmed text."""
+    from pyspark.sql import functions as F
+
+    none = F.lit(None).cast("string")
+    if id_long or _dtype(df, name) in _INTEGRAL:
+        return _col(name).cast("long"), none
+    s = _trimmed(_col(name))
+    i = s.try_cast("long")
+    return i, F.when(i.isNull() | (i.cast("string") != s), s)
+
+
+def key_string(int_part, str_part):
+    """The string key of an id given as (integer part, string part)."""
+    from pyspark.sql import functions as F
+
+    return F.coalesce(str_part, int_part.cast("string"))
+
+
 def _to_long(df, name: str):
     """(typed long column or null when not an integer, raw string or null)."""
     from pyspark.sql import functions as F
@@ -128,27 +149,41 @@ class IngestPlan:
         return list(seen)
 
 
-def _open(spark, src: EdgeSource | VertexSource, what: str, files: list, offset: int, cols: dict):
+def _open(spark, src: EdgeSource | VertexSource, what: str, files: list, offset: int, cols: dict, seq: int = 0):
     """Read one configured table and check that every column the config names is there."""
-    sf = read_source(spark, src, what, files, offset)
+    sf = read_source(spark, src, what, files, offset, seq=seq)
     require_columns(sf, cols, what)
     return sf
 
 
-def edge_source_frame(spark, plan: IngestPlan, i: int, offset: int, id_long: bool):
+def edge_columns(src: EdgeSource) -> dict[str, str]:
+    return {"src": src.src, "dst": src.dst, "etype": src.etype, "weight": src.weight, "timestamp": src.timestamp}
+
+
+def open_edge_source(spark, plan: IngestPlan, i: int, offset: int):
+    """Edge table ``i`` read (lazily) and its configured columns checked."""
+    return _open(
+        spark,
+        plan.ing.edges[i],
+        f"ingest.edges[{i}]",
+        plan.edge_files[i],
+        offset,
+        edge_columns(plan.ing.edges[i]),
+        seq=i,
+    )
+
+
+def edge_source_frame(spark, plan: IngestPlan, i: int, offset: int, id_long: bool, sf=None):
+    """Edge table ``i`` with its row rules; ``sf``: the table's SourceFrame if already open (or the
+    rows ``edgestage`` left for the rules)."""
     from pyspark.sql import functions as F
 
     ing = plan.ing
     src: EdgeSource = ing.edges[i]
-    what = f"ingest.edges[{i}]"
-    cols = {"src": src.src, "dst": src.dst, "etype": src.etype, "weight": src.weight, "timestamp": src.timestamp}
-    sf = _open(spark, src, what, plan.edge_files[i], offset, cols)
+    sf = sf or open_edge_source(spark, plan, i, offset)
     df = sf.df
-
-    def ident(name):
-        return _col(name).cast("long") if id_long else _trimmed(_col(name))
-
-    s, d = ident(src.src), ident(src.dst)
+    s_int, s_str = id_parts(df, src.src, id_long)
+    d_int, d_str = id_parts(df, src.dst, id_long)
     et = _trimmed(_col(src.etype)) if src.etype else F.lit(src.edge_type or DEFAULT_EDGE_TYPE)
     etype_col = src.etype or "edge_type"
     if src.weight:
@@ -164,8 +199,10 @@ def edge_source_frame(spark, plan: IngestPlan, i: int, offset: int, id_long: boo
         FID,
         ROWPOS,
         CORRUPT,
-        s.alias("_s"),
-        d.alias("_d"),
+        s_int.alias("_s_int"),
+        s_str.alias("_s_str"),
+        d_int.alias("_d_int"),
+        d_str.alias("_d_str"),
         et.alias("_et"),
         F.lit(src.src_type or None).cast("string").alias("_st"),
         F.lit(src.dst_type or None).cast("string").alias("_dt"),
@@ -177,13 +214,13 @@ def edge_source_frame(spark, plan: IngestPlan, i: int, offset: int, id_long: boo
     c = F.col
     rules = [
         Rule("edge_malformed", c(CORRUPT).isNotNull(), "*"),
-        Rule("edge_null_id", c("_s").isNull(), src.src),
-        Rule("edge_null_id", c("_d").isNull(), src.dst),
+        Rule("edge_null_id", c("_s_int").isNull() & c("_s_str").isNull(), src.src),
+        Rule("edge_null_id", c("_d_int").isNull() & c("_d_str").isNull(), src.dst),
     ]
     if ing.id_type == "int" and not id_long:
         rules += [
-            Rule("edge_bad_id", c("_s").try_cast("long").isNull(), src.src),
-            Rule("edge_bad_id", c("_d").try_cast("long").isNull(), src.dst),
+            Rule("edge_bad_id", c("_s_int").isNull(), src.src),
+            Rule("edge_bad_id", c("_d_int").isNull(), src.dst),
         ]
     bad_et = c("_et").isNull()
     if ing.edge_types:
@@ -200,7 +237,7 @@ def edge_source_frame(spark, plan: IngestPlan, i: int, offset: int, id_long: boo
     reason, rcol = checks.reason_columns(rules)
     nonint = F.lit(False)
     if ing.id_type == "auto" and not id_long:
-        nonint = c("_s").try_cast("long").isNull() | c("_d").try_cast("long").isNull()
+        nonint = c("_s_int").isNull() | c("_d_int").isNull()
     return df.withColumn(REASON, reason).withColumn(RCOL, rcol).withColumn("_nonint", nonint), sf
 
 
@@ -212,10 +249,10 @@ def vertex_source_frame(spark, plan: IngestPlan, i: int, offset: int, id_long: b
     what = f"ingest.vertices[{i}]"
     cols = {"id": src.id, "vtype": src.vtype, "label": src.label, "split": src.split, "features": src.features}
     cols.update({f"feature_columns[{j}]": fc for j, fc in enumerate(src.feature_columns)})
-    sf = _open(spark, src, what, plan.vertex_files[i], offset, cols)
+    sf = _open(spark, src, what, plan.vertex_files[i], offset, cols, seq=len(ing.edges) + i)
     df = sf.df
     c = F.col
-    vid = _col(src.id).cast("long") if id_long else _trimmed(_col(src.id))
+    id_int, id_str = id_parts(df, src.id, id_long)
     vt = _trimmed(_col(src.vtype)) if src.vtype else F.lit(src.vertex_type or DEFAULT_VERTEX_TYPE)
     lab_long, lab_raw, lab_str = F.lit(None).cast("long"), F.lit(None).cast("string"), F.lit(None).cast("string")
     if src.label:
@@ -257,7 +294,8 @@ def vertex_source_frame(spark, plan: IngestPlan, i: int, offset: int, id_long: b
         FID,
         ROWPOS,
         CORRUPT,
-        vid.alias("_id"),
+        id_int.alias("_id_int"),
+        id_str.alias("_id_str"),
         vt.alias("_vt"),
         lab_long.alias("_lab"),
         lab_raw.alias("_lab_raw"),
@@ -269,9 +307,12 @@ def vertex_source_frame(spark, plan: IngestPlan, i: int, offset: int, id_long: b
     )
     if src.features_npy:
         df = _attach_npy(spark, df, src, plan, i, id_long)
-    rules = [Rule("vertex_malformed", c(CORRUPT).isNotNull(), "*"), Rule("vertex_null_id", c("_id").isNull(), src.id)]
+    rules = [
+        Rule("vertex_malformed", c(CORRUPT).isNotNull(), "*"),
+        Rule("vertex_null_id", c("_id_int").isNull() & c("_id_str").isNull(), src.id),
+    ]
     if ing.id_type == "int" and not id_long:
-        rules.append(Rule("vertex_bad_id", c("_id").try_cast("long").isNull(), src.id))
+        rules.append(Rule("vertex_bad_id", c("_id_int").isNull(), src.id))
     bad_vt = c("_vt").isNull()
     if ing.vertex_types:
         bad_vt = bad_vt | ~c("_vt").isin(list(ing.vertex_types))
@@ -285,14 +326,16 @@ def vertex_source_frame(spark, plan: IngestPlan, i: int, offset: int, id_long: b
         rules.append(
             Rule(
                 "vertex_bad_features",
-                c("_feat").isNull() | F.exists(c("_feat"), lambda x: x.isNull() | F.isnan(x)),
+                # array_contains(NaN) is true with a NaN, null with a null element (no lambda: cheaper)
+                c("_feat").isNull()
+                | F.coalesce(F.array_contains(c("_feat"), F.lit(float("nan")).cast("float")), F.lit(True)),
                 fname,
             )
         )
     reason, rcol = checks.reason_columns(rules)
     nonint = F.lit(False)
     if ing.id_type == "auto" and not id_long:
-        nonint = c("_id").try_cast("long").isNull()
+        nonint = c("_id_int").isNull()
     labnonint = (c("_lab_str").isNotNull() & c("_lab").isNull()) if src.label else F.lit(False)
     df = (
         df.withColumn(REASON, reason)
@@ -301,6 +344,7 @@ def vertex_source_frame(spark, plan: IngestPlan, i: int, offset: int, id_long: b
         .withColumn("_labnonint", labnonint)
         .withColumn("_fw", F.when(c("_feat").isNotNull(), F.size(c("_feat"))).otherwise(F.lit(-1)))
         .withColumn("_fcol", F.lit(src.features or src.features_npy or ",".join(src.feature_columns) or None))
+        .withColumn("_feat_raw", F.when(c(REASON).isNotNull(), c("_feat_raw")))  # text only for reports
     )
     return df, sf
 
@@ -369,9 +413,11 @@ def _attach_npy(spark, df, src: VertexSource, plan: IngestPlan, i: int, id_long:
         indexed, _, _, _ = dense_index(base, [F.col(ROWPOS)], "_row")
         out = indexed.join(npy, "_row", "left").drop("_row")
     else:
+        vkey = F.col("_id_int") if id_long else key_string(F.col("_id_int"), F.col("_id_str"))
         key = F.col("_nid").cast("long") if id_long else F.trim(F.col("_nid").cast("string"))
         npy = npy.withColumn("_nid", key).drop("_row")
-        unknown = npy.join(base.select(F.col("_id").alias("_nid")), "_nid", "left_anti")
+        base = base.withColumn("_nid", vkey)
+        unknown = npy.join(base.select("_nid"), "_nid", "left_anti")
         nu = unknown.count()
         if nu:
             ex = [r["_nid"] for r in unknown.limit(3).collect()]
@@ -384,7 +430,7 @@ def _attach_npy(spark, df, src: VertexSource, plan: IngestPlan, i: int, id_long:
                 ex,
                 hint="every feature id must be a vertex of that table",
             )
-        out = base.join(npy.withColumnRenamed("_nid", "_id"), "_id", "left")
+        out = base.join(npy, "_nid", "left").drop("_nid")
     return out.withColumn("_feat_raw", F.lit(f"row of {Path(src.features_npy).name}"))
 
 
@@ -416,3 +462,44 @@ def ids_native_long(plan: IngestPlan, spark) -> bool:
         if v.id not in sch.names or not pa.types.is_integer(sch.field(v.id).type):
             return False
     return True
+
+
+def decide_id_type(ing: IngestConfig, id_long: bool, good_e: list, good_v: list) -> str:
+    """ "int" or "string": integer ids when configured so, or (auto) when every good id parses."""
+    if id_long:
+        return "int"
+    if ing.id_type == "auto":
+        nonint = any(r["_nonint"] for r in good_e) or any(r["_nonint"] for r in good_v)
+        return "string" if nonint else "int"
+    return ing.id_type
+
+
+def vertex_feature_dim(good_v: list) -> int:
+    """The most common feature width of the good vertex rows (ties: the smaller), 0 without features."""
+    widths: dict[int, int] = {}
+    for r in good_v:
+        if r["_fw"] >= 0:
+            widths[r["_fw"]] = widths.get(r["_fw"], 0) + int(r["count"])
+    return max(widths.items(), key=lambda kv: (kv[1], -kv[0]))[0] if widths else 0
+
+
+def label_names(v0, plan: IngestPlan) -> list[str]:
+    """Sorted distinct non-integer labels of the good vertex rows (at most 100,000 names)."""
+    from pyspark.sql import functions as F
+
+    from spark_jobs.ingest.checks import REASON
+
+    c = F.col
+    names = (
+        v0.filter(c(REASON).isNull() & c("_lab_str").isNotNull()).select("_lab_str").distinct().limit(100_001).collect()
+    )
+    if len(names) > 100_000:
+        raise BadInputError(
+            plan.files[0],
+            "label",
+            len(names),
+            None,
+            "distinct non-integer labels",
+            hint="labels must be integers or a small set of class names",
+        )
+    return sorted(r["_lab_str"] for r in names)

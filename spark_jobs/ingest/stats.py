@@ -1,8 +1,8 @@
 """Graph statistics for the manifest: degree histograms (log2 bins), max/mean degree, power-law fit.
 
-Per-vertex degrees come from one aggregation over the edge table; only the degree *frequency* table
-(one row per distinct degree value, at most a few thousand) reaches the driver, where numpy does the
-rest. The power-law exponent is the discrete maximum-likelihood estimate of Clauset, Shalizi and
+Per-vertex degrees are counted by the edge-writing tasks, each for its range of vids; only degree
+*frequency* tables (one row per distinct degree value, at most a few thousand) reach the driver,
+where numpy does the rest. The power-law exponent is the discrete maximum-likelihood estimate of Clauset, Shalizi and
 Newman (2009), alpha = 1 + n / sum(ln(d / (d_min - 1/2))), with d_min chosen to minimise the
 Kolmogorov-Smirnov distance between the tail and the fitted law.
 """
@@ -16,29 +16,22 @@ import numpy as np
 MIN_TAIL = 50  # fewer tail vertices than this gives no usable fit
 
 
-def degree_frequencies(edges, num_vertices: int) -> dict[str, tuple[np.ndarray, np.ndarray]]:
-    """{"out"|"in"|"total": (degree values ascending, vertex counts)}, isolated vertices included."""
-    from pyspark.sql import functions as F
+def merge_frequencies(parts: list[dict]) -> dict[str, tuple[np.ndarray, np.ndarray]]:
+    """{"out"|"in"|"total": (degree values ascending, vertex counts)} summed over disjoint vid ranges.
 
-    ends = edges.select(F.col("src").alias("v"), F.lit(1).alias("o"), F.lit(0).alias("i")).unionByName(
-        edges.select(F.col("dst").alias("v"), F.lit(0).alias("o"), F.lit(1).alias("i"))
-    )
-    deg = ends.groupBy("v").agg(F.sum("o").alias("o"), F.sum("i").alias("i"))
-    stacked = deg.selectExpr("stack(3, 'out', o, 'in', i, 'total', o + i) as (kind, d)")
-    rows = stacked.groupBy("kind", "d").count().collect()
+    Each part holds the degree frequency tables of one range of vids, isolated vertices included
+    (the edge tasks count every vid of their range), so the sum is over all vertices."""
     out: dict[str, tuple[np.ndarray, np.ndarray]] = {}
     for kind in ("out", "in", "total"):
-        pairs = sorted((int(r["d"]), int(r["count"])) for r in rows if r["kind"] == kind)
-        seen = sum(c for _, c in pairs)
-        isolated = num_vertices - seen
-        if isolated > 0:
-            if pairs and pairs[0][0] == 0:
-                pairs[0] = (0, pairs[0][1] + isolated)
-            else:
-                pairs.insert(0, (0, isolated))
-        d = np.array([p[0] for p in pairs], dtype=np.int64)
-        c = np.array([p[1] for p in pairs], dtype=np.int64)
-        out[kind] = (d, c)
+        vals = [p[kind][0] for p in parts if len(p[kind][0])]
+        cnts = [p[kind][1] for p in parts if len(p[kind][0])]
+        if not vals:
+            out[kind] = (np.zeros(0, np.int64), np.zeros(0, np.int64))
+            continue
+        v = np.concatenate(vals)
+        c = np.concatenate(cnts)
+        d, inv = np.unique(v, return_inverse=True)
+        out[kind] = (d.astype(np.int64), np.bincount(inv, weights=c, minlength=len(d)).astype(np.int64))
     return out
 
 
@@ -81,8 +74,8 @@ def power_law_fit(d: np.ndarray, c: np.ndarray, min_tail: int = MIN_TAIL) -> dic
     return best or {"alpha": None, "d_min": None, "n_tail": 0, "ks": None}
 
 
-def degree_metrics(edges, num_vertices: int, num_edges: int) -> dict[str, Any]:
-    freq = degree_frequencies(edges, num_vertices)
+def degree_metrics(freq: dict[str, tuple[np.ndarray, np.ndarray]], num_vertices: int, num_edges: int) -> dict[str, Any]:
+    """Histograms, max/mean degree, isolated vertices and the power-law fit from ``merge_frequencies``."""
     metrics: dict[str, Any] = {"degree_histogram_log2": {}, "max_degree": {}, "mean_degree": {}}
     for kind, (d, c) in freq.items():
         metrics["degree_histogram_log2"][kind] = log2_histogram(d, c)

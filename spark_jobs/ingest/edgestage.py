@@ -1,0 +1,258 @@
+"""Edge tables straight to staged files: rows that certainly pass every row rule skip the JVM.
+
+Why: handing a row to Spark (Arrow -> rows) costs about 1 us, several times reading it, and the row
+rules are column expressions in Spark (``sources``). A row is *clean* when its ids (and weight,
+timestamp) are integers (CSV: in the canonical forms of ``textparse``), a weight is finite and
+non-negative, a CSV row has the right number of fields, and its edge type (a constant or a string
+without surrounding blanks) is allowed. For such a row every rule is known to pass. So each task of
+ONE Spark job (``stage_edges``):
+
+- reads its chunks (``arrowread``: CSV parsed by pyarrow, ``textparse`` for the typed fields; Parquet
+  row groups), splits clean rows from the others with numpy;
+- writes the clean rows to ``edges/c<table>-<task>.int.arrow`` in the form ``scan`` stages good rows,
+  counts them and adds their ids to the key sets;
+- writes every other row as read (CSV: text, malformed rows with their raw line) to
+  ``dirty/t<table>-<task>.arrow``. Those rows (usually none) then go through Spark's row rules
+  (``dirty_frame``), so what a rule decides and what a bad-row report shows is unchanged.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from dataclasses import dataclass
+
+import numpy as np
+
+from spark_jobs.ingest import arrowread
+from spark_jobs.ingest.checks import RCOL, REASON, SI
+from spark_jobs.ingest.readers import FID
+
+GROUP = (FID, REASON, RCOL, SI, "_et", "_nonint")  # the grouping of the edge scan's counts
+
+
+@dataclass(frozen=True)
+class EdgeTable:
+    """What a task needs to know about one edge table (pickled into the tasks)."""
+
+    si: int
+    spec: object  # arrowread.CsvSpec or ParquetSpec
+    tasks: tuple  # chunk lists (arrowread.plan_chunks / plan_row_groups)
+    src: str
+    dst: str
+    weight: str
+    timestamp: str
+    etype: str  # column with the type name, or "" for a constant type
+    allowed_types: tuple[str, ...]  # ingest.edge_types ([] = any)
+    constants_ok: bool  # the table's constant edge/vertex types pass the rules
+    int_ids: bool  # ids may be integers (id_type is not "string")
+    src_type: str = ""
+    dst_type: str = ""
+
+
+@dataclass(frozen=True)
+class StageOpts:
+    dir: str
+    keys: bool  # collect integer key sets (no vertex tables)
+    fid: bool  # stage the file index (for missing-endpoint reports)
+    rowpos: bool  # stage the row position (duplicates = "drop")
+
+
+def _clean_type(col, allowed: tuple[str, ...]) -> np.ndarray:
+    """Edge type fields that trim to themselves, are not empty and are allowed."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    from spark_jobs.ingest.textparse import _string_parts
+
+    arr = col.combine_chunks() if hasattr(col, "combine_chunks") else col
+    offsets, data, valid = _string_parts(arr)
+    from spark_jobs.ingest.kernels import no_blank_ends
+
+    ok = np.empty(len(arr), dtype=np.bool_)
+    no_blank_ends(offsets, data, ok)
+    if valid is not None:
+        ok &= valid
+    if allowed:
+        ok &= np.asarray(pc.is_in(arr, value_set=pa.array(list(allowed), arr.type)).fill_null(False))
+    return ok
+
+
+def _typed_values(col, kind: str) -> tuple[np.ndarray, np.ndarray]:
+    """(values, ok) of an id/weight/timestamp column: ``ok`` where every row rule is sure to pass.
+    Text: the canonical forms of ``textparse``; Parquet integers (non-null, and >= 0 for a weight);
+    Parquet floats as weights (non-null, finite, >= 0); anything else is left to Spark's rules."""
+    import pyarrow as pa
+
+    from spark_jobs.ingest.textparse import parse_canonical
+
+    t = col.type
+    n = len(col)
+    if pa.types.is_string(t) or pa.types.is_large_string(t):
+        return parse_canonical(col, kind)
+    valid = np.asarray(col.is_valid().to_numpy(zero_copy_only=False), dtype=bool)
+    if pa.types.is_signed_integer(t):
+        v = col.fill_null(0).to_numpy().astype(np.int64 if kind == "long" else np.float64)
+        return v, (valid & (v >= 0)) if kind == "double" else valid
+    if kind == "double" and pa.types.is_floating(t):
+        v = col.cast(pa.float64()).fill_null(0.0).to_numpy()
+        return v, valid & np.isfinite(v) & (v >= 0)
+    return np.zeros(n, np.int64 if kind == "long" else np.float64), np.zeros(n, dtype=bool)
+
+
+def _split_clean(table, t: EdgeTable) -> tuple[np.ndarray, dict]:
+    """(clean mask, {staged column: numpy array or, for the type, Arrow strings}) of a chunk."""
+    import pyarrow as pa
+
+    n = table.num_rows
+    clean = np.full(n, t.constants_ok and t.int_ids, dtype=bool)
+    cols: dict[str, object] = {}
+    if not clean.any():
+        return clean, cols
+    fields = ((t.src, "_s", "long"), (t.dst, "_d", "long"), (t.weight, "_w", "double"), (t.timestamp, "_ts", "long"))
+    for name, out, kind in fields:
+        if name:
+            values, ok = _typed_values(table.column(name).combine_chunks(), kind)
+            clean &= ok
+            cols[out] = values
+    if t.etype:
+        et = table.column(t.etype).combine_chunks()
+        if pa.types.is_string(et.type):
+            clean &= _clean_type(et, t.allowed_types)
+        else:
+            clean[:] = False
+        cols["_et"] = et
+    if "_w" in cols:
+        cols["_w"] = cols["_w"].astype(np.float32)
+    return clean, cols
+
+
+class _Files:
+    """One Arrow IPC file per kind of output of a task, written under a temporary name."""
+
+    def __init__(self) -> None:
+        self.open: dict[str, list] = {}
+
+    def write(self, path: str, batch) -> None:
+        import pyarrow as pa
+
+        if path not in self.open:
+            tmp = f"{path}.tmp-{os.getpid()}"
+            sink = pa.OSFile(tmp, "wb")
+            self.open[path] = [tmp, sink, pa.ipc.new_file(sink, batch.schema), 0]
+        self.open[path][2].write_batch(batch)
+        self.open[path][3] += batch.num_rows
+
+    def close(self) -> dict[str, int]:
+        out = {}
+        for path, (tmp, sink, w, n) in self.open.items():
+            w.close()
+            sink.close()
+            os.replace(tmp, path)
+            out[path] = n
+        return out
+
+
+@dataclass
+class ChunkRows:
+    """A chunk split: clean rows as staged columns, the other rows as text (Spark's rules decide)."""
+
+    clean: dict  # staged column -> numpy array (or Arrow strings for _et)
+    clean_pos: np.ndarray
+    dirty: object  # pyarrow Table of the well-formed other rows, every column a string
+    dirty_pos: np.ndarray
+    bad: list  # raw text of the rows with the wrong number of fields
+    bad_pos: np.ndarray
+
+
+def _split_rows(table, bad: list, t: EdgeTable, base: int) -> ChunkRows:
+    """The chunk's clean rows (staged columns) apart from the others (the source columns as read)."""
+    import pyarrow as pa
+
+    n = table.num_rows
+    pos = base + np.arange(n + len(bad), dtype=np.int64)
+    clean, cols = _split_clean(table, t)
+    if not clean.all():
+        m = pa.array(clean)
+        cols = {k: v.filter(m) if isinstance(v, pa.Array) else v[clean] for k, v in cols.items()}
+    dirty = table.filter(pa.array(~clean)) if not clean.all() else table.slice(0, 0)
+    return ChunkRows(cols, pos[:n][clean], dirty, pos[:n][~clean], bad, pos[n:])
+
+
+def _stage_chunk(c, j: int, t: EdgeTable, task: int, first: int, opts: StageOpts, acc: dict, files: _Files) -> None:
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    from spark_jobs.ingest.keys import KeySet
+
+    t0 = time.process_time()
+    table, bad = arrowread.read_chunk(c, t.spec)
+    rows = _split_rows(table, bad, t, arrowread.chunk_base(t.si, first + j))
+    t1 = time.process_time()
+    out = rows.clean
+    nc = len(rows.clean_pos)
+    if nc:
+        out["_si"] = np.full(nc, t.si, np.int16)
+        if opts.fid:
+            out["_fid"] = np.full(nc, c.fid, np.int32)
+        if opts.rowpos:
+            out["_rowpos"] = rows.clean_pos
+        path = os.path.join(opts.dir, "edges", f"c{t.si:03d}-{task:05d}.int.arrow")
+        files.write(path, pa.RecordBatch.from_pydict(out))
+        if "_et" in out:
+            for vc in pc.value_counts(out["_et"]).to_pylist():  # one entry per distinct type
+                key = (c.fid, None, None, t.si, vc["values"], False)
+                acc["counts"][key] = acc["counts"].get(key, 0) + int(vc["counts"])
+        else:
+            key = (c.fid, None, None, t.si, None, False)
+            acc["counts"][key] = acc["counts"].get(key, 0) + nc
+        if opts.keys:
+            for name, arr in ((t.src_type, out["_s"]), (t.dst_type, out["_d"])):
+                acc["sets"].setdefault(name, KeySet()).add(arr)
+    if rows.dirty.num_rows or rows.bad:
+        path = os.path.join(opts.dir, "dirty", f"t{t.si:03d}-{task:05d}.arrow")
+        for b in arrowread.text_batches(rows.dirty, rows.bad, c.fid, rows.dirty_pos, rows.bad_pos):
+            files.write(path, b)
+    t2 = time.process_time()
+    acc["times"]["parse"] = acc["times"].get("parse", 0.0) + (t1 - t0)
+    acc["times"]["stage"] = acc["times"].get("stage", 0.0) + (t2 - t1)
+
+
+def stage_edges(spark, tables: list[EdgeTable], opts: StageOpts) -> tuple[list[dict], dict[int, list[str]]]:
+    """One Spark job over every chunk of the edge tables: (task payloads, dirty files per table)."""
+    from spark_jobs.ingest.tasks import run_tasks
+
+    work = [(ti, k) for ti, t in enumerate(tables) for k in range(len(t.tasks))]
+    for sub in ("edges", "dirty"):
+        os.makedirs(os.path.join(opts.dir, sub), exist_ok=True)
+
+    def task(w: int) -> dict:
+        ti, k = work[w]
+        t = tables[ti]
+        first = arrowread.chunk_indices(list(t.tasks))[k]
+        acc = {"counts": {}, "sets": {}, "times": {}}
+        files = _Files()
+        for j, c in enumerate(t.tasks[k]):
+            _stage_chunk(c, j, t, k, first, opts, acc, files)
+        written = files.close()
+        return {
+            "pid": w,
+            "counts": acc["counts"],
+            "parts": {name: s.part() for name, s in acc["sets"].items()},
+            "nonint": False,
+            "files": [(p, n) for p, n in written.items() if "/edges/" in p],
+            "dirty": (t.si, [p for p in written if "/dirty/" in p]),
+            "times": acc["times"],
+        }
+
+    payloads = run_tasks(spark, len(work), task)
+    dirty: dict[int, list[str]] = {}
+    for p in payloads:
+        si, paths = p["dirty"]
+        dirty.setdefault(si, []).extend(paths)
+    return payloads, dirty
+
+
+def dirty_frame(spark, files: list[str], spec):
+    """The rows a table's tasks left for Spark's rules, as ``arrowread.table_frame`` gives them."""
+    return arrowread.ipc_frame(spark, files, arrowread.output_schema(spec))

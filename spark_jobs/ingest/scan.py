@@ -1,0 +1,204 @@
+"""One pass over a checked table: counts per reason, key sets, and the good rows staged as Arrow files.
+
+Why one pass: the checks, the id-type decision, the key set for dense vids and the rows later steps
+read all come from the same parsed rows. Each Spark task (``mapInArrow``) counts its rows per group
+(file, reason, column, ...), adds the integer ids of its good rows to per-type ``KeySet``s and, when
+asked, writes its good rows to ``<stage dir>/p<task>.<kind>.arrow`` (uncompressed Arrow IPC, memory
+mapped by the next step). Only the counts and the key sets (per vertex, never per edge) reach the
+driver. A staged file is written under a temporary name and renamed, its name fixed by the task's
+partition, so a retried task rewrites the same content. The stage directory lives inside the
+version's temporary directory under the dataset root: on a cluster it must be a shared file system.
+
+Ids are staged as int64 when every id of a batch is an integer in canonical form, else with their
+string keys too (``p<task>.str.arrow``); see ``sources.id_parts``.
+"""
+
+from __future__ import annotations
+
+import os
+import pickle
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+
+from spark_jobs.ingest.checks import REASON
+
+PAYLOAD = "payload binary"
+
+
+@dataclass(frozen=True)
+class KeySpec:
+    """Where a row's vertex keys are: (integer part, string part) columns and the vertex type."""
+
+    int_col: str
+    str_col: str
+    type_col: str = ""  # a column naming the type per row, or
+    type_by_si: tuple[tuple[int, str], ...] = ()  # the type of each source (by _si)
+
+
+@dataclass(frozen=True)
+class StageSpec:
+    """Which good-row columns to stage, and where: {staged name: (input column, arrow type name)}."""
+
+    dir: str
+    keys: tuple[tuple[str, str, str], ...]  # (staged name, int part column, string part column)
+    columns: tuple[tuple[str, str, str], ...]  # (staged name, input column, "int16"|"int32"|"int64"|"float32"|"string")
+
+
+@dataclass
+class ScanResult:
+    counts: list[dict] = field(default_factory=list)  # group columns + "count"
+    parts: dict[str, list[tuple]] = field(default_factory=dict)  # vertex type -> KeySet parts
+    nonint: bool = False  # some good row has a non-integer id
+    files: list[tuple[str, int]] = field(default_factory=list)  # staged (path, rows), in task order
+    total: int = 0
+
+
+def _src_type(si: np.ndarray, type_by_si: dict[int, str]) -> list[tuple[str, np.ndarray]]:
+    out = []
+    for s in np.unique(si):
+        out.append((type_by_si.get(int(s), ""), si == s))
+    return out
+
+
+def _stage_batch(t, spec: StageSpec):
+    """(kind, RecordBatch) of the good rows ``t``. Kind "int": every key is an integer in canonical
+    form, staged as int64 ``<name>``; kind "str": ``<name>`` (the integer part, may be null) plus
+    ``<name>_key`` (the string key)."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    canonical = all(t.column(sc).null_count == len(t) for _, _, sc in spec.keys)
+    cols, names = [], []
+    for name, ic, sc in spec.keys:
+        cols.append(t.column(ic))
+        names.append(name)
+        if not canonical:
+            cols.append(pc.coalesce(t.column(sc), pc.cast(t.column(ic), pa.string())))
+            names.append(name + "_key")
+    for name, col, typ in spec.columns:
+        cols.append(pc.cast(t.column(col), getattr(pa, typ)()))
+        names.append(name)
+    batch = pa.RecordBatch.from_arrays([c.combine_chunks() if hasattr(c, "combine_chunks") else c for c in cols], names)
+    return ("int" if canonical else "str"), batch
+
+
+class _Writers:
+    """The task's staged files (one per kind), written under temporary names then renamed."""
+
+    def __init__(self, d: str, pid: int) -> None:
+        self.dir, self.pid = d, pid
+        self.open: dict[str, tuple] = {}
+        self.rows: dict[str, int] = {}
+
+    def write(self, kind: str, batch) -> None:
+        import pyarrow as pa
+
+        if kind not in self.open:
+            final = os.path.join(self.dir, f"p{self.pid:05d}.{kind}.arrow")
+            tmp = f"{final}.tmp-{os.getpid()}"
+            sink = pa.OSFile(tmp, "wb")
+            self.open[kind] = (final, tmp, sink, pa.ipc.new_file(sink, batch.schema))
+            self.rows[kind] = 0
+        self.open[kind][3].write_batch(batch)
+        self.rows[kind] += batch.num_rows
+
+    def close(self) -> list[tuple[str, int]]:
+        out = []
+        for kind, (final, tmp, sink, w) in self.open.items():
+            w.close()
+            sink.close()
+            os.replace(tmp, final)
+            out.append((final, self.rows[kind]))
+        return out
+
+
+def scan(df, group: Sequence[str], keys: Sequence[KeySpec] = (), stage: StageSpec | None = None) -> ScanResult:
+    """Run the pass (one Spark job); ``df`` must carry ``group``, REASON and what keys/stage name."""
+    return merge_payloads(scan_payloads(df, group, keys, stage), group)
+
+
+def scan_payloads(df, group: Sequence[str], keys: Sequence[KeySpec] = (), stage: StageSpec | None = None) -> list:
+    """The pass's per-task payloads ({pid, counts, parts, nonint, files}), for merging with others."""
+    import pyarrow as pa
+
+    from spark_jobs.ingest.keys import KeySet
+
+    need = list(dict.fromkeys([*group, REASON]))
+    for k in keys:
+        need += [k.int_col, k.str_col] + ([k.type_col] if k.type_col else ["_si"] if k.type_by_si else [])
+    if stage is not None:
+        Path(stage.dir).mkdir(parents=True, exist_ok=True)
+        need += [c for _, ic, sc in stage.keys for c in (ic, sc)] + [c for _, c, _ in stage.columns]
+    need = list(dict.fromkeys(need))
+    group = list(group)
+    keys = list(keys)
+
+    def task(batches):
+        import pyarrow.compute as pc
+        from pyspark import TaskContext
+
+        pid = TaskContext.get().partitionId()
+        counts: dict[tuple, int] = {}
+        sets: dict[str, KeySet] = {}
+        nonint = False
+        writers = _Writers(stage.dir, pid) if stage is not None else None
+        for b in batches:
+            if b.num_rows == 0:
+                continue
+            t = pa.Table.from_batches([b])
+            g = t.group_by(group, use_threads=False).aggregate([([], "count_all")])
+            for row in g.to_pylist():
+                k = tuple(row[c] for c in group)
+                counts[k] = counts.get(k, 0) + row["count_all"]
+            good = t.filter(pc.is_null(t.column(REASON)))
+            if good.num_rows == 0:
+                continue
+            for ks in keys:
+                if nonint or good.column(ks.int_col).null_count:
+                    nonint = True
+                    continue
+                ids = good.column(ks.int_col).to_numpy()
+                if ks.type_col:
+                    tv = good.column(ks.type_col)
+                    for name in pc.unique(tv).to_pylist():
+                        m = pc.equal(tv, name) if name is not None else pc.is_null(tv)
+                        sets.setdefault(name or "", KeySet()).add(ids[m.to_numpy(zero_copy_only=False)])
+                else:
+                    si = good.column("_si").to_numpy() if ks.type_by_si else np.zeros(good.num_rows, np.int32)
+                    for name, m in _src_type(si, dict(ks.type_by_si)):
+                        sets.setdefault(name, KeySet()).add(ids[m])
+            if writers is not None:
+                kind, batch = _stage_batch(good, stage)
+                writers.write(kind, batch)
+        payload = {
+            "pid": (1 << 40) + pid,  # after edgestage's tasks
+            "counts": counts,
+            "parts": {} if nonint else {k: v.part() for k, v in sets.items()},
+            "nonint": nonint,
+            "files": writers.close() if writers is not None else [],
+        }
+        yield pa.RecordBatch.from_pydict({"payload": [pickle.dumps(payload, protocol=5)]})
+
+    rows = df.select(*need).mapInArrow(task, PAYLOAD).collect()
+    return [pickle.loads(r["payload"]) for r in rows]
+
+
+def merge_payloads(payloads: list[dict], group: Sequence[str]) -> ScanResult:
+    """One ScanResult of task payloads ({pid, counts, parts, nonint, files}), in task order."""
+    res = ScanResult()
+    merged: dict[tuple, int] = {}
+    for p in sorted(payloads, key=lambda p: p["pid"]):
+        for k, n in p["counts"].items():
+            merged[k] = merged.get(k, 0) + n
+        res.nonint |= p["nonint"]
+        for name, part in p["parts"].items():
+            res.parts.setdefault(name, []).append(part)
+        res.files += p["files"]
+    res.counts = [{**dict(zip(group, k, strict=True)), "count": n} for k, n in merged.items()]
+    res.total = sum(merged.values())
+    if res.nonint:
+        res.parts = {}
+    return res
