@@ -70,8 +70,13 @@ def run_pipeline(spark, cfg: Config, builtin: str | None = None, force: bool = F
         run_stage("serialize", lambda: run_serialize(spark, cfg, dv, run=run, force=force), timings)
         run_stage("reorder", lambda: run_reorder(spark, cfg, dv, run=run, order=cfg.reorder.order, force=force),
                   timings)  # fmt: skip
+        required = [f"reorder/{run}/{cfg.reorder.order}"]
+        if cfg.infer.model:  # a configured model is re-applied to every new version
+            from spark_jobs.pipeline_model import infer_stage
+
+            required.append(run_stage("infer", lambda: infer_stage(spark, cfg, dv, run, force=force), timings))
         # only now, with every configured stage published: move latest, then apply retention
-        promote(dv, run, [f"reorder/{run}/{cfg.reorder.order}"], cfg.dataset.keep_versions)
+        promote(dv, run, required, cfg.dataset.keep_versions)
     print("pipeline stage times: " + ", ".join(f"{k} {v:.1f}s" for k, v in timings.items()))
     return dv
 

@@ -72,7 +72,7 @@ def runs(spark, planted):
     cfg = load_config(env={})
     out = {}
     for algo in ("metis", "edgecut"):
-        c = with_values(cfg, "partition", algorithm=algo, parts=4, seed=11, progress=False)
+        c = with_values(cfg, "partition", algorithm=algo, parts=4, seed=11, progress=False, name=f"{algo}-p4")
         out[algo] = run_partition(spark, c, dv, force=True)
     return out
 

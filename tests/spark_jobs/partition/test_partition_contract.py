@@ -121,7 +121,7 @@ def rmat_runs(spark, small_rmat):
     cfg = load_config(env={})
     runs = {}
     for algo in ALGOS:
-        c = with_values(cfg, "partition", algorithm=algo, parts=4, seed=7, progress=False)
+        c = with_values(cfg, "partition", algorithm=algo, parts=4, seed=7, progress=False, name=f"{algo}-p4")
         runs[algo] = run_partition(spark, c, small_rmat, force=True)
     return runs
 
