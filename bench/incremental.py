@@ -6,7 +6,7 @@ both per refresh, then (``--pipeline``) the wall time of a full ``run_pipeline``
 incremental one on the same new snapshot.
 
     .venv/bin/python bench/incremental.py --scale 16 --parts 8 --refreshes 10 --change 0.01
-    flock /tmp/glisp-bench.lock .venv/bin/python bench/incremental.py --scale 18 --refreshes 3 --pipeline
+    .venv/bin/python bench/incremental.py --scale 16 --refreshes 10 --pipeline --lock /tmp/glisp-bench.lock
 """
 
 from __future__ import annotations
@@ -62,10 +62,23 @@ def write_snapshot(root: Path, i: int, src, dst, n: int, rng: np.random.Generato
                          version=f"v{i:02d}")  # fmt: skip
 
 
+LOCK = ""  # --lock FILE: hold it (flock) around each timed measurement only, so others can run between
+
+
 def timed(fn):
-    t, c = time.perf_counter(), cpu_seconds()
-    out = fn()
-    return out, time.perf_counter() - t, cpu_seconds() - c
+    import fcntl
+    import os
+
+    fd = os.open(LOCK, os.O_CREAT | os.O_RDWR, 0o666) if LOCK else None
+    if fd is not None:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+    try:
+        t, c = time.perf_counter(), cpu_seconds()
+        out = fn()
+        return out, time.perf_counter() - t, cpu_seconds() - c
+    finally:
+        if fd is not None:
+            os.close(fd)
 
 
 def main() -> int:
@@ -79,7 +92,10 @@ def main() -> int:
     ap.add_argument("--pipeline", action="store_true", help="also time a full vs an incremental run_pipeline")
     ap.add_argument("--master", default="local[2]")
     ap.add_argument("--root", default="")
+    ap.add_argument("--lock", default="", help="flock this file around each timed run (e.g. /tmp/glisp-bench.lock)")
     args = ap.parse_args()
+    global LOCK
+    LOCK = args.lock
 
     from glisp_core.config import SparkConfig, load_config, with_values
     from spark_jobs.partition.job import run_partition
@@ -143,9 +159,7 @@ def pipeline_walls(spark, cfg, root: Path, src, dst, args, rng) -> None:
         c = with_values(cfg, "dataset", root=str(root_dir))
         c = with_values(c, "partition", name="", incremental=incremental)
         c = dataclasses.replace(c, ingest=dataclasses.replace(c.ingest, graph="rmat", edges=[EdgeSource(path=str(edges))]))
-        t = time.perf_counter()
-        run_pipeline(spark, c)
-        return time.perf_counter() - t
+        return timed(lambda: run_pipeline(spark, c))[1]
 
     e0 = snap("0", src, dst)
     s1, d1 = change(src, dst, args.change, rng)

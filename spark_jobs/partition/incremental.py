@@ -28,6 +28,7 @@ from scratch:
 from __future__ import annotations
 
 import math
+import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
@@ -303,8 +304,10 @@ def refresh(ctx: PartitionContext, new: DatasetVersion, base: DatasetVersion, ba
             run: str, out: Any) -> Refresh:  # fmt: skip
     """Partition ``new`` from ``base``'s ``partition/<run>``; writes assignment/ and replicas/ under ``out``."""
     spark, p, n, m = ctx.spark, ctx.parts, ctx.num_vertices, ctx.num_edges
+    t0 = time.perf_counter()
     matched_dir = ctx.staging / "inc_matched"
     match_rows(spark, base, run, new).write.parquet(str(matched_dir))
+    t_match = time.perf_counter()
     matched = spark.read.parquet(str(matched_dir))
     kept = matched.where(F.col("part").isNotNull())
     added = matched.where(F.col("part").isNull()).select("eid", "src", "dst")
@@ -326,18 +329,23 @@ def refresh(ctx: PartitionContext, new: DatasetVersion, base: DatasetVersion, ba
     n_attached = int(sizes.sum()) - n_kept
     cap = math.ceil((1.0 + ctx.cfg.incremental_epsilon) * m / p)
     deg = degree_array(ctx.edges, n)
+    t_state = time.perf_counter()
     placed, unplaced = _stream_added(ctx, fresh, deg, bits, sizes, cap)
+    t_place = time.perf_counter()
     base_m = int(Manifest.read(base.manifest_path).schema["num_edges"])
     info = {
         "base": f"{base.graph}/{base.version}", "base_run": run, "base_fingerprint": base_rec.fingerprint,
         "kept": n_kept, "removed": base_m - n_kept, "added": m - n_kept, "attached": n_attached,
         "placed": m - n_kept - n_attached, "capacity": cap,
         "anchor_rf": _anchor_rf(base_rec),
+        "seconds": {"match": round(t_match - t0, 2), "state": round(t_state - t_match, 2),
+                    "place": round(t_place - t_state, 2)},
     }  # fmt: skip
     if unplaced:
         return Refresh({}, {}, info, f"{unplaced} added rows found no partition under the capacity {cap}")
     alloc = kept.select("eid", "src", "dst", "part").unionByName(attached).unionByName(placed)
     counts, metrics = write_outputs(spark, alloc, out, p, m, bits, sizes)
+    info["seconds"]["write"] = round(time.perf_counter() - t_place, 2)
     return Refresh(counts, metrics, info, drift(ctx.cfg, metrics, info["anchor_rf"]))
 
 
