@@ -202,46 +202,39 @@ def place_capped(
     HDRF's replication term with the new version's full degrees (the lower-degree endpoint pulls
     harder, so hubs take the replicas) and its balance term; bits and sizes update after each pair.
     """
-    m = src.shape[0]
-    parts = sizes.shape[0]
-    out = np.empty(m, np.int32)
-    for i in range(m):
-        a, b = src[i], dst[i]
-        if a > b:
-            a, b = b, a
-        if a == last[0] and b == last[1]:
-            k = last[2]
-        else:
-            da, db = deg[a], deg[b]
-            ta = da / (da + db) if da + db > 0 else 0.5
-            mx = sizes.max()
-            mn = sizes.min()
-            k = -1
-            best = -1e300
-            for p in range(parts):
-                if sizes[p] + rows[i] > cap:
-                    continue
-                w = p // 64
-                bit = np.uint64(1) << np.uint64(p % 64)
-                g = 0.0
-                if bits[a, w] & bit:
-                    g += 2.0 - ta
-                if bits[b, w] & bit:
-                    g += 1.0 + ta
-                score = g + lam * (mx - sizes[p]) / (1.0 + mx - mn)
-                if score > best:
-                    best = score
-                    k = p
-            if k >= 0:
-                w = k // 64
-                bit = np.uint64(1) << np.uint64(k % 64)
-                bits[a, w] |= bit
-                bits[b, w] |= bit
-            last[0], last[1], last[2] = a, b, k
+    lo, hi = np.minimum(src, dst), np.maximum(src, dst)
+    out = np.empty(src.shape[0], np.int32)
+    for i in range(src.shape[0]):
+        if lo[i] != last[0] or hi[i] != last[1]:  # a new pair: decide it once for all its rows
+            last[0], last[1] = lo[i], hi[i]
+            last[2] = _best_capped(lo[i], hi[i], deg, bits, sizes, rows[i], cap, lam)
+        k = last[2]
         if k >= 0:
             sizes[k] += 1
         out[i] = k
     return out
+
+
+@njit(nogil=True, cache=True)
+def _best_capped(a: int, b: int, deg: np.ndarray, bits: np.ndarray, sizes: np.ndarray, need: int, cap: int,
+                 lam: float) -> int:  # fmt: skip
+    """The best partition for pair (a, b) among those with room for ``need`` rows (-1: none); marks it."""
+    theta = deg[a] / (deg[a] + deg[b]) if deg[a] + deg[b] > 0 else 0.5
+    hi_size, lo_size = sizes.max(), sizes.min()
+    choice, best = -1, -np.inf
+    for k in range(sizes.shape[0]):
+        if sizes[k] + need > cap:
+            continue
+        word, mask = k // 64, np.uint64(1) << np.uint64(k % 64)
+        rep = (2.0 - theta if bits[a, word] & mask else 0.0) + (1.0 + theta if bits[b, word] & mask else 0.0)
+        score = rep + lam * (hi_size - sizes[k]) / (1.0 + hi_size - lo_size)
+        if score > best:
+            choice, best = k, score
+    if choice >= 0:
+        word, mask = choice // 64, np.uint64(1) << np.uint64(choice % 64)
+        bits[a, word] |= mask
+        bits[b, word] |= mask
+    return choice
 
 
 # ---- the refresh -------------------------------------------------------------------------------
