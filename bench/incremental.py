@@ -158,7 +158,9 @@ def pipeline_walls(spark, cfg, root: Path, src, dst, args, rng) -> None:
     def pipe(root_dir: Path, edges: Path, incremental: bool) -> float:
         c = with_values(cfg, "dataset", root=str(root_dir))
         c = with_values(c, "partition", name="", incremental=incremental)
-        c = dataclasses.replace(c, ingest=dataclasses.replace(c.ingest, graph="rmat", edges=[EdgeSource(path=str(edges))]))
+        c = dataclasses.replace(
+            c, ingest=dataclasses.replace(c.ingest, graph="rmat", edges=[EdgeSource(path=str(edges))])
+        )
         return timed(lambda: run_pipeline(spark, c))[1]
 
     e0 = snap("0", src, dst)

@@ -107,8 +107,11 @@ def _id_frame(dv: DatasetVersion, as_str: bool) -> pd.DataFrame:
     t = pq.read_table(dv.idmap, columns=["vid", "orig_id", "vtype"]).to_pandas()
     names = np.asarray(schema.get("vertex_types") or ["v0"], dtype=object)
     return pd.DataFrame(
-        {"vid": t["vid"].to_numpy(np.int64), "vt": names[t["vtype"].to_numpy()],
-         "orig": t["orig_id"].astype(str) if as_str else t["orig_id"]}  # fmt: skip
+        {
+            "vid": t["vid"].to_numpy(np.int64),
+            "vt": names[t["vtype"].to_numpy()],
+            "orig": t["orig_id"].astype(str) if as_str else t["orig_id"],
+        }  # fmt: skip
     )
 
 

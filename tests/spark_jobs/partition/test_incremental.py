@@ -171,7 +171,9 @@ def test_two_snapshot_refresh_through_the_pipeline(spark, cfg, tmp_path):
     cfg = with_values(cfg, "partition", algorithm="hdrf", parts=2, incremental=True, progress=False)
 
     def snapshot(i, s, d):
-        ing = dataclasses.replace(cfg.ingest, graph="g", edges=[EdgeSource(path=str(_csv(tmp_path / f"{i}.csv", s, d)))])
+        ing = dataclasses.replace(
+            cfg.ingest, graph="g", edges=[EdgeSource(path=str(_csv(tmp_path / f"{i}.csv", s, d)))]
+        )
         return run_pipeline(spark, dataclasses.replace(cfg, ingest=ing)), dataclasses.replace(cfg, ingest=ing)
 
     dv1, _ = snapshot(1, src, dst)
