@@ -177,6 +177,14 @@ class PartitionConfig:
     groups: int = 0  # expansion: row groups (Spark tasks per round); 0 = max(8, ceil(rows / 4M))
     progress: bool = True
     metis_max_edges: int = 200_000_000  # metis: most undirected pairs one process partitions
+    incremental: bool = False  # apply the edge changes since the base version to its partitioning
+    incremental_base: str = ""  # base version; "": the graph's LATEST (or newest) with this run
+    incremental_epsilon: float = 0.05  # hard edge capacity of a partition: (1 + eps) * |E| / p
+    incremental_lam: float = 1.0  # balance weight of the placement score
+    incremental_max_vb: float = 1.3  # above this VB the refresh re-partitions from scratch
+    incremental_max_eb: float = 1.1  # above this EB the refresh re-partitions from scratch
+    incremental_max_rf_growth: float = 1.1  # RF above this x RF of the last full run: re-partition; 0 = off
+    incremental_batch_edges: int = 1_000_000  # added rows placed per streamed chunk
     adadne: AdaDNEConfig = field(default_factory=AdaDNEConfig)
     dne: DNEConfig = field(default_factory=DNEConfig)
     hdrf: HDRFConfig = field(default_factory=HDRFConfig)

@@ -28,6 +28,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--algorithm", help="partition algorithm (partition.algorithm)")
     p.add_argument("--parts", type=int, help="number of partitions (partition.parts)")
     p.add_argument("--order", help="inference order for reorder (reorder.order)")
+    p.add_argument("--incremental", action="store_true", default=None,
+                   help="partition by refreshing the previous version's run (partition.incremental)")  # fmt: skip
     p.add_argument("--force", action="store_true", help="re-run stages even when up to date")
 
 
@@ -92,7 +94,7 @@ def main(args: argparse.Namespace, cfg: Config) -> int:
         cfg = with_values(cfg, "", ingest=_replace_edges(cfg, [EdgeSource(path=e) for e in args.edges]))
     elif not args.builtin and not cfg.ingest.edges:
         raise GlispError("give --builtin NAME, --edges FILE or a --config with [[ingest.edges]]")
-    cfg = with_values(cfg, "partition", algorithm=args.algorithm, parts=args.parts)
+    cfg = with_values(cfg, "partition", algorithm=args.algorithm, parts=args.parts, incremental=args.incremental)
     cfg = with_values(cfg, "reorder", order=args.order)
     spark = get_spark(cfg.spark, checkpoint_dir=f"{cfg.dataset.root}/_checkpoints")
     dv = run_pipeline(spark, cfg, builtin=args.builtin, force=args.force)

@@ -13,6 +13,8 @@ from glisp_core.config import Config
 from glisp_core.dataset.layout import DatasetVersion, check_name
 from glisp_core.dataset.manifest import Manifest, StageRecord
 from glisp_core.dataset.publish import StagePublisher
+from glisp_core.dataset.versions import VersionLease
+from spark_jobs.partition import incremental
 from spark_jobs.partition.base import Clock, PartitionContext, get_partitioner
 from spark_jobs.partition.metrics import write_outputs
 
@@ -35,6 +37,9 @@ def run_partition(spark: Any, cfg: Config, dv: DatasetVersion, force: bool = Fal
     algo = get_partitioner(pcfg)
     run = run_name(cfg)
     params = {"algorithm": algo.name, "parts": pcfg.parts, "seed": pcfg.seed, **algo.params()}
+    base = incremental.find_base(cfg, dv, run) if pcfg.incremental else None
+    if base is not None:  # the record names the base it derives from; a new base is a new fingerprint
+        params["incremental"] = incremental.incremental_params(cfg, *base)
     pub = StagePublisher(dv, f"partition/{run}", dv.partition(run), params, depends=["ingest"])
     if pub.is_current() and not force:
         rec = pub.record()
@@ -51,18 +56,29 @@ def run_partition(spark: Any, cfg: Config, dv: DatasetVersion, force: bool = Fal
         ctx = PartitionContext(spark=spark, edges=edges, num_vertices=n, num_edges=m, cfg=pcfg, staging=staging)
         if not pcfg.progress:
             ctx.log = lambda s: None
-        with clock.section("partition_s"):
-            result = algo.partition(ctx)
-        with clock.section("write_s"):
-            counts, metrics = write_outputs(
-                spark, result.alloc, pub.tmp, pcfg.parts, m, result.replica_bits, result.edges_per_part
-            )
+        inc = None
+        if pcfg.incremental:
+            inc = _try_refresh(ctx, dv, base, run, pub.tmp, clock)
+        if inc is not None and not inc.fallback:
+            counts, metrics, result = inc.counts, inc.metrics, None
+        else:
+            with clock.section("partition_s"):
+                result = algo.partition(ctx)
+            with clock.section("write_s"):
+                counts, metrics = write_outputs(
+                    spark, result.alloc, pub.tmp, pcfg.parts, m, result.replica_bits, result.edges_per_part
+                )
         shutil.rmtree(staging, ignore_errors=True)
-        if result.rounds is not None:
-            counts["rounds"] = result.rounds
-        counts.update(result.counts)
-        timings = {**clock.t, **result.timings}
+        if result is not None:
+            if result.rounds is not None:
+                counts["rounds"] = result.rounds
+            counts.update(result.counts)
+        if inc is not None:
+            counts["incremental"] = inc.info
+        timings = {**clock.t, **(result.timings if result is not None else {})}
         rec = pub.commit(counts=counts, metrics=metrics, timings=timings)
+    if pcfg.progress and inc is not None:
+        print(f"partition/{run}: {inc.info['path']} path ({inc.info['reason']})", flush=True)
     if pcfg.progress:
         print(
             f"partition/{run}: RF {metrics['rf']:.3f} VB {metrics['vb']:.3f} EB {metrics['eb']:.3f} "
@@ -70,3 +86,19 @@ def run_partition(spark: Any, cfg: Config, dv: DatasetVersion, force: bool = Fal
             flush=True,
         )
     return rec
+
+
+def _try_refresh(ctx: PartitionContext, dv: DatasetVersion, base, run: str, out, clock: Clock):
+    """The incremental path (``partition.incremental``); ``fallback`` set when a full run must follow."""
+    if base is None:
+        info = {"path": "full", "reason": "no earlier version holds a published run of this algorithm and p"}
+        return incremental.Refresh({}, {}, info, info["reason"])
+    with clock.section("incremental_s"), VersionLease(base[0], f"incremental refresh of {dv.graph}/{dv.version}"):
+        inc = incremental.refresh(ctx, dv, base[0], base[1], run, out)
+    if inc.fallback:
+        for d in ("assignment", "replicas"):
+            shutil.rmtree(out / d, ignore_errors=True)
+        inc.info["incremental_metrics"] = inc.metrics
+        ctx.log(f"partition/{run}: incremental result rejected ({inc.fallback}); re-partitioning from scratch")
+    inc.info.update(path="full" if inc.fallback else "incremental", reason=inc.fallback or "within the drift bounds")
+    return inc
