@@ -33,3 +33,29 @@ def test_stage_args_are_required():
         [sys.executable, str(ROOT / "submit" / "glisp-submit"), "--dry-run"], capture_output=True, text=True
     )
     assert r.returncode != 0 and "after '--'" in r.stderr
+
+
+def test_cron_line_runs_real_commands():
+    """Every ``glisp`` command of submit/cron/glisp-refresh.cron parses with the CLI it calls."""
+    import argparse
+    import importlib
+    import shlex
+
+    from glisp_core.cli import COMMANDS, add_common
+
+    lines = [ln for ln in (ROOT / "submit" / "cron" / "glisp-refresh.cron").read_text().splitlines()
+             if ln.strip() and not ln.startswith("#")]  # fmt: skip
+    assert len(lines) == 1 and len(lines[0].split()[:5]) == 5  # one schedule: five time fields
+    words = shlex.split(lines[0].split(None, 5)[5])
+    calls = [i for i, w in enumerate(words) if w.endswith("/glisp")]
+    assert [words[i + 1] for i in calls] == ["pipeline", "serve-reload"]
+    for i in calls:
+        name, rest = words[i + 1], []
+        for w in words[i + 2 :]:
+            if w in ("&&", ">>", "2>&1") or w.endswith("/glisp"):
+                break
+            rest.append(w)
+        parser = argparse.ArgumentParser(prog=f"glisp {name}")
+        importlib.import_module(COMMANDS[name][0]).add_arguments(parser)
+        add_common(parser)
+        parser.parse_args(rest)  # SystemExit (a failed test) on an unknown or missing argument
