@@ -47,12 +47,12 @@ def test_cron_line_runs_real_commands():
              if ln.strip() and not ln.startswith("#")]  # fmt: skip
     assert len(lines) == 1 and len(lines[0].split()[:5]) == 5  # one schedule: five time fields
     words = shlex.split(lines[0].split(None, 5)[5])
-    calls = [i for i, w in enumerate(words) if w.endswith("/glisp")]
+    calls = [i for i, w in enumerate(words) if w.endswith("bin/glisp")]
     assert [words[i + 1] for i in calls] == ["pipeline", "serve-reload"]
     for i in calls:
         name, rest = words[i + 1], []
         for w in words[i + 2 :]:
-            if w in ("&&", ">>", "2>&1") or w.endswith("/glisp"):
+            if w in ("&&", ">>", "2>&1") or w.endswith("bin/glisp"):
                 break
             rest.append(w)
         parser = argparse.ArgumentParser(prog=f"glisp {name}")
