@@ -75,7 +75,14 @@ def _run(args: argparse.Namespace, cfg: Config, source, d, progress) -> int:
             return 0
     progress.log(f"glisp train: {tc.task} / {tc.model} on {source.description}, {d.world} process(es) on "
                  f"{d.device.type}, run {name}")  # fmt: skip
-    result = train(cfg, source, d, progress)
+    from contextlib import nullcontext
+
+    from glisp_core.dataset.versions import VersionLease
+
+    # retention never deletes the version a trainer reads (the lease lapses if this process dies)
+    lease = VersionLease(source.dv, f"glisp train {name}") if source.dv is not None else nullcontext()
+    with lease:
+        result = train(cfg, source, d, progress)
     test = ", ".join(f"{k} {v:.4f}" for k, v in result.test.items() if k != "predictions")
     if not d.is_main:
         return 0
