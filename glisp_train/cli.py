@@ -12,6 +12,7 @@ directory (it has only the cluster file) writes the run to ``--output DIR`` inst
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 from pathlib import Path
 
@@ -80,7 +81,8 @@ def _run(args: argparse.Namespace, cfg: Config, source, d, progress) -> int:
     from glisp_core.dataset.versions import VersionLease
 
     # retention never deletes the version a trainer reads (the lease lapses if this process dies)
-    lease = VersionLease(source.dv, f"glisp train {name}") if source.dv is not None else nullcontext()
+    writable = source.dv is not None and os.access(source.dv.path, os.W_OK)
+    lease = VersionLease(source.dv, f"glisp train {name}") if writable else nullcontext()
     with lease:
         result = train(cfg, source, d, progress)
     test = ", ".join(f"{k} {v:.4f}" for k, v in result.test.items() if k != "predictions")
