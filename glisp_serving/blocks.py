@@ -17,6 +17,7 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
+from glisp_serving import profile
 from glisp_serving.apply import HopSample, relabel
 
 
@@ -65,7 +66,8 @@ class SampledBatch:
 
 def build_block(dst: np.ndarray, hop: HopSample, scratch: np.ndarray | None = None, typed: bool = False) -> Block:
     """Relabel one hop (frontier ``dst`` and its merged sample) into a bipartite block."""
-    src_ids, local = relabel(dst, hop.nbrs, scratch)
+    with profile.stage("client.relabel"):
+        src_ids, local = relabel(dst, hop.nbrs, scratch)
     per_vertex = hop.counts.sum(axis=1)
     dst_local = np.repeat(np.arange(len(dst), dtype=np.int64), per_vertex)
     edge_index = torch.from_numpy(np.stack([local, dst_local]))

@@ -29,11 +29,11 @@ import numpy as np
 from glisp_core.config import ClientConfig
 from glisp_core.dataset.layout import resolve_dataset
 from glisp_core.errors import GlispError
+from glisp_serving import profile
 from glisp_serving.apply import HopSample, Partial, merge_partials
 from glisp_serving.blocks import SampledBatch
 from glisp_serving.cluster import ClusterSpec
 from glisp_serving.proto import sampling_pb2 as pb
-from glisp_serving.proto import sampling_pb2_grpc as pb_grpc
 from glisp_serving.routing import RoutingTable
 from glisp_serving.sampler import Fanout, HopRequest, KHopSampler, hop_request
 from glisp_serving.wire import from_array, to_array
@@ -54,6 +54,29 @@ def _ids_array(ids: np.ndarray) -> pb.Array:
     return to_array(ids)
 
 
+def _timed(fn: Any, name: str) -> Any:
+    def run(x: Any) -> Any:
+        with profile.stage(name):
+            return fn(x)
+
+    return run
+
+
+class _Stub:
+    """The Sampling methods on one channel; serialization and parsing count as profile stages."""
+
+    def __init__(self, channel: grpc.aio.Channel) -> None:
+        for name, (req, resp) in {"Gather": (pb.GatherRequest, pb.GatherResponse),
+                                  "Lookup": (pb.LookupRequest, pb.LookupResponse),
+                                  "VertexInfo": (pb.VertexInfoRequest, pb.VertexInfoResponse),
+                                  "Stats": (pb.StatsRequest, pb.StatsResponse)}.items():  # fmt: skip
+            setattr(self, name, channel.unary_unary(
+                f"/glisp.sampling.v1.Sampling/{name}",
+                request_serializer=_timed(req.SerializeToString, "client.serialize"),
+                response_deserializer=_timed(resp.FromString, "client.parse"),
+            ))  # fmt: skip
+
+
 class RemoteBackend:
     """Gather and lookups against the servers of a cluster (runs on the client's event loop)."""
 
@@ -62,14 +85,14 @@ class RemoteBackend:
         self.num_vertices = routing.num_vertices
         self._opts = [("grpc.max_send_message_length", max_mb << 20), ("grpc.max_receive_message_length", max_mb << 20)]
         self._channels: list[list[grpc.aio.Channel]] = []
-        self._stubs: list[list[pb_grpc.SamplingStub]] = []
+        self._stubs: list[list[_Stub]] = []
         self._pref = [0] * spec.num_parts  # index of the address that answered last
 
     async def open(self) -> None:
         for addrs in self.spec.addresses:
             chans = [grpc.aio.insecure_channel(a, options=self._opts) for a in addrs]
             self._channels.append(chans)
-            self._stubs.append([pb_grpc.SamplingStub(c) for c in chans])
+            self._stubs.append([_Stub(c) for c in chans])
 
     async def close(self) -> None:
         for chans in self._channels:
@@ -114,33 +137,37 @@ class RemoteBackend:
 
     async def gather(self, frontier: np.ndarray, req: HopRequest) -> HopSample:
         """Gather (one RPC per server holding part of the frontier, in parallel), then Apply."""
-        frontier = np.asarray(frontier, np.int64)
-        split = self.routing.split(frontier, self.mode)
-        parts = [k for k in range(len(split)) if len(split[k])]
-        resps = await asyncio.gather(
-            *[self.call(k, "Gather", self._gather_request(frontier[split[k]], req)) for k in parts]
-        )
-        nslot = len(req.type_fanouts) if req.typed else 1
-        fanouts = np.array([f for _, f in req.type_fanouts] if req.typed else [req.fanout], np.int64)
-        merge = resps[0].merge if resps else "concat"
-        partials = []
-        for k, r in zip(parts, resps, strict=True):
-            partials.append(
-                Partial(
-                    pos=split[k],
-                    counts=from_array(r.counts, "counts").reshape(len(split[k]), nslot),
-                    nbrs=from_array(r.neighbors, "neighbors"),
-                    keys=from_array(r.keys, "keys") if r.HasField("keys") else None,
-                    edge_ids=from_array(r.edge_ids, "edge_ids") if r.HasField("edge_ids") else None,
+        with profile.stage("client.route"):
+            frontier = np.asarray(frontier, np.int64)
+            split = self.routing.split(frontier, self.mode)
+            parts = [k for k in range(len(split)) if len(split[k])]
+        with profile.stage("client.encode"):
+            reqs = [self._gather_request(frontier[split[k]], req) for k in parts]
+        resps = await asyncio.gather(*[self.call(k, "Gather", r) for k, r in zip(parts, reqs, strict=True)])
+        with profile.stage("client.decode"):
+            nslot = len(req.type_fanouts) if req.typed else 1
+            fanouts = np.array([f for _, f in req.type_fanouts] if req.typed else [req.fanout], np.int64)
+            merge = resps[0].merge if resps else "concat"
+            partials = []
+            for k, r in zip(parts, resps, strict=True):
+                partials.append(
+                    Partial(
+                        pos=split[k],
+                        counts=from_array(r.counts, "counts").reshape(len(split[k]), nslot),
+                        nbrs=from_array(r.neighbors, "neighbors"),
+                        keys=from_array(r.keys, "keys") if r.HasField("keys") else None,
+                        edge_ids=from_array(r.edge_ids, "edge_ids") if r.HasField("edge_ids") else None,
+                    )
                 )
-            )
-        return merge_partials(len(frontier), partials, merge, fanouts, want_eids=req.edge_ids)
+        with profile.stage("client.apply"):
+            return merge_partials(len(frontier), partials, merge, fanouts, want_eids=req.edge_ids)
 
     async def lookup(self, ids: np.ndarray, features: bool, labels: bool) -> dict[str, np.ndarray]:
         """Features / labels of ``ids`` from their master partitions, in the order of ``ids``."""
-        ids = np.asarray(ids, np.int64)
-        split = self.routing.split_master(ids)
-        parts = [k for k in range(len(split)) if len(split[k])]
+        with profile.stage("client.route"):
+            ids = np.asarray(ids, np.int64)
+            split = self.routing.split_master(ids)
+            parts = [k for k in range(len(split)) if len(split[k])]
         resps = await asyncio.gather(
             *[
                 self.call(
@@ -149,6 +176,11 @@ class RemoteBackend:
                 for k in parts
             ]  # fmt: skip
         )
+        with profile.stage("client.lookup_assemble"):
+            return self._assemble(ids, split, parts, resps)
+
+    @staticmethod
+    def _assemble(ids: np.ndarray, split: list[np.ndarray], parts: list[int], resps: list[Any]) -> dict[str, np.ndarray]:
         out: dict[str, np.ndarray] = {}
         for name in ("features", "labels", "split"):
             got = [(split[k], r) for k, r in zip(parts, resps, strict=True) if r.HasField(name)]

@@ -19,6 +19,7 @@ import numpy as np
 
 from glisp_core.errors import GlispError
 from glisp_serving import kernels as K
+from glisp_serving import profile
 
 # Public method names -> kernel method. "uniform" is the paper's quota method when the global
 # degree is known (untyped, no time bound) and the exact-count keyed form otherwise.
@@ -146,7 +147,10 @@ class PartitionSampler:
             raise RequestError(f"method 'weighted': partition {self.part} has no edge weights (got weighted)")
         if max_time is not None and self.timestamp is None:
             raise RequestError(f"max_time: partition {self.part} has no edge timestamps (got {max_time})")
-        lids = self.check_ids(seeds, "seeds")
+        with profile.stage("server.id_lookup"):
+            lids = self.check_ids(seeds, "seeds")
+        tasks_stage = profile.stage("server.tasks")
+        tasks_stage.__enter__()
         seeds = np.asarray(seeds, np.int64)
         is_in = direction == "in"
         if method == "weighted":
@@ -190,12 +194,14 @@ class PartitionSampler:
             return (starts[a:b], ends[a:b], gdeg[a:b], fanouts[a:b], task_seeds[a:b])
 
         counts = np.empty(nt, np.int64)
+        tasks_stage.__exit__(None, None, None)
 
         def count(ab: tuple[int, int]) -> None:
             a, b = ab
             K.count_tasks(*common, *args(a, b), is_in, self.in_eid, has_time, tmax, ts, w, counts[a:b])
 
-        self._run(count, chunks)
+        with profile.stage("server.kernel_count"):
+            self._run(count, chunks)
         offsets = np.zeros(nt + 1, np.int64)
         np.cumsum(counts, out=offsets[1:])
         total = int(offsets[-1])
@@ -212,7 +218,8 @@ class PartitionSampler:
             )  # fmt: skip
 
         if total:
-            self._run(fill, chunks)
+            with profile.stage("server.kernel_fill"):
+                self._run(fill, chunks)
         shape = (n, nslot) if typed else (n,)
         res = GatherResult(
             counts=counts.astype(np.int32).reshape(shape),
@@ -245,7 +252,8 @@ class PartitionSampler:
         """Features/labels/split of vertices mastered here; RequestError when one is not."""
         t0 = time.perf_counter()
         gids = self._check_batch(gids, "vertices")
-        rows = np.asarray(self.r.feature_rows(gids.astype(np.int64, copy=False)))
+        with profile.stage("server.lookup_rows"):
+            rows = np.asarray(self.r.feature_rows(gids.astype(np.int64, copy=False)))
         bad = rows < 0
         if bad.any():
             raise RequestError(
@@ -254,7 +262,8 @@ class PartitionSampler:
             )
         out: dict[str, Any] = {}
         if want_features and self.r.features is not None:
-            out["features"] = np.asarray(self.r.features[rows], np.float32)
+            with profile.stage("server.lookup_gather"):
+                out["features"] = np.asarray(self.r.features[rows], np.float32)
         if want_labels and self.r.labels is not None:
             out["labels"] = np.asarray(self.r.labels[rows], np.int64)
             if self.r.split is not None:

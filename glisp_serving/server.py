@@ -24,6 +24,7 @@ from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 
 from glisp_core.config import ServeConfig
 from glisp_core.dataset.layout import DatasetVersion
+from glisp_serving import profile
 from glisp_serving.engine import PartitionSampler, RequestError
 from glisp_serving.memory import map_large_allocations, release_clean_library_pages, release_free_heap, snapshot
 from glisp_serving.proto import sampling_pb2 as pb
@@ -54,8 +55,9 @@ class SamplingServicer(pb_grpc.SamplingServicer):
     def Gather(self, request: pb.GatherRequest, context: grpc.ServicerContext) -> pb.GatherResponse:
         err = None
         try:
-            seeds = from_array(request.seeds, "seeds", _IDS)
-            tf = [(t.edge_type, t.fanout) for t in request.type_fanouts]
+            with profile.stage("server.decode"):
+                seeds = from_array(request.seeds, "seeds", _IDS)
+                tf = [(t.edge_type, t.fanout) for t in request.type_fanouts]
             res = self.engine.gather(
                 seeds,
                 fanout=request.fanout,
@@ -70,17 +72,18 @@ class SamplingServicer(pb_grpc.SamplingServicer):
             err = e
         if err is not None:
             self._invalid(context, err)
-        resp = pb.GatherResponse(
-            counts=to_array(res.counts),
-            neighbors=to_array(res.nbrs.astype(self.engine.id_dtype, copy=False)),
-            merge=res.merge,
-            fanouts=res.fanouts.tolist(),
-            part_id=self.engine.part,
-        )
-        if res.keys is not None:
-            resp.keys.CopyFrom(to_array(res.keys))
-        if res.edge_ids is not None:
-            resp.edge_ids.CopyFrom(to_array(res.edge_ids))
+        with profile.stage("server.encode"):
+            resp = pb.GatherResponse(
+                counts=to_array(res.counts),
+                neighbors=to_array(res.nbrs.astype(self.engine.id_dtype, copy=False)),
+                merge=res.merge,
+                fanouts=res.fanouts.tolist(),
+                part_id=self.engine.part,
+            )
+            if res.keys is not None:
+                resp.keys.CopyFrom(to_array(res.keys))
+            if res.edge_ids is not None:
+                resp.edge_ids.CopyFrom(to_array(res.edge_ids))
         return resp
 
     def Lookup(self, request: pb.LookupRequest, context: grpc.ServicerContext) -> pb.LookupResponse:
@@ -91,10 +94,11 @@ class SamplingServicer(pb_grpc.SamplingServicer):
             err = e
         if err is not None:
             self._invalid(context, err)
-        resp = pb.LookupResponse()
-        for k in ("features", "labels", "split"):
-            if k in out:
-                getattr(resp, k).CopyFrom(to_array(out[k]))
+        with profile.stage("server.lookup_encode"):
+            resp = pb.LookupResponse()
+            for k in ("features", "labels", "split"):
+                if k in out:
+                    getattr(resp, k).CopyFrom(to_array(out[k]))
         return resp
 
     def VertexInfo(self, request: pb.VertexInfoRequest, context: grpc.ServicerContext) -> pb.VertexInfoResponse:
@@ -115,7 +119,11 @@ class SamplingServicer(pb_grpc.SamplingServicer):
         with e._lock:
             counters = (e.requests, e.vertices_served, e.edges_served, e.busy_s)
         mem = snapshot(self.partition_dir)
+        prof = profile.snapshot()
         return pb.StatsResponse(
+            process_cpu_seconds=prof["process_cpu_s"],
+            stage_cpu_seconds=prof["stages_s"],
+            stage_calls=prof["calls"],
             requests=counters[0],
             vertices_served=counters[1],
             edges_served=counters[2],
@@ -143,6 +151,33 @@ class SamplingServicer(pb_grpc.SamplingServicer):
             feature_dim=int(r.feature_dim),
             format_version=int(getattr(r, "format_version", 0)),
         )
+
+
+def _timed(fn: Any, name: str) -> Any:
+    def run(x: Any) -> Any:
+        with profile.stage(name):
+            return fn(x)
+
+    return run
+
+
+def add_servicer(servicer: SamplingServicer, server: grpc.Server) -> None:
+    """Register the Sampling service; request parsing and response serialization count as stages."""
+    rpcs = {
+        "Gather": (pb.GatherRequest, pb.GatherResponse),
+        "Lookup": (pb.LookupRequest, pb.LookupResponse),
+        "VertexInfo": (pb.VertexInfoRequest, pb.VertexInfoResponse),
+        "Stats": (pb.StatsRequest, pb.StatsResponse),
+    }
+    handlers = {
+        name: grpc.unary_unary_rpc_method_handler(
+            getattr(servicer, name),
+            request_deserializer=_timed(req.FromString, "server.parse"),
+            response_serializer=_timed(resp.SerializeToString, "server.serialize"),
+        )
+        for name, (req, resp) in rpcs.items()
+    }
+    server.add_generic_rpc_handlers((grpc.method_handlers_generic_handler(SERVICE_NAME, handlers),))
 
 
 def warm_up(engine: PartitionSampler) -> None:
@@ -251,7 +286,7 @@ def serve(
         options=[("grpc.max_send_message_length", mb), ("grpc.max_receive_message_length", mb)],
     )
     servicer = SamplingServicer(engine, f"{dv.graph}/{dv.version}", run, baseline, rss_import)
-    pb_grpc.add_SamplingServicer_to_server(servicer, server)
+    add_servicer(servicer, server)
     health_servicer = health.HealthServicer()
     health_pb2_grpc.add_HealthServicer_to_server(health_servicer, server)
     bound = server.add_insecure_port(f"{cfg.host}:{cfg.port if port is None else port}")
