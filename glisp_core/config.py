@@ -197,6 +197,7 @@ class ServeConfig:
     warmup: bool = True  # run each kernel once before reporting SERVING
     release_compiler_pages: bool = True  # after warm-up, unmap libLLVM's clean pages (~100 MiB of RSS)
     start_timeout_s: float = 120.0  # serve-cluster: how long to wait for every server to be healthy
+    dense_id_map_mb: float = 256.0  # global->local ids by a dense int32 map when it fits; else a sorted lookup
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -37,6 +37,8 @@ class HopSample:
     counts: np.ndarray  # (n, T) int64
     nbrs: np.ndarray  # int64 global ids, grouped by (vertex, slot)
     edge_ids: np.ndarray | None = None
+    # (src ids, (2, E) edge_index) when the merge also relabelled (merge_partials with dst and scratch)
+    block: tuple[np.ndarray, np.ndarray] | None = None
 
     @property
     def per_vertex(self) -> np.ndarray:
@@ -74,27 +76,47 @@ def _scatter(ntasks, tasks, cnts, nbrs, keys, eids, has_keys, has_eids):
 
 @njit(nogil=True, cache=True)
 def _reduce_topk(offsets, fanouts, nslot, nbrs, keys, eids, has_eids):
-    """Per task keep the fanout entries with the largest keys (order: descending key)."""
+    """Per task keep the fanout entries with the largest keys (order: descending key, ties by arrival).
+
+    A task holds at most (servers x f) entries, so an insertion sort into one reused index buffer
+    beats a sort per task (which allocated per task).
+    """
     nt = len(offsets) - 1
     counts = np.empty(nt, np.int64)
+    longest = 0
     for t in range(nt):
         g = offsets[t + 1] - offsets[t]
         f = fanouts[t % nslot]
         counts[t] = g if g < f else f
+        if g > longest:
+            longest = g
     total = counts.sum()
     out_n = np.empty(total, np.int64)
     out_e = np.empty(total if has_eids else 0, np.int64)
+    order = np.empty(max(longest, 1), np.int64)
     o = 0
     for t in range(nt):
         a = offsets[t]
         g = offsets[t + 1] - a
-        if g == 0 or counts[t] == 0:
+        keep = counts[t]
+        if g == 0 or keep == 0:
             continue
-        order = np.argsort(-keys[a : a + g], kind="mergesort")
-        for j in range(counts[t]):
-            out_n[o] = nbrs[a + order[j]]
+        size = 0  # order[:size]: the best entries so far, descending key
+        for x in range(a, a + g):
+            kx = keys[x]
+            if size == keep and kx <= keys[order[size - 1]]:
+                continue
+            y = size if size < keep else keep - 1
+            while y > 0 and keys[order[y - 1]] < kx:
+                order[y] = order[y - 1]
+                y -= 1
+            order[y] = x
+            if size < keep:
+                size += 1
+        for j in range(keep):
+            out_n[o] = nbrs[order[j]]
             if has_eids:
-                out_e[o] = eids[a + order[j]]
+                out_e[o] = eids[order[j]]
             o += 1
     return counts, out_n, out_e
 
@@ -131,25 +153,99 @@ def _reduce_per_draw(offsets, fanouts, nslot, nbrs, keys, eids, has_eids):
     return counts, out_n, out_e
 
 
+@njit(nogil=True, cache=True)
+def _concat_block(n, nslot, dst, pos, cnts, nbrs, eids, rows, ents, has_eids, scratch, build):
+    """Concat merge (and, with ``build``, relabel into a block) in one walk in frontier order.
+
+    Server k's rows are ``rows[k]:rows[k+1]`` of ``pos`` (ascending frontier positions, as the router
+    emits them) and ``cnts`` (row-major, ``nslot`` per row); its entries are ``ents[k]:ents[k+1]`` of
+    ``nbrs``/``eids``. Walking vertex i, slot j, server k keeps one sequential cursor per server, so
+    the merged order is the task-grouped order of the scatter merge. Relabelling (``scratch``: -1
+    over every global id, restored on return) gives the block's source ids (the frontier first, then
+    new neighbours in first-seen order) and edge_index ``[source local, destination local]``.
+    """
+    P = len(rows) - 1
+    total = ents[P]
+    counts = np.zeros((n, nslot), np.int64)
+    out_n = np.empty(total, np.int64)
+    out_e = np.empty(total if has_eids else 0, np.int64)
+    src = np.empty(n + total if build else 0, np.int64)
+    ei = np.empty((2, total if build else 0), np.int64)
+    if build:
+        for i in range(n):
+            src[i] = dst[i]
+            scratch[dst[i]] = i
+    nsrc = n
+    row = rows[:-1].copy()
+    ent = ents[:-1].copy()
+    o = 0
+    for i in range(n):
+        for j in range(nslot):
+            for k in range(P):
+                r = row[k]
+                if r >= rows[k + 1] or pos[r] != i:
+                    continue
+                e = ent[k]
+                for jj in range(j):
+                    e += cnts[r * nslot + jj]
+                c = cnts[r * nslot + j]
+                counts[i, j] += c
+                for q in range(e, e + c):
+                    u = np.int64(nbrs[q])
+                    out_n[o] = u
+                    if has_eids:
+                        out_e[o] = eids[q]
+                    if build:
+                        sl = scratch[u]
+                        if sl < 0:
+                            sl = nsrc
+                            scratch[u] = nsrc
+                            src[nsrc] = u
+                            nsrc += 1
+                        ei[0, o] = sl
+                        ei[1, o] = i
+                    o += 1
+        for k in range(P):  # move past vertex i on every server that held it
+            r = row[k]
+            if r < rows[k + 1] and pos[r] == i:
+                for jj in range(nslot):
+                    ent[k] += cnts[r * nslot + jj]
+                row[k] = r + 1
+    if build:
+        for x in range(nsrc):
+            scratch[src[x]] = -1
+    return counts, out_n, out_e, src[:nsrc].copy(), ei
+
+
 def merge_partials(
-    n: int, partials: Sequence[Partial], merge: str, fanouts: np.ndarray, want_eids: bool = False
+    n: int,
+    partials: Sequence[Partial],
+    merge: str,
+    fanouts: np.ndarray,
+    want_eids: bool = False,
+    dst: np.ndarray | None = None,
+    scratch: np.ndarray | None = None,
 ) -> HopSample:
-    """Apply: merge server partials for a frontier of ``n`` vertices into one HopSample."""
+    """Apply: merge server partials for a frontier of ``n`` vertices into one HopSample.
+
+    With the frontier ``dst`` and a relabel ``scratch`` (see :func:`relabel`) the HopSample also
+    carries its block's source ids and edge_index (``block``); for ``concat`` that is the same walk.
+    """
     fanouts = np.asarray(fanouts, np.int64)
     nslot = len(fanouts)
+    if merge == "concat":
+        return _merge_concat(n, nslot, partials, want_eids, dst, scratch)
     tasks, cnts, nbrs, keys, eids = [], [], [], [], []
     for p in partials:
         c = np.asarray(p.counts).reshape(len(p.pos), nslot)
         tasks.append((np.asarray(p.pos, np.int64)[:, None] * nslot + np.arange(nslot)).reshape(-1))
         cnts.append(c.reshape(-1).astype(np.int64, copy=False))
         nbrs.append(np.asarray(p.nbrs, np.int64))
-        if merge != "concat":
-            keys.append(np.asarray(p.keys, np.float32))
+        keys.append(np.asarray(p.keys, np.float32))
         if want_eids:
             eids.append(np.asarray(p.edge_ids, np.int64))
     cat = np.concatenate
     e64, ef = np.empty(0, np.int64), np.empty(0, np.float32)
-    has_keys = merge != "concat"
     offsets, out_n, out_k, out_e = _scatter(
         n * nslot,
         cat(tasks) if tasks else e64,
@@ -157,18 +253,50 @@ def merge_partials(
         cat(nbrs) if nbrs else e64,
         cat(keys) if keys else ef,
         cat(eids) if eids else e64,
-        has_keys,
+        True,
         want_eids,
     )
-    if merge == "concat":
-        counts = np.diff(offsets)
-    elif merge == "topk":
+    if merge == "topk":
         counts, out_n, out_e = _reduce_topk(offsets, fanouts, nslot, out_n, out_k, out_e, want_eids)
     elif merge == "per_draw":
         counts, out_n, out_e = _reduce_per_draw(offsets, fanouts, nslot, out_n, out_k, out_e, want_eids)
     else:
         raise ValueError(f"merge: expected concat, topk or per_draw (got {merge!r})")
-    return HopSample(counts=counts.reshape(n, nslot), nbrs=out_n, edge_ids=out_e if want_eids else None)
+    counts = counts.reshape(n, nslot)
+    block = None
+    if dst is not None and scratch is not None:
+        block = relabel_edges(np.asarray(dst, np.int64), out_n, counts.sum(axis=1), scratch)
+    return HopSample(counts=counts, nbrs=out_n, edge_ids=out_e if want_eids else None, block=block)
+
+
+def _merge_concat(
+    n: int, nslot: int, partials: Sequence[Partial], want_eids: bool, dst: np.ndarray | None,
+    scratch: np.ndarray | None,
+) -> HopSample:  # fmt: skip
+    """Concat merge of partials whose ``pos`` ascend (the router's order); see :func:`_concat_block`."""
+    ps = list(partials)
+    for p in ps:
+        if len(p.pos) > 1 and not (np.diff(p.pos) > 0).all():
+            raise ValueError("merge 'concat': partial positions must be strictly ascending")
+    rows = np.zeros(len(ps) + 1, np.int64)
+    ents = np.zeros(len(ps) + 1, np.int64)
+    np.cumsum([len(p.pos) for p in ps], out=rows[1:])
+    np.cumsum([len(p.nbrs) for p in ps], out=ents[1:])
+
+    def cat(xs: list[np.ndarray], dtype: type) -> np.ndarray:
+        return np.concatenate(xs) if len(xs) > 1 else (xs[0] if xs else np.empty(0, dtype))
+
+    build = dst is not None and scratch is not None
+    counts, out_n, out_e, src, ei = _concat_block(
+        n, nslot, np.asarray(dst, np.int64) if build else np.empty(0, np.int64),
+        cat([np.asarray(p.pos, np.int64) for p in ps], np.int64),
+        cat([np.asarray(p.counts).reshape(-1) for p in ps], np.int32),
+        cat([np.asarray(p.nbrs) for p in ps], np.int64),
+        cat([np.asarray(p.edge_ids, np.int64) for p in ps], np.int64) if want_eids else np.empty(0, np.int64),
+        rows, ents, want_eids, scratch if build else np.empty(0, np.int32), build,
+    )  # fmt: skip
+    return HopSample(counts=counts, nbrs=out_n, edge_ids=out_e if want_eids else None,
+                     block=(src, ei) if build else None)  # fmt: skip
 
 
 # ---------------------------------------------------------------------------------------- relabel
@@ -197,6 +325,35 @@ def _relabel_scratch(dst, nbrs, scratch):
     for i in range(k):
         scratch[src[i]] = -1
     return src[:k].copy(), local
+
+
+@njit(nogil=True, cache=True)
+def relabel_edges(dst, nbrs, per_vertex, scratch):
+    """Relabel a merged hop straight into (src ids, (2, E) edge_index); ``scratch`` as in relabel."""
+    nd = len(dst)
+    total = len(nbrs)
+    src = np.empty(nd + total, np.int64)
+    for i in range(nd):
+        src[i] = dst[i]
+        scratch[dst[i]] = i
+    k = nd
+    ei = np.empty((2, total), np.int64)
+    o = 0
+    for i in range(nd):
+        for _ in range(per_vertex[i]):
+            u = nbrs[o]
+            s = scratch[u]
+            if s < 0:
+                s = k
+                scratch[u] = k
+                src[k] = u
+                k += 1
+            ei[0, o] = s
+            ei[1, o] = i
+            o += 1
+    for x in range(k):
+        scratch[src[x]] = -1
+    return src[:k].copy(), ei
 
 
 def relabel(dst: np.ndarray, nbrs: np.ndarray, scratch: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:

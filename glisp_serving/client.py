@@ -135,8 +135,11 @@ class RemoteBackend:
             msg.max_time = int(req.max_time)
         return msg
 
-    async def gather(self, frontier: np.ndarray, req: HopRequest) -> HopSample:
-        """Gather (one RPC per server holding part of the frontier, in parallel), then Apply."""
+    async def gather(self, frontier: np.ndarray, req: HopRequest, scratch: np.ndarray | None = None) -> HopSample:
+        """Gather (one RPC per server holding part of the frontier, in parallel), then Apply.
+
+        With a relabel ``scratch`` (see :func:`glisp_serving.apply.relabel`) Apply also relabels the
+        hop into its block."""
         with profile.stage("client.route"):
             frontier = np.asarray(frontier, np.int64)
             split = self.routing.split(frontier, self.mode)
@@ -160,7 +163,8 @@ class RemoteBackend:
                     )
                 )
         with profile.stage("client.apply"):
-            return merge_partials(len(frontier), partials, merge, fanouts, want_eids=req.edge_ids)
+            return merge_partials(len(frontier), partials, merge, fanouts, want_eids=req.edge_ids, dst=frontier,
+                                  scratch=scratch)  # fmt: skip
 
     async def lookup(self, ids: np.ndarray, features: bool, labels: bool) -> dict[str, np.ndarray]:
         """Features / labels of ``ids`` from their master partitions, in the order of ``ids``."""

@@ -56,7 +56,7 @@ def hop_request(fanout: Fanout, **kw: Any) -> HopRequest:
 class GatherBackend(Protocol):
     num_vertices: int
 
-    async def gather(self, frontier: np.ndarray, req: HopRequest) -> HopSample: ...
+    async def gather(self, frontier: np.ndarray, req: HopRequest, scratch: np.ndarray | None = None) -> HopSample: ...
 
     async def lookup(self, ids: np.ndarray, features: bool, labels: bool) -> dict[str, np.ndarray]: ...
 
@@ -109,9 +109,10 @@ class KHopSampler:
         blocks, hops = [], []
         for h, req in enumerate(self.hops):
             r = HopRequest(**{**req.__dict__, "seed": hop_seed(seed, h)})
-            hop = await self.backend.gather(frontier, r)
+            scratch = self._scratch()
+            hop = await self.backend.gather(frontier, r, scratch)
             with profile.stage("client.block"):
-                block = build_block(frontier, hop, self._scratch(), typed=r.typed)
+                block = build_block(frontier, hop, scratch, typed=r.typed)
             blocks.append(block)
             if self.keep_hops:
                 hops.append(hop)

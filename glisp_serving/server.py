@@ -185,10 +185,12 @@ def warm_up(engine: PartitionSampler) -> None:
     r = engine.r
     if r.num_vertices == 0:
         return
-    seeds = np.asarray(r.global_id[: min(8, r.num_vertices)], np.int64)
-    # numba specialises on writability: ids decoded from the wire are read-only (np.frombuffer) when
-    # they arrive as int64 and writable when widened from int32, so warm both
-    both = (seeds, np.array(seeds))
+    seeds = np.array(r.global_id[: min(8, r.num_vertices)], np.int64)
+    # numba specialises on dtype and writability: ids decoded from the wire are read-only int32 or
+    # int64 (np.frombuffer); the in-process sampler passes writable int64
+    both = [seeds, np.frombuffer(seeds.tobytes(), np.int64)]
+    if engine.id_dtype == np.int32:
+        both.append(np.frombuffer(seeds.astype(np.int32).tobytes(), np.int32))
     methods = ["uniform", "uniform_exact", "replace"] + (["weighted"] if engine.weight is not None else [])
     for ids in both:
         for m in methods:
@@ -249,7 +251,7 @@ def warm_up_synthetic(part_dir: Path, cfg: ServeConfig) -> None:
     tmp = Path(tempfile.mkdtemp(prefix="glisp-warmup-"))
     try:
         engine = PartitionSampler(open_partition(synthetic_partition(meta, tmp / "part-00000"), verify=False),
-                                  threads=cfg.threads, chunk=cfg.chunk)  # fmt: skip
+                                  threads=cfg.threads, chunk=cfg.chunk, dense_id_map_mb=cfg.dense_id_map_mb)  # fmt: skip
         warm_up(engine)
         engine.features(engine.global_id[:4])
         engine.close()
@@ -273,7 +275,8 @@ def serve(
     released = release_clean_library_pages() if cfg.release_compiler_pages else 0
     baseline = snapshot()
     reader = open_partition(part_dir, verify=cfg.verify)
-    engine = PartitionSampler(reader, threads=cfg.threads, chunk=cfg.chunk, max_batch=cfg.max_batch)
+    engine = PartitionSampler(reader, threads=cfg.threads, chunk=cfg.chunk, max_batch=cfg.max_batch,
+                              dense_id_map_mb=cfg.dense_id_map_mb)  # fmt: skip
     if cfg.warmup:
         warm_up(engine)  # loads nothing new unless the partition needs int64 indices
     if cfg.release_compiler_pages:
