@@ -36,7 +36,7 @@ from glisp_serving.cluster import ClusterSpec
 from glisp_serving.proto import sampling_pb2 as pb
 from glisp_serving.routing import RoutingTable
 from glisp_serving.sampler import Fanout, HopRequest, KHopSampler, hop_request
-from glisp_serving.wire import from_array, to_array
+from glisp_serving.wire import GATHER_REQUEST, GATHER_RESPONSE, LOOKUP_REQUEST, LOOKUP_RESPONSE, decode, encode
 
 
 class SamplingError(GlispError):
@@ -47,11 +47,12 @@ class SamplingError(GlispError):
         super().__init__(message)
 
 
-def _ids_array(ids: np.ndarray) -> pb.Array:
+def _wire_ids(ids: np.ndarray) -> np.ndarray:
+    """Ids as they travel: int32 when every id fits, else int64."""
     ids = np.asarray(ids, np.int64)
     if len(ids) == 0 or (ids.min() >= 0 and ids.max() < 2**31):
-        return to_array(ids.astype(np.int32))
-    return to_array(ids)
+        return ids.astype(np.int32)
+    return ids
 
 
 def _timed(fn: Any, name: str) -> Any:
@@ -63,17 +64,19 @@ def _timed(fn: Any, name: str) -> Any:
 
 
 class _Stub:
-    """The Sampling methods on one channel; serialization and parsing count as profile stages."""
+    """The Sampling methods on one channel. Gather and Lookup take and return wire bytes; the others
+    protobuf messages (their serialization and parsing count as profile stages)."""
 
     def __init__(self, channel: grpc.aio.Channel) -> None:
         for name, (req, resp) in {"Gather": (pb.GatherRequest, pb.GatherResponse),
                                   "Lookup": (pb.LookupRequest, pb.LookupResponse),
                                   "VertexInfo": (pb.VertexInfoRequest, pb.VertexInfoResponse),
                                   "Stats": (pb.StatsRequest, pb.StatsResponse)}.items():  # fmt: skip
+            raw = name in ("Gather", "Lookup")  # wire bytes both ways (glisp_serving.wire.encode/decode)
             setattr(self, name, channel.unary_unary(
                 f"/glisp.sampling.v1.Sampling/{name}",
-                request_serializer=_timed(req.SerializeToString, "client.serialize"),
-                response_deserializer=_timed(resp.FromString, "client.parse"),
+                request_serializer=None if raw else _timed(req.SerializeToString, "client.serialize"),
+                response_deserializer=None if raw else _timed(resp.FromString, "client.parse"),
             ))  # fmt: skip
 
 
@@ -120,20 +123,13 @@ class RemoteBackend:
                 ) from None
         raise AssertionError("unreachable")
 
-    def _gather_request(self, ids: np.ndarray, req: HopRequest) -> pb.GatherRequest:
-        msg = pb.GatherRequest(
-            seeds=_ids_array(ids),
-            fanout=req.fanout or 0,
-            method=req.method,
-            direction=pb.IN if req.direction == "in" else pb.OUT,
-            seed=req.seed,
-            edge_ids=req.edge_ids,
-        )
-        for t, f in req.type_fanouts or ():
-            msg.type_fanouts.add(edge_type=t, fanout=f)
-        if req.max_time is not None:
-            msg.max_time = int(req.max_time)
-        return msg
+    @staticmethod
+    def _gather_request(ids: np.ndarray, req: HopRequest) -> bytes:
+        return encode(
+            GATHER_REQUEST, seeds=_wire_ids(ids), fanout=req.fanout or None, type_fanouts=req.type_fanouts,
+            method=req.method, direction=pb.IN if req.direction == "in" else None, seed=req.seed or None,
+            edge_ids=req.edge_ids, max_time=req.max_time,
+        )  # fmt: skip
 
     async def gather(self, frontier: np.ndarray, req: HopRequest, scratch: np.ndarray | None = None) -> HopSample:
         """Gather (one RPC per server holding part of the frontier, in parallel), then Apply.
@@ -150,16 +146,17 @@ class RemoteBackend:
         with profile.stage("client.decode"):
             nslot = len(req.type_fanouts) if req.typed else 1
             fanouts = np.array([f for _, f in req.type_fanouts] if req.typed else [req.fanout], np.int64)
-            merge = resps[0].merge if resps else "concat"
-            partials = []
-            for k, r in zip(parts, resps, strict=True):
+            partials, merge = [], "concat"
+            for k, raw in zip(parts, resps, strict=True):
+                r = decode(GATHER_RESPONSE, raw)
+                merge = r.get("merge", "concat")
                 partials.append(
                     Partial(
                         pos=split[k],
-                        counts=from_array(r.counts, "counts").reshape(len(split[k]), nslot),
-                        nbrs=from_array(r.neighbors, "neighbors"),
-                        keys=from_array(r.keys, "keys") if r.HasField("keys") else None,
-                        edge_ids=from_array(r.edge_ids, "edge_ids") if r.HasField("edge_ids") else None,
+                        counts=r["counts"].reshape(len(split[k]), nslot),
+                        nbrs=r["neighbors"],
+                        keys=r.get("keys"),
+                        edge_ids=r.get("edge_ids"),
                     )
                 )
         with profile.stage("client.apply"):
@@ -172,28 +169,24 @@ class RemoteBackend:
             ids = np.asarray(ids, np.int64)
             split = self.routing.split_master(ids)
             parts = [k for k in range(len(split)) if len(split[k])]
-        resps = await asyncio.gather(
-            *[
-                self.call(
-                    k, "Lookup", pb.LookupRequest(vertices=_ids_array(ids[split[k]]), features=features, labels=labels)
-                )
-                for k in parts
-            ]  # fmt: skip
-        )
+        reqs = [encode(LOOKUP_REQUEST, vertices=_wire_ids(ids[split[k]]), features=features, labels=labels)
+                for k in parts]  # fmt: skip
+        resps = await asyncio.gather(*[self.call(k, "Lookup", r) for k, r in zip(parts, reqs, strict=True)])
         with profile.stage("client.lookup_assemble"):
             return self._assemble(ids, split, parts, resps)
 
     @staticmethod
     def _assemble(ids: np.ndarray, split: list[np.ndarray], parts: list[int], resps: list[Any]) -> dict[str, np.ndarray]:
+        decoded = [(split[k], decode(LOOKUP_RESPONSE, raw)) for k, raw in zip(parts, resps, strict=True)]
         out: dict[str, np.ndarray] = {}
         for name in ("features", "labels", "split"):
-            got = [(split[k], r) for k, r in zip(parts, resps, strict=True) if r.HasField(name)]
+            got = [(pos, r[name]) for pos, r in decoded if name in r]
             if not got:
                 continue
-            first = from_array(getattr(got[0][1], name), name)
+            first = got[0][1]
             arr = np.empty((len(ids),) + first.shape[1:], first.dtype)
-            for pos, r in got:
-                arr[pos] = from_array(getattr(r, name), name)
+            for pos, a in got:
+                arr[pos] = a
             out[name] = arr
         return out
 

@@ -29,11 +29,29 @@ from glisp_serving.engine import PartitionSampler, RequestError
 from glisp_serving.memory import map_large_allocations, release_clean_library_pages, release_free_heap, snapshot
 from glisp_serving.proto import sampling_pb2 as pb
 from glisp_serving.proto import sampling_pb2_grpc as pb_grpc
-from glisp_serving.wire import WireError, from_array, to_array
+from glisp_serving.wire import (
+    GATHER_REQUEST,
+    GATHER_RESPONSE,
+    LOOKUP_REQUEST,
+    LOOKUP_RESPONSE,
+    WireError,
+    decode,
+    encode,
+    from_array,
+    to_array,
+)
 
 log = logging.getLogger("glisp.serve")
 SERVICE_NAME = "glisp.sampling.v1.Sampling"
 _IDS = ("<i8", "<i4")
+
+
+def _ids(m: dict, name: str) -> np.ndarray:
+    """The id array field ``name`` of a decoded request; WireError unless it is int32/int64."""
+    a = m.get(name)
+    if a is None or a.dtype.str not in _IDS:
+        raise WireError(f"{name}: dtype must be one of {sorted(_IDS)} (got {a.dtype.str if a is not None else ''!r})")
+    return a
 
 
 class SamplingServicer(pb_grpc.SamplingServicer):
@@ -52,54 +70,45 @@ class SamplingServicer(pb_grpc.SamplingServicer):
     def _invalid(context: grpc.ServicerContext, e: Exception) -> None:
         context.abort(grpc.StatusCode.INVALID_ARGUMENT, str(e))
 
-    def Gather(self, request: pb.GatherRequest, context: grpc.ServicerContext) -> pb.GatherResponse:
+    def Gather(self, raw: bytes, context: grpc.ServicerContext) -> bytes:
+        """GatherRequest wire bytes -> GatherResponse wire bytes (see :func:`glisp_serving.wire.encode`)."""
         err = None
         try:
             with profile.stage("server.decode"):
-                seeds = from_array(request.seeds, "seeds", _IDS)
-                tf = [(t.edge_type, t.fanout) for t in request.type_fanouts]
+                m = decode(GATHER_REQUEST, raw)
+                seeds = _ids(m, "seeds")
             res = self.engine.gather(
                 seeds,
-                fanout=request.fanout,
-                type_fanouts=tf or None,
-                method=request.method or "uniform",
-                direction="in" if request.direction == pb.IN else "out",
-                max_time=request.max_time if request.HasField("max_time") else None,
-                seed=request.seed,
-                edge_ids=request.edge_ids,
+                fanout=m.get("fanout", 0),
+                type_fanouts=m.get("type_fanouts"),
+                method=m.get("method") or "uniform",
+                direction="in" if m.get("direction", pb.OUT) == pb.IN else "out",
+                max_time=m.get("max_time"),
+                seed=m.get("seed", 0),
+                edge_ids=m.get("edge_ids", False),
             )
         except (RequestError, WireError) as e:
             err = e
         if err is not None:
             self._invalid(context, err)
         with profile.stage("server.encode"):
-            resp = pb.GatherResponse(
-                counts=to_array(res.counts),
-                neighbors=to_array(res.nbrs.astype(self.engine.id_dtype, copy=False)),
-                merge=res.merge,
-                fanouts=res.fanouts.tolist(),
-                part_id=self.engine.part,
-            )
-            if res.keys is not None:
-                resp.keys.CopyFrom(to_array(res.keys))
-            if res.edge_ids is not None:
-                resp.edge_ids.CopyFrom(to_array(res.edge_ids))
-        return resp
+            return encode(GATHER_RESPONSE, counts=res.counts, neighbors=res.nbrs, keys=res.keys, edge_ids=res.edge_ids,
+                          merge=res.merge, fanouts=res.fanouts, part_id=self.engine.part)  # fmt: skip
 
-    def Lookup(self, request: pb.LookupRequest, context: grpc.ServicerContext) -> pb.LookupResponse:
+    def Lookup(self, raw: bytes, context: grpc.ServicerContext) -> bytes:
+        """LookupRequest wire bytes -> LookupResponse wire bytes."""
         err = None
         try:
-            out = self.engine.features(from_array(request.vertices, "vertices", _IDS), request.features, request.labels)
+            with profile.stage("server.decode"):
+                m = decode(LOOKUP_REQUEST, raw)
+                ids = _ids(m, "vertices")
+            out = self.engine.features(ids, m.get("features", False), m.get("labels", False))
         except (RequestError, WireError) as e:
             err = e
         if err is not None:
             self._invalid(context, err)
         with profile.stage("server.lookup_encode"):
-            resp = pb.LookupResponse()
-            for k in ("features", "labels", "split"):
-                if k in out:
-                    getattr(resp, k).CopyFrom(to_array(out[k]))
-        return resp
+            return encode(LOOKUP_RESPONSE, **out)
 
     def VertexInfo(self, request: pb.VertexInfoRequest, context: grpc.ServicerContext) -> pb.VertexInfoResponse:
         err = None
@@ -169,11 +178,12 @@ def add_servicer(servicer: SamplingServicer, server: grpc.Server) -> None:
         "VertexInfo": (pb.VertexInfoRequest, pb.VertexInfoResponse),
         "Stats": (pb.StatsRequest, pb.StatsResponse),
     }
+    raw = ("Gather", "Lookup")  # the servicer reads and writes their wire bytes itself
     handlers = {
         name: grpc.unary_unary_rpc_method_handler(
             getattr(servicer, name),
-            request_deserializer=_timed(req.FromString, "server.parse"),
-            response_serializer=_timed(resp.SerializeToString, "server.serialize"),
+            request_deserializer=None if name in raw else _timed(req.FromString, "server.parse"),
+            response_serializer=None if name in raw else _timed(resp.SerializeToString, "server.serialize"),
         )
         for name, (req, resp) in rpcs.items()
     }
