@@ -207,6 +207,8 @@ class ClientConfig:
     prefetch: int = 2
     routing: Literal["replicas", "owner"] = "replicas"  # owner: each vertex only to its edge-cut owner
     backoff_s: float = 0.2  # first retry delay on UNAVAILABLE, doubled per retry
+    # "auto": features/labels of partitions served on this host are read from their files, not by RPC
+    local_reads: Literal["auto", "never"] = "auto"
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -33,6 +33,7 @@ from glisp_serving import profile
 from glisp_serving.apply import HopSample, Partial, merge_partials
 from glisp_serving.blocks import SampledBatch
 from glisp_serving.cluster import ClusterSpec
+from glisp_serving.colocated import ColocatedReader, colocated_parts
 from glisp_serving.proto import sampling_pb2 as pb
 from glisp_serving.routing import RoutingTable
 from glisp_serving.sampler import Fanout, HopRequest, KHopSampler, hop_request
@@ -90,6 +91,7 @@ class RemoteBackend:
         self._channels: list[list[grpc.aio.Channel]] = []
         self._stubs: list[list[_Stub]] = []
         self._pref = [0] * spec.num_parts  # index of the address that answered last
+        self.colocated: ColocatedReader | None = None  # set by SamplingClient when partitions are on this host
 
     async def open(self) -> None:
         for addrs in self.spec.addresses:
@@ -169,24 +171,32 @@ class RemoteBackend:
             ids = np.asarray(ids, np.int64)
             split = self.routing.split_master(ids)
             parts = [k for k in range(len(split)) if len(split[k])]
+        local = [k for k in parts if self.colocated is not None and k in self.colocated.parts]
+        remote = [k for k in parts if k not in local]
         reqs = [encode(LOOKUP_REQUEST, vertices=_wire_ids(ids[split[k]]), features=features, labels=labels)
-                for k in parts]  # fmt: skip
-        resps = await asyncio.gather(*[self.call(k, "Lookup", r) for k, r in zip(parts, reqs, strict=True)])
+                for k in remote]  # fmt: skip
+        resps = await asyncio.gather(*[self.call(k, "Lookup", r) for k, r in zip(remote, reqs, strict=True)])
         with profile.stage("client.lookup_assemble"):
-            return self._assemble(ids, split, parts, resps)
+            got = [(k, self.colocated.fields(k, features, labels)) for k in local]  # type: ignore[union-attr]
+            got += [(k, decode(LOOKUP_RESPONSE, raw)) for k, raw in zip(remote, resps, strict=True)]
+            return self._assemble(ids, split, got, set(local))
 
-    @staticmethod
-    def _assemble(ids: np.ndarray, split: list[np.ndarray], parts: list[int], resps: list[Any]) -> dict[str, np.ndarray]:
-        decoded = [(split[k], decode(LOOKUP_RESPONSE, raw)) for k, raw in zip(parts, resps, strict=True)]
+    def _assemble(self, ids: np.ndarray, split: list[np.ndarray], got: list[tuple[int, dict]],
+                  local: set[int]) -> dict[str, np.ndarray]:  # fmt: skip
+        """One array per field in the order of ``ids``: co-located rows gathered from their partition's
+        arrays, remote ones copied from the Lookup answers (which hold exactly the rows asked)."""
         out: dict[str, np.ndarray] = {}
         for name in ("features", "labels", "split"):
-            got = [(pos, r[name]) for pos, r in decoded if name in r]
-            if not got:
+            have = [(k, r[name]) for k, r in got if name in r]
+            if not have:
                 continue
-            first = got[0][1]
+            first = have[0][1]
             arr = np.empty((len(ids),) + first.shape[1:], first.dtype)
-            for pos, a in got:
-                arr[pos] = a
+            for k, a in have:
+                if k in local:
+                    self.colocated.fill(k, a, ids, split[k], arr)  # type: ignore[union-attr]
+                else:
+                    arr[split[k]] = a
             out[name] = arr
         return out
 
@@ -214,6 +224,15 @@ class SamplingClient:
         self._thread = threading.Thread(target=self._loop.run_forever, name="glisp-client-loop", daemon=True)
         self._thread.start()
         self.backend = RemoteBackend(self.spec, self.routing, self.cfg, self.mode, max_message_mb)
+        if self.cfg.local_reads == "auto":
+            parts = colocated_parts(self.spec)
+            if parts:
+                from glisp_core.partition_format import open_partition
+
+                readers = {k: open_partition(dv.partition_dir(self.spec.run, k), verify=False) for k in parts}
+                self.backend.colocated = ColocatedReader(readers, self.routing.num_vertices)
+        elif self.cfg.local_reads != "never":
+            raise GlispError(f"client.local_reads: expected 'auto' or 'never' (got {self.cfg.local_reads!r})")
         self._run(self.backend.open())
 
     # ------------------------------------------------------------------ plumbing

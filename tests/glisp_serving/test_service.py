@@ -225,6 +225,29 @@ def test_blocks_equal_single_process_build(client, graph):
     assert x.shape == (len(seeds), 4)
 
 
+def test_colocated_reads_equal_lookup_rpcs(vc_cluster, graph):
+    """Features and labels read from co-located partition files are the Lookup RPCs' answers."""
+    from glisp_core.config import ClientConfig
+    from glisp_serving.cluster import ClusterSpec
+    from glisp_serving.colocated import colocated_parts
+
+    ids = np.random.default_rng(2).permutation(graph.n)
+    with (SamplingClient(vc_cluster.cluster_file, ClientConfig(local_reads="never")) as rpc,
+          SamplingClient(vc_cluster.cluster_file) as local):  # fmt: skip
+        assert rpc.backend.colocated is None and local.backend.colocated.parts == {0, 1, 2}
+        a, b = rpc.lookup(ids), local.lookup(ids)
+        assert sorted(a) == sorted(b) == ["features", "labels", "split"]
+        for k in a:
+            assert a[k].dtype == b[k].dtype and np.array_equal(a[k], b[k]), k
+        assert np.array_equal(b["features"], graph.features[ids]) and np.array_equal(b["labels"], graph.labels[ids])
+        only_x = local.lookup(ids[:7], labels=False)
+        assert list(only_x) == ["features"] and np.array_equal(only_x["features"], graph.features[ids[:7]])
+    spec = ClusterSpec.read(vc_cluster.cluster_file)
+    far = ClusterSpec(dataset=spec.dataset, run=spec.run, num_parts=3,
+                      addresses=[spec.addresses[0], ["192.0.2.77:7000"], [f"localhost:{spec.addresses[2][0][-4:]}"]])  # fmt: skip
+    assert colocated_parts(far) == [0, 2]  # 192.0.2.0/24 is TEST-NET-1, never this host
+
+
 def test_reproducible_for_a_fixed_seed(client):
     seeds = np.arange(100, 300, 3)
     a = client.sample(seeds, [4, 3], seed=21)
