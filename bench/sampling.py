@@ -318,7 +318,8 @@ def main() -> int:
     g.add_argument("--edges-name", help="graph name (default: the file's stem)")
     g.add_argument("--feature-dim", type=int, default=128, help="float32 features per vertex (derived)")
     g.add_argument("--clients", type=int, nargs="+", default=[1, 2], help="client process counts")
-    g.add_argument("--configs", nargs="+", default=["uniform", "weighted", "typed", "uniform+features"])
+    g.add_argument("--configs", nargs="+",
+                   default=["uniform", "weighted", "typed", "uniform+features", "uniform+features-rpc"])  # fmt: skip
     g.add_argument("--windows", type=int, default=3, help="windows per configuration (the median is reported)")
     g.add_argument("--window-s", type=float, default=8.0, help="at least this long per window")
     g.add_argument("--min-batches", type=int, default=20, help="and at least this many batches per client")

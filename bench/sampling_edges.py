@@ -139,7 +139,12 @@ def configurations(fanouts: list[int]) -> dict[str, dict]:
         "weighted": {"fanouts": fanouts, "method": "weighted", "features": False, "labels": False},
         "typed": {"fanouts": typed, "method": "uniform", "features": False, "labels": False},
         "uniform+features": {"fanouts": fanouts, "method": "uniform", "features": True, "labels": True},
+        # the same, with every feature and label row through Lookup RPCs (client.local_reads = "never")
+        "uniform+features-rpc": {"fanouts": fanouts, "method": "uniform", "features": True, "labels": True},
     }
+
+
+RPC_ONLY = {"uniform+features-rpc"}  # configurations whose client never reads co-located partition files
 
 
 def _cpu_s(pids: list[int]) -> float:
@@ -174,8 +179,12 @@ def client_worker(cluster_file: str, idx: int, n: int, plan: list[str], spec: di
     confs = configurations(spec["fanouts"])
     seeds = np.random.default_rng(1000 + idx).permutation(n)
     pos = 0
-    with SamplingClient(cluster_file, ClientConfig(prefetch=spec["prefetch"])) as client:
+    clients = {}
+    for reads in {"never" if name in RPC_ONLY else "auto" for name in plan}:
+        clients[reads] = SamplingClient(cluster_file, ClientConfig(prefetch=spec["prefetch"], local_reads=reads))
+    try:
         for w, name in enumerate(plan):
+            client = clients["never" if name in RPC_ONLY else "auto"]
             kw = dict(confs[name])
             fan = kw.pop("fanouts")
             order = np.resize(np.roll(seeds, -pos), spec["batch"] * MAX_BATCHES)
@@ -198,6 +207,9 @@ def client_worker(cluster_file: str, idx: int, n: int, plan: list[str], spec: di
             queue.put({"client": idx, "window": w, "config": name, "batches": batches, "seeds": nseeds,
                        "edges": edges, "wall_s": wall, "client_cpu_s": cpu})  # fmt: skip
             barrier.wait()
+    finally:
+        for c in clients.values():
+            c.close()
 
 
 def start_cluster(dv, run: str, workdir: Path, threads: int) -> tuple[subprocess.Popen, Path]:

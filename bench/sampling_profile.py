@@ -126,6 +126,8 @@ def main() -> int:
     ap.add_argument("--prefetch", type=int, default=2)
     ap.add_argument("--threads", type=int, default=1, help="kernel threads per server")
     ap.add_argument("--py-spy", action="store_true", help="also sample every process with py-spy")
+    ap.add_argument("--unary", action="store_true", help="unary Gather calls, no Gather stream (client.gather_streams)")
+    ap.add_argument("--rpc-lookups", action="store_true", help="no co-located reads (client.local_reads = never)")
     ap.add_argument("--json", help="write the results here")
     args = ap.parse_args()
 
@@ -145,7 +147,9 @@ def main() -> int:
         import psutil
 
         servers = [c.pid for c in psutil.Process(proc.pid).children(recursive=True)]
-        with SamplingClient(cf, ClientConfig(prefetch=args.prefetch)) as client:
+        cfg = ClientConfig(prefetch=args.prefetch, gather_streams=not args.unary,
+                           local_reads="never" if args.rpc_lookups else "auto")  # fmt: skip
+        with SamplingClient(cf, cfg) as client:
             seeds = np.random.default_rng(1).permutation(client.routing.num_vertices)
             for name in args.configs:
                 spies = py_spy(servers + [os.getpid()], 8, work) if args.py_spy else []

@@ -37,6 +37,7 @@ from glisp_serving.colocated import ColocatedReader, colocated_parts
 from glisp_serving.proto import sampling_pb2 as pb
 from glisp_serving.routing import RoutingTable
 from glisp_serving.sampler import Fanout, HopRequest, KHopSampler, hop_request
+from glisp_serving.streams import NO_STREAM, GatherStream, StreamFailure
 from glisp_serving.wire import GATHER_REQUEST, GATHER_RESPONSE, LOOKUP_REQUEST, LOOKUP_RESPONSE, decode, encode
 
 
@@ -79,6 +80,7 @@ class _Stub:
                 request_serializer=None if raw else _timed(req.SerializeToString, "client.serialize"),
                 response_deserializer=None if raw else _timed(resp.FromString, "client.parse"),
             ))  # fmt: skip
+        self.GatherStream = channel.stream_stream("/glisp.sampling.v1.Sampling/GatherStream")
 
 
 class RemoteBackend:
@@ -92,6 +94,8 @@ class RemoteBackend:
         self._stubs: list[list[_Stub]] = []
         self._pref = [0] * spec.num_parts  # index of the address that answered last
         self.colocated: ColocatedReader | None = None  # set by SamplingClient when partitions are on this host
+        self._streams: dict[tuple[int, int], GatherStream] = {}  # (partition, address index) -> open stream
+        self._unary_only: set[tuple[int, int]] = set()
 
     async def open(self) -> None:
         for addrs in self.spec.addresses:
@@ -100,30 +104,60 @@ class RemoteBackend:
             self._stubs.append([_Stub(c) for c in chans])
 
     async def close(self) -> None:
+        for st in self._streams.values():
+            await st.aclose()
         for chans in self._channels:
             for c in chans:
                 await c.close()
 
     async def call(self, part: int, method: str, request: Any) -> Any:
-        """One RPC to partition ``part`` with a deadline, retried on UNAVAILABLE."""
+        """One request to partition ``part`` with a deadline, retried on UNAVAILABLE (next address).
+
+        ``Gather`` takes encoded request bytes and returns the decoded answer (over the partition's
+        Gather stream when ``client.gather_streams``); other methods take and return messages.
+        """
         addrs = self.spec.addresses[part]
         delay = self.cfg.backoff_s
         for attempt in range(self.cfg.retries + 1):
             i = self._pref[part] % len(addrs)
             try:
-                resp = await getattr(self._stubs[part][i], method)(request, timeout=self.cfg.deadline_s)
+                resp = await self._once(part, i, method, request)
                 self._pref[part] = i
                 return resp
             except grpc.aio.AioRpcError as e:
-                if e.code() == grpc.StatusCode.UNAVAILABLE and attempt < self.cfg.retries:
-                    self._pref[part] = i + 1  # fail over to the next address of the partition
-                    await asyncio.sleep(delay)
-                    delay *= 2
-                    continue
-                raise SamplingError(
-                    f"partition {part} at {addrs[i]}: {method} failed with {e.code().name}: {e.details()}", e.code()
-                ) from None
+                code, details = e.code(), e.details()
+            except StreamFailure as e:
+                code, details = e.code, e.details
+            except TimeoutError:
+                code, details = (
+                    grpc.StatusCode.DEADLINE_EXCEEDED,
+                    f"no answer within client.deadline_s={self.cfg.deadline_s}",
+                )
+            if code == grpc.StatusCode.UNAVAILABLE and attempt < self.cfg.retries:
+                self._pref[part] = i + 1  # fail over to the next address of the partition
+                await asyncio.sleep(delay)
+                delay *= 2
+                continue
+            raise SamplingError(f"partition {part} at {addrs[i]}: {method} failed with {code.name}: {details}", code)
         raise AssertionError("unreachable")
+
+    async def _once(self, part: int, i: int, method: str, request: Any) -> Any:
+        stub = self._stubs[part][i]
+        if method != "Gather":
+            return await getattr(stub, method)(request, timeout=self.cfg.deadline_s)
+        if self.cfg.gather_streams and (part, i) not in self._unary_only:
+            s = self._streams.get((part, i))
+            if s is None or s.failed is not None:
+                s = self._streams[(part, i)] = GatherStream(stub.GatherStream)
+            try:
+                return await s.request(request, self.cfg.deadline_s)
+            except StreamFailure as e:
+                if e.code not in NO_STREAM:
+                    raise
+                self._unary_only.add((part, i))  # no streams there: unary calls from now on
+        raw = await stub.Gather(request, timeout=self.cfg.deadline_s)
+        with profile.stage("client.decode"):
+            return decode(GATHER_RESPONSE, raw)
 
     @staticmethod
     def _gather_request(ids: np.ndarray, req: HopRequest) -> bytes:
@@ -149,8 +183,7 @@ class RemoteBackend:
             nslot = len(req.type_fanouts) if req.typed else 1
             fanouts = np.array([f for _, f in req.type_fanouts] if req.typed else [req.fanout], np.int64)
             partials, merge = [], "concat"
-            for k, raw in zip(parts, resps, strict=True):
-                r = decode(GATHER_RESPONSE, raw)
+            for k, r in zip(parts, resps, strict=True):
                 merge = r.get("merge", "concat")
                 partials.append(
                     Partial(
@@ -242,9 +275,17 @@ class SamplingClient:
     def _run(self, coro: Any) -> Any:
         return self._submit(coro).result()
 
+    async def _shutdown(self) -> None:
+        """Close streams and channels, then cancel what is still running (batches a loader prefetched)."""
+        await self.backend.close()
+        rest = [t for t in asyncio.all_tasks() if t is not asyncio.current_task()]
+        for t in rest:
+            t.cancel()
+        await asyncio.gather(*rest, return_exceptions=True)
+
     def close(self) -> None:
         if self._loop.is_running():
-            self._run(self.backend.close())
+            self._run(self._shutdown())
             self._loop.call_soon_threadsafe(self._loop.stop)
             self._thread.join()
         self._loop.close()

@@ -46,6 +46,14 @@ SERVICE_NAME = "glisp.sampling.v1.Sampling"
 _IDS = ("<i8", "<i4")
 
 
+def _request_id(raw: bytes) -> int:
+    """The request_id of a GatherRequest that did not decode as a whole (0 when unreadable)."""
+    try:
+        return int(decode({"request_id": GATHER_REQUEST["request_id"]}, raw).get("request_id", 0))
+    except WireError:
+        return 0
+
+
 def _ids(m: dict, name: str) -> np.ndarray:
     """The id array field ``name`` of a decoded request; WireError unless it is int32/int64."""
     a = m.get(name)
@@ -56,8 +64,9 @@ def _ids(m: dict, name: str) -> np.ndarray:
 
 class SamplingServicer(pb_grpc.SamplingServicer):
     def __init__(
-        self, engine: PartitionSampler, dataset: str, run: str, baseline: dict[str, int], rss_import: int = 0
-    ) -> None:
+        self, engine: PartitionSampler, dataset: str, run: str, baseline: dict[str, int], rss_import: int = 0,
+        max_streams: int = 64,
+    ) -> None:  # fmt: skip
         self.engine = engine
         self.dataset, self.run = dataset, run
         self.t0 = time.time()
@@ -65,35 +74,84 @@ class SamplingServicer(pb_grpc.SamplingServicer):
         self.rss_import = rss_import
         self.file_bytes = int(sum(engine.r.file_bytes().values()))
         self.partition_dir = Path(getattr(engine.r, "path", "")) if getattr(engine.r, "path", None) else None
+        self.max_streams = max_streams
+        self._stream_lock = threading.Lock()
+        self._streams: dict[int, tuple[grpc.ServicerContext, list[bool]]] = {}
+        self._stopping = False
 
     @staticmethod
     def _invalid(context: grpc.ServicerContext, e: Exception) -> None:
         context.abort(grpc.StatusCode.INVALID_ARGUMENT, str(e))
 
-    def Gather(self, raw: bytes, context: grpc.ServicerContext) -> bytes:
-        """GatherRequest wire bytes -> GatherResponse wire bytes (see :func:`glisp_serving.wire.encode`)."""
-        err = None
-        try:
-            with profile.stage("server.decode"):
-                m = decode(GATHER_REQUEST, raw)
-                seeds = _ids(m, "seeds")
-            res = self.engine.gather(
-                seeds,
-                fanout=m.get("fanout", 0),
-                type_fanouts=m.get("type_fanouts"),
-                method=m.get("method") or "uniform",
-                direction="in" if m.get("direction", pb.OUT) == pb.IN else "out",
-                max_time=m.get("max_time"),
-                seed=m.get("seed", 0),
-                edge_ids=m.get("edge_ids", False),
-            )
-        except (RequestError, WireError) as e:
-            err = e
-        if err is not None:
-            self._invalid(context, err)
+    def _answer(self, raw: bytes) -> bytes:
+        """GatherRequest wire bytes -> GatherResponse wire bytes; RequestError/WireError for a bad request."""
+        with profile.stage("server.decode"):
+            m = decode(GATHER_REQUEST, raw)
+            seeds = _ids(m, "seeds")
+        res = self.engine.gather(
+            seeds,
+            fanout=m.get("fanout", 0),
+            type_fanouts=m.get("type_fanouts"),
+            method=m.get("method") or "uniform",
+            direction="in" if m.get("direction", pb.OUT) == pb.IN else "out",
+            max_time=m.get("max_time"),
+            seed=m.get("seed", 0),
+            edge_ids=m.get("edge_ids", False),
+        )
         with profile.stage("server.encode"):
             return encode(GATHER_RESPONSE, counts=res.counts, neighbors=res.nbrs, keys=res.keys, edge_ids=res.edge_ids,
-                          merge=res.merge, fanouts=res.fanouts, part_id=self.engine.part)  # fmt: skip
+                          merge=res.merge, fanouts=res.fanouts, part_id=self.engine.part,
+                          request_id=m.get("request_id") or None)  # fmt: skip
+
+    def Gather(self, raw: bytes, context: grpc.ServicerContext) -> bytes:
+        """GatherRequest wire bytes -> GatherResponse wire bytes (see :func:`glisp_serving.wire.encode`)."""
+        try:
+            return self._answer(raw)
+        except (RequestError, WireError) as e:
+            self._invalid(context, e)
+            raise AssertionError("unreachable") from None
+
+    def GatherStream(self, requests: Any, context: grpc.ServicerContext) -> Any:
+        """Gather over one long-lived stream; a bad request is answered with error_code (stream stays open).
+
+        At most ``serve.max_streams`` streams are open (RESOURCE_EXHAUSTED beyond: the client then uses
+        unary Gather). On shutdown an idle stream is cancelled at once and a busy one after its answer.
+        """
+        with self._stream_lock:
+            if self._stopping:
+                context.abort(grpc.StatusCode.UNAVAILABLE, "the server is shutting down")
+            if len(self._streams) >= self.max_streams:
+                context.abort(grpc.StatusCode.RESOURCE_EXHAUSTED,
+                              f"serve.max_streams={self.max_streams} Gather streams are open; use unary Gather")  # fmt: skip
+            busy = [False]
+            self._streams[id(context)] = (context, busy)
+        try:
+            for raw in requests:
+                busy[0] = True
+                try:
+                    out = self._answer(raw)
+                except (RequestError, WireError) as e:
+                    rid = _request_id(raw)
+                    out = encode(GATHER_RESPONSE, request_id=rid or None,
+                                 error_code=grpc.StatusCode.INVALID_ARGUMENT.value[0], error=str(e))  # fmt: skip
+                finally:
+                    busy[0] = False
+                yield out
+                if self._stopping:
+                    return
+        except grpc.RpcError:
+            return  # cancelled: the client went away, or shutdown cancelled an idle stream
+        finally:
+            with self._stream_lock:
+                self._streams.pop(id(context), None)
+
+    def begin_shutdown(self) -> None:
+        """Refuse new streams, cancel idle ones; busy ones end after their current answer."""
+        with self._stream_lock:
+            self._stopping = True
+            idle = [ctx for ctx, busy in self._streams.values() if not busy[0]]
+        for ctx in idle:
+            ctx.cancel()
 
     def Lookup(self, raw: bytes, context: grpc.ServicerContext) -> bytes:
         """LookupRequest wire bytes -> LookupResponse wire bytes."""
@@ -187,6 +245,7 @@ def add_servicer(servicer: SamplingServicer, server: grpc.Server) -> None:
         )
         for name, (req, resp) in rpcs.items()
     }
+    handlers["GatherStream"] = grpc.stream_stream_rpc_method_handler(servicer.GatherStream)
     server.add_generic_rpc_handlers((grpc.method_handlers_generic_handler(SERVICE_NAME, handlers),))
 
 
@@ -294,11 +353,11 @@ def serve(
     log.info("released %.1f MiB of compiler pages; runtime baseline RSS %.1f MiB", released / 2**20,
              baseline["rss"] / 2**20)  # fmt: skip
     mb = cfg.max_message_mb * 1024 * 1024
-    server = grpc.server(
-        ThreadPoolExecutor(max_workers=max(2, cfg.threads), thread_name_prefix="glisp-rpc"),
+    server = grpc.server(  # a Gather stream holds a worker thread while open: one each, plus the unary RPCs'
+        ThreadPoolExecutor(max_workers=max(2, cfg.threads) + cfg.max_streams, thread_name_prefix="glisp-rpc"),
         options=[("grpc.max_send_message_length", mb), ("grpc.max_receive_message_length", mb)],
     )
-    servicer = SamplingServicer(engine, f"{dv.graph}/{dv.version}", run, baseline, rss_import)
+    servicer = SamplingServicer(engine, f"{dv.graph}/{dv.version}", run, baseline, rss_import, cfg.max_streams)
     add_servicer(servicer, server)
     health_servicer = health.HealthServicer()
     health_pb2_grpc.add_HealthServicer_to_server(health_servicer, server)
@@ -324,6 +383,7 @@ def serve(
     )
     stop.wait()
     health_servicer.enter_graceful_shutdown()  # every service NOT_SERVING
+    servicer.begin_shutdown()
     server.stop(cfg.grace_s).wait()
     engine.close()
     print(f"glisp serve: partition {part} stopped", flush=True)

@@ -33,7 +33,7 @@ class TypeFanout(_message.Message):
     def __init__(self, edge_type: _Optional[str] = ..., fanout: _Optional[int] = ...) -> None: ...
 
 class GatherRequest(_message.Message):
-    __slots__ = ("seeds", "fanout", "type_fanouts", "method", "direction", "max_time", "seed", "edge_ids")
+    __slots__ = ("seeds", "fanout", "type_fanouts", "method", "direction", "max_time", "seed", "edge_ids", "request_id")
     SEEDS_FIELD_NUMBER: _ClassVar[int]
     FANOUT_FIELD_NUMBER: _ClassVar[int]
     TYPE_FANOUTS_FIELD_NUMBER: _ClassVar[int]
@@ -42,6 +42,7 @@ class GatherRequest(_message.Message):
     MAX_TIME_FIELD_NUMBER: _ClassVar[int]
     SEED_FIELD_NUMBER: _ClassVar[int]
     EDGE_IDS_FIELD_NUMBER: _ClassVar[int]
+    REQUEST_ID_FIELD_NUMBER: _ClassVar[int]
     seeds: Array
     fanout: int
     type_fanouts: _containers.RepeatedCompositeFieldContainer[TypeFanout]
@@ -50,10 +51,11 @@ class GatherRequest(_message.Message):
     max_time: int
     seed: int
     edge_ids: bool
-    def __init__(self, seeds: _Optional[_Union[Array, _Mapping]] = ..., fanout: _Optional[int] = ..., type_fanouts: _Optional[_Iterable[_Union[TypeFanout, _Mapping]]] = ..., method: _Optional[str] = ..., direction: _Optional[_Union[Direction, str]] = ..., max_time: _Optional[int] = ..., seed: _Optional[int] = ..., edge_ids: _Optional[bool] = ...) -> None: ...
+    request_id: int
+    def __init__(self, seeds: _Optional[_Union[Array, _Mapping]] = ..., fanout: _Optional[int] = ..., type_fanouts: _Optional[_Iterable[_Union[TypeFanout, _Mapping]]] = ..., method: _Optional[str] = ..., direction: _Optional[_Union[Direction, str]] = ..., max_time: _Optional[int] = ..., seed: _Optional[int] = ..., edge_ids: _Optional[bool] = ..., request_id: _Optional[int] = ...) -> None: ...
 
 class GatherResponse(_message.Message):
-    __slots__ = ("counts", "neighbors", "keys", "edge_ids", "merge", "fanouts", "part_id")
+    __slots__ = ("counts", "neighbors", "keys", "edge_ids", "merge", "fanouts", "part_id", "request_id", "error_code", "error")
     COUNTS_FIELD_NUMBER: _ClassVar[int]
     NEIGHBORS_FIELD_NUMBER: _ClassVar[int]
     KEYS_FIELD_NUMBER: _ClassVar[int]
@@ -61,6 +63,9 @@ class GatherResponse(_message.Message):
     MERGE_FIELD_NUMBER: _ClassVar[int]
     FANOUTS_FIELD_NUMBER: _ClassVar[int]
     PART_ID_FIELD_NUMBER: _ClassVar[int]
+    REQUEST_ID_FIELD_NUMBER: _ClassVar[int]
+    ERROR_CODE_FIELD_NUMBER: _ClassVar[int]
+    ERROR_FIELD_NUMBER: _ClassVar[int]
     counts: Array
     neighbors: Array
     keys: Array
@@ -68,7 +73,10 @@ class GatherResponse(_message.Message):
     merge: str
     fanouts: _containers.RepeatedScalarFieldContainer[int]
     part_id: int
-    def __init__(self, counts: _Optional[_Union[Array, _Mapping]] = ..., neighbors: _Optional[_Union[Array, _Mapping]] = ..., keys: _Optional[_Union[Array, _Mapping]] = ..., edge_ids: _Optional[_Union[Array, _Mapping]] = ..., merge: _Optional[str] = ..., fanouts: _Optional[_Iterable[int]] = ..., part_id: _Optional[int] = ...) -> None: ...
+    request_id: int
+    error_code: int
+    error: str
+    def __init__(self, counts: _Optional[_Union[Array, _Mapping]] = ..., neighbors: _Optional[_Union[Array, _Mapping]] = ..., keys: _Optional[_Union[Array, _Mapping]] = ..., edge_ids: _Optional[_Union[Array, _Mapping]] = ..., merge: _Optional[str] = ..., fanouts: _Optional[_Iterable[int]] = ..., part_id: _Optional[int] = ..., request_id: _Optional[int] = ..., error_code: _Optional[int] = ..., error: _Optional[str] = ...) -> None: ...
 
 class LookupRequest(_message.Message):
     __slots__ = ("vertices", "features", "labels")
