@@ -35,6 +35,7 @@ CONFIGS = {
     "uniform": {"method": "uniform", "features": False, "labels": False},
     "weighted": {"method": "weighted", "features": False, "labels": False},
     "uniform+features": {"method": "uniform", "features": True, "labels": True},
+    "typed": {"method": "uniform", "features": False, "labels": False, "typed": True},
 }
 
 
@@ -45,9 +46,14 @@ def diff(after: dict[str, float], before: dict[str, float]) -> dict[str, float]:
 def profile_config(client, seeds: np.ndarray, name: str, args) -> dict:
     from glisp_serving import profile
 
-    kw = CONFIGS[name]
+    kw = dict(CONFIGS[name])
+    fanouts = args.fanouts
+    if kw.pop("typed", False):  # the edge list bench's two derived types, the same totals
+        from sampling_edges import configurations
+
+        fanouts = configurations(args.fanouts)["typed"]["fanouts"]
     order = np.resize(seeds, args.batch_size * (args.batches + 2))
-    it = client.loader(order, args.batch_size, args.fanouts, shuffle=False, prefetch=args.prefetch, **kw)
+    it = client.loader(order, args.batch_size, fanouts, shuffle=False, prefetch=args.prefetch, **kw)
     next(it)
     next(it)
     s0, c0, t0 = client.stats(), profile.snapshot(), time.perf_counter()

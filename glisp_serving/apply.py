@@ -1,8 +1,10 @@
 """GLISP Apply: merge the partial one-hop samples of several servers, and relabel a hop into a block.
 
 Partials come from the servers a frontier was routed to; server ``k`` was sent the frontier
-positions ``pos_k`` and returned, per task (position x slot), a count and that many entries. The
-merge groups every entry under its task in O(entries) (a counting scatter, no sort), then reduces:
+positions ``pos_k`` (ascending) and returned, per task (position x slot), a count and that many
+entries. ``concat`` and ``topk`` walk the frontier once with one cursor per server (and relabel the
+hop into its block in the same walk); ``per_draw`` groups entries by task with a counting scatter.
+All are O(entries), no sort:
 
 - ``concat`` (quota uniform): keep everything;
 - ``topk`` (keyed uniform, weighted A-ES): keep the ``f`` entries with the largest keys;
@@ -75,53 +77,6 @@ def _scatter(ntasks, tasks, cnts, nbrs, keys, eids, has_keys, has_eids):
 
 
 @njit(nogil=True, cache=True)
-def _reduce_topk(offsets, fanouts, nslot, nbrs, keys, eids, has_eids):
-    """Per task keep the fanout entries with the largest keys (order: descending key, ties by arrival).
-
-    A task holds at most (servers x f) entries, so an insertion sort into one reused index buffer
-    beats a sort per task (which allocated per task).
-    """
-    nt = len(offsets) - 1
-    counts = np.empty(nt, np.int64)
-    longest = 0
-    for t in range(nt):
-        g = offsets[t + 1] - offsets[t]
-        f = fanouts[t % nslot]
-        counts[t] = g if g < f else f
-        if g > longest:
-            longest = g
-    total = counts.sum()
-    out_n = np.empty(total, np.int64)
-    out_e = np.empty(total if has_eids else 0, np.int64)
-    order = np.empty(max(longest, 1), np.int64)
-    o = 0
-    for t in range(nt):
-        a = offsets[t]
-        g = offsets[t + 1] - a
-        keep = counts[t]
-        if g == 0 or keep == 0:
-            continue
-        size = 0  # order[:size]: the best entries so far, descending key
-        for x in range(a, a + g):
-            kx = keys[x]
-            if size == keep and kx <= keys[order[size - 1]]:
-                continue
-            y = size if size < keep else keep - 1
-            while y > 0 and keys[order[y - 1]] < kx:
-                order[y] = order[y - 1]
-                y -= 1
-            order[y] = x
-            if size < keep:
-                size += 1
-        for j in range(keep):
-            out_n[o] = nbrs[order[j]]
-            if has_eids:
-                out_e[o] = eids[order[j]]
-            o += 1
-    return counts, out_n, out_e
-
-
-@njit(nogil=True, cache=True)
 def _reduce_per_draw(offsets, fanouts, nslot, nbrs, keys, eids, has_eids):
     """Each server block of a task holds f draws in draw order; keep the max key per draw."""
     nt = len(offsets) - 1
@@ -154,15 +109,17 @@ def _reduce_per_draw(offsets, fanouts, nslot, nbrs, keys, eids, has_eids):
 
 
 @njit(nogil=True, cache=True)
-def _concat_block(n, nslot, dst, pos, cnts, nbrs, eids, rows, ents, has_eids, scratch, build):
-    """Concat merge (and, with ``build``, relabel into a block) in one walk in frontier order.
+def _walk_block(topk, n, nslot, dst, pos, cnts, nbrs, keys, eids, fanouts, rows, ents, has_eids, scratch, build):
+    """Concat or top-f merge (and, with ``build``, relabel into a block) in one walk in frontier order.
 
     Server k's rows are ``rows[k]:rows[k+1]`` of ``pos`` (ascending frontier positions, as the router
     emits them) and ``cnts`` (row-major, ``nslot`` per row); its entries are ``ents[k]:ents[k+1]`` of
-    ``nbrs``/``eids``. Walking vertex i, slot j, server k keeps one sequential cursor per server, so
-    the merged order is the task-grouped order of the scatter merge. Relabelling (``scratch``: -1
-    over every global id, restored on return) gives the block's source ids (the frontier first, then
-    new neighbours in first-seen order) and edge_index ``[source local, destination local]``.
+    ``nbrs``/``keys``/``eids``. Walking vertex i, slot j, server k keeps one sequential cursor per
+    server, so the merged order is the task-grouped order of the scatter merge. ``topk``: per task only
+    the ``fanouts[j]`` entries with the largest keys are kept, by descending key, ties in arrival order
+    (an insertion sort: a task holds at most servers x f entries). Relabelling (``scratch``: -1 over
+    every global id, restored on return) gives the block's source ids (the frontier first, then new
+    neighbours in first-seen order) and edge_index ``[source local, destination local]``.
     """
     P = len(rows) - 1
     total = ents[P]
@@ -171,6 +128,10 @@ def _concat_block(n, nslot, dst, pos, cnts, nbrs, eids, rows, ents, has_eids, sc
     out_e = np.empty(total if has_eids else 0, np.int64)
     src = np.empty(n + total if build else 0, np.int64)
     ei = np.empty((2, total if build else 0), np.int64)
+    maxf = 1
+    for j in range(nslot):
+        maxf = max(maxf, fanouts[j])
+    cand = np.empty(P * maxf + 1 if topk else 0, np.int64)  # entry indices of one task, best first
     if build:
         for i in range(n):
             src[i] = dst[i]
@@ -181,6 +142,8 @@ def _concat_block(n, nslot, dst, pos, cnts, nbrs, eids, rows, ents, has_eids, sc
     o = 0
     for i in range(n):
         for j in range(nslot):
+            size = 0
+            keep = fanouts[j]
             for k in range(P):
                 r = row[k]
                 if r >= rows[k + 1] or pos[r] != i:
@@ -189,8 +152,38 @@ def _concat_block(n, nslot, dst, pos, cnts, nbrs, eids, rows, ents, has_eids, sc
                 for jj in range(j):
                     e += cnts[r * nslot + jj]
                 c = cnts[r * nslot + j]
-                counts[i, j] += c
+                if not topk:
+                    for q in range(e, e + c):
+                        u = np.int64(nbrs[q])
+                        out_n[o] = u
+                        if has_eids:
+                            out_e[o] = eids[q]
+                        if build:
+                            sl = scratch[u]
+                            if sl < 0:
+                                sl = nsrc
+                                scratch[u] = nsrc
+                                src[nsrc] = u
+                                nsrc += 1
+                            ei[0, o] = sl
+                            ei[1, o] = i
+                        o += 1
+                    counts[i, j] += c
+                    continue
                 for q in range(e, e + c):
+                    kq = keys[q]
+                    if size == keep and (keep == 0 or kq <= keys[cand[size - 1]]):
+                        continue
+                    y = size if size < keep else keep - 1
+                    while y > 0 and keys[cand[y - 1]] < kq:
+                        cand[y] = cand[y - 1]
+                        y -= 1
+                    cand[y] = q
+                    if size < keep:
+                        size += 1
+            if topk:
+                for x in range(size):
+                    q = cand[x]
                     u = np.int64(nbrs[q])
                     out_n[o] = u
                     if has_eids:
@@ -205,6 +198,7 @@ def _concat_block(n, nslot, dst, pos, cnts, nbrs, eids, rows, ents, has_eids, sc
                         ei[0, o] = sl
                         ei[1, o] = i
                     o += 1
+                counts[i, j] = size
         for k in range(P):  # move past vertex i on every server that held it
             r = row[k]
             if r < rows[k + 1] and pos[r] == i:
@@ -214,6 +208,8 @@ def _concat_block(n, nslot, dst, pos, cnts, nbrs, eids, rows, ents, has_eids, sc
     if build:
         for x in range(nsrc):
             scratch[src[x]] = -1
+    if o < total:  # top-f kept fewer than arrived
+        out_n, out_e, ei = out_n[:o].copy(), out_e[: o if has_eids else 0].copy(), ei[:, :o].copy()
     return counts, out_n, out_e, src[:nsrc].copy(), ei
 
 
@@ -233,8 +229,8 @@ def merge_partials(
     """
     fanouts = np.asarray(fanouts, np.int64)
     nslot = len(fanouts)
-    if merge == "concat":
-        return _merge_concat(n, nslot, partials, want_eids, dst, scratch)
+    if merge in ("concat", "topk"):
+        return _merge_walk(merge == "topk", n, fanouts, partials, want_eids, dst, scratch)
     tasks, cnts, nbrs, keys, eids = [], [], [], [], []
     for p in partials:
         c = np.asarray(p.counts).reshape(len(p.pos), nslot)
@@ -256,9 +252,7 @@ def merge_partials(
         True,
         want_eids,
     )
-    if merge == "topk":
-        counts, out_n, out_e = _reduce_topk(offsets, fanouts, nslot, out_n, out_k, out_e, want_eids)
-    elif merge == "per_draw":
+    if merge == "per_draw":
         counts, out_n, out_e = _reduce_per_draw(offsets, fanouts, nslot, out_n, out_k, out_e, want_eids)
     else:
         raise ValueError(f"merge: expected concat, topk or per_draw (got {merge!r})")
@@ -269,15 +263,16 @@ def merge_partials(
     return HopSample(counts=counts, nbrs=out_n, edge_ids=out_e if want_eids else None, block=block)
 
 
-def _merge_concat(
-    n: int, nslot: int, partials: Sequence[Partial], want_eids: bool, dst: np.ndarray | None,
+def _merge_walk(
+    topk: bool, n: int, fanouts: np.ndarray, partials: Sequence[Partial], want_eids: bool, dst: np.ndarray | None,
     scratch: np.ndarray | None,
 ) -> HopSample:  # fmt: skip
-    """Concat merge of partials whose ``pos`` ascend (the router's order); see :func:`_concat_block`."""
+    """Concat or top-f merge of partials whose ``pos`` ascend (the router's order); see :func:`_walk_block`."""
+    nslot = len(fanouts)
     ps = list(partials)
     for p in ps:
         if len(p.pos) > 1 and not (np.diff(p.pos) > 0).all():
-            raise ValueError("merge 'concat': partial positions must be strictly ascending")
+            raise ValueError("merge: partial positions must be strictly ascending")
     rows = np.zeros(len(ps) + 1, np.int64)
     ents = np.zeros(len(ps) + 1, np.int64)
     np.cumsum([len(p.pos) for p in ps], out=rows[1:])
@@ -287,13 +282,14 @@ def _merge_concat(
         return np.concatenate(xs) if len(xs) > 1 else (xs[0] if xs else np.empty(0, dtype))
 
     build = dst is not None and scratch is not None
-    counts, out_n, out_e, src, ei = _concat_block(
-        n, nslot, np.asarray(dst, np.int64) if build else np.empty(0, np.int64),
+    counts, out_n, out_e, src, ei = _walk_block(
+        topk, n, nslot, np.asarray(dst, np.int64) if build else np.empty(0, np.int64),
         cat([np.asarray(p.pos, np.int64) for p in ps], np.int64),
         cat([np.asarray(p.counts).reshape(-1) for p in ps], np.int32),
         cat([np.asarray(p.nbrs) for p in ps], np.int64),
+        cat([np.asarray(p.keys, np.float32) for p in ps], np.float32) if topk else np.empty(0, np.float32),
         cat([np.asarray(p.edge_ids, np.int64) for p in ps], np.int64) if want_eids else np.empty(0, np.int64),
-        rows, ents, want_eids, scratch if build else np.empty(0, np.int32), build,
+        fanouts, rows, ents, want_eids, scratch if build else np.empty(0, np.int32), build,
     )  # fmt: skip
     return HopSample(counts=counts, nbrs=out_n, edge_ids=out_e if want_eids else None,
                      block=(src, ei) if build else None)  # fmt: skip

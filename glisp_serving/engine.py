@@ -78,6 +78,7 @@ class PartitionSampler:
         self.weight = np.asarray(reader.weight) if reader.weighted and reader.weight is not None else None
         self.timestamp = np.asarray(reader.timestamp) if reader.timestamped and reader.timestamp is not None else None
         self.edge_type_names = list(reader.edge_type_names)
+        self._type_index: dict[str, tuple[np.ndarray, ...]] = {}  # side -> (ptr, ids, end), on first typed request
         self._no_w = np.empty(0, np.float32)
         self._no_ts = np.empty(0, np.int64)
         self._no_i64 = np.empty(0, np.int64)
@@ -171,15 +172,15 @@ class PartitionSampler:
 
     def _type_ranges(self, lids: np.ndarray, type_ids: list[int], is_in: bool) -> tuple[np.ndarray, np.ndarray]:
         """Per (seed, type) task, seed-major: the range of the type's edges in the sampling direction."""
-        if len(lids) == 0:
-            return np.empty(0, np.int64), np.empty(0, np.int64)
-        rng = self.r.in_range if is_in else self.r.out_range
-        st, en = [], []
-        for tid in type_ids:
-            s, e = rng(lids, tid)
-            st.append(np.asarray(s, np.int64))
-            en.append(np.asarray(e, np.int64))
-        return np.stack(st, axis=1).reshape(-1), np.stack(en, axis=1).reshape(-1)
+        side = "in" if is_in else "out"
+        if side not in self._type_index:
+            self._type_index[side] = tuple(np.asarray(a) for a in self.r.type_index(side))
+        ptr, tids, tend = self._type_index[side]
+        starts = np.empty(len(lids) * len(type_ids), np.int64)
+        ends = np.empty_like(starts)
+        K.typed_ranges(lids, np.asarray(type_ids, np.int64), self.in_indptr if is_in else self.out_indptr, ptr, tids,
+                       tend, starts, ends)  # fmt: skip
+        return starts, ends
 
     def gather(
         self,

@@ -314,6 +314,15 @@ def _task_picks(
                 counts[t] = n
                 o += n
                 continue
+            if method == WEIGHTED and not has_time and gd[k0] <= f:
+                # D <= f: A-ES keeps every edge of positive weight whatever the keys, so draw none
+                n = _eligible_positions(start, end, is_in, in_eid, False, tmax, ts, True, weight, buf)
+                for k in range(n):
+                    pos[q + k] = buf[k]
+                    key_out[o + k] = 0.0
+                counts[t] = n
+                o += n
+                continue
             state = task_seed(req_seed, gids[i], j, part, is_in)
             if method == WEIGHTED:
                 n = _weighted_expj(start, end, f, state, is_in, in_eid, has_time, tmax, ts, weight, hk, hp)
@@ -416,6 +425,28 @@ def sample_tasks(
     )  # fmt: skip
     _task_edges(pos, o - o0, is_in, in_eid, out_nbr, out_indptr, gid_of, part, want_eids, nbr_out, eid_out, o0)
     return o
+
+
+@njit(nogil=True, cache=True)
+def typed_ranges(lids, etypes, indptr, tptr, tids, tend, starts, ends):
+    """Per (seed i, requested type j) task ``t = i * len(etypes) + j``: the range of the seed's edges of
+    that type, from the partition's type index (one pass over each seed's segments for all types; an
+    absent type gives an empty range at the vertex's start)."""
+    nslot = len(etypes)
+    for i in range(len(lids)):
+        v = np.int64(lids[i])
+        lo = np.int64(indptr[v])
+        for j in range(nslot):
+            starts[i * nslot + j] = lo
+            ends[i * nslot + j] = lo
+        s = lo
+        for q in range(tptr[v], tptr[v + 1]):
+            e = np.int64(tend[q])
+            for j in range(nslot):
+                if tids[q] == etypes[j]:
+                    starts[i * nslot + j] = s
+                    ends[i * nslot + j] = e
+            s = e
 
 
 @njit(nogil=True, cache=True)

@@ -268,7 +268,8 @@ def warm_up(engine: PartitionSampler) -> None:
                 if engine.timestamp is not None:  # a bound every edge meets, so the fill kernel runs too
                     engine.gather(ids, fanout=2, method=m, direction=d, max_time=np.iinfo(np.int64).max)
         if len(r.edge_type_names) > 1:
-            engine.gather(ids, type_fanouts=[(r.edge_type_names[0], 2)], method="uniform")
+            for d in ("out", "in"):
+                engine.gather(ids, type_fanouts=[(r.edge_type_names[0], 2)], method="uniform", direction=d)
     with engine._lock:  # warm-up is not served work
         engine.requests = engine.vertices_served = engine.edges_served = 0
         engine.busy_s = 0.0
