@@ -32,8 +32,6 @@ import json
 import multiprocessing as mp
 import os
 import signal
-import subprocess
-import sys
 import time
 from pathlib import Path
 
@@ -212,18 +210,6 @@ def client_worker(cluster_file: str, idx: int, n: int, plan: list[str], spec: di
             c.close()
 
 
-def start_cluster(dv, run: str, workdir: Path, threads: int) -> tuple[subprocess.Popen, Path]:
-    cf = workdir / f"{dv.graph}-{run}.json"
-    cmd = [sys.executable, "-m", "glisp_core.cli", "serve-cluster", str(dv.path), "--run", run, "--cluster-file",
-           str(cf), "--threads", str(threads)]  # fmt: skip
-    p = subprocess.Popen(cmd, env=dict(os.environ, PYTHONPATH=str(ROOT)), stdout=subprocess.DEVNULL)
-    while not cf.exists():
-        if p.poll() is not None:
-            raise RuntimeError(f"serve-cluster for {run} exited with {p.returncode}")
-        time.sleep(0.1)
-    return p, cf
-
-
 def measure_clients(cf: Path, server_pids: list[int], nclients: int, plan: list[str], n: int, args) -> list[dict]:
     """Run ``plan`` (one configuration name per window) on ``nclients`` client processes; one row per window."""
     ctx = mp.get_context("spawn")
@@ -290,6 +276,7 @@ def _foreign_since(start: tuple[float, float], own: list[int], wall: float) -> f
 def bench_edges(info: dict, args, workdir: Path) -> dict:
     """Every configuration with 2 clients (interleaved windows), then uniform with 1 client."""
     import psutil
+    from sampling import start_cluster
 
     proc, cf = start_cluster(info["dv"], info["run"], workdir, args.threads)
     try:

@@ -139,7 +139,7 @@ def main() -> int:
 
     import tempfile
 
-    from sampling_edges import start_cluster
+    from sampling import start_cluster
 
     from glisp_core.config import ClientConfig
     from glisp_core.dataset.layout import resolve_dataset

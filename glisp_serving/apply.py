@@ -128,10 +128,12 @@ def _walk_block(topk, n, nslot, dst, pos, cnts, nbrs, keys, eids, fanouts, rows,
     out_e = np.empty(total if has_eids else 0, np.int64)
     src = np.empty(n + total if build else 0, np.int64)
     ei = np.empty((2, total if build else 0), np.int64)
-    maxf = 1
+    most = 1  # the most entries one server sent for one task (a top-f merge keeps at most f of them)
     for j in range(nslot):
-        maxf = max(maxf, fanouts[j])
-    cand = np.empty(P * maxf + 1 if topk else 0, np.int64)  # entry indices of one task, best first
+        most = max(most, fanouts[j])
+    for x in range(len(cnts)):
+        most = max(most, np.int64(cnts[x]))
+    cand = np.empty(P * most + 1, np.int64)  # entry indices of one task: arrival order, or best first
     if build:
         for i in range(n):
             src[i] = dst[i]
@@ -154,21 +156,8 @@ def _walk_block(topk, n, nslot, dst, pos, cnts, nbrs, keys, eids, fanouts, rows,
                 c = cnts[r * nslot + j]
                 if not topk:
                     for q in range(e, e + c):
-                        u = np.int64(nbrs[q])
-                        out_n[o] = u
-                        if has_eids:
-                            out_e[o] = eids[q]
-                        if build:
-                            sl = scratch[u]
-                            if sl < 0:
-                                sl = nsrc
-                                scratch[u] = nsrc
-                                src[nsrc] = u
-                                nsrc += 1
-                            ei[0, o] = sl
-                            ei[1, o] = i
-                        o += 1
-                    counts[i, j] += c
+                        cand[size] = q
+                        size += 1
                     continue
                 for q in range(e, e + c):
                     kq = keys[q]
@@ -181,24 +170,23 @@ def _walk_block(topk, n, nslot, dst, pos, cnts, nbrs, keys, eids, fanouts, rows,
                     cand[y] = q
                     if size < keep:
                         size += 1
-            if topk:
-                for x in range(size):
-                    q = cand[x]
-                    u = np.int64(nbrs[q])
-                    out_n[o] = u
-                    if has_eids:
-                        out_e[o] = eids[q]
-                    if build:
-                        sl = scratch[u]
-                        if sl < 0:
-                            sl = nsrc
-                            scratch[u] = nsrc
-                            src[nsrc] = u
-                            nsrc += 1
-                        ei[0, o] = sl
-                        ei[1, o] = i
-                    o += 1
-                counts[i, j] = size
+            for x in range(size):  # emit the task's entries (relabelled when building the block)
+                q = cand[x]
+                u = np.int64(nbrs[q])
+                out_n[o] = u
+                if has_eids:
+                    out_e[o] = eids[q]
+                if build:
+                    sl = scratch[u]
+                    if sl < 0:
+                        sl = nsrc
+                        scratch[u] = nsrc
+                        src[nsrc] = u
+                        nsrc += 1
+                    ei[0, o] = sl
+                    ei[1, o] = i
+                o += 1
+            counts[i, j] = size
         for k in range(P):  # move past vertex i on every server that held it
             r = row[k]
             if r < rows[k + 1] and pos[r] == i:
@@ -296,60 +284,18 @@ def _merge_walk(
 
 
 # ---------------------------------------------------------------------------------------- relabel
-@njit(nogil=True, cache=True)
-def _relabel_scratch(dst, nbrs, scratch):
-    """src ids (dst first, then new neighbours in first-seen order) and local index of each nbr.
-
-    ``scratch`` is an int32/int64 array over all global ids holding -1; it is restored on return.
-    """
-    nd = len(dst)
-    src = np.empty(nd + len(nbrs), np.int64)
-    for i in range(nd):
-        src[i] = dst[i]
-        scratch[dst[i]] = i
-    k = nd
-    local = np.empty(len(nbrs), np.int64)
-    for j in range(len(nbrs)):
-        u = nbrs[j]
-        s = scratch[u]
-        if s < 0:
-            s = k
-            scratch[u] = k
-            src[k] = u
-            k += 1
-        local[j] = s
-    for i in range(k):
-        scratch[src[i]] = -1
-    return src[:k].copy(), local
-
-
-@njit(nogil=True, cache=True)
-def relabel_edges(dst, nbrs, per_vertex, scratch):
+def relabel_edges(
+    dst: np.ndarray, nbrs: np.ndarray, per_vertex: np.ndarray, scratch: np.ndarray
+) -> tuple[np.ndarray, np.ndarray]:
     """Relabel a merged hop straight into (src ids, (2, E) edge_index); ``scratch`` as in relabel."""
-    nd = len(dst)
-    total = len(nbrs)
-    src = np.empty(nd + total, np.int64)
-    for i in range(nd):
-        src[i] = dst[i]
-        scratch[dst[i]] = i
-    k = nd
-    ei = np.empty((2, total), np.int64)
-    o = 0
-    for i in range(nd):
-        for _ in range(per_vertex[i]):
-            u = nbrs[o]
-            s = scratch[u]
-            if s < 0:
-                s = k
-                scratch[u] = k
-                src[k] = u
-                k += 1
-            ei[0, o] = s
-            ei[1, o] = i
-            o += 1
-    for x in range(k):
-        scratch[src[x]] = -1
-    return src[:k].copy(), ei
+    n = len(dst)
+    one = np.array([0, n], np.int64), np.array([0, len(nbrs)], np.int64)  # a single partial in frontier order
+    _, _, _, src, ei = _walk_block(
+        False, n, 1, np.asarray(dst, np.int64), np.arange(n, dtype=np.int64), np.asarray(per_vertex, np.int64),
+        np.asarray(nbrs, np.int64), np.empty(0, np.float32), np.empty(0, np.int64), np.ones(1, np.int64), *one,
+        False, scratch, True,
+    )  # fmt: skip
+    return src, ei
 
 
 def relabel(dst: np.ndarray, nbrs: np.ndarray, scratch: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
@@ -360,8 +306,11 @@ def relabel(dst: np.ndarray, nbrs: np.ndarray, scratch: np.ndarray | None = None
     """
     dst = np.asarray(dst, np.int64)
     nbrs = np.asarray(nbrs, np.int64)
-    if scratch is not None:
-        return _relabel_scratch(dst, nbrs, scratch)
+    if scratch is not None and len(dst):
+        per_vertex = np.zeros(len(dst), np.int64)
+        per_vertex[0] = len(nbrs)  # the grouping does not change the labels
+        src, ei = relabel_edges(dst, nbrs, per_vertex, scratch)
+        return src, ei[0]
     allv = np.concatenate([dst, nbrs])
     uniq, first, inv = np.unique(allv, return_index=True, return_inverse=True)
     order = np.argsort(first, kind="stable")  # unique ids in first-seen order (dst first)
