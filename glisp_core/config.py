@@ -199,6 +199,8 @@ class ServeConfig:
     warmup: bool = True  # run each kernel once before reporting SERVING
     release_compiler_pages: bool = True  # after warm-up, unmap libLLVM's clean pages (~100 MiB of RSS)
     start_timeout_s: float = 120.0  # serve-cluster: how long to wait for every server to be healthy
+    dense_id_map_mb: float = 256.0  # global->local ids by a dense int32 map when it fits; else a sorted lookup
+    max_streams: int = 64  # open GatherStream calls (each holds a thread); beyond, clients use unary Gather
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -209,6 +211,9 @@ class ClientConfig:
     routing: Literal["replicas", "owner"] = "replicas"  # owner: each vertex only to its edge-cut owner
     backoff_s: float = 0.2  # first retry delay on UNAVAILABLE, doubled per retry
     routing_source: Literal["auto", "files", "servers"] = "auto"  # where the routing table comes from
+    # "auto": features/labels of partitions served on this host are read from their files, not by RPC
+    local_reads: Literal["auto", "never"] = "auto"
+    gather_streams: bool = True  # Gather over one long-lived stream per server (half the CPU per request)
 
 
 @dataclass(frozen=True, kw_only=True)

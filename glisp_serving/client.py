@@ -28,15 +28,24 @@ import numpy as np
 
 from glisp_core.config import ClientConfig
 from glisp_core.errors import GlispError
+from glisp_serving import profile
 from glisp_serving.apply import HopSample, Partial, merge_partials
 from glisp_serving.blocks import SampledBatch
 from glisp_serving.cluster import ClusterSpec
 from glisp_serving.cluster_info import load_routing
+from glisp_serving.colocated import ColocatedReader, colocated_parts
 from glisp_serving.proto import sampling_pb2 as pb
-from glisp_serving.proto import sampling_pb2_grpc as pb_grpc
 from glisp_serving.routing import RoutingTable
 from glisp_serving.sampler import Fanout, HopRequest, KHopSampler, check_seeds, hop_request
-from glisp_serving.wire import from_array, to_array
+from glisp_serving.streams import NO_STREAM, GatherStream, StreamFailure
+from glisp_serving.wire import (
+    GATHER_REQUEST,
+    GATHER_RESPONSE,
+    LOOKUP_REQUEST,
+    LOOKUP_RESPONSE,
+    decode,
+    encode,
+)
 
 
 class SamplingError(GlispError):
@@ -47,11 +56,38 @@ class SamplingError(GlispError):
         super().__init__(message)
 
 
-def _ids_array(ids: np.ndarray) -> pb.Array:
+def _wire_ids(ids: np.ndarray) -> np.ndarray:
+    """Ids as they travel: int32 when every id fits, else int64."""
     ids = np.asarray(ids, np.int64)
     if len(ids) == 0 or (ids.min() >= 0 and ids.max() < 2**31):
-        return to_array(ids.astype(np.int32))
-    return to_array(ids)
+        return ids.astype(np.int32)
+    return ids
+
+
+def _timed(fn: Any, name: str) -> Any:
+    def run(x: Any) -> Any:
+        with profile.stage(name):
+            return fn(x)
+
+    return run
+
+
+class _Stub:
+    """The Sampling methods on one channel. Gather and Lookup take and return wire bytes; the others
+    protobuf messages (their serialization and parsing count as profile stages)."""
+
+    def __init__(self, channel: grpc.aio.Channel) -> None:
+        for name, (req, resp) in {"Gather": (pb.GatherRequest, pb.GatherResponse),
+                                  "Lookup": (pb.LookupRequest, pb.LookupResponse),
+                                  "VertexInfo": (pb.VertexInfoRequest, pb.VertexInfoResponse),
+                                  "Stats": (pb.StatsRequest, pb.StatsResponse)}.items():  # fmt: skip
+            raw = name in ("Gather", "Lookup")  # wire bytes both ways (glisp_serving.wire.encode/decode)
+            setattr(self, name, channel.unary_unary(
+                f"/glisp.sampling.v1.Sampling/{name}",
+                request_serializer=None if raw else _timed(req.SerializeToString, "client.serialize"),
+                response_deserializer=None if raw else _timed(resp.FromString, "client.parse"),
+            ))  # fmt: skip
+        self.GatherStream = channel.stream_stream("/glisp.sampling.v1.Sampling/GatherStream")
 
 
 class RemoteBackend:
@@ -62,102 +98,145 @@ class RemoteBackend:
         self.num_vertices = routing.num_vertices
         self._opts = [("grpc.max_send_message_length", max_mb << 20), ("grpc.max_receive_message_length", max_mb << 20)]
         self._channels: list[list[grpc.aio.Channel]] = []
-        self._stubs: list[list[pb_grpc.SamplingStub]] = []
+        self._stubs: list[list[_Stub]] = []
         self._pref = [0] * spec.num_parts  # index of the address that answered last
+        self.colocated: ColocatedReader | None = None  # set by SamplingClient when partitions are on this host
+        self._streams: dict[tuple[int, int], GatherStream] = {}  # (partition, address index) -> open stream
+        self._unary_only: set[tuple[int, int]] = set()
 
     async def open(self) -> None:
         for addrs in self.spec.addresses:
             chans = [grpc.aio.insecure_channel(a, options=self._opts) for a in addrs]
             self._channels.append(chans)
-            self._stubs.append([pb_grpc.SamplingStub(c) for c in chans])
+            self._stubs.append([_Stub(c) for c in chans])
 
     async def close(self) -> None:
+        for st in self._streams.values():
+            await st.aclose()
         for chans in self._channels:
             for c in chans:
                 await c.close()
 
     async def call(self, part: int, method: str, request: Any) -> Any:
-        """One RPC to partition ``part`` with a deadline, retried on UNAVAILABLE."""
+        """One request to partition ``part`` with a deadline, retried on UNAVAILABLE (next address).
+
+        ``Gather`` takes encoded request bytes and returns the decoded answer (over the partition's
+        Gather stream when ``client.gather_streams``); other methods take and return messages.
+        """
         addrs = self.spec.addresses[part]
         delay = self.cfg.backoff_s
         for attempt in range(self.cfg.retries + 1):
             i = self._pref[part] % len(addrs)
             try:
-                resp = await getattr(self._stubs[part][i], method)(request, timeout=self.cfg.deadline_s)
+                resp = await self._once(part, i, method, request)
                 self._pref[part] = i
                 return resp
             except grpc.aio.AioRpcError as e:
-                if e.code() == grpc.StatusCode.UNAVAILABLE and attempt < self.cfg.retries:
-                    self._pref[part] = i + 1  # fail over to the next address of the partition
-                    await asyncio.sleep(delay)
-                    delay *= 2
-                    continue
-                raise SamplingError(
-                    f"partition {part} at {addrs[i]}: {method} failed with {e.code().name}: {e.details()}", e.code()
-                ) from None
+                code, details = e.code(), e.details()
+            except StreamFailure as e:
+                code, details = e.code, e.details
+            except TimeoutError:
+                code, details = (
+                    grpc.StatusCode.DEADLINE_EXCEEDED,
+                    f"no answer within client.deadline_s={self.cfg.deadline_s}",
+                )
+            if code == grpc.StatusCode.UNAVAILABLE and attempt < self.cfg.retries:
+                self._pref[part] = i + 1  # fail over to the next address of the partition
+                await asyncio.sleep(delay)
+                delay *= 2
+                continue
+            raise SamplingError(f"partition {part} at {addrs[i]}: {method} failed with {code.name}: {details}", code)
         raise AssertionError("unreachable")
 
-    def _gather_request(self, ids: np.ndarray, req: HopRequest) -> pb.GatherRequest:
-        msg = pb.GatherRequest(
-            seeds=_ids_array(ids),
-            fanout=req.fanout or 0,
-            method=req.method,
-            direction=pb.IN if req.direction == "in" else pb.OUT,
-            seed=req.seed,
-            edge_ids=req.edge_ids,
-        )
-        for t, f in req.type_fanouts or ():
-            msg.type_fanouts.add(edge_type=t, fanout=f)
-        if req.max_time is not None:
-            msg.max_time = int(req.max_time)
-        return msg
+    async def _once(self, part: int, i: int, method: str, request: Any) -> Any:
+        stub = self._stubs[part][i]
+        if method != "Gather":
+            return await getattr(stub, method)(request, timeout=self.cfg.deadline_s)
+        if self.cfg.gather_streams and (part, i) not in self._unary_only:
+            s = self._streams.get((part, i))
+            if s is None or s.failed is not None:
+                s = self._streams[(part, i)] = GatherStream(stub.GatherStream)
+            try:
+                return await s.request(request, self.cfg.deadline_s)
+            except StreamFailure as e:
+                if e.code not in NO_STREAM:
+                    raise
+                self._unary_only.add((part, i))  # no streams there: unary calls from now on
+        raw = await stub.Gather(request, timeout=self.cfg.deadline_s)
+        with profile.stage("client.decode"):
+            return decode(GATHER_RESPONSE, raw)
 
-    async def gather(self, frontier: np.ndarray, req: HopRequest) -> HopSample:
-        """Gather (one RPC per server holding part of the frontier, in parallel), then Apply."""
-        frontier = np.asarray(frontier, np.int64)
-        split = self.routing.split(frontier, self.mode)
-        parts = [k for k in range(len(split)) if len(split[k])]
-        resps = await asyncio.gather(
-            *[self.call(k, "Gather", self._gather_request(frontier[split[k]], req)) for k in parts]
-        )
-        nslot = len(req.type_fanouts) if req.typed else 1
-        fanouts = np.array([f for _, f in req.type_fanouts] if req.typed else [req.fanout], np.int64)
-        merge = resps[0].merge if resps else "concat"
-        partials = []
-        for k, r in zip(parts, resps, strict=True):
-            partials.append(
-                Partial(
-                    pos=split[k],
-                    counts=from_array(r.counts, "counts").reshape(len(split[k]), nslot),
-                    nbrs=from_array(r.neighbors, "neighbors"),
-                    keys=from_array(r.keys, "keys") if r.HasField("keys") else None,
-                    edge_ids=from_array(r.edge_ids, "edge_ids") if r.HasField("edge_ids") else None,
+    @staticmethod
+    def _gather_request(ids: np.ndarray, req: HopRequest) -> bytes:
+        return encode(
+            GATHER_REQUEST, seeds=_wire_ids(ids), fanout=req.fanout or None, type_fanouts=req.type_fanouts,
+            method=req.method, direction=pb.IN if req.direction == "in" else None, seed=req.seed or None,
+            edge_ids=req.edge_ids, max_time=req.max_time,
+        )  # fmt: skip
+
+    async def gather(self, frontier: np.ndarray, req: HopRequest, scratch: np.ndarray | None = None) -> HopSample:
+        """Gather (one RPC per server holding part of the frontier, in parallel), then Apply.
+
+        With a relabel ``scratch`` (see :func:`glisp_serving.apply.relabel`) Apply also relabels the
+        hop into its block."""
+        with profile.stage("client.route"):
+            frontier = np.asarray(frontier, np.int64)
+            split = self.routing.split(frontier, self.mode)
+            parts = [k for k in range(len(split)) if len(split[k])]
+        with profile.stage("client.encode"):
+            reqs = [self._gather_request(frontier[split[k]], req) for k in parts]
+        resps = await asyncio.gather(*[self.call(k, "Gather", r) for k, r in zip(parts, reqs, strict=True)])
+        with profile.stage("client.decode"):
+            nslot = len(req.type_fanouts) if req.typed else 1
+            fanouts = np.array([f for _, f in req.type_fanouts] if req.typed else [req.fanout], np.int64)
+            partials, merge = [], "concat"
+            for k, r in zip(parts, resps, strict=True):
+                merge = r.get("merge", "concat")
+                partials.append(
+                    Partial(
+                        pos=split[k],
+                        counts=r["counts"].reshape(len(split[k]), nslot),
+                        nbrs=r["neighbors"],
+                        keys=r.get("keys"),
+                        edge_ids=r.get("edge_ids"),
+                    )
                 )
-            )
-        return merge_partials(len(frontier), partials, merge, fanouts, want_eids=req.edge_ids)
+        with profile.stage("client.apply"):
+            return merge_partials(len(frontier), partials, merge, fanouts, want_eids=req.edge_ids, dst=frontier,
+                                  scratch=scratch)  # fmt: skip
 
     async def lookup(self, ids: np.ndarray, features: bool, labels: bool) -> dict[str, np.ndarray]:
         """Features / labels of ``ids`` from their master partitions, in the order of ``ids``."""
-        ids = np.asarray(ids, np.int64)
-        split = self.routing.split_master(ids)
-        parts = [k for k in range(len(split)) if len(split[k])]
-        resps = await asyncio.gather(
-            *[
-                self.call(
-                    k, "Lookup", pb.LookupRequest(vertices=_ids_array(ids[split[k]]), features=features, labels=labels)
-                )
-                for k in parts
-            ]  # fmt: skip
-        )
+        with profile.stage("client.route"):
+            ids = np.asarray(ids, np.int64)
+            split = self.routing.split_master(ids)
+            parts = [k for k in range(len(split)) if len(split[k])]
+        local = [k for k in parts if self.colocated is not None and k in self.colocated.parts]
+        remote = [k for k in parts if k not in local]
+        reqs = [encode(LOOKUP_REQUEST, vertices=_wire_ids(ids[split[k]]), features=features, labels=labels)
+                for k in remote]  # fmt: skip
+        resps = await asyncio.gather(*[self.call(k, "Lookup", r) for k, r in zip(remote, reqs, strict=True)])
+        with profile.stage("client.lookup_assemble"):
+            got = [(k, self.colocated.fields(k, features, labels)) for k in local]  # type: ignore[union-attr]
+            got += [(k, decode(LOOKUP_RESPONSE, raw)) for k, raw in zip(remote, resps, strict=True)]
+            return self._assemble(ids, split, got, set(local))
+
+    def _assemble(self, ids: np.ndarray, split: list[np.ndarray], got: list[tuple[int, dict]],
+                  local: set[int]) -> dict[str, np.ndarray]:  # fmt: skip
+        """One array per field in the order of ``ids``: co-located rows gathered from their partition's
+        arrays, remote ones copied from the Lookup answers (which hold exactly the rows asked)."""
         out: dict[str, np.ndarray] = {}
         for name in ("features", "labels", "split"):
-            got = [(split[k], r) for k, r in zip(parts, resps, strict=True) if r.HasField(name)]
-            if not got:
+            have = [(k, r[name]) for k, r in got if name in r]
+            if not have:
                 continue
-            first = from_array(getattr(got[0][1], name), name)
+            first = have[0][1]
             arr = np.empty((len(ids),) + first.shape[1:], first.dtype)
-            for pos, r in got:
-                arr[pos] = from_array(getattr(r, name), name)
+            for k, a in have:
+                if k in local:
+                    self.colocated.fill(k, a, ids, split[k], arr)  # type: ignore[union-attr]
+                else:
+                    arr[split[k]] = a
             out[name] = arr
         return out
 
@@ -185,7 +264,27 @@ class SamplingClient:
         self._thread = threading.Thread(target=self._loop.run_forever, name="glisp-client-loop", daemon=True)
         self._thread.start()
         self.backend = RemoteBackend(self.spec, self.routing, self.cfg, self.mode, max_message_mb)
+        if self.cfg.local_reads == "auto":
+            self.backend.colocated = self._colocated_reader()
+        elif self.cfg.local_reads != "never":
+            raise GlispError(f"client.local_reads: expected 'auto' or 'never' (got {self.cfg.local_reads!r})")
         self._run(self.backend.open())
+
+    def _colocated_reader(self) -> ColocatedReader | None:
+        """Readers of the partitions served on this host, when their files are readable here; None otherwise
+        (a trainer with only the cluster file fetches everything by Lookup RPCs)."""
+        parts = colocated_parts(self.spec)
+        if not parts:
+            return None
+        from glisp_core.dataset.layout import resolve_dataset
+        from glisp_core.partition_format import open_partition
+
+        try:
+            dv = resolve_dataset(self.spec.dataset)
+            readers = {k: open_partition(dv.partition_dir(self.spec.run, k), verify=False) for k in parts}
+        except (GlispError, OSError):
+            return None
+        return ColocatedReader(readers, self.routing.num_vertices)
 
     # ------------------------------------------------------------------ plumbing
     def _submit(self, coro: Any) -> Future:
@@ -194,9 +293,17 @@ class SamplingClient:
     def _run(self, coro: Any) -> Any:
         return self._submit(coro).result()
 
+    async def _shutdown(self) -> None:
+        """Close streams and channels, then cancel what is still running (batches a loader prefetched)."""
+        await self.backend.close()
+        rest = [t for t in asyncio.all_tasks() if t is not asyncio.current_task()]
+        for t in rest:
+            t.cancel()
+        await asyncio.gather(*rest, return_exceptions=True)
+
     def close(self) -> None:
         if self._loop.is_running():
-            self._run(self.backend.close())
+            self._run(self._shutdown())
             self._loop.call_soon_threadsafe(self._loop.stop)
             self._thread.join()
         self._loop.close()

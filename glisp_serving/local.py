@@ -26,14 +26,15 @@ class LocalBackend:
         gid = engine.global_id
         self.num_vertices = int(num_vertices if num_vertices is not None else (int(gid[-1]) + 1 if len(gid) else 0))
 
-    async def gather(self, frontier: np.ndarray, req: HopRequest) -> HopSample:
+    async def gather(self, frontier: np.ndarray, req: HopRequest, scratch: np.ndarray | None = None) -> HopSample:
         frontier = np.asarray(frontier, np.int64)
         res = self.engine.gather(frontier, fanout=req.fanout, type_fanouts=req.type_fanouts, method=req.method,
                                  direction=req.direction, max_time=req.max_time, seed=req.seed,
                                  edge_ids=req.edge_ids)  # fmt: skip
         p = Partial(pos=np.arange(len(frontier)), counts=res.counts, nbrs=res.nbrs, keys=res.keys,
                     edge_ids=res.edge_ids)  # fmt: skip
-        return merge_partials(len(frontier), [p], res.merge, res.fanouts, want_eids=req.edge_ids)
+        return merge_partials(len(frontier), [p], res.merge, res.fanouts, want_eids=req.edge_ids, dst=frontier,
+                              scratch=scratch)  # fmt: skip
 
     async def lookup(self, ids: np.ndarray, features: bool, labels: bool) -> dict[str, np.ndarray]:
         return self.engine.features(np.asarray(ids, np.int64), features, labels)

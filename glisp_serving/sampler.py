@@ -18,6 +18,7 @@ import torch
 
 from glisp_core.errors import GlispError
 from glisp_serving import kernels as K
+from glisp_serving import profile
 from glisp_serving.apply import HopSample
 from glisp_serving.blocks import SampledBatch, build_block
 
@@ -55,7 +56,7 @@ def hop_request(fanout: Fanout, **kw: Any) -> HopRequest:
 class GatherBackend(Protocol):
     num_vertices: int
 
-    async def gather(self, frontier: np.ndarray, req: HopRequest) -> HopSample: ...
+    async def gather(self, frontier: np.ndarray, req: HopRequest, scratch: np.ndarray | None = None) -> HopSample: ...
 
     async def lookup(self, ids: np.ndarray, features: bool, labels: bool) -> dict[str, np.ndarray]: ...
 
@@ -141,8 +142,10 @@ class KHopSampler:
         blocks, hops = [], []
         for h, req in enumerate(self.hops):
             r = HopRequest(**{**req.__dict__, "seed": hop_seed(seed, h)})
-            hop = await self.backend.gather(frontier, r)
-            block = build_block(frontier, hop, self._scratch(), typed=r.typed)
+            scratch = self._scratch()
+            hop = await self.backend.gather(frontier, r, scratch)
+            with profile.stage("client.block"):
+                block = build_block(frontier, hop, scratch, typed=r.typed)
             blocks.append(block)
             if self.keep_hops:
                 hops.append(hop)
@@ -158,7 +161,7 @@ class KHopSampler:
             if self.labels:
                 jobs.append(self.backend.lookup(seeds, False, True))
             res = await asyncio.gather(*jobs)
-            if self.features and "features" in res[0]:
+            if self.features and "features" in res[0]:  # torch shares the arrays' memory
                 batch.x = torch.from_numpy(res[0]["features"])
             if self.labels and "labels" in res[-1]:
                 batch.y = torch.from_numpy(res[-1]["labels"])

@@ -26,16 +26,43 @@ from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from glisp_core.config import ServeConfig
 from glisp_core.dataset.layout import DatasetVersion
 from glisp_core.errors import StageError
+from glisp_serving import profile
 from glisp_serving.cluster_info import dataset_facts, heldout_chunks, partition_info, read_heldout, routing_chunks
 from glisp_serving.engine import PartitionSampler, RequestError
 from glisp_serving.memory import map_large_allocations, release_clean_library_pages, release_free_heap, snapshot
 from glisp_serving.proto import sampling_pb2 as pb
 from glisp_serving.proto import sampling_pb2_grpc as pb_grpc
-from glisp_serving.wire import WireError, from_array, to_array
+from glisp_serving.wire import (
+    GATHER_REQUEST,
+    GATHER_RESPONSE,
+    LOOKUP_REQUEST,
+    LOOKUP_RESPONSE,
+    WireError,
+    decode,
+    encode,
+    from_array,
+    to_array,
+)
 
 log = logging.getLogger("glisp.serve")
 SERVICE_NAME = "glisp.sampling.v1.Sampling"
 _IDS = ("<i8", "<i4")
+
+
+def _request_id(raw: bytes) -> int:
+    """The request_id of a GatherRequest that did not decode as a whole (0 when unreadable)."""
+    try:
+        return int(decode({"request_id": GATHER_REQUEST["request_id"]}, raw).get("request_id", 0))
+    except WireError:
+        return 0
+
+
+def _ids(m: dict, name: str) -> np.ndarray:
+    """The id array field ``name`` of a decoded request; WireError unless it is int32/int64."""
+    a = m.get(name)
+    if a is None or a.dtype.str not in _IDS:
+        raise WireError(f"{name}: dtype must be one of {sorted(_IDS)} (got {a.dtype.str if a is not None else ''!r})")
+    return a
 
 
 class SamplingServicer(pb_grpc.SamplingServicer):
@@ -47,6 +74,7 @@ class SamplingServicer(pb_grpc.SamplingServicer):
         baseline: dict[str, int],
         rss_import: int = 0,
         dv: DatasetVersion | None = None,
+        max_streams: int = 64,
     ) -> None:
         self.engine = engine
         self.dataset, self.run = dataset, run
@@ -56,56 +84,99 @@ class SamplingServicer(pb_grpc.SamplingServicer):
         self.rss_import = rss_import
         self.file_bytes = int(sum(engine.r.file_bytes().values()))
         self.partition_dir = Path(getattr(engine.r, "path", "")) if getattr(engine.r, "path", None) else None
+        self.max_streams = max_streams
+        self._stream_lock = threading.Lock()
+        self._streams: dict[int, tuple[grpc.ServicerContext, list[bool]]] = {}
+        self._stopping = False
 
     @staticmethod
     def _invalid(context: grpc.ServicerContext, e: Exception) -> None:
         context.abort(grpc.StatusCode.INVALID_ARGUMENT, str(e))
 
-    def Gather(self, request: pb.GatherRequest, context: grpc.ServicerContext) -> pb.GatherResponse:
-        err = None
-        try:
-            seeds = from_array(request.seeds, "seeds", _IDS)
-            tf = [(t.edge_type, t.fanout) for t in request.type_fanouts]
-            res = self.engine.gather(
-                seeds,
-                fanout=request.fanout,
-                type_fanouts=tf or None,
-                method=request.method or "uniform",
-                direction="in" if request.direction == pb.IN else "out",
-                max_time=request.max_time if request.HasField("max_time") else None,
-                seed=request.seed,
-                edge_ids=request.edge_ids,
-            )
-        except (RequestError, WireError) as e:
-            err = e
-        if err is not None:
-            self._invalid(context, err)
-        resp = pb.GatherResponse(
-            counts=to_array(res.counts),
-            neighbors=to_array(res.nbrs.astype(self.engine.id_dtype, copy=False)),
-            merge=res.merge,
-            fanouts=res.fanouts.tolist(),
-            part_id=self.engine.part,
+    def _answer(self, raw: bytes) -> bytes:
+        """GatherRequest wire bytes -> GatherResponse wire bytes; RequestError/WireError for a bad request."""
+        with profile.stage("server.decode"):
+            m = decode(GATHER_REQUEST, raw)
+            seeds = _ids(m, "seeds")
+        res = self.engine.gather(
+            seeds,
+            fanout=m.get("fanout", 0),
+            type_fanouts=m.get("type_fanouts"),
+            method=m.get("method") or "uniform",
+            direction="in" if m.get("direction", pb.OUT) == pb.IN else "out",
+            max_time=m.get("max_time"),
+            seed=m.get("seed", 0),
+            edge_ids=m.get("edge_ids", False),
         )
-        if res.keys is not None:
-            resp.keys.CopyFrom(to_array(res.keys))
-        if res.edge_ids is not None:
-            resp.edge_ids.CopyFrom(to_array(res.edge_ids))
-        return resp
+        with profile.stage("server.encode"):
+            return encode(GATHER_RESPONSE, counts=res.counts, neighbors=res.nbrs, keys=res.keys, edge_ids=res.edge_ids,
+                          merge=res.merge, fanouts=res.fanouts, part_id=self.engine.part,
+                          request_id=m.get("request_id") or None)  # fmt: skip
 
-    def Lookup(self, request: pb.LookupRequest, context: grpc.ServicerContext) -> pb.LookupResponse:
+    def Gather(self, raw: bytes, context: grpc.ServicerContext) -> bytes:
+        """GatherRequest wire bytes -> GatherResponse wire bytes (see :func:`glisp_serving.wire.encode`)."""
+        try:
+            return self._answer(raw)
+        except (RequestError, WireError) as e:
+            self._invalid(context, e)
+            raise AssertionError("unreachable") from None
+
+    def GatherStream(self, requests: Any, context: grpc.ServicerContext) -> Any:
+        """Gather over one long-lived stream; a bad request is answered with error_code (stream stays open).
+
+        At most ``serve.max_streams`` streams are open (RESOURCE_EXHAUSTED beyond: the client then uses
+        unary Gather). On shutdown an idle stream is cancelled at once and a busy one after its answer.
+        """
+        with self._stream_lock:
+            if self._stopping:
+                context.abort(grpc.StatusCode.UNAVAILABLE, "the server is shutting down")
+            if len(self._streams) >= self.max_streams:
+                context.abort(grpc.StatusCode.RESOURCE_EXHAUSTED,
+                              f"serve.max_streams={self.max_streams} Gather streams are open; use unary Gather")  # fmt: skip
+            busy = [False]
+            self._streams[id(context)] = (context, busy)
+        try:
+            for raw in requests:
+                busy[0] = True
+                try:
+                    out = self._answer(raw)
+                except (RequestError, WireError) as e:
+                    rid = _request_id(raw)
+                    out = encode(GATHER_RESPONSE, request_id=rid or None,
+                                 error_code=grpc.StatusCode.INVALID_ARGUMENT.value[0], error=str(e))  # fmt: skip
+                finally:
+                    busy[0] = False
+                yield out
+                if self._stopping:
+                    return
+        except grpc.RpcError:
+            return  # cancelled: the client went away, or shutdown cancelled an idle stream
+        finally:
+            with self._stream_lock:
+                self._streams.pop(id(context), None)
+
+    def begin_shutdown(self) -> None:
+        """Refuse new streams, cancel idle ones; busy ones end after their current answer."""
+        with self._stream_lock:
+            self._stopping = True
+            idle = [ctx for ctx, busy in self._streams.values() if not busy[0]]
+        for ctx in idle:
+            ctx.cancel()
+
+    def Lookup(self, raw: bytes, context: grpc.ServicerContext) -> bytes:
+        """LookupRequest wire bytes -> LookupResponse wire bytes."""
         err = None
         try:
-            out = self.engine.features(from_array(request.vertices, "vertices", _IDS), request.features, request.labels)
+            with profile.stage("server.decode"):
+                m = decode(LOOKUP_REQUEST, raw)
+                ids = _ids(m, "vertices")
+            out = self.engine.features(ids, m.get("features", False), m.get("labels", False))
         except (RequestError, WireError) as e:
             err = e
         if err is not None:
             self._invalid(context, err)
-        resp = pb.LookupResponse()
-        for k in ("features", "labels", "split"):
-            if k in out:
-                getattr(resp, k).CopyFrom(to_array(out[k]))
-        return resp
+        with profile.stage("server.lookup_encode"):
+            return encode(LOOKUP_RESPONSE, **out)
 
     def VertexInfo(self, request: pb.VertexInfoRequest, context: grpc.ServicerContext) -> pb.VertexInfoResponse:
         err = None
@@ -125,7 +196,11 @@ class SamplingServicer(pb_grpc.SamplingServicer):
         with e._lock:
             counters = (e.requests, e.vertices_served, e.edges_served, e.busy_s)
         mem = snapshot(self.partition_dir)
+        prof = profile.snapshot()
         return pb.StatsResponse(
+            process_cpu_seconds=prof["process_cpu_s"],
+            stage_cpu_seconds=prof["stages_s"],
+            stage_calls=prof["calls"],
             requests=counters[0],
             vertices_served=counters[1],
             edges_served=counters[2],
@@ -176,15 +251,51 @@ class SamplingServicer(pb_grpc.SamplingServicer):
         yield from heldout_chunks(edges, request.chunk)
 
 
+def _timed(fn: Any, name: str) -> Any:
+    def run(x: Any) -> Any:
+        with profile.stage(name):
+            return fn(x)
+
+    return run
+
+
+def add_servicer(servicer: SamplingServicer, server: grpc.Server) -> None:
+    """Register the Sampling service; request parsing and response serialization count as stages."""
+    rpcs = {
+        "Gather": (pb.GatherRequest, pb.GatherResponse),
+        "Lookup": (pb.LookupRequest, pb.LookupResponse),
+        "VertexInfo": (pb.VertexInfoRequest, pb.VertexInfoResponse),
+        "Stats": (pb.StatsRequest, pb.StatsResponse),
+    }
+    raw = ("Gather", "Lookup")  # the servicer reads and writes their wire bytes itself
+    handlers = {
+        name: grpc.unary_unary_rpc_method_handler(
+            getattr(servicer, name),
+            request_deserializer=None if name in raw else _timed(req.FromString, "server.parse"),
+            response_serializer=None if name in raw else _timed(resp.SerializeToString, "server.serialize"),
+        )
+        for name, (req, resp) in rpcs.items()
+    }
+    handlers["GatherStream"] = grpc.stream_stream_rpc_method_handler(servicer.GatherStream)
+    streamed = {"Routing": (pb.RoutingRequest, pb.RoutingChunk), "HeldOutEdges": (pb.HeldOutRequest, pb.HeldOutChunk)}
+    for name, (req, resp) in streamed.items():
+        handlers[name] = grpc.unary_stream_rpc_method_handler(
+            getattr(servicer, name), request_deserializer=req.FromString, response_serializer=resp.SerializeToString
+        )
+    server.add_generic_rpc_handlers((grpc.method_handlers_generic_handler(SERVICE_NAME, handlers),))
+
+
 def warm_up(engine: PartitionSampler) -> None:
     """Compile (or load from numba's cache) every kernel variant on this partition's dtypes."""
     r = engine.r
     if r.num_vertices == 0:
         return
-    seeds = np.asarray(r.global_id[: min(8, r.num_vertices)], np.int64)
-    # numba specialises on writability: ids decoded from the wire are read-only (np.frombuffer) when
-    # they arrive as int64 and writable when widened from int32, so warm both
-    both = (seeds, np.array(seeds))
+    seeds = np.array(r.global_id[: min(8, r.num_vertices)], np.int64)
+    # numba specialises on dtype and writability: ids decoded from the wire are read-only int32 or
+    # int64 (np.frombuffer); the in-process sampler passes writable int64
+    both = [seeds, np.frombuffer(seeds.tobytes(), np.int64)]
+    if engine.id_dtype == np.int32:
+        both.append(np.frombuffer(seeds.astype(np.int32).tobytes(), np.int32))
     methods = ["uniform", "uniform_exact", "replace"] + (["weighted"] if engine.weight is not None else [])
     for ids in both:
         for m in methods:
@@ -193,7 +304,8 @@ def warm_up(engine: PartitionSampler) -> None:
                 if engine.timestamp is not None:  # a bound every edge meets, so the fill kernel runs too
                     engine.gather(ids, fanout=2, method=m, direction=d, max_time=np.iinfo(np.int64).max)
         if len(r.edge_type_names) > 1:
-            engine.gather(ids, type_fanouts=[(r.edge_type_names[0], 2)], method="uniform")
+            for d in ("out", "in"):
+                engine.gather(ids, type_fanouts=[(r.edge_type_names[0], 2)], method="uniform", direction=d)
     with engine._lock:  # warm-up is not served work
         engine.requests = engine.vertices_served = engine.edges_served = 0
         engine.busy_s = 0.0
@@ -245,7 +357,7 @@ def warm_up_synthetic(part_dir: Path, cfg: ServeConfig) -> None:
     tmp = Path(tempfile.mkdtemp(prefix="glisp-warmup-"))
     try:
         engine = PartitionSampler(open_partition(synthetic_partition(meta, tmp / "part-00000"), verify=False),
-                                  threads=cfg.threads, chunk=cfg.chunk)  # fmt: skip
+                                  threads=cfg.threads, chunk=cfg.chunk, dense_id_map_mb=cfg.dense_id_map_mb)  # fmt: skip
         warm_up(engine)
         engine.features(engine.global_id[:4])
         engine.close()
@@ -269,7 +381,8 @@ def serve(
     released = release_clean_library_pages() if cfg.release_compiler_pages else 0
     baseline = snapshot()
     reader = open_partition(part_dir, verify=cfg.verify)
-    engine = PartitionSampler(reader, threads=cfg.threads, chunk=cfg.chunk, max_batch=cfg.max_batch)
+    engine = PartitionSampler(reader, threads=cfg.threads, chunk=cfg.chunk, max_batch=cfg.max_batch,
+                              dense_id_map_mb=cfg.dense_id_map_mb)  # fmt: skip
     if cfg.warmup:
         warm_up(engine)  # loads nothing new unless the partition needs int64 indices
     if cfg.release_compiler_pages:
@@ -277,12 +390,12 @@ def serve(
     log.info("released %.1f MiB of compiler pages; runtime baseline RSS %.1f MiB", released / 2**20,
              baseline["rss"] / 2**20)  # fmt: skip
     mb = cfg.max_message_mb * 1024 * 1024
-    server = grpc.server(
-        ThreadPoolExecutor(max_workers=max(2, cfg.threads), thread_name_prefix="glisp-rpc"),
+    server = grpc.server(  # a Gather stream holds a worker thread while open: one each, plus the unary RPCs'
+        ThreadPoolExecutor(max_workers=max(2, cfg.threads) + cfg.max_streams, thread_name_prefix="glisp-rpc"),
         options=[("grpc.max_send_message_length", mb), ("grpc.max_receive_message_length", mb)],
     )
-    servicer = SamplingServicer(engine, f"{dv.graph}/{dv.version}", run, baseline, rss_import, dv=dv)
-    pb_grpc.add_SamplingServicer_to_server(servicer, server)
+    servicer = SamplingServicer(engine, f"{dv.graph}/{dv.version}", run, baseline, rss_import, dv, cfg.max_streams)
+    add_servicer(servicer, server)
     health_servicer = health.HealthServicer()
     health_pb2_grpc.add_HealthServicer_to_server(health_servicer, server)
     bound = server.add_insecure_port(f"{cfg.host}:{cfg.port if port is None else port}")
@@ -307,6 +420,7 @@ def serve(
     )
     stop.wait()
     health_servicer.enter_graceful_shutdown()  # every service NOT_SERVING
+    servicer.begin_shutdown()
     server.stop(cfg.grace_s).wait()
     engine.close()
     print(f"glisp serve: partition {part} stopped", flush=True)
