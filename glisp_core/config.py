@@ -195,12 +195,18 @@ class ServeConfig:
     max_message_mb: int = 256
     grace_s: float = 5.0  # SIGTERM drain time
     chunk: int = 4096  # tasks per kernel chunk; a larger batch is split across the threads
-    verify: bool = False  # hash every partition file on start (sizes and version are always checked)
+    # partition hashes "background" (after SERVING), "start" or "off"; sizes, version, CSR structure always
+    verify: Literal["background", "start", "off"] = "background"
     warmup: bool = True  # run each kernel once before reporting SERVING
     release_compiler_pages: bool = True  # after warm-up, unmap libLLVM's clean pages (~100 MiB of RSS)
     start_timeout_s: float = 120.0  # serve-cluster: how long to wait for every server to be healthy
     dense_id_map_mb: float = 256.0  # global->local ids by a dense int32 map when it fits; else a sorted lookup
     max_streams: int = 64  # open GatherStream calls (each holds a thread); beyond, clients use unary Gather
+    replicas: int = 1  # serve-cluster: servers per partition
+    max_fanout: int = 100_000  # one hop's / edge type's fanout; more is INVALID_ARGUMENT
+    max_request_edges: int = 16_000_000  # seeds x sum of fanouts per Gather; more is RESOURCE_EXHAUSTED
+    max_concurrent_rpcs: int = 256  # RPCs in progress (an open stream counts); more is RESOURCE_EXHAUSTED
+    drain_s: float = 1.0  # SIGTERM: NOT_SERVING but still answering this long, then drain for grace_s
 
 
 @dataclass(frozen=True, kw_only=True)

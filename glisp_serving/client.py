@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import asyncio
 import threading
+import time
 from collections import deque
 from collections.abc import Iterator, Sequence
 from concurrent.futures import Future
@@ -46,6 +47,18 @@ from glisp_serving.wire import (
     decode,
     encode,
 )
+
+# a restarted server is used again within a second or two (gRPC's default reconnect backoff grows to 120 s)
+RECONNECT_OPTIONS = [("grpc.initial_reconnect_backoff_ms", 200), ("grpc.min_reconnect_backoff_ms", 200),
+                     ("grpc.max_reconnect_backoff_ms", 2000)]  # fmt: skip
+_FAILOVER = (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED)
+
+
+def _retryable(code: grpc.StatusCode, details: str) -> bool:
+    """Worth another replica: the server is gone, slow, or refusing for load (not for the request's size)."""
+    if code in _FAILOVER:
+        return True
+    return code == grpc.StatusCode.RESOURCE_EXHAUSTED and "serve.max_" not in (details or "")
 
 
 class SamplingError(GlispError):
@@ -96,10 +109,12 @@ class RemoteBackend:
     def __init__(self, spec: ClusterSpec, routing: RoutingTable, cfg: ClientConfig, mode: str, max_mb: int) -> None:
         self.spec, self.routing, self.cfg, self.mode = spec, routing, cfg, mode
         self.num_vertices = routing.num_vertices
-        self._opts = [("grpc.max_send_message_length", max_mb << 20), ("grpc.max_receive_message_length", max_mb << 20)]
+        self._opts = [("grpc.max_send_message_length", max_mb << 20), ("grpc.max_receive_message_length", max_mb << 20),
+                      *RECONNECT_OPTIONS]  # fmt: skip
         self._channels: list[list[grpc.aio.Channel]] = []
         self._stubs: list[list[_Stub]] = []
-        self._pref = [0] * spec.num_parts  # index of the address that answered last
+        self._next = [0] * spec.num_parts  # round robin over each partition's replicas
+        self._down: dict[tuple[int, int], tuple[float, int]] = {}  # (part, replica) -> (skip until, failures)
         self.colocated: ColocatedReader | None = None  # set by SamplingClient when partitions are on this host
         self._streams: dict[tuple[int, int], GatherStream] = {}  # (partition, address index) -> open stream
         self._unary_only: set[tuple[int, int]] = set()
@@ -118,18 +133,23 @@ class RemoteBackend:
                 await c.close()
 
     async def call(self, part: int, method: str, request: Any) -> Any:
-        """One request to partition ``part`` with a deadline, retried on UNAVAILABLE (next address).
+        """One request to partition ``part`` with a deadline per attempt.
 
-        ``Gather`` takes encoded request bytes and returns the decoded answer (over the partition's
-        Gather stream when ``client.gather_streams``); other methods take and return messages.
+        Requests take the partition's replicas in turn (round robin), skipping one that failed within
+        the last ``client.backoff_s`` x 2^failures; UNAVAILABLE, DEADLINE_EXCEEDED and concurrency
+        back-pressure (RESOURCE_EXHAUSTED not about a request's own size) fail over to the next replica,
+        at most ``client.retries`` times. ``Gather`` takes encoded request bytes and returns the decoded
+        answer (over the replica's Gather stream when ``client.gather_streams``); other methods take and
+        return messages.
         """
         addrs = self.spec.addresses[part]
-        delay = self.cfg.backoff_s
+        delay, tried = self.cfg.backoff_s, []
         for attempt in range(self.cfg.retries + 1):
-            i = self._pref[part] % len(addrs)
+            i = self._pick(part)
+            tried.append(addrs[i])
             try:
                 resp = await self._once(part, i, method, request)
-                self._pref[part] = i
+                self._down.pop((part, i), None)
                 return resp
             except grpc.aio.AioRpcError as e:
                 code, details = e.code(), e.details()
@@ -140,13 +160,31 @@ class RemoteBackend:
                     grpc.StatusCode.DEADLINE_EXCEEDED,
                     f"no answer within client.deadline_s={self.cfg.deadline_s}",
                 )
-            if code == grpc.StatusCode.UNAVAILABLE and attempt < self.cfg.retries:
-                self._pref[part] = i + 1  # fail over to the next address of the partition
-                await asyncio.sleep(delay)
-                delay *= 2
+            if _retryable(code, details) and attempt < self.cfg.retries:
+                self._mark_down(part, i)
+                if len(addrs) == 1 or all((part, j) in self._down for j in range(len(addrs))):
+                    await asyncio.sleep(delay)  # nowhere else to go: wait before trying again
+                    delay *= 2
                 continue
-            raise SamplingError(f"partition {part} at {addrs[i]}: {method} failed with {code.name}: {details}", code)
+            where = addrs[i] if len(set(tried)) == 1 else f"replicas {sorted(set(tried))}"
+            raise SamplingError(f"partition {part} at {where}: {method} failed with {code.name}: {details}", code)
         raise AssertionError("unreachable")
+
+    def _pick(self, part: int) -> int:
+        """The next replica of ``part`` in turn, skipping those marked down while one is not."""
+        n = len(self.spec.addresses[part])
+        now = time.monotonic()
+        for _ in range(n):
+            i = self._next[part] % n
+            self._next[part] += 1
+            until = self._down.get((part, i))
+            if until is None or until[0] <= now:
+                return i
+        return min(range(n), key=lambda j: self._down[(part, j)][0])  # all down: the one back soonest
+
+    def _mark_down(self, part: int, i: int) -> None:
+        failures = self._down.get((part, i), (0.0, 0))[1] + 1
+        self._down[(part, i)] = (time.monotonic() + self.cfg.backoff_s * 2 ** min(failures - 1, 6), failures)
 
     async def _once(self, part: int, i: int, method: str, request: Any) -> Any:
         stub = self._stubs[part][i]

@@ -34,6 +34,11 @@ class RequestError(GlispError):
     """A request the server cannot serve as asked (maps to gRPC INVALID_ARGUMENT)."""
 
 
+class RequestTooCostly(RequestError):
+    """A well-formed request whose answer would exceed the server's per-request budget
+    (``serve.max_request_edges``, ``serve.max_message_mb``); maps to RESOURCE_EXHAUSTED."""
+
+
 @dataclass
 class GatherResult:
     """One server's partial one-hop sample for a batch of seeds.
@@ -60,9 +65,16 @@ class PartitionSampler:
 
     def __init__(
         self, reader: Any, threads: int = 1, chunk: int = 4096, max_batch: int = 1_000_000,
-        dense_id_map_mb: float = 256.0,
+        dense_id_map_mb: float = 256.0, max_fanout: int = 100_000, max_request_edges: int = 16_000_000,
+        max_response_bytes: int = 256 << 20,
     ) -> None:  # fmt: skip
+        """``max_fanout`` bounds one fanout, ``max_request_edges`` the sampled-edge slots a request may
+        allocate (seeds x sum of fanouts: every method's buffers are sized by it) and
+        ``max_response_bytes`` a Lookup's rows: one request can never take more memory than these."""
         self.r = reader
+        self.max_fanout = int(max_fanout)
+        self.max_request_edges = int(max_request_edges)
+        self.max_response_bytes = int(max_response_bytes)
         self.part = int(reader.part_id)
         self.num_parts = int(reader.num_parts)
         self.chunk = max(1, int(chunk))
@@ -135,9 +147,21 @@ class PartitionSampler:
         for name, f in type_fanouts:
             if name not in self.edge_type_names:
                 raise RequestError(f"edge type {name!r} does not exist; known: {self.edge_type_names} (got {name!r})")
-            ids.append(self.edge_type_names.index(name))
+            t = self.edge_type_names.index(name)
+            if t in ids:
+                raise RequestError(f"type_fanouts: edge type {name!r} is listed twice (got {list(type_fanouts)[:4]})")
+            ids.append(t)
             fans.append(int(f))
         return ids, np.asarray(fans, np.int64)
+
+    def _check_cost(self, n: int, fans: np.ndarray) -> None:
+        """The request's buffers (n seeds x sum of fanouts slots) within serve.max_request_edges."""
+        slots = n * int(fans.sum())
+        if slots > self.max_request_edges:
+            raise RequestTooCostly(
+                f"request: {n} seeds x fanouts {fans.tolist()} = {slots:,} sampled-edge slots, over "
+                f"serve.max_request_edges={self.max_request_edges:,}; split the batch"
+            )
 
     # ------------------------------------------------------------------ Gather
     def _kernel_method(
@@ -158,6 +182,8 @@ class PartitionSampler:
             type_ids, fans = [], np.asarray([int(fanout)], np.int64)
         if (fans < 0).any():
             raise RequestError(f"fanout: must be >= 0 (got {fans.tolist()})")
+        if (fans > self.max_fanout).any():
+            raise RequestError(f"fanout: at most serve.max_fanout={self.max_fanout} (got {int(fans.max())})")
         if method == "weighted" and self.weight is None:
             raise RequestError(f"method 'weighted': partition {self.part} has no edge weights (got weighted)")
         if max_time is not None and self.timestamp is None:
@@ -200,6 +226,7 @@ class PartitionSampler:
             # one argument type per partition for the kernel (numba compiles one specialisation per
             # dtype and writability): writable int64 global ids, int32 local ids
             seeds = np.array(self._check_batch(seeds, "seeds"), np.int64)
+            self._check_cost(len(seeds), fans)
             lids = np.asarray(self.check_ids(seeds, "seeds"), np.int32)
         is_in = direction == "in"
         typed = bool(type_ids)
@@ -272,6 +299,7 @@ class PartitionSampler:
         """Features/labels/split of vertices mastered here; RequestError when one is not."""
         t0 = time.perf_counter()
         gids = self._check_batch(gids, "vertices")
+        self._check_lookup_bytes(len(gids), want_features, want_labels)
         with profile.stage("server.lookup_rows"):
             rows = np.asarray(self.r.feature_rows(gids.astype(np.int64, copy=False)))
         bad = rows < 0
@@ -290,6 +318,19 @@ class PartitionSampler:
                 out["split"] = np.asarray(self.r.split[rows], np.int8)
         self._account(len(gids), 0, time.perf_counter() - t0)
         return out
+
+    def _check_lookup_bytes(self, n: int, want_features: bool, want_labels: bool) -> None:
+        """A Lookup answer (rows are copied, repeated ids included) within serve.max_message_mb."""
+        row = 0
+        if want_features and self.r.features is not None:
+            row += int(np.prod(self.r.features.shape[1:], dtype=np.int64)) * 4
+        if want_labels and self.r.labels is not None:
+            row += 9
+        if n * row > self.max_response_bytes:
+            raise RequestTooCostly(
+                f"vertices: {n:,} rows x {row} bytes = {n * row:,} bytes, over serve.max_message_mb="
+                f"{self.max_response_bytes >> 20}; split the lookup"
+            )
 
     def vertex_info(self, gids: np.ndarray) -> dict[str, np.ndarray]:
         """Global out/in degree, replica bitmask rows and master partition of vertices held here."""

@@ -11,7 +11,6 @@ from __future__ import annotations
 import json
 import logging
 import os
-import signal
 import threading
 import time
 from collections.abc import Iterator
@@ -21,14 +20,15 @@ from typing import Any
 
 import grpc
 import numpy as np
-from grpc_health.v1 import health, health_pb2, health_pb2_grpc
+from grpc_health.v1 import health, health_pb2_grpc
 
 from glisp_core.config import ServeConfig
 from glisp_core.dataset.layout import DatasetVersion
 from glisp_core.errors import StageError
 from glisp_serving import profile
 from glisp_serving.cluster_info import dataset_facts, heldout_chunks, partition_info, read_heldout, routing_chunks
-from glisp_serving.engine import PartitionSampler, RequestError
+from glisp_serving.engine import PartitionSampler, RequestError, RequestTooCostly
+from glisp_serving.lifecycle import ServingState, StopDuringStart
 from glisp_serving.memory import map_large_allocations, release_clean_library_pages, release_free_heap, snapshot
 from glisp_serving.proto import sampling_pb2 as pb
 from glisp_serving.proto import sampling_pb2_grpc as pb_grpc
@@ -47,6 +47,8 @@ from glisp_serving.wire import (
 log = logging.getLogger("glisp.serve")
 SERVICE_NAME = "glisp.sampling.v1.Sampling"
 _IDS = ("<i8", "<i4")
+# fault injection for the drain and failover tests: every Gather takes at least this long (never set in production)
+_FAULT_GATHER_DELAY_S = float(os.environ.get("GLISP_FAULT_GATHER_DELAY_S", "0") or 0)
 
 
 def _request_id(raw: bytes) -> int:
@@ -65,6 +67,11 @@ def _ids(m: dict, name: str) -> np.ndarray:
     return a
 
 
+def status_of(e: Exception) -> grpc.StatusCode:
+    """RESOURCE_EXHAUSTED for a request over the server's budget, INVALID_ARGUMENT for a malformed one."""
+    return grpc.StatusCode.RESOURCE_EXHAUSTED if isinstance(e, RequestTooCostly) else grpc.StatusCode.INVALID_ARGUMENT
+
+
 class SamplingServicer(pb_grpc.SamplingServicer):
     def __init__(
         self,
@@ -75,8 +82,10 @@ class SamplingServicer(pb_grpc.SamplingServicer):
         rss_import: int = 0,
         dv: DatasetVersion | None = None,
         max_streams: int = 64,
+        state: ServingState | None = None,
     ) -> None:
         self.engine = engine
+        self.state = state or ServingState()
         self.dataset, self.run = dataset, run
         self.dv = dv  # the served dataset version: Routing's header and HeldOutEdges read its manifest/files
         self.t0 = time.time()
@@ -91,13 +100,15 @@ class SamplingServicer(pb_grpc.SamplingServicer):
 
     @staticmethod
     def _invalid(context: grpc.ServicerContext, e: Exception) -> None:
-        context.abort(grpc.StatusCode.INVALID_ARGUMENT, str(e))
+        context.abort(status_of(e), str(e))
 
     def _answer(self, raw: bytes) -> bytes:
         """GatherRequest wire bytes -> GatherResponse wire bytes; RequestError/WireError for a bad request."""
         with profile.stage("server.decode"):
             m = decode(GATHER_REQUEST, raw)
             seeds = _ids(m, "seeds")
+        if _FAULT_GATHER_DELAY_S:
+            time.sleep(_FAULT_GATHER_DELAY_S)
         res = self.engine.gather(
             seeds,
             fanout=m.get("fanout", 0),
@@ -113,13 +124,22 @@ class SamplingServicer(pb_grpc.SamplingServicer):
                           merge=res.merge, fanouts=res.fanouts, part_id=self.engine.part,
                           request_id=m.get("request_id") or None)  # fmt: skip
 
+    def _refuse_if_out_of_service(self, context: grpc.ServicerContext) -> None:
+        why = self.state.refusal()
+        if why is not None:
+            context.abort(grpc.StatusCode.UNAVAILABLE, why)
+
     def Gather(self, raw: bytes, context: grpc.ServicerContext) -> bytes:
         """GatherRequest wire bytes -> GatherResponse wire bytes (see :func:`glisp_serving.wire.encode`)."""
-        try:
-            return self._answer(raw)
-        except (RequestError, WireError) as e:
-            self._invalid(context, e)
-            raise AssertionError("unreachable") from None
+        self._refuse_if_out_of_service(context)
+        err = None
+        with self.state.request():
+            try:
+                return self._answer(raw)
+            except (RequestError, WireError) as e:
+                err = e
+        self._invalid(context, err)
+        raise AssertionError("unreachable")
 
     def GatherStream(self, requests: Any, context: grpc.ServicerContext) -> Any:
         """Gather over one long-lived stream; a bad request is answered with error_code (stream stays open).
@@ -135,15 +155,20 @@ class SamplingServicer(pb_grpc.SamplingServicer):
                               f"serve.max_streams={self.max_streams} Gather streams are open; use unary Gather")  # fmt: skip
             busy = [False]
             self._streams[id(context)] = (context, busy)
+        self._refuse_if_out_of_service(context)
         try:
             for raw in requests:
                 busy[0] = True
                 try:
-                    out = self._answer(raw)
+                    why = self.state.refusal()
+                    if why is not None:  # the stream ends; the client fails over to another replica
+                        context.abort(grpc.StatusCode.UNAVAILABLE, why)
+                    with self.state.request():
+                        out = self._answer(raw)
                 except (RequestError, WireError) as e:
                     rid = _request_id(raw)
                     out = encode(GATHER_RESPONSE, request_id=rid or None,
-                                 error_code=grpc.StatusCode.INVALID_ARGUMENT.value[0], error=str(e))  # fmt: skip
+                                 error_code=status_of(e).value[0], error=str(e))  # fmt: skip
                 finally:
                     busy[0] = False
                 yield out
@@ -165,12 +190,14 @@ class SamplingServicer(pb_grpc.SamplingServicer):
 
     def Lookup(self, raw: bytes, context: grpc.ServicerContext) -> bytes:
         """LookupRequest wire bytes -> LookupResponse wire bytes."""
+        self._refuse_if_out_of_service(context)
         err = None
         try:
             with profile.stage("server.decode"):
                 m = decode(LOOKUP_REQUEST, raw)
                 ids = _ids(m, "vertices")
-            out = self.engine.features(ids, m.get("features", False), m.get("labels", False))
+            with self.state.request():
+                out = self.engine.features(ids, m.get("features", False), m.get("labels", False))
         except (RequestError, WireError) as e:
             err = e
         if err is not None:
@@ -227,6 +254,10 @@ class SamplingServicer(pb_grpc.SamplingServicer):
             timestamped=bool(r.timestamped),
             feature_dim=int(r.feature_dim),
             format_version=int(getattr(r, "format_version", 0)),
+            integrity=self.state.integrity,
+            restarts=self.state.restarts,
+            in_flight=self.state.in_flight,
+            serving=not self.state.stop.is_set() and self.state.refusal() is None,
         )
 
     def Routing(self, request: pb.RoutingRequest, context: grpc.ServicerContext) -> Iterator[pb.RoutingChunk]:
@@ -368,49 +399,80 @@ def warm_up_synthetic(part_dir: Path, cfg: ServeConfig) -> None:
 
 
 def serve(
-    dv: DatasetVersion, run: str, part: int, cfg: ServeConfig, port: int | None = None, port_file: str | None = None
-) -> int:
-    """Serve partition ``part`` of ``run`` until SIGTERM/SIGINT; returns the exit code (0 on a clean stop)."""
-    from glisp_core.partition_format import open_partition
+    dv: DatasetVersion, run: str, part: int, cfg: ServeConfig, port: int | None = None, port_file: str | None = None,
+    restarts: int = 0,
+) -> int:  # fmt: skip
+    """Serve partition ``part`` of ``run`` until SIGTERM/SIGINT; returns the exit code (0 on a clean stop,
+    also when the stop arrives during warm-up)."""
+    state = ServingState(restarts)
+    state.install_signals()
+    try:
+        return _serve(dv, run, part, cfg, port, port_file, state)
+    except StopDuringStart as e:
+        print(f"glisp serve: partition {part} stopped before serving ({e})", flush=True)
+        return 0
 
-    part_dir = dv.partition_dir(run, part)
+
+def _open_engine(part_dir: Path, part: int, cfg: ServeConfig) -> tuple[PartitionSampler, dict[str, int], int]:
+    """The partition checked and opened, the kernels compiled; (engine, runtime baseline, RSS after imports)."""
+    from glisp_core.partition_format import open_partition
+    from glisp_core.partition_format.integrity import check_structure
+
     map_large_allocations()  # response buffers go back to the OS when freed, not to a growing heap
     rss_import = snapshot()["rss"]
+    t = time.perf_counter()
     if cfg.warmup:
+        print(f"glisp serve: partition {part}: compiling the sampling kernels (about a minute the first time on "
+              "a machine; later starts load numba's cache, see docs/serving.md)", flush=True)  # fmt: skip
         warm_up_synthetic(part_dir, cfg)  # the runtime's memory (JIT, caches) before the partition's
     released = release_clean_library_pages() if cfg.release_compiler_pages else 0
     baseline = snapshot()
-    reader = open_partition(part_dir, verify=cfg.verify)
+    reader = open_partition(part_dir, verify=cfg.verify == "start")
+    check_structure(reader)  # the kernels index without bounds checks: nothing out of range may reach them
     engine = PartitionSampler(reader, threads=cfg.threads, chunk=cfg.chunk, max_batch=cfg.max_batch,
-                              dense_id_map_mb=cfg.dense_id_map_mb)  # fmt: skip
+                              dense_id_map_mb=cfg.dense_id_map_mb, max_fanout=cfg.max_fanout,
+                              max_request_edges=cfg.max_request_edges,
+                              max_response_bytes=cfg.max_message_mb << 20)  # fmt: skip
     if cfg.warmup:
         warm_up(engine)  # loads nothing new unless the partition needs int64 indices
+        print(f"glisp serve: partition {part}: kernels ready in {time.perf_counter() - t:.1f} s", flush=True)
     if cfg.release_compiler_pages:
         released += release_clean_library_pages()  # pages a new specialisation faulted back in
     log.info("released %.1f MiB of compiler pages; runtime baseline RSS %.1f MiB", released / 2**20,
              baseline["rss"] / 2**20)  # fmt: skip
+    return engine, baseline, rss_import
+
+
+def _serve(
+    dv: DatasetVersion, run: str, part: int, cfg: ServeConfig, port: int | None, port_file: str | None,
+    state: ServingState,
+) -> int:  # fmt: skip
+    engine, baseline, rss_import = _open_engine(dv.partition_dir(run, part), part, cfg)
     mb = cfg.max_message_mb * 1024 * 1024
     server = grpc.server(  # a Gather stream holds a worker thread while open: one each, plus the unary RPCs'
         ThreadPoolExecutor(max_workers=max(2, cfg.threads) + cfg.max_streams, thread_name_prefix="glisp-rpc"),
-        options=[("grpc.max_send_message_length", mb), ("grpc.max_receive_message_length", mb)],
-    )
-    servicer = SamplingServicer(engine, f"{dv.graph}/{dv.version}", run, baseline, rss_import, dv, cfg.max_streams)
+        options=[("grpc.max_send_message_length", mb), ("grpc.max_receive_message_length", mb),
+                 ("grpc.so_reuseport", 0)],
+        maximum_concurrent_rpcs=cfg.max_concurrent_rpcs or None,
+    )  # fmt: skip
+    servicer = SamplingServicer(engine, f"{dv.graph}/{dv.version}", run, baseline, rss_import, dv, cfg.max_streams,
+                                state)  # fmt: skip
     add_servicer(servicer, server)
     health_servicer = health.HealthServicer()
     health_pb2_grpc.add_HealthServicer_to_server(health_servicer, server)
     bound = server.add_insecure_port(f"{cfg.host}:{cfg.port if port is None else port}")
     if bound == 0:
         raise OSError(f"serve: cannot bind {cfg.host}:{cfg.port if port is None else port}")
-    stop = threading.Event()
-
-    def _on_signal(signum: int, frame: object) -> None:
-        stop.set()
-
-    signal.signal(signal.SIGTERM, _on_signal)
-    signal.signal(signal.SIGINT, _on_signal)
     server.start()
-    for name in ("", SERVICE_NAME):
-        health_servicer.set(name, health_pb2.HealthCheckResponse.SERVING)
+    try:
+        state.started(health_servicer, ("", SERVICE_NAME))
+    except StopDuringStart:
+        server.stop(0).wait()
+        raise
+    if cfg.verify == "background":
+        state.verify_in_background(engine.r)
+    else:
+        state.integrity = "ok" if cfg.verify == "start" else "off"
     if port_file:
         tmp = Path(f"{port_file}.{os.getpid()}.tmp")
         tmp.write_text(str(bound))
@@ -418,10 +480,17 @@ def serve(
     print(
         f"glisp serve: {dv.graph}/{dv.version} run {run} partition {part} listening on {cfg.host}:{bound}", flush=True
     )
-    stop.wait()
-    health_servicer.enter_graceful_shutdown()  # every service NOT_SERVING
-    servicer.begin_shutdown()
-    server.stop(cfg.grace_s).wait()
+    state.stop.wait()
+    _drain(state, servicer, server, cfg)
     engine.close()
     print(f"glisp serve: partition {part} stopped", flush=True)
     return 0
+
+
+def _drain(state: ServingState, servicer: SamplingServicer, server: grpc.Server, cfg: ServeConfig) -> None:
+    """NOT_SERVING first (probes see it for ``serve.drain_s`` while requests are still answered), then no new
+    RPCs, idle streams cancelled, in-flight calls given ``serve.grace_s``."""
+    state.draining()
+    time.sleep(max(0.0, cfg.drain_s))
+    servicer.begin_shutdown()
+    server.stop(cfg.grace_s).wait()

@@ -89,7 +89,11 @@ def _array_parts(number: int, a: np.ndarray) -> list:
     shape = b"".join(_varint(s) for s in a.shape)
     tail = _key(2, 2) + _varint(len(dt)) + dt + _key(3, 2) + _varint(len(shape)) + shape
     head = _key(1, 2) + _varint(a.nbytes)
-    return [_key(number, 2) + _varint(len(head) + a.nbytes + len(tail)) + head, memoryview(a).cast("B"), tail]
+    return [
+        _key(number, 2) + _varint(len(head) + a.nbytes + len(tail)) + head,
+        memoryview(a).cast("B") if a.size else b"",
+        tail,
+    ]
 
 
 def encode(schema: dict, **values) -> bytes:

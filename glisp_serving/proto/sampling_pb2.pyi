@@ -121,7 +121,7 @@ class StatsRequest(_message.Message):
     def __init__(self) -> None: ...
 
 class StatsResponse(_message.Message):
-    __slots__ = ("requests", "vertices_served", "edges_served", "busy_seconds", "rss_bytes", "dataset", "run", "part_id", "num_parts", "num_vertices", "num_edges", "partition_bytes", "uptime_seconds", "edge_types", "weighted", "timestamped", "feature_dim", "format_version", "rss_baseline_bytes", "rss_import_bytes", "uss_bytes", "pss_bytes", "rss_anon_bytes", "rss_file_bytes", "baseline_anon_bytes", "partition_resident_bytes", "process_cpu_seconds", "stage_cpu_seconds", "stage_calls")
+    __slots__ = ("requests", "vertices_served", "edges_served", "busy_seconds", "rss_bytes", "dataset", "run", "part_id", "num_parts", "num_vertices", "num_edges", "partition_bytes", "uptime_seconds", "edge_types", "weighted", "timestamped", "feature_dim", "format_version", "rss_baseline_bytes", "rss_import_bytes", "uss_bytes", "pss_bytes", "rss_anon_bytes", "rss_file_bytes", "baseline_anon_bytes", "partition_resident_bytes", "process_cpu_seconds", "stage_cpu_seconds", "stage_calls", "integrity", "restarts", "in_flight", "serving")
     class StageCpuSecondsEntry(_message.Message):
         __slots__ = ("key", "value")
         KEY_FIELD_NUMBER: _ClassVar[int]
@@ -165,6 +165,10 @@ class StatsResponse(_message.Message):
     PROCESS_CPU_SECONDS_FIELD_NUMBER: _ClassVar[int]
     STAGE_CPU_SECONDS_FIELD_NUMBER: _ClassVar[int]
     STAGE_CALLS_FIELD_NUMBER: _ClassVar[int]
+    INTEGRITY_FIELD_NUMBER: _ClassVar[int]
+    RESTARTS_FIELD_NUMBER: _ClassVar[int]
+    IN_FLIGHT_FIELD_NUMBER: _ClassVar[int]
+    SERVING_FIELD_NUMBER: _ClassVar[int]
     requests: int
     vertices_served: int
     edges_served: int
@@ -194,7 +198,11 @@ class StatsResponse(_message.Message):
     process_cpu_seconds: float
     stage_cpu_seconds: _containers.ScalarMap[str, float]
     stage_calls: _containers.ScalarMap[str, int]
-    def __init__(self, requests: _Optional[int] = ..., vertices_served: _Optional[int] = ..., edges_served: _Optional[int] = ..., busy_seconds: _Optional[float] = ..., rss_bytes: _Optional[int] = ..., dataset: _Optional[str] = ..., run: _Optional[str] = ..., part_id: _Optional[int] = ..., num_parts: _Optional[int] = ..., num_vertices: _Optional[int] = ..., num_edges: _Optional[int] = ..., partition_bytes: _Optional[int] = ..., uptime_seconds: _Optional[float] = ..., edge_types: _Optional[_Iterable[str]] = ..., weighted: _Optional[bool] = ..., timestamped: _Optional[bool] = ..., feature_dim: _Optional[int] = ..., format_version: _Optional[int] = ..., rss_baseline_bytes: _Optional[int] = ..., rss_import_bytes: _Optional[int] = ..., uss_bytes: _Optional[int] = ..., pss_bytes: _Optional[int] = ..., rss_anon_bytes: _Optional[int] = ..., rss_file_bytes: _Optional[int] = ..., baseline_anon_bytes: _Optional[int] = ..., partition_resident_bytes: _Optional[int] = ..., process_cpu_seconds: _Optional[float] = ..., stage_cpu_seconds: _Optional[_Mapping[str, float]] = ..., stage_calls: _Optional[_Mapping[str, int]] = ...) -> None: ...
+    integrity: str
+    restarts: int
+    in_flight: int
+    serving: bool
+    def __init__(self, requests: _Optional[int] = ..., vertices_served: _Optional[int] = ..., edges_served: _Optional[int] = ..., busy_seconds: _Optional[float] = ..., rss_bytes: _Optional[int] = ..., dataset: _Optional[str] = ..., run: _Optional[str] = ..., part_id: _Optional[int] = ..., num_parts: _Optional[int] = ..., num_vertices: _Optional[int] = ..., num_edges: _Optional[int] = ..., partition_bytes: _Optional[int] = ..., uptime_seconds: _Optional[float] = ..., edge_types: _Optional[_Iterable[str]] = ..., weighted: _Optional[bool] = ..., timestamped: _Optional[bool] = ..., feature_dim: _Optional[int] = ..., format_version: _Optional[int] = ..., rss_baseline_bytes: _Optional[int] = ..., rss_import_bytes: _Optional[int] = ..., uss_bytes: _Optional[int] = ..., pss_bytes: _Optional[int] = ..., rss_anon_bytes: _Optional[int] = ..., rss_file_bytes: _Optional[int] = ..., baseline_anon_bytes: _Optional[int] = ..., partition_resident_bytes: _Optional[int] = ..., process_cpu_seconds: _Optional[float] = ..., stage_cpu_seconds: _Optional[_Mapping[str, float]] = ..., stage_calls: _Optional[_Mapping[str, int]] = ..., integrity: _Optional[str] = ..., restarts: _Optional[int] = ..., in_flight: _Optional[int] = ..., serving: _Optional[bool] = ...) -> None: ...
 
 class RoutingRequest(_message.Message):
     __slots__ = ("chunk", "owners", "owner_direction")
