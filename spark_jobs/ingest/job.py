@@ -88,7 +88,9 @@ def run_ingest(
         log(f"ingest: {existing.path} is up to date (same inputs and parameters); use --force to rebuild")
         return existing
     # --force rebuilds the version that holds these inputs in place instead of adding a duplicate
-    version = ing.version or (existing.version if existing else f"{time.strftime('%Y%m%dT%H%M%S', time.gmtime())}-{fp[:8]}")
+    version = ing.version or (
+        existing.version if existing else f"{time.strftime('%Y%m%dT%H%M%S', time.gmtime())}-{fp[:8]}"
+    )
     check_name("version", version)
     key = "spark.sql.csv.parser.columnPruning.enabled"
     old = spark.conf.get(key, None)

@@ -24,7 +24,9 @@ def run_name(cfg: Config) -> str:
     directory) that one could overwrite under the other's manifest record.
     """
     pc = cfg.partition
-    return check_name("partition run", pc.name or f"{pc.algorithm}-p{pc.parts}" + (f"-s{pc.seed}" if pc.seed != 1 else ""))
+    return check_name(
+        "partition run", pc.name or f"{pc.algorithm}-p{pc.parts}" + (f"-s{pc.seed}" if pc.seed != 1 else "")
+    )
 
 
 def run_partition(spark: Any, cfg: Config, dv: DatasetVersion, force: bool = False) -> StageRecord:

@@ -91,7 +91,9 @@ if DAG is not None:  # pragma: no cover
                     conn_id=_env("GLISP_SPARK_CONN", "spark_default"),
                 )
             else:
-                task = BashOperator(task_id=s.task_id, bash_command=" ".join([f"{GLISP_HOME}/.venv/bin/glisp", *s.argv]))
+                task = BashOperator(
+                    task_id=s.task_id, bash_command=" ".join([f"{GLISP_HOME}/.venv/bin/glisp", *s.argv])
+                )
             if prev is not None:
                 prev >> task
             prev = task
