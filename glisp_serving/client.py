@@ -35,9 +35,10 @@ from glisp_serving.blocks import SampledBatch
 from glisp_serving.cluster import ClusterSpec
 from glisp_serving.cluster_info import load_routing
 from glisp_serving.colocated import ColocatedReader, colocated_parts
+from glisp_serving.engine import VERSION_MISMATCH
 from glisp_serving.proto import sampling_pb2 as pb
 from glisp_serving.routing import RoutingTable
-from glisp_serving.sampler import Fanout, HopRequest, KHopSampler, check_seeds, hop_request
+from glisp_serving.sampler import Fanout, HopRequest, KHopSampler, VersionChanged, check_seeds, hop_request
 from glisp_serving.streams import NO_STREAM, GatherStream, StreamFailure
 from glisp_serving.wire import (
     GATHER_REQUEST,
@@ -59,6 +60,23 @@ def _retryable(code: grpc.StatusCode, details: str) -> bool:
     if code in _FAILOVER:
         return True
     return code == grpc.StatusCode.RESOURCE_EXHAUSTED and "serve.max_" not in (details or "")
+
+
+def colocated_reader(spec: ClusterSpec, num_vertices: int) -> ColocatedReader | None:
+    """Readers of the partitions served on this host, when their files are readable here; None otherwise
+    (a trainer with only the cluster file fetches everything by Lookup RPCs)."""
+    parts = colocated_parts(spec)
+    if not parts:
+        return None
+    from glisp_core.dataset.layout import resolve_dataset
+    from glisp_core.partition_format import open_partition
+
+    try:
+        dv = resolve_dataset(spec.dataset)
+        readers = {k: open_partition(dv.partition_dir(spec.run, k), verify=False) for k in parts}
+    except (GlispError, OSError):
+        return None
+    return ColocatedReader(readers, num_vertices)
 
 
 class SamplingError(GlispError):
@@ -109,6 +127,8 @@ class RemoteBackend:
     def __init__(self, spec: ClusterSpec, routing: RoutingTable, cfg: ClientConfig, mode: str, max_mb: int) -> None:
         self.spec, self.routing, self.cfg, self.mode = spec, routing, cfg, mode
         self.num_vertices = routing.num_vertices
+        self.max_mb, self.owner_direction = max_mb, None
+        self.version: str | None = None  # <graph>/<version> the answers come from; set by the first one
         self._opts = [("grpc.max_send_message_length", max_mb << 20), ("grpc.max_receive_message_length", max_mb << 20),
                       *RECONNECT_OPTIONS]  # fmt: skip
         self._channels: list[list[grpc.aio.Channel]] = []
@@ -166,6 +186,8 @@ class RemoteBackend:
                     await asyncio.sleep(delay)  # nowhere else to go: wait before trying again
                     delay *= 2
                 continue
+            if code == grpc.StatusCode.FAILED_PRECONDITION and (details or "").startswith(VERSION_MISMATCH):
+                raise VersionChanged({details[len(VERSION_MISMATCH) :].split()[0]}, self.version)
             where = addrs[i] if len(set(tried)) == 1 else f"replicas {sorted(set(tried))}"
             raise SamplingError(f"partition {part} at {where}: {method} failed with {code.name}: {details}", code)
         raise AssertionError("unreachable")
@@ -204,12 +226,11 @@ class RemoteBackend:
         with profile.stage("client.decode"):
             return decode(GATHER_RESPONSE, raw)
 
-    @staticmethod
-    def _gather_request(ids: np.ndarray, req: HopRequest) -> bytes:
+    def _gather_request(self, ids: np.ndarray, req: HopRequest) -> bytes:
         return encode(
             GATHER_REQUEST, seeds=_wire_ids(ids), fanout=req.fanout or None, type_fanouts=req.type_fanouts,
             method=req.method, direction=pb.IN if req.direction == "in" else None, seed=req.seed or None,
-            edge_ids=req.edge_ids, max_time=req.max_time,
+            edge_ids=req.edge_ids, max_time=req.max_time, version=self.version or None,
         )  # fmt: skip
 
     async def gather(self, frontier: np.ndarray, req: HopRequest, scratch: np.ndarray | None = None) -> HopSample:
@@ -224,6 +245,7 @@ class RemoteBackend:
         with profile.stage("client.encode"):
             reqs = [self._gather_request(frontier[split[k]], req) for k in parts]
         resps = await asyncio.gather(*[self.call(k, "Gather", r) for k, r in zip(parts, reqs, strict=True)])
+        self._same_version([r.get("version", "") for r in resps])
         with profile.stage("client.decode"):
             nslot = len(req.type_fanouts) if req.typed else 1
             fanouts = np.array([f for _, f in req.type_fanouts] if req.typed else [req.fanout], np.int64)
@@ -251,13 +273,52 @@ class RemoteBackend:
             parts = [k for k in range(len(split)) if len(split[k])]
         local = [k for k in parts if self.colocated is not None and k in self.colocated.parts]
         remote = [k for k in parts if k not in local]
-        reqs = [encode(LOOKUP_REQUEST, vertices=_wire_ids(ids[split[k]]), features=features, labels=labels)
-                for k in remote]  # fmt: skip
+        reqs = [encode(LOOKUP_REQUEST, vertices=_wire_ids(ids[split[k]]), features=features, labels=labels,
+                       version=self.version or None) for k in remote]  # fmt: skip
         resps = await asyncio.gather(*[self.call(k, "Lookup", r) for k, r in zip(remote, reqs, strict=True)])
         with profile.stage("client.lookup_assemble"):
+            answers = [decode(LOOKUP_RESPONSE, raw) for raw in resps]
+            self._same_version([a.get("version", "") for a in answers])
             got = [(k, self.colocated.fields(k, features, labels)) for k in local]  # type: ignore[union-attr]
-            got += [(k, decode(LOOKUP_RESPONSE, raw)) for k, raw in zip(remote, resps, strict=True)]
+            got += list(zip(remote, answers, strict=True))
             return self._assemble(ids, split, got, set(local))
+
+    def _same_version(self, versions: list[str]) -> None:
+        """VersionChanged unless every answer is from the version this client samples on."""
+        seen = {v for v in versions if v}
+        if not seen:
+            return  # a server that predates versioned answers
+        if self.version is None and len(seen) == 1:
+            self.version = next(iter(seen))
+        elif seen != {self.version}:
+            raise VersionChanged(seen, self.version)
+
+    async def follow_version(self, change: VersionChanged) -> None:
+        """Wait until every server of the cluster serves one version (a cluster reload commits server by
+        server), then rebuild the routing table (and co-located readers) for it."""
+        deadline = time.monotonic() + self.cfg.deadline_s
+        while True:
+            stats = await asyncio.gather(*[self._stub_stats(k, i) for k, addrs in enumerate(self.spec.addresses)
+                                           for i in range(len(addrs))])  # fmt: skip
+            targets = {(s.dataset, s.dataset_path, s.run) for s in stats}
+            if len(targets) == 1:
+                break
+            if time.monotonic() > deadline:
+                raise SamplingError(f"servers disagree on the version for over client.deadline_s: {sorted(targets)}",
+                                    grpc.StatusCode.FAILED_PRECONDITION)  # fmt: skip
+            await asyncio.sleep(0.05)
+        version, path, run = targets.pop()
+        if version == self.version:
+            return
+        spec = ClusterSpec(dataset=path, run=run, num_parts=self.spec.num_parts, addresses=self.spec.addresses)
+        loop = asyncio.get_running_loop()
+        routing = await loop.run_in_executor(None, load_routing, spec, self.cfg, self.owner_direction, self.max_mb)
+        self.spec, self.routing, self.num_vertices, self.version = spec, routing, routing.num_vertices, version
+        if self.colocated is not None:
+            self.colocated = await loop.run_in_executor(None, colocated_reader, spec, routing.num_vertices)
+
+    async def _stub_stats(self, part: int, i: int) -> Any:
+        return await self._stubs[part][i].Stats(pb.StatsRequest(), timeout=self.cfg.deadline_s)
 
     def _assemble(self, ids: np.ndarray, split: list[np.ndarray], got: list[tuple[int, dict]],
                   local: set[int]) -> dict[str, np.ndarray]:  # fmt: skip
@@ -296,33 +357,28 @@ class SamplingClient:
         self.mode = routing or self.cfg.routing
         owner_direction = direction if self.mode == "owner" else None
         # from the partition files, or from the servers when this machine has only the cluster file
-        self.routing = routing_table or load_routing(self.spec, self.cfg, owner_direction, max_message_mb)
+        routing_table = routing_table or load_routing(self.spec, self.cfg, owner_direction, max_message_mb)
         self.direction = direction
         self._loop = asyncio.new_event_loop()
         self._thread = threading.Thread(target=self._loop.run_forever, name="glisp-client-loop", daemon=True)
         self._thread.start()
-        self.backend = RemoteBackend(self.spec, self.routing, self.cfg, self.mode, max_message_mb)
+        self.backend = RemoteBackend(self.spec, routing_table, self.cfg, self.mode, max_message_mb)
+        self.backend.owner_direction = owner_direction
         if self.cfg.local_reads == "auto":
-            self.backend.colocated = self._colocated_reader()
+            self.backend.colocated = colocated_reader(self.spec, self.routing.num_vertices)
         elif self.cfg.local_reads != "never":
             raise GlispError(f"client.local_reads: expected 'auto' or 'never' (got {self.cfg.local_reads!r})")
         self._run(self.backend.open())
 
-    def _colocated_reader(self) -> ColocatedReader | None:
-        """Readers of the partitions served on this host, when their files are readable here; None otherwise
-        (a trainer with only the cluster file fetches everything by Lookup RPCs)."""
-        parts = colocated_parts(self.spec)
-        if not parts:
-            return None
-        from glisp_core.dataset.layout import resolve_dataset
-        from glisp_core.partition_format import open_partition
+    @property
+    def routing(self) -> RoutingTable:
+        """The routing table of the version the client samples on (rebuilt when the servers reload)."""
+        return self.backend.routing
 
-        try:
-            dv = resolve_dataset(self.spec.dataset)
-            readers = {k: open_partition(dv.partition_dir(self.spec.run, k), verify=False) for k in parts}
-        except (GlispError, OSError):
-            return None
-        return ColocatedReader(readers, self.routing.num_vertices)
+    @property
+    def version(self) -> str | None:
+        """``<graph>/<version>`` of the answers so far (None before the first)."""
+        return self.backend.version
 
     # ------------------------------------------------------------------ plumbing
     def _submit(self, coro: Any) -> Future:

@@ -25,6 +25,7 @@ from pathlib import Path
 from glisp_core.config import Config, with_values
 from glisp_core.dataset.layout import resolve_dataset
 from glisp_core.errors import StageError
+from glisp_serving.cluster import ClusterSpec
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -140,8 +141,21 @@ def _wait_started(slots: list[Slot], host: str, deadline: float, stop: threading
     return [[f"{host}:{s.port}" for s in slots if s.part == k] for k in range(parts)]
 
 
+def _reload(spec: ClusterSpec, cluster_file: Path) -> ClusterSpec:
+    """SIGHUP: every server to the graph's latest, two-phase; the cluster file names it after."""
+    from glisp_serving.cluster_reload import ClusterReloadError, reload_cluster
+
+    try:
+        new = reload_cluster(spec)
+    except ClusterReloadError as e:
+        print(f"glisp serve-cluster: {e}", file=sys.stderr, flush=True)
+        return spec
+    new.write(cluster_file)
+    return new
+
+
 def main(args: argparse.Namespace, cfg: Config) -> int:
-    from glisp_serving.cluster import ClusterSpec, num_parts_of, resolve_run
+    from glisp_serving.cluster import num_parts_of, resolve_run
 
     cfg = with_values(cfg, "serve", threads=args.threads)
     dv = resolve_dataset(args.dataset, cfg.dataset.root)
@@ -150,6 +164,8 @@ def main(args: argparse.Namespace, cfg: Config) -> int:
     stop = threading.Event()
     signal.signal(signal.SIGTERM, lambda *_: stop.set())
     signal.signal(signal.SIGINT, lambda *_: stop.set())
+    hup = threading.Event()  # SIGHUP: hot reload to the graph's latest (glisp_serving.cluster_reload)
+    signal.signal(signal.SIGHUP, lambda *_: hup.set())
     slots: list[Slot] = []
     tmpdir = Path(tempfile.mkdtemp(prefix="glisp-cluster-"))
     cluster_file = Path(args.cluster_file).resolve()
@@ -162,12 +178,16 @@ def main(args: argparse.Namespace, cfg: Config) -> int:
                 pf = tmpdir / f"part-{k:05d}-r{r}.port"
                 slots.append(Slot(k, r, pf, _child_args(args, str(dv.path), run, k, pf)))
         addrs = _wait_started(slots, args.host, time.time() + cfg.serve.start_timeout_s, stop)
-        ClusterSpec(dataset=str(dv.path), run=run, num_parts=parts, addresses=addrs).write(cluster_file)
+        spec = ClusterSpec(dataset=str(dv.path), run=run, num_parts=parts, addresses=addrs)
+        spec.write(cluster_file)
         print(f"glisp serve-cluster: {parts} partitions x {replicas} replicas SERVING; cluster file {cluster_file}",
               flush=True)  # fmt: skip
         while not stop.wait(0.2):
+            if hup.is_set():
+                hup.clear()
+                spec = _reload(spec, cluster_file)
             for s in slots:
-                s.supervise(args, str(dv.path), run)
+                s.supervise(args, spec.dataset, spec.run)  # a restart serves the version the cluster serves now
     finally:
         live = [s for s in slots if s.proc.poll() is None]  # a server waiting for its restart is not a failure
         codes = stop_children([s.proc for s in live], cfg.serve.grace_s)

@@ -34,6 +34,14 @@ class RequestError(GlispError):
     """A request the server cannot serve as asked (maps to gRPC INVALID_ARGUMENT)."""
 
 
+class VersionMismatch(RequestError):
+    """The request names another dataset version than the one served (a hot reload happened); maps to
+    FAILED_PRECONDITION with details ``VERSION_MISMATCH <served version>``."""
+
+
+VERSION_MISMATCH = "version: this server now serves"
+
+
 class RequestTooCostly(RequestError):
     """A well-formed request whose answer would exceed the server's per-request budget
     (``serve.max_request_edges``, ``serve.max_message_mb``); maps to RESOURCE_EXHAUSTED."""

@@ -29,6 +29,7 @@ class ServingState:
 
     def __init__(self, restarts: int = 0) -> None:
         self.stop = threading.Event()
+        self.reload_requested = threading.Event()  # SIGHUP: move to the graph's latest version
         self.restarts = restarts  # times serve-cluster restarted this partition's server before this process
         self.integrity = "pending"  # "pending", "ok", "off", "failed: <files>"
         self._lock = threading.Lock()
@@ -48,6 +49,7 @@ class ServingState:
 
         signal.signal(signal.SIGTERM, on_signal)
         signal.signal(signal.SIGINT, on_signal)
+        signal.signal(signal.SIGHUP, lambda signum, frame: self.reload_requested.set())
 
     def started(self, health: Any, services: tuple[str, ...]) -> None:
         """SERVING from now on (unless a stop or a failed check came first)."""

@@ -102,6 +102,18 @@ def hop_seed(seed: int, hop: int) -> int:
     return int(K.task_seed(np.uint64(seed & 0xFFFFFFFFFFFFFFFF), hop, 0, 0, 0))
 
 
+class VersionChanged(GlispError):
+    """An answer came from another dataset version than the batch's (a hot reload is under way): the
+    batch is sampled again, whole, on one version."""
+
+    def __init__(self, seen: set[str], expected: str | None) -> None:
+        super().__init__(f"answers from versions {sorted(seen)} while sampling on {expected}")
+        self.seen, self.expected = seen, expected
+
+
+VERSION_RETRIES = 20  # batches restarted on a version change (each after the backend followed it)
+
+
 class KHopSampler:
     """Samples mini-batches of blocks; the backend decides where one-hop samples come from."""
 
@@ -136,8 +148,19 @@ class KHopSampler:
         return s
 
     async def sample(self, seeds: np.ndarray, seed: int = 0) -> SampledBatch:
-        """One mini-batch for ``seeds`` (distinct integer global ids, else SeedError; see check_seeds)."""
+        """One mini-batch for ``seeds`` (distinct integer global ids, else SeedError; see check_seeds).
+
+        Every hop and lookup of the batch comes from one dataset version: when the servers move to
+        another one mid-batch (hot reload), the backend follows them and the batch starts over."""
         seeds = check_seeds(seeds)
+        for _ in range(VERSION_RETRIES):
+            try:
+                return await self._sample(seeds, seed)
+            except VersionChanged as e:
+                await self.backend.follow_version(e)  # type: ignore[attr-defined]
+        raise GlispError(f"the servers' dataset version kept changing over {VERSION_RETRIES} attempts of one batch")
+
+    async def _sample(self, seeds: np.ndarray, seed: int) -> SampledBatch:
         frontier = seeds
         blocks, hops = [], []
         for h, req in enumerate(self.hops):

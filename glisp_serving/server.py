@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import logging
 import os
+import sys
 import threading
 import time
 from collections.abc import Iterator
@@ -27,11 +28,12 @@ from glisp_core.dataset.layout import DatasetVersion
 from glisp_core.errors import StageError
 from glisp_serving import profile
 from glisp_serving.cluster_info import dataset_facts, heldout_chunks, partition_info, read_heldout, routing_chunks
-from glisp_serving.engine import PartitionSampler, RequestError, RequestTooCostly
+from glisp_serving.engine import VERSION_MISMATCH, PartitionSampler, RequestError, RequestTooCostly, VersionMismatch
 from glisp_serving.lifecycle import ServingState, StopDuringStart
 from glisp_serving.memory import map_large_allocations, release_clean_library_pages, release_free_heap, snapshot
 from glisp_serving.proto import sampling_pb2 as pb
 from glisp_serving.proto import sampling_pb2_grpc as pb_grpc
+from glisp_serving.reload import Reloader, ReloadError, Served, open_served
 from glisp_serving.wire import (
     GATHER_REQUEST,
     GATHER_RESPONSE,
@@ -68,35 +70,44 @@ def _ids(m: dict, name: str) -> np.ndarray:
 
 
 def status_of(e: Exception) -> grpc.StatusCode:
-    """RESOURCE_EXHAUSTED for a request over the server's budget, INVALID_ARGUMENT for a malformed one."""
-    return grpc.StatusCode.RESOURCE_EXHAUSTED if isinstance(e, RequestTooCostly) else grpc.StatusCode.INVALID_ARGUMENT
+    """RESOURCE_EXHAUSTED for a request over the server's budget, FAILED_PRECONDITION for one on another
+    version, INVALID_ARGUMENT for a malformed one."""
+    if isinstance(e, RequestTooCostly):
+        return grpc.StatusCode.RESOURCE_EXHAUSTED
+    if isinstance(e, VersionMismatch):
+        return grpc.StatusCode.FAILED_PRECONDITION
+    return grpc.StatusCode.INVALID_ARGUMENT
+
+
+def _check_version(m: dict, cur: Served) -> None:
+    want = m.get("version")
+    if want and want != cur.version:
+        raise VersionMismatch(f"{VERSION_MISMATCH} {cur.version} (the request is for {want})")
 
 
 class SamplingServicer(pb_grpc.SamplingServicer):
     def __init__(
         self,
-        engine: PartitionSampler,
-        dataset: str,
-        run: str,
+        served: Served,
         baseline: dict[str, int],
         rss_import: int = 0,
-        dv: DatasetVersion | None = None,
         max_streams: int = 64,
         state: ServingState | None = None,
     ) -> None:
-        self.engine = engine
+        self.served = served  # replaced in one assignment by a reload; a request reads it once
+        self.reloader: Reloader | None = None
         self.state = state or ServingState()
-        self.dataset, self.run = dataset, run
-        self.dv = dv  # the served dataset version: Routing's header and HeldOutEdges read its manifest/files
         self.t0 = time.time()
         self.baseline = baseline  # memory.snapshot() after imports + kernel warm-up, before opening the partition
         self.rss_import = rss_import
-        self.file_bytes = int(sum(engine.r.file_bytes().values()))
-        self.partition_dir = Path(getattr(engine.r, "path", "")) if getattr(engine.r, "path", None) else None
         self.max_streams = max_streams
         self._stream_lock = threading.Lock()
         self._streams: dict[int, tuple[grpc.ServicerContext, list[bool]]] = {}
         self._stopping = False
+
+    @property
+    def engine(self) -> PartitionSampler:
+        return self.served.engine
 
     @staticmethod
     def _invalid(context: grpc.ServicerContext, e: Exception) -> None:
@@ -109,20 +120,23 @@ class SamplingServicer(pb_grpc.SamplingServicer):
             seeds = _ids(m, "seeds")
         if _FAULT_GATHER_DELAY_S:
             time.sleep(_FAULT_GATHER_DELAY_S)
-        res = self.engine.gather(
-            seeds,
-            fanout=m.get("fanout", 0),
-            type_fanouts=m.get("type_fanouts"),
-            method=m.get("method") or "uniform",
-            direction="in" if m.get("direction", pb.OUT) == pb.IN else "out",
-            max_time=m.get("max_time"),
-            seed=m.get("seed", 0),
-            edge_ids=m.get("edge_ids", False),
-        )
+        cur = self.served
+        _check_version(m, cur)
+        with cur as engine:
+            res = engine.gather(
+                seeds,
+                fanout=m.get("fanout", 0),
+                type_fanouts=m.get("type_fanouts"),
+                method=m.get("method") or "uniform",
+                direction="in" if m.get("direction", pb.OUT) == pb.IN else "out",
+                max_time=m.get("max_time"),
+                seed=m.get("seed", 0),
+                edge_ids=m.get("edge_ids", False),
+            )
         with profile.stage("server.encode"):
             return encode(GATHER_RESPONSE, counts=res.counts, neighbors=res.nbrs, keys=res.keys, edge_ids=res.edge_ids,
-                          merge=res.merge, fanouts=res.fanouts, part_id=self.engine.part,
-                          request_id=m.get("request_id") or None)  # fmt: skip
+                          merge=res.merge, fanouts=res.fanouts, part_id=engine.part,
+                          request_id=m.get("request_id") or None, version=cur.version)  # fmt: skip
 
     def _refuse_if_out_of_service(self, context: grpc.ServicerContext) -> None:
         why = self.state.refusal()
@@ -196,8 +210,11 @@ class SamplingServicer(pb_grpc.SamplingServicer):
             with profile.stage("server.decode"):
                 m = decode(LOOKUP_REQUEST, raw)
                 ids = _ids(m, "vertices")
-            with self.state.request():
-                out = self.engine.features(ids, m.get("features", False), m.get("labels", False))
+            cur = self.served
+            _check_version(m, cur)
+            with self.state.request(), cur as engine:
+                out = engine.features(ids, m.get("features", False), m.get("labels", False))
+                out["version"] = cur.version
         except (RequestError, WireError) as e:
             err = e
         if err is not None:
@@ -208,7 +225,8 @@ class SamplingServicer(pb_grpc.SamplingServicer):
     def VertexInfo(self, request: pb.VertexInfoRequest, context: grpc.ServicerContext) -> pb.VertexInfoResponse:
         err = None
         try:
-            out = self.engine.vertex_info(from_array(request.vertices, "vertices", _IDS))
+            with self.served as engine:
+                out = engine.vertex_info(from_array(request.vertices, "vertices", _IDS))
         except (RequestError, WireError) as e:
             err = e
         if err is not None:
@@ -219,10 +237,15 @@ class SamplingServicer(pb_grpc.SamplingServicer):
         return resp
 
     def Stats(self, request: pb.StatsRequest, context: grpc.ServicerContext) -> pb.StatsResponse:
-        e, r = self.engine, self.engine.r
+        cur = self.served
+        with cur as e:  # a version being retired stays open until this answer is built
+            return self._stats(cur, e)
+
+    def _stats(self, cur: Served, e: PartitionSampler) -> pb.StatsResponse:
+        r = e.r
         with e._lock:
             counters = (e.requests, e.vertices_served, e.edges_served, e.busy_s)
-        mem = snapshot(self.partition_dir)
+        mem = snapshot(cur.partition_dir)
         prof = profile.snapshot()
         return pb.StatsResponse(
             process_cpu_seconds=prof["process_cpu_s"],
@@ -241,13 +264,14 @@ class SamplingServicer(pb_grpc.SamplingServicer):
             rss_file_bytes=mem["file"],
             baseline_anon_bytes=self.baseline["anon"],
             partition_resident_bytes=mem["partition_resident"],
-            dataset=self.dataset,
-            run=self.run,
+            dataset=cur.version,
+            dataset_path=str(cur.dv.path),
+            run=cur.run,
             part_id=e.part,
             num_parts=e.num_parts,
             num_vertices=r.num_vertices,
             num_edges=r.num_edges,
-            partition_bytes=self.file_bytes,
+            partition_bytes=cur.file_bytes,
             uptime_seconds=time.time() - self.t0,
             edge_types=list(r.edge_type_names),
             weighted=bool(r.weighted),
@@ -260,21 +284,42 @@ class SamplingServicer(pb_grpc.SamplingServicer):
             serving=not self.state.stop.is_set() and self.state.refusal() is None,
         )
 
+    def reload(self, dataset: str = "", run: str = "", prepare_only: bool = False) -> pb.ReloadResponse:
+        """Prepare or switch to another version (ReloadError when it cannot be served here)."""
+        assert self.reloader is not None
+        prev = self.served
+        if prepare_only:
+            now = self.reloader.prepare(dataset, run)
+        else:
+            prev, now = self.reloader.reload(dataset, run)
+            if now is not prev:
+                _start_integrity_check(self.state, now, self.reloader.cfg)
+        return pb.ReloadResponse(version=now.version, previous=prev.version, run=now.run, dataset_path=str(now.dv.path))
+
+    def Reload(self, request: pb.ReloadRequest, context: grpc.ServicerContext) -> pb.ReloadResponse:
+        err = None
+        try:
+            return self.reload(request.dataset, request.run, request.prepare_only)
+        except ReloadError as e:
+            err = e
+        context.abort(grpc.StatusCode.FAILED_PRECONDITION, str(err))
+        raise AssertionError("unreachable")
+
     def Routing(self, request: pb.RoutingRequest, context: grpc.ServicerContext) -> Iterator[pb.RoutingChunk]:
         """This partition's share of the client routing table (see glisp_serving.cluster_info)."""
         owner = ("in" if request.owner_direction == pb.IN else "out") if request.owners else None
-        n, fp, schema = dataset_facts(self.dv, self.run) if self.dv is not None else (0, "", {})
-        header = {"num_parts": self.engine.num_parts, "num_vertices": n, "run": self.run, "run_fingerprint": fp,
-                  "schema": schema}  # fmt: skip
-        yield from routing_chunks(partition_info(self.engine.r, owner), header, request.chunk)
+        cur = self.served
+        with cur as engine:
+            n, fp, schema = dataset_facts(cur.dv, cur.run)
+            header = {"num_parts": engine.num_parts, "num_vertices": n, "run": cur.run, "run_fingerprint": fp,
+                      "schema": schema}  # fmt: skip
+            yield from routing_chunks(partition_info(engine.r, owner), header, request.chunk)
 
     def HeldOutEdges(self, request: pb.HeldOutRequest, context: grpc.ServicerContext) -> Iterator[pb.HeldOutChunk]:
         """The held-out edges of a link-split run (FAILED_PRECONDITION for a run that serves every edge)."""
         err = None
         try:
-            if self.dv is None:
-                raise StageError("this server was started without its dataset version")
-            edges = read_heldout(self.dv, self.run)
+            edges = read_heldout(self.served.dv, self.served.run)
         except StageError as e:
             err = e
         if err is not None:
@@ -297,6 +342,7 @@ def add_servicer(servicer: SamplingServicer, server: grpc.Server) -> None:
         "Lookup": (pb.LookupRequest, pb.LookupResponse),
         "VertexInfo": (pb.VertexInfoRequest, pb.VertexInfoResponse),
         "Stats": (pb.StatsRequest, pb.StatsResponse),
+        "Reload": (pb.ReloadRequest, pb.ReloadResponse),
     }
     raw = ("Gather", "Lookup")  # the servicer reads and writes their wire bytes itself
     handlers = {
@@ -413,50 +459,45 @@ def serve(
         return 0
 
 
-def _open_engine(part_dir: Path, part: int, cfg: ServeConfig) -> tuple[PartitionSampler, dict[str, int], int]:
-    """The partition checked and opened, the kernels compiled; (engine, runtime baseline, RSS after imports)."""
-    from glisp_core.partition_format import open_partition
-    from glisp_core.partition_format.integrity import check_structure
-
+def _open_served(dv: DatasetVersion, run: str, part: int, cfg: ServeConfig) -> tuple[Served, dict[str, int], int]:
+    """The runtime warmed, then the partition opened; (served version, runtime baseline, RSS after imports)."""
     map_large_allocations()  # response buffers go back to the OS when freed, not to a growing heap
     rss_import = snapshot()["rss"]
     t = time.perf_counter()
     if cfg.warmup:
         print(f"glisp serve: partition {part}: compiling the sampling kernels (about a minute the first time on "
-              "a machine; later starts load numba's cache, see docs/serving.md)", flush=True)  # fmt: skip
-        warm_up_synthetic(part_dir, cfg)  # the runtime's memory (JIT, caches) before the partition's
+              "a machine; later starts load numba's cache, see docs/reliability.md)", flush=True)  # fmt: skip
+        warm_up_synthetic(dv.partition_dir(run, part), cfg)  # the runtime's memory (JIT, caches) before the partition's
     released = release_clean_library_pages() if cfg.release_compiler_pages else 0
     baseline = snapshot()
-    reader = open_partition(part_dir, verify=cfg.verify == "start")
-    check_structure(reader)  # the kernels index without bounds checks: nothing out of range may reach them
-    engine = PartitionSampler(reader, threads=cfg.threads, chunk=cfg.chunk, max_batch=cfg.max_batch,
-                              dense_id_map_mb=cfg.dense_id_map_mb, max_fanout=cfg.max_fanout,
-                              max_request_edges=cfg.max_request_edges,
-                              max_response_bytes=cfg.max_message_mb << 20)  # fmt: skip
+    served = open_served(dv, run, part, cfg, warm=cfg.warmup)
     if cfg.warmup:
-        warm_up(engine)  # loads nothing new unless the partition needs int64 indices
         print(f"glisp serve: partition {part}: kernels ready in {time.perf_counter() - t:.1f} s", flush=True)
     if cfg.release_compiler_pages:
         released += release_clean_library_pages()  # pages a new specialisation faulted back in
     log.info("released %.1f MiB of compiler pages; runtime baseline RSS %.1f MiB", released / 2**20,
              baseline["rss"] / 2**20)  # fmt: skip
-    return engine, baseline, rss_import
+    return served, baseline, rss_import
+
+
+def _grpc_server(cfg: ServeConfig) -> grpc.Server:
+    mb = cfg.max_message_mb * 1024 * 1024
+    return grpc.server(  # a Gather stream holds a worker thread while open: one each, plus the unary RPCs'
+        ThreadPoolExecutor(max_workers=max(2, cfg.threads) + cfg.max_streams, thread_name_prefix="glisp-rpc"),
+        options=[("grpc.max_send_message_length", mb), ("grpc.max_receive_message_length", mb),
+                 ("grpc.so_reuseport", 0)],
+        maximum_concurrent_rpcs=cfg.max_concurrent_rpcs or None,
+    )  # fmt: skip
 
 
 def _serve(
     dv: DatasetVersion, run: str, part: int, cfg: ServeConfig, port: int | None, port_file: str | None,
     state: ServingState,
 ) -> int:  # fmt: skip
-    engine, baseline, rss_import = _open_engine(dv.partition_dir(run, part), part, cfg)
-    mb = cfg.max_message_mb * 1024 * 1024
-    server = grpc.server(  # a Gather stream holds a worker thread while open: one each, plus the unary RPCs'
-        ThreadPoolExecutor(max_workers=max(2, cfg.threads) + cfg.max_streams, thread_name_prefix="glisp-rpc"),
-        options=[("grpc.max_send_message_length", mb), ("grpc.max_receive_message_length", mb),
-                 ("grpc.so_reuseport", 0)],
-        maximum_concurrent_rpcs=cfg.max_concurrent_rpcs or None,
-    )  # fmt: skip
-    servicer = SamplingServicer(engine, f"{dv.graph}/{dv.version}", run, baseline, rss_import, dv, cfg.max_streams,
-                                state)  # fmt: skip
+    served, baseline, rss_import = _open_served(dv, run, part, cfg)
+    server = _grpc_server(cfg)
+    servicer = SamplingServicer(served, baseline, rss_import, cfg.max_streams, state)
+    servicer.reloader = Reloader(servicer, part, cfg)
     add_servicer(servicer, server)
     health_servicer = health.HealthServicer()
     health_pb2_grpc.add_HealthServicer_to_server(health_servicer, server)
@@ -469,22 +510,33 @@ def _serve(
     except StopDuringStart:
         server.stop(0).wait()
         raise
-    if cfg.verify == "background":
-        state.verify_in_background(engine.r)
-    else:
-        state.integrity = "ok" if cfg.verify == "start" else "off"
+    _start_integrity_check(state, served, cfg)
     if port_file:
         tmp = Path(f"{port_file}.{os.getpid()}.tmp")
         tmp.write_text(str(bound))
         os.replace(tmp, port_file)
-    print(
-        f"glisp serve: {dv.graph}/{dv.version} run {run} partition {part} listening on {cfg.host}:{bound}", flush=True
-    )
-    state.stop.wait()
+    print(f"glisp serve: {served.version} run {run} partition {part} listening on {cfg.host}:{bound}", flush=True)
+    if cfg.follow_latest_s > 0:
+        threading.Thread(target=servicer.reloader.follow_latest, args=(state.stop, cfg.follow_latest_s),
+                         name="glisp-follow-latest", daemon=True).start()  # fmt: skip
+    while not state.stop.wait(0.2):
+        if state.reload_requested.is_set():  # SIGHUP: move to the graph's latest
+            state.reload_requested.clear()
+            try:
+                servicer.reload()
+            except ReloadError as e:
+                print(f"glisp serve: {e}", file=sys.stderr, flush=True)
     _drain(state, servicer, server, cfg)
-    engine.close()
+    servicer.served.engine.close()
     print(f"glisp serve: partition {part} stopped", flush=True)
     return 0
+
+
+def _start_integrity_check(state: ServingState, served: Served, cfg: ServeConfig) -> None:
+    if cfg.verify == "background":
+        state.verify_in_background(served.engine.r)
+    else:
+        state.integrity = "ok" if cfg.verify == "start" else "off"
 
 
 def _drain(state: ServingState, servicer: SamplingServicer, server: grpc.Server, cfg: ServeConfig) -> None:

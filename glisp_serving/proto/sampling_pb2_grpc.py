@@ -49,6 +49,11 @@ class SamplingStub:
                 request_serializer=glisp__serving_dot_proto_dot_sampling__pb2.LookupRequest.SerializeToString,
                 response_deserializer=glisp__serving_dot_proto_dot_sampling__pb2.LookupResponse.FromString,
                 _registered_method=True)
+        self.Reload = channel.unary_unary(
+                '/glisp.sampling.v1.Sampling/Reload',
+                request_serializer=glisp__serving_dot_proto_dot_sampling__pb2.ReloadRequest.SerializeToString,
+                response_deserializer=glisp__serving_dot_proto_dot_sampling__pb2.ReloadResponse.FromString,
+                _registered_method=True)
         self.VertexInfo = channel.unary_unary(
                 '/glisp.sampling.v1.Sampling/VertexInfo',
                 request_serializer=glisp__serving_dot_proto_dot_sampling__pb2.VertexInfoRequest.SerializeToString,
@@ -95,6 +100,12 @@ class SamplingServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def Reload(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
     def VertexInfo(self, request, context):
         """Missing associated documentation comment in .proto file."""
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
@@ -136,6 +147,11 @@ def add_SamplingServicer_to_server(servicer, server):
                     servicer.Lookup,
                     request_deserializer=glisp__serving_dot_proto_dot_sampling__pb2.LookupRequest.FromString,
                     response_serializer=glisp__serving_dot_proto_dot_sampling__pb2.LookupResponse.SerializeToString,
+            ),
+            'Reload': grpc.unary_unary_rpc_method_handler(
+                    servicer.Reload,
+                    request_deserializer=glisp__serving_dot_proto_dot_sampling__pb2.ReloadRequest.FromString,
+                    response_serializer=glisp__serving_dot_proto_dot_sampling__pb2.ReloadResponse.SerializeToString,
             ),
             'VertexInfo': grpc.unary_unary_rpc_method_handler(
                     servicer.VertexInfo,
@@ -239,6 +255,33 @@ class Sampling:
             '/glisp.sampling.v1.Sampling/Lookup',
             glisp__serving_dot_proto_dot_sampling__pb2.LookupRequest.SerializeToString,
             glisp__serving_dot_proto_dot_sampling__pb2.LookupResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def Reload(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/glisp.sampling.v1.Sampling/Reload',
+            glisp__serving_dot_proto_dot_sampling__pb2.ReloadRequest.SerializeToString,
+            glisp__serving_dot_proto_dot_sampling__pb2.ReloadResponse.FromString,
             options,
             channel_credentials,
             insecure,
