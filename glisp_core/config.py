@@ -202,6 +202,7 @@ class ServeConfig:
     start_timeout_s: float = 120.0  # serve-cluster: how long to wait for every server to be healthy
     dense_id_map_mb: float = 256.0  # global->local ids by a dense int32 map when it fits; else a sorted lookup
     max_streams: int = 64  # open GatherStream calls (each holds a thread); beyond, clients use unary Gather
+    metrics_port: int = -1  # Prometheus /metrics: -1 off, 0 a free port (reported by Stats), N that port
     follow_latest_s: float = 0.0  # > 0: poll the graph's latest and hot-reload when it moves
     replicas: int = 1  # serve-cluster: servers per partition
     max_fanout: int = 100_000  # one hop's / edge type's fanout; more is INVALID_ARGUMENT

@@ -31,6 +31,7 @@ from glisp_serving.cluster_info import dataset_facts, heldout_chunks, partition_
 from glisp_serving.engine import VERSION_MISMATCH, PartitionSampler, RequestError, RequestTooCostly, VersionMismatch
 from glisp_serving.lifecycle import ServingState, StopDuringStart
 from glisp_serving.memory import map_large_allocations, release_clean_library_pages, release_free_heap, snapshot
+from glisp_serving.metrics import ServerMetrics
 from glisp_serving.proto import sampling_pb2 as pb
 from glisp_serving.proto import sampling_pb2_grpc as pb_grpc
 from glisp_serving.reload import Reloader, ReloadError, Served, open_served
@@ -97,6 +98,10 @@ class SamplingServicer(pb_grpc.SamplingServicer):
         self.served = served  # replaced in one assignment by a reload; a request reads it once
         self.reloader: Reloader | None = None
         self.state = state or ServingState()
+        self.metrics = ServerMetrics(served.engine.part)
+        self.metrics_port = 0  # the /metrics HTTP port once started (serve.metrics_port >= 0)
+        self.metrics.bind(lambda: snapshot()["rss"], lambda: self.state.in_flight, self.state.restarts)
+        self.metrics.serving(served.version, served.run)
         self.t0 = time.time()
         self.baseline = baseline  # memory.snapshot() after imports + kernel warm-up, before opening the partition
         self.rss_import = rss_import
@@ -133,6 +138,8 @@ class SamplingServicer(pb_grpc.SamplingServicer):
                 seed=m.get("seed", 0),
                 edge_ids=m.get("edge_ids", False),
             )
+        self.metrics.sampled_edges.inc(len(res.nbrs))
+        self.metrics.vertices.inc(len(seeds))
         with profile.stage("server.encode"):
             return encode(GATHER_RESPONSE, counts=res.counts, neighbors=res.nbrs, keys=res.keys, edge_ids=res.edge_ids,
                           merge=res.merge, fanouts=res.fanouts, part_id=engine.part,
@@ -147,11 +154,11 @@ class SamplingServicer(pb_grpc.SamplingServicer):
         """GatherRequest wire bytes -> GatherResponse wire bytes (see :func:`glisp_serving.wire.encode`)."""
         self._refuse_if_out_of_service(context)
         err = None
-        with self.state.request():
+        with self.state.request(), self.metrics.observe("Gather") as obs:
             try:
                 return self._answer(raw)
             except (RequestError, WireError) as e:
-                err = e
+                err, obs["code"] = e, status_of(e).name
         self._invalid(context, err)
         raise AssertionError("unreachable")
 
@@ -177,8 +184,12 @@ class SamplingServicer(pb_grpc.SamplingServicer):
                     why = self.state.refusal()
                     if why is not None:  # the stream ends; the client fails over to another replica
                         context.abort(grpc.StatusCode.UNAVAILABLE, why)
-                    with self.state.request():
-                        out = self._answer(raw)
+                    with self.state.request(), self.metrics.observe("GatherStream") as obs:
+                        try:
+                            out = self._answer(raw)
+                        except (RequestError, WireError) as e:
+                            obs["code"] = status_of(e).name
+                            raise
                 except (RequestError, WireError) as e:
                     rid = _request_id(raw)
                     out = encode(GATHER_RESPONSE, request_id=rid or None,
@@ -206,17 +217,19 @@ class SamplingServicer(pb_grpc.SamplingServicer):
         """LookupRequest wire bytes -> LookupResponse wire bytes."""
         self._refuse_if_out_of_service(context)
         err = None
-        try:
-            with profile.stage("server.decode"):
-                m = decode(LOOKUP_REQUEST, raw)
-                ids = _ids(m, "vertices")
-            cur = self.served
-            _check_version(m, cur)
-            with self.state.request(), cur as engine:
-                out = engine.features(ids, m.get("features", False), m.get("labels", False))
-                out["version"] = cur.version
-        except (RequestError, WireError) as e:
-            err = e
+        with self.metrics.observe("Lookup") as obs:
+            try:
+                with profile.stage("server.decode"):
+                    m = decode(LOOKUP_REQUEST, raw)
+                    ids = _ids(m, "vertices")
+                cur = self.served
+                _check_version(m, cur)
+                with self.state.request(), cur as engine:
+                    out = engine.features(ids, m.get("features", False), m.get("labels", False))
+                    out["version"] = cur.version
+                self.metrics.vertices.inc(len(ids))
+            except (RequestError, WireError) as e:
+                err, obs["code"] = e, status_of(e).name
         if err is not None:
             self._invalid(context, err)
         with profile.stage("server.lookup_encode"):
@@ -282,6 +295,7 @@ class SamplingServicer(pb_grpc.SamplingServicer):
             restarts=self.state.restarts,
             in_flight=self.state.in_flight,
             serving=not self.state.stop.is_set() and self.state.refusal() is None,
+            metrics_port=self.metrics_port,
         )
 
     def reload(self, dataset: str = "", run: str = "", prepare_only: bool = False) -> pb.ReloadResponse:
@@ -294,6 +308,7 @@ class SamplingServicer(pb_grpc.SamplingServicer):
             prev, now = self.reloader.reload(dataset, run)
             if now is not prev:
                 _start_integrity_check(self.state, now, self.reloader.cfg)
+                self.metrics.serving(now.version, now.run)
         return pb.ReloadResponse(version=now.version, previous=prev.version, run=now.run, dataset_path=str(now.dv.path))
 
     def Reload(self, request: pb.ReloadRequest, context: grpc.ServicerContext) -> pb.ReloadResponse:
@@ -511,6 +526,10 @@ def _serve(
         server.stop(0).wait()
         raise
     _start_integrity_check(state, served, cfg)
+    if cfg.metrics_port >= 0:
+        servicer.metrics_port = servicer.metrics.start(cfg.host, cfg.metrics_port)
+        print(f"glisp serve: partition {part}: Prometheus metrics on http://{cfg.host}:{servicer.metrics_port}/metrics",
+              flush=True)  # fmt: skip
     if port_file:
         tmp = Path(f"{port_file}.{os.getpid()}.tmp")
         tmp.write_text(str(bound))

@@ -79,7 +79,8 @@ def tight(graph, tmp_path_factory):
     """A server with small budgets: 1 MiB messages, 20,000 sampled-edge slots, 3 concurrent RPCs."""
     s = Server(graph.dv.path, VC_RUN, 0, tmp_path_factory.mktemp("tight"),
                ["serve.max_message_mb=1", "serve.max_request_edges=20000", "serve.max_concurrent_rpcs=3",
-                "serve.max_batch=200000", "serve.max_fanout=1000", "serve.drain_s=0"])  # fmt: skip
+                "serve.max_batch=200000", "serve.max_fanout=1000", "serve.drain_s=0",
+                "serve.metrics_port=0"])  # fmt: skip
     addr = s.address()
     held = np.asarray(open_partition(graph.dv.partition_dir(VC_RUN, 0), verify=False).global_id, np.int64)
     yield addr, held
@@ -138,6 +139,38 @@ def test_concurrent_rpcs_are_capped(tight):
             for _ in st:
                 pass
         assert stub.Gather(pb.GatherRequest(seeds=to_array(held[:1]), fanout=1), timeout=10).part_id == 0
+
+
+def _metrics(addr: str) -> dict[str, float]:
+    import urllib.request
+
+    port = _stats(addr).metrics_port
+    assert port > 0, "the server did not export metrics"
+    text = urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10).read().decode()
+    out = {}
+    for line in text.splitlines():
+        if line and not line.startswith("#"):
+            name, value = line.rsplit(" ", 1)
+            out[name] = float(value)
+    return out
+
+
+def test_metrics_endpoint_serves_the_counters(tight, graph):
+    addr, held = tight
+    before = _metrics(addr)
+    ok = 'glisp_serving_requests_total{code="OK",rpc="Gather"}'
+    bad = 'glisp_serving_requests_total{code="INVALID_ARGUMENT",rpc="Gather"}'
+    with grpc.insecure_channel(addr) as ch:
+        stub = pb_grpc.SamplingStub(ch)
+        for _ in range(3):
+            stub.Gather(pb.GatherRequest(seeds=to_array(held[:20]), fanout=3), timeout=10)
+    _gather_error(addr, pb.GatherRequest(seeds=to_array(held[:1]), fanout=-1))
+    after = _metrics(addr)
+    assert after[ok] - before.get(ok, 0) == 3 and after[bad] - before.get(bad, 0) == 1
+    assert after["glisp_serving_sampled_edges_total"] > before.get("glisp_serving_sampled_edges_total", 0)
+    assert after['glisp_serving_request_seconds_count{rpc="Gather"}'] >= 4
+    assert after[f'glisp_serving_version_info{{run="{VC_RUN}",version="{graph.dv.graph}/{graph.dv.version}"}}'] == 1
+    assert after["glisp_serving_resident_bytes"] > 10 << 20
 
 
 # ------------------------------------------------------------------------------------------- integrity
