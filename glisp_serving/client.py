@@ -33,7 +33,7 @@ from glisp_serving import profile
 from glisp_serving.apply import HopSample, Partial, merge_partials
 from glisp_serving.blocks import SampledBatch
 from glisp_serving.cluster import ClusterSpec
-from glisp_serving.colocated import ColocatedReader, colocated_parts
+from glisp_serving.colocated import ColocatedReader, open_colocated
 from glisp_serving.proto import sampling_pb2 as pb
 from glisp_serving.routing import RoutingTable
 from glisp_serving.sampler import Fanout, HopRequest, KHopSampler, hop_request
@@ -257,13 +257,8 @@ class SamplingClient:
         self._thread = threading.Thread(target=self._loop.run_forever, name="glisp-client-loop", daemon=True)
         self._thread.start()
         self.backend = RemoteBackend(self.spec, self.routing, self.cfg, self.mode, max_message_mb)
-        if self.cfg.local_reads == "auto":
-            parts = colocated_parts(self.spec)
-            if parts:
-                from glisp_core.partition_format import open_partition
-
-                readers = {k: open_partition(dv.partition_dir(self.spec.run, k), verify=False) for k in parts}
-                self.backend.colocated = ColocatedReader(readers, self.routing.num_vertices)
+        if self.cfg.local_reads == "auto":  # partitions whose files are not readable here use Lookup
+            self.backend.colocated = open_colocated(self.spec, self.routing.master)
         elif self.cfg.local_reads != "never":
             raise GlispError(f"client.local_reads: expected 'auto' or 'never' (got {self.cfg.local_reads!r})")
         self._run(self.backend.open())
