@@ -131,6 +131,7 @@ def _replace(ing, **kw):
 
 def start_cluster(dv, run: str, workdir: Path, threads: int) -> tuple[subprocess.Popen, Path]:
     cf = workdir / f"{dv.graph}-{run}.json"
+    cf.unlink(missing_ok=True)  # one left by a killed run: waiting on it would return before the servers exist
     cmd = [sys.executable, "-m", "glisp_core.cli", "serve-cluster", str(dv.path), "--run", run, "--cluster-file",
            str(cf), "--threads", str(threads)]  # fmt: skip
     p = subprocess.Popen(cmd, env=dict(os.environ, PYTHONPATH=str(ROOT)), stdout=subprocess.DEVNULL)

@@ -34,7 +34,7 @@ from glisp_serving.apply import HopSample, Partial, merge_partials
 from glisp_serving.blocks import SampledBatch
 from glisp_serving.cluster import ClusterSpec
 from glisp_serving.cluster_info import load_routing
-from glisp_serving.colocated import ColocatedReader, colocated_parts
+from glisp_serving.colocated import ColocatedReader, open_colocated
 from glisp_serving.engine import VERSION_MISMATCH
 from glisp_serving.proto import sampling_pb2 as pb
 from glisp_serving.routing import RoutingTable
@@ -60,23 +60,6 @@ def _retryable(code: grpc.StatusCode, details: str) -> bool:
     if code in _FAILOVER:
         return True
     return code == grpc.StatusCode.RESOURCE_EXHAUSTED and "serve.max_" not in (details or "")
-
-
-def colocated_reader(spec: ClusterSpec, num_vertices: int) -> ColocatedReader | None:
-    """Readers of the partitions served on this host, when their files are readable here; None otherwise
-    (a trainer with only the cluster file fetches everything by Lookup RPCs)."""
-    parts = colocated_parts(spec)
-    if not parts:
-        return None
-    from glisp_core.dataset.layout import resolve_dataset
-    from glisp_core.partition_format import open_partition
-
-    try:
-        dv = resolve_dataset(spec.dataset)
-        readers = {k: open_partition(dv.partition_dir(spec.run, k), verify=False) for k in parts}
-    except (GlispError, OSError):
-        return None
-    return ColocatedReader(readers, num_vertices)
 
 
 class SamplingError(GlispError):
@@ -315,7 +298,7 @@ class RemoteBackend:
         routing = await loop.run_in_executor(None, load_routing, spec, self.cfg, self.owner_direction, self.max_mb)
         self.spec, self.routing, self.num_vertices, self.version = spec, routing, routing.num_vertices, version
         if self.colocated is not None:
-            self.colocated = await loop.run_in_executor(None, colocated_reader, spec, routing.num_vertices)
+            self.colocated = await loop.run_in_executor(None, open_colocated, spec, routing.master)
 
     async def _stub_stats(self, part: int, i: int) -> Any:
         return await self._stubs[part][i].Stats(pb.StatsRequest(), timeout=self.cfg.deadline_s)
@@ -364,8 +347,8 @@ class SamplingClient:
         self._thread.start()
         self.backend = RemoteBackend(self.spec, routing_table, self.cfg, self.mode, max_message_mb)
         self.backend.owner_direction = owner_direction
-        if self.cfg.local_reads == "auto":
-            self.backend.colocated = colocated_reader(self.spec, self.routing.num_vertices)
+        if self.cfg.local_reads == "auto":  # partitions whose files are not readable here use Lookup
+            self.backend.colocated = open_colocated(self.spec, self.routing.master)
         elif self.cfg.local_reads != "never":
             raise GlispError(f"client.local_reads: expected 'auto' or 'never' (got {self.cfg.local_reads!r})")
         self._run(self.backend.open())

@@ -6,7 +6,10 @@ their memory maps, as DistDGL's trainers read their machine's partition through 
 pages are the ones the server's own maps hold in the page cache, so nothing is duplicated, and a
 batch's rows cost one gather instead of a Lookup RPC (gather, encode, send, receive, copy out: about
 six copies of every row, 22 MB per 1024-seed batch at 128-d on rmat18). Vertices mastered by a
-partition on another host still go through ``Lookup``. ``client.local_reads = "never"`` turns it off.
+partition on another host still go through ``Lookup``, and so do those of a co-located partition whose
+files this process cannot open (a trainer with only the cluster file, the dataset not mounted here) or
+whose files do not hold the masters of the client's routing table (another copy or run).
+``client.local_reads = "never"`` turns it off.
 
 The client already reads every partition's vertex ids to build its routing table (the dataset must be
 readable from the client), so this adds one int32 per vertex: the row of each vertex in its master's
@@ -15,13 +18,19 @@ arrays.
 
 from __future__ import annotations
 
+import logging
 import socket
 from typing import Any
 
 import numpy as np
 from numba import njit
 
+from glisp_core.dataset.layout import resolve_dataset
+from glisp_core.errors import GlispError
+from glisp_core.partition_format import open_partition
 from glisp_serving.cluster import ClusterSpec
+
+log = logging.getLogger("glisp.client")
 
 _LOOPBACK = {"127.0.0.1", "localhost", "::1", "0.0.0.0"}
 
@@ -91,3 +100,32 @@ class ColocatedReader:
     def fill(self, part: int, src: np.ndarray, ids: np.ndarray, pos: np.ndarray, out: np.ndarray) -> None:
         """``out[pos] = src[rows of ids[pos]]`` for vertices mastered by ``part``."""
         _gather_rows(src.reshape(len(src), -1), self.row_of, ids, pos, out.reshape(len(out), -1))
+
+
+def open_colocated(spec: ClusterSpec, master: np.ndarray) -> ColocatedReader | None:
+    """A reader of the co-located partitions whose files this process can open and which hold exactly
+    the masters of the client's routing table (``master``: the master partition of each vertex); None
+    when there is none, and then every lookup is a Lookup RPC."""
+    parts = colocated_parts(spec)
+    if not parts:
+        return None
+    try:
+        dv = resolve_dataset(spec.dataset)
+    except (GlispError, OSError) as e:
+        log.warning("local reads off: dataset %s not readable here (%s); features go through Lookup", spec.dataset, e)
+        return None
+    readers: dict[int, Any] = {}
+    for k in parts:
+        try:
+            r = open_partition(dv.partition_dir(spec.run, k), verify=False)
+            mg = np.asarray(r.master_gids, np.int64)
+        except (GlispError, OSError, ValueError) as e:
+            log.warning("partition %d: files not readable here (%s); its features go through Lookup", k, e)
+            continue
+        mine = int(np.count_nonzero(master == k))
+        if len(mg) != mine or (mine and not bool(np.all(master[mg] == k))):
+            log.warning("partition %d: files here do not hold its masters; its features go through Lookup", k)
+            continue
+        if mine:
+            readers[k] = r
+    return ColocatedReader(readers, len(master)) if readers else None

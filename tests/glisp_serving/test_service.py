@@ -250,6 +250,36 @@ def test_colocated_reads_equal_lookup_rpcs(vc_cluster, graph):
     assert colocated_parts(far) == [0, 2]  # 192.0.2.0/24 is TEST-NET-1, never this host
 
 
+def test_unreadable_colocated_files_fall_back_to_lookup_rpcs(vc_cluster, graph, monkeypatch):
+    """A co-located partition whose files cannot be opened here (a trainer with only the cluster file)
+    is looked up by RPC; the others are still read locally; no readable dataset means no local reads."""
+    import glisp_serving.colocated as colocated
+    from glisp_serving.cluster import ClusterSpec
+
+    real = colocated.open_partition
+
+    def fail_part1(path, verify=True):  # injected fault: partition 1's files are not readable
+        if str(path).endswith("part-00001"):
+            raise PermissionError(13, "Permission denied", str(path))
+        return real(path, verify=verify)
+
+    monkeypatch.setattr(colocated, "open_partition", fail_part1)
+    ids = np.random.default_rng(3).permutation(graph.n)
+    with SamplingClient(vc_cluster.cluster_file) as c:
+        assert c.backend.colocated.parts == {0, 2}
+        before = [s["vertices_served"] for s in c.stats()]
+        got = c.lookup(ids)
+        served = [s["vertices_served"] - b for s, b in zip(c.stats(), before, strict=True)]
+        mastered = np.bincount(c.routing.master[ids], minlength=3)
+    assert served == [0, int(mastered[1]), 0]  # only partition 1 answered Lookup RPCs
+    assert np.array_equal(got["features"], graph.features[ids]) and np.array_equal(got["labels"], graph.labels[ids])
+    spec = ClusterSpec.read(vc_cluster.cluster_file)
+    elsewhere = ClusterSpec(dataset="/nonexistent/glisp/dataset/v1", run=spec.run, num_parts=3,
+                            addresses=spec.addresses)  # fmt: skip
+    assert colocated.open_colocated(elsewhere, c.routing.master) is None  # dataset not on this host
+    assert colocated.open_colocated(spec, np.zeros(graph.n, np.int32)) is None  # files of another run
+
+
 def test_gather_stream_answers_equal_unary_calls(vc_cluster, client, graph):
     """The default client gathers over one stream per server; unary calls give identical samples."""
     from glisp_core.config import ClientConfig
@@ -278,12 +308,9 @@ def test_retries_fail_over_and_deadlines(vc_cluster, graph, tmp_path, streams):
     from glisp_serving.cluster import ClusterSpec
 
     spec = ClusterSpec.read(vc_cluster.cluster_file)
-    dead = ClusterSpec(
-        dataset=spec.dataset,
-        run=spec.run,
-        num_parts=spec.num_parts,
-        addresses=[["127.0.0.1:1"] + a for a in spec.addresses],
-    )  # nothing listens on port 1
+    # nothing listens on port 1
+    dead = ClusterSpec(dataset=spec.dataset, run=spec.run, num_parts=spec.num_parts,
+                       addresses=[["127.0.0.1:1"] + a for a in spec.addresses])  # fmt: skip
     dead.write(tmp_path / "dead-first.json")
     cfg = ClientConfig(gather_streams=streams, backoff_s=0.01, local_reads="never")
     with SamplingClient(tmp_path / "dead-first.json", cfg) as c:
