@@ -162,12 +162,27 @@ class PartitionSampler:
             fans.append(int(f))
         return ids, np.asarray(fans, np.int64)
 
-    def _check_cost(self, n: int, fans: np.ndarray) -> None:
-        """The request's buffers (n seeds x sum of fanouts slots) within serve.max_request_edges."""
-        slots = n * int(fans.sum())
+    def _seed_caps(
+        self, lids: np.ndarray, fans: np.ndarray, kmethod: int, is_in: bool, starts: np.ndarray, ends: np.ndarray
+    ) -> np.ndarray:
+        """Per seed, the most edges the kernel can return: min(fanout, local range) per slot (with
+        replacement: the fanout wherever the range is not empty). Buffers are sized by this, not by the
+        fanouts, so "every neighbour" (a huge fanout) costs what the neighbourhoods hold."""
+        n, nslot = len(lids), len(fans)
+        if nslot and len(starts):
+            d = (ends - starts).reshape(n, nslot)
+        else:
+            ptr = self.in_indptr if is_in else self.out_indptr
+            lid = lids.astype(np.int64)
+            d = (np.asarray(ptr[lid + 1], np.int64) - np.asarray(ptr[lid], np.int64))[:, None]
+        per = np.where(d > 0, fans[None, :], 0) if kmethod == K.REPLACE else np.minimum(d, fans[None, :])
+        return per.sum(axis=1, dtype=np.int64)
+
+    def _check_cost(self, n: int, fans: np.ndarray, slots: int) -> None:
+        """The request's buffers (``slots`` sampled edges at most) within serve.max_request_edges."""
         if slots > self.max_request_edges:
             raise RequestTooCostly(
-                f"request: {n} seeds x fanouts {fans.tolist()} = {slots:,} sampled-edge slots, over "
+                f"request: {n} seeds x fanouts {fans.tolist()} can return {slots:,} sampled edges, over "
                 f"serve.max_request_edges={self.max_request_edges:,}; split the batch"
             )
 
@@ -234,13 +249,14 @@ class PartitionSampler:
             # one argument type per partition for the kernel (numba compiles one specialisation per
             # dtype and writability): writable int64 global ids, int32 local ids
             seeds = np.array(self._check_batch(seeds, "seeds"), np.int64)
-            self._check_cost(len(seeds), fans)
             lids = np.asarray(self.check_ids(seeds, "seeds"), np.int32)
         is_in = direction == "in"
         typed = bool(type_ids)
         n, nslot = len(lids), len(fans)
         with profile.stage("server.tasks"):
             starts, ends = self._type_ranges(lids, type_ids, is_in) if typed else (self._no_i64, self._no_i64)
+            caps = self._seed_caps(lids, fans, kmethod, is_in, starts, ends)
+            self._check_cost(len(seeds), fans, int(caps.sum()))
         has_time = max_time is not None
         args = (
             kmethod, lids, seeds, nslot, starts, ends, typed, self.in_indptr if is_in else self.out_indptr,
@@ -250,7 +266,7 @@ class PartitionSampler:
             self.out_nbr, self.out_indptr, self.gid_out, edge_ids,
         )  # fmt: skip
         with profile.stage("server.kernel"):
-            counts, nbrs, eids, keys = self._sample(args, n, fans, edge_ids, kmethod != K.QUOTA)
+            counts, nbrs, eids, keys = self._sample(args, n, fans, caps, edge_ids, kmethod != K.QUOTA)
         res = GatherResult(
             counts=counts.reshape((n, nslot) if typed else (n,)),
             nbrs=nbrs,
@@ -263,16 +279,17 @@ class PartitionSampler:
         return res
 
     def _sample(
-        self, args: tuple, n: int, fans: np.ndarray, want_eids: bool, want_keys: bool
+        self, args: tuple, n: int, fans: np.ndarray, caps: np.ndarray, want_eids: bool, want_keys: bool
     ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
         """Run the kernel over every task, in chunks on the pool when there is one; compact outputs.
 
-        Output buffers hold every task's fanout (a task returns at most that); chunk c writes from the
-        start of its own region, and the regions are concatenated afterwards.
+        Output buffers hold ``caps`` (the most each seed can return); chunk c writes from the start of
+        its seeds' region, and the regions are concatenated afterwards.
         """
         nslot = len(fans)
-        per_seed = int(fans.sum())
-        cap = n * per_seed
+        offset = np.zeros(n + 1, np.int64)
+        np.cumsum(caps, out=offset[1:])
+        cap = int(offset[-1])
         counts = np.empty(n * nslot, np.int32)
         nbrs = np.empty(cap, self.gid_out.dtype)
         eids = np.empty(cap if want_eids else 0, np.int64)
@@ -285,10 +302,10 @@ class PartitionSampler:
             return counts, nbrs[:end], eids[:end], keys[:end]
 
         def run(a: int, b: int) -> int:
-            return K.sample_tasks(*args, a, b, *outs, a * per_seed)
+            return K.sample_tasks(*args, a, b, *outs, int(offset[a]))
 
         futs = [(a, self.pool.submit(run, a, b)) for a, b in zip(bounds[:-1], bounds[1:], strict=True)]
-        spans = [(a * per_seed, f.result()) for a, f in futs]
+        spans = [(int(offset[a]), f.result()) for a, f in futs]
 
         def cat(x: np.ndarray) -> np.ndarray:
             return np.concatenate([x[s:e] for s, e in spans]) if len(x) else x

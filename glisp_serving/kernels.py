@@ -415,10 +415,15 @@ def sample_tasks(
     en = np.empty(nt, np.int64)
     gd = np.empty(nt, np.int64)
     _task_ranges(lids, nslot, starts, ends, ranged, indptr, gdeg_of, i0, i1, st, en, gd)
-    cap = 0
-    for j in range(nslot):
-        cap += fans[j]
-    pos = np.empty((i1 - i0) * cap, np.int64)
+    cap = 0  # a task returns at most min(fanout, its range) edges (REPLACE: its fanout when the range is not empty)
+    for t in range(nt):
+        f = fans[t % nslot]
+        d = en[t] - st[t]
+        if method == REPLACE:
+            cap += f if d > 0 else 0
+        else:
+            cap += f if f < d else d
+    pos = np.empty(cap, np.int64)
     o = _task_picks(
         method, gids, nslot, fans, req_seed, part, is_in, in_eid, has_time, tmax, ts, weight, i0, i1, st, en, gd,
         counts, pos, key_out, o0,

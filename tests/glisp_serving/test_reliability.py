@@ -82,7 +82,9 @@ def tight(graph, tmp_path_factory):
                 "serve.max_batch=200000", "serve.max_fanout=1000", "serve.drain_s=0",
                 "serve.metrics_port=0"])  # fmt: skip
     addr = s.address()
-    held = np.asarray(open_partition(graph.dv.partition_dir(VC_RUN, 0), verify=False).global_id, np.int64)
+    r = open_partition(graph.dv.partition_dir(VC_RUN, 0), verify=False)
+    by_degree = np.argsort(-np.diff(np.asarray(r.out_indptr, np.int64)), kind="stable")
+    held = np.asarray(r.global_id, np.int64)[by_degree]  # held[0]: the partition's largest out-degree
     yield addr, held
     assert s.stop() == 0
 
@@ -100,8 +102,11 @@ def test_hostile_requests_are_refused_before_allocating(tight):
     e = _gather_error(addr, pb.GatherRequest(seeds=one, fanout=2**31 - 1, method="replace"))
     assert e.code() == grpc.StatusCode.INVALID_ARGUMENT and "serve.max_fanout=1000" in e.details()
     many = to_array(np.repeat(held[:1], 100))
-    e = _gather_error(addr, pb.GatherRequest(seeds=many, fanout=300, method="replace"))  # 30,000 slots
+    e = _gather_error(addr, pb.GatherRequest(seeds=many, fanout=300, method="replace"))  # 30,000 draws
     assert e.code() == grpc.StatusCode.RESOURCE_EXHAUSTED and "serve.max_request_edges" in e.details()
+    with grpc.insecure_channel(addr) as ch:  # "every neighbour" (fanout 1000 >> degrees) costs the neighbourhoods
+        every = pb_grpc.SamplingStub(ch).Gather(pb.GatherRequest(seeds=to_array(held[:150]), fanout=1000), timeout=10)
+        assert every.part_id == 0 and len(every.neighbors.data) > 0
     e = _gather_error(addr, pb.GatherRequest(seeds=one, type_fanouts=[pb.TypeFanout(edge_type="cites", fanout=2)] * 2))
     assert e.code() == grpc.StatusCode.INVALID_ARGUMENT and "listed twice" in e.details()
     with grpc.insecure_channel(addr) as ch:  # 100,000 repeated ids x (6 floats + label + split) > 1 MiB
@@ -436,7 +441,7 @@ def test_fuzzed_requests_never_crash_leak_or_answer_garbage(tight, graph):
                 anon0 = _stats(addr).rss_anon_bytes  # after the first cases allocated their pools
 
         run()
-    assert seen["ok"] > 20 and seen["refused"] > 20, seen  # both kinds were exercised
+    assert seen["ok"] > 10 and seen["refused"] > 10, seen  # both kinds were exercised
     from grpc_health.v1 import health_pb2
 
     assert _health(addr) == health_pb2.HealthCheckResponse.SERVING
