@@ -201,6 +201,11 @@ class ServeConfig:
     start_timeout_s: float = 120.0  # serve-cluster: how long to wait for every server to be healthy
     dense_id_map_mb: float = 256.0  # global->local ids by a dense int32 map when it fits; else a sorted lookup
     max_streams: int = 64  # open GatherStream calls (each holds a thread); beyond, clients use unary Gather
+    # security (glisp_serving.security): files, never secrets on the command line; "" = off
+    tls_cert: str = ""  # PEM certificate chain: the server speaks TLS
+    tls_key: str = ""  # PEM private key of tls_cert
+    tls_client_ca: str = ""  # PEM CA: mutual TLS, clients must present a certificate it signed
+    token_file: str = ""  # file holding the bearer token every Sampling RPC must carry ("": $GLISP_TOKEN, if set)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -214,6 +219,13 @@ class ClientConfig:
     # "auto": features/labels of partitions served on this host are read from their files, not by RPC
     local_reads: Literal["auto", "never"] = "auto"
     gather_streams: bool = True  # Gather over one long-lived stream per server (half the CPU per request)
+    # security (glisp_serving.security): files, never secrets on the command line; "" = off
+    tls: bool = False  # TLS to the servers, trusting the system's CAs (implied by tls_ca or tls_cert)
+    tls_ca: str = ""  # PEM CA that signed the servers' certificates
+    tls_cert: str = ""  # PEM client certificate for mutual TLS
+    tls_key: str = ""  # PEM private key of tls_cert
+    tls_server_name: str = ""  # name the servers' certificates are checked against ("": the address's host)
+    token_file: str = ""  # file holding the bearer token ("": $GLISP_TOKEN, if set)
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -18,7 +18,7 @@ import threading
 import time
 from pathlib import Path
 
-from glisp_core.config import Config, with_values
+from glisp_core.config import ClientConfig, Config, with_values
 from glisp_core.dataset.layout import resolve_dataset
 from glisp_core.errors import StageError
 
@@ -31,12 +31,19 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--host", default="127.0.0.1", help="address every server binds")
 
 
-def wait_healthy(address: str, deadline: float, proc: subprocess.Popen | None = None) -> None:
-    """Poll grpc.health.v1 at ``address`` until SERVING; StageError at ``deadline`` or if ``proc`` exits."""
+def wait_healthy(
+    address: str, deadline: float, proc: subprocess.Popen | None = None, cfg: ClientConfig | None = None
+) -> None:
+    """Poll grpc.health.v1 at ``address`` until SERVING; StageError at ``deadline`` or if ``proc`` exits.
+
+    ``cfg`` (the ``[client]`` section) secures the channel: a TLS server needs client.tls_ca (and,
+    with mutual TLS, client.tls_cert/tls_key) here too."""
     import grpc
     from grpc_health.v1 import health_pb2, health_pb2_grpc
 
-    with grpc.insecure_channel(address) as ch:
+    from glisp_serving.security import open_channel
+
+    with open_channel(address, cfg) as ch:
         stub = health_pb2_grpc.HealthStub(ch)
         while True:
             if proc is not None and proc.poll() is not None:
@@ -80,8 +87,10 @@ def stop_children(procs: list[subprocess.Popen], grace_s: float) -> list[int | N
 
 def main(args: argparse.Namespace, cfg: Config) -> int:
     from glisp_serving.cluster import ClusterSpec, num_parts_of, resolve_run
+    from glisp_serving.security import check_own_client
 
     cfg = with_values(cfg, "serve", threads=args.threads)
+    check_own_client(cfg.serve, cfg.client)
     dv = resolve_dataset(args.dataset, cfg.dataset.root)
     run = resolve_run(dv, args.run)
     parts = num_parts_of(dv, run)
@@ -108,7 +117,7 @@ def main(args: argparse.Namespace, cfg: Config) -> int:
                 time.sleep(0.05)
             addrs.append(f"{args.host}:{int(pf.read_text())}")
         for a, p in zip(addrs, procs, strict=True):
-            wait_healthy(a, deadline, p)
+            wait_healthy(a, deadline, p, cfg.client)
         ClusterSpec(dataset=str(dv.path), run=run, num_parts=parts, addresses=[[a] for a in addrs]).write(cluster_file)
         print(f"glisp serve-cluster: {parts} servers SERVING; cluster file {cluster_file}", flush=True)
         while not stop.wait(0.2):

@@ -32,6 +32,7 @@ from glisp_serving.engine import PartitionSampler, RequestError
 from glisp_serving.memory import map_large_allocations, release_clean_library_pages, release_free_heap, snapshot
 from glisp_serving.proto import sampling_pb2 as pb
 from glisp_serving.proto import sampling_pb2_grpc as pb_grpc
+from glisp_serving.security import bind, server_interceptors
 from glisp_serving.wire import (
     GATHER_REQUEST,
     GATHER_RESPONSE,
@@ -390,15 +391,17 @@ def serve(
     log.info("released %.1f MiB of compiler pages; runtime baseline RSS %.1f MiB", released / 2**20,
              baseline["rss"] / 2**20)  # fmt: skip
     mb = cfg.max_message_mb * 1024 * 1024
+    interceptors = server_interceptors(cfg)  # the bearer token check, when one is configured
     server = grpc.server(  # a Gather stream holds a worker thread while open: one each, plus the unary RPCs'
         ThreadPoolExecutor(max_workers=max(2, cfg.threads) + cfg.max_streams, thread_name_prefix="glisp-rpc"),
         options=[("grpc.max_send_message_length", mb), ("grpc.max_receive_message_length", mb)],
+        interceptors=interceptors,
     )
     servicer = SamplingServicer(engine, f"{dv.graph}/{dv.version}", run, baseline, rss_import, dv, cfg.max_streams)
     add_servicer(servicer, server)
     health_servicer = health.HealthServicer()
     health_pb2_grpc.add_HealthServicer_to_server(health_servicer, server)
-    bound = server.add_insecure_port(f"{cfg.host}:{cfg.port if port is None else port}")
+    bound = bind(server, cfg.host, cfg.port if port is None else port, cfg, token=bool(interceptors))
     if bound == 0:
         raise OSError(f"serve: cannot bind {cfg.host}:{cfg.port if port is None else port}")
     stop = threading.Event()
