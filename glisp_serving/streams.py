@@ -93,6 +93,8 @@ class GatherStream:
                 try:
                     await self._call.write(with_request_id(raw, rid))
                 except (grpc.aio.AioRpcError, asyncio.InvalidStateError) as e:
+                    if isinstance(e, grpc.aio.AioRpcError) and e.code() in REFUSED:
+                        raise StreamFailure(e.code(), e.details() or "") from None
                     if not fut.done():  # the reader has not failed it yet
                         raise StreamFailure(grpc.StatusCode.UNAVAILABLE, f"stream broke while sending: {e}") from None
             m = await fut
