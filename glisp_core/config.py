@@ -206,6 +206,7 @@ class ServeConfig:
     tls_key: str = ""  # PEM private key of tls_cert
     tls_client_ca: str = ""  # PEM CA: mutual TLS, clients must present a certificate it signed
     token_file: str = ""  # file holding the bearer token every Sampling RPC must carry ("": $GLISP_TOKEN, if set)
+    health_port: int = -1  # plaintext port serving only grpc.health.v1 (probes that cannot speak TLS); -1 = none
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -169,6 +169,25 @@ def bind(server: grpc.Server, host: str, port: int, cfg: ServeConfig, token: boo
     return server.add_insecure_port(address) if creds is None else server.add_secure_port(address, creds)
 
 
+def health_only_server(health_servicer: Any, host: str, port: int) -> tuple[grpc.Server | None, int]:
+    """A plaintext server of grpc.health.v1 alone (``serve.health_port``; -1: none) and its bound port.
+
+    For probes that cannot speak TLS (Kubernetes' gRPC probes): it tells SERVING or not, nothing else."""
+    if port < 0:
+        return None, -1
+    from concurrent.futures import ThreadPoolExecutor
+
+    from grpc_health.v1 import health_pb2_grpc
+
+    server = grpc.server(ThreadPoolExecutor(max_workers=2, thread_name_prefix="glisp-health"))
+    health_pb2_grpc.add_HealthServicer_to_server(health_servicer, server)
+    bound = server.add_insecure_port(f"{host}:{port}")
+    if bound == 0:
+        raise OSError(f"serve: cannot bind the health port {host}:{port} (serve.health_port)")
+    server.start()
+    return server, bound
+
+
 def check_own_client(serve: ServeConfig, client: ClientConfig) -> None:
     """serve-cluster checks its servers' health as a client: with TLS on, ``[client]`` must be able to connect."""
     if not (serve.tls_cert or serve.tls_key):

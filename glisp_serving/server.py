@@ -32,7 +32,7 @@ from glisp_serving.engine import PartitionSampler, RequestError
 from glisp_serving.memory import map_large_allocations, release_clean_library_pages, release_free_heap, snapshot
 from glisp_serving.proto import sampling_pb2 as pb
 from glisp_serving.proto import sampling_pb2_grpc as pb_grpc
-from glisp_serving.security import bind, server_interceptors
+from glisp_serving.security import bind, health_only_server, server_interceptors
 from glisp_serving.wire import (
     GATHER_REQUEST,
     GATHER_RESPONSE,
@@ -412,6 +412,9 @@ def serve(
     signal.signal(signal.SIGTERM, _on_signal)
     signal.signal(signal.SIGINT, _on_signal)
     server.start()
+    health_server, health_port = health_only_server(health_servicer, cfg.host, cfg.health_port)
+    if health_server is not None:
+        print(f"glisp serve: partition {part} health-only port {cfg.host}:{health_port} (plaintext)", flush=True)
     for name in ("", SERVICE_NAME):
         health_servicer.set(name, health_pb2.HealthCheckResponse.SERVING)
     if port_file:
@@ -425,6 +428,8 @@ def serve(
     health_servicer.enter_graceful_shutdown()  # every service NOT_SERVING
     servicer.begin_shutdown()
     server.stop(cfg.grace_s).wait()
+    if health_server is not None:
+        health_server.stop(0)  # after the drain, so probes saw NOT_SERVING
     engine.close()
     print(f"glisp serve: partition {part} stopped", flush=True)
     return 0

@@ -14,7 +14,6 @@ import shutil
 import signal
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import grpc
@@ -233,16 +232,21 @@ def test_exposure_warning_rules():
         assert exposure_warning(host, tls=True, token=False) is None, host
 
 
-def test_serve_on_all_interfaces_without_security_warns(graph, tmp_path):
-    port_file = tmp_path / "port"
+def test_all_interfaces_without_security_warns_and_health_port_serves_health_only(graph, tmp_path):
+    """One plaintext server on 0.0.0.0: the warning on stderr; its serve.health_port answers health, no Sampling."""
     cmd = [sys.executable, "-m", "glisp_core.cli", "serve", str(graph.dv.path), "--run", EC_RUN, "--partition", "0",
-           "--host", "0.0.0.0", "--port", "0", "--port-file", str(port_file), "--set", "serve.warmup=false"]  # fmt: skip
+           "--host", "0.0.0.0", "--port", "0", "--set", "serve.warmup=false", "--set", "serve.health_port=0"]  # fmt: skip
     env = {k: v for k, v in os.environ.items() if k != TOKEN_ENV} | {"PYTHONPATH": str(ROOT)}
-    p = subprocess.Popen(cmd, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    p = subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:
-        deadline = time.time() + 120
-        while not port_file.exists() and p.poll() is None and time.time() < deadline:
-            time.sleep(0.05)
+        line = p.stdout.readline()  # the health-only port is announced before "listening on"
+        assert "health-only port" in line, (line, p.poll())
+        with grpc.insecure_channel(f"127.0.0.1:{int(line.split(':')[-1].split()[0])}") as ch:
+            r = health_pb2_grpc.HealthStub(ch).Check(health_pb2.HealthCheckRequest(service=""), timeout=10)
+            assert r.status == health_pb2.HealthCheckResponse.SERVING
+            with pytest.raises(grpc.RpcError) as ei:
+                pb_grpc.SamplingStub(ch).Stats(pb.StatsRequest(), timeout=10)
+            assert ei.value.code() == grpc.StatusCode.UNIMPLEMENTED
     finally:
         p.send_signal(signal.SIGTERM)
         _, err = p.communicate(timeout=60)
