@@ -129,6 +129,9 @@ def _samples_correctly(cluster: Cluster, graph, cfg: ClientConfig) -> None:
         assert np.allclose(got["features"], graph.features[vs]) and np.array_equal(got["labels"], graph.labels[vs])
         assert c.sample(np.arange(30), [3, 2], seed=1).num_sampled_edges > 0
         assert len(c.stats()) == 2
+        if cfg.gather_streams:  # Gather went over the secured streams, not a silent fallback to unary calls
+            assert c.backend._streams and not c.backend._unary_only
+            assert all(s.failed is None for s in c.backend._streams.values())
 
 
 def _refused(cluster: Cluster, cfg: ClientConfig) -> SamplingError:
