@@ -209,6 +209,12 @@ class ServeConfig:
     max_request_edges: int = 16_000_000  # seeds x sum of fanouts per Gather; more is RESOURCE_EXHAUSTED
     max_concurrent_rpcs: int = 256  # RPCs in progress (an open stream counts); more is RESOURCE_EXHAUSTED
     drain_s: float = 1.0  # SIGTERM: NOT_SERVING but still answering this long, then drain for grace_s
+    # security (glisp_serving.security): files, never secrets on the command line; "" = off
+    tls_cert: str = ""  # PEM certificate chain: the server speaks TLS
+    tls_key: str = ""  # PEM private key of tls_cert
+    tls_client_ca: str = ""  # PEM CA: mutual TLS, clients must present a certificate it signed
+    token_file: str = ""  # file holding the bearer token every Sampling RPC must carry ("": $GLISP_TOKEN, if set)
+    health_port: int = -1  # plaintext port serving only grpc.health.v1 (probes that cannot speak TLS); -1 = none
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -222,6 +228,13 @@ class ClientConfig:
     # "auto": features/labels of partitions served on this host are read from their files, not by RPC
     local_reads: Literal["auto", "never"] = "auto"
     gather_streams: bool = True  # Gather over one long-lived stream per server (half the CPU per request)
+    # security (glisp_serving.security): files, never secrets on the command line; "" = off
+    tls: bool = False  # TLS to the servers, trusting the system's CAs (implied by tls_ca or tls_cert)
+    tls_ca: str = ""  # PEM CA that signed the servers' certificates
+    tls_cert: str = ""  # PEM client certificate for mutual TLS
+    tls_key: str = ""  # PEM private key of tls_cert
+    tls_server_name: str = ""  # name the servers' certificates are checked against ("": the address's host)
+    token_file: str = ""  # file holding the bearer token ("": $GLISP_TOKEN, if set)
 
 
 @dataclass(frozen=True, kw_only=True)

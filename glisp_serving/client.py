@@ -39,6 +39,7 @@ from glisp_serving.engine import VERSION_MISMATCH
 from glisp_serving.proto import sampling_pb2 as pb
 from glisp_serving.routing import RoutingTable
 from glisp_serving.sampler import Fanout, HopRequest, KHopSampler, VersionChanged, check_seeds, hop_request
+from glisp_serving.security import open_channel
 from glisp_serving.streams import NO_STREAM, GatherStream, StreamFailure
 from glisp_serving.wire import (
     GATHER_REQUEST,
@@ -124,7 +125,7 @@ class RemoteBackend:
 
     async def open(self) -> None:
         for addrs in self.spec.addresses:
-            chans = [grpc.aio.insecure_channel(a, options=self._opts) for a in addrs]
+            chans = [open_channel(a, self.cfg, self._opts, aio=True) for a in addrs]
             self._channels.append(chans)
             self._stubs.append([_Stub(c) for c in chans])
 

@@ -22,7 +22,7 @@ import threading
 import time
 from pathlib import Path
 
-from glisp_core.config import Config, with_values
+from glisp_core.config import ClientConfig, Config, with_values
 from glisp_core.dataset.layout import resolve_dataset
 from glisp_core.errors import StageError
 from glisp_serving.cluster import ClusterSpec
@@ -37,12 +37,19 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--replicas", type=int, help="servers per partition (serve.replicas)")
 
 
-def wait_healthy(address: str, deadline: float, proc: subprocess.Popen | None = None) -> None:
-    """Poll grpc.health.v1 at ``address`` until SERVING; StageError at ``deadline`` or if ``proc`` exits."""
+def wait_healthy(
+    address: str, deadline: float, proc: subprocess.Popen | None = None, cfg: ClientConfig | None = None
+) -> None:
+    """Poll grpc.health.v1 at ``address`` until SERVING; StageError at ``deadline`` or if ``proc`` exits.
+
+    ``cfg`` (the ``[client]`` section) secures the channel: a TLS server needs client.tls_ca (and,
+    with mutual TLS, client.tls_cert/tls_key) here too."""
     import grpc
     from grpc_health.v1 import health_pb2, health_pb2_grpc
 
-    with grpc.insecure_channel(address) as ch:
+    from glisp_serving.security import open_channel
+
+    with open_channel(address, cfg) as ch:
         stub = health_pb2_grpc.HealthStub(ch)
         while True:
             if proc is not None and proc.poll() is not None:
@@ -125,7 +132,9 @@ class Slot:
                   file=sys.stderr, flush=True)  # fmt: skip
 
 
-def _wait_started(slots: list[Slot], host: str, deadline: float, stop: threading.Event) -> list[list[str]]:
+def _wait_started(
+    slots: list[Slot], host: str, deadline: float, stop: threading.Event, client: ClientConfig
+) -> list[list[str]]:
     """Every slot's bound port, then every server SERVING; the addresses per partition."""
     for s in slots:
         while not s.port_file.exists():
@@ -136,17 +145,17 @@ def _wait_started(slots: list[Slot], host: str, deadline: float, stop: threading
             time.sleep(0.05)
         s.port = int(s.port_file.read_text())
     for s in slots:
-        wait_healthy(f"{host}:{s.port}", deadline, s.proc)
+        wait_healthy(f"{host}:{s.port}", deadline, s.proc, client)
     parts = 1 + max(s.part for s in slots)
     return [[f"{host}:{s.port}" for s in slots if s.part == k] for k in range(parts)]
 
 
-def _reload(spec: ClusterSpec, cluster_file: Path) -> ClusterSpec:
+def _reload(spec: ClusterSpec, cluster_file: Path, client: ClientConfig) -> ClusterSpec:
     """SIGHUP: every server to the graph's latest, two-phase; the cluster file names it after."""
     from glisp_serving.cluster_reload import ClusterReloadError, reload_cluster
 
     try:
-        new = reload_cluster(spec)
+        new = reload_cluster(spec, client=client)
     except ClusterReloadError as e:
         print(f"glisp serve-cluster: {e}", file=sys.stderr, flush=True)
         return spec
@@ -156,8 +165,10 @@ def _reload(spec: ClusterSpec, cluster_file: Path) -> ClusterSpec:
 
 def main(args: argparse.Namespace, cfg: Config) -> int:
     from glisp_serving.cluster import num_parts_of, resolve_run
+    from glisp_serving.security import check_own_client
 
     cfg = with_values(cfg, "serve", threads=args.threads)
+    check_own_client(cfg.serve, cfg.client)
     dv = resolve_dataset(args.dataset, cfg.dataset.root)
     run = resolve_run(dv, args.run)
     parts = num_parts_of(dv, run)
@@ -177,7 +188,7 @@ def main(args: argparse.Namespace, cfg: Config) -> int:
             for r in range(replicas):
                 pf = tmpdir / f"part-{k:05d}-r{r}.port"
                 slots.append(Slot(k, r, pf, _child_args(args, str(dv.path), run, k, pf)))
-        addrs = _wait_started(slots, args.host, time.time() + cfg.serve.start_timeout_s, stop)
+        addrs = _wait_started(slots, args.host, time.time() + cfg.serve.start_timeout_s, stop, cfg.client)
         spec = ClusterSpec(dataset=str(dv.path), run=run, num_parts=parts, addresses=addrs)
         spec.write(cluster_file)
         print(f"glisp serve-cluster: {parts} partitions x {replicas} replicas SERVING; cluster file {cluster_file}",
@@ -185,7 +196,7 @@ def main(args: argparse.Namespace, cfg: Config) -> int:
         while not stop.wait(0.2):
             if hup.is_set():
                 hup.clear()
-                spec = _reload(spec, cluster_file)
+                spec = _reload(spec, cluster_file, cfg.client)
             for s in slots:
                 s.supervise(args, spec.dataset, spec.run)  # a restart serves the version the cluster serves now
     finally:

@@ -20,11 +20,12 @@ from pathlib import Path
 
 import grpc
 
-from glisp_core.config import Config
+from glisp_core.config import ClientConfig, Config
 from glisp_core.errors import GlispError
 from glisp_serving.cluster import ClusterSpec
 from glisp_serving.proto import sampling_pb2 as pb
 from glisp_serving.proto import sampling_pb2_grpc as pb_grpc
+from glisp_serving.security import open_channel
 
 
 class ClusterReloadError(GlispError):
@@ -38,18 +39,20 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--timeout", type=float, default=600.0, help="seconds a server may take to prepare")
 
 
-def _call(addr: str, req: pb.ReloadRequest, timeout: float) -> pb.ReloadResponse:
-    with grpc.insecure_channel(addr) as ch:
+def _call(addr: str, req: pb.ReloadRequest, timeout: float, client: ClientConfig | None) -> pb.ReloadResponse:
+    with open_channel(addr, client) as ch:
         return pb_grpc.SamplingStub(ch).Reload(req, timeout=timeout)
 
 
-def reload_cluster(spec: ClusterSpec, dataset: str = "", run: str = "", timeout: float = 600.0) -> ClusterSpec:
+def reload_cluster(
+    spec: ClusterSpec, dataset: str = "", run: str = "", timeout: float = 600.0, client: ClientConfig | None = None
+) -> ClusterSpec:
     """Prepare on every server, then commit on every server; the cluster spec of the new version."""
     addrs = [a for part in spec.addresses for a in part]
     prepared = []
     for a in addrs:
         try:
-            prepared.append(_call(a, pb.ReloadRequest(dataset=dataset, run=run, prepare_only=True), timeout))
+            prepared.append(_call(a, pb.ReloadRequest(dataset=dataset, run=run, prepare_only=True), timeout, client))
         except grpc.RpcError as e:
             raise ClusterReloadError(
                 f"reload refused by {a} ({e.code().name}): {e.details()}; nothing switched"
@@ -60,7 +63,7 @@ def reload_cluster(spec: ClusterSpec, dataset: str = "", run: str = "", timeout:
     path, new_run = targets.pop()
     t = time.perf_counter()
     for a in addrs:  # name the resolved version, so a latest that moves meanwhile cannot split the cluster
-        _call(a, pb.ReloadRequest(dataset=path, run=new_run), timeout)
+        _call(a, pb.ReloadRequest(dataset=path, run=new_run), timeout, client)
     print(f"glisp serve-reload: {len(addrs)} servers switched to {prepared[0].version} run {new_run} "
           f"(commit window {1e3 * (time.perf_counter() - t):.1f} ms)", flush=True)  # fmt: skip
     return ClusterSpec(dataset=path, run=new_run, num_parts=spec.num_parts, addresses=spec.addresses)
@@ -69,7 +72,7 @@ def reload_cluster(spec: ClusterSpec, dataset: str = "", run: str = "", timeout:
 def main(args: argparse.Namespace, cfg: Config) -> int:
     path = Path(args.cluster_file)
     try:
-        new = reload_cluster(ClusterSpec.read(path), args.dataset, args.run, args.timeout)
+        new = reload_cluster(ClusterSpec.read(path), args.dataset, args.run, args.timeout, cfg.client)
     except ClusterReloadError as e:
         print(f"glisp serve-reload: {e}", file=sys.stderr, flush=True)
         return 1

@@ -35,6 +35,7 @@ from glisp_serving.metrics import ServerMetrics
 from glisp_serving.proto import sampling_pb2 as pb
 from glisp_serving.proto import sampling_pb2_grpc as pb_grpc
 from glisp_serving.reload import Reloader, ReloadError, Served, open_served
+from glisp_serving.security import bind, health_only_server, server_interceptors
 from glisp_serving.wire import (
     GATHER_REQUEST,
     GATHER_RESPONSE,
@@ -495,13 +496,14 @@ def _open_served(dv: DatasetVersion, run: str, part: int, cfg: ServeConfig) -> t
     return served, baseline, rss_import
 
 
-def _grpc_server(cfg: ServeConfig) -> grpc.Server:
+def _grpc_server(cfg: ServeConfig, interceptors: list) -> grpc.Server:
     mb = cfg.max_message_mb * 1024 * 1024
     return grpc.server(  # a Gather stream holds a worker thread while open: one each, plus the unary RPCs'
         ThreadPoolExecutor(max_workers=max(2, cfg.threads) + cfg.max_streams, thread_name_prefix="glisp-rpc"),
         options=[("grpc.max_send_message_length", mb), ("grpc.max_receive_message_length", mb),
                  ("grpc.so_reuseport", 0)],
         maximum_concurrent_rpcs=cfg.max_concurrent_rpcs or None,
+        interceptors=interceptors,
     )  # fmt: skip
 
 
@@ -510,16 +512,20 @@ def _serve(
     state: ServingState,
 ) -> int:  # fmt: skip
     served, baseline, rss_import = _open_served(dv, run, part, cfg)
-    server = _grpc_server(cfg)
+    interceptors = server_interceptors(cfg)  # the bearer token check, when one is configured
+    server = _grpc_server(cfg, interceptors)
     servicer = SamplingServicer(served, baseline, rss_import, cfg.max_streams, state)
     servicer.reloader = Reloader(servicer, part, cfg)
     add_servicer(servicer, server)
     health_servicer = health.HealthServicer()
     health_pb2_grpc.add_HealthServicer_to_server(health_servicer, server)
-    bound = server.add_insecure_port(f"{cfg.host}:{cfg.port if port is None else port}")
+    bound = bind(server, cfg.host, cfg.port if port is None else port, cfg, token=bool(interceptors))
     if bound == 0:
         raise OSError(f"serve: cannot bind {cfg.host}:{cfg.port if port is None else port}")
     server.start()
+    health_server, health_port = health_only_server(health_servicer, cfg.host, cfg.health_port)
+    if health_server is not None:
+        print(f"glisp serve: partition {part} health-only port {cfg.host}:{health_port} (plaintext)", flush=True)
     try:
         state.started(health_servicer, ("", SERVICE_NAME))
     except StopDuringStart:
@@ -547,6 +553,8 @@ def _serve(
                 print(f"glisp serve: {e}", file=sys.stderr, flush=True)
     _drain(state, servicer, server, cfg)
     servicer.served.engine.close()
+    if health_server is not None:
+        health_server.stop(0)  # after the drain, so probes saw NOT_SERVING
     print(f"glisp serve: partition {part} stopped", flush=True)
     return 0
 

@@ -26,6 +26,7 @@ from glisp_serving.wire import GATHER_RESPONSE, WireError, decode, with_request_
 
 CODES = {c.value[0]: c for c in grpc.StatusCode}
 NO_STREAM = (grpc.StatusCode.UNIMPLEMENTED, grpc.StatusCode.RESOURCE_EXHAUSTED)
+REFUSED = (grpc.StatusCode.UNAUTHENTICATED, grpc.StatusCode.PERMISSION_DENIED)  # final: a retry would not help
 
 
 class StreamFailure(Exception):
@@ -65,7 +66,7 @@ class GatherStream:
                 if fut is not None and not fut.done():
                     fut.set_result(m)
         except grpc.aio.AioRpcError as e:
-            code = e.code() if e.code() in NO_STREAM else grpc.StatusCode.UNAVAILABLE  # unanswered: retry them
+            code = e.code() if e.code() in NO_STREAM + REFUSED else grpc.StatusCode.UNAVAILABLE  # else: retry them
             failure = StreamFailure(code, f"stream ended with {e.code().name}: {e.details()}")
         except WireError as e:
             failure = StreamFailure(grpc.StatusCode.INTERNAL, f"undecodable answer on the stream: {e}")
@@ -92,6 +93,8 @@ class GatherStream:
                 try:
                     await self._call.write(with_request_id(raw, rid))
                 except (grpc.aio.AioRpcError, asyncio.InvalidStateError) as e:
+                    if isinstance(e, grpc.aio.AioRpcError) and e.code() in REFUSED:
+                        raise StreamFailure(e.code(), e.details() or "") from None
                     if not fut.done():  # the reader has not failed it yet
                         raise StreamFailure(grpc.StatusCode.UNAVAILABLE, f"stream broke while sending: {e}") from None
             m = await fut
