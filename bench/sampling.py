@@ -25,6 +25,12 @@ code and kernels over the one-partition run in process, with no RPC.
 
     .venv/bin/python bench/sampling.py --root /tmp/glisp-bench-sampling                # rmat scale 18
     .venv/bin/python bench/sampling.py --root /tmp/glisp-bench-sampling --graphs cora lastfm imdb
+
+``--edges FILE.tsv`` measures the service on a given undirected edge list instead (the graph the DistDGL
+peer bench gets), with 1 and 2 client processes and CPU ms per batch; see ``bench/sampling_edges.py``:
+
+    .venv/bin/python bench/sampling.py --edges /tmp/peer/graphs/rmat18.tsv --root /tmp/glisp-bench-edges \
+        --peer-json /tmp/peer/results/dist_rmat18.json
 """
 
 from __future__ import annotations
@@ -125,7 +131,7 @@ def _replace(ing, **kw):
 
 def start_cluster(dv, run: str, workdir: Path, threads: int) -> tuple[subprocess.Popen, Path]:
     cf = workdir / f"{dv.graph}-{run}.json"
-    cf.unlink(missing_ok=True)  # a stale file from an earlier run is not this cluster's
+    cf.unlink(missing_ok=True)  # one left by a killed run: waiting on it would return before the servers exist
     cmd = [sys.executable, "-m", "glisp_core.cli", "serve-cluster", str(dv.path), "--run", run, "--cluster-file",
            str(cf), "--threads", str(threads)]  # fmt: skip
     p = subprocess.Popen(cmd, env=dict(os.environ, PYTHONPATH=str(ROOT)), stdout=subprocess.DEVNULL)
@@ -308,7 +314,23 @@ def main() -> int:
     ap.add_argument("--driver-memory", default="6g")
     ap.add_argument("--root", help="work directory, reused across runs (default: a new temp dir)")
     ap.add_argument("--json", help="also write the results here")
+    g = ap.add_argument_group("--edges: the service on a given undirected edge list (bench/sampling_edges.py)")
+    g.add_argument("--edges", help="src<TAB>dst undirected pairs, e.g. /tmp/peer/graphs/rmat18.tsv")
+    g.add_argument("--edges-name", help="graph name (default: the file's stem)")
+    g.add_argument("--feature-dim", type=int, default=128, help="float32 features per vertex (derived)")
+    g.add_argument("--clients", type=int, nargs="+", default=[1, 2], help="client process counts")
+    g.add_argument("--configs", nargs="+",
+                   default=["uniform", "weighted", "typed", "uniform+features", "uniform+features-rpc"])  # fmt: skip
+    g.add_argument("--windows", type=int, default=3, help="windows per configuration (the median is reported)")
+    g.add_argument("--window-s", type=float, default=8.0, help="at least this long per window")
+    g.add_argument("--min-batches", type=int, default=20, help="and at least this many batches per client")
+    g.add_argument("--prefetch", type=int, default=2, help="batches in flight per client")
+    g.add_argument("--max-quiet-wait", type=float, default=30.0,
+                   help="before a window, wait at most this long for other processes to go quiet")  # fmt: skip
+    g.add_argument("--peer-json", help="DistDGL's dist_<graph>.json from run_all.sh, for the ratios")
     args = ap.parse_args()
+    if args.edges:
+        return main_edges(args)
     root = Path(args.root or tempfile.mkdtemp(prefix="glisp-bench-sampling-"))
     root.mkdir(parents=True, exist_ok=True)
     t0 = time.perf_counter()
@@ -328,6 +350,27 @@ def main() -> int:
     if args.json:
         Path(args.json).write_text(json.dumps(results, indent=1, default=str))
     print(markdown(results), flush=True)
+    return 0
+
+
+def main_edges(args: argparse.Namespace) -> int:
+    from sampling_edges import bench_edges, build_edges, markdown_edges, peer_summary
+
+    if args.parts == [2, 4]:
+        args.parts = [2]
+    root = Path(args.root or tempfile.mkdtemp(prefix="glisp-bench-edges-"))
+    root.mkdir(parents=True, exist_ok=True)
+    print(f"load before: {os.getloadavg()}", flush=True)
+    info = build_edges(args, root)
+    if args.build_only:
+        return 0
+    res = bench_edges(info, args, root)
+    peer = peer_summary(Path(args.peer_json)) if args.peer_json else None
+    res["peer"] = peer
+    if args.json:
+        Path(args.json).write_text(json.dumps(res, indent=1, default=str))
+    print(f"load after: {os.getloadavg()}", flush=True)
+    print(markdown_edges(res, peer), flush=True)
     return 0
 
 

@@ -28,6 +28,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "reorder": ("spark_jobs.serialize.reorder_cli", "inference order: PDS, NS, DS or PS"),
     "serve": ("glisp_serving.cli", "run one sampling server for one partition"),
     "serve-cluster": ("glisp_serving.cluster_cli", "run one sampling server per partition on this machine"),
+    "serve-reload": ("glisp_serving.cluster_reload", "move a running sampling cluster to another version (hot)"),
     "link-split": ("glisp_train.link_split", "hold out edges for link prediction: a training-only partition run"),
     "train": ("glisp_train.cli", "train a GNN through the sampling service (node classification, link prediction)"),
     "infer": ("glisp_infer.cli", "layerwise inference to Zarr: embeddings, predictions and link scores"),

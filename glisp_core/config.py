@@ -211,10 +211,26 @@ class ServeConfig:
     max_message_mb: int = 256
     grace_s: float = 5.0  # SIGTERM drain time
     chunk: int = 4096  # tasks per kernel chunk; a larger batch is split across the threads
-    verify: bool = False  # hash every partition file on start (sizes and version are always checked)
+    # partition hashes "background" (after SERVING), "start" or "off"; sizes, version, CSR structure always
+    verify: Literal["background", "start", "off"] = "background"
     warmup: bool = True  # run each kernel once before reporting SERVING
     release_compiler_pages: bool = True  # after warm-up, unmap libLLVM's clean pages (~100 MiB of RSS)
     start_timeout_s: float = 120.0  # serve-cluster: how long to wait for every server to be healthy
+    dense_id_map_mb: float = 256.0  # global->local ids by a dense int32 map when it fits; else a sorted lookup
+    max_streams: int = 64  # open GatherStream calls (each holds a thread); beyond, clients use unary Gather
+    metrics_port: int = -1  # Prometheus /metrics: -1 off, 0 a free port (reported by Stats), N that port
+    follow_latest_s: float = 0.0  # > 0: poll the graph's latest and hot-reload when it moves
+    replicas: int = 1  # serve-cluster: servers per partition
+    max_fanout: int = 100_000  # one hop's / edge type's fanout; more is INVALID_ARGUMENT
+    max_request_edges: int = 16_000_000  # seeds x sum of fanouts per Gather; more is RESOURCE_EXHAUSTED
+    max_concurrent_rpcs: int = 256  # RPCs in progress (an open stream counts); more is RESOURCE_EXHAUSTED
+    drain_s: float = 1.0  # SIGTERM: NOT_SERVING but still answering this long, then drain for grace_s
+    # security (glisp_serving.security): files, never secrets on the command line; "" = off
+    tls_cert: str = ""  # PEM certificate chain: the server speaks TLS
+    tls_key: str = ""  # PEM private key of tls_cert
+    tls_client_ca: str = ""  # PEM CA: mutual TLS, clients must present a certificate it signed
+    token_file: str = ""  # file holding the bearer token every Sampling RPC must carry ("": $GLISP_TOKEN, if set)
+    health_port: int = -1  # plaintext port serving only grpc.health.v1 (probes that cannot speak TLS); -1 = none
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -225,6 +241,16 @@ class ClientConfig:
     routing: Literal["replicas", "owner"] = "replicas"  # owner: each vertex only to its edge-cut owner
     backoff_s: float = 0.2  # first retry delay on UNAVAILABLE, doubled per retry
     routing_source: Literal["auto", "files", "servers"] = "auto"  # where the routing table comes from
+    # "auto": features/labels of partitions served on this host are read from their files, not by RPC
+    local_reads: Literal["auto", "never"] = "auto"
+    gather_streams: bool = True  # Gather over one long-lived stream per server (half the CPU per request)
+    # security (glisp_serving.security): files, never secrets on the command line; "" = off
+    tls: bool = False  # TLS to the servers, trusting the system's CAs (implied by tls_ca or tls_cert)
+    tls_ca: str = ""  # PEM CA that signed the servers' certificates
+    tls_cert: str = ""  # PEM client certificate for mutual TLS
+    tls_key: str = ""  # PEM private key of tls_cert
+    tls_server_name: str = ""  # name the servers' certificates are checked against ("": the address's host)
+    token_file: str = ""  # file holding the bearer token ("": $GLISP_TOKEN, if set)
 
 
 @dataclass(frozen=True, kw_only=True)

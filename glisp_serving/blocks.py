@@ -17,7 +17,8 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-from glisp_serving.apply import HopSample, relabel
+from glisp_serving import profile
+from glisp_serving.apply import HopSample, relabel, relabel_edges
 
 
 @dataclass
@@ -64,11 +65,20 @@ class SampledBatch:
 
 
 def build_block(dst: np.ndarray, hop: HopSample, scratch: np.ndarray | None = None, typed: bool = False) -> Block:
-    """Relabel one hop (frontier ``dst`` and its merged sample) into a bipartite block."""
-    src_ids, local = relabel(dst, hop.nbrs, scratch)
+    """Relabel one hop (frontier ``dst`` and its merged sample) into a bipartite block.
+
+    A hop merged with ``dst`` and a scratch map already carries its relabelled block (one walk for
+    merge and relabel); otherwise it is relabelled here.
+    """
     per_vertex = hop.counts.sum(axis=1)
-    dst_local = np.repeat(np.arange(len(dst), dtype=np.int64), per_vertex)
-    edge_index = torch.from_numpy(np.stack([local, dst_local]))
+    if hop.block is not None:
+        src_ids, edge_index = hop.block
+    elif scratch is not None:
+        with profile.stage("client.relabel"):
+            src_ids, edge_index = relabel_edges(np.asarray(dst, np.int64), hop.nbrs, per_vertex, scratch)
+    else:
+        src_ids, local = relabel(dst, hop.nbrs)
+        edge_index = np.stack([local, np.repeat(np.arange(len(dst), dtype=np.int64), per_vertex)])
     et = None
     if typed:
         nslot = hop.counts.shape[1]
@@ -76,7 +86,7 @@ def build_block(dst: np.ndarray, hop: HopSample, scratch: np.ndarray | None = No
     return Block(
         src_ids=torch.from_numpy(src_ids),
         num_dst=len(dst),
-        edge_index=edge_index,
+        edge_index=torch.from_numpy(edge_index),
         edge_ids=torch.from_numpy(hop.edge_ids) if hop.edge_ids is not None else None,
         edge_type=et,
     )

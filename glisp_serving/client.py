@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import asyncio
 import threading
+import time
 from collections import deque
 from collections.abc import Iterator, Sequence
 from concurrent.futures import Future
@@ -28,15 +29,38 @@ import numpy as np
 
 from glisp_core.config import ClientConfig
 from glisp_core.errors import GlispError
+from glisp_serving import profile
 from glisp_serving.apply import HopSample, Partial, merge_partials
 from glisp_serving.blocks import SampledBatch
 from glisp_serving.cluster import ClusterSpec
 from glisp_serving.cluster_info import load_routing
+from glisp_serving.colocated import ColocatedReader, open_colocated
+from glisp_serving.engine import VERSION_MISMATCH
 from glisp_serving.proto import sampling_pb2 as pb
-from glisp_serving.proto import sampling_pb2_grpc as pb_grpc
 from glisp_serving.routing import RoutingTable
-from glisp_serving.sampler import Fanout, HopRequest, KHopSampler, check_seeds, hop_request
-from glisp_serving.wire import from_array, to_array
+from glisp_serving.sampler import Fanout, HopRequest, KHopSampler, VersionChanged, check_seeds, hop_request
+from glisp_serving.security import open_channel
+from glisp_serving.streams import NO_STREAM, GatherStream, StreamFailure
+from glisp_serving.wire import (
+    GATHER_REQUEST,
+    GATHER_RESPONSE,
+    LOOKUP_REQUEST,
+    LOOKUP_RESPONSE,
+    decode,
+    encode,
+)
+
+# a restarted server is used again within a second or two (gRPC's default reconnect backoff grows to 120 s)
+RECONNECT_OPTIONS = [("grpc.initial_reconnect_backoff_ms", 200), ("grpc.min_reconnect_backoff_ms", 200),
+                     ("grpc.max_reconnect_backoff_ms", 2000)]  # fmt: skip
+_FAILOVER = (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED)
+
+
+def _retryable(code: grpc.StatusCode, details: str) -> bool:
+    """Worth another replica: the server is gone, slow, or refusing for load (not for the request's size)."""
+    if code in _FAILOVER:
+        return True
+    return code == grpc.StatusCode.RESOURCE_EXHAUSTED and "serve.max_" not in (details or "")
 
 
 class SamplingError(GlispError):
@@ -47,11 +71,38 @@ class SamplingError(GlispError):
         super().__init__(message)
 
 
-def _ids_array(ids: np.ndarray) -> pb.Array:
+def _wire_ids(ids: np.ndarray) -> np.ndarray:
+    """Ids as they travel: int32 when every id fits, else int64."""
     ids = np.asarray(ids, np.int64)
     if len(ids) == 0 or (ids.min() >= 0 and ids.max() < 2**31):
-        return to_array(ids.astype(np.int32))
-    return to_array(ids)
+        return ids.astype(np.int32)
+    return ids
+
+
+def _timed(fn: Any, name: str) -> Any:
+    def run(x: Any) -> Any:
+        with profile.stage(name):
+            return fn(x)
+
+    return run
+
+
+class _Stub:
+    """The Sampling methods on one channel. Gather and Lookup take and return wire bytes; the others
+    protobuf messages (their serialization and parsing count as profile stages)."""
+
+    def __init__(self, channel: grpc.aio.Channel) -> None:
+        for name, (req, resp) in {"Gather": (pb.GatherRequest, pb.GatherResponse),
+                                  "Lookup": (pb.LookupRequest, pb.LookupResponse),
+                                  "VertexInfo": (pb.VertexInfoRequest, pb.VertexInfoResponse),
+                                  "Stats": (pb.StatsRequest, pb.StatsResponse)}.items():  # fmt: skip
+            raw = name in ("Gather", "Lookup")  # wire bytes both ways (glisp_serving.wire.encode/decode)
+            setattr(self, name, channel.unary_unary(
+                f"/glisp.sampling.v1.Sampling/{name}",
+                request_serializer=None if raw else _timed(req.SerializeToString, "client.serialize"),
+                response_deserializer=None if raw else _timed(resp.FromString, "client.parse"),
+            ))  # fmt: skip
+        self.GatherStream = channel.stream_stream("/glisp.sampling.v1.Sampling/GatherStream")
 
 
 class RemoteBackend:
@@ -60,104 +111,215 @@ class RemoteBackend:
     def __init__(self, spec: ClusterSpec, routing: RoutingTable, cfg: ClientConfig, mode: str, max_mb: int) -> None:
         self.spec, self.routing, self.cfg, self.mode = spec, routing, cfg, mode
         self.num_vertices = routing.num_vertices
-        self._opts = [("grpc.max_send_message_length", max_mb << 20), ("grpc.max_receive_message_length", max_mb << 20)]
+        self.max_mb, self.owner_direction = max_mb, None
+        self.version: str | None = None  # <graph>/<version> the answers come from; set by the first one
+        self._opts = [("grpc.max_send_message_length", max_mb << 20), ("grpc.max_receive_message_length", max_mb << 20),
+                      *RECONNECT_OPTIONS]  # fmt: skip
         self._channels: list[list[grpc.aio.Channel]] = []
-        self._stubs: list[list[pb_grpc.SamplingStub]] = []
-        self._pref = [0] * spec.num_parts  # index of the address that answered last
+        self._stubs: list[list[_Stub]] = []
+        self._next = [0] * spec.num_parts  # round robin over each partition's replicas
+        self._down: dict[tuple[int, int], tuple[float, int]] = {}  # (part, replica) -> (skip until, failures)
+        self.colocated: ColocatedReader | None = None  # set by SamplingClient when partitions are on this host
+        self._streams: dict[tuple[int, int], GatherStream] = {}  # (partition, address index) -> open stream
+        self._unary_only: set[tuple[int, int]] = set()
 
     async def open(self) -> None:
         for addrs in self.spec.addresses:
-            chans = [grpc.aio.insecure_channel(a, options=self._opts) for a in addrs]
+            chans = [open_channel(a, self.cfg, self._opts, aio=True) for a in addrs]
             self._channels.append(chans)
-            self._stubs.append([pb_grpc.SamplingStub(c) for c in chans])
+            self._stubs.append([_Stub(c) for c in chans])
 
     async def close(self) -> None:
+        for st in self._streams.values():
+            await st.aclose()
         for chans in self._channels:
             for c in chans:
                 await c.close()
 
     async def call(self, part: int, method: str, request: Any) -> Any:
-        """One RPC to partition ``part`` with a deadline, retried on UNAVAILABLE."""
+        """One request to partition ``part`` with a deadline per attempt.
+
+        Requests take the partition's replicas in turn (round robin), skipping one that failed within
+        the last ``client.backoff_s`` x 2^failures; UNAVAILABLE, DEADLINE_EXCEEDED and concurrency
+        back-pressure (RESOURCE_EXHAUSTED not about a request's own size) fail over to the next replica,
+        at most ``client.retries`` times. ``Gather`` takes encoded request bytes and returns the decoded
+        answer (over the replica's Gather stream when ``client.gather_streams``); other methods take and
+        return messages.
+        """
         addrs = self.spec.addresses[part]
-        delay = self.cfg.backoff_s
+        delay, tried = self.cfg.backoff_s, []
         for attempt in range(self.cfg.retries + 1):
-            i = self._pref[part] % len(addrs)
+            i = self._pick(part)
+            tried.append(addrs[i])
             try:
-                resp = await getattr(self._stubs[part][i], method)(request, timeout=self.cfg.deadline_s)
-                self._pref[part] = i
+                resp = await self._once(part, i, method, request)
+                self._down.pop((part, i), None)
                 return resp
             except grpc.aio.AioRpcError as e:
-                if e.code() == grpc.StatusCode.UNAVAILABLE and attempt < self.cfg.retries:
-                    self._pref[part] = i + 1  # fail over to the next address of the partition
-                    await asyncio.sleep(delay)
+                code, details = e.code(), e.details()
+            except StreamFailure as e:
+                code, details = e.code, e.details
+            except TimeoutError:
+                code, details = (
+                    grpc.StatusCode.DEADLINE_EXCEEDED,
+                    f"no answer within client.deadline_s={self.cfg.deadline_s}",
+                )
+            if _retryable(code, details) and attempt < self.cfg.retries:
+                self._mark_down(part, i)
+                if len(addrs) == 1 or all((part, j) in self._down for j in range(len(addrs))):
+                    await asyncio.sleep(delay)  # nowhere else to go: wait before trying again
                     delay *= 2
-                    continue
-                raise SamplingError(
-                    f"partition {part} at {addrs[i]}: {method} failed with {e.code().name}: {e.details()}", e.code()
-                ) from None
+                continue
+            if code == grpc.StatusCode.FAILED_PRECONDITION and (details or "").startswith(VERSION_MISMATCH):
+                raise VersionChanged({details[len(VERSION_MISMATCH) :].split()[0]}, self.version)
+            where = addrs[i] if len(set(tried)) == 1 else f"replicas {sorted(set(tried))}"
+            raise SamplingError(f"partition {part} at {where}: {method} failed with {code.name}: {details}", code)
         raise AssertionError("unreachable")
 
-    def _gather_request(self, ids: np.ndarray, req: HopRequest) -> pb.GatherRequest:
-        msg = pb.GatherRequest(
-            seeds=_ids_array(ids),
-            fanout=req.fanout or 0,
-            method=req.method,
-            direction=pb.IN if req.direction == "in" else pb.OUT,
-            seed=req.seed,
-            edge_ids=req.edge_ids,
-        )
-        for t, f in req.type_fanouts or ():
-            msg.type_fanouts.add(edge_type=t, fanout=f)
-        if req.max_time is not None:
-            msg.max_time = int(req.max_time)
-        return msg
+    def _pick(self, part: int) -> int:
+        """The next replica of ``part`` in turn, skipping those marked down while one is not."""
+        n = len(self.spec.addresses[part])
+        now = time.monotonic()
+        for _ in range(n):
+            i = self._next[part] % n
+            self._next[part] += 1
+            until = self._down.get((part, i))
+            if until is None or until[0] <= now:
+                return i
+        return min(range(n), key=lambda j: self._down[(part, j)][0])  # all down: the one back soonest
 
-    async def gather(self, frontier: np.ndarray, req: HopRequest) -> HopSample:
-        """Gather (one RPC per server holding part of the frontier, in parallel), then Apply."""
-        frontier = np.asarray(frontier, np.int64)
-        split = self.routing.split(frontier, self.mode)
-        parts = [k for k in range(len(split)) if len(split[k])]
-        resps = await asyncio.gather(
-            *[self.call(k, "Gather", self._gather_request(frontier[split[k]], req)) for k in parts]
-        )
-        nslot = len(req.type_fanouts) if req.typed else 1
-        fanouts = np.array([f for _, f in req.type_fanouts] if req.typed else [req.fanout], np.int64)
-        merge = resps[0].merge if resps else "concat"
-        partials = []
-        for k, r in zip(parts, resps, strict=True):
-            partials.append(
-                Partial(
-                    pos=split[k],
-                    counts=from_array(r.counts, "counts").reshape(len(split[k]), nslot),
-                    nbrs=from_array(r.neighbors, "neighbors"),
-                    keys=from_array(r.keys, "keys") if r.HasField("keys") else None,
-                    edge_ids=from_array(r.edge_ids, "edge_ids") if r.HasField("edge_ids") else None,
+    def _mark_down(self, part: int, i: int) -> None:
+        failures = self._down.get((part, i), (0.0, 0))[1] + 1
+        self._down[(part, i)] = (time.monotonic() + self.cfg.backoff_s * 2 ** min(failures - 1, 6), failures)
+
+    async def _once(self, part: int, i: int, method: str, request: Any) -> Any:
+        stub = self._stubs[part][i]
+        if method != "Gather":
+            return await getattr(stub, method)(request, timeout=self.cfg.deadline_s)
+        if self.cfg.gather_streams and (part, i) not in self._unary_only:
+            s = self._streams.get((part, i))
+            if s is None or s.failed is not None:
+                s = self._streams[(part, i)] = GatherStream(stub.GatherStream)
+            try:
+                return await s.request(request, self.cfg.deadline_s)
+            except StreamFailure as e:
+                if e.code not in NO_STREAM:
+                    raise
+                self._unary_only.add((part, i))  # no streams there: unary calls from now on
+        raw = await stub.Gather(request, timeout=self.cfg.deadline_s)
+        with profile.stage("client.decode"):
+            return decode(GATHER_RESPONSE, raw)
+
+    def _gather_request(self, ids: np.ndarray, req: HopRequest) -> bytes:
+        return encode(
+            GATHER_REQUEST, seeds=_wire_ids(ids), fanout=req.fanout or None, type_fanouts=req.type_fanouts,
+            method=req.method, direction=pb.IN if req.direction == "in" else None, seed=req.seed or None,
+            edge_ids=req.edge_ids, max_time=req.max_time, version=self.version or None,
+        )  # fmt: skip
+
+    async def gather(self, frontier: np.ndarray, req: HopRequest, scratch: np.ndarray | None = None) -> HopSample:
+        """Gather (one RPC per server holding part of the frontier, in parallel), then Apply.
+
+        With a relabel ``scratch`` (see :func:`glisp_serving.apply.relabel`) Apply also relabels the
+        hop into its block."""
+        with profile.stage("client.route"):
+            frontier = np.asarray(frontier, np.int64)
+            split = self.routing.split(frontier, self.mode)
+            parts = [k for k in range(len(split)) if len(split[k])]
+        with profile.stage("client.encode"):
+            reqs = [self._gather_request(frontier[split[k]], req) for k in parts]
+        resps = await asyncio.gather(*[self.call(k, "Gather", r) for k, r in zip(parts, reqs, strict=True)])
+        self._same_version([r.get("version", "") for r in resps])
+        with profile.stage("client.decode"):
+            nslot = len(req.type_fanouts) if req.typed else 1
+            fanouts = np.array([f for _, f in req.type_fanouts] if req.typed else [req.fanout], np.int64)
+            partials, merge = [], "concat"
+            for k, r in zip(parts, resps, strict=True):
+                merge = r.get("merge", "concat")
+                partials.append(
+                    Partial(
+                        pos=split[k],
+                        counts=r["counts"].reshape(len(split[k]), nslot),
+                        nbrs=r["neighbors"],
+                        keys=r.get("keys"),
+                        edge_ids=r.get("edge_ids"),
+                    )
                 )
-            )
-        return merge_partials(len(frontier), partials, merge, fanouts, want_eids=req.edge_ids)
+        with profile.stage("client.apply"):
+            return merge_partials(len(frontier), partials, merge, fanouts, want_eids=req.edge_ids, dst=frontier,
+                                  scratch=scratch)  # fmt: skip
 
     async def lookup(self, ids: np.ndarray, features: bool, labels: bool) -> dict[str, np.ndarray]:
         """Features / labels of ``ids`` from their master partitions, in the order of ``ids``."""
-        ids = np.asarray(ids, np.int64)
-        split = self.routing.split_master(ids)
-        parts = [k for k in range(len(split)) if len(split[k])]
-        resps = await asyncio.gather(
-            *[
-                self.call(
-                    k, "Lookup", pb.LookupRequest(vertices=_ids_array(ids[split[k]]), features=features, labels=labels)
-                )
-                for k in parts
-            ]  # fmt: skip
-        )
+        with profile.stage("client.route"):
+            ids = np.asarray(ids, np.int64)
+            split = self.routing.split_master(ids)
+            parts = [k for k in range(len(split)) if len(split[k])]
+        local = [k for k in parts if self.colocated is not None and k in self.colocated.parts]
+        remote = [k for k in parts if k not in local]
+        reqs = [encode(LOOKUP_REQUEST, vertices=_wire_ids(ids[split[k]]), features=features, labels=labels,
+                       version=self.version or None) for k in remote]  # fmt: skip
+        resps = await asyncio.gather(*[self.call(k, "Lookup", r) for k, r in zip(remote, reqs, strict=True)])
+        with profile.stage("client.lookup_assemble"):
+            answers = [decode(LOOKUP_RESPONSE, raw) for raw in resps]
+            self._same_version([a.get("version", "") for a in answers])
+            got = [(k, self.colocated.fields(k, features, labels)) for k in local]  # type: ignore[union-attr]
+            got += list(zip(remote, answers, strict=True))
+            return self._assemble(ids, split, got, set(local))
+
+    def _same_version(self, versions: list[str]) -> None:
+        """VersionChanged unless every answer is from the version this client samples on."""
+        seen = {v for v in versions if v}
+        if not seen:
+            return  # a server that predates versioned answers
+        if self.version is None and len(seen) == 1:
+            self.version = next(iter(seen))
+        elif seen != {self.version}:
+            raise VersionChanged(seen, self.version)
+
+    async def follow_version(self, change: VersionChanged) -> None:
+        """Wait until every server of the cluster serves one version (a cluster reload commits server by
+        server), then rebuild the routing table (and co-located readers) for it."""
+        deadline = time.monotonic() + self.cfg.deadline_s
+        while True:
+            stats = await asyncio.gather(*[self._stub_stats(k, i) for k, addrs in enumerate(self.spec.addresses)
+                                           for i in range(len(addrs))])  # fmt: skip
+            targets = {(s.dataset, s.dataset_path, s.run) for s in stats}
+            if len(targets) == 1:
+                break
+            if time.monotonic() > deadline:
+                raise SamplingError(f"servers disagree on the version for over client.deadline_s: {sorted(targets)}",
+                                    grpc.StatusCode.FAILED_PRECONDITION)  # fmt: skip
+            await asyncio.sleep(0.05)
+        version, path, run = targets.pop()
+        if version == self.version:
+            return
+        spec = ClusterSpec(dataset=path, run=run, num_parts=self.spec.num_parts, addresses=self.spec.addresses)
+        loop = asyncio.get_running_loop()
+        routing = await loop.run_in_executor(None, load_routing, spec, self.cfg, self.owner_direction, self.max_mb)
+        self.spec, self.routing, self.num_vertices, self.version = spec, routing, routing.num_vertices, version
+        if self.colocated is not None:
+            self.colocated = await loop.run_in_executor(None, open_colocated, spec, routing.master)
+
+    async def _stub_stats(self, part: int, i: int) -> Any:
+        return await self._stubs[part][i].Stats(pb.StatsRequest(), timeout=self.cfg.deadline_s)
+
+    def _assemble(self, ids: np.ndarray, split: list[np.ndarray], got: list[tuple[int, dict]],
+                  local: set[int]) -> dict[str, np.ndarray]:  # fmt: skip
+        """One array per field in the order of ``ids``: co-located rows gathered from their partition's
+        arrays, remote ones copied from the Lookup answers (which hold exactly the rows asked)."""
         out: dict[str, np.ndarray] = {}
         for name in ("features", "labels", "split"):
-            got = [(split[k], r) for k, r in zip(parts, resps, strict=True) if r.HasField(name)]
-            if not got:
+            have = [(k, r[name]) for k, r in got if name in r]
+            if not have:
                 continue
-            first = from_array(getattr(got[0][1], name), name)
+            first = have[0][1]
             arr = np.empty((len(ids),) + first.shape[1:], first.dtype)
-            for pos, r in got:
-                arr[pos] = from_array(getattr(r, name), name)
+            for k, a in have:
+                if k in local:
+                    self.colocated.fill(k, a, ids, split[k], arr)  # type: ignore[union-attr]
+                else:
+                    arr[split[k]] = a
             out[name] = arr
         return out
 
@@ -179,13 +341,28 @@ class SamplingClient:
         self.mode = routing or self.cfg.routing
         owner_direction = direction if self.mode == "owner" else None
         # from the partition files, or from the servers when this machine has only the cluster file
-        self.routing = routing_table or load_routing(self.spec, self.cfg, owner_direction, max_message_mb)
+        routing_table = routing_table or load_routing(self.spec, self.cfg, owner_direction, max_message_mb)
         self.direction = direction
         self._loop = asyncio.new_event_loop()
         self._thread = threading.Thread(target=self._loop.run_forever, name="glisp-client-loop", daemon=True)
         self._thread.start()
-        self.backend = RemoteBackend(self.spec, self.routing, self.cfg, self.mode, max_message_mb)
+        self.backend = RemoteBackend(self.spec, routing_table, self.cfg, self.mode, max_message_mb)
+        self.backend.owner_direction = owner_direction
+        if self.cfg.local_reads == "auto":  # partitions whose files are not readable here use Lookup
+            self.backend.colocated = open_colocated(self.spec, self.routing.master)
+        elif self.cfg.local_reads != "never":
+            raise GlispError(f"client.local_reads: expected 'auto' or 'never' (got {self.cfg.local_reads!r})")
         self._run(self.backend.open())
+
+    @property
+    def routing(self) -> RoutingTable:
+        """The routing table of the version the client samples on (rebuilt when the servers reload)."""
+        return self.backend.routing
+
+    @property
+    def version(self) -> str | None:
+        """``<graph>/<version>`` of the answers so far (None before the first)."""
+        return self.backend.version
 
     # ------------------------------------------------------------------ plumbing
     def _submit(self, coro: Any) -> Future:
@@ -194,9 +371,17 @@ class SamplingClient:
     def _run(self, coro: Any) -> Any:
         return self._submit(coro).result()
 
+    async def _shutdown(self) -> None:
+        """Close streams and channels, then cancel what is still running (batches a loader prefetched)."""
+        await self.backend.close()
+        rest = [t for t in asyncio.all_tasks() if t is not asyncio.current_task()]
+        for t in rest:
+            t.cancel()
+        await asyncio.gather(*rest, return_exceptions=True)
+
     def close(self) -> None:
         if self._loop.is_running():
-            self._run(self.backend.close())
+            self._run(self._shutdown())
             self._loop.call_soon_threadsafe(self._loop.stop)
             self._thread.join()
         self._loop.close()

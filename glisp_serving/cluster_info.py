@@ -212,12 +212,13 @@ def _stream(addresses: list[str], part: int, method: str, request: Any, cfg: Cli
 
     from glisp_serving.client import SamplingError
     from glisp_serving.proto import sampling_pb2_grpc as pb_grpc
+    from glisp_serving.security import open_channel
 
     opts = [("grpc.max_send_message_length", max_mb << 20), ("grpc.max_receive_message_length", max_mb << 20)]
     last: grpc.RpcError | None = None
     for attempt in range(cfg.retries + 1):
         addr = addresses[attempt % len(addresses)]
-        with grpc.insecure_channel(addr, options=opts) as ch:
+        with open_channel(addr, cfg, opts) as ch:
             try:
                 return list(getattr(pb_grpc.SamplingStub(ch), method)(request, timeout=cfg.deadline_s))
             except grpc.RpcError as e:

@@ -1,16 +1,15 @@
 """One-hop sampling kernels (GLISP Gather, Algorithms 2-3) over one partition's CSR arrays.
 
-Every kernel works on *tasks*: one task is one (seed vertex, edge type) pair with a contiguous range
-``[start, end)`` of positions into the out-edge array (``is_in=False``, position = edge local id) or
-into ``in_eid`` (``is_in=True``). Kernels run count-first-then-fill: :func:`count_tasks` computes how
-many edges each task returns, the caller prefix-sums the counts and allocates the outputs once, and
-:func:`fill_tasks` writes each task's slice. Both release the GIL, so a thread pool can run chunks of
-one batch side by side.
+:func:`sample_tasks` works on *tasks*: one task is one (seed vertex, edge type) pair with a contiguous
+range ``[start, end)`` of positions into the out-edge array (``is_in=False``, position = edge local id)
+or into ``in_eid`` (``is_in=True``). A task returns at most its fanout, so one pass writes every task's
+edges at a running cursor into buffers sized by the fanouts (no count pass; untouched pages of the
+buffer are never faulted in). It releases the GIL, so a thread pool can run chunks of one batch side
+by side, each into its own region.
 
 Randomness is an inline counter-based generator (splitmix64) seeded per task from (request seed,
 global vertex id, slot, partition id, direction): results are reproducible given the request seed,
-independent of how the batch was chunked, and independent between partitions. The count pass and
-the fill pass re-derive the same stream, so the count of the quota method is the same in both.
+independent of how the batch was chunked, and independent between partitions.
 
 Methods (``method`` argument):
 
@@ -30,7 +29,8 @@ Methods (``method`` argument):
   ``D``. Each server returns ``f`` entries per task (draw order). Merge: per-draw max.
 - ``WEIGHTED``: A-ES, key ``log(U)/w`` for every eligible edge with ``w > 0``; the local top-``f`` is
   returned with keys; the client keeps the global top-``f`` (it lies in the union of the local
-  top-f sets). Merge: top-f by key.
+  top-f sets). Keys are drawn with exponential jumps (A-ExpJ): the same joint law, but after the
+  first ``f`` edges only ``O(f log(c/f))`` random draws instead of one per edge. Merge: top-f by key.
 """
 
 from __future__ import annotations
@@ -91,7 +91,7 @@ def _below(c, state):
     return k, state
 
 
-@njit(nogil=True, cache=True)
+@njit(inline="always", nogil=True, cache=True)
 def task_seed(req_seed, gid, slot, part, is_in):
     """Seed of one task's stream: distinct per (request, vertex, slot, partition, direction)."""
     h = _mix(np.uint64(req_seed) + _GAMMA * (np.uint64(gid) + np.uint64(1)))
@@ -113,48 +113,6 @@ def _eligible(e, has_time, tmax, ts, need_weight, weight):
     if need_weight and not (weight[e] > 0.0):
         return False
     return True
-
-
-@njit(nogil=True, cache=True)
-def _count_one(method, start, end, gdeg, f, seed, is_in, in_eid, has_time, tmax, ts, weight):
-    """(number of edges the task returns, number of eligible local edges)."""
-    if f <= 0 or end <= start:
-        return 0, 0
-    need_w = method == WEIGHTED
-    if has_time or need_w:
-        c = 0
-        for p in range(start, end):
-            if _eligible(_edge_at(p, is_in, in_eid), has_time, tmax, ts, need_w, weight):
-                c += 1
-    else:
-        c = end - start
-    if c == 0:
-        return 0, 0
-    if method == QUOTA:
-        if gdeg <= f:
-            return c, c
-        x = f * c / gdeg
-        n = np.int64(math.floor(x))
-        u, _ = _uniform(seed)  # counter 0 of the task's stream
-        if u <= x - n:  # u in (0, 1]: P(u <= q) = q
-            n += 1
-        if n > c:
-            n = c
-        return n, c
-    if method == REPLACE:
-        return f, c
-    return min(f, c), c
-
-
-@njit(nogil=True, cache=True)
-def count_tasks(method, starts, ends, gdeg, fanouts, seeds, is_in, in_eid, has_time, tmax, ts, weight, counts):
-    """Pass 1: ``counts[t]`` = edges task ``t`` returns."""
-    for t in range(len(starts)):
-        n, _ = _count_one(
-            method, np.int64(starts[t]), np.int64(ends[t]), np.int64(gdeg[t]), np.int64(fanouts[t]),
-            seeds[t], is_in, in_eid, has_time, tmax, ts, weight,
-        )  # fmt: skip
-        counts[t] = n
 
 
 @njit(nogil=True, cache=True)
@@ -226,103 +184,285 @@ def _heap_sift_up(hk, hp, i):
 
 
 @njit(nogil=True, cache=True)
-def fill_tasks(
-    method, starts, ends, gdeg, fanouts, seeds, is_in, in_eid, has_time, tmax, ts, weight,
-    out_nbr, out_indptr, global_id, part, want_eids, offsets, nbr_out, eid_out, key_out,
-):  # fmt: skip
-    """Pass 2: write task t's edges into ``[offsets[t], offsets[t+1])`` of the outputs.
-
-    ``nbr_out`` receives neighbour GLOBAL ids; ``eid_out`` global edge ids when ``want_eids``;
-    ``key_out`` keys for KEYED/REPLACE/WEIGHTED (unused for QUOTA).
-    """
-    maxlen = 0
-    maxf = 0
-    for t in range(len(starts)):
-        ln = np.int64(ends[t]) - np.int64(starts[t])
-        if ln > maxlen:
-            maxlen = ln
-        if fanouts[t] > maxf:
-            maxf = fanouts[t]
-    scratch = np.empty(max(maxlen, 1), np.int64)  # eligible positions / Fisher-Yates
-    scratch2 = np.empty(max(maxlen, 1), np.int64)
-    pick = np.empty(max(maxf, 1), np.int64)
-    hk = np.empty(max(maxf, 1), np.float64)
-    hp = np.empty(max(maxf, 1), np.int64)
-    base = np.int64(part) << np.int64(EDGE_ID_SHIFT)
-    need_w = method == WEIGHTED
-    for t in range(len(starts)):
-        o = offsets[t]
-        n_out = offsets[t + 1] - o
-        if n_out == 0:
-            continue
-        start = np.int64(starts[t])
-        end = np.int64(ends[t])
-        f = np.int64(fanouts[t])
-        state = seeds[t]
-        n, c = _count_one(method, start, end, np.int64(gdeg[t]), f, state, is_in, in_eid, has_time, tmax, ts, weight)
-        if method == QUOTA:
-            _, state = _next(state)  # counter 0 was the Bernoulli draw
-        filtered = has_time or need_w
-        if filtered:  # eligible positions, in range order
-            k = 0
-            for p in range(start, end):
-                if _eligible(_edge_at(p, is_in, in_eid), has_time, tmax, ts, need_w, weight):
-                    scratch[k] = p
-                    k += 1
-        if method == WEIGHTED:
-            size = 0
-            for i in range(c):
-                p = scratch[i]
-                e = _edge_at(p, is_in, in_eid)
-                u, state = _uniform(state)
-                key = math.log(u) / weight[e]
-                if size < n:
-                    hk[size] = key
-                    hp[size] = p
-                    _heap_sift_up(hk, hp, size)
-                    size += 1
-                elif key > hk[0]:
-                    hk[0] = key
-                    hp[0] = p
-                    _heap_sift_down(hk, hp, size, 0)
-            for j in range(n):
-                pick[j] = hp[j]
-                key_out[o + j] = hk[j]
-        elif method == REPLACE:
-            for j in range(n):
-                u, state = _uniform(state)
-                k, state = _below(c, state)
-                pick[j] = scratch[k] if filtered else start + k
-                key_out[o + j] = math.log(u) / c  # log of the largest of c uniforms
-        else:  # QUOTA or KEYED: an ordered uniform n-subset
-            if n == c and method == QUOTA:
-                for j in range(n):
-                    pick[j] = scratch[j] if filtered else start + j
-            else:
-                state = _pick(n, c, state, pick, scratch2)
-                for j in range(n):
-                    pick[j] = scratch[pick[j]] if filtered else start + pick[j]
-            if method == KEYED:
-                acc = 0.0
-                for j in range(n):
-                    u, state = _uniform(state)
-                    acc += math.log(u) / (c - j)
-                    key_out[o + j] = acc
-        for j in range(n):
-            p = pick[j]
-            e = _edge_at(p, is_in, in_eid)
-            if is_in:
-                src = np.searchsorted(out_indptr, e, side="right") - 1
-                nbr_out[o + j] = global_id[src]
-            else:
-                nbr_out[o + j] = global_id[out_nbr[p]]
-            if want_eids:
-                eid_out[o + j] = base | e
+def _eligible_positions(start, end, is_in, in_eid, has_time, tmax, ts, need_w, weight, buf):
+    """Positions in [start, end) whose edge passes the time bound / has positive weight, into buf."""
+    c = 0
+    for p in range(start, end):
+        if _eligible(_edge_at(p, is_in, in_eid), has_time, tmax, ts, need_w, weight):
+            buf[c] = p
+            c += 1
+    return c
 
 
 @njit(nogil=True, cache=True)
-def make_seeds(req_seed, gids, slots_per_gid, part, is_in, out):
-    """Task seeds for tasks ``t = i * slots_per_gid + j`` (vertex i, slot j), seed-major."""
-    for i in range(len(gids)):
-        for j in range(slots_per_gid):
-            out[i * slots_per_gid + j] = task_seed(req_seed, gids[i], j, part, is_in)
+def _weighted_expj(start, end, f, state, is_in, in_eid, has_time, tmax, ts, weight, hk, hp):
+    """A-ES local top-f by key log(U)/w with exponential jumps (Efraimidis-Spirakis A-ExpJ).
+
+    The keys have the joint law of A-Res (one log(U)/w per eligible edge) but only O(f log(c/f)) of
+    them are drawn: after the heap is full, the weight to skip before the next insertion is
+    log(U)/log(T) (T the smallest key), and the inserted key is drawn from U(T^w, 1). Returns the
+    heap size; hk/hp hold (log-key, position).
+    """
+    size = 0
+    jump = 0.0
+    for p in range(start, end):
+        e = _edge_at(p, is_in, in_eid)
+        if has_time and ts[e] > tmax:
+            continue
+        w = np.float64(weight[e])
+        if not (w > 0.0):
+            continue
+        if size < f:
+            u, state = _uniform(state)
+            hk[size] = math.log(u) / w
+            hp[size] = p
+            _heap_sift_up(hk, hp, size)
+            size += 1
+            if size == f:
+                u, state = _uniform(state)
+                jump = math.log(u) / hk[0] if hk[0] < 0.0 else 0.0
+            continue
+        jump -= w
+        if jump > 0.0:
+            continue
+        tw = math.exp(w * hk[0])  # T^w: the new key is drawn from U(T^w, 1)
+        u, state = _uniform(state)
+        r = tw + (1.0 - tw) * u
+        hk[0] = math.log(r) / w if r < 1.0 else 0.0
+        hp[0] = p
+        _heap_sift_down(hk, hp, size, 0)
+        u, state = _uniform(state)
+        jump = math.log(u) / hk[0] if hk[0] < 0.0 else 0.0
+    return size
+
+
+@njit(inline="always", nogil=True, cache=True)
+def _quota_count(c, gdeg, f, state):
+    """The paper's local quota: all c local edges when D <= f, else floor(x) + Bernoulli(x - floor(x))
+    with x = f*c/D, capped at c. Uses counter 0 of the task's stream; returns (n, next state)."""
+    if gdeg <= f:
+        return c, state
+    x = f * c / gdeg
+    n = np.int64(math.floor(x))
+    u, _ = _uniform(state)
+    if u <= x - n:  # u in (0, 1]: P(u <= q) = q
+        n += 1
+    if n > c:
+        n = c
+    _, state = _next(state)
+    return n, state
+
+
+@njit(nogil=True, cache=True)
+def _task_ranges(lids, nslot, starts, ends, ranged, indptr, gdeg_of, i0, i1, st, en, gd):
+    """Pass 1: every task's edge range (and the seed's global degree): independent loads only."""
+    for i in range(i0, i1):
+        lid = np.int64(lids[i])
+        for j in range(nslot):
+            t = i * nslot + j
+            k = t - i0 * nslot
+            if ranged:
+                st[k] = starts[t]
+                en[k] = ends[t]
+            else:
+                st[k] = indptr[lid]
+                en[k] = indptr[lid + 1]
+            gd[k] = gdeg_of[lid]
+
+
+@njit(nogil=True, cache=True)
+def _task_picks(
+    method, gids, nslot, fans, req_seed, part, is_in, in_eid, has_time, tmax, ts, weight, i0, i1, st, en, gd,
+    counts, pos, key_out, o0,
+):  # fmt: skip
+    """Pass 2: per task, how many edges and which positions (``pos[o - o0]``); keys at ``key_out[o]``."""
+    maxf = 1
+    for j in range(nslot):
+        if fans[j] > maxf:
+            maxf = fans[j]
+    # Scratch is sized once and never rebound in the loop (a rebound array costs reference counting
+    # per task): eligible positions need the longest range, and so does Fisher-Yates when f > 32 (for
+    # f <= 32 it only runs when c < 2f).
+    filtered = has_time or method == WEIGHTED
+    maxc = 0
+    if filtered or maxf > 32:
+        for k in range(len(st)):
+            if en[k] - st[k] > maxc:
+                maxc = en[k] - st[k]
+    buf = np.empty(maxc if filtered else 0, np.int64)  # eligible positions
+    fy = np.empty(max(2 * maxf, maxc, 1), np.int64)  # Fisher-Yates scratch
+    pick = np.empty(maxf, np.int64)
+    hk = np.empty(maxf, np.float64)
+    hp = np.empty(maxf, np.int64)
+    need_w = method == WEIGHTED
+    o = o0
+    for i in range(i0, i1):
+        for j in range(nslot):
+            t = i * nslot + j
+            k0 = t - i0 * nslot
+            start = np.int64(st[k0])
+            end = np.int64(en[k0])
+            f = np.int64(fans[j])
+            counts[t] = 0
+            if f <= 0 or end <= start:
+                continue
+            q = o - o0
+            if method == QUOTA and gd[k0] <= f:  # every local edge, no randomness needed
+                n = end - start
+                for k in range(n):
+                    pos[q + k] = start + k
+                counts[t] = n
+                o += n
+                continue
+            if method == WEIGHTED and not has_time and gd[k0] <= f:
+                # D <= f: A-ES keeps every edge of positive weight whatever the keys, so draw none
+                n = _eligible_positions(start, end, is_in, in_eid, False, tmax, ts, True, weight, buf)
+                for k in range(n):
+                    pos[q + k] = buf[k]
+                    key_out[o + k] = 0.0
+                counts[t] = n
+                o += n
+                continue
+            state = task_seed(req_seed, gids[i], j, part, is_in)
+            if method == WEIGHTED:
+                n = _weighted_expj(start, end, f, state, is_in, in_eid, has_time, tmax, ts, weight, hk, hp)
+                for k in range(n):
+                    pos[q + k] = hp[k]
+                    key_out[o + k] = hk[k]
+                counts[t] = n
+                o += n
+                continue
+            if filtered:
+                c = _eligible_positions(start, end, is_in, in_eid, has_time, tmax, ts, need_w, weight, buf)
+            else:
+                c = end - start
+            if c == 0:
+                continue
+            if method == QUOTA:
+                n, state = _quota_count(c, np.int64(gd[k0]), f, state)
+            elif method == REPLACE:
+                n = f
+            else:
+                n = min(f, c)
+            if method == REPLACE:
+                for k in range(n):
+                    u, state = _uniform(state)
+                    d, state = _below(c, state)
+                    pos[q + k] = buf[d] if filtered else start + d
+                    key_out[o + k] = math.log(u) / c  # log of the largest of c uniforms
+            elif n == c and method == QUOTA:
+                for k in range(n):
+                    pos[q + k] = start + k
+            else:
+                state = _pick(n, c, state, pick, fy)
+                for k in range(n):
+                    pos[q + k] = buf[pick[k]] if filtered else start + pick[k]
+                if method == KEYED:
+                    acc = 0.0
+                    for k in range(n):
+                        u, state = _uniform(state)
+                        acc += math.log(u) / (c - k)
+                        key_out[o + k] = acc
+            counts[t] = n
+            o += n
+    return o
+
+
+@njit(nogil=True, cache=True)
+def _task_edges(pos, m, is_in, in_eid, out_nbr, out_indptr, gid_of, part, want_eids, nbr_out, eid_out, o0):
+    """Pass 3: neighbour global ids (and global edge ids) of the picked positions, in three sweeps of
+    independent loads (edge, neighbour's local id, its global id)."""
+    base = np.int64(part) << np.int64(EDGE_ID_SHIFT)
+    if is_in:
+        for k in range(m):
+            e = np.int64(in_eid[pos[k]])
+            pos[k] = e
+            if want_eids:
+                eid_out[o0 + k] = base | e
+        for k in range(m):  # the source of in-edge e: the CSR row holding it
+            nbr_out[o0 + k] = np.searchsorted(out_indptr, pos[k], side="right") - 1
+    else:
+        for k in range(m):
+            if want_eids:
+                eid_out[o0 + k] = base | pos[k]
+            nbr_out[o0 + k] = out_nbr[pos[k]]
+    for k in range(m):
+        nbr_out[o0 + k] = gid_of[nbr_out[o0 + k]]
+
+
+@njit(nogil=True, cache=True)
+def sample_tasks(
+    method, lids, gids, nslot, starts, ends, ranged, indptr, gdeg_of, fans, req_seed, part, is_in, in_eid,
+    has_time, tmax, ts, weight, out_nbr, out_indptr, gid_of, want_eids, i0, i1, counts, nbr_out, eid_out,
+    key_out, o0,
+):  # fmt: skip
+    """Sample the tasks of seeds ``i0 <= i < i1``; returns the output cursor after the last one.
+
+    Task ``t = i * nslot + j`` is seed ``i`` (global id ``gids[i]``, local id ``lids[i]``) and slot
+    ``j`` (fanout ``fans[j]``). Its range is ``[indptr[lid], indptr[lid + 1])`` (``ranged=False``) or
+    ``[starts[t], ends[t])`` (per-type ranges). A task returns at most its fanout, so its edges are
+    written at a running cursor from ``o0``; ``counts[t]`` is how many. ``nbr_out`` receives the
+    neighbours' global ids from ``gid_of`` (int32 when every id fits, so the array is the wire
+    payload), ``eid_out`` global edge ids when ``want_eids``, ``key_out`` keys for KEYED, REPLACE and
+    WEIGHTED. ``gdeg_of[lid]`` (global degree) is read by QUOTA only.
+
+    Three passes (ranges; picks; edges and ids) rather than one loop per task: each pass is a short
+    loop of independent loads, so the CPU keeps many cache misses in flight (measured 2x faster on a
+    hop of 26k vertices than the fused loop, whose chain of dependent misses ran one task at a time).
+    """
+    nt = (i1 - i0) * nslot
+    st = np.empty(nt, np.int64)
+    en = np.empty(nt, np.int64)
+    gd = np.empty(nt, np.int64)
+    _task_ranges(lids, nslot, starts, ends, ranged, indptr, gdeg_of, i0, i1, st, en, gd)
+    cap = 0  # a task returns at most min(fanout, its range) edges (REPLACE: its fanout when the range is not empty)
+    for t in range(nt):
+        f = fans[t % nslot]
+        d = en[t] - st[t]
+        if method == REPLACE:
+            cap += f if d > 0 else 0
+        else:
+            cap += f if f < d else d
+    pos = np.empty(cap, np.int64)
+    o = _task_picks(
+        method, gids, nslot, fans, req_seed, part, is_in, in_eid, has_time, tmax, ts, weight, i0, i1, st, en, gd,
+        counts, pos, key_out, o0,
+    )  # fmt: skip
+    _task_edges(pos, o - o0, is_in, in_eid, out_nbr, out_indptr, gid_of, part, want_eids, nbr_out, eid_out, o0)
+    return o
+
+
+@njit(nogil=True, cache=True)
+def typed_ranges(lids, etypes, indptr, tptr, tids, tend, starts, ends):
+    """Per (seed i, requested type j) task ``t = i * len(etypes) + j``: the range of the seed's edges of
+    that type, from the partition's type index (one pass over each seed's segments for all types; an
+    absent type gives an empty range at the vertex's start)."""
+    nslot = len(etypes)
+    for i in range(len(lids)):
+        v = np.int64(lids[i])
+        lo = np.int64(indptr[v])
+        for j in range(nslot):
+            starts[i * nslot + j] = lo
+            ends[i * nslot + j] = lo
+        s = lo
+        for q in range(tptr[v], tptr[v + 1]):
+            e = np.int64(tend[q])
+            for j in range(nslot):
+                if tids[q] == etypes[j]:
+                    starts[i * nslot + j] = s
+                    ends[i * nslot + j] = e
+            s = e
+
+
+@njit(nogil=True, cache=True)
+def local_ids(ids, g2l, out):
+    """``out[i] = g2l[ids[i]]`` (-1 where absent or out of range); returns how many are absent."""
+    bad = 0
+    n = len(g2l)
+    for i in range(len(ids)):
+        v = np.int64(ids[i])
+        lid = g2l[v] if 0 <= v < n else -1
+        out[i] = lid
+        if lid < 0:
+            bad += 1
+    return bad

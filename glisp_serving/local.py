@@ -27,8 +27,9 @@ from glisp_serving.sampler import Fanout, HopRequest, KHopSampler, hop_request
 
 
 def gather_split(
-    frontier: np.ndarray, split: Sequence[np.ndarray], engine_of: Callable[[int], PartitionSampler], req: HopRequest
-) -> HopSample:
+    frontier: np.ndarray, split: Sequence[np.ndarray], engine_of: Callable[[int], PartitionSampler], req: HopRequest,
+    scratch: np.ndarray | None = None,
+) -> HopSample:  # fmt: skip
     """Gather the partial samples of ``frontier`` from each partition ``k`` given the positions
     ``split[k]`` it holds (partitions in ascending order, as the client does), then Apply."""
     partials, merge = [], "concat"
@@ -43,7 +44,8 @@ def gather_split(
         merge = res.merge
         partials.append(Partial(pos=pos, counts=res.counts.reshape(len(pos), nslot), nbrs=res.nbrs, keys=res.keys,
                                 edge_ids=res.edge_ids))  # fmt: skip
-    return merge_partials(len(frontier), partials, merge, fanouts, want_eids=req.edge_ids)
+    return merge_partials(len(frontier), partials, merge, fanouts, want_eids=req.edge_ids, dst=frontier,
+                          scratch=scratch)  # fmt: skip
 
 
 class LocalBackend:
@@ -52,9 +54,9 @@ class LocalBackend:
         gid = engine.global_id
         self.num_vertices = int(num_vertices if num_vertices is not None else (int(gid[-1]) + 1 if len(gid) else 0))
 
-    async def gather(self, frontier: np.ndarray, req: HopRequest) -> HopSample:
+    async def gather(self, frontier: np.ndarray, req: HopRequest, scratch: np.ndarray | None = None) -> HopSample:
         frontier = np.asarray(frontier, np.int64)
-        return gather_split(frontier, [np.arange(len(frontier))], lambda k: self.engine, req)
+        return gather_split(frontier, [np.arange(len(frontier))], lambda k: self.engine, req, scratch)
 
     async def lookup(self, ids: np.ndarray, features: bool, labels: bool) -> dict[str, np.ndarray]:
         return self.engine.features(np.asarray(ids, np.int64), features, labels)
@@ -98,9 +100,9 @@ class PartitionsBackend:
         self.routing = routing
         self.num_vertices = routing.num_vertices
 
-    async def gather(self, frontier: np.ndarray, req: HopRequest) -> HopSample:
+    async def gather(self, frontier: np.ndarray, req: HopRequest, scratch: np.ndarray | None = None) -> HopSample:
         frontier = np.asarray(frontier, np.int64)
-        return gather_split(frontier, self.routing.split(frontier), self.engines.__getitem__, req)
+        return gather_split(frontier, self.routing.split(frontier), self.engines.__getitem__, req, scratch)
 
     async def lookup(self, ids: np.ndarray, features: bool, labels: bool) -> dict[str, np.ndarray]:
         ids = np.asarray(ids, np.int64)

@@ -18,6 +18,7 @@ import torch
 
 from glisp_core.errors import GlispError
 from glisp_serving import kernels as K
+from glisp_serving import profile
 from glisp_serving.apply import HopSample
 from glisp_serving.blocks import SampledBatch, build_block
 
@@ -55,7 +56,7 @@ def hop_request(fanout: Fanout, **kw: Any) -> HopRequest:
 class GatherBackend(Protocol):
     num_vertices: int
 
-    async def gather(self, frontier: np.ndarray, req: HopRequest) -> HopSample: ...
+    async def gather(self, frontier: np.ndarray, req: HopRequest, scratch: np.ndarray | None = None) -> HopSample: ...
 
     async def lookup(self, ids: np.ndarray, features: bool, labels: bool) -> dict[str, np.ndarray]: ...
 
@@ -101,6 +102,18 @@ def hop_seed(seed: int, hop: int) -> int:
     return int(K.task_seed(np.uint64(seed & 0xFFFFFFFFFFFFFFFF), hop, 0, 0, 0))
 
 
+class VersionChanged(GlispError):
+    """An answer came from another dataset version than the batch's (a hot reload is under way): the
+    batch is sampled again, whole, on one version."""
+
+    def __init__(self, seen: set[str], expected: str | None) -> None:
+        super().__init__(f"answers from versions {sorted(seen)} while sampling on {expected}")
+        self.seen, self.expected = seen, expected
+
+
+VERSION_RETRIES = 20  # batches restarted on a version change (each after the backend followed it)
+
+
 class KHopSampler:
     """Samples mini-batches of blocks; the backend decides where one-hop samples come from."""
 
@@ -135,14 +148,27 @@ class KHopSampler:
         return s
 
     async def sample(self, seeds: np.ndarray, seed: int = 0) -> SampledBatch:
-        """One mini-batch for ``seeds`` (distinct integer global ids, else SeedError; see check_seeds)."""
+        """One mini-batch for ``seeds`` (distinct integer global ids, else SeedError; see check_seeds).
+
+        Every hop and lookup of the batch comes from one dataset version: when the servers move to
+        another one mid-batch (hot reload), the backend follows them and the batch starts over."""
         seeds = check_seeds(seeds)
+        for _ in range(VERSION_RETRIES):
+            try:
+                return await self._sample(seeds, seed)
+            except VersionChanged as e:
+                await self.backend.follow_version(e)  # type: ignore[attr-defined]
+        raise GlispError(f"the servers' dataset version kept changing over {VERSION_RETRIES} attempts of one batch")
+
+    async def _sample(self, seeds: np.ndarray, seed: int) -> SampledBatch:
         frontier = seeds
         blocks, hops = [], []
         for h, req in enumerate(self.hops):
             r = HopRequest(**{**req.__dict__, "seed": hop_seed(seed, h)})
-            hop = await self.backend.gather(frontier, r)
-            block = build_block(frontier, hop, self._scratch(), typed=r.typed)
+            scratch = self._scratch()
+            hop = await self.backend.gather(frontier, r, scratch)
+            with profile.stage("client.block"):
+                block = build_block(frontier, hop, scratch, typed=r.typed)
             blocks.append(block)
             if self.keep_hops:
                 hops.append(hop)
@@ -158,7 +184,7 @@ class KHopSampler:
             if self.labels:
                 jobs.append(self.backend.lookup(seeds, False, True))
             res = await asyncio.gather(*jobs)
-            if self.features and "features" in res[0]:
+            if self.features and "features" in res[0]:  # torch shares the arrays' memory
                 batch.x = torch.from_numpy(res[0]["features"])
             if self.labels and "labels" in res[-1]:
                 batch.y = torch.from_numpy(res[-1]["labels"])

@@ -11,7 +11,7 @@ from __future__ import annotations
 import json
 import logging
 import os
-import signal
+import sys
 import threading
 import time
 from collections.abc import Iterator
@@ -21,96 +21,226 @@ from typing import Any
 
 import grpc
 import numpy as np
-from grpc_health.v1 import health, health_pb2, health_pb2_grpc
+from grpc_health.v1 import health, health_pb2_grpc
 
 from glisp_core.config import ServeConfig
 from glisp_core.dataset.layout import DatasetVersion
 from glisp_core.errors import StageError
+from glisp_serving import profile
 from glisp_serving.cluster_info import dataset_facts, heldout_chunks, partition_info, read_heldout, routing_chunks
-from glisp_serving.engine import PartitionSampler, RequestError
+from glisp_serving.engine import VERSION_MISMATCH, PartitionSampler, RequestError, RequestTooCostly, VersionMismatch
+from glisp_serving.lifecycle import ServingState, StopDuringStart
 from glisp_serving.memory import map_large_allocations, release_clean_library_pages, release_free_heap, snapshot
+from glisp_serving.metrics import ServerMetrics
 from glisp_serving.proto import sampling_pb2 as pb
 from glisp_serving.proto import sampling_pb2_grpc as pb_grpc
-from glisp_serving.wire import WireError, from_array, to_array
+from glisp_serving.reload import Reloader, ReloadError, Served, open_served
+from glisp_serving.security import bind, health_only_server, server_interceptors
+from glisp_serving.wire import (
+    GATHER_REQUEST,
+    GATHER_RESPONSE,
+    LOOKUP_REQUEST,
+    LOOKUP_RESPONSE,
+    WireError,
+    decode,
+    encode,
+    from_array,
+    to_array,
+)
 
 log = logging.getLogger("glisp.serve")
 SERVICE_NAME = "glisp.sampling.v1.Sampling"
 _IDS = ("<i8", "<i4")
+# fault injection for the drain and failover tests: every Gather takes at least this long (never set in production)
+_FAULT_GATHER_DELAY_S = float(os.environ.get("GLISP_FAULT_GATHER_DELAY_S", "0") or 0)
+
+
+def _request_id(raw: bytes) -> int:
+    """The request_id of a GatherRequest that did not decode as a whole (0 when unreadable)."""
+    try:
+        return int(decode({"request_id": GATHER_REQUEST["request_id"]}, raw).get("request_id", 0))
+    except WireError:
+        return 0
+
+
+def _ids(m: dict, name: str) -> np.ndarray:
+    """The id array field ``name`` of a decoded request; WireError unless it is int32/int64."""
+    a = m.get(name)
+    if a is None or a.dtype.str not in _IDS:
+        raise WireError(f"{name}: dtype must be one of {sorted(_IDS)} (got {a.dtype.str if a is not None else ''!r})")
+    return a
+
+
+def status_of(e: Exception) -> grpc.StatusCode:
+    """RESOURCE_EXHAUSTED for a request over the server's budget, FAILED_PRECONDITION for one on another
+    version, INVALID_ARGUMENT for a malformed one."""
+    if isinstance(e, RequestTooCostly):
+        return grpc.StatusCode.RESOURCE_EXHAUSTED
+    if isinstance(e, VersionMismatch):
+        return grpc.StatusCode.FAILED_PRECONDITION
+    return grpc.StatusCode.INVALID_ARGUMENT
+
+
+def _check_version(m: dict, cur: Served) -> None:
+    want = m.get("version")
+    if want and want != cur.version:
+        raise VersionMismatch(f"{VERSION_MISMATCH} {cur.version} (the request is for {want})")
 
 
 class SamplingServicer(pb_grpc.SamplingServicer):
     def __init__(
         self,
-        engine: PartitionSampler,
-        dataset: str,
-        run: str,
+        served: Served,
         baseline: dict[str, int],
         rss_import: int = 0,
-        dv: DatasetVersion | None = None,
+        max_streams: int = 64,
+        state: ServingState | None = None,
     ) -> None:
-        self.engine = engine
-        self.dataset, self.run = dataset, run
-        self.dv = dv  # the served dataset version: Routing's header and HeldOutEdges read its manifest/files
+        self.served = served  # replaced in one assignment by a reload; a request reads it once
+        self.reloader: Reloader | None = None
+        self.state = state or ServingState()
+        self.metrics = ServerMetrics(served.engine.part)
+        self.metrics_port = 0  # the /metrics HTTP port once started (serve.metrics_port >= 0)
+        self.metrics.bind(lambda: snapshot()["rss"], lambda: self.state.in_flight, self.state.restarts)
+        self.metrics.serving(served.version, served.run)
         self.t0 = time.time()
         self.baseline = baseline  # memory.snapshot() after imports + kernel warm-up, before opening the partition
         self.rss_import = rss_import
-        self.file_bytes = int(sum(engine.r.file_bytes().values()))
-        self.partition_dir = Path(getattr(engine.r, "path", "")) if getattr(engine.r, "path", None) else None
+        self.max_streams = max_streams
+        self._stream_lock = threading.Lock()
+        self._streams: dict[int, tuple[grpc.ServicerContext, list[bool]]] = {}
+        self._stopping = False
+
+    @property
+    def engine(self) -> PartitionSampler:
+        return self.served.engine
 
     @staticmethod
     def _invalid(context: grpc.ServicerContext, e: Exception) -> None:
-        context.abort(grpc.StatusCode.INVALID_ARGUMENT, str(e))
+        context.abort(status_of(e), str(e))
 
-    def Gather(self, request: pb.GatherRequest, context: grpc.ServicerContext) -> pb.GatherResponse:
-        err = None
-        try:
-            seeds = from_array(request.seeds, "seeds", _IDS)
-            tf = [(t.edge_type, t.fanout) for t in request.type_fanouts]
-            res = self.engine.gather(
+    def _answer(self, raw: bytes) -> bytes:
+        """GatherRequest wire bytes -> GatherResponse wire bytes; RequestError/WireError for a bad request."""
+        with profile.stage("server.decode"):
+            m = decode(GATHER_REQUEST, raw)
+            seeds = _ids(m, "seeds")
+        if _FAULT_GATHER_DELAY_S:
+            time.sleep(_FAULT_GATHER_DELAY_S)
+        cur = self.served
+        _check_version(m, cur)
+        with cur as engine:
+            res = engine.gather(
                 seeds,
-                fanout=request.fanout,
-                type_fanouts=tf or None,
-                method=request.method or "uniform",
-                direction="in" if request.direction == pb.IN else "out",
-                max_time=request.max_time if request.HasField("max_time") else None,
-                seed=request.seed,
-                edge_ids=request.edge_ids,
+                fanout=m.get("fanout", 0),
+                type_fanouts=m.get("type_fanouts"),
+                method=m.get("method") or "uniform",
+                direction="in" if m.get("direction", pb.OUT) == pb.IN else "out",
+                max_time=m.get("max_time"),
+                seed=m.get("seed", 0),
+                edge_ids=m.get("edge_ids", False),
             )
-        except (RequestError, WireError) as e:
-            err = e
-        if err is not None:
-            self._invalid(context, err)
-        resp = pb.GatherResponse(
-            counts=to_array(res.counts),
-            neighbors=to_array(res.nbrs.astype(self.engine.id_dtype, copy=False)),
-            merge=res.merge,
-            fanouts=res.fanouts.tolist(),
-            part_id=self.engine.part,
-        )
-        if res.keys is not None:
-            resp.keys.CopyFrom(to_array(res.keys))
-        if res.edge_ids is not None:
-            resp.edge_ids.CopyFrom(to_array(res.edge_ids))
-        return resp
+        self.metrics.sampled_edges.inc(len(res.nbrs))
+        self.metrics.vertices.inc(len(seeds))
+        with profile.stage("server.encode"):
+            return encode(GATHER_RESPONSE, counts=res.counts, neighbors=res.nbrs, keys=res.keys, edge_ids=res.edge_ids,
+                          merge=res.merge, fanouts=res.fanouts, part_id=engine.part,
+                          request_id=m.get("request_id") or None, version=cur.version)  # fmt: skip
 
-    def Lookup(self, request: pb.LookupRequest, context: grpc.ServicerContext) -> pb.LookupResponse:
+    def _refuse_if_out_of_service(self, context: grpc.ServicerContext) -> None:
+        why = self.state.refusal()
+        if why is not None:
+            context.abort(grpc.StatusCode.UNAVAILABLE, why)
+
+    def Gather(self, raw: bytes, context: grpc.ServicerContext) -> bytes:
+        """GatherRequest wire bytes -> GatherResponse wire bytes (see :func:`glisp_serving.wire.encode`)."""
+        self._refuse_if_out_of_service(context)
         err = None
+        with self.state.request(), self.metrics.observe("Gather") as obs:
+            try:
+                return self._answer(raw)
+            except (RequestError, WireError) as e:
+                err, obs["code"] = e, status_of(e).name
+        self._invalid(context, err)
+        raise AssertionError("unreachable")
+
+    def GatherStream(self, requests: Any, context: grpc.ServicerContext) -> Any:
+        """Gather over one long-lived stream; a bad request is answered with error_code (stream stays open).
+
+        At most ``serve.max_streams`` streams are open (RESOURCE_EXHAUSTED beyond: the client then uses
+        unary Gather). On shutdown an idle stream is cancelled at once and a busy one after its answer.
+        """
+        with self._stream_lock:
+            if self._stopping:
+                context.abort(grpc.StatusCode.UNAVAILABLE, "the server is shutting down")
+            if len(self._streams) >= self.max_streams:
+                context.abort(grpc.StatusCode.RESOURCE_EXHAUSTED,
+                              f"serve.max_streams={self.max_streams} Gather streams are open; use unary Gather")  # fmt: skip
+            busy = [False]
+            self._streams[id(context)] = (context, busy)
+        self._refuse_if_out_of_service(context)
         try:
-            out = self.engine.features(from_array(request.vertices, "vertices", _IDS), request.features, request.labels)
-        except (RequestError, WireError) as e:
-            err = e
+            for raw in requests:
+                busy[0] = True
+                try:
+                    why = self.state.refusal()
+                    if why is not None:  # the stream ends; the client fails over to another replica
+                        context.abort(grpc.StatusCode.UNAVAILABLE, why)
+                    with self.state.request(), self.metrics.observe("GatherStream") as obs:
+                        try:
+                            out = self._answer(raw)
+                        except (RequestError, WireError) as e:
+                            obs["code"] = status_of(e).name
+                            raise
+                except (RequestError, WireError) as e:
+                    rid = _request_id(raw)
+                    out = encode(GATHER_RESPONSE, request_id=rid or None,
+                                 error_code=status_of(e).value[0], error=str(e))  # fmt: skip
+                finally:
+                    busy[0] = False
+                yield out
+                if self._stopping:
+                    return
+        except grpc.RpcError:
+            return  # cancelled: the client went away, or shutdown cancelled an idle stream
+        finally:
+            with self._stream_lock:
+                self._streams.pop(id(context), None)
+
+    def begin_shutdown(self) -> None:
+        """Refuse new streams, cancel idle ones; busy ones end after their current answer."""
+        with self._stream_lock:
+            self._stopping = True
+            idle = [ctx for ctx, busy in self._streams.values() if not busy[0]]
+        for ctx in idle:
+            ctx.cancel()
+
+    def Lookup(self, raw: bytes, context: grpc.ServicerContext) -> bytes:
+        """LookupRequest wire bytes -> LookupResponse wire bytes."""
+        self._refuse_if_out_of_service(context)
+        err = None
+        with self.metrics.observe("Lookup") as obs:
+            try:
+                with profile.stage("server.decode"):
+                    m = decode(LOOKUP_REQUEST, raw)
+                    ids = _ids(m, "vertices")
+                cur = self.served
+                _check_version(m, cur)
+                with self.state.request(), cur as engine:
+                    out = engine.features(ids, m.get("features", False), m.get("labels", False))
+                    out["version"] = cur.version
+                self.metrics.vertices.inc(len(ids))
+            except (RequestError, WireError) as e:
+                err, obs["code"] = e, status_of(e).name
         if err is not None:
             self._invalid(context, err)
-        resp = pb.LookupResponse()
-        for k in ("features", "labels", "split"):
-            if k in out:
-                getattr(resp, k).CopyFrom(to_array(out[k]))
-        return resp
+        with profile.stage("server.lookup_encode"):
+            return encode(LOOKUP_RESPONSE, **out)
 
     def VertexInfo(self, request: pb.VertexInfoRequest, context: grpc.ServicerContext) -> pb.VertexInfoResponse:
         err = None
         try:
-            out = self.engine.vertex_info(from_array(request.vertices, "vertices", _IDS))
+            with self.served as engine:
+                out = engine.vertex_info(from_array(request.vertices, "vertices", _IDS))
         except (RequestError, WireError) as e:
             err = e
         if err is not None:
@@ -121,11 +251,20 @@ class SamplingServicer(pb_grpc.SamplingServicer):
         return resp
 
     def Stats(self, request: pb.StatsRequest, context: grpc.ServicerContext) -> pb.StatsResponse:
-        e, r = self.engine, self.engine.r
+        cur = self.served
+        with cur as e:  # a version being retired stays open until this answer is built
+            return self._stats(cur, e)
+
+    def _stats(self, cur: Served, e: PartitionSampler) -> pb.StatsResponse:
+        r = e.r
         with e._lock:
             counters = (e.requests, e.vertices_served, e.edges_served, e.busy_s)
-        mem = snapshot(self.partition_dir)
+        mem = snapshot(cur.partition_dir)
+        prof = profile.snapshot()
         return pb.StatsResponse(
+            process_cpu_seconds=prof["process_cpu_s"],
+            stage_cpu_seconds=prof["stages_s"],
+            stage_calls=prof["calls"],
             requests=counters[0],
             vertices_served=counters[1],
             edges_served=counters[2],
@@ -139,36 +278,64 @@ class SamplingServicer(pb_grpc.SamplingServicer):
             rss_file_bytes=mem["file"],
             baseline_anon_bytes=self.baseline["anon"],
             partition_resident_bytes=mem["partition_resident"],
-            dataset=self.dataset,
-            run=self.run,
+            dataset=cur.version,
+            dataset_path=str(cur.dv.path),
+            run=cur.run,
             part_id=e.part,
             num_parts=e.num_parts,
             num_vertices=r.num_vertices,
             num_edges=r.num_edges,
-            partition_bytes=self.file_bytes,
+            partition_bytes=cur.file_bytes,
             uptime_seconds=time.time() - self.t0,
             edge_types=list(r.edge_type_names),
             weighted=bool(r.weighted),
             timestamped=bool(r.timestamped),
             feature_dim=int(r.feature_dim),
             format_version=int(getattr(r, "format_version", 0)),
+            integrity=self.state.integrity,
+            restarts=self.state.restarts,
+            in_flight=self.state.in_flight,
+            serving=not self.state.stop.is_set() and self.state.refusal() is None,
+            metrics_port=self.metrics_port,
         )
+
+    def reload(self, dataset: str = "", run: str = "", prepare_only: bool = False) -> pb.ReloadResponse:
+        """Prepare or switch to another version (ReloadError when it cannot be served here)."""
+        assert self.reloader is not None
+        prev = self.served
+        if prepare_only:
+            now = self.reloader.prepare(dataset, run)
+        else:
+            prev, now = self.reloader.reload(dataset, run)
+            if now is not prev:
+                _start_integrity_check(self.state, now, self.reloader.cfg)
+                self.metrics.serving(now.version, now.run)
+        return pb.ReloadResponse(version=now.version, previous=prev.version, run=now.run, dataset_path=str(now.dv.path))
+
+    def Reload(self, request: pb.ReloadRequest, context: grpc.ServicerContext) -> pb.ReloadResponse:
+        err = None
+        try:
+            return self.reload(request.dataset, request.run, request.prepare_only)
+        except ReloadError as e:
+            err = e
+        context.abort(grpc.StatusCode.FAILED_PRECONDITION, str(err))
+        raise AssertionError("unreachable")
 
     def Routing(self, request: pb.RoutingRequest, context: grpc.ServicerContext) -> Iterator[pb.RoutingChunk]:
         """This partition's share of the client routing table (see glisp_serving.cluster_info)."""
         owner = ("in" if request.owner_direction == pb.IN else "out") if request.owners else None
-        n, fp, schema = dataset_facts(self.dv, self.run) if self.dv is not None else (0, "", {})
-        header = {"num_parts": self.engine.num_parts, "num_vertices": n, "run": self.run, "run_fingerprint": fp,
-                  "schema": schema}  # fmt: skip
-        yield from routing_chunks(partition_info(self.engine.r, owner), header, request.chunk)
+        cur = self.served
+        with cur as engine:
+            n, fp, schema = dataset_facts(cur.dv, cur.run)
+            header = {"num_parts": engine.num_parts, "num_vertices": n, "run": cur.run, "run_fingerprint": fp,
+                      "schema": schema}  # fmt: skip
+            yield from routing_chunks(partition_info(engine.r, owner), header, request.chunk)
 
     def HeldOutEdges(self, request: pb.HeldOutRequest, context: grpc.ServicerContext) -> Iterator[pb.HeldOutChunk]:
         """The held-out edges of a link-split run (FAILED_PRECONDITION for a run that serves every edge)."""
         err = None
         try:
-            if self.dv is None:
-                raise StageError("this server was started without its dataset version")
-            edges = read_heldout(self.dv, self.run)
+            edges = read_heldout(self.served.dv, self.served.run)
         except StageError as e:
             err = e
         if err is not None:
@@ -176,15 +343,52 @@ class SamplingServicer(pb_grpc.SamplingServicer):
         yield from heldout_chunks(edges, request.chunk)
 
 
+def _timed(fn: Any, name: str) -> Any:
+    def run(x: Any) -> Any:
+        with profile.stage(name):
+            return fn(x)
+
+    return run
+
+
+def add_servicer(servicer: SamplingServicer, server: grpc.Server) -> None:
+    """Register the Sampling service; request parsing and response serialization count as stages."""
+    rpcs = {
+        "Gather": (pb.GatherRequest, pb.GatherResponse),
+        "Lookup": (pb.LookupRequest, pb.LookupResponse),
+        "VertexInfo": (pb.VertexInfoRequest, pb.VertexInfoResponse),
+        "Stats": (pb.StatsRequest, pb.StatsResponse),
+        "Reload": (pb.ReloadRequest, pb.ReloadResponse),
+    }
+    raw = ("Gather", "Lookup")  # the servicer reads and writes their wire bytes itself
+    handlers = {
+        name: grpc.unary_unary_rpc_method_handler(
+            getattr(servicer, name),
+            request_deserializer=None if name in raw else _timed(req.FromString, "server.parse"),
+            response_serializer=None if name in raw else _timed(resp.SerializeToString, "server.serialize"),
+        )
+        for name, (req, resp) in rpcs.items()
+    }
+    handlers["GatherStream"] = grpc.stream_stream_rpc_method_handler(servicer.GatherStream)
+    streamed = {"Routing": (pb.RoutingRequest, pb.RoutingChunk), "HeldOutEdges": (pb.HeldOutRequest, pb.HeldOutChunk)}
+    for name, (req, resp) in streamed.items():
+        handlers[name] = grpc.unary_stream_rpc_method_handler(
+            getattr(servicer, name), request_deserializer=req.FromString, response_serializer=resp.SerializeToString
+        )
+    server.add_generic_rpc_handlers((grpc.method_handlers_generic_handler(SERVICE_NAME, handlers),))
+
+
 def warm_up(engine: PartitionSampler) -> None:
     """Compile (or load from numba's cache) every kernel variant on this partition's dtypes."""
     r = engine.r
     if r.num_vertices == 0:
         return
-    seeds = np.asarray(r.global_id[: min(8, r.num_vertices)], np.int64)
-    # numba specialises on writability: ids decoded from the wire are read-only (np.frombuffer) when
-    # they arrive as int64 and writable when widened from int32, so warm both
-    both = (seeds, np.array(seeds))
+    seeds = np.array(r.global_id[: min(8, r.num_vertices)], np.int64)
+    # numba specialises on dtype and writability: ids decoded from the wire are read-only int32 or
+    # int64 (np.frombuffer); the in-process sampler passes writable int64
+    both = [seeds, np.frombuffer(seeds.tobytes(), np.int64)]
+    if engine.id_dtype == np.int32:
+        both.append(np.frombuffer(seeds.astype(np.int32).tobytes(), np.int32))
     methods = ["uniform", "uniform_exact", "replace"] + (["weighted"] if engine.weight is not None else [])
     for ids in both:
         for m in methods:
@@ -193,7 +397,8 @@ def warm_up(engine: PartitionSampler) -> None:
                 if engine.timestamp is not None:  # a bound every edge meets, so the fill kernel runs too
                     engine.gather(ids, fanout=2, method=m, direction=d, max_time=np.iinfo(np.int64).max)
         if len(r.edge_type_names) > 1:
-            engine.gather(ids, type_fanouts=[(r.edge_type_names[0], 2)], method="uniform")
+            for d in ("out", "in"):
+                engine.gather(ids, type_fanouts=[(r.edge_type_names[0], 2)], method="uniform", direction=d)
     with engine._lock:  # warm-up is not served work
         engine.requests = engine.vertices_served = engine.edges_served = 0
         engine.busy_s = 0.0
@@ -245,7 +450,7 @@ def warm_up_synthetic(part_dir: Path, cfg: ServeConfig) -> None:
     tmp = Path(tempfile.mkdtemp(prefix="glisp-warmup-"))
     try:
         engine = PartitionSampler(open_partition(synthetic_partition(meta, tmp / "part-00000"), verify=False),
-                                  threads=cfg.threads, chunk=cfg.chunk)  # fmt: skip
+                                  threads=cfg.threads, chunk=cfg.chunk, dense_id_map_mb=cfg.dense_id_map_mb)  # fmt: skip
         warm_up(engine)
         engine.features(engine.global_id[:4])
         engine.close()
@@ -256,58 +461,115 @@ def warm_up_synthetic(part_dir: Path, cfg: ServeConfig) -> None:
 
 
 def serve(
-    dv: DatasetVersion, run: str, part: int, cfg: ServeConfig, port: int | None = None, port_file: str | None = None
-) -> int:
-    """Serve partition ``part`` of ``run`` until SIGTERM/SIGINT; returns the exit code (0 on a clean stop)."""
-    from glisp_core.partition_format import open_partition
+    dv: DatasetVersion, run: str, part: int, cfg: ServeConfig, port: int | None = None, port_file: str | None = None,
+    restarts: int = 0,
+) -> int:  # fmt: skip
+    """Serve partition ``part`` of ``run`` until SIGTERM/SIGINT; returns the exit code (0 on a clean stop,
+    also when the stop arrives during warm-up)."""
+    state = ServingState(restarts)
+    state.install_signals()
+    try:
+        return _serve(dv, run, part, cfg, port, port_file, state)
+    except StopDuringStart as e:
+        print(f"glisp serve: partition {part} stopped before serving ({e})", flush=True)
+        return 0
 
-    part_dir = dv.partition_dir(run, part)
+
+def _open_served(dv: DatasetVersion, run: str, part: int, cfg: ServeConfig) -> tuple[Served, dict[str, int], int]:
+    """The runtime warmed, then the partition opened; (served version, runtime baseline, RSS after imports)."""
     map_large_allocations()  # response buffers go back to the OS when freed, not to a growing heap
     rss_import = snapshot()["rss"]
+    t = time.perf_counter()
     if cfg.warmup:
-        warm_up_synthetic(part_dir, cfg)  # the runtime's memory (JIT, caches) before the partition's
+        print(f"glisp serve: partition {part}: compiling the sampling kernels (about a minute the first time on "
+              "a machine; later starts load numba's cache, see docs/reliability.md)", flush=True)  # fmt: skip
+        warm_up_synthetic(dv.partition_dir(run, part), cfg)  # the runtime's memory (JIT, caches) before the partition's
     released = release_clean_library_pages() if cfg.release_compiler_pages else 0
     baseline = snapshot()
-    reader = open_partition(part_dir, verify=cfg.verify)
-    engine = PartitionSampler(reader, threads=cfg.threads, chunk=cfg.chunk, max_batch=cfg.max_batch)
+    served = open_served(dv, run, part, cfg, warm=cfg.warmup)
     if cfg.warmup:
-        warm_up(engine)  # loads nothing new unless the partition needs int64 indices
+        print(f"glisp serve: partition {part}: kernels ready in {time.perf_counter() - t:.1f} s", flush=True)
     if cfg.release_compiler_pages:
         released += release_clean_library_pages()  # pages a new specialisation faulted back in
     log.info("released %.1f MiB of compiler pages; runtime baseline RSS %.1f MiB", released / 2**20,
              baseline["rss"] / 2**20)  # fmt: skip
+    return served, baseline, rss_import
+
+
+def _grpc_server(cfg: ServeConfig, interceptors: list) -> grpc.Server:
     mb = cfg.max_message_mb * 1024 * 1024
-    server = grpc.server(
-        ThreadPoolExecutor(max_workers=max(2, cfg.threads), thread_name_prefix="glisp-rpc"),
-        options=[("grpc.max_send_message_length", mb), ("grpc.max_receive_message_length", mb)],
-    )
-    servicer = SamplingServicer(engine, f"{dv.graph}/{dv.version}", run, baseline, rss_import, dv=dv)
-    pb_grpc.add_SamplingServicer_to_server(servicer, server)
+    return grpc.server(  # a Gather stream holds a worker thread while open: one each, plus the unary RPCs'
+        ThreadPoolExecutor(max_workers=max(2, cfg.threads) + cfg.max_streams, thread_name_prefix="glisp-rpc"),
+        options=[("grpc.max_send_message_length", mb), ("grpc.max_receive_message_length", mb),
+                 ("grpc.so_reuseport", 0)],
+        maximum_concurrent_rpcs=cfg.max_concurrent_rpcs or None,
+        interceptors=interceptors,
+    )  # fmt: skip
+
+
+def _serve(
+    dv: DatasetVersion, run: str, part: int, cfg: ServeConfig, port: int | None, port_file: str | None,
+    state: ServingState,
+) -> int:  # fmt: skip
+    served, baseline, rss_import = _open_served(dv, run, part, cfg)
+    interceptors = server_interceptors(cfg)  # the bearer token check, when one is configured
+    server = _grpc_server(cfg, interceptors)
+    servicer = SamplingServicer(served, baseline, rss_import, cfg.max_streams, state)
+    servicer.reloader = Reloader(servicer, part, cfg)
+    add_servicer(servicer, server)
     health_servicer = health.HealthServicer()
     health_pb2_grpc.add_HealthServicer_to_server(health_servicer, server)
-    bound = server.add_insecure_port(f"{cfg.host}:{cfg.port if port is None else port}")
+    bound = bind(server, cfg.host, cfg.port if port is None else port, cfg, token=bool(interceptors))
     if bound == 0:
         raise OSError(f"serve: cannot bind {cfg.host}:{cfg.port if port is None else port}")
-    stop = threading.Event()
-
-    def _on_signal(signum: int, frame: object) -> None:
-        stop.set()
-
-    signal.signal(signal.SIGTERM, _on_signal)
-    signal.signal(signal.SIGINT, _on_signal)
     server.start()
-    for name in ("", SERVICE_NAME):
-        health_servicer.set(name, health_pb2.HealthCheckResponse.SERVING)
+    health_server, health_port = health_only_server(health_servicer, cfg.host, cfg.health_port)
+    if health_server is not None:
+        print(f"glisp serve: partition {part} health-only port {cfg.host}:{health_port} (plaintext)", flush=True)
+    try:
+        state.started(health_servicer, ("", SERVICE_NAME))
+    except StopDuringStart:
+        server.stop(0).wait()
+        raise
+    _start_integrity_check(state, served, cfg)
+    if cfg.metrics_port >= 0:
+        servicer.metrics_port = servicer.metrics.start(cfg.host, cfg.metrics_port)
+        print(f"glisp serve: partition {part}: Prometheus metrics on http://{cfg.host}:{servicer.metrics_port}/metrics",
+              flush=True)  # fmt: skip
     if port_file:
         tmp = Path(f"{port_file}.{os.getpid()}.tmp")
         tmp.write_text(str(bound))
         os.replace(tmp, port_file)
-    print(
-        f"glisp serve: {dv.graph}/{dv.version} run {run} partition {part} listening on {cfg.host}:{bound}", flush=True
-    )
-    stop.wait()
-    health_servicer.enter_graceful_shutdown()  # every service NOT_SERVING
-    server.stop(cfg.grace_s).wait()
-    engine.close()
+    print(f"glisp serve: {served.version} run {run} partition {part} listening on {cfg.host}:{bound}", flush=True)
+    if cfg.follow_latest_s > 0:
+        threading.Thread(target=servicer.reloader.follow_latest, args=(state.stop, cfg.follow_latest_s),
+                         name="glisp-follow-latest", daemon=True).start()  # fmt: skip
+    while not state.stop.wait(0.2):
+        if state.reload_requested.is_set():  # SIGHUP: move to the graph's latest
+            state.reload_requested.clear()
+            try:
+                servicer.reload()
+            except ReloadError as e:
+                print(f"glisp serve: {e}", file=sys.stderr, flush=True)
+    _drain(state, servicer, server, cfg)
+    servicer.served.engine.close()
+    if health_server is not None:
+        health_server.stop(0)  # after the drain, so probes saw NOT_SERVING
     print(f"glisp serve: partition {part} stopped", flush=True)
     return 0
+
+
+def _start_integrity_check(state: ServingState, served: Served, cfg: ServeConfig) -> None:
+    if cfg.verify == "background":
+        state.verify_in_background(served.engine.r)
+    else:
+        state.integrity = "ok" if cfg.verify == "start" else "off"
+
+
+def _drain(state: ServingState, servicer: SamplingServicer, server: grpc.Server, cfg: ServeConfig) -> None:
+    """NOT_SERVING first (probes see it for ``serve.drain_s`` while requests are still answered), then no new
+    RPCs, idle streams cancelled, in-flight calls given ``serve.grace_s``."""
+    state.draining()
+    time.sleep(max(0.0, cfg.drain_s))
+    servicer.begin_shutdown()
+    server.stop(cfg.grace_s).wait()

@@ -158,7 +158,7 @@ def apply_retention(root: Path, graph: str, keep: int, log: Callable[[str], None
             continue
         leases = active_leases(dv)
         if leases:
-            log(f"retention: keeping {graph}/{v}, leased by " + ", ".join(sorted({r['holder'] for r in leases})))
+            log(f"retention: keeping {graph}/{v}, leased by " + ", ".join(sorted({r["holder"] for r in leases})))
             continue
         doomed = gdir / f".deleting-{v}~{uuid.uuid4().hex[:12]}"
         os.rename(dv.path, doomed)

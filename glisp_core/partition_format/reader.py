@@ -256,6 +256,11 @@ class PartitionReader:
         take = np.repeat(lo - out_ptr[:-1], cnt) + np.arange(out_ptr[-1])
         return out_ptr, np.asarray(ids[take], np.int32), np.asarray(end[take], np.int64)
 
+    def type_index(self, side: str) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """The whole type index of ``side`` ("out"/"in") as ``(ptr, type_ids, type_end)``: vertex v's
+        type segments are ``ptr[v]:ptr[v+1]`` (implicit for a one-type partition)."""
+        return self._index(side)
+
     def out_type_index(self, lids: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """For each vertex: its edge types present and their cumulative end offsets, as a CSR
         ``(ptr (len+1,), type_ids, type_end)``: vertex i's segments are ``ptr[i]:ptr[i+1]``."""

@@ -24,43 +24,55 @@ _sym_db = _symbol_database.Default()
 
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\"glisp_serving/proto/sampling.proto\x12\x11glisp.sampling.v1\"3\n\x05\x41rray\x12\x0c\n\x04\x64\x61ta\x18\x01 \x01(\x0c\x12\r\n\x05\x64type\x18\x02 \x01(\t\x12\r\n\x05shape\x18\x03 \x03(\x03\"/\n\nTypeFanout\x12\x11\n\tedge_type\x18\x01 \x01(\t\x12\x0e\n\x06\x66\x61nout\x18\x02 \x01(\x05\"\x82\x02\n\rGatherRequest\x12\'\n\x05seeds\x18\x01 \x01(\x0b\x32\x18.glisp.sampling.v1.Array\x12\x0e\n\x06\x66\x61nout\x18\x02 \x01(\x05\x12\x33\n\x0ctype_fanouts\x18\x03 \x03(\x0b\x32\x1d.glisp.sampling.v1.TypeFanout\x12\x0e\n\x06method\x18\x04 \x01(\t\x12/\n\tdirection\x18\x05 \x01(\x0e\x32\x1c.glisp.sampling.v1.Direction\x12\x15\n\x08max_time\x18\x06 \x01(\x03H\x00\x88\x01\x01\x12\x0c\n\x04seed\x18\x07 \x01(\x04\x12\x10\n\x08\x65\x64ge_ids\x18\x08 \x01(\x08\x42\x0b\n\t_max_time\"\xec\x01\n\x0eGatherResponse\x12(\n\x06\x63ounts\x18\x01 \x01(\x0b\x32\x18.glisp.sampling.v1.Array\x12+\n\tneighbors\x18\x02 \x01(\x0b\x32\x18.glisp.sampling.v1.Array\x12&\n\x04keys\x18\x03 \x01(\x0b\x32\x18.glisp.sampling.v1.Array\x12*\n\x08\x65\x64ge_ids\x18\x04 \x01(\x0b\x32\x18.glisp.sampling.v1.Array\x12\r\n\x05merge\x18\x05 \x01(\t\x12\x0f\n\x07\x66\x61nouts\x18\x06 \x03(\x05\x12\x0f\n\x07part_id\x18\x07 \x01(\x05\"]\n\rLookupRequest\x12*\n\x08vertices\x18\x01 \x01(\x0b\x32\x18.glisp.sampling.v1.Array\x12\x10\n\x08\x66\x65\x61tures\x18\x02 \x01(\x08\x12\x0e\n\x06labels\x18\x03 \x01(\x08\"\x8f\x01\n\x0eLookupResponse\x12*\n\x08\x66\x65\x61tures\x18\x01 \x01(\x0b\x32\x18.glisp.sampling.v1.Array\x12(\n\x06labels\x18\x02 \x01(\x0b\x32\x18.glisp.sampling.v1.Array\x12\'\n\x05split\x18\x03 \x01(\x0b\x32\x18.glisp.sampling.v1.Array\"?\n\x11VertexInfoRequest\x12*\n\x08vertices\x18\x01 \x01(\x0b\x32\x18.glisp.sampling.v1.Array\"\xc5\x01\n\x12VertexInfoResponse\x12,\n\nout_degree\x18\x01 \x01(\x0b\x32\x18.glisp.sampling.v1.Array\x12+\n\tin_degree\x18\x02 \x01(\x0b\x32\x18.glisp.sampling.v1.Array\x12*\n\x08replicas\x18\x03 \x01(\x0b\x32\x18.glisp.sampling.v1.Array\x12(\n\x06master\x18\x04 \x01(\x0b\x32\x18.glisp.sampling.v1.Array\"\x0e\n\x0cStatsRequest\"\xc8\x04\n\rStatsResponse\x12\x10\n\x08requests\x18\x01 \x01(\x03\x12\x17\n\x0fvertices_served\x18\x02 \x01(\x03\x12\x14\n\x0c\x65\x64ges_served\x18\x03 \x01(\x03\x12\x14\n\x0c\x62usy_seconds\x18\x04 \x01(\x01\x12\x11\n\trss_bytes\x18\x05 \x01(\x03\x12\x0f\n\x07\x64\x61taset\x18\x06 \x01(\t\x12\x0b\n\x03run\x18\x07 \x01(\t\x12\x0f\n\x07part_id\x18\x08 \x01(\x05\x12\x11\n\tnum_parts\x18\t \x01(\x05\x12\x14\n\x0cnum_vertices\x18\n \x01(\x03\x12\x11\n\tnum_edges\x18\x0b \x01(\x03\x12\x17\n\x0fpartition_bytes\x18\x0c \x01(\x03\x12\x16\n\x0euptime_seconds\x18\r \x01(\x01\x12\x12\n\nedge_types\x18\x0e \x03(\t\x12\x10\n\x08weighted\x18\x0f \x01(\x08\x12\x13\n\x0btimestamped\x18\x10 \x01(\x08\x12\x13\n\x0b\x66\x65\x61ture_dim\x18\x11 \x01(\x05\x12\x16\n\x0e\x66ormat_version\x18\x12 \x01(\x05\x12\x1a\n\x12rss_baseline_bytes\x18\x13 \x01(\x03\x12\x18\n\x10rss_import_bytes\x18\x14 \x01(\x03\x12\x11\n\tuss_bytes\x18\x15 \x01(\x03\x12\x11\n\tpss_bytes\x18\x16 \x01(\x03\x12\x16\n\x0erss_anon_bytes\x18\x17 \x01(\x03\x12\x16\n\x0erss_file_bytes\x18\x18 \x01(\x03\x12\x1b\n\x13\x62\x61seline_anon_bytes\x18\x19 \x01(\x03\x12 \n\x18partition_resident_bytes\x18\x1a \x01(\x03\"f\n\x0eRoutingRequest\x12\r\n\x05\x63hunk\x18\x01 \x01(\x05\x12\x0e\n\x06owners\x18\x02 \x01(\x08\x12\x35\n\x0fowner_direction\x18\x03 \x01(\x0e\x32\x1c.glisp.sampling.v1.Direction\"\x97\x03\n\x0cRoutingChunk\x12\x0f\n\x07part_id\x18\x01 \x01(\x05\x12\x11\n\tnum_parts\x18\x02 \x01(\x05\x12\x14\n\x0cnum_vertices\x18\x03 \x01(\x03\x12\x0b\n\x03run\x18\x04 \x01(\t\x12\x17\n\x0frun_fingerprint\x18\x05 \x01(\t\x12\x13\n\x0bschema_json\x18\x06 \x01(\t\x12\x1c\n\x14split_owner_vertices\x18\x07 \x01(\x03\x12.\n\x0creplica_gids\x18\x08 \x01(\x0b\x32\x18.glisp.sampling.v1.Array\x12-\n\x0bmaster_gids\x18\t \x01(\x0b\x32\x18.glisp.sampling.v1.Array\x12\x33\n\x11master_out_degree\x18\n \x01(\x0b\x32\x18.glisp.sampling.v1.Array\x12\x32\n\x10master_in_degree\x18\x0b \x01(\x0b\x32\x18.glisp.sampling.v1.Array\x12,\n\nowner_gids\x18\x0c \x01(\x0b\x32\x18.glisp.sampling.v1.Array\"\x1f\n\x0eHeldOutRequest\x12\r\n\x05\x63hunk\x18\x01 \x01(\x05\"\xbd\x01\n\x0cHeldOutChunk\x12\r\n\x05total\x18\x01 \x01(\x03\x12%\n\x03src\x18\x02 \x01(\x0b\x32\x18.glisp.sampling.v1.Array\x12%\n\x03\x64st\x18\x03 \x01(\x0b\x32\x18.glisp.sampling.v1.Array\x12\'\n\x05\x65type\x18\x04 \x01(\x0b\x32\x18.glisp.sampling.v1.Array\x12\'\n\x05split\x18\x05 \x01(\x0b\x32\x18.glisp.sampling.v1.Array*\x1c\n\tDirection\x12\x07\n\x03OUT\x10\x00\x12\x06\n\x02IN\x10\x01\x32\xf6\x03\n\x08Sampling\x12M\n\x06Gather\x12 .glisp.sampling.v1.GatherRequest\x1a!.glisp.sampling.v1.GatherResponse\x12M\n\x06Lookup\x12 .glisp.sampling.v1.LookupRequest\x1a!.glisp.sampling.v1.LookupResponse\x12Y\n\nVertexInfo\x12$.glisp.sampling.v1.VertexInfoRequest\x1a%.glisp.sampling.v1.VertexInfoResponse\x12J\n\x05Stats\x12\x1f.glisp.sampling.v1.StatsRequest\x1a .glisp.sampling.v1.StatsResponse\x12O\n\x07Routing\x12!.glisp.sampling.v1.RoutingRequest\x1a\x1f.glisp.sampling.v1.RoutingChunk0\x01\x12T\n\x0cHeldOutEdges\x12!.glisp.sampling.v1.HeldOutRequest\x1a\x1f.glisp.sampling.v1.HeldOutChunk0\x01\x62\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\"glisp_serving/proto/sampling.proto\x12\x11glisp.sampling.v1\"3\n\x05\x41rray\x12\x0c\n\x04\x64\x61ta\x18\x01 \x01(\x0c\x12\r\n\x05\x64type\x18\x02 \x01(\t\x12\r\n\x05shape\x18\x03 \x03(\x03\"/\n\nTypeFanout\x12\x11\n\tedge_type\x18\x01 \x01(\t\x12\x0e\n\x06\x66\x61nout\x18\x02 \x01(\x05\"\xa7\x02\n\rGatherRequest\x12\'\n\x05seeds\x18\x01 \x01(\x0b\x32\x18.glisp.sampling.v1.Array\x12\x0e\n\x06\x66\x61nout\x18\x02 \x01(\x05\x12\x33\n\x0ctype_fanouts\x18\x03 \x03(\x0b\x32\x1d.glisp.sampling.v1.TypeFanout\x12\x0e\n\x06method\x18\x04 \x01(\t\x12/\n\tdirection\x18\x05 \x01(\x0e\x32\x1c.glisp.sampling.v1.Direction\x12\x15\n\x08max_time\x18\x06 \x01(\x03H\x00\x88\x01\x01\x12\x0c\n\x04seed\x18\x07 \x01(\x04\x12\x10\n\x08\x65\x64ge_ids\x18\x08 \x01(\x08\x12\x12\n\nrequest_id\x18\t \x01(\x04\x12\x0f\n\x07version\x18\n \x01(\tB\x0b\n\t_max_time\"\xb4\x02\n\x0eGatherResponse\x12(\n\x06\x63ounts\x18\x01 \x01(\x0b\x32\x18.glisp.sampling.v1.Array\x12+\n\tneighbors\x18\x02 \x01(\x0b\x32\x18.glisp.sampling.v1.Array\x12&\n\x04keys\x18\x03 \x01(\x0b\x32\x18.glisp.sampling.v1.Array\x12*\n\x08\x65\x64ge_ids\x18\x04 \x01(\x0b\x32\x18.glisp.sampling.v1.Array\x12\r\n\x05merge\x18\x05 \x01(\t\x12\x0f\n\x07\x66\x61nouts\x18\x06 \x03(\x05\x12\x0f\n\x07part_id\x18\x07 \x01(\x05\x12\x12\n\nrequest_id\x18\x08 \x01(\x04\x12\x12\n\nerror_code\x18\t \x01(\x05\x12\r\n\x05\x65rror\x18\n \x01(\t\x12\x0f\n\x07version\x18\x0b \x01(\t\"n\n\rLookupRequest\x12*\n\x08vertices\x18\x01 \x01(\x0b\x32\x18.glisp.sampling.v1.Array\x12\x10\n\x08\x66\x65\x61tures\x18\x02 \x01(\x08\x12\x0e\n\x06labels\x18\x03 \x01(\x08\x12\x0f\n\x07version\x18\x04 \x01(\t\"\xa0\x01\n\x0eLookupResponse\x12*\n\x08\x66\x65\x61tures\x18\x01 \x01(\x0b\x32\x18.glisp.sampling.v1.Array\x12(\n\x06labels\x18\x02 \x01(\x0b\x32\x18.glisp.sampling.v1.Array\x12\'\n\x05split\x18\x03 \x01(\x0b\x32\x18.glisp.sampling.v1.Array\x12\x0f\n\x07version\x18\x04 \x01(\t\"?\n\x11VertexInfoRequest\x12*\n\x08vertices\x18\x01 \x01(\x0b\x32\x18.glisp.sampling.v1.Array\"\xc5\x01\n\x12VertexInfoResponse\x12,\n\nout_degree\x18\x01 \x01(\x0b\x32\x18.glisp.sampling.v1.Array\x12+\n\tin_degree\x18\x02 \x01(\x0b\x32\x18.glisp.sampling.v1.Array\x12*\n\x08replicas\x18\x03 \x01(\x0b\x32\x18.glisp.sampling.v1.Array\x12(\n\x06master\x18\x04 \x01(\x0b\x32\x18.glisp.sampling.v1.Array\"\x0e\n\x0cStatsRequest\"\xde\x07\n\rStatsResponse\x12\x10\n\x08requests\x18\x01 \x01(\x03\x12\x17\n\x0fvertices_served\x18\x02 \x01(\x03\x12\x14\n\x0c\x65\x64ges_served\x18\x03 \x01(\x03\x12\x14\n\x0c\x62usy_seconds\x18\x04 \x01(\x01\x12\x11\n\trss_bytes\x18\x05 \x01(\x03\x12\x0f\n\x07\x64\x61taset\x18\x06 \x01(\t\x12\x0b\n\x03run\x18\x07 \x01(\t\x12\x0f\n\x07part_id\x18\x08 \x01(\x05\x12\x11\n\tnum_parts\x18\t \x01(\x05\x12\x14\n\x0cnum_vertices\x18\n \x01(\x03\x12\x11\n\tnum_edges\x18\x0b \x01(\x03\x12\x17\n\x0fpartition_bytes\x18\x0c \x01(\x03\x12\x16\n\x0euptime_seconds\x18\r \x01(\x01\x12\x12\n\nedge_types\x18\x0e \x03(\t\x12\x10\n\x08weighted\x18\x0f \x01(\x08\x12\x13\n\x0btimestamped\x18\x10 \x01(\x08\x12\x13\n\x0b\x66\x65\x61ture_dim\x18\x11 \x01(\x05\x12\x16\n\x0e\x66ormat_version\x18\x12 \x01(\x05\x12\x1a\n\x12rss_baseline_bytes\x18\x13 \x01(\x03\x12\x18\n\x10rss_import_bytes\x18\x14 \x01(\x03\x12\x11\n\tuss_bytes\x18\x15 \x01(\x03\x12\x11\n\tpss_bytes\x18\x16 \x01(\x03\x12\x16\n\x0erss_anon_bytes\x18\x17 \x01(\x03\x12\x16\n\x0erss_file_bytes\x18\x18 \x01(\x03\x12\x1b\n\x13\x62\x61seline_anon_bytes\x18\x19 \x01(\x03\x12 \n\x18partition_resident_bytes\x18\x1a \x01(\x03\x12\x1b\n\x13process_cpu_seconds\x18\x1b \x01(\x01\x12P\n\x11stage_cpu_seconds\x18\x1c \x03(\x0b\x32\x35.glisp.sampling.v1.StatsResponse.StageCpuSecondsEntry\x12\x45\n\x0bstage_calls\x18\x1d \x03(\x0b\x32\x30.glisp.sampling.v1.StatsResponse.StageCallsEntry\x12\x11\n\tintegrity\x18\x1e \x01(\t\x12\x10\n\x08restarts\x18\x1f \x01(\x03\x12\x11\n\tin_flight\x18  \x01(\x03\x12\x0f\n\x07serving\x18! \x01(\x08\x12\x14\n\x0c\x64\x61taset_path\x18\" \x01(\t\x12\x14\n\x0cmetrics_port\x18# \x01(\x05\x1a\x36\n\x14StageCpuSecondsEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\x01:\x02\x38\x01\x1a\x31\n\x0fStageCallsEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\x03:\x02\x38\x01\"C\n\rReloadRequest\x12\x0f\n\x07\x64\x61taset\x18\x01 \x01(\t\x12\x0b\n\x03run\x18\x02 \x01(\t\x12\x14\n\x0cprepare_only\x18\x03 \x01(\x08\"V\n\x0eReloadResponse\x12\x0f\n\x07version\x18\x01 \x01(\t\x12\x10\n\x08previous\x18\x02 \x01(\t\x12\x0b\n\x03run\x18\x03 \x01(\t\x12\x14\n\x0c\x64\x61taset_path\x18\x04 \x01(\t\"f\n\x0eRoutingRequest\x12\r\n\x05\x63hunk\x18\x01 \x01(\x05\x12\x0e\n\x06owners\x18\x02 \x01(\x08\x12\x35\n\x0fowner_direction\x18\x03 \x01(\x0e\x32\x1c.glisp.sampling.v1.Direction\"\x97\x03\n\x0cRoutingChunk\x12\x0f\n\x07part_id\x18\x01 \x01(\x05\x12\x11\n\tnum_parts\x18\x02 \x01(\x05\x12\x14\n\x0cnum_vertices\x18\x03 \x01(\x03\x12\x0b\n\x03run\x18\x04 \x01(\t\x12\x17\n\x0frun_fingerprint\x18\x05 \x01(\t\x12\x13\n\x0bschema_json\x18\x06 \x01(\t\x12\x1c\n\x14split_owner_vertices\x18\x07 \x01(\x03\x12.\n\x0creplica_gids\x18\x08 \x01(\x0b\x32\x18.glisp.sampling.v1.Array\x12-\n\x0bmaster_gids\x18\t \x01(\x0b\x32\x18.glisp.sampling.v1.Array\x12\x33\n\x11master_out_degree\x18\n \x01(\x0b\x32\x18.glisp.sampling.v1.Array\x12\x32\n\x10master_in_degree\x18\x0b \x01(\x0b\x32\x18.glisp.sampling.v1.Array\x12,\n\nowner_gids\x18\x0c \x01(\x0b\x32\x18.glisp.sampling.v1.Array\"\x1f\n\x0eHeldOutRequest\x12\r\n\x05\x63hunk\x18\x01 \x01(\x05\"\xbd\x01\n\x0cHeldOutChunk\x12\r\n\x05total\x18\x01 \x01(\x03\x12%\n\x03src\x18\x02 \x01(\x0b\x32\x18.glisp.sampling.v1.Array\x12%\n\x03\x64st\x18\x03 \x01(\x0b\x32\x18.glisp.sampling.v1.Array\x12\'\n\x05\x65type\x18\x04 \x01(\x0b\x32\x18.glisp.sampling.v1.Array\x12\'\n\x05split\x18\x05 \x01(\x0b\x32\x18.glisp.sampling.v1.Array*\x1c\n\tDirection\x12\x07\n\x03OUT\x10\x00\x12\x06\n\x02IN\x10\x01\x32\x9e\x05\n\x08Sampling\x12M\n\x06Gather\x12 .glisp.sampling.v1.GatherRequest\x1a!.glisp.sampling.v1.GatherResponse\x12W\n\x0cGatherStream\x12 .glisp.sampling.v1.GatherRequest\x1a!.glisp.sampling.v1.GatherResponse(\x01\x30\x01\x12M\n\x06Lookup\x12 .glisp.sampling.v1.LookupRequest\x1a!.glisp.sampling.v1.LookupResponse\x12M\n\x06Reload\x12 .glisp.sampling.v1.ReloadRequest\x1a!.glisp.sampling.v1.ReloadResponse\x12Y\n\nVertexInfo\x12$.glisp.sampling.v1.VertexInfoRequest\x1a%.glisp.sampling.v1.VertexInfoResponse\x12J\n\x05Stats\x12\x1f.glisp.sampling.v1.StatsRequest\x1a .glisp.sampling.v1.StatsResponse\x12O\n\x07Routing\x12!.glisp.sampling.v1.RoutingRequest\x1a\x1f.glisp.sampling.v1.RoutingChunk0\x01\x12T\n\x0cHeldOutEdges\x12!.glisp.sampling.v1.HeldOutRequest\x1a\x1f.glisp.sampling.v1.HeldOutChunk0\x01\x62\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
 _builder.BuildTopDescriptorsAndMessages(DESCRIPTOR, 'glisp_serving.proto.sampling_pb2', _globals)
 if not _descriptor._USE_C_DESCRIPTORS:
   DESCRIPTOR._loaded_options = None
-  _globals['_DIRECTION']._serialized_start=2507
-  _globals['_DIRECTION']._serialized_end=2535
+  _globals['_STATSRESPONSE_STAGECPUSECONDSENTRY']._loaded_options = None
+  _globals['_STATSRESPONSE_STAGECPUSECONDSENTRY']._serialized_options = b'8\001'
+  _globals['_STATSRESPONSE_STAGECALLSENTRY']._loaded_options = None
+  _globals['_STATSRESPONSE_STAGECALLSENTRY']._serialized_options = b'8\001'
+  _globals['_DIRECTION']._serialized_start=3213
+  _globals['_DIRECTION']._serialized_end=3241
   _globals['_ARRAY']._serialized_start=57
   _globals['_ARRAY']._serialized_end=108
   _globals['_TYPEFANOUT']._serialized_start=110
   _globals['_TYPEFANOUT']._serialized_end=157
   _globals['_GATHERREQUEST']._serialized_start=160
-  _globals['_GATHERREQUEST']._serialized_end=418
-  _globals['_GATHERRESPONSE']._serialized_start=421
-  _globals['_GATHERRESPONSE']._serialized_end=657
-  _globals['_LOOKUPREQUEST']._serialized_start=659
-  _globals['_LOOKUPREQUEST']._serialized_end=752
-  _globals['_LOOKUPRESPONSE']._serialized_start=755
-  _globals['_LOOKUPRESPONSE']._serialized_end=898
-  _globals['_VERTEXINFOREQUEST']._serialized_start=900
-  _globals['_VERTEXINFOREQUEST']._serialized_end=963
-  _globals['_VERTEXINFORESPONSE']._serialized_start=966
-  _globals['_VERTEXINFORESPONSE']._serialized_end=1163
-  _globals['_STATSREQUEST']._serialized_start=1165
-  _globals['_STATSREQUEST']._serialized_end=1179
-  _globals['_STATSRESPONSE']._serialized_start=1182
-  _globals['_STATSRESPONSE']._serialized_end=1766
-  _globals['_ROUTINGREQUEST']._serialized_start=1768
-  _globals['_ROUTINGREQUEST']._serialized_end=1870
-  _globals['_ROUTINGCHUNK']._serialized_start=1873
-  _globals['_ROUTINGCHUNK']._serialized_end=2280
-  _globals['_HELDOUTREQUEST']._serialized_start=2282
-  _globals['_HELDOUTREQUEST']._serialized_end=2313
-  _globals['_HELDOUTCHUNK']._serialized_start=2316
-  _globals['_HELDOUTCHUNK']._serialized_end=2505
-  _globals['_SAMPLING']._serialized_start=2538
-  _globals['_SAMPLING']._serialized_end=3040
+  _globals['_GATHERREQUEST']._serialized_end=455
+  _globals['_GATHERRESPONSE']._serialized_start=458
+  _globals['_GATHERRESPONSE']._serialized_end=766
+  _globals['_LOOKUPREQUEST']._serialized_start=768
+  _globals['_LOOKUPREQUEST']._serialized_end=878
+  _globals['_LOOKUPRESPONSE']._serialized_start=881
+  _globals['_LOOKUPRESPONSE']._serialized_end=1041
+  _globals['_VERTEXINFOREQUEST']._serialized_start=1043
+  _globals['_VERTEXINFOREQUEST']._serialized_end=1106
+  _globals['_VERTEXINFORESPONSE']._serialized_start=1109
+  _globals['_VERTEXINFORESPONSE']._serialized_end=1306
+  _globals['_STATSREQUEST']._serialized_start=1308
+  _globals['_STATSREQUEST']._serialized_end=1322
+  _globals['_STATSRESPONSE']._serialized_start=1325
+  _globals['_STATSRESPONSE']._serialized_end=2315
+  _globals['_STATSRESPONSE_STAGECPUSECONDSENTRY']._serialized_start=2210
+  _globals['_STATSRESPONSE_STAGECPUSECONDSENTRY']._serialized_end=2264
+  _globals['_STATSRESPONSE_STAGECALLSENTRY']._serialized_start=2266
+  _globals['_STATSRESPONSE_STAGECALLSENTRY']._serialized_end=2315
+  _globals['_RELOADREQUEST']._serialized_start=2317
+  _globals['_RELOADREQUEST']._serialized_end=2384
+  _globals['_RELOADRESPONSE']._serialized_start=2386
+  _globals['_RELOADRESPONSE']._serialized_end=2472
+  _globals['_ROUTINGREQUEST']._serialized_start=2474
+  _globals['_ROUTINGREQUEST']._serialized_end=2576
+  _globals['_ROUTINGCHUNK']._serialized_start=2579
+  _globals['_ROUTINGCHUNK']._serialized_end=2986
+  _globals['_HELDOUTREQUEST']._serialized_start=2988
+  _globals['_HELDOUTREQUEST']._serialized_end=3019
+  _globals['_HELDOUTCHUNK']._serialized_start=3022
+  _globals['_HELDOUTCHUNK']._serialized_end=3211
+  _globals['_SAMPLING']._serialized_start=3244
+  _globals['_SAMPLING']._serialized_end=3914
 # @@protoc_insertion_point(module_scope)

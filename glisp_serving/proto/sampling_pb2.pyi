@@ -33,7 +33,7 @@ class TypeFanout(_message.Message):
     def __init__(self, edge_type: _Optional[str] = ..., fanout: _Optional[int] = ...) -> None: ...
 
 class GatherRequest(_message.Message):
-    __slots__ = ("seeds", "fanout", "type_fanouts", "method", "direction", "max_time", "seed", "edge_ids")
+    __slots__ = ("seeds", "fanout", "type_fanouts", "method", "direction", "max_time", "seed", "edge_ids", "request_id", "version")
     SEEDS_FIELD_NUMBER: _ClassVar[int]
     FANOUT_FIELD_NUMBER: _ClassVar[int]
     TYPE_FANOUTS_FIELD_NUMBER: _ClassVar[int]
@@ -42,6 +42,8 @@ class GatherRequest(_message.Message):
     MAX_TIME_FIELD_NUMBER: _ClassVar[int]
     SEED_FIELD_NUMBER: _ClassVar[int]
     EDGE_IDS_FIELD_NUMBER: _ClassVar[int]
+    REQUEST_ID_FIELD_NUMBER: _ClassVar[int]
+    VERSION_FIELD_NUMBER: _ClassVar[int]
     seeds: Array
     fanout: int
     type_fanouts: _containers.RepeatedCompositeFieldContainer[TypeFanout]
@@ -50,10 +52,12 @@ class GatherRequest(_message.Message):
     max_time: int
     seed: int
     edge_ids: bool
-    def __init__(self, seeds: _Optional[_Union[Array, _Mapping]] = ..., fanout: _Optional[int] = ..., type_fanouts: _Optional[_Iterable[_Union[TypeFanout, _Mapping]]] = ..., method: _Optional[str] = ..., direction: _Optional[_Union[Direction, str]] = ..., max_time: _Optional[int] = ..., seed: _Optional[int] = ..., edge_ids: _Optional[bool] = ...) -> None: ...
+    request_id: int
+    version: str
+    def __init__(self, seeds: _Optional[_Union[Array, _Mapping]] = ..., fanout: _Optional[int] = ..., type_fanouts: _Optional[_Iterable[_Union[TypeFanout, _Mapping]]] = ..., method: _Optional[str] = ..., direction: _Optional[_Union[Direction, str]] = ..., max_time: _Optional[int] = ..., seed: _Optional[int] = ..., edge_ids: _Optional[bool] = ..., request_id: _Optional[int] = ..., version: _Optional[str] = ...) -> None: ...
 
 class GatherResponse(_message.Message):
-    __slots__ = ("counts", "neighbors", "keys", "edge_ids", "merge", "fanouts", "part_id")
+    __slots__ = ("counts", "neighbors", "keys", "edge_ids", "merge", "fanouts", "part_id", "request_id", "error_code", "error", "version")
     COUNTS_FIELD_NUMBER: _ClassVar[int]
     NEIGHBORS_FIELD_NUMBER: _ClassVar[int]
     KEYS_FIELD_NUMBER: _ClassVar[int]
@@ -61,6 +65,10 @@ class GatherResponse(_message.Message):
     MERGE_FIELD_NUMBER: _ClassVar[int]
     FANOUTS_FIELD_NUMBER: _ClassVar[int]
     PART_ID_FIELD_NUMBER: _ClassVar[int]
+    REQUEST_ID_FIELD_NUMBER: _ClassVar[int]
+    ERROR_CODE_FIELD_NUMBER: _ClassVar[int]
+    ERROR_FIELD_NUMBER: _ClassVar[int]
+    VERSION_FIELD_NUMBER: _ClassVar[int]
     counts: Array
     neighbors: Array
     keys: Array
@@ -68,27 +76,35 @@ class GatherResponse(_message.Message):
     merge: str
     fanouts: _containers.RepeatedScalarFieldContainer[int]
     part_id: int
-    def __init__(self, counts: _Optional[_Union[Array, _Mapping]] = ..., neighbors: _Optional[_Union[Array, _Mapping]] = ..., keys: _Optional[_Union[Array, _Mapping]] = ..., edge_ids: _Optional[_Union[Array, _Mapping]] = ..., merge: _Optional[str] = ..., fanouts: _Optional[_Iterable[int]] = ..., part_id: _Optional[int] = ...) -> None: ...
+    request_id: int
+    error_code: int
+    error: str
+    version: str
+    def __init__(self, counts: _Optional[_Union[Array, _Mapping]] = ..., neighbors: _Optional[_Union[Array, _Mapping]] = ..., keys: _Optional[_Union[Array, _Mapping]] = ..., edge_ids: _Optional[_Union[Array, _Mapping]] = ..., merge: _Optional[str] = ..., fanouts: _Optional[_Iterable[int]] = ..., part_id: _Optional[int] = ..., request_id: _Optional[int] = ..., error_code: _Optional[int] = ..., error: _Optional[str] = ..., version: _Optional[str] = ...) -> None: ...
 
 class LookupRequest(_message.Message):
-    __slots__ = ("vertices", "features", "labels")
+    __slots__ = ("vertices", "features", "labels", "version")
     VERTICES_FIELD_NUMBER: _ClassVar[int]
     FEATURES_FIELD_NUMBER: _ClassVar[int]
     LABELS_FIELD_NUMBER: _ClassVar[int]
+    VERSION_FIELD_NUMBER: _ClassVar[int]
     vertices: Array
     features: bool
     labels: bool
-    def __init__(self, vertices: _Optional[_Union[Array, _Mapping]] = ..., features: _Optional[bool] = ..., labels: _Optional[bool] = ...) -> None: ...
+    version: str
+    def __init__(self, vertices: _Optional[_Union[Array, _Mapping]] = ..., features: _Optional[bool] = ..., labels: _Optional[bool] = ..., version: _Optional[str] = ...) -> None: ...
 
 class LookupResponse(_message.Message):
-    __slots__ = ("features", "labels", "split")
+    __slots__ = ("features", "labels", "split", "version")
     FEATURES_FIELD_NUMBER: _ClassVar[int]
     LABELS_FIELD_NUMBER: _ClassVar[int]
     SPLIT_FIELD_NUMBER: _ClassVar[int]
+    VERSION_FIELD_NUMBER: _ClassVar[int]
     features: Array
     labels: Array
     split: Array
-    def __init__(self, features: _Optional[_Union[Array, _Mapping]] = ..., labels: _Optional[_Union[Array, _Mapping]] = ..., split: _Optional[_Union[Array, _Mapping]] = ...) -> None: ...
+    version: str
+    def __init__(self, features: _Optional[_Union[Array, _Mapping]] = ..., labels: _Optional[_Union[Array, _Mapping]] = ..., split: _Optional[_Union[Array, _Mapping]] = ..., version: _Optional[str] = ...) -> None: ...
 
 class VertexInfoRequest(_message.Message):
     __slots__ = ("vertices",)
@@ -113,7 +129,21 @@ class StatsRequest(_message.Message):
     def __init__(self) -> None: ...
 
 class StatsResponse(_message.Message):
-    __slots__ = ("requests", "vertices_served", "edges_served", "busy_seconds", "rss_bytes", "dataset", "run", "part_id", "num_parts", "num_vertices", "num_edges", "partition_bytes", "uptime_seconds", "edge_types", "weighted", "timestamped", "feature_dim", "format_version", "rss_baseline_bytes", "rss_import_bytes", "uss_bytes", "pss_bytes", "rss_anon_bytes", "rss_file_bytes", "baseline_anon_bytes", "partition_resident_bytes")
+    __slots__ = ("requests", "vertices_served", "edges_served", "busy_seconds", "rss_bytes", "dataset", "run", "part_id", "num_parts", "num_vertices", "num_edges", "partition_bytes", "uptime_seconds", "edge_types", "weighted", "timestamped", "feature_dim", "format_version", "rss_baseline_bytes", "rss_import_bytes", "uss_bytes", "pss_bytes", "rss_anon_bytes", "rss_file_bytes", "baseline_anon_bytes", "partition_resident_bytes", "process_cpu_seconds", "stage_cpu_seconds", "stage_calls", "integrity", "restarts", "in_flight", "serving", "dataset_path", "metrics_port")
+    class StageCpuSecondsEntry(_message.Message):
+        __slots__ = ("key", "value")
+        KEY_FIELD_NUMBER: _ClassVar[int]
+        VALUE_FIELD_NUMBER: _ClassVar[int]
+        key: str
+        value: float
+        def __init__(self, key: _Optional[str] = ..., value: _Optional[float] = ...) -> None: ...
+    class StageCallsEntry(_message.Message):
+        __slots__ = ("key", "value")
+        KEY_FIELD_NUMBER: _ClassVar[int]
+        VALUE_FIELD_NUMBER: _ClassVar[int]
+        key: str
+        value: int
+        def __init__(self, key: _Optional[str] = ..., value: _Optional[int] = ...) -> None: ...
     REQUESTS_FIELD_NUMBER: _ClassVar[int]
     VERTICES_SERVED_FIELD_NUMBER: _ClassVar[int]
     EDGES_SERVED_FIELD_NUMBER: _ClassVar[int]
@@ -140,6 +170,15 @@ class StatsResponse(_message.Message):
     RSS_FILE_BYTES_FIELD_NUMBER: _ClassVar[int]
     BASELINE_ANON_BYTES_FIELD_NUMBER: _ClassVar[int]
     PARTITION_RESIDENT_BYTES_FIELD_NUMBER: _ClassVar[int]
+    PROCESS_CPU_SECONDS_FIELD_NUMBER: _ClassVar[int]
+    STAGE_CPU_SECONDS_FIELD_NUMBER: _ClassVar[int]
+    STAGE_CALLS_FIELD_NUMBER: _ClassVar[int]
+    INTEGRITY_FIELD_NUMBER: _ClassVar[int]
+    RESTARTS_FIELD_NUMBER: _ClassVar[int]
+    IN_FLIGHT_FIELD_NUMBER: _ClassVar[int]
+    SERVING_FIELD_NUMBER: _ClassVar[int]
+    DATASET_PATH_FIELD_NUMBER: _ClassVar[int]
+    METRICS_PORT_FIELD_NUMBER: _ClassVar[int]
     requests: int
     vertices_served: int
     edges_served: int
@@ -166,7 +205,38 @@ class StatsResponse(_message.Message):
     rss_file_bytes: int
     baseline_anon_bytes: int
     partition_resident_bytes: int
-    def __init__(self, requests: _Optional[int] = ..., vertices_served: _Optional[int] = ..., edges_served: _Optional[int] = ..., busy_seconds: _Optional[float] = ..., rss_bytes: _Optional[int] = ..., dataset: _Optional[str] = ..., run: _Optional[str] = ..., part_id: _Optional[int] = ..., num_parts: _Optional[int] = ..., num_vertices: _Optional[int] = ..., num_edges: _Optional[int] = ..., partition_bytes: _Optional[int] = ..., uptime_seconds: _Optional[float] = ..., edge_types: _Optional[_Iterable[str]] = ..., weighted: _Optional[bool] = ..., timestamped: _Optional[bool] = ..., feature_dim: _Optional[int] = ..., format_version: _Optional[int] = ..., rss_baseline_bytes: _Optional[int] = ..., rss_import_bytes: _Optional[int] = ..., uss_bytes: _Optional[int] = ..., pss_bytes: _Optional[int] = ..., rss_anon_bytes: _Optional[int] = ..., rss_file_bytes: _Optional[int] = ..., baseline_anon_bytes: _Optional[int] = ..., partition_resident_bytes: _Optional[int] = ...) -> None: ...
+    process_cpu_seconds: float
+    stage_cpu_seconds: _containers.ScalarMap[str, float]
+    stage_calls: _containers.ScalarMap[str, int]
+    integrity: str
+    restarts: int
+    in_flight: int
+    serving: bool
+    dataset_path: str
+    metrics_port: int
+    def __init__(self, requests: _Optional[int] = ..., vertices_served: _Optional[int] = ..., edges_served: _Optional[int] = ..., busy_seconds: _Optional[float] = ..., rss_bytes: _Optional[int] = ..., dataset: _Optional[str] = ..., run: _Optional[str] = ..., part_id: _Optional[int] = ..., num_parts: _Optional[int] = ..., num_vertices: _Optional[int] = ..., num_edges: _Optional[int] = ..., partition_bytes: _Optional[int] = ..., uptime_seconds: _Optional[float] = ..., edge_types: _Optional[_Iterable[str]] = ..., weighted: _Optional[bool] = ..., timestamped: _Optional[bool] = ..., feature_dim: _Optional[int] = ..., format_version: _Optional[int] = ..., rss_baseline_bytes: _Optional[int] = ..., rss_import_bytes: _Optional[int] = ..., uss_bytes: _Optional[int] = ..., pss_bytes: _Optional[int] = ..., rss_anon_bytes: _Optional[int] = ..., rss_file_bytes: _Optional[int] = ..., baseline_anon_bytes: _Optional[int] = ..., partition_resident_bytes: _Optional[int] = ..., process_cpu_seconds: _Optional[float] = ..., stage_cpu_seconds: _Optional[_Mapping[str, float]] = ..., stage_calls: _Optional[_Mapping[str, int]] = ..., integrity: _Optional[str] = ..., restarts: _Optional[int] = ..., in_flight: _Optional[int] = ..., serving: _Optional[bool] = ..., dataset_path: _Optional[str] = ..., metrics_port: _Optional[int] = ...) -> None: ...
+
+class ReloadRequest(_message.Message):
+    __slots__ = ("dataset", "run", "prepare_only")
+    DATASET_FIELD_NUMBER: _ClassVar[int]
+    RUN_FIELD_NUMBER: _ClassVar[int]
+    PREPARE_ONLY_FIELD_NUMBER: _ClassVar[int]
+    dataset: str
+    run: str
+    prepare_only: bool
+    def __init__(self, dataset: _Optional[str] = ..., run: _Optional[str] = ..., prepare_only: _Optional[bool] = ...) -> None: ...
+
+class ReloadResponse(_message.Message):
+    __slots__ = ("version", "previous", "run", "dataset_path")
+    VERSION_FIELD_NUMBER: _ClassVar[int]
+    PREVIOUS_FIELD_NUMBER: _ClassVar[int]
+    RUN_FIELD_NUMBER: _ClassVar[int]
+    DATASET_PATH_FIELD_NUMBER: _ClassVar[int]
+    version: str
+    previous: str
+    run: str
+    dataset_path: str
+    def __init__(self, version: _Optional[str] = ..., previous: _Optional[str] = ..., run: _Optional[str] = ..., dataset_path: _Optional[str] = ...) -> None: ...
 
 class RoutingRequest(_message.Message):
     __slots__ = ("chunk", "owners", "owner_direction")

@@ -39,10 +39,20 @@ class SamplingStub:
                 request_serializer=glisp__serving_dot_proto_dot_sampling__pb2.GatherRequest.SerializeToString,
                 response_deserializer=glisp__serving_dot_proto_dot_sampling__pb2.GatherResponse.FromString,
                 _registered_method=True)
+        self.GatherStream = channel.stream_stream(
+                '/glisp.sampling.v1.Sampling/GatherStream',
+                request_serializer=glisp__serving_dot_proto_dot_sampling__pb2.GatherRequest.SerializeToString,
+                response_deserializer=glisp__serving_dot_proto_dot_sampling__pb2.GatherResponse.FromString,
+                _registered_method=True)
         self.Lookup = channel.unary_unary(
                 '/glisp.sampling.v1.Sampling/Lookup',
                 request_serializer=glisp__serving_dot_proto_dot_sampling__pb2.LookupRequest.SerializeToString,
                 response_deserializer=glisp__serving_dot_proto_dot_sampling__pb2.LookupResponse.FromString,
+                _registered_method=True)
+        self.Reload = channel.unary_unary(
+                '/glisp.sampling.v1.Sampling/Reload',
+                request_serializer=glisp__serving_dot_proto_dot_sampling__pb2.ReloadRequest.SerializeToString,
+                response_deserializer=glisp__serving_dot_proto_dot_sampling__pb2.ReloadResponse.FromString,
                 _registered_method=True)
         self.VertexInfo = channel.unary_unary(
                 '/glisp.sampling.v1.Sampling/VertexInfo',
@@ -75,7 +85,22 @@ class SamplingServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def GatherStream(self, request_iterator, context):
+        """The same Gather as a long-lived stream: one per client and server, requests answered by request_id.
+        A message on an open stream costs about half the CPU of a unary call (no call setup, metadata,
+        deadline timer or status); a bad request is answered with error_code, not by closing the stream.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
     def Lookup(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def Reload(self, request, context):
         """Missing associated documentation comment in .proto file."""
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
@@ -113,10 +138,20 @@ def add_SamplingServicer_to_server(servicer, server):
                     request_deserializer=glisp__serving_dot_proto_dot_sampling__pb2.GatherRequest.FromString,
                     response_serializer=glisp__serving_dot_proto_dot_sampling__pb2.GatherResponse.SerializeToString,
             ),
+            'GatherStream': grpc.stream_stream_rpc_method_handler(
+                    servicer.GatherStream,
+                    request_deserializer=glisp__serving_dot_proto_dot_sampling__pb2.GatherRequest.FromString,
+                    response_serializer=glisp__serving_dot_proto_dot_sampling__pb2.GatherResponse.SerializeToString,
+            ),
             'Lookup': grpc.unary_unary_rpc_method_handler(
                     servicer.Lookup,
                     request_deserializer=glisp__serving_dot_proto_dot_sampling__pb2.LookupRequest.FromString,
                     response_serializer=glisp__serving_dot_proto_dot_sampling__pb2.LookupResponse.SerializeToString,
+            ),
+            'Reload': grpc.unary_unary_rpc_method_handler(
+                    servicer.Reload,
+                    request_deserializer=glisp__serving_dot_proto_dot_sampling__pb2.ReloadRequest.FromString,
+                    response_serializer=glisp__serving_dot_proto_dot_sampling__pb2.ReloadResponse.SerializeToString,
             ),
             'VertexInfo': grpc.unary_unary_rpc_method_handler(
                     servicer.VertexInfo,
@@ -177,6 +212,33 @@ class Sampling:
             _registered_method=True)
 
     @staticmethod
+    def GatherStream(request_iterator,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.stream_stream(
+            request_iterator,
+            target,
+            '/glisp.sampling.v1.Sampling/GatherStream',
+            glisp__serving_dot_proto_dot_sampling__pb2.GatherRequest.SerializeToString,
+            glisp__serving_dot_proto_dot_sampling__pb2.GatherResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
     def Lookup(request,
             target,
             options=(),
@@ -193,6 +255,33 @@ class Sampling:
             '/glisp.sampling.v1.Sampling/Lookup',
             glisp__serving_dot_proto_dot_sampling__pb2.LookupRequest.SerializeToString,
             glisp__serving_dot_proto_dot_sampling__pb2.LookupResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def Reload(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/glisp.sampling.v1.Sampling/Reload',
+            glisp__serving_dot_proto_dot_sampling__pb2.ReloadRequest.SerializeToString,
+            glisp__serving_dot_proto_dot_sampling__pb2.ReloadResponse.FromString,
             options,
             channel_credentials,
             insecure,

@@ -48,7 +48,7 @@ def refresh_commands(graph: str, version: str, config: str, run: str, order: str
     steps.append(Step("promote", ["promote", dataset, "--run", run, "--require", f"reorder/{run}/{order}", *cfg],
                       False))  # fmt: skip
     if cluster_file:
-        steps.append(Step("reload_service", ["serve-reload", "--cluster-file", cluster_file, "--to", dataset], False))
+        steps.append(Step("reload_service", ["serve-reload", dataset, "--cluster-file", cluster_file], False))
     return steps
 
 
@@ -91,7 +91,9 @@ if DAG is not None:  # pragma: no cover
                     conn_id=_env("GLISP_SPARK_CONN", "spark_default"),
                 )
             else:
-                task = BashOperator(task_id=s.task_id, bash_command=" ".join([f"{GLISP_HOME}/.venv/bin/glisp", *s.argv]))
+                task = BashOperator(
+                    task_id=s.task_id, bash_command=" ".join([f"{GLISP_HOME}/.venv/bin/glisp", *s.argv])
+                )
             if prev is not None:
                 prev >> task
             prev = task

@@ -88,15 +88,16 @@ class Cluster:
         self.cluster_file = workdir / f"{run}.cluster.json"
         env = dict(os.environ, PYTHONPATH=str(ROOT))
         cmd = [sys.executable, "-m", "glisp_core.cli", "serve-cluster", str(dv.path), "--run", run,
-               "--cluster-file", str(self.cluster_file), "--threads", "2", *(extra or [])]  # fmt: skip
+               "--cluster-file", str(self.cluster_file), "--threads", "2", "--set", "serve.start_timeout_s=300",
+               *(extra or [])]  # fmt: skip
         self.proc = subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-        deadline = time.time() + 120
+        deadline = time.time() + 300  # generous: a shared 2-core machine under load starts servers slowly
         while not self.cluster_file.exists():
             if self.proc.poll() is not None:
                 raise RuntimeError(f"serve-cluster exited {self.proc.returncode}: {self.proc.stdout.read()}")
             if time.time() > deadline:
                 self.stop()
-                raise RuntimeError("serve-cluster did not write its cluster file in 120 s")
+                raise RuntimeError("serve-cluster did not write its cluster file in 300 s")
             time.sleep(0.1)
 
     def stop(self) -> int:

@@ -46,24 +46,29 @@ class Star:
 def run_part(
     p: dict, method: int, f: int, R: int, D: int, base_seed: int = 1, tmax: int | None = None, want_eids: bool = False
 ):
-    """R independent trials of vertex 0 on one part: (counts, nbrs, keys, eids)."""
-    seeds = np.array([K.task_seed(base_seed + r, 0, 0, p["part"], False) for r in range(R)], np.uint64)
-    starts = np.zeros(R, np.int64)
-    ends = np.full(R, p["c"], np.int64)
-    gdeg = np.full(R, D, np.int64)
-    fan = np.full(R, f, np.int64)
+    """R independent trials of vertex 0 on one part: (counts, nbrs, keys, eids).
+
+    Trial r is one task over the whole local range [0, c) with the seed vertex 0's stream of request
+    seed ``base_seed + r`` (the kernel derives it from the request seed, vertex, slot and partition).
+    """
+    counts, nbrs, keys, eids = [], [], [], []
     has_time = tmax is not None
     ts = p["ts"] if has_time else E64
     w = p["weight"] if method == K.WEIGHTED else EF
-    counts = np.empty(R, np.int64)
-    args = (method, starts, ends, gdeg, fan, seeds, False, E64, has_time, np.int64(tmax or 0), ts, w)
-    K.count_tasks(*args, counts)
-    off = np.zeros(R + 1, np.int64)
-    np.cumsum(counts, out=off[1:])
-    tot = int(off[-1])
-    nbrs, eids, keys = np.empty(tot, np.int64), np.empty(tot, np.int64), np.empty(tot, np.float32)
-    K.fill_tasks(*args, p["out_nbr"], p["out_indptr"], p["global_id"], p["part"], want_eids, off, nbrs, eids, keys)
-    return counts, nbrs, keys, eids
+    for r in range(R):
+        c = np.empty(1, np.int32)
+        nb, ei, ke = np.empty(f, np.int64), np.empty(f, np.int64), np.empty(f, np.float32)
+        end = K.sample_tasks(
+            method, np.zeros(1, np.int64), np.zeros(1, np.int64), 1, E64, E64, False, p["out_indptr"],
+            np.array([D]), np.array([f]), np.uint64(base_seed + r), p["part"], False, E64, has_time,
+            np.int64(tmax or 0), ts, w, p["out_nbr"], p["out_indptr"], p["global_id"], want_eids, 0, 1, c, nb, ei,
+            ke, 0,
+        )  # fmt: skip
+        counts.append(c[0])
+        nbrs.append(nb[:end])
+        keys.append(ke[:end])
+        eids.append(ei[:end])
+    return np.array(counts), np.concatenate(nbrs), np.concatenate(keys), np.concatenate(eids)
 
 
 def run_star(star: Star, method: int, f: int, R: int, **kw) -> tuple[np.ndarray, np.ndarray]:
@@ -194,61 +199,23 @@ def random_csr(n: int, m: int, seed: int):
 
 
 def _sample(g, lids, method, f, is_in, seed, part=3, chunks=1):
+    """Every vertex of ``lids`` once, in ``chunks`` kernel calls writing into their own regions."""
     src, dst, indptr, in_indptr, in_eid, gid = g
     ptr = in_indptr if is_in else indptr
-    starts, ends = ptr[lids], ptr[lids + 1]
-    deg = ends - starts
+    deg = np.diff(ptr)
     n = len(lids)
-    seeds = np.empty(n, np.uint64)
-    K.make_seeds(np.uint64(seed), gid[lids], 1, part, is_in, seeds)
-    fan = np.full(n, f, np.int64)
-    counts = np.empty(n, np.int64)
-    bounds = np.linspace(0, n, chunks + 1).astype(int)
+    counts = np.empty(n, np.int32)
+    nb, ei, ke = np.empty(n * f, np.int64), np.empty(n * f, np.int64), np.empty(n * f, np.float32)
+    bounds = np.linspace(0, n, chunks + 1).astype(int)  # seeds per kernel call (one slot per seed here)
+    spans = []
     for a, b in zip(bounds[:-1], bounds[1:], strict=True):
-        K.count_tasks(
-            method,
-            starts[a:b],
-            ends[a:b],
-            deg[a:b],
-            fan[a:b],
-            seeds[a:b],
-            is_in,
-            in_eid,
-            False,
-            0,
-            E64,
-            EF,
-            counts[a:b],
-        )
-    off = np.zeros(n + 1, np.int64)
-    np.cumsum(counts, out=off[1:])
-    t = int(off[-1])
-    nb, ei, ke = np.empty(t, np.int64), np.empty(t, np.int64), np.empty(t, np.float32)
-    for a, b in zip(bounds[:-1], bounds[1:], strict=True):
-        K.fill_tasks(
-            method,
-            starts[a:b],
-            ends[a:b],
-            deg[a:b],
-            fan[a:b],
-            seeds[a:b],
-            is_in,
-            in_eid,
-            False,
-            0,
-            E64,
-            EF,
-            dst.astype(np.int32),
-            indptr,
-            gid,
-            part,
-            True,
-            off[a : b + 1],
-            nb,
-            ei,
-            ke,
-        )
-    return counts, nb, ei, ke
+        end = K.sample_tasks(
+            method, lids, gid[lids], 1, E64, E64, False, ptr, deg, np.array([f]), np.uint64(seed), part, is_in,
+            in_eid, False, 0, E64, EF, dst.astype(np.int32), indptr, gid, True, a, b, counts, nb, ei, ke, a * f,
+        )  # fmt: skip
+        spans.append((a * f, end))
+    cat = [np.concatenate([x[s:e] for s, e in spans]) for x in (nb, ei, ke)]
+    return counts, cat[0], cat[1], cat[2]
 
 
 @pytest.mark.parametrize("is_in", [False, True], ids=["out", "in"])
@@ -312,3 +279,66 @@ def test_relabel_scratch_and_sort_agree():
     assert np.array_equal(s1, s2) and np.array_equal(l1, l2)
     assert np.array_equal(s1[:50], dst) and np.array_equal(s1[l1], nbrs)
     assert len(np.unique(s1)) == len(s1)
+
+
+def _random_partials(rng, n: int, servers: int, nslot: int, keys: bool = False) -> list[Partial]:
+    """Partials as servers return them: ascending positions, int32 counts and neighbour ids."""
+    out = []
+    for _ in range(servers):
+        pos = np.flatnonzero(rng.random(n) < 0.6)
+        counts = rng.integers(0, 5, (len(pos), nslot)).astype(np.int32)
+        m = int(counts.sum())
+        out.append(Partial(pos=pos, counts=counts if nslot > 1 else counts[:, 0],
+                           nbrs=rng.integers(0, 5000, m).astype(np.int32),
+                           keys=-rng.random(m).astype(np.float32) if keys else None,
+                           edge_ids=rng.integers(0, 1 << 41, m)))  # fmt: skip
+    return out
+
+
+@pytest.mark.parametrize("nslot", [1, 3])
+def test_concat_merge_and_block_match_a_reference(nslot):
+    rng = np.random.default_rng(7)
+    n = 400
+    dst = rng.choice(5000, n, replace=False)
+    parts = _random_partials(rng, n, 3, nslot)
+    scratch = np.full(5000, -1, np.int32)
+    hop = merge_partials(n, parts, "concat", np.full(nslot, 4), want_eids=True, dst=dst, scratch=scratch)
+    # reference: vertex by vertex, slot by slot, servers in order
+    nb, ei, counts = [], [], np.zeros((n, nslot), np.int64)
+    for i in range(n):
+        for j in range(nslot):
+            for p in parts:
+                r = np.searchsorted(p.pos, i)
+                if r < len(p.pos) and p.pos[r] == i:
+                    c = p.counts.reshape(len(p.pos), nslot)
+                    a = int(c[:r].sum() + c[r, :j].sum())
+                    nb.append(p.nbrs[a : a + c[r, j]])
+                    ei.append(p.edge_ids[a : a + c[r, j]])
+                    counts[i, j] += c[r, j]
+    assert np.array_equal(hop.counts, counts)
+    assert np.array_equal(hop.nbrs, np.concatenate(nb)) and np.array_equal(hop.edge_ids, np.concatenate(ei))
+    src, local = relabel(dst, hop.nbrs)
+    assert np.array_equal(hop.block[0], src)
+    assert np.array_equal(hop.block[1], np.stack([local, np.repeat(np.arange(n), counts.sum(axis=1))]))
+    assert (scratch == -1).all()  # restored for the next hop
+
+
+def test_topk_merge_keeps_the_largest_keys_in_order():
+    rng = np.random.default_rng(8)
+    n, f = 300, 3
+    parts = _random_partials(rng, n, 3, 1, keys=True)
+    hop = merge_partials(n, parts, "topk", np.array([f]))
+    o = 0
+    for i in range(n):
+        ks, nb = [], []
+        for p in parts:
+            r = np.searchsorted(p.pos, i)
+            if r < len(p.pos) and p.pos[r] == i:
+                a = int(p.counts[:r].sum())
+                ks.append(p.keys[a : a + p.counts[r]])
+                nb.append(p.nbrs[a : a + p.counts[r]])
+        ks, nb = np.concatenate(ks) if ks else np.empty(0), np.concatenate(nb) if nb else np.empty(0)
+        want = nb[np.argsort(-ks, kind="stable")[:f]]
+        assert hop.counts[i, 0] == len(want)
+        assert np.array_equal(hop.nbrs[o : o + len(want)], want)
+        o += len(want)

@@ -8,10 +8,12 @@ from __future__ import annotations
 
 import json
 import os
+import queue
 import signal
 import subprocess
 import sys
 import time
+from pathlib import Path
 
 import grpc
 import numpy as np
@@ -225,6 +227,103 @@ def test_blocks_equal_single_process_build(client, graph):
     assert x.shape == (len(seeds), 4)
 
 
+def test_colocated_reads_equal_lookup_rpcs(vc_cluster, graph):
+    """Features and labels read from co-located partition files are the Lookup RPCs' answers."""
+    from glisp_core.config import ClientConfig
+    from glisp_serving.cluster import ClusterSpec
+    from glisp_serving.colocated import colocated_parts
+
+    ids = np.random.default_rng(2).permutation(graph.n)
+    with (SamplingClient(vc_cluster.cluster_file, ClientConfig(local_reads="never")) as rpc,
+          SamplingClient(vc_cluster.cluster_file) as local):  # fmt: skip
+        assert rpc.backend.colocated is None and local.backend.colocated.parts == {0, 1, 2}
+        a, b = rpc.lookup(ids), local.lookup(ids)
+        assert sorted(a) == sorted(b) == ["features", "labels", "split"]
+        for k in a:
+            assert a[k].dtype == b[k].dtype and np.array_equal(a[k], b[k]), k
+        assert np.array_equal(b["features"], graph.features[ids]) and np.array_equal(b["labels"], graph.labels[ids])
+        only_x = local.lookup(ids[:7], labels=False)
+        assert list(only_x) == ["features"] and np.array_equal(only_x["features"], graph.features[ids[:7]])
+    spec = ClusterSpec.read(vc_cluster.cluster_file)
+    far = ClusterSpec(dataset=spec.dataset, run=spec.run, num_parts=3,
+                      addresses=[spec.addresses[0], ["192.0.2.77:7000"], [f"localhost:{spec.addresses[2][0][-4:]}"]])  # fmt: skip
+    assert colocated_parts(far) == [0, 2]  # 192.0.2.0/24 is TEST-NET-1, never this host
+
+
+def test_unreadable_colocated_files_fall_back_to_lookup_rpcs(vc_cluster, graph, monkeypatch):
+    """A co-located partition whose files cannot be opened here (a trainer with only the cluster file)
+    is looked up by RPC; the others are still read locally; no readable dataset means no local reads."""
+    import glisp_serving.colocated as colocated
+    from glisp_serving.cluster import ClusterSpec
+
+    real = colocated.open_partition
+
+    def fail_part1(path, verify=True):  # injected fault: partition 1's files are not readable
+        if str(path).endswith("part-00001"):
+            raise PermissionError(13, "Permission denied", str(path))
+        return real(path, verify=verify)
+
+    monkeypatch.setattr(colocated, "open_partition", fail_part1)
+    ids = np.random.default_rng(3).permutation(graph.n)
+    with SamplingClient(vc_cluster.cluster_file) as c:
+        assert c.backend.colocated.parts == {0, 2}
+        before = [s["vertices_served"] for s in c.stats()]
+        got = c.lookup(ids)
+        served = [s["vertices_served"] - b for s, b in zip(c.stats(), before, strict=True)]
+        mastered = np.bincount(c.routing.master[ids], minlength=3)
+    assert served == [0, int(mastered[1]), 0]  # only partition 1 answered Lookup RPCs
+    assert np.array_equal(got["features"], graph.features[ids]) and np.array_equal(got["labels"], graph.labels[ids])
+    spec = ClusterSpec.read(vc_cluster.cluster_file)
+    elsewhere = ClusterSpec(dataset="/nonexistent/glisp/dataset/v1", run=spec.run, num_parts=3,
+                            addresses=spec.addresses)  # fmt: skip
+    assert colocated.open_colocated(elsewhere, c.routing.master) is None  # dataset not on this host
+    assert colocated.open_colocated(spec, np.zeros(graph.n, np.int32)) is None  # files of another run
+
+
+def test_gather_stream_answers_equal_unary_calls(vc_cluster, client, graph):
+    """The default client gathers over one stream per server; unary calls give identical samples."""
+    from glisp_core.config import ClientConfig
+
+    frontier = np.arange(0, graph.n, 3)
+    with SamplingClient(vc_cluster.cluster_file, ClientConfig(gather_streams=False)) as unary:
+        for kw in ({"method": "uniform"}, {"method": "weighted"}, {"direction": "in", "method": "replace"}):
+            a = client.gather(frontier, 4, seed=5, edge_ids=True, **kw)
+            b = unary.gather(frontier, 4, seed=5, edge_ids=True, **kw)
+            assert np.array_equal(a.counts, b.counts) and np.array_equal(a.nbrs, b.nbrs), kw
+            assert np.array_equal(a.edge_ids, b.edge_ids), kw
+        assert not unary.backend._streams
+    streams = dict(client.backend._streams)
+    assert len(streams) == 3 and not client.backend._unary_only and all(s.failed is None for s in streams.values())
+    with pytest.raises(SamplingError, match="does not exist") as ei:  # a bad request fails alone ...
+        client.gather(frontier, {"nope": 2})
+    assert ei.value.code == grpc.StatusCode.INVALID_ARGUMENT
+    assert client.gather(frontier, 2).nbrs.size > 0  # ... and the same streams serve the next one
+    assert client.backend._streams == streams and all(s.failed is None for s in streams.values())
+
+
+@pytest.mark.parametrize("streams", [True, False], ids=["stream", "unary"])
+def test_retries_fail_over_and_deadlines(vc_cluster, graph, tmp_path, streams):
+    """UNAVAILABLE is retried on the partition's next address; a request past client.deadline_s fails."""
+    from glisp_core.config import ClientConfig
+    from glisp_serving.cluster import ClusterSpec
+
+    spec = ClusterSpec.read(vc_cluster.cluster_file)
+    # nothing listens on port 1
+    dead = ClusterSpec(dataset=spec.dataset, run=spec.run, num_parts=spec.num_parts,
+                       addresses=[["127.0.0.1:1"] + a for a in spec.addresses])  # fmt: skip
+    dead.write(tmp_path / "dead-first.json")
+    cfg = ClientConfig(gather_streams=streams, backoff_s=0.01, local_reads="never")
+    with SamplingClient(tmp_path / "dead-first.json", cfg) as c:
+        batch = c.sample(np.arange(50), [3, 2], seed=1)
+        assert batch.num_sampled_edges > 0 and all((k, 0) in c.backend._down for k in range(3))  # failed over
+        assert np.array_equal(batch.y.numpy(), graph.labels[:50])
+    cfg = ClientConfig(gather_streams=streams, deadline_s=1e-4)
+    with SamplingClient(vc_cluster.cluster_file, cfg) as c:
+        with pytest.raises(SamplingError) as ei:
+            c.gather(np.arange(graph.n), 50, method="weighted")
+    assert ei.value.code == grpc.StatusCode.DEADLINE_EXCEEDED
+
+
 def test_reproducible_for_a_fixed_seed(client):
     seeds = np.arange(100, 300, 3)
     a = client.sample(seeds, [4, 3], seed=21)
@@ -335,33 +434,64 @@ def test_servers_keep_compiler_pages_released(vc_cluster, client, graph):
         assert llvm < 8 * 2**20, f"server {proc.pid}: {llvm / 2**20:.1f} MiB of libLLVM resident after serving"
 
 
+def _wait_port(p: subprocess.Popen, port_file: Path) -> str:
+    deadline = time.time() + 60
+    while not port_file.exists():
+        assert p.poll() is None and time.time() < deadline
+        time.sleep(0.05)
+    return f"127.0.0.1:{port_file.read_text()}"
+
+
+def _health(ch: grpc.Channel) -> int:
+    from grpc_health.v1 import health_pb2, health_pb2_grpc
+
+    return health_pb2_grpc.HealthStub(ch).Check(health_pb2.HealthCheckRequest(service=""), timeout=5).status
+
+
 def test_serve_sigterm_clean_shutdown(graph, tmp_path):
+    """SIGTERM: NOT_SERVING visible for serve.drain_s while a request is in flight (Stats.in_flight), that
+    request answered, idle streams closed, nothing new accepted after the drain, exit 0."""
+    from grpc_health.v1 import health_pb2
+
     port_file = tmp_path / "port"
-    env = dict(os.environ, PYTHONPATH=str(ROOT))
+    env = dict(os.environ, PYTHONPATH=str(ROOT), GLISP_FAULT_GATHER_DELAY_S="4")  # each Gather in flight >= 4 s
     p = subprocess.Popen([sys.executable, "-m", "glisp_core.cli", "serve", str(graph.dv.path), "--partition", "1",
                           "--run", "vc-p3", "--port", "0", "--port-file", str(port_file),
-                          "--set", "serve.grace_s=120"],  # a drain that outlasts the big request on a busy CI box
+                          "--set", "serve.grace_s=120", "--set", "serve.drain_s=2",
+                          "--set", "serve.max_streams=1"],
                          env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)  # fmt: skip
     try:
-        deadline = time.time() + 60
-        while not port_file.exists():
-            assert p.poll() is None and time.time() < deadline
-            time.sleep(0.05)
-        addr = f"127.0.0.1:{port_file.read_text()}"
-        with grpc.insecure_channel(addr, options=[("grpc.max_receive_message_length", 256 << 20)]) as ch:
+        addr = _wait_port(p, port_file)
+        with grpc.insecure_channel(addr) as ch:
             stub = pb_grpc.SamplingStub(ch)
-            held = np.asarray(open_partition(graph.dv.partition_dir("vc-p3", 1), verify=False).global_id)
-            one = to_array(held[:1])
-            assert stub.Gather(pb.GatherRequest(seeds=one, fanout=2), timeout=10).part_id == 1
-            big = np.repeat(held, 1_000_000 // len(held))  # about a second of work on this machine
-            fut = stub.Gather.future(pb.GatherRequest(seeds=to_array(big), fanout=30, method="weighted"), timeout=120)
-            time.sleep(0.2)
+            one = to_array(np.asarray(open_partition(graph.dv.partition_dir("vc-p3", 1), verify=False).global_id[:1]))
+            # an idle open Gather stream (answered once), and a second one refused (serve.max_streams=1)
+            feed: queue.Queue = queue.Queue()
+            stream = stub.GatherStream(iter(feed.get, None))
+            feed.put(pb.GatherRequest(seeds=one, fanout=2, request_id=7))
+            first = next(stream)
+            assert first.request_id == 7 and first.part_id == 1 and first.error_code == 0
+            with pytest.raises(grpc.RpcError) as ei:
+                next(stub.GatherStream(iter([pb.GatherRequest(seeds=one, fanout=2)])))
+            assert ei.value.code() == grpc.StatusCode.RESOURCE_EXHAUSTED
+            fut = stub.Gather.future(pb.GatherRequest(seeds=one, fanout=2), timeout=120)
+            while stub.Stats(pb.StatsRequest(), timeout=5).in_flight < 1:
+                time.sleep(0.02)
             p.send_signal(signal.SIGTERM)
-            assert fut.result().part_id == 1  # in flight when SIGTERM arrived: still answered (drained)
-            with pytest.raises(grpc.RpcError):  # and nothing new is accepted
-                time.sleep(0.5)
+            deadline = time.time() + 2
+            while _health(ch) != health_pb2.HealthCheckResponse.NOT_SERVING:  # probes see the drain
+                assert time.time() < deadline, "health never went NOT_SERVING during serve.drain_s"
+                time.sleep(0.05)
+            st = stub.Stats(pb.StatsRequest(), timeout=5)
+            assert not st.serving and st.in_flight == 1  # still in flight while draining
+            assert fut.result().part_id == 1  # ... and answered
+            with pytest.raises(grpc.RpcError):  # the idle stream is closed, not left to the 120 s grace
+                next(stream)
+            time.sleep(0.5)
+            with pytest.raises(grpc.RpcError):  # and nothing new is accepted once the drain ended
                 stub.Gather(pb.GatherRequest(seeds=one, fanout=2), timeout=5)
-        assert p.wait(timeout=120) == 0
+            feed.put(None)
+        assert p.wait(timeout=60) == 0
         assert "stopped" in p.stdout.read()
     finally:
         if p.poll() is None:

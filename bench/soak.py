@@ -1,0 +1,211 @@
+"""Soak: several client threads sample a replicated cluster for a while; one replica is SIGKILLed and
+restarted (by ``serve-cluster``'s supervision) in the middle. Prints errors (must be 0), batches,
+p50/p99 latency in steady state and during the failover window, and each server's RSS drift.
+
+    .venv/bin/python bench/soak.py --duration 180 --threads 4          # builds a small R-MAT graph itself
+    .venv/bin/python bench/soak.py --cluster glisp-cluster.json --serve-cluster-pid PID --duration 600
+
+The failover window runs from the SIGKILL until the restarted server has answered for 2 s.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import signal
+import statistics
+import sys
+import tempfile
+import threading
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+
+@dataclass
+class SoakResult:
+    batches: int = 0
+    errors: list[str] = field(default_factory=list)
+    latencies: list[tuple[float, float]] = field(default_factory=list)  # (start time, seconds)
+    kill_t: float = 0.0
+    back_t: float = 0.0
+    rss_start: dict[str, int] = field(default_factory=dict)
+    rss_end: dict[str, int] = field(default_factory=dict)
+    restarted: str = ""
+
+    def window(self, failover: bool) -> list[float]:
+        lo, hi = self.kill_t, (self.back_t or self.kill_t) + 2.0
+        return [d for t, d in self.latencies if (lo <= t <= hi) == failover]
+
+    def drift_mib(self) -> dict[str, float]:
+        return {a: (self.rss_end[a] - self.rss_start[a]) / 2**20 for a in self.rss_start if a in self.rss_end}
+
+
+def _pct(xs: list[float], q: float) -> float:
+    return float(np.percentile(xs, q)) * 1e3 if xs else float("nan")
+
+
+def _rss(addr: str) -> int:
+    import grpc
+
+    from glisp_serving.proto import sampling_pb2 as pb
+    from glisp_serving.proto import sampling_pb2_grpc as pb_grpc
+
+    with grpc.insecure_channel(addr) as ch:
+        return int(pb_grpc.SamplingStub(ch).Stats(pb.StatsRequest(), timeout=5).rss_bytes)
+
+
+def _server_pid(supervisor_pid: int, addr: str) -> int:
+    """The ``glisp serve`` child of ``serve-cluster`` listening on ``addr``'s port."""
+    import psutil
+
+    port = int(addr.rsplit(":", 1)[1])
+    for child in psutil.Process(supervisor_pid).children():
+        try:
+            if any(c.laddr.port == port and c.status == psutil.CONN_LISTEN for c in child.net_connections("tcp")):
+                return child.pid
+        except (psutil.ZombieProcess, psutil.NoSuchProcess):
+            continue
+    raise RuntimeError(f"no serve-cluster child listens on {addr}")
+
+
+def _client_loop(cluster: Path, stop: threading.Event, res: SoakResult, lock: threading.Lock, seed: int,
+                 num_vertices: int, batch: int, fanouts: list[int]) -> None:  # fmt: skip
+    from glisp_core.config import ClientConfig
+    from glisp_serving.client import SamplingClient
+
+    rng = np.random.default_rng(seed)
+    cfg = ClientConfig(deadline_s=10.0, retries=4, backoff_s=0.05, local_reads="never")
+    with SamplingClient(cluster, cfg) as c:
+        while not stop.is_set():
+            seeds = rng.choice(num_vertices, batch, replace=False)
+            t = time.monotonic()
+            try:
+                c.sample(seeds, fanouts, seed=int(rng.integers(1 << 30)))
+                with lock:
+                    res.batches += 1
+                    res.latencies.append((t, time.monotonic() - t))
+            except Exception as e:  # noqa: BLE001 - every failure is counted and reported
+                with lock:
+                    res.errors.append(f"{type(e).__name__}: {e}")
+
+
+def soak(cluster: Path, supervisor_pid: int, duration_s: float, threads: int = 4, batch: int = 256,
+         fanouts: tuple[int, ...] = (10, 5), kill: tuple[int, int] = (0, 1)) -> SoakResult:  # fmt: skip
+    """Run the soak against a running ``serve-cluster`` (its pid restarts the killed replica)."""
+    spec = json.loads(Path(cluster).read_text())
+    addrs = [a for p in spec["addresses"] for a in p]
+    victim = spec["addresses"][kill[0]][kill[1]]
+    from glisp_serving.cluster import ClusterSpec
+    from glisp_serving.routing import RoutingTable
+
+    cs = ClusterSpec.read(cluster)
+    n = RoutingTable.from_partitions(cs.dv, cs.run, cs.num_parts).num_vertices
+    res, lock, stop = SoakResult(restarted=victim), threading.Lock(), threading.Event()
+    workers = [threading.Thread(target=_client_loop, args=(Path(cluster), stop, res, lock, i, n, batch, list(fanouts)))
+               for i in range(threads)]  # fmt: skip
+    for w in workers:
+        w.start()
+    t0 = time.monotonic()
+    time.sleep(min(5.0, duration_s / 10))  # past the clients' first connections
+    res.rss_start = {a: _rss(a) for a in addrs if a != victim}
+    time.sleep(max(0.0, duration_s / 3 - (time.monotonic() - t0)))
+    res.kill_t = time.monotonic()
+    os.kill(_server_pid(supervisor_pid, victim), signal.SIGKILL)
+    while not res.back_t and time.monotonic() - t0 < duration_s:
+        try:
+            _rss(victim)
+            res.back_t = time.monotonic()
+        except Exception:  # noqa: BLE001 - not back yet
+            time.sleep(0.1)
+    time.sleep(max(0.0, duration_s - (time.monotonic() - t0)))
+    res.rss_end = {a: _rss(a) for a in addrs if a != victim}
+    stop.set()
+    for w in workers:
+        w.join()
+    return res
+
+
+def report(res: SoakResult, duration_s: float, threads: int) -> str:
+    steady, failover = res.window(False), res.window(True)
+    back = f"{res.back_t - res.kill_t:.1f} s" if res.back_t else "not back"
+    drift = res.drift_mib()
+    lines = [
+        f"soak {duration_s:.0f} s, {threads} client threads, SIGKILL of {res.restarted} at "
+        f"{duration_s / 3:.0f} s (restarted and SERVING after {back})",
+        "| batches | errors | p50 steady ms | p99 steady ms | p50 failover ms | p99 failover ms | max RSS drift MiB |",
+        "|---|---|---|---|---|---|---|",
+        f"| {res.batches} | {len(res.errors)} | {_pct(steady, 50):.1f} | {_pct(steady, 99):.1f} | "
+        f"{_pct(failover, 50):.1f} | {_pct(failover, 99):.1f} | {max(drift.values(), default=0):+.1f} |",
+        "RSS drift per server (MiB): " + ", ".join(f"{a} {d:+.1f}" for a, d in drift.items()),
+    ]
+    if res.errors:
+        lines.append(f"first error: {res.errors[0]}")
+    return "\n".join(lines)
+
+
+def _build(root: Path) -> tuple[str, str]:
+    """A 2-partition R-MAT (scale 14) with features, through the real partition and serialize stages."""
+    from glisp_core.config import load_config, with_values
+    from spark_jobs.partition.job import run_partition
+    from spark_jobs.serialize.job import run_serialize
+    from spark_jobs.session import get_spark
+    from tests.graphs import rmat_edges, write_dataset
+
+    src, dst = rmat_edges(14, edge_factor=8, seed=1)
+    n = 1 << 14
+    rng = np.random.default_rng(0)
+    dv = write_dataset(root, "soak", src, dst, num_vertices=n, features=rng.normal(size=(n, 32)).astype(np.float32),
+                       labels=rng.integers(0, 8, n).astype(np.int64))  # fmt: skip
+    cfg = with_values(load_config(env={}), "serialize", parquet_copy=False)
+    cfg = with_values(cfg, "partition", algorithm="adadne", parts=2, name="soak-p2", progress=False)
+    spark = get_spark(cfg.spark)
+    run_partition(spark, cfg, dv)
+    run_serialize(spark, cfg, dv, run="soak-p2")
+    spark.stop()
+    return str(dv.path), "soak-p2"
+
+
+def main() -> int:
+    import subprocess
+
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--duration", type=float, default=180.0)
+    ap.add_argument("--threads", type=int, default=4)
+    ap.add_argument("--cluster", help="cluster file of a running serve-cluster (with --serve-cluster-pid)")
+    ap.add_argument("--serve-cluster-pid", type=int)
+    args = ap.parse_args()
+    proc = None
+    if args.cluster:
+        cluster, pid = Path(args.cluster), args.serve_cluster_pid
+    else:
+        work = Path(tempfile.mkdtemp(prefix="glisp-soak-"))
+        ds, run = _build(work)
+        cluster = work / "cluster.json"
+        proc = subprocess.Popen([sys.executable, "-m", "glisp_core.cli", "serve-cluster", ds, "--run", run,
+                                 "--replicas", "2", "--threads", "1", "--cluster-file", str(cluster)])  # fmt: skip
+        while not cluster.exists():
+            if proc.poll() is not None:
+                raise SystemExit(f"serve-cluster exited {proc.returncode}")
+            time.sleep(0.2)
+        pid = proc.pid
+    try:
+        res = soak(cluster, pid, args.duration, args.threads)
+        print(report(res, args.duration, args.threads))
+        steady = res.window(False)
+        print(f"median steady latency {statistics.median(steady) * 1e3:.1f} ms" if steady else "no batches")
+    finally:
+        if proc is not None:
+            proc.send_signal(signal.SIGTERM)
+            proc.wait(timeout=60)
+    return 0 if not res.errors else 1
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,138 @@
+"""Hot reload: a running ``serve-cluster`` moves to a new version under client load.
+
+The second version changes 5% of the edges and shifts every feature by +1000 and every label by +1
+(mod 4), so each batch shows which version its rows came from: a batch that mixed versions would
+show both. Real ``serve-cluster`` and ``glisp serve-reload`` subprocesses; real partitions.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+
+import grpc
+import numpy as np
+import psutil
+import pytest
+
+from glisp_core.config import ClientConfig
+from glisp_serving.client import SamplingClient
+from glisp_serving.proto import sampling_pb2 as pb
+from glisp_serving.proto import sampling_pb2_grpc as pb_grpc
+from tests.glisp_serving.conftest import EC_RUN, ROOT, VC_RUN, Cluster
+from tests.graphs import write_dataset
+
+
+@pytest.fixture(scope="module")
+def two_versions(spark, graph):
+    """v2 of the served graph: 5% of the edges rewired, features + 1000, labels + 1 (mod 4); run ec-p2."""
+    from glisp_core.config import load_config, with_values
+    from spark_jobs.partition.job import run_partition
+    from spark_jobs.serialize.job import run_serialize
+
+    rng = np.random.default_rng(7)
+    src, dst = graph.src.copy(), graph.dst.copy()
+    pick = rng.choice(len(src), len(src) // 20, replace=False)
+    dst[pick] = rng.integers(0, graph.n, len(pick))
+    dv2 = write_dataset(graph.dv.root, graph.dv.graph, src, dst, num_vertices=graph.n, features=graph.features + 1000,
+                        labels=(graph.labels + 1) % 4, version="v2")  # fmt: skip
+    cfg = with_values(load_config(env={}), "serialize", parquet_copy=False)
+    c = with_values(cfg, "partition", algorithm="metis", parts=2, name=EC_RUN, seed=3, progress=False)
+    run_partition(spark, c, dv2)
+    run_serialize(spark, c, dv2, run=EC_RUN)
+    return graph.dv, dv2
+
+
+def _stats(addr: str) -> pb.StatsResponse:
+    with grpc.insecure_channel(addr) as ch:
+        return pb_grpc.SamplingStub(ch).Stats(pb.StatsRequest(), timeout=5)
+
+
+def _version_of(batch, graph) -> set[str]:
+    """Which version(s) a batch's rows came from, told by labels and features."""
+    seeds = batch.seeds.numpy()
+    y, x = batch.y.numpy(), batch.x.numpy()
+    out = set()
+    out |= {"v1"} if np.array_equal(y, graph.labels[seeds]) else set()
+    out |= {"v2"} if np.array_equal(y, (graph.labels[seeds] + 1) % 4) else set()
+    out |= {"x2"} if (x > 500).all() else ({"x1"} if (x < 500).all() else {"x-mixed"})
+    return out
+
+
+def test_hot_reload_under_load_loses_no_request_and_mixes_no_versions(two_versions, graph, tmp_path):
+    dv1, dv2 = two_versions
+    cluster = Cluster(dv1, EC_RUN, tmp_path, ["--threads", "1"])
+    try:
+        addrs = [a for p in json.loads(cluster.cluster_file.read_text())["addresses"] for a in p]
+        servers = [psutil.Process(p.pid) for p in psutil.Process(cluster.proc.pid).children()]
+        stop, lock = threading.Event(), threading.Lock()
+        batches, errors = [], []
+
+        def load(seed: int) -> None:
+            rng = np.random.default_rng(seed)
+            cfg = ClientConfig(deadline_s=10.0, local_reads="never")
+            with SamplingClient(cluster.cluster_file, cfg) as c:
+                while not stop.is_set():
+                    t = time.monotonic()
+                    try:
+                        b = c.sample(rng.choice(graph.n, 48, replace=False), [4, 3], seed=int(rng.integers(1 << 30)))
+                        with lock:
+                            batches.append((t, time.monotonic() - t, _version_of(b, graph), c.version))
+                    except Exception as e:  # noqa: BLE001 - every failure is a lost request
+                        with lock:
+                            errors.append(repr(e))
+
+        workers = [threading.Thread(target=load, args=(i,)) for i in range(2)]
+        for w in workers:
+            w.start()
+        time.sleep(3)
+        t_reload = time.monotonic()
+        r = subprocess.run([sys.executable, "-m", "glisp_core.cli", "serve-reload", str(dv2.path), "--cluster-file",
+                            str(cluster.cluster_file)], capture_output=True, text=True, timeout=300,
+                           env=dict(os.environ, PYTHONPATH=str(ROOT)))  # fmt: skip
+        t_done = time.monotonic()
+        assert r.returncode == 0, r.stdout + r.stderr
+        time.sleep(3)
+        stop.set()
+        for w in workers:
+            w.join()
+        assert errors == [], errors[:3]
+        kinds = [k for _, _, k, _ in batches]
+        assert all(k in ({"v1", "x1"}, {"v2", "x2"}) for k in kinds), [k for k in kinds if len(k) != 2][:3]
+        assert {"v1", "x1"} in kinds and {"v2", "x2"} in kinds
+        after = [(k, v) for t, _, k, v in batches if t > t_done + 0.5]
+        assert after and all(k == {"v2", "x2"} and v == f"{dv2.graph}/v2" for k, v in after)
+        spec = json.loads(cluster.cluster_file.read_text())
+        assert spec["dataset"] == str(dv2.path) and all(_stats(a).dataset == f"{dv2.graph}/v2" for a in addrs)
+        steady = [d for t, d, _, _ in batches if t < t_reload]
+        switch = [d for t, d, _, _ in batches if t_reload <= t <= t_done + 0.5]
+        print(f"reload gap: p99 {np.percentile(switch, 99) * 1e3:.1f} ms during the switch ({len(switch)} batches) "
+              f"vs {np.percentile(steady, 99) * 1e3:.1f} ms steady ({len(steady)})")  # fmt: skip
+        deadline = time.time() + 30  # the old version's files are unmapped once its requests finished
+        old = str(dv1.path / "serialize" / EC_RUN)
+        while any(old in m.path for s in servers for m in s.memory_maps()):
+            assert time.time() < deadline, "the old version is still mapped after the switch"
+            time.sleep(0.2)
+
+        with grpc.insecure_channel(addrs[0]) as ch:  # another partition count needs a new cluster
+            with pytest.raises(grpc.RpcError) as ei:
+                pb_grpc.SamplingStub(ch).Reload(pb.ReloadRequest(dataset=str(dv1.path), run=VC_RUN), timeout=60)
+        assert ei.value.code() == grpc.StatusCode.FAILED_PRECONDITION
+        assert "3 partitions" in ei.value.details() and "serves 2" in ei.value.details()
+
+        from glisp_core.dataset.versions import set_latest
+
+        set_latest(dv1)  # SIGHUP: serve-cluster follows the graph's latest
+        cluster.proc.send_signal(signal.SIGHUP)
+        deadline = time.time() + 120
+        while json.loads(cluster.cluster_file.read_text())["dataset"] != str(dv1.path):
+            assert time.time() < deadline, "SIGHUP did not move the cluster to latest"
+            time.sleep(0.2)
+        assert all(_stats(a).dataset == f"{dv1.graph}/v1" for a in addrs)
+    finally:
+        assert cluster.stop() == 0
