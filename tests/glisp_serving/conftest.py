@@ -101,13 +101,18 @@ class Cluster:
             time.sleep(0.1)
 
     def stop(self) -> int:
-        if self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGTERM)
-        try:
-            return self.proc.wait(timeout=30)
-        except subprocess.TimeoutExpired:
-            self.proc.kill()
-            return self.proc.wait()
+        return stop_process(self.proc, 30)
+
+
+def stop_process(proc: subprocess.Popen, timeout: float) -> int:
+    """SIGTERM, wait up to ``timeout`` s for a clean exit, else SIGKILL; the exit code."""
+    if proc.poll() is None:
+        proc.send_signal(signal.SIGTERM)
+    try:
+        return proc.wait(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        return proc.wait()
 
 
 @pytest.fixture(scope="module")

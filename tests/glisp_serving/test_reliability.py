@@ -27,7 +27,7 @@ from glisp_serving.client import SamplingClient, SamplingError
 from glisp_serving.proto import sampling_pb2 as pb
 from glisp_serving.proto import sampling_pb2_grpc as pb_grpc
 from glisp_serving.wire import to_array
-from tests.glisp_serving.conftest import EC_RUN, ROOT, VC_RUN, Cluster
+from tests.glisp_serving.conftest import EC_RUN, ROOT, VC_RUN, Cluster, stop_process
 
 
 class Server:
@@ -52,13 +52,7 @@ class Server:
         return f"127.0.0.1:{self.port_file.read_text()}"
 
     def stop(self) -> int:
-        if self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGTERM)
-        try:
-            return self.proc.wait(timeout=60)
-        except subprocess.TimeoutExpired:
-            self.proc.kill()
-            return self.proc.wait()
+        return stop_process(self.proc, 60)
 
 
 def _health(addr: str) -> int:
