@@ -36,6 +36,7 @@ class ServingState:
         self._in_flight = 0
         self._health: Any = None
         self._starting = True
+        self.served_once = False  # set once SERVING: a stop before that is a stop during start
 
     # ------------------------------------------------------------------ signals
     def install_signals(self) -> None:
@@ -58,6 +59,7 @@ class ServingState:
         if self.stop.is_set():
             raise StopDuringStart("stop requested during start")
         self._set_health("SERVING")
+        self.served_once = True
 
     def _set_health(self, status: str) -> None:
         from grpc_health.v1 import health_pb2

@@ -473,6 +473,11 @@ def serve(
     except StopDuringStart as e:
         print(f"glisp serve: partition {part} stopped before serving ({e})", flush=True)
         return 0
+    except Exception as e:  # the stop raised inside a library that wrapped it (numba's compiler does)
+        if state.stop.is_set() and not state.served_once:
+            print(f"glisp serve: partition {part} stopped before serving ({type(e).__name__})", flush=True)
+            return 0
+        raise
 
 
 def _open_served(dv: DatasetVersion, run: str, part: int, cfg: ServeConfig) -> tuple[Served, dict[str, int], int]:

@@ -188,6 +188,13 @@ def _decode_array(raw: bytes, buf: memoryview, start: int, end: int, what: str) 
     return arr.reshape(shape) if shape else arr
 
 
+def _text(b: memoryview, name: str) -> str:
+    try:
+        return bytes(b).decode()
+    except UnicodeDecodeError:
+        raise WireError(f"{name}: not valid UTF-8 (got {bytes(b[:16])!r})") from None
+
+
 def decode(schema: dict, raw: bytes) -> dict:
     """Fields of a message of ``schema`` present in ``raw``; arrays are read-only views of ``raw``."""
     by_number = {number: (name, kind) for name, (number, kind) in schema.items()}
@@ -206,7 +213,7 @@ def decode(schema: dict, raw: bytes) -> dict:
         elif kind == "bool" and wt == 0:
             out[name] = bool(v)
         elif kind == "string" and wt == 2:
-            out[name] = bytes(buf[v[0] : v[1]]).decode()
+            out[name] = _text(buf[v[0] : v[1]], name)
         elif kind == "packed" and wt == 2:
             vals, j = [], v[0]
             while j < v[1]:
@@ -217,7 +224,7 @@ def decode(schema: dict, raw: bytes) -> dict:
             t, f = "", 0
             for n2, wt2, v2 in _fields(buf, v[0], v[1]):
                 if n2 == 1 and wt2 == 2:
-                    t = bytes(buf[v2[0] : v2[1]]).decode()
+                    t = _text(buf[v2[0] : v2[1]], name)
                 elif n2 == 2 and wt2 == 0:
                     f = v2 - (1 << 64) if v2 >> 63 else v2
             out.setdefault(name, []).append((t, f))
