@@ -185,7 +185,7 @@ def client_worker(cluster_file: str, idx: int, n: int, plan: list[str], spec: di
             client = clients["never" if name in RPC_ONLY else "auto"]
             kw = dict(confs[name])
             fan = kw.pop("fanouts")
-            order = np.resize(np.roll(seeds, -pos), spec["batch"] * MAX_BATCHES)
+            order = np.roll(seeds, -pos)[: spec["batch"] * MAX_BATCHES]  # a loader's seeds are distinct
             it = client.loader(order, spec["batch"], fan, shuffle=False, seed=w * 7919 + idx, **kw)
             next(it)
             next(it)  # warm-up: every kernel and code path of this configuration has run once
