@@ -282,10 +282,11 @@ class RemoteBackend:
         server), then rebuild the routing table (and co-located readers) for it."""
         deadline = time.monotonic() + self.cfg.deadline_s
         while True:
-            stats = await asyncio.gather(*[self._stub_stats(k, i) for k, addrs in enumerate(self.spec.addresses)
-                                           for i in range(len(addrs))])  # fmt: skip
-            targets = {(s.dataset, s.dataset_path, s.run) for s in stats}
-            if len(targets) == 1:
+            where = [(k, i) for k, addrs in enumerate(self.spec.addresses) for i in range(len(addrs))]
+            stats = await asyncio.gather(*[self._stub_stats(k, i) for k, i in where], return_exceptions=True)
+            live = [(k, s) for (k, _), s in zip(where, stats, strict=True) if not isinstance(s, BaseException)]
+            targets = {(s.dataset, s.dataset_path, s.run) for _, s in live}  # a dead replica has no say
+            if len(targets) == 1 and {k for k, _ in live} == set(range(self.spec.num_parts)):
                 break
             if time.monotonic() > deadline:
                 raise SamplingError(f"servers disagree on the version for over client.deadline_s: {sorted(targets)}",

@@ -22,7 +22,6 @@ class ServerMetrics:
 
     def __init__(self, part: int) -> None:
         self.registry = CollectorRegistry()
-        labels = {"partition": str(part)}
         r = self.registry
         self.requests = Counter("glisp_serving_requests", "RPCs answered, by method and status code",
                                 ["rpc", "code"], registry=r).labels  # fmt: skip
@@ -37,7 +36,6 @@ class ServerMetrics:
         self.restarts = Gauge("glisp_serving_restarts", "times serve-cluster restarted this server", registry=r)
         self.partition = Gauge("glisp_serving_partition", "the partition this server holds", registry=r)
         self.partition.set(part)
-        self._labels = labels
         self._version: tuple[str, str] | None = None
 
     def bind(self, resident: Callable[[], float], in_flight: Callable[[], float], restarts: int) -> None:

@@ -15,6 +15,7 @@ the few milliseconds between commits, not the time to open a partition.
 from __future__ import annotations
 
 import logging
+import os
 import threading
 import time
 from dataclasses import dataclass
@@ -101,7 +102,8 @@ def open_served(dv: DatasetVersion, run: str, part: int, cfg: ServeConfig, warm:
                               max_response_bytes=cfg.max_message_mb << 20)  # fmt: skip
     if warm:
         warm_up(engine)
-    lease = VersionLease(dv, f"glisp serve {run} partition {part}").acquire() if dv.path.is_dir() else None
+    # retention skips a leased version; a read-only dataset directory is served without a lease
+    lease = VersionLease(dv, f"glisp serve {run} partition {part}").acquire() if os.access(dv.path, os.W_OK) else None
     return Served(engine, dv, run, lease)
 
 
@@ -171,9 +173,10 @@ class Reloader:
         return self.commit()
 
     def follow_latest(self, stop: threading.Event, every_s: float) -> None:
-        """Reload whenever the graph's ``latest`` names another version (``serve.follow_latest_s``)."""
+        """Reload whenever the graph's ``latest`` names another version (``serve.follow_latest_s``), through
+        the servicer, as SIGHUP and the Reload RPC do."""
         while not stop.wait(every_s):
             try:
-                self.reload()
+                self.servicer.reload()
             except ReloadError as e:
                 log.error("%s", e)

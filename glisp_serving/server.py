@@ -111,10 +111,6 @@ class SamplingServicer(pb_grpc.SamplingServicer):
         self._streams: dict[int, tuple[grpc.ServicerContext, list[bool]]] = {}
         self._stopping = False
 
-    @property
-    def engine(self) -> PartitionSampler:
-        return self.served.engine
-
     @staticmethod
     def _invalid(context: grpc.ServicerContext, e: Exception) -> None:
         context.abort(status_of(e), str(e))
@@ -182,9 +178,7 @@ class SamplingServicer(pb_grpc.SamplingServicer):
             for raw in requests:
                 busy[0] = True
                 try:
-                    why = self.state.refusal()
-                    if why is not None:  # the stream ends; the client fails over to another replica
-                        context.abort(grpc.StatusCode.UNAVAILABLE, why)
+                    self._refuse_if_out_of_service(context)  # ends the stream: the client fails over
                     with self.state.request(), self.metrics.observe("GatherStream") as obs:
                         try:
                             out = self._answer(raw)
