@@ -130,16 +130,11 @@ def _replace(ing, **kw):
 
 
 def start_cluster(dv, run: str, workdir: Path, threads: int) -> tuple[subprocess.Popen, Path]:
+    """serve-cluster of ``run`` (``threads`` per server) and its cluster file, once every server is SERVING."""
+    from glisp_serving.local_cluster import start_cluster as start
+
     cf = workdir / f"{dv.graph}-{run}.json"
-    cf.unlink(missing_ok=True)  # one left by a killed run: waiting on it would return before the servers exist
-    cmd = [sys.executable, "-m", "glisp_core.cli", "serve-cluster", str(dv.path), "--run", run, "--cluster-file",
-           str(cf), "--threads", str(threads)]  # fmt: skip
-    p = subprocess.Popen(cmd, env=dict(os.environ, PYTHONPATH=str(ROOT)), stdout=subprocess.DEVNULL)
-    while not cf.exists():
-        if p.poll() is not None:
-            raise RuntimeError(f"serve-cluster for {run} exited with {p.returncode}")
-        time.sleep(0.1)
-    return p, cf
+    return start(dv.path, run, cf, threads=threads), cf
 
 
 def run_loader(sampler_like, seeds: np.ndarray, fanouts, batches: int, batch: int, **kw) -> dict:

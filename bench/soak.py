@@ -173,7 +173,7 @@ def _build(root: Path) -> tuple[str, str]:
 
 
 def main() -> int:
-    import subprocess
+    from glisp_serving.local_cluster import start_cluster, stop_cluster
 
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--duration", type=float, default=180.0)
@@ -188,12 +188,7 @@ def main() -> int:
         work = Path(tempfile.mkdtemp(prefix="glisp-soak-"))
         ds, run = _build(work)
         cluster = work / "cluster.json"
-        proc = subprocess.Popen([sys.executable, "-m", "glisp_core.cli", "serve-cluster", ds, "--run", run,
-                                 "--replicas", "2", "--threads", "1", "--cluster-file", str(cluster)])  # fmt: skip
-        while not cluster.exists():
-            if proc.poll() is not None:
-                raise SystemExit(f"serve-cluster exited {proc.returncode}")
-            time.sleep(0.2)
+        proc = start_cluster(ds, run, cluster, replicas=2, threads=1, quiet=False)
         pid = proc.pid
     try:
         res = soak(cluster, pid, args.duration, args.threads)
@@ -202,8 +197,7 @@ def main() -> int:
         print(f"median steady latency {statistics.median(steady) * 1e3:.1f} ms" if steady else "no batches")
     finally:
         if proc is not None:
-            proc.send_signal(signal.SIGTERM)
-            proc.wait(timeout=60)
+            stop_cluster(proc)
     return 0 if not res.errors else 1
 
 

@@ -9,6 +9,7 @@ explicitly; nothing reads configuration globally.
 from __future__ import annotations
 
 import dataclasses
+import json
 import os
 import tomllib
 import types
@@ -254,6 +255,13 @@ class ClientConfig:
 
 
 @dataclass(frozen=True, kw_only=True)
+class PipelineConfig:
+    """``glisp pipeline``: the optional stages a refresh runs after reorder."""
+
+    train: bool = False  # train train/<train.name> on every new version, through a local serve-cluster
+
+
+@dataclass(frozen=True, kw_only=True)
 class TrainConfig:
     """``glisp train`` (glisp_train): the model, the optimisation, the loader and the feature cache."""
 
@@ -330,6 +338,7 @@ class Config:
     client: ClientConfig = field(default_factory=ClientConfig)
     train: TrainConfig = field(default_factory=TrainConfig)
     infer: InferConfig = field(default_factory=InferConfig)
+    pipeline: PipelineConfig = field(default_factory=PipelineConfig)
 
 
 # ----------------------------------------------------------------------------------------------
@@ -492,6 +501,20 @@ def with_values(cfg: Config, section: str, **values: Any) -> Config:
         return cfg
     data = _nest(section, {_toml_key(k): v for k, v in values.items()}) if section else values
     return _build(Config, data, "command line", "", cfg)
+
+
+def as_overrides(cfg: Config, *sections: str) -> list[str]:
+    """``section.key=value`` items (``--set``) that give a child process these sections of ``cfg``.
+
+    For sections of scalars and lists of scalars (serve, client, dataset); values are TOML literals.
+    """
+    out = []
+    for name in sections:
+        for key, value in to_dict(getattr(cfg, name)).items():
+            if isinstance(value, dict) or (isinstance(value, list) and any(isinstance(v, dict) for v in value)):
+                raise TypeError(f"as_overrides: {name}.{key} is a table; only scalars and lists of scalars")
+            out.append(f"{name}.{key}={json.dumps(value)}")
+    return out
 
 
 def to_dict(obj: Any) -> Any:

@@ -25,6 +25,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     src = p.add_mutually_exclusive_group(required=True)
     src.add_argument("--cluster", help="cluster file written by 'glisp serve-cluster'")
     src.add_argument("--in-process", metavar="RUN", help="sample a one-partition run of DATASET in this process")
+    src.add_argument("--serve", metavar="RUN", help="start servers of run RUN of DATASET here, train, stop them")
     p.add_argument("--task", choices=["node", "link"], help="train.task")
     p.add_argument("--model", choices=["sage", "gcn", "gat", "rgcn"], help="train.model")
     p.add_argument("--epochs", type=int, help="train.epochs")
@@ -43,8 +44,10 @@ def main(args: argparse.Namespace, cfg: Config) -> int:
     fan = [int(f) for f in args.fanouts.split(",")] if args.fanouts else None
     cfg = with_values(cfg, "train", task=args.task, model=args.model, epochs=args.epochs, batch_size=args.batch_size,
                       fanouts=fan, layers=len(fan) if fan else None, name=args.name)  # fmt: skip
-    if args.in_process and not args.dataset:
-        raise GlispError("--in-process RUN needs DATASET")
+    if (args.in_process or args.serve) and not args.dataset:
+        raise GlispError(f"{'--in-process' if args.in_process else '--serve'} RUN needs DATASET")
+    if args.serve:
+        return _train_serving(args, cfg)
     c = cfg.client
     d = init_dist(timeout_s=max(120.0, c.deadline_s * (c.retries + 2) * 2))
     source = open_cluster(args.cluster, cfg) if args.cluster else open_in_process(args.dataset, args.in_process, cfg)
@@ -54,6 +57,31 @@ def main(args: argparse.Namespace, cfg: Config) -> int:
     finally:
         source.close()
         close_dist(d)
+
+
+def _train_serving(args: argparse.Namespace, cfg: Config) -> int:
+    """--serve RUN: up to date, or servers of RUN started here for one training (glisp_train.local_service)."""
+    from glisp_core.dataset.layout import resolve_dataset
+    from glisp_train.local_service import is_current, run_name, serving
+
+    if int(os.environ.get("WORLD_SIZE", "1")) > 1:
+        raise GlispError("--serve starts servers for one trainer process; under torchrun start 'glisp serve-cluster' "
+                         "once and give every process --cluster")  # fmt: skip
+    dv = resolve_dataset(args.dataset, cfg.dataset.root)
+    name = run_name(cfg, args.serve)
+    if not args.output and not args.force and is_current(cfg, dv, name, args.serve):
+        print(f"train/{name}: up to date (use --force to train again)", flush=True)
+        return 0
+    with serving(cfg, dv, args.serve) as cluster_file:
+        return main(argparse.Namespace(**{**vars(args), "serve": None, "cluster": str(cluster_file),
+                                          "dataset": str(dv.path)}), cfg)  # fmt: skip
+
+
+def train_serving(cfg: Config, dataset: str, run: str, force: bool = False) -> int:
+    """``glisp train DATASET --serve RUN`` with ``cfg`` (the refresh pipeline's train stage)."""
+    args = argparse.Namespace(dataset=dataset, cluster=None, in_process=None, serve=run, task=None, model=None,
+                              epochs=None, batch_size=None, fanouts=None, name=None, output=None, force=force)  # fmt: skip
+    return main(args, cfg)
 
 
 def _run(args: argparse.Namespace, cfg: Config, source, d, progress) -> int:

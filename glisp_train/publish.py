@@ -30,12 +30,17 @@ from glisp_train.trainer import TrainResult, hop_fanouts
 
 def run_params(cfg: Config, source: GraphSource, world: int, device: str) -> dict[str, Any]:
     """What the run is, recorded in the manifest (and its fingerprint)."""
+    return params_for(cfg, source.kind, source.run, source.info.run_fingerprint, world, device)
+
+
+def params_for(cfg: Config, kind: str, run: str, fingerprint: str, world: int, device: str) -> dict[str, Any]:
+    """:func:`run_params` from its parts: whether a run is up to date is known before any server starts."""
     return {
         "task": cfg.train.task,
         "model": cfg.train.model,
-        "source": source.kind,
-        "partition_run": source.run,
-        "partition_fingerprint": source.info.run_fingerprint,
+        "source": kind,
+        "partition_run": run,
+        "partition_fingerprint": fingerprint,
         "world_size": world,
         "device": device,
         "train": to_dict(cfg.train),

@@ -1,6 +1,7 @@
 """``glisp pipeline``: every batch stage end to end on one graph, in one Spark session.
 
-ingest -> partition -> serialize -> reorder -> report. Each stage is idempotent, so re-running the
+ingest -> partition -> serialize -> reorder -> (train, ``pipeline.train``) -> (infer, ``infer.model`` or
+the model just trained) -> promote ``latest`` -> retention. Each stage is idempotent, so re-running the
 pipeline on an unchanged snapshot does nothing, and a new snapshot yields a new dataset version
 (the scheduled-refresh use). Stage failures leave earlier published stages intact.
 """
@@ -30,20 +31,36 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--order", help="inference order for reorder (reorder.order)")
     p.add_argument("--incremental", action="store_true", default=None,
                    help="partition by refreshing the previous version's run (partition.incremental)")  # fmt: skip
+    p.add_argument("--train", action="store_true", default=None,
+                   help="train the model on the new version before inference (pipeline.train)")  # fmt: skip
     p.add_argument("--force", action="store_true", help="re-run stages even when up to date")
 
 
 def run_stage(name: str, fn: Callable[[], Any], timings: dict[str, float]) -> Any:
-    """Run one stage; any failure becomes a StageError naming the stage and the reason."""
+    """Run one stage; any failure becomes a StageError naming the stage and the reason.
+
+    Logs one structured line when the stage starts and one when it ends (``key=value``, so a scheduler's
+    log search finds ``stage=partition status=failed``).
+    """
     t = time.perf_counter()
+    _progress(name, "started")
+    status = "failed"
     try:
-        return fn()
+        out = fn()
+        status = "done"
+        return out
     except GlispError as e:
         raise StageError(f"pipeline stage {name!r} failed: {e}") from e
     except Exception as e:  # a Spark or Py4J failure: one line, not a Java stack trace
         raise StageError(f"pipeline stage {name!r} failed: {failure_reason(e)}") from e
     finally:
         timings[name] = time.perf_counter() - t
+        _progress(name, status, timings[name])
+
+
+def _progress(stage: str, status: str, seconds: float | None = None) -> None:
+    took = f" seconds={seconds:.1f}" if seconds is not None else ""
+    print(f"glisp pipeline: stage={stage} status={status}{took}", flush=True)
 
 
 def run_pipeline(spark, cfg: Config, builtin: str | None = None, force: bool = False):
@@ -73,14 +90,25 @@ def run_pipeline(spark, cfg: Config, builtin: str | None = None, force: bool = F
         run_stage("reorder", lambda: run_reorder(spark, cfg, dv, run=run, order=cfg.reorder.order, force=force),
                   timings)  # fmt: skip
         required = [f"reorder/{run}/{cfg.reorder.order}"]
-        if cfg.infer.model:  # a configured model is re-applied to every new version
-            from spark_jobs.pipeline_model import infer_stage
-
-            required.append(run_stage("infer", lambda: infer_stage(spark, cfg, dv, run, force=force), timings))
+        required += _model_stages(spark, cfg, dv, run, force, timings)
         # only now, with every configured stage published: move latest, then apply retention
         promote(dv, run, required, cfg.dataset.keep_versions)
     print("pipeline stage times: " + ", ".join(f"{k} {v:.1f}s" for k, v in timings.items()))
     return dv
+
+
+def _model_stages(spark, cfg: Config, dv, run: str, force: bool, timings: dict[str, float]) -> list[str]:
+    """Train (``pipeline.train``) and infer (``infer.model`` or the model just trained); their stage names."""
+    from spark_jobs.pipeline_model import infer_stage, train_stage
+
+    done = []
+    if cfg.pipeline.train:
+        done.append(run_stage("train", lambda: train_stage(spark, cfg, dv, run, force=force), timings))
+        if not cfg.infer.model:
+            cfg = with_values(cfg, "infer", model=done[-1].split("/", 1)[1])
+    if cfg.infer.model:  # a configured model is re-applied to every new version
+        done.append(run_stage("infer", lambda: infer_stage(spark, cfg, dv, run, force=force), timings))
+    return done
 
 
 def main(args: argparse.Namespace, cfg: Config) -> int:
@@ -96,6 +124,7 @@ def main(args: argparse.Namespace, cfg: Config) -> int:
         raise GlispError("give --builtin NAME, --edges FILE or a --config with [[ingest.edges]]")
     cfg = with_values(cfg, "partition", algorithm=args.algorithm, parts=args.parts, incremental=args.incremental)
     cfg = with_values(cfg, "reorder", order=args.order)
+    cfg = with_values(cfg, "pipeline", train=args.train)
     spark = get_spark(cfg.spark, checkpoint_dir=f"{cfg.dataset.root}/_checkpoints")
     dv = run_pipeline(spark, cfg, builtin=args.builtin, force=args.force)
     print(brief(Manifest.read(dv.manifest_path), dv))
@@ -116,6 +145,11 @@ def brief(m: Manifest, dv) -> str:
             mt = rec.metrics
             what = (f"{rec.counts.get('parts')} partitions, structure {mt.get('structure_bytes_per_edge', 0):.2f} B/edge,"
                     f" {mt.get('bytes_total', 0) / 2**20:.1f} MiB in all")  # fmt: skip
+        elif name.startswith("train/"):
+            test = ", ".join(f"{k} {v:.4f}" for k, v in rec.metrics.items() if k.startswith("test_"))
+            what = f"{rec.params.get('model', '')} on {rec.params.get('partition_run', '')}: {test or 'no test split'}"
+        elif name.startswith("infer/"):
+            what = f"{rec.counts.get('vertices', 0):,} vertices inferred"
         else:
             what = f"{rec.counts.get('vertices', 0):,} vertices ordered"
         lines.append(f"  {name:<28} {what}  ({secs})")

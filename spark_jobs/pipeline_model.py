@@ -1,10 +1,17 @@
-"""The model stages of a refresh: re-apply a configured model to the new version (``infer.model``).
+"""The model stages of a refresh: train on the new version (``pipeline.train``), re-apply a model to it.
 
 A data platform trains once in a while and re-applies the model on every snapshot (GLISP section I).
-When ``infer.model`` names a training run that the new version does not hold, the pipeline carries the
-checkpoint over from the version ``latest`` names (or the newest one that has it), publishing it into
-the new version as ``train/<model>`` over the new partition run (its record says where it came from),
-then runs layerwise inference. ``glisp promote`` then requires the inference stage too.
+
+- **Train** (``pipeline.train = true``): ``glisp train --serve`` (:mod:`glisp_train.local_service`) over
+  the new partition run (for ``train.task = "link"``, its link-split run, made first): servers started
+  on this machine for the training and stopped after. A model already published with the same settings
+  over the same run is not trained again (no server starts).
+- **Infer** (``infer.model``, or the model just trained): when the model is a training run the new
+  version does not hold, the checkpoint is carried over from the version ``latest`` names (or the
+  newest one that has it) and published into the new version as ``train/<model>`` over the new
+  partition run (its record says where it came from); then layerwise inference runs.
+
+``glisp promote`` then requires these stages too.
 """
 
 from __future__ import annotations
@@ -45,6 +52,22 @@ def carry_model(dv: DatasetVersion, name: str, run: str) -> None:
     model, doc = load_checkpoint(Path(src.train(name)))
     publish_model(dv, name, model, run, direction=str(doc.get("direction", "in")),
                   extra={"carried_from": f"{src.graph}/{src.version}"})  # fmt: skip
+
+
+def train_stage(spark: Any, cfg: Config, dv: DatasetVersion, run: str, force: bool = False) -> str:
+    """Train on ``run`` through servers started for it (``glisp train --serve``); the stage name to require."""
+    from glisp_train.cli import train_serving
+    from glisp_train.local_service import run_name
+
+    serve_run = run
+    if cfg.train.task == "link":  # the servers must not see the held-out edges
+        from glisp_train.link_split import run_link_split
+
+        serve_run = run_link_split(spark, cfg, dv, run, force=force).name.split("/", 1)[1]
+    rc = train_serving(cfg, str(dv.path), serve_run, force=force)
+    if rc != 0:
+        raise StageError(f"glisp train --serve {serve_run} exited with {rc}")
+    return f"train/{run_name(cfg, serve_run)}"
 
 
 def infer_stage(spark: Any, cfg: Config, dv: DatasetVersion, run: str, force: bool = False) -> str:

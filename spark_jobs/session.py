@@ -52,7 +52,7 @@ def get_spark(conf: SparkConfig | None = None, checkpoint_dir: str | None = None
         "spark.sql.adaptive.skewJoin.enabled": "true",
         "spark.sql.execution.arrow.pyspark.enabled": "true",
         "spark.ui.enabled": str(conf.ui).lower(),
-        "spark.ui.showConsoleProgress": "false",
+        "spark.ui.showConsoleProgress": str(sys.stderr.isatty()).lower(),  # Spark's stage bars on a terminal
         "spark.sql.session.timeZone": "UTC",
         "spark.driver.extraJavaOptions": "-Dlog4j2.level=warn",
     }

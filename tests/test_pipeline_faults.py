@@ -147,6 +147,7 @@ def test_killed_jvm_or_driver_in_every_stage_loses_nothing_and_a_rerun_completes
         assert rc != 0, out
         if victim == "jvm":  # the driver survives to say which stage failed and why
             assert f"pipeline stage '{stage}' failed" in out and "JVM" in out, out[-2000:]
+            assert f"glisp pipeline: stage={stage} status=failed seconds=" in out, out[-2000:]  # structured progress
         assert _digest(dv_a.path) == before_a, f"snapshot A changed after a kill in {stage}"
         assert read_latest(gdir) == dv_a.version  # a failed refresh never moves latest
         after = _stage_digests(gdir)
@@ -156,6 +157,7 @@ def test_killed_jvm_or_driver_in_every_stage_loses_nothing_and_a_rerun_completes
         seen[stage] = out
     done = subprocess.run(cmd, capture_output=True, text=True, timeout=900)
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    assert all(f"glisp pipeline: stage={s} status=done" in done.stdout for s in ("ingest", "partition", "reorder"))
     versions = list_versions(gdir.parent, "g")
     assert len(versions) == 2 and _digest(dv_a.path) == before_a
     dv_b = DatasetVersion(gdir.parent, "g", next(v for v in versions if v != dv_a.version))

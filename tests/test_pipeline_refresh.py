@@ -41,3 +41,76 @@ def test_refresh_carries_the_model_and_infers_before_latest_moves(spark, tmp_pat
     rec = m.stage(infer[0])
     assert rec.counts["vertices"] == 2708
     assert list((v2.path / rec.path).rglob("zarr.json")), "no Zarr store in the inference stage"
+
+
+def _snapshot(rels, rng, path) -> int:
+    """Cora's edge table with 2% of its rows removed and as many random rows added, written to ``path``."""
+    import numpy as np
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    keep = rng.random(rels.num_rows) >= 0.02
+    ids = np.unique(rels.column("sourceNodeId").to_numpy())
+    k = int((~keep).sum())
+    added = pa.table({"sourceNodeId": rng.choice(ids, k), "targetNodeId": rng.choice(ids, k),
+                      "relationshipType": pa.array(["CITES"] * k)})  # fmt: skip
+    table = pa.concat_tables([rels.filter(pa.array(keep)), added.cast(rels.schema)])
+    pq.write_table(table, path)
+    return table.num_rows
+
+
+def test_three_snapshot_refresh_trains_infers_and_retains(spark, tmp_path):
+    """Three snapshots of Cora, edges changed each time: every refresh partitions incrementally, trains
+    through a serve-cluster it starts, infers, then moves latest; retention keeps two; a re-run reuses
+    every stage (no retraining); a re-run whose training fails leaves latest and the published model alone."""
+    import dataclasses
+
+    import numpy as np
+    import pyarrow.parquet as pq
+
+    from glisp_core.config import load_config, with_values
+    from glisp_core.dataset.layout import list_versions
+    from glisp_core.errors import StageError
+    from spark_jobs.generate.builtin import builtin_config
+    from spark_jobs.pipeline import run_pipeline
+
+    cfg = with_values(load_config(env={}), "dataset", root=str(tmp_path / "data"), keep_versions=2)
+    cfg = with_values(cfg, "partition", parts=2, progress=False, incremental=True)
+    cfg = with_values(cfg, "pipeline", train=True)
+    cfg = with_values(cfg, "train", name="nightly", hidden=16, epochs=1, batch_size=256, max_batches=2,
+                      fanouts=[5, 5], layers=2, feature_cache_mb=0)  # fmt: skip
+    cfg = with_values(cfg, "serve", threads=1)
+    cfg = with_values(cfg, "infer", fanouts=[5, 5])
+    base = builtin_config("cora", cfg.ingest)
+    rels = pq.read_table(base.edges[0].path)
+    rng = np.random.default_rng(5)
+    versions, edge_rows = [], []
+    for k in (1, 2, 3):
+        path = tmp_path / f"cora-rels-{k}.parquet"
+        edge_rows.append(_snapshot(rels, rng, path))
+        ing = dataclasses.replace(base, version=f"s{k}", edges=[dataclasses.replace(base.edges[0], path=str(path))])
+        snap = with_values(cfg, "", ingest=ing)
+        dv = run_pipeline(spark, snap)
+        m = Manifest.read(dv.manifest_path)
+        run = next(s.split("/", 1)[1] for s in m.stages if s.startswith("serialize/"))
+        assert m.stage("ingest").counts["input_edge_rows"] == edge_rows[-1]
+        train = m.stage("train/nightly")
+        assert train.params["source"] == "cluster" and train.params["partition_run"] == run  # trained here
+        assert m.stage("infer/nightly-pds").counts["vertices"] == 2708
+        inc = m.stage(f"partition/{run}").counts["incremental"]
+        assert inc["path"] == ("full" if k == 1 else "incremental"), inc
+        assert read_latest(tmp_path / "data" / "cora") == f"s{k}"
+        versions.append((dv, snap))
+    assert list_versions(tmp_path / "data", "cora") == ["s2", "s3"]  # keep_versions = 2
+
+    dv3, snap3 = versions[-1]
+    before = Manifest.read(dv3.manifest_path).stages
+    run_pipeline(spark, snap3)  # the same snapshot again: every stage is current, nothing is redone
+    after = Manifest.read(dv3.manifest_path).stages
+    assert {k: v.completed_at for k, v in after.items()} == {k: v.completed_at for k, v in before.items()}
+
+    broken = with_values(snap3, "train", fanouts=[5, 5, 5])  # 3 fanouts for 2 layers: training must fail
+    with pytest.raises(StageError, match="pipeline stage 'train' failed"):
+        run_pipeline(spark, broken)
+    assert read_latest(tmp_path / "data" / "cora") == "s3"
+    assert Manifest.read(dv3.manifest_path).stages["train/nightly"] == after["train/nightly"]  # nothing lost

@@ -11,6 +11,7 @@ Deploy: copy this file into the DAGs folder and set the variables below (Airflow
 environment of the scheduler): ``GLISP_HOME`` (a checkout with its virtualenv), ``GLISP_CONFIG`` (the
 refresh config: ``[ingest]`` tables, ``[partition]``, ``[dataset] root`` and ``keep_versions``),
 ``GLISP_GRAPH``, ``GLISP_CLUSTER_FILE`` (the running ``serve-cluster``'s file), and optionally
+``GLISP_TRAIN_MODEL`` (a training run to train on every snapshot, ``GLISP_TRAIN_TASK`` node or link),
 ``GLISP_INFER_MODEL`` (a training run to re-apply to every snapshot) and ``GLISP_SCHEDULE``.
 
 The commands are built by :func:`refresh_commands`, a plain function the tests run for real without
@@ -33,8 +34,14 @@ class Step:
 
 
 def refresh_commands(graph: str, version: str, config: str, run: str, order: str = "pds",
-                     cluster_file: str = "", infer_model: str = "") -> list[Step]:  # fmt: skip
-    """The refresh of one snapshot as ``glisp`` commands, in order; ``version`` names the new version."""
+                     cluster_file: str = "", infer_model: str = "", train_model: str = "",
+                     task: str = "node") -> list[Step]:  # fmt: skip
+    """The refresh of one snapshot as ``glisp`` commands, in order; ``version`` names the new version.
+
+    ``train_model``: train that run on the new version (``glisp train --serve``: servers of the run
+    started and stopped by the task; for ``task="link"`` over its link-split run, made first) and infer
+    with it unless ``infer_model`` names another.
+    """
     dataset = f"{graph}/{version}"
     cfg = ["--config", config]
     steps = [
@@ -43,6 +50,14 @@ def refresh_commands(graph: str, version: str, config: str, run: str, order: str
         Step("serialize", ["serialize", dataset, "--partition", run, *cfg], True),
         Step("reorder", ["reorder", dataset, "--partition", run, "--order", order, *cfg], True),
     ]
+    if train_model:
+        serve_run = run
+        if task == "link":
+            steps.append(Step("link_split", ["link-split", dataset, "--run", run, *cfg], True))
+            serve_run = f"{run}-lp"
+        steps.append(Step("train", ["train", dataset, "--serve", serve_run, "--task", task, "--name", train_model,
+                                    *cfg], False))  # fmt: skip
+        infer_model = infer_model or train_model
     if infer_model:
         steps.append(Step("infer", ["infer", dataset, "--model", infer_model, *cfg], True))
     steps.append(Step("promote", ["promote", dataset, "--run", run, "--require", f"reorder/{run}/{order}", *cfg],
@@ -64,7 +79,7 @@ if DAG is not None:  # pragma: no cover
     _env = os.environ.get
     with DAG(
         dag_id="glisp_refresh",
-        description="GLISP: ingest -> partition -> serialize -> reorder [-> infer] -> promote -> reload",
+        description="GLISP: ingest -> partition -> serialize -> reorder [-> train] [-> infer] -> promote -> reload",
         schedule=_env("GLISP_SCHEDULE", "@daily"),
         start_date=pendulum.datetime(2026, 1, 1, tz="UTC"),
         catchup=False,
@@ -79,6 +94,8 @@ if DAG is not None:  # pragma: no cover
             run=_env("GLISP_RUN", "adadne-p8"),
             cluster_file=_env("GLISP_CLUSTER_FILE", ""),
             infer_model=_env("GLISP_INFER_MODEL", ""),
+            train_model=_env("GLISP_TRAIN_MODEL", ""),
+            task=_env("GLISP_TRAIN_TASK", "node"),
         )
         prev = None
         for s in steps:

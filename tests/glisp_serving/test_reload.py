@@ -136,3 +136,23 @@ def test_hot_reload_under_load_loses_no_request_and_mixes_no_versions(two_versio
         assert all(_stats(a).dataset == f"{dv1.graph}/v1" for a in addrs)
     finally:
         assert cluster.stop() == 0
+
+
+def test_servers_follow_latest(two_versions, tmp_path):
+    """serve.follow_latest_s: every server polls the graph's latest and hot-reloads when it moves."""
+    from glisp_core.dataset.versions import set_latest
+
+    dv1, dv2 = two_versions
+    set_latest(dv1)
+    cluster = Cluster(dv1, EC_RUN, tmp_path, ["--threads", "1", "--set", "serve.follow_latest_s=0.2"])
+    try:
+        addrs = [a for p in json.loads(cluster.cluster_file.read_text())["addresses"] for a in p]
+        time.sleep(1.0)  # several polls: latest names the served version, nothing moves
+        assert all(_stats(a).dataset == f"{dv1.graph}/v1" for a in addrs)
+        set_latest(dv2)
+        deadline = time.time() + 120
+        while not all(_stats(a).dataset == f"{dv2.graph}/v2" for a in addrs):
+            assert time.time() < deadline, "the servers did not follow latest to v2"
+            time.sleep(0.2)
+    finally:
+        assert cluster.stop() == 0
