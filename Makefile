@@ -21,7 +21,7 @@ java-check:
 	  [ "$${v:-0}" -ge 17 ] || { echo "Java $$v found: Spark 4 needs Java 17 or newer; install openjdk-17 and re-run."; exit 1; }
 
 demo: $(STAMP) java-check
-	$(VENV)/bin/glisp pipeline --builtin cora --root data/demo --parts 4
+	$(VENV)/bin/glisp pipeline --builtin cora --root data/demo --parts 4 --train
 
 test: $(STAMP) java-check
 	$(VENV)/bin/ruff check .

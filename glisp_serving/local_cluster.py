@@ -2,8 +2,9 @@
 
 Used where a batch job trains through the real service rather than a long-running one (the refresh
 pipeline's ``train`` stage) and by the benchmarks. The child is a process group leader, so its servers
-go with it whatever happens to this process; stopping it sends SIGTERM (the servers drain), then
-SIGKILL after ``serve.grace_s`` + 10 s.
+go with it; on Linux it also gets SIGTERM when this process dies (``PR_SET_PDEATHSIG``), so a killed
+pipeline leaves no servers behind. Stopping it sends SIGTERM (the servers drain), then SIGKILL to the
+group after ``grace_s`` + 10 s.
 """
 
 from __future__ import annotations
@@ -21,6 +22,16 @@ from pathlib import Path
 from glisp_core.errors import StageError
 
 _ROOT = Path(__file__).resolve().parent.parent
+
+
+def _die_with_parent() -> None:
+    """In the child before exec: SIGTERM when the parent dies (Linux prctl; elsewhere a no-op)."""
+    try:
+        import ctypes
+
+        ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
+    except OSError:
+        pass
 
 
 def start_cluster(
@@ -51,7 +62,7 @@ def start_cluster(
     log = tempfile.TemporaryFile()
     env = dict(os.environ, PYTHONPATH=os.pathsep.join(filter(None, [str(_ROOT), os.environ.get("PYTHONPATH")])))
     proc = subprocess.Popen(cmd, env=env, stdout=subprocess.DEVNULL if quiet else None, stderr=log,
-                            start_new_session=True)  # fmt: skip
+                            start_new_session=True, preexec_fn=_die_with_parent)  # fmt: skip
     end = time.monotonic() + timeout_s
     while not cluster_file.exists():
         if proc.poll() is not None or time.monotonic() > end:

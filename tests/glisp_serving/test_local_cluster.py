@@ -1,0 +1,52 @@
+"""glisp_serving.local_cluster: a serve-cluster started for one job (``glisp train --serve``, the refresh
+pipeline's train stage) stops with its job, even when the job is SIGKILLed, and a cluster that cannot
+start is a clear error. Real serve-cluster subprocesses on the served test graph."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+
+import psutil
+import pytest
+
+from tests.glisp_serving.conftest import ROOT, VC_RUN
+
+_JOB = """
+import sys, time
+from glisp_serving.local_cluster import start_cluster
+p = start_cluster(sys.argv[1], sys.argv[2], sys.argv[3], threads=1, config_args=["--set", "serve.start_timeout_s=300"])
+print(p.pid, flush=True)
+time.sleep(600)
+"""
+
+
+def test_a_killed_job_takes_its_servers_with_it(graph, tmp_path):
+    job = subprocess.Popen([sys.executable, "-c", _JOB, str(graph.dv.path), VC_RUN, str(tmp_path / "c.json")],
+                           stdout=subprocess.PIPE, text=True, env=dict(os.environ, PYTHONPATH=str(ROOT)))  # fmt: skip
+    line = job.stdout.readline()
+    assert line.strip().isdigit(), f"the job did not start its cluster (exit {job.poll()})"
+    cluster = psutil.Process(int(line))
+    servers = cluster.children()
+    assert len(servers) == 3 and (tmp_path / "c.json").exists()
+    try:
+        job.kill()  # no cleanup code runs in the job
+        job.wait()
+        gone, alive = psutil.wait_procs([cluster, *servers], timeout=60)
+        assert not alive, f"still running after the job was killed: {[p.pid for p in alive]}"
+    finally:
+        for p in [cluster, *servers]:
+            if p.is_running():
+                os.killpg(cluster.pid, signal.SIGKILL)
+                break
+
+
+def test_a_cluster_that_cannot_start_is_a_clear_error(graph, tmp_path):
+    from glisp_core.errors import StageError
+    from glisp_serving.local_cluster import start_cluster
+
+    with pytest.raises(StageError, match="serve-cluster of .* run no-such-run exited with code 1: .*no-such-run"):
+        start_cluster(graph.dv.path, "no-such-run", tmp_path / "c.json", timeout_s=120)
+    assert not (tmp_path / "c.json").exists()
