@@ -60,6 +60,8 @@ _KNOWN = (
     ("Python worker exited unexpectedly", "a Spark Python worker died"),
     ("Answer from Java side is empty", "the Spark JVM died"),
     ("Error while sending or receiving", "the Spark JVM died"),
+    # py4j logs the socket error and raises this bare one when the JVM dies between two calls
+    ("Py4JError: An error occurred while calling o", "the Spark JVM died or stopped answering"),
     ("Connection refused", "the Spark JVM died or cannot be reached"),
     ("SparkContext was shut down", "the Spark context was shut down"),
     ("java.lang.OutOfMemoryError", "a Spark JVM ran out of memory"),
@@ -70,9 +72,10 @@ _KNOWN = (
 def failure_reason(e: BaseException, limit: int = 300) -> str:
     """A known cause when one is recognised, else the exception's last meaningful line."""
     text = f"{type(e).__name__}: {e}"
-    cause = e.__cause__ or e.__context__
-    if cause is not None:
+    cause, seen = e.__cause__ or e.__context__, 0
+    while cause is not None and seen < 10:  # the whole chain: Py4J wraps a dead JVM's socket error twice
         text += f"\n{type(cause).__name__}: {cause}"
+        cause, seen = cause.__cause__ or cause.__context__, seen + 1
     lines = [ln.strip() for ln in text.splitlines() if ln.strip()]
     for needle, what in _KNOWN:
         hit = next((ln for ln in lines if needle in ln), None)

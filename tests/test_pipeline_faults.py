@@ -246,6 +246,23 @@ def test_failure_reason_names_known_causes():
         pass
 
     assert failure_reason(Py4JNetworkError("Answer from Java side is empty")).startswith("the Spark JVM died")
+
+    class Py4JError(Exception):
+        pass
+
+    # the JVM died between two calls: py4j logs the socket error and raises a bare error (seen in a kill test)
+    bare = Py4JError("An error occurred while calling o33.getLocalProperty")
+    assert failure_reason(bare).startswith("the Spark JVM died or stopped answering")
+    try:  # a known cause deep in the chain is found
+        try:
+            raise Py4JNetworkError("Error while sending or receiving")
+        except Py4JNetworkError as inner:
+            raise RuntimeError("wrapper") from inner
+    except RuntimeError as outer:
+        try:
+            raise ValueError("outermost") from outer
+        except ValueError as top:
+            assert failure_reason(top).startswith("the Spark JVM died (")
     e = RuntimeError("Job aborted.\n  at x\nCaused by: java.io.IOException: No space left on device\n  at y")
     assert failure_reason(e).startswith("no space left on device (Caused by: java.io.IOException")
     assert failure_reason(ValueError("plain")) == "ValueError: plain"
