@@ -129,6 +129,20 @@ def test_round_kernel_never_exceeds_quota_or_splits_a_pair():
         assert len(set(part[key == k].tolist())) == 1
 
 
+def test_canonical_order_is_the_lexsort_by_pair_then_eid():
+    """The fast canonical order (one argsort of the pair key, ties by eid) is exactly the lexsort by
+    (min, max, eid): repeated pairs in both directions, eids out of order, and ids too large for the key."""
+    rng = np.random.default_rng(5)
+    s, d = rng.integers(0, 300, 5000), rng.integers(0, 300, 5000)
+    s, d = np.concatenate([s, d, s[:500]]), np.concatenate([d, s, d[:500]])  # both directions, repeats
+    eid = rng.permutation(len(s)).astype(np.int64)
+    for off in (0, 4_000_000_000):  # the second takes the lexsort fallback (n * n past int64)
+        a, b = s + off, d + off
+        want = np.lexsort((eid, np.maximum(a, b), np.minimum(a, b)))
+        assert np.array_equal(kernels.canonical_order(a, b, eid), want)
+    assert len(kernels.canonical_order(s[:0], d[:0], eid[:0])) == 0
+
+
 def test_finishing_pass_never_exceeds_the_capacity():
     """finish_greedy where the replication score pulls every pair into partition 0 (it holds every vertex):
     partition 0 stops at its capacity and the rest spills over, every pair whole."""
