@@ -92,12 +92,12 @@ def load_sample(root: Path, layer: int, part: int) -> tuple[HopSample, np.ndarra
         return HopSample(counts=z["counts"], nbrs=z["nbrs"]), z["interior"], int(z["fanout"])
 
 
-def write_needs(root: Path, rows_layer: int, part: int, vids: np.ndarray, nbrs: np.ndarray, row_of: Any,
+def write_needs(root: Path, rows_layer: int, part: int, foreign: np.ndarray, row_of: Any,
                 starts: tuple[int, ...]) -> int:  # fmt: skip
-    """Split the sampled neighbours of ``part``'s vertices that other partitions master by master partition and
-    write one needs file per source partition (every one, empty ones too); returns the foreign rows."""
-    foreign = np.unique(nbrs)
-    foreign = foreign[~np.isin(foreign, vids)]
+    """Split ``foreign`` (the distinct sampled neighbours of ``part``'s vertices that other partitions master) by
+    master partition and write one needs file per source partition (every one, empty ones too); returns their
+    number."""
+    foreign = np.asarray(foreign, np.int64)
     rows = np.asarray(row_of(foreign), np.int64)
     if (rows < 0).any():
         raise GlispError(f"the row index has no row for vertices {foreign[rows < 0][:3].tolist()}")

@@ -337,15 +337,20 @@ def plan_exchange(plan: InferPlan, part: int, attempt: int = 0) -> dict[str, Any
     vids = task_vertices(plan, part)
     engines = _Engines(plan, reader)
     row_index, pos_index = open_array(plan.store, INDEX_ROW), open_array(plan.store, INDEX_POS)
+    own = np.zeros(pos_index.shape[0], bool)
+    own[vids] = True
     sample_s, needs_s, foreign = [], [], []
     for layer in range(1, plan.layers + 1):
         t = time.perf_counter()
         sample, interior, fanout = layer_sample(plan, reader, vids, layer, engines)
         t1 = time.perf_counter()
-        ids = np.unique(np.concatenate([vids, sample.nbrs]))  # the static cache's, in the order's global position
+        mark = own.copy()  # distinct ids by marking: np.unique would sort every sampled edge
+        mark[sample.nbrs] = True
+        ids = np.flatnonzero(mark)  # the static cache's, then in the order's global position
         ids = ids[np.argsort(pos_index.get_orthogonal_selection(ids), kind="stable")]
         H.save_sample(ex, layer, part, sample, interior, fanout, ids, vids)
-        foreign.append(H.write_needs(ex, layer - 1, part, vids, sample.nbrs, row_index.get_orthogonal_selection,
+        mark[vids] = False
+        foreign.append(H.write_needs(ex, layer - 1, part, np.flatnonzero(mark), row_index.get_orthogonal_selection,
                                      plan.layout.starts))  # fmt: skip
         sample_s.append(t1 - t)
         needs_s.append(time.perf_counter() - t1)
