@@ -20,13 +20,17 @@ seconds (layerwise: the driver, the JVM and the Python workers; sample-wise: its
 2. the time split per layer: sampling, static-cache fill, reads through the dynamic cache, slice, writes;
 3. chunk reads per order (distinct static-cache chunks per batch, see glisp_infer.cache) and hit ratios;
 4. FIFO against LRU hit ratio at 1-20% of a task's chunks (the same reads replayed);
-5. --sweep: the batch size trade-off (reads against hits) for one task of layer 1, in process.
+5. --sweep: the batch size trade-off (reads against hits) for one task of layer 1, in process;
+6. --halo-compare N: N pairs of --time-order runs without and with the halo exchange (infer.halo), each
+   run's time split and the medians of fill/model and exchange/model.
 
 Counts (chunk reads, hits) are deterministic; timings need the lock::
 
     .venv/bin/python bench/infer.py --root /tmp/glisp-bench-infer --build-only          # build, untimed
     flock /tmp/glisp-bench.lock .venv/bin/python bench/infer.py --root /tmp/glisp-bench-infer --graphs rmat
     .venv/bin/python bench/infer.py --root /tmp/glisp-bench-infer --graphs cora imdb tolokers
+    flock /tmp/glisp-bench.lock .venv/bin/python bench/infer.py --root /tmp/glisp-bench-infer --graphs rmat \
+        --orders pds --samplewise-seeds 0 --halo-compare 3
 """
 
 from __future__ import annotations
