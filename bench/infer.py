@@ -20,13 +20,17 @@ seconds (layerwise: the driver, the JVM and the Python workers; sample-wise: its
 2. the time split per layer: sampling, static-cache fill, reads through the dynamic cache, slice, writes;
 3. chunk reads per order (distinct static-cache chunks per batch, see glisp_infer.cache) and hit ratios;
 4. FIFO against LRU hit ratio at 1-20% of a task's chunks (the same reads replayed);
-5. --sweep: the batch size trade-off (reads against hits) for one task of layer 1, in process.
+5. --sweep: the batch size trade-off (reads against hits) for one task of layer 1, in process;
+6. --halo-compare N: N pairs of --time-order runs without and with the halo exchange (infer.halo), each
+   run's time split and the medians of fill/model and exchange/model.
 
 Counts (chunk reads, hits) are deterministic; timings need the lock::
 
     .venv/bin/python bench/infer.py --root /tmp/glisp-bench-infer --build-only          # build, untimed
     flock /tmp/glisp-bench.lock .venv/bin/python bench/infer.py --root /tmp/glisp-bench-infer --graphs rmat
     .venv/bin/python bench/infer.py --root /tmp/glisp-bench-infer --graphs cora imdb tolokers
+    flock /tmp/glisp-bench.lock .venv/bin/python bench/infer.py --root /tmp/glisp-bench-infer --graphs rmat \
+        --orders pds --samplewise-seeds 0 --halo-compare 3
 """
 
 from __future__ import annotations
@@ -153,22 +157,25 @@ def _tree_cpu(pid: int | None = None) -> float:
     return total
 
 
-def layerwise(spark, cfg, info: dict, model_run: str, args: argparse.Namespace, order: str) -> dict:
+def layerwise(spark, cfg, info: dict, model_run: str, args: argparse.Namespace, order: str, halo: bool = True) -> dict:
     from glisp_core.config import with_values
     from glisp_infer.job import run_infer
 
-    c = with_values(cfg, "infer", model=model_run, run=f"bench-{order}", order=order, fanouts=args.fanouts,
-                    chunk_rows=args.chunk_rows, cache_chunk_rows=args.cache_chunk_rows, batch_size=args.batch_size,
-                    cache_fraction=args.cache_fraction, scratch_dir=str(args.scratch))  # fmt: skip
+    c = with_values(cfg, "infer", model=model_run, run=f"bench-{order}" + ("" if halo else "-nohalo"), order=order,
+                    fanouts=args.fanouts, chunk_rows=args.chunk_rows, cache_chunk_rows=args.cache_chunk_rows,
+                    batch_size=args.batch_size, cache_fraction=args.cache_fraction, scratch_dir=str(args.scratch),
+                    halo=halo)  # fmt: skip
     cpu0, t0 = _tree_cpu(), time.perf_counter()
     rec = run_infer(spark, c, info["dv"], force=True, log=lambda s: None)
     wall, cpu = time.perf_counter() - t0, _tree_cpu() - cpu0
     t = rec.timings
     lw = t["total_s"] - t["outputs_s"]
-    print(f"  layerwise {order}: {wall:.1f}s wall ({lw:.1f}s index + layers, {t['outputs_s']:.1f}s Parquet outputs), "
-          f"{cpu:.1f} CPU-s; chunk reads {rec.metrics['chunk_reads']:,}, hit ratio "
-          f"{rec.metrics['dynamic_hit_ratio']}", flush=True)  # fmt: skip
-    return {"order": order, "wall_s": wall, "cpu_s": cpu, "layers_s": lw, "timings": t, "metrics": rec.metrics,
+    m = rec.metrics
+    print(f"  layerwise {order} (halo {'on' if halo else 'off'}): {wall:.1f}s wall ({lw:.1f}s index + layers, "
+          f"{t['outputs_s']:.1f}s Parquet outputs), {cpu:.1f} CPU-s; chunk reads {m['chunk_reads']:,}, hit ratio "
+          f"{m['dynamic_hit_ratio']}, fill/model {m['fill_over_model']}, exchange/model {m['exchange_over_model']}",
+          flush=True)  # fmt: skip
+    return {"order": order, "halo": halo, "wall_s": wall, "cpu_s": cpu, "layers_s": lw, "timings": t, "metrics": rec.metrics,
             "path": str(info["dv"].path / rec.path)}  # fmt: skip
 
 
@@ -255,6 +262,48 @@ def sweep(info: dict, timed: dict, args: argparse.Namespace) -> list[dict]:
     return rows
 
 
+def time_split(t: dict, what: str) -> str:
+    """The per-layer time split of one run (task seconds summed over partitions)."""
+    m = t["metrics"]
+    out = [f"\nTime split of {what} ({t['layers_s']:.1f}s index + layers; task seconds summed over partitions; "
+           f"fill/model {m['fill_over_model']}, exchange/model {m['exchange_over_model']}, sampling/model "
+           f"{m['sample_over_model']}):\n",
+           "| layer | sample | needs | fill | read | slice | write | halo write | fill/model | exchange/model | "
+           "fill chunks | halo rows | task CPU s | wall |\n|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]  # fmt: skip
+    for k, d in m["layers"].items():
+        hw = f"{d.get('halo_write_s', 0):.2f}"
+        if "fill_s" in d:
+            out.append(f"| {k} | {d['sample_s']:.2f} | {d.get('needs_s', 0):.2f} | {d['fill_s']:.2f} | {d['read_s']:.2f} "
+                       f"| {d['compute_s']:.2f} | {d['write_s']:.2f} | {hw} | {d['fill_over_model']} | "
+                       f"{d['exchange_over_model']} | {d['fill_chunks']} | {d.get('halo_rows', 0):,} | {d['cpu_s']:.1f} "
+                       f"| {d['wall_s']:.1f} |")  # fmt: skip
+        else:
+            out.append(
+                f"| {k} (features) | | | | | | {d['write_s']:.2f} | {hw} | | | | | {d['cpu_s']:.1f} | {d['wall_s']:.1f} |"
+            )
+    if "plan" in m:
+        out.append(f"\nPlan job (samples, needs): {t['timings'].get('plan_s', 0):.1f}s wall, {m['plan']['cpu_s']:.1f} "
+                   "task CPU s (its sampling and needs seconds are in the layers' columns).")  # fmt: skip
+    return "\n".join(out)
+
+
+def halo_table(runs: list[dict]) -> str:
+    """Medians of the alternating halo off / on runs."""
+    out = ["\n| halo | runs | fill/model | exchange/model | fill s | model s | index + layers s | CPU s |\n"
+           "|---|---|---|---|---|---|---|---|"]  # fmt: skip
+    for h in (False, True):
+        xs = [x for x in runs if x["halo"] == h]
+
+        def med(f, xs=xs) -> float:
+            return float(np.median([f(x) for x in xs]))
+
+        out.append(f"| {'on' if h else 'off'} | {len(xs)} | {med(lambda x: x['metrics']['fill_over_model']):.3f} | "
+                   f"{med(lambda x: x['metrics']['exchange_over_model']):.3f} | {med(lambda x: x['metrics']['fill_s']):.2f} | "
+                   f"{med(lambda x: x['metrics']['model_s']):.2f} | {med(lambda x: x['layers_s']):.1f} | "
+                   f"{med(lambda x: x['cpu_s']):.1f} |")  # fmt: skip
+    return "\n".join(out)
+
+
 def markdown(res: dict) -> str:
     out = []
     for g, r in res["graphs"].items():
@@ -282,16 +331,11 @@ def markdown(res: dict) -> str:
                 out.append(f"| {name} | {wall:.1f} | {cpu:.0f} | " + " / ".join(f"{x['est_wall_s'] / wall:.1f}x" for x in sws)
                            + " | " + " / ".join(f"{x['est_cpu_s'] / cpu:.1f}x" for x in sws) + " |")  # fmt: skip
         m = t["metrics"]
-        out.append(f"\nTime split of the timed {t['order']} run (task seconds summed over partitions; fill/model "
-                   f"{m['fill_over_model']}, sampling/model {m['sample_over_model']}):\n")  # fmt: skip
-        out.append("| layer | sample | fill | read | slice | write | fill/model | task CPU s | wall |\n"
-                   "|---|---|---|---|---|---|---|---|---|")  # fmt: skip
-        for k, d in m["layers"].items():
-            if "fill_s" in d:
-                out.append(f"| {k} | {d['sample_s']:.2f} | {d['fill_s']:.2f} | {d['read_s']:.2f} | {d['compute_s']:.2f} "
-                           f"| {d['write_s']:.2f} | {d['fill_over_model']} | {d['cpu_s']:.1f} | {d['wall_s']:.1f} |")  # fmt: skip
-            else:
-                out.append(f"| {k} (features) | | | | | {d['write_s']:.2f} | | {d['cpu_s']:.1f} | {d['wall_s']:.1f} |")
+        out.append(time_split(t, f"the timed {t['order']} run"))
+        for k, x in enumerate(r.get("halo_compare", [])):
+            out.append(time_split(x, f"comparison run {k + 1}, {x['order']}, halo {'on' if x['halo'] else 'off'}"))
+        if r.get("halo_compare"):
+            out.append(halo_table(r["halo_compare"]))
         out.append(f"\nIndex {t['timings']['index_s']:.1f}s, layer 0 (features) {t['timings']['layer0_s']:.1f}s, "
                    f"Parquet outputs {t['timings']['outputs_s']:.1f}s; {m['bytes_written']:,} bytes written, "
                    f"compression {m['compression_ratio']}.")  # fmt: skip
@@ -349,6 +393,12 @@ def main() -> int:
         action="store_false",
         help="time the first run (cold Python workers) when the timed order is the only one",
     )
+    ap.add_argument(
+        "--halo-compare",
+        type=int,
+        default=0,
+        help="after the order runs, this many pairs of --time-order runs without and with the halo exchange",
+    )
     ap.add_argument("--build-only", action="store_true")
     ap.add_argument("--root", default="/tmp/glisp-bench-infer")
     ap.add_argument("--driver-memory", default="4g")
@@ -385,6 +435,9 @@ def main() -> int:
         runs = [layerwise(spark, cfg, info, name, args, o) for o in orders]
         r = {"n": info["n"], "m": info["m"], "model": name, "orders": runs[len(runs) - len(set(orders)):],
              "timed": runs[-1], "cold": runs[0]}  # fmt: skip
+        if args.halo_compare:
+            r["halo_compare"] = [layerwise(spark, cfg, info, name, args, args.time_order, halo=h)
+                                 for _ in range(args.halo_compare) for h in (False, True)]  # fmt: skip
         if args.samplewise_seeds:
             r["samplewise"] = samplewise(info, model, args)
             if args.samplewise_service:

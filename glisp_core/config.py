@@ -318,6 +318,7 @@ class InferConfig:
     cache_chunks: int = 0  # dynamic cache size in chunks; 0 = cache_fraction
     scratch_dir: str = ""  # local disk of the static caches; "": the system temp directory
     local_own_rows: bool = True  # keep a task's output rows on local disk as its next layer's own static rows
+    halo: bool = True  # push each layer's rows other partitions' next layer samples into per-pair files (else: decode Zarr chunks)
     device: Literal["auto", "cpu", "cuda"] = "auto"  # auto: CUDA when present
     threads: int = 0  # torch threads per task; 0 = cores / concurrent tasks
     edges: str = ""  # link task: edge list to score (Parquet or CSV of original ids); "": every edge

@@ -17,6 +17,7 @@ and hit more. :func:`simulate_hits` replays the access trace under other policie
 
 from __future__ import annotations
 
+import os
 import uuid
 from pathlib import Path
 
@@ -32,13 +33,18 @@ POLICIES = ("fifo", "lru")
 class StaticCache:
     """Rows of ``ids`` (global vertex ids, already in local-id order) in one float32 file on local disk."""
 
-    def __init__(self, scratch: Path, ids: np.ndarray, dim: int, chunk_rows: int) -> None:
+    def __init__(self, scratch: Path, ids: np.ndarray, dim: int, chunk_rows: int, adopt: Path | None = None) -> None:
+        """``adopt``: a file of exactly these rows, partly filled already (the previous task wrote its rows in
+        place); it is moved here, so a retry of this task never sees it half-filled."""
         self.ids = np.asarray(ids, np.int64)
         self.dim, self.chunk_rows = int(dim), int(chunk_rows)
         self._sorter = np.argsort(self.ids, kind="stable")
         self._sorted = self.ids[self._sorter]
         self.path = Path(scratch) / f"static-{uuid.uuid4().hex}.f32"
-        self.mm = np.memmap(self.path, dtype=np.float32, mode="w+", shape=(max(len(self.ids), 1), self.dim))
+        if adopt is not None:
+            os.replace(adopt, self.path)
+        mode = "r+" if adopt is not None else "w+"
+        self.mm = np.memmap(self.path, dtype=np.float32, mode=mode, shape=(max(len(self.ids), 1), self.dim))
 
     @property
     def num_chunks(self) -> int:

@@ -29,6 +29,7 @@ from glisp_core.dataset.layout import DatasetVersion
 from glisp_core.dataset.manifest import Manifest, StageRecord
 from glisp_core.dataset.publish import StagePublisher, file_fingerprints
 from glisp_core.errors import GlispError, StageError
+from glisp_infer.halo import remove_layer_files
 from glisp_infer.metrics import summarize_layers
 from glisp_infer.plan import InferPlan
 from glisp_infer.sampling import check_fanouts
@@ -36,6 +37,7 @@ from glisp_infer.store import Codec, RowLayout, create_arrays
 
 STORE_FILE = "store.json"
 ZARR_DIR = "zarr"
+EXCHANGE_DIR = "exchange"  # the halo exchange between layers (glisp_infer.halo), removed before publishing
 
 
 def effective_chunk_rows(chunk_rows: int, counts: list[int]) -> int:
@@ -153,7 +155,7 @@ def run_infer(spark: Any, cfg: Config, dv: DatasetVersion, force: bool = False, 
         "compressor": ic.compressor, "clevel": ic.clevel, "shuffle": ic.shuffle, "batch_size": ic.batch_size,
         "cache_chunk_rows": ic.cache_chunk_rows or layout.chunk_rows, "cache_policy": ic.cache_policy,
         "cache_fraction": ic.cache_fraction, "cache_chunks": ic.cache_chunks, "store": ic.store,
-        "edges": ic.edges, "task": inp.spec.task, "arch": inp.spec.arch, "dims": list(inp.dims),
+        "edges": ic.edges, "task": inp.spec.task, "arch": inp.spec.arch, "dims": list(inp.dims), "halo": ic.halo,
     }  # fmt: skip
     extra = None
     if ic.edges:  # a local edge list is fingerprinted; a URL is taken as named
@@ -200,7 +202,7 @@ def _new_store(dv: DatasetVersion, base: str, name: str, tmp: Path) -> str:
 
 
 def _plan(
-    cfg: Config, spark: Any, inp: Inputs, layout: RowLayout, codec: Codec, url: str, fault: str | None
+    cfg: Config, spark: Any, inp: Inputs, layout: RowLayout, codec: Codec, url: str, fault: str | None, tmp: Path
 ) -> InferPlan:
     ic = cfg.infer
     cores = os.cpu_count() or 1
@@ -212,7 +214,7 @@ def _plan(
         task=inp.spec.task, batch_size=ic.batch_size, cache_chunk_rows=ic.cache_chunk_rows or layout.chunk_rows,
         cache_policy=ic.cache_policy, cache_fraction=ic.cache_fraction, cache_chunks=ic.cache_chunks,
         scratch_dir=ic.scratch_dir, device=ic.device, threads=threads, local_own_rows=ic.local_own_rows,
-        token=f"{inp.name}-{uuid.uuid4().hex[:12]}", fault=fault if fault is not None else os.environ.get("GLISP_INFER_FAULT", ""),
+        exchange_dir=str(tmp / EXCHANGE_DIR) if ic.halo else "", token=f"{inp.name}-{uuid.uuid4().hex[:12]}", fault=fault if fault is not None else os.environ.get("GLISP_INFER_FAULT", ""),
     )  # fmt: skip
 
 
@@ -236,11 +238,13 @@ def run_tasks(spark: Any, plan: InferPlan, fn: Any, what: str) -> list[dict[str,
 def _run(spark: Any, cfg: Config, dv: DatasetVersion, inp: Inputs, layout: RowLayout, codec: Codec, url: str,
          pub: StagePublisher, fault: str | None, log: Any) -> StageRecord:  # fmt: skip
     t0 = time.perf_counter()
-    plan = _plan(cfg, spark, inp, layout, codec, url, fault)
+    plan = _plan(cfg, spark, inp, layout, codec, url, fault, pub.tmp)
     try:
         return _run_layers(spark, cfg, dv, inp, plan, pub, log, t0)
     finally:
         shutil.rmtree(plan.scratch(), ignore_errors=True)  # this host's leftovers (tasks remove their own)
+        if plan.exchange() is not None:
+            shutil.rmtree(plan.exchange(), ignore_errors=True)
 
 
 def _run_layers(spark: Any, cfg: Config, dv: DatasetVersion, inp: Inputs, plan: InferPlan, pub: StagePublisher,
@@ -257,6 +261,11 @@ def _run_layers(spark: Any, cfg: Config, dv: DatasetVersion, inp: Inputs, plan: 
     t = time.perf_counter()
     idx = build_index(spark, dv, dv.path / inp.reorder.path, layout, url, pub.tmp / "index", inp.vertex_types)
     timings["index_s"] = time.perf_counter() - t
+    planned: dict[int, dict[str, Any]] = {}
+    if plan.exchange() is not None:
+        t = time.perf_counter()
+        planned = {r["part"]: r for r in run_tasks(spark, plan, T.plan_exchange, "plan (samples, halo needs)")}
+        timings["plan_s"] = time.perf_counter() - t
     per_layer: list[list[dict[str, Any]]] = []
     for layer in range(plan.layers + 1):
         t = time.perf_counter()
@@ -268,13 +277,24 @@ def _run_layers(spark: Any, cfg: Config, dv: DatasetVersion, inp: Inputs, plan: 
         timings[f"layer{layer}_s"] = wall
         for r in res:
             r["wall_s"] = wall
+            if layer and planned:  # the layer's sampling and needs ran in the plan job
+                r["sample_s"] += planned[r["part"]]["sample_s"][layer - 1]
+                r["needs_s"] = planned[r["part"]]["needs_s"][layer - 1]
+        if layer and plan.exchange() is not None:
+            remove_layer_files(plan.exchange(), layer - 1)
         per_layer.append(sorted(res, key=lambda r: r["part"]))
         log(f"infer/{inp.name}: layer {layer} done in {wall:.1f}s")
     t = time.perf_counter()
     out_counts = write_outputs(spark, plan, cfg, dv, pub.tmp, inp.vertex_types, inp.edge_types)
     timings["outputs_s"] = time.perf_counter() - t
+    if plan.exchange() is not None:
+        shutil.rmtree(plan.exchange(), ignore_errors=True)  # not part of the published stage
     shutil.copy(Path(inp.checkpoint) / "model.json", pub.tmp / "model.json")
     metrics = summarize_layers(per_layer)
+    if planned:
+        metrics["plan"] = {"total_s": round(sum(r["total_s"] for r in planned.values()), 3),
+                           "cpu_s": round(sum(r["cpu_s"] for r in planned.values()), 3),
+                           "attempts_per_part": [int(planned[k]["attempt"]) + 1 for k in sorted(planned)]}  # fmt: skip
     counts = {"vertices": layout.num_vertices, "rows": layout.rows, "vertices_per_part": list(layout.counts),
               "row_start_per_part": list(layout.starts), "layers": plan.layers, "dims": list(plan.dims),
               "chunks_per_layer": layout.rows // layout.chunk_rows, **idx, **out_counts}  # fmt: skip

@@ -3,6 +3,9 @@
 Times are task seconds summed over partitions (CPU-like; the layer's wall time is ``wall_s``).
 ``fill_over_model`` is the paper's Table V ratio: static-cache filling against the model pass
 (reading rows through the dynamic cache plus the slice itself). Sampling is reported on its own.
+With the halo exchange (``glisp_infer.halo``) part of the filling moves elsewhere: the plan job splits the
+samples by source partition (``needs_s``) and the previous layer's tasks write the pushed rows
+(``halo_write_s``); ``exchange_over_model`` charges all of it, ``(fill + needs + previous halo_write) / model``.
 """
 
 from __future__ import annotations
@@ -12,7 +15,7 @@ from typing import Any
 SUMS = ("rows", "vertices", "chunks_written", "bytes_written", "raw_bytes", "total_s", "cpu_s", "write_s", "sample_s", "fill_s",
         "read_s", "compute_s", "model_s", "fill_chunks", "chunk_reads", "dynamic_hits", "dynamic_misses",
         "static_hits", "static_lookups", "static_rows", "static_foreign_rows", "static_bytes", "sampled_edges",
-        "interior", "boundary", "evictions")  # fmt: skip
+        "interior", "boundary", "evictions", "halo_rows", "halo_rows_written", "halo_write_s", "needs_s")  # fmt: skip
 
 
 def _ratio(a: float, b: float) -> float:
@@ -52,9 +55,14 @@ def shadow_ratios(res: list[dict[str, Any]]) -> dict[str, dict[str, float]]:
 def summarize_layers(per_layer: list[list[dict[str, Any]]]) -> dict[str, Any]:
     """``layers``: one dict per layer; the totals over layers 1..K at the top level."""
     layers = {f"layer{i}": summarize_layer(res) for i, res in enumerate(per_layer)}
+    for i in range(1, len(per_layer)):
+        d = layers[f"layer{i}"]
+        d["exchange_s"] = round(d["fill_s"] + d.get("needs_s", 0) + layers[f"layer{i - 1}"].get("halo_write_s", 0), 3)
+        d["exchange_over_model"] = _ratio(d["exchange_s"], d["model_s"])
     model = [layers[f"layer{i}"] for i in range(1, len(per_layer))]
     tot = {k: sum(d.get(k, 0) for d in model) for k in ("fill_s", "model_s", "sample_s", "read_s", "compute_s",
-                                                         "write_s", "chunk_reads", "dynamic_hits", "fill_chunks")}  # fmt: skip
+                                                         "write_s", "chunk_reads", "dynamic_hits", "fill_chunks",
+                                                         "exchange_s", "halo_rows")}  # fmt: skip
     task_cpu = sum(d.get("cpu_s", 0) for d in layers.values())
     written = sum(d["bytes_written"] for d in layers.values())
     raw = sum(d["raw_bytes"] for d in layers.values())
@@ -64,6 +72,9 @@ def summarize_layers(per_layer: list[list[dict[str, Any]]]) -> dict[str, Any]:
         "fill_chunks": tot["fill_chunks"],
         "dynamic_hit_ratio": _ratio(tot["dynamic_hits"], tot["chunk_reads"]),
         "fill_over_model": _ratio(tot["fill_s"], tot["model_s"]),
+        "exchange_over_model": _ratio(tot["exchange_s"], tot["model_s"]),
+        "exchange_s": round(tot["exchange_s"], 3),
+        "halo_rows": tot["halo_rows"],
         "sample_over_model": _ratio(tot["sample_s"], tot["model_s"]),
         "fill_s": round(tot["fill_s"], 3),
         "model_s": round(tot["model_s"], 3),

@@ -39,6 +39,7 @@ class InferPlan:
     device: str = "auto"
     threads: int = 1
     local_own_rows: bool = True  # keep each task's output rows on local disk for its next layer's static cache
+    exchange_dir: str = ""  # halo exchange between layers (glisp_infer.halo), shared by every executor; "": none
     token: str = ""  # unique per run: names its files under the scratch directory
     shadow_fractions: tuple[float, ...] = field(default=SHADOW_FRACTIONS)
     fault: str = ""  # test hook "layer:part:chunks[:raise]": the first attempt of that task dies after writing chunks
@@ -57,6 +58,10 @@ class InferPlan:
         d = Path(self.scratch_dir or tempfile.gettempdir()) / "glisp-infer" / (self.token or "run")
         d.mkdir(parents=True, exist_ok=True)
         return d
+
+    def exchange(self) -> Path | None:
+        """The directory of the halo exchange (``glisp_infer.halo``), or None when tasks fill from Zarr."""
+        return Path(self.exchange_dir) if self.exchange_dir else None
 
     def own_rows_file(self, layer: int, part: int) -> Path:
         """Where partition ``part``'s task keeps its rows of layer ``layer`` for its next layer."""

@@ -27,48 +27,92 @@ from typing import Any
 import numpy as np
 
 from glisp_core.errors import GlispError
+from glisp_infer import halo as H
 from glisp_infer.cache import ChunkCache, StaticCache, capacity_of, simulate_hits
 from glisp_infer.plan import InferPlan, load_model, resolve_device, set_threads
 from glisp_infer.sampling import FULL, edge_slots, hop_of, layer_request, max_degree, sample_masters
 from glisp_infer.store import INDEX_POS, INDEX_ROW, INDEX_VID, layer_name, open_array, stored_bytes, write_owned
 
 
+class LocalRows:
+    """A task's output rows kept on the local disk for its next layer: in row order, or (``at``: the local ids of
+    its vertices in the next layer's static cache, of ``total`` rows) in place in that cache's file, which the
+    next task then adopts instead of copying them. Written under a temporary name and renamed when complete."""
+
+    def __init__(self, path: Path, dim: int, at: np.ndarray | None = None, total: int = 0) -> None:
+        self.path, self.k = path, 0
+        self.tmp = path.with_name(f".{path.name}.{uuid.uuid4().hex[:8]}")
+        self.at = at
+        self.offset = -1  # at is one contiguous run from here (PDS, PS): slice writes
+        if at is not None and (len(at) == 0 or int(at[-1]) - int(at[0]) + 1 == len(at)):
+            self.offset = int(at[0]) if len(at) else 0
+        self.fh = open(self.tmp, "wb") if at is None else None  # noqa: SIM115 - closed in close()
+        self.mm = np.memmap(self.tmp, np.float32, "w+", shape=(max(total, 1), dim)) if at is not None else None
+
+    def add(self, rows: np.ndarray) -> None:
+        if self.fh is not None:
+            self.fh.write(np.ascontiguousarray(rows, np.float32).tobytes())
+        elif self.offset >= 0:
+            self.mm[self.offset + self.k : self.offset + self.k + len(rows)] = rows
+        else:
+            self.mm[self.at[self.k : self.k + len(rows)]] = rows
+        self.k += len(rows)
+
+    def _release(self) -> None:
+        if self.fh is not None:
+            self.fh.close()
+        if self.mm is not None:
+            self.mm.flush()
+            self.mm._mmap.close()  # type: ignore[attr-defined]
+        self.fh = self.mm = None
+
+    def close(self) -> None:
+        self._release()
+        os.replace(self.tmp, self.path)  # complete, or absent: a reader never sees half of it
+
+    def abort(self) -> None:
+        self._release()
+        self.tmp.unlink(missing_ok=True)
+
+
 class OwnedWriter:
     """Streams a task's output rows into its own chunks of a layer array, whole chunks only, and (with
-    ``local``) into a file on local disk that becomes the own part of the task's next static cache."""
+    ``local``) to the local disk for the task's next static cache, and (with ``halo``) to the other partitions."""
 
     def __init__(self, arr: Any, start: int, chunk_rows: int, fault: tuple[int, bool] | None = None,
-                 local: Path | None = None) -> None:  # fmt: skip
-        self.arr, self.next_row, self.chunk_rows = arr, start, chunk_rows
+                 local: LocalRows | None = None, halo: H.HaloWriter | None = None) -> None:  # fmt: skip
+        self.arr, self.next_row, self.chunk_rows, self.halo = arr, start, chunk_rows, halo
         self.buf: list[np.ndarray] = []
         self.buffered = 0
         self.chunks = 0
         self.seconds = 0.0
         self.fault = fault  # (chunks, raise instead of exiting): die after writing that many chunks
         self.local = local
-        self._tmp = local.with_name(f".{local.name}.{uuid.uuid4().hex[:8]}") if local else None
-        self._fh = open(self._tmp, "wb") if self._tmp else None  # noqa: SIM115 - closed in close()
 
     def add(self, rows: np.ndarray) -> None:
         self.buf.append(rows)
         self.buffered += len(rows)
-        if self._fh is not None:
-            self._fh.write(np.ascontiguousarray(rows, np.float32).tobytes())
+        if self.local is not None:
+            self.local.add(rows)
+        if self.halo is not None:
+            self.halo.add(rows)
         if self.buffered >= self.chunk_rows:
             self._flush(self.buffered - self.buffered % self.chunk_rows)
 
     def close(self) -> None:
         self._flush(self.buffered)
-        if self._fh is not None:
-            self._fh.close()
-            os.replace(self._tmp, self.local)  # complete, or absent: a reader never sees half of it
-            self._fh = None
+        if self.halo is not None:
+            self.halo.close()
+        if self.local is not None:
+            self.local.close()
+            self.local = None
 
     def abort(self) -> None:
-        if self._fh is not None:
-            self._fh.close()
-            self._tmp.unlink(missing_ok=True)
-            self._fh = None
+        if self.halo is not None:
+            self.halo.abort()
+        if self.local is not None:
+            self.local.abort()
+            self.local = None
 
     def _flush(self, n: int) -> None:
         if n == 0:
@@ -118,8 +162,7 @@ def write_features(plan: InferPlan, part: int, attempt: int = 0) -> dict[str, An
     if (rows < 0).any():
         raise GlispError(f"{reader.path}: vertices {vids[rows < 0][:3].tolist()} are not mastered here")
     arr = open_array(plan.store, layer_name(0), mode="r+")
-    writer = OwnedWriter(arr, plan.layout.starts[part], plan.layout.chunk_rows, parse_fault(plan, 0, part, attempt),
-                         _keep_local(plan, 0, part))  # fmt: skip
+    writer = new_writer(plan, arr, 0, part, attempt)
     try:
         step = plan.layout.chunk_rows * 8
         for a in range(0, len(vids), step):
@@ -130,13 +173,41 @@ def write_features(plan: InferPlan, part: int, attempt: int = 0) -> dict[str, An
     return _write_metrics(plan, part, 0, arr, writer, attempt, t0, c0)
 
 
+def new_writer(plan: InferPlan, arr: Any, layer: int, part: int, attempt: int) -> OwnedWriter:
+    """The writer of a task's rows of ``layer``: its Zarr chunks, the local file of its next layer and, with the
+    halo exchange, the rows other partitions' next layer needs."""
+    ex = plan.exchange()
+    halo = H.HaloWriter(ex, layer, part, plan.num_parts, plan.dims[layer]) if ex and layer < plan.layers else None
+    try:
+        return OwnedWriter(arr, plan.layout.starts[part], plan.layout.chunk_rows, parse_fault(plan, layer, part, attempt),
+                           _keep_local(plan, layer, part), halo)  # fmt: skip
+    except BaseException:
+        if halo is not None:
+            halo.abort()
+        raise
+
+
+def _keep_local(plan: InferPlan, layer: int, part: int) -> LocalRows | None:
+    """The local file of this task's output rows, when its next layer will use them: with the halo exchange, the
+    next layer's static cache with these rows in place (the plan job knows its vertices), else the rows in order."""
+    if not plan.local_own_rows or layer >= plan.layers:
+        return None
+    ex = plan.exchange()
+    nxt = H.load_static_ids(ex, layer + 1, part) if ex is not None else None
+    if nxt is None:
+        return LocalRows(plan.own_rows_file(layer, part), plan.dims[layer])
+    ids, own_local = nxt
+    return LocalRows(plan.own_rows_file(layer, part), plan.dims[layer], own_local, len(ids))
+
+
 def _write_metrics(plan: InferPlan, part: int, layer: int, arr: Any, w: OwnedWriter, attempt: int, t0: float,
                    c0: float) -> dict:  # fmt: skip
     raw = plan.layout.counts[part] * plan.dims[layer] * 4  # the rows' bytes (padding compresses to almost nothing)
     stored = stored_bytes(arr, plan.layout.chunks_of(part))
+    halo = {"halo_write_s": w.halo.seconds, "halo_rows_written": w.halo.rows_written} if w.halo is not None else {}
     return {"part": part, "layer": layer, "attempt": attempt, "rows": plan.layout.counts[part], "chunks_written": w.chunks,
             "bytes_written": stored, "raw_bytes": raw, "write_s": w.seconds, "total_s": time.perf_counter() - t0,
-            "cpu_s": time.process_time() - c0}  # fmt: skip
+            "cpu_s": time.process_time() - c0, **halo}  # fmt: skip
 
 
 class _Engines:
@@ -156,17 +227,13 @@ class _Engines:
         return self.engines[k]
 
 
-def _keep_local(plan: InferPlan, layer: int, part: int) -> Path | None:
-    """The local file of this task's output rows, when its next layer will use them."""
-    return plan.own_rows_file(layer, part) if plan.local_own_rows and layer < plan.layers else None
-
-
-def _own_file(plan: InferPlan, layer: int, part: int, n: int, dim: int) -> Path | None:
-    """This host's complete copy of the partition's rows of ``layer``, if its previous task left one here."""
+def _own_file(plan: InferPlan, layer: int, part: int, rows: int, dim: int) -> Path | None:
+    """This host's complete copy of the partition's rows of ``layer`` (``rows`` rows: in order, or in place in
+    the static cache), if its previous task left one here."""
     if not plan.local_own_rows:
         return None
     f = plan.own_rows_file(layer, part)
-    return f if f.exists() and f.stat().st_size == n * dim * 4 else None
+    return f if f.exists() and f.stat().st_size == max(rows, 1) * dim * 4 else None
 
 
 def fill_static(put: Any, arr: Any, rows: np.ndarray, chunk_rows: int) -> int:
@@ -185,38 +252,110 @@ def fill_static(put: Any, arr: Any, rows: np.ndarray, chunk_rows: int) -> int:
 
 def build_static(
     plan: InferPlan, layer: int, part: int, vids: np.ndarray, nbrs: np.ndarray
-) -> tuple[StaticCache, int, bool]:
+) -> tuple[StaticCache, dict[str, Any]]:
     """The static cache of slice ``layer - 1``: the layer-``layer - 1`` rows of the task's vertices and of every
     sampled neighbour, local ids sorted by the order's global position. The own rows come from the local file
-    the partition's previous task wrote on this host (else its own chunks of the Zarr array), the others from
-    Zarr, each global chunk decoded once. Returns the cache, the global chunks decoded, whether the own rows
-    were local."""
+    the partition's previous task wrote on this host (else its own chunks of the Zarr array); the others from
+    the halo files the other partitions' previous tasks pushed to this one (``glisp_infer.halo``), or without
+    the exchange from Zarr, each global chunk decoded once. Returns the cache and its fill metrics."""
     i, d_in = layer - 1, plan.dims[layer - 1]
-    ids = np.unique(np.concatenate([vids, nbrs]))
-    ids = ids[np.argsort(open_array(plan.store, INDEX_POS).get_orthogonal_selection(ids), kind="stable")]
-    cache = StaticCache(plan.scratch(), ids, d_in, plan.cache_chunk_rows)
+    ex = plan.exchange()
+    planned = H.load_static_ids(ex, layer, part) if ex is not None else None
+    if planned is not None:  # the plan job's: the same ids, in the same order
+        ids = planned[0]
+    else:
+        ids = np.unique(np.concatenate([vids, nbrs]))
+        ids = ids[np.argsort(open_array(plan.store, INDEX_POS).get_orthogonal_selection(ids), kind="stable")]
     arr = open_array(plan.store, layer_name(i))
     c, n = plan.layout.chunk_rows, len(vids)
-    own_file = _own_file(plan, i, part, n, d_in)
-    chunks = 0
+    in_place = _own_file(plan, i, part, len(ids), d_in) if planned is not None else None
+    own_file = None if in_place is not None else _own_file(plan, i, part, n, d_in)
+    cache = StaticCache(plan.scratch(), ids, d_in, plan.cache_chunk_rows, adopt=in_place)
+    m = {"fill_chunks": 0, "own_rows_local": (in_place or own_file) is not None, "halo_rows": 0}
     try:
         own_local = cache.local_ids(vids)
         src = np.memmap(own_file, dtype=np.float32, mode="r", shape=(n, d_in)) if own_file and n else None
-        for a in range(0, n, c):  # own rows: one contiguous run of whole chunks, in row order
+        for a in range(0, n if in_place is None else 0, c):  # own rows: one run of whole chunks, in row order
             b = min(a + c, n)
             if src is None:
                 start = plan.layout.starts[part]
-                block, chunks = np.asarray(arr[start + a : start + b]), chunks + 1
+                block = np.asarray(arr[start + a : start + b])
+                m["fill_chunks"] += 1
             else:
                 block = np.asarray(src[a:b])
             cache.put(own_local[a:b], block)
         foreign = np.flatnonzero(~np.isin(ids, vids))
-        rows = np.asarray(open_array(plan.store, INDEX_ROW).get_orthogonal_selection(ids[foreign]), np.int64)
-        chunks += fill_static(lambda j, r: cache.put(foreign[j], r), arr, rows, c)
+        if ex is not None:
+            m["halo_rows"] = _fill_from_halo(cache, ex, i, part, plan.num_parts, d_in, len(foreign))
+        else:
+            rows = np.asarray(open_array(plan.store, INDEX_ROW).get_orthogonal_selection(ids[foreign]), np.int64)
+            m["fill_chunks"] += fill_static(lambda j, r: cache.put(foreign[j], r), arr, rows, c)
     except BaseException:
         cache.close()
         raise
-    return cache, chunks, own_file is not None
+    return cache, m
+
+
+def _fill_from_halo(cache: StaticCache, root: Path, rows_layer: int, part: int, num_parts: int, dim: int,
+                    expected: int) -> int:  # fmt: skip
+    """Put the rows other partitions pushed into the static cache; they must be exactly its foreign rows."""
+    ids, blocks = H.read_halo(root, rows_layer, part, num_parts, dim)
+    if len(ids) != expected or len(np.unique(ids)) != expected:
+        raise GlispError(f"{root}: the halo of layer {rows_layer} for partition {part} holds {len(ids)} rows, "
+                         f"its static cache needs {expected} (the plan and the layer's samples differ)")  # fmt: skip
+    local = cache.local_ids(ids)  # raises if a pushed row is not one the task samples
+    at = 0
+    for blk in blocks:
+        cache.put(local[at : at + len(blk)], np.asarray(blk))
+        at += len(blk)
+    return len(ids)
+
+
+def layer_sample(
+    plan: InferPlan, reader: Any, vids: np.ndarray, layer: int, engines: Any
+) -> tuple[Any, np.ndarray, int]:
+    """One hop for every vertex the task infers at ``layer``: (sample, interior, the fanout used)."""
+    hop = hop_of(layer - 1, plan.layers)
+    f = plan.fanouts[hop]
+    full = max_degree([reader], plan.direction, reader.to_local(vids)) if f == FULL else 0
+    req = layer_request(f, plan.relations, full, plan.seed, hop, plan.direction)
+    sample, interior = sample_masters(reader, vids, req, engines)
+    return sample, interior, int(full if f == FULL else f)
+
+
+def plan_exchange(plan: InferPlan, part: int, attempt: int = 0) -> dict[str, Any]:
+    """The plan task of a partition (before layer 0): sample every layer's hop for its vertices, keep the
+    samples for its layer tasks and write what it needs from every other partition (``glisp_infer.halo``)."""
+    from glisp_core.partition_format import open_partition
+
+    t0, c0 = time.perf_counter(), time.process_time()
+    ex = plan.exchange()
+    if ex is None:
+        raise GlispError("plan_exchange: the run has no exchange directory")
+    ex.mkdir(parents=True, exist_ok=True)
+    reader = open_partition(plan.partition_dir(part), verify=False)
+    vids = task_vertices(plan, part)
+    engines = _Engines(plan, reader)
+    row_index, pos_index = open_array(plan.store, INDEX_ROW), open_array(plan.store, INDEX_POS)
+    own = np.zeros(pos_index.shape[0], bool)
+    own[vids] = True
+    sample_s, needs_s, foreign = [], [], []
+    for layer in range(1, plan.layers + 1):
+        t = time.perf_counter()
+        sample, interior, fanout = layer_sample(plan, reader, vids, layer, engines)
+        t1 = time.perf_counter()
+        mark = own.copy()  # distinct ids by marking: np.unique would sort every sampled edge
+        mark[sample.nbrs] = True
+        ids = np.flatnonzero(mark)  # the static cache's, then in the order's global position
+        ids = ids[np.argsort(pos_index.get_orthogonal_selection(ids), kind="stable")]
+        H.save_sample(ex, layer, part, sample, interior, fanout, ids, vids)
+        mark[vids] = False
+        foreign.append(H.write_needs(ex, layer - 1, part, np.flatnonzero(mark), row_index.get_orthogonal_selection,
+                                     plan.layout.starts))  # fmt: skip
+        sample_s.append(t1 - t)
+        needs_s.append(time.perf_counter() - t1)
+    return {"part": part, "attempt": attempt, "sample_s": sample_s, "needs_s": needs_s, "foreign_rows": foreign,
+            "total_s": time.perf_counter() - t0, "cpu_s": time.process_time() - c0}  # fmt: skip
 
 
 def infer_layer(plan: InferPlan, layer: int, part: int, attempt: int = 0) -> dict[str, Any]:
@@ -230,23 +369,23 @@ def infer_layer(plan: InferPlan, layer: int, part: int, attempt: int = 0) -> dic
     vids = task_vertices(plan, part)
     n = len(vids)
     m: dict[str, Any] = {"part": part, "layer": layer, "attempt": attempt, "vertices": n}
-    # 1. one hop for every vertex the task infers
-    hop = hop_of(i, plan.layers)
-    f = plan.fanouts[hop]
-    full = max_degree([reader], plan.direction, reader.to_local(vids)) if f == FULL else 0
-    req = layer_request(f, plan.relations, full, plan.seed, hop, plan.direction)
-    sample, interior = sample_masters(reader, vids, req, _Engines(plan, reader))
+    # 1. one hop for every vertex the task infers (the plan job's, with the halo exchange)
+    ex = plan.exchange()
+    got = H.load_sample(ex, layer, part) if ex is not None else None
+    sample, interior, fanout = (
+        got if got is not None else layer_sample(plan, reader, vids, layer, _Engines(plan, reader))
+    )
     m["sample_s"] = time.perf_counter() - t0
     # 2. the static cache: own rows and every sampled neighbour's
     t = time.perf_counter()
-    cache, m["fill_chunks"], m["own_rows_local"] = build_static(plan, layer, part, vids, sample.nbrs)
+    cache, fill = build_static(plan, layer, part, vids, sample.nbrs)
+    m.update(fill)
     m["fill_s"] = time.perf_counter() - t
     # 3. stream the vertices through the slice, 4. writing the output rows
     out = open_array(plan.store, layer_name(layer), mode="r+")
     writer = None
     try:
-        writer = OwnedWriter(out, plan.layout.starts[part], plan.layout.chunk_rows,
-                             parse_fault(plan, layer, part, attempt), _keep_local(plan, layer, part))  # fmt: skip
+        writer = new_writer(plan, out, layer, part, attempt)
         dyn = ChunkCache(cache, capacity_of(cache.num_chunks, plan.cache_fraction, plan.cache_chunks),
                          plan.cache_policy)  # fmt: skip
         m.update(stream(plan, layer, cache, dyn, vids, sample, writer))
@@ -259,8 +398,7 @@ def infer_layer(plan: InferPlan, layer: int, part: int, attempt: int = 0) -> dic
     nf = len(cache.ids) - n
     m.update(interior=int(interior.sum()), boundary=int(n - interior.sum()), sampled_edges=int(len(sample.nbrs)),
              static_rows=n + nf, static_foreign_rows=nf, static_bytes=(n + nf) * plan.dims[i] * 4,
-             static_lookups=int(n + len(sample.nbrs)), static_hits=int(n + len(sample.nbrs)),
-             fanout=int(full if f == FULL else f))  # fmt: skip
+             static_lookups=int(n + len(sample.nbrs)), static_hits=int(n + len(sample.nbrs)), fanout=fanout)  # fmt: skip
     m.update(_write_metrics(plan, part, layer, out, writer, attempt, t0, c0))
     return m
 

@@ -84,6 +84,23 @@ def sampled(spark, infer_graph):
     return model, pds, ns
 
 
+def test_the_halo_exchange_fills_exactly_the_foreign_rows_without_decoding_chunks(spark, infer_graph, sampled) -> None:
+    """The same run without the exchange (foreign rows decoded from Zarr chunks) gives the same rows; with it,
+    each task read exactly its foreign rows from the halo files and decoded no chunk."""
+    g = infer_graph
+    _, pds, _ = sampled
+    _, off = _infer(spark, g, "gat", "gat-s-nohalo", fanouts=[4, 3], seed=5, order="pds", halo=False)
+    np.testing.assert_array_equal(_rows_by_vid(g, off)[0], _rows_by_vid(g, pds)[0])
+    for i in (1, 2):
+        on, no = pds.metrics["layers"][f"layer{i}"], off.metrics["layers"][f"layer{i}"]
+        assert on["halo_rows"] == on["static_foreign_rows"] == no["static_foreign_rows"] > 0
+        assert on["fill_chunks"] == 0 < no["fill_chunks"] and no["halo_rows"] == 0
+        assert on["own_rows_local"] == 3 and on["needs_s"] > 0
+    assert pds.metrics["layers"]["layer0"]["halo_rows_written"] == pds.metrics["layers"]["layer1"]["halo_rows"]
+    assert pds.params["halo"] and not off.params["halo"] and "plan" in pds.metrics
+    assert not (g.dv.path / pds.path / "exchange").exists()  # the exchange is not published
+
+
 def test_sampled_equals_samplewise_over_the_same_samples(infer_graph, sampled) -> None:
     from glisp_infer.samplewise import Samplewise
 

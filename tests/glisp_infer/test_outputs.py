@@ -104,7 +104,7 @@ def test_report_shows_inference_runs(infer_graph, link) -> None:
 
     text = summary(Manifest.read(infer_graph.dv.manifest_path), infer_graph.dv)
     assert "Inference runs" in text and "link-pds" in text
-    assert "fill/model" in text and "hit ratio" in text
+    assert "fill/model" in text and "hit ratio" in text and "exchange/model" in text and "halo rows" in text
 
 
 def test_cli_errors(infer_graph, capsys) -> None:
