@@ -133,7 +133,7 @@ def main() -> int:
         rows.append((t_inc, t_new, c_inc, c_new, a["rf"] / b["rf"]))
         print(f"v{i:02d} {info['path']:>11s} {a['rf']:7.3f} {a['vb']:7.3f} {a['eb']:7.3f} {t_inc:6.1f} {c_inc:7.1f}"
               f" | {b['rf']:7.3f} {b['vb']:7.3f} {b['eb']:7.3f} {t_new:6.1f} {c_new:7.1f}"
-              f" | {info.get('kept', 0):9,d} {info.get('added', 0):7,d}", flush=True)  # fmt: skip
+              f" | {info.get('kept', 0):9,d} {info.get('added', 0):7,d} {info.get('seconds')}", flush=True)  # fmt: skip
         shutil.rmtree(root / "rmat" / f"v{i - 1:02d}", ignore_errors=True)  # only the newest base is needed
     med = lambda k: statistics.median(r[k] for r in rows)  # noqa: E731
     print(f"median over {len(rows)} refreshes: wall incremental/fresh {med(0) / med(1):.2f} "
