@@ -48,7 +48,7 @@ from spark_jobs.partition import incremental_match
 from spark_jobs.partition.base import PartitionContext
 from spark_jobs.partition.degrees import degree_array
 from spark_jobs.partition.expansion import local_degrees
-from spark_jobs.partition.metrics import write_outputs
+from spark_jobs.partition.metrics import write_outputs, write_outputs_local
 from spark_jobs.partition.rounds import ALLOC_PA
 
 # ---- choosing the base -------------------------------------------------------------------------
@@ -368,8 +368,8 @@ def _stream_added(ctx: PartitionContext, fresh: Any, deg: np.ndarray, st: _Done,
 
 
 def _refresh_local(ctx: PartitionContext, base: DatasetVersion, run: str, new: DatasetVersion, vmap: np.ndarray,
-                   emap: np.ndarray, cap: int, clock: dict[str, float]) -> tuple[Any, _Done, int]:  # fmt: skip
-    """Match and place in this process; the allocation is written once as a local Parquet file."""
+                   emap: np.ndarray, cap: int, clock: dict[str, float]) -> tuple[dict[str, np.ndarray], _Done, int]:  # fmt: skip
+    """Match and place in this process: the new rows (eid, src, dst, part, ...) as arrays."""
     t = time.perf_counter()
     r = match_local(base, run, new, vmap, emap, ctx.seed)
     clock["match"] = time.perf_counter() - t
@@ -377,11 +377,7 @@ def _refresh_local(ctx: PartitionContext, base: DatasetVersion, run: str, new: D
     deg = local_degrees(r, ctx.num_vertices)
     clock["state"] = time.perf_counter() - t - clock["match"]
     unplaced = _place_local(ctx, r, st, deg, cap)
-    alloc_dir = ctx.staging / "inc_alloc"
-    alloc_dir.mkdir(parents=True)
-    table = pa.table([r["eid"], r["src"], r["dst"], r["part"]], schema=ALLOC_PA)
-    pq.write_table(table, str(alloc_dir / "local.parquet"))
-    return ctx.spark.read.parquet(str(alloc_dir)), st, unplaced
+    return r, st, unplaced
 
 
 def _refresh_spark(ctx: PartitionContext, base: DatasetVersion, run: str, new: DatasetVersion, vmap: np.ndarray,
@@ -432,7 +428,10 @@ def refresh(ctx: PartitionContext, new: DatasetVersion, base: DatasetVersion, ba
     if unplaced:
         return Refresh({}, {}, info, f"{unplaced} added rows found no partition under the capacity {cap}")
     t_place = time.perf_counter()
-    counts, metrics = write_outputs(spark, alloc, out, p, m, st.bits, st.sizes)
+    if local:  # written from the arrays, no Spark job
+        counts, metrics = write_outputs_local(out, alloc["eid"], alloc["part"], p, m, st.bits, st.sizes)
+    else:
+        counts, metrics = write_outputs(spark, alloc, out, p, m, st.bits, st.sizes)
     info["seconds"]["write"] = round(time.perf_counter() - t_place, 2)
     return Refresh(counts, metrics, info, drift(ctx.cfg, metrics, info["anchor_rf"]))
 

@@ -34,11 +34,27 @@ def match(src: np.ndarray, dst: np.ndarray, etype: np.ndarray, side: np.ndarray,
     src, dst = np.asarray(src, np.int64), np.asarray(dst, np.int64)
     lo, hi = np.minimum(src, dst), np.maximum(src, dst)
     sub = ((src > dst).astype(np.int64) * (int(etype.max(initial=0)) + 1) + etype) * 2 + side
-    order = np.lexsort((eid, sub, hi, lo))
+    order = _sort_order(lo, hi, sub, np.asarray(eid, np.int64))
     out_part, how, rows = _match_runs(lo, hi, sub, np.asarray(part, np.int32), order)
     pos = np.flatnonzero(side == 1)
     k = kernels.pair_hash(src[pos], dst[pos], seed).view(np.int64)
     return {"pos": pos, "part": out_part[pos], "how": how[pos], "rows": rows[pos], "k": k}
+
+
+def _sort_order(lo: np.ndarray, hi: np.ndarray, sub: np.ndarray, eid: np.ndarray) -> np.ndarray:
+    """Row order by (lo, hi, sub, eid): two packed uint64 keys when the ids fit (twice as fast), else four."""
+    if (
+        len(lo)
+        and hi.max() < 1 << 32
+        and lo.min() >= 0
+        and eid.min() >= 0
+        and eid.max() < 1 << 40
+        and sub.max() < 1 << 23
+    ):
+        pair = (lo.astype(np.uint64) << np.uint64(32)) | hi.astype(np.uint64)
+        within = (sub.astype(np.uint64) << np.uint64(40)) | eid.astype(np.uint64)
+        return np.lexsort((within, pair))
+    return np.lexsort((eid, sub, hi, lo))
 
 
 @njit(nogil=True, cache=True)
