@@ -90,6 +90,7 @@ def main() -> int:
     ap.add_argument("--refreshes", type=int, default=10)
     ap.add_argument("--change", type=float, default=0.01, help="fraction of edge rows changed per refresh")
     ap.add_argument("--pipeline", action="store_true", help="also time a full vs an incremental run_pipeline")
+    ap.add_argument("--pipeline-only", action="store_true", help="only the --pipeline comparison (no refresh loop)")
     ap.add_argument("--master", default="local[2]")
     ap.add_argument("--root", default="")
     ap.add_argument("--lock", default="", help="flock this file around each timed run (e.g. /tmp/glisp-bench.lock)")
@@ -114,8 +115,10 @@ def main() -> int:
     inc_cfg = lambda base: with_values(cfg, "partition", name="inc", incremental=True, incremental_base=base)  # noqa: E731
     fresh_cfg = with_values(cfg, "partition", name="fresh")
 
-    if args.pipeline:  # first, so that it is measured even when the refresh loop is cut short
+    if args.pipeline or args.pipeline_only:  # first, so that it is measured even when the loop is cut short
         pipeline_walls(spark, cfg, root, src, dst, args, np.random.default_rng(2))
+    if args.pipeline_only:
+        return 0
     dv = write_snapshot(root, 0, src, dst, n, rng)
     base = run_partition(spark, with_values(cfg, "partition", name="inc"), dv)
     print(f"rmat{args.scale} ef{args.edge_factor} p={args.parts} {args.algorithm}: |E| {len(src):,}; "
@@ -155,13 +158,22 @@ def pipeline_walls(spark, cfg, root: Path, src, dst, args, rng) -> None:
         pq.write_table(pa.table({"src": s, "dst": d}), p)
         return p
 
+    from glisp_core.dataset.manifest import Manifest
+
     def pipe(root_dir: Path, edges: Path, incremental: bool) -> float:
         c = with_values(cfg, "dataset", root=str(root_dir))
         c = with_values(c, "partition", name="", incremental=incremental)
         c = dataclasses.replace(
             c, ingest=dataclasses.replace(c.ingest, graph="rmat", edges=[EdgeSource(path=str(edges))])
         )
-        return timed(lambda: run_pipeline(spark, c))[1]
+        dv, wall, cpu = timed(lambda: run_pipeline(spark, c))
+        stages = Manifest.read(dv.manifest_path).stages
+        per = ", ".join(f"{k} {r.timings.get('total_s', 0):.1f}" for k, r in stages.items())
+        inc = next((r.counts.get("incremental") for k, r in stages.items() if k.startswith("partition/")), None) or {}
+        print(f"  {'incremental' if incremental else 'full':>11s} {edges.name}: wall {wall:.1f} s, CPU {cpu:.1f} s; "
+              f"stage seconds: {per}; partition path {inc.get('path', '-')} {inc.get('mode', '')} "
+              f"{inc.get('seconds', '')}", flush=True)  # fmt: skip
+        return wall
 
     e0 = snap("0", src, dst)
     s1, d1 = change(src, dst, args.change, rng)

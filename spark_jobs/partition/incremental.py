@@ -400,16 +400,17 @@ def refresh(ctx: PartitionContext, new: DatasetVersion, base: DatasetVersion, ba
             run: str, out: Any) -> Refresh:  # fmt: skip
     """Partition ``new`` from ``base``'s ``partition/<run>``; writes assignment/ and replicas/ under ``out``.
 
-    In this process when base and new rows together are at most ``partition.local_finish_edges``
-    (the threshold below which AdaDNE also works in one process), else in Spark; both give the same
-    placement (the same match kernel, the same placement order).
+    In this process when the base and the new edge set each have at most ``partition.local_finish_edges``
+    rows (the bound below which AdaDNE partitions the whole graph in one process; the driver then holds
+    both sets, about 150 bytes a row at the peak), else in Spark; both give the same placement (the same
+    match kernel, the same placement order).
     """
     spark, p, m = ctx.spark, ctx.parts, ctx.num_edges
     t0 = time.perf_counter()
     base_m = int(Manifest.read(base.manifest_path).schema["num_edges"])
     vmap, emap = vid_map(base, new), etype_map(base, new)
     cap = math.ceil((1.0 + ctx.cfg.incremental_epsilon) * m / p)
-    local = base_m + m <= ctx.cfg.local_finish_edges
+    local = max(base_m, m) <= ctx.cfg.local_finish_edges  # in one process where a fresh AdaDNE would be
     clock = {"ids": time.perf_counter() - t0}
     if local:
         alloc, st, unplaced = _refresh_local(ctx, base, run, new, vmap, emap, cap, clock)

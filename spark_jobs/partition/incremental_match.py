@@ -1,7 +1,7 @@
 """Match a new snapshot's edge rows to the base's by a sorted merge, in numpy/numba (no Spark window).
 
 One implementation for both paths of :mod:`spark_jobs.partition.incremental`: the driver runs it once
-over all rows when base and new rows together are at most ``partition.local_finish_edges``; otherwise
+over all rows when the base and the new edge set each have at most ``partition.local_finish_edges`` rows; otherwise
 each Spark task runs it over the rows of the unordered pairs hashed to it (a pair's rows, base and new,
 both directions and every edge type, always meet in one call), so both give the same result.
 
