@@ -6,18 +6,22 @@ from scratch:
 
 1. **Match** the new version's edge rows to the base's by original ids (vids differ between
    versions): the driver builds the O(|V|) map base vid -> new vid from both id maps (vertex type
-   and original id), Spark rewrites the base rows into new vids (``mapInArrow``, a broadcast array),
-   and one window over the union of both edge sets, keyed by (src, dst, edge type) and ordered by
-   eid, pairs the k-th base row of a key with the k-th new row (duplicates match one to one).
+   and original id); base rows are rewritten into new vids and both sides go through one sorted-merge
+   kernel (:mod:`spark_jobs.partition.incremental_match`) that pairs the k-th base row of a key
+   (src, dst, edge type) with the k-th new row in eid order (duplicates match one to one). Where a
+   fresh AdaDNE would work in one process (each edge set within ``local_finish_edges`` rows) the
+   driver runs it over all rows read with pyarrow; above that each Spark task runs it over the pairs
+   hashed to it (``mapInArrow``), with the same result.
 2. **Kept** rows keep their base partition; **removed** rows are simply not in the new edge set.
 3. **Added** rows of an unordered pair that still has a kept row join that row's partition (the
-   partition contract keeps a pair's rows together). The other added rows are streamed, grouped by
-   pair in a seeded random order, through a capped HDRF score against the current replica sets
-   (:func:`place_capped`): prefer partitions holding both / one endpoint, weighted toward the
+   partition contract keeps a pair's rows together; same kernel). The other added rows go, grouped by
+   pair in a seeded random order (in place, or streamed through the driver in the Spark path),
+   through a capped HDRF score against the current replica sets (:func:`place_capped`): prefer partitions holding both / one endpoint, weighted toward the
    lower-degree endpoint as in HDRF, plus a balance term; a partition whose edge count would pass
    the hard capacity ``ceil((1 + incremental_epsilon) * |E| / p)`` is never chosen. The replica sets
    and sizes are updated after every pair, so the placement is exactly sequential HDRF over the added
-   edges; the driver holds O(|V|) state and one chunk of added rows at a time, never the edge set.
+   edges; in the Spark path the driver holds O(|V|) state and one chunk of added rows at a time,
+   never the edge set.
 4. The result is written and measured like any partition run (``metrics.write_outputs``); when its
    VB or EB passes ``incremental_max_vb`` / ``incremental_max_eb``, or its RF grew past
    ``incremental_max_rf_growth`` x the RF of the last full run it descends from, or the capacity
