@@ -91,6 +91,7 @@ def main() -> int:
     ap.add_argument("--change", type=float, default=0.01, help="fraction of edge rows changed per refresh")
     ap.add_argument("--pipeline", action="store_true", help="also time a full vs an incremental run_pipeline")
     ap.add_argument("--pipeline-only", action="store_true", help="only the --pipeline comparison (no refresh loop)")
+    ap.add_argument("--local-finish-edges", type=int, default=0, help="partition.local_finish_edges (0: default)")
     ap.add_argument("--master", default="local[2]")
     ap.add_argument("--root", default="")
     ap.add_argument("--lock", default="", help="flock this file around each timed run (e.g. /tmp/glisp-bench.lock)")
@@ -112,6 +113,8 @@ def main() -> int:
     cfg = load_config(env={})
     cfg = with_values(cfg, "dataset", root=str(root))
     cfg = with_values(cfg, "partition", algorithm=args.algorithm, parts=args.parts, progress=False)
+    if args.local_finish_edges:  # both paths: AdaDNE's in-process finish and the incremental local mode
+        cfg = with_values(cfg, "partition", local_finish_edges=args.local_finish_edges)
     inc_cfg = lambda base: with_values(cfg, "partition", name="inc", incremental=True, incremental_base=base)  # noqa: E731
     fresh_cfg = with_values(cfg, "partition", name="fresh")
 
