@@ -18,8 +18,9 @@ from scratch:
    pair in a seeded random order (in place, or streamed through the driver in the Spark path),
    through a capped HDRF score against the current replica sets (:func:`place_capped`): prefer
    partitions holding both / one endpoint, weighted toward the lower-degree endpoint as in HDRF,
-   plus a balance term; a partition whose edge count would pass the hard capacity ``ceil((1 + incremental_epsilon) * |E| / p)`` is never chosen. The replica sets
-   and sizes are updated after every pair, so the placement is exactly sequential HDRF over the added
+   plus a balance term; a partition whose edge count would pass the hard capacity
+   ``ceil((1 + incremental_epsilon) * |E| / p)`` is never chosen. The replica sets and sizes are
+   updated after every pair, so the placement is exactly sequential HDRF over the added
    edges; in the Spark path the driver holds O(|V|) state and one chunk of added rows at a time,
    never the edge set.
 4. The result is written and measured like any partition run (``metrics.write_outputs``); when its
