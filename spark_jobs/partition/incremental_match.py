@@ -1,9 +1,10 @@
 """Match a new snapshot's edge rows to the base's by a sorted merge, in numpy/numba (no Spark window).
 
-One implementation for both paths of :mod:`spark_jobs.partition.incremental`: the driver runs it once
-over all rows when the base and the new edge set each have at most ``partition.local_finish_edges`` rows; otherwise
-each Spark task runs it over the rows of the unordered pairs hashed to it (a pair's rows, base and new,
-both directions and every edge type, always meet in one call), so both give the same result.
+One implementation for both modes of :mod:`spark_jobs.partition.incremental`: the driver runs it once
+over all rows when the base and the new edge set each have at most ``partition.local_finish_edges``
+rows; otherwise each Spark task runs it over the rows of the unordered pairs hashed to it (a pair's
+rows, base and new, both directions and every edge type, always meet in one call), so both give the
+same result.
 
 Rows of both sides are sorted by (unordered pair, direction, edge type, side, eid). Within a key
 (src, dst, edge type) the k-th new row in eid order takes the partition of the k-th base row
