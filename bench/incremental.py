@@ -90,6 +90,8 @@ def main() -> int:
     ap.add_argument("--refreshes", type=int, default=10)
     ap.add_argument("--change", type=float, default=0.01, help="fraction of edge rows changed per refresh")
     ap.add_argument("--pipeline", action="store_true", help="also time a full vs an incremental run_pipeline")
+    ap.add_argument("--pipeline-only", action="store_true", help="only the --pipeline comparison (no refresh loop)")
+    ap.add_argument("--local-finish-edges", type=int, default=0, help="partition.local_finish_edges (0: default)")
     ap.add_argument("--master", default="local[2]")
     ap.add_argument("--root", default="")
     ap.add_argument("--lock", default="", help="flock this file around each timed run (e.g. /tmp/glisp-bench.lock)")
@@ -111,11 +113,15 @@ def main() -> int:
     cfg = load_config(env={})
     cfg = with_values(cfg, "dataset", root=str(root))
     cfg = with_values(cfg, "partition", algorithm=args.algorithm, parts=args.parts, progress=False)
+    if args.local_finish_edges:  # both paths: AdaDNE's in-process finish and the incremental local mode
+        cfg = with_values(cfg, "partition", local_finish_edges=args.local_finish_edges)
     inc_cfg = lambda base: with_values(cfg, "partition", name="inc", incremental=True, incremental_base=base)  # noqa: E731
     fresh_cfg = with_values(cfg, "partition", name="fresh")
 
-    if args.pipeline:  # first, so that it is measured even when the refresh loop is cut short
+    if args.pipeline or args.pipeline_only:  # first, so that it is measured even when the loop is cut short
         pipeline_walls(spark, cfg, root, src, dst, args, np.random.default_rng(2))
+    if args.pipeline_only:
+        return 0
     dv = write_snapshot(root, 0, src, dst, n, rng)
     base = run_partition(spark, with_values(cfg, "partition", name="inc"), dv)
     print(f"rmat{args.scale} ef{args.edge_factor} p={args.parts} {args.algorithm}: |E| {len(src):,}; "
@@ -133,7 +139,7 @@ def main() -> int:
         rows.append((t_inc, t_new, c_inc, c_new, a["rf"] / b["rf"]))
         print(f"v{i:02d} {info['path']:>11s} {a['rf']:7.3f} {a['vb']:7.3f} {a['eb']:7.3f} {t_inc:6.1f} {c_inc:7.1f}"
               f" | {b['rf']:7.3f} {b['vb']:7.3f} {b['eb']:7.3f} {t_new:6.1f} {c_new:7.1f}"
-              f" | {info.get('kept', 0):9,d} {info.get('added', 0):7,d}", flush=True)  # fmt: skip
+              f" | {info.get('kept', 0):9,d} {info.get('added', 0):7,d} {info.get('seconds')}", flush=True)  # fmt: skip
         shutil.rmtree(root / "rmat" / f"v{i - 1:02d}", ignore_errors=True)  # only the newest base is needed
     med = lambda k: statistics.median(r[k] for r in rows)  # noqa: E731
     print(f"median over {len(rows)} refreshes: wall incremental/fresh {med(0) / med(1):.2f} "
@@ -155,13 +161,22 @@ def pipeline_walls(spark, cfg, root: Path, src, dst, args, rng) -> None:
         pq.write_table(pa.table({"src": s, "dst": d}), p)
         return p
 
+    from glisp_core.dataset.manifest import Manifest
+
     def pipe(root_dir: Path, edges: Path, incremental: bool) -> float:
         c = with_values(cfg, "dataset", root=str(root_dir))
         c = with_values(c, "partition", name="", incremental=incremental)
         c = dataclasses.replace(
             c, ingest=dataclasses.replace(c.ingest, graph="rmat", edges=[EdgeSource(path=str(edges))])
         )
-        return timed(lambda: run_pipeline(spark, c))[1]
+        dv, wall, cpu = timed(lambda: run_pipeline(spark, c))
+        stages = Manifest.read(dv.manifest_path).stages
+        per = ", ".join(f"{k} {r.timings.get('total_s', 0):.1f}" for k, r in stages.items())
+        inc = next((r.counts.get("incremental") for k, r in stages.items() if k.startswith("partition/")), None) or {}
+        print(f"  {'incremental' if incremental else 'full':>11s} {edges.name}: wall {wall:.1f} s, CPU {cpu:.1f} s; "
+              f"stage seconds: {per}; partition path {inc.get('path', '-')} {inc.get('mode', '')} "
+              f"{inc.get('seconds', '')}", flush=True)  # fmt: skip
+        return wall
 
     e0 = snap("0", src, dst)
     s1, d1 = change(src, dst, args.change, rng)

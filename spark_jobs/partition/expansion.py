@@ -418,7 +418,7 @@ class ExpansionPartitioner(Partitioner):
         t = time.perf_counter()
         if m <= local_cap:
             local = LocalRows(_fetch(ctx.edges))
-            deg = _local_degrees(local.rest, n)
+            deg = local_degrees(local.rest, n)
         else:
             files = FileRounds(spark, ctx.staging, alloc_dir, self.groups(m))
             deg, smp = files.split(ctx.edges, n, stride)
@@ -519,7 +519,7 @@ def _fetch(df: Any) -> dict[str, np.ndarray]:
     return {c: t.column(c).to_numpy().astype(np.int64) for c in ("eid", "src", "dst")}
 
 
-def _local_degrees(e: dict[str, np.ndarray], n: int, source: str = "ingest/edges") -> np.ndarray:
+def local_degrees(e: dict[str, np.ndarray], n: int, source: str = "ingest/edges") -> np.ndarray:
     """Degrees of a fetched edge set; ids outside 0..n-1 are an inconsistent ingest."""
     ids = np.concatenate([e["src"], e["dst"]])
     bad = (ids < 0) | (ids >= n)

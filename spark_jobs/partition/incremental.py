@@ -6,18 +6,23 @@ from scratch:
 
 1. **Match** the new version's edge rows to the base's by original ids (vids differ between
    versions): the driver builds the O(|V|) map base vid -> new vid from both id maps (vertex type
-   and original id), Spark rewrites the base rows into new vids (``mapInArrow``, a broadcast array),
-   and one window over the union of both edge sets, keyed by (src, dst, edge type) and ordered by
-   eid, pairs the k-th base row of a key with the k-th new row (duplicates match one to one).
+   and original id); base rows are rewritten into new vids and both sides go through one sorted-merge
+   kernel (:mod:`spark_jobs.partition.incremental_match`) that pairs the k-th base row of a key
+   (src, dst, edge type) with the k-th new row in eid order (duplicates match one to one). Where a
+   fresh AdaDNE would work in one process (each edge set within ``local_finish_edges`` rows) the
+   driver runs it over all rows read with pyarrow; above that each Spark task runs it over the pairs
+   hashed to it (``mapInArrow``), with the same result.
 2. **Kept** rows keep their base partition; **removed** rows are simply not in the new edge set.
 3. **Added** rows of an unordered pair that still has a kept row join that row's partition (the
-   partition contract keeps a pair's rows together). The other added rows are streamed, grouped by
-   pair in a seeded random order, through a capped HDRF score against the current replica sets
-   (:func:`place_capped`): prefer partitions holding both / one endpoint, weighted toward the
-   lower-degree endpoint as in HDRF, plus a balance term; a partition whose edge count would pass
-   the hard capacity ``ceil((1 + incremental_epsilon) * |E| / p)`` is never chosen. The replica sets
-   and sizes are updated after every pair, so the placement is exactly sequential HDRF over the added
-   edges; the driver holds O(|V|) state and one chunk of added rows at a time, never the edge set.
+   partition contract keeps a pair's rows together; same kernel). The other added rows go, grouped by
+   pair in a seeded random order (in place, or streamed through the driver in the Spark path),
+   through a capped HDRF score against the current replica sets (:func:`place_capped`): prefer
+   partitions holding both / one endpoint, weighted toward the lower-degree endpoint as in HDRF,
+   plus a balance term; a partition whose edge count would pass the hard capacity
+   ``ceil((1 + incremental_epsilon) * |E| / p)`` is never chosen. The replica sets and sizes are
+   updated after every pair, so the placement is exactly sequential HDRF over the added
+   edges; in the Spark path the driver holds O(|V|) state and one chunk of added rows at a time,
+   never the edge set.
 4. The result is written and measured like any partition run (``metrics.write_outputs``); when its
    VB or EB passes ``incremental_max_vb`` / ``incremental_max_eb``, or its RF grew past
    ``incremental_max_rf_growth`` x the RF of the last full run it descends from, or the capacity
@@ -38,16 +43,18 @@ import pandas as pd
 import pyarrow as pa
 import pyarrow.parquet as pq
 from numba import njit
-from pyspark.sql import Window
 from pyspark.sql import functions as F
 
 from glisp_core.config import Config
 from glisp_core.dataset.layout import DatasetVersion, list_versions
 from glisp_core.dataset.manifest import Manifest, StageRecord
 from glisp_core.dataset.versions import read_latest
+from spark_jobs.partition import incremental_match
 from spark_jobs.partition.base import PartitionContext
 from spark_jobs.partition.degrees import degree_array
-from spark_jobs.partition.metrics import write_outputs
+from spark_jobs.partition.expansion import local_degrees
+from spark_jobs.partition.metrics import write_outputs, write_outputs_local
+from spark_jobs.partition.rounds import ALLOC_PA
 
 # ---- choosing the base -------------------------------------------------------------------------
 
@@ -135,8 +142,8 @@ def etype_map(base: DatasetVersion, new: DatasetVersion) -> np.ndarray:
 
 
 def _base_rows_in_new_ids(spark: Any, base: DatasetVersion, run: str, vmap: np.ndarray, emap: np.ndarray) -> Any:
-    """The base's edge rows (src, dst, etype in the new version's ids, part); rows that lost an endpoint
-    or their edge type are dropped (they are removed edges)."""
+    """The base's edge rows (eid, src, dst, etype in the new version's ids, part); rows that lost an
+    endpoint or their edge type are dropped (they are removed edges)."""
     bc = spark.sparkContext.broadcast((vmap, emap))
     rows = spark.read.parquet(str(base.edges)).select("eid", "src", "dst", "etype")
     rows = rows.join(spark.read.parquet(str(base.assignment(run))).select("eid", "part"), "eid")
@@ -148,34 +155,77 @@ def _base_rows_in_new_ids(spark: Any, base: DatasetVersion, run: str, vmap: np.n
             s, d, t = vm[c["src"]], vm[c["dst"]], em[c["etype"]]
             keep = (s >= 0) & (d >= 0) & (t >= 0)
             yield pa.RecordBatch.from_arrays(
-                [pa.array(s[keep]), pa.array(d[keep]), pa.array(t[keep].astype(np.int32)),
-                 pa.array(c["part"][keep].astype(np.int32))],
-                names=["src", "dst", "etype", "part"],
+                [pa.array(c["eid"][keep].astype(np.int64)), pa.array(s[keep]), pa.array(d[keep]),
+                 pa.array(t[keep].astype(np.int32)), pa.array(c["part"][keep].astype(np.int32))],
+                names=["eid", "src", "dst", "etype", "part"],
             )  # fmt: skip
 
-    return rows.mapInArrow(remap, "src long, dst long, etype int, part int")
+    return rows.mapInArrow(remap, "eid long, src long, dst long, etype int, part int")
 
 
-def match_rows(spark: Any, base: DatasetVersion, run: str, new: DatasetVersion) -> Any:
-    """New edge rows (eid, src, dst, part) with ``part`` = the matched base row's partition, null if added."""
-    old = _base_rows_in_new_ids(spark, base, run, vid_map(base, new), etype_map(base, new))
-    old = old.select(F.lit(None).cast("long").alias("eid"), "src", "dst", "etype", "part", F.lit(0).alias("side"))
-    cur = spark.read.parquet(str(new.edges)).select(
-        "eid", "src", "dst", F.col("etype").cast("int"), F.lit(None).cast("int").alias("part"), F.lit(1).alias("side")
+MATCHED_SCHEMA = "eid long, src long, dst long, part int, how int, rows long, k long"
+
+
+def _match_batches(batches: list[pa.RecordBatch], seed: int) -> pa.RecordBatch | None:
+    """:func:`incremental_match.match` over Arrow batches of base and new rows (a pair-closed set)."""
+    if not batches:
+        return None
+    names = ("eid", "src", "dst", "etype", "part", "side")
+    c = {n: np.concatenate([b.column(b.schema.get_field_index(n)).to_numpy(zero_copy_only=False) for b in batches])
+         for n in names}  # fmt: skip
+    r = incremental_match.match(c["src"], c["dst"], c["etype"], c["side"], c["eid"], c["part"], seed)
+    pos = r["pos"]
+    return pa.RecordBatch.from_arrays(
+        [pa.array(c["eid"][pos].astype(np.int64)), pa.array(c["src"][pos].astype(np.int64)),
+         pa.array(c["dst"][pos].astype(np.int64)), pa.array(r["part"]), pa.array(r["how"].astype(np.int32)),
+         pa.array(r["rows"]), pa.array(r["k"])],
+        names=["eid", "src", "dst", "part", "how", "rows", "k"],
+    )  # fmt: skip
+
+
+def match_spark(ctx: PartitionContext, base: DatasetVersion, run: str, new: DatasetVersion, vmap: np.ndarray,
+                emap: np.ndarray, rows_total: int) -> Any:  # fmt: skip
+    """New edge rows (eid, src, dst, part, how, rows, k) as :func:`incremental_match.match` decides them:
+    base and new rows are hashed to tasks by unordered pair, each task runs the match over its pairs."""
+    old = _base_rows_in_new_ids(ctx.spark, base, run, vmap, emap).withColumn("side", F.lit(0))
+    cur = ctx.spark.read.parquet(str(new.edges)).select(
+        "eid", "src", "dst", F.col("etype").cast("int"), F.lit(-1).alias("part"), F.lit(1).alias("side")
     )
-    key = ["src", "dst", "etype"]
-    ordered = Window.partitionBy(*key).orderBy("side", "eid")
-    whole = ordered.rowsBetween(Window.unboundedPreceding, Window.unboundedFollowing)
-    u = old.unionByName(cur)
-    u = u.select(
-        "*",
-        F.row_number().over(ordered).alias("rn"),
-        F.sum(1 - F.col("side")).over(whole).alias("n_old"),
-        F.collect_list("part").over(whole).alias("old_parts"),  # base rows first, in eid order; nulls skipped
-    )
-    occ = F.col("rn") - F.col("n_old")  # 1-based rank of a new row among its key's new rows
-    part = F.when(occ <= F.col("n_old"), F.element_at("old_parts", occ.cast("int")))
-    return u.where(F.col("side") == 1).select("eid", "src", "dst", part.cast("int").alias("part"))
+    tasks = max(1, math.ceil(rows_total / ctx.cfg.incremental_batch_edges))
+    seed = ctx.seed
+
+    def fn(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+        out = _match_batches(list(batches), seed)
+        if out is not None:
+            yield out
+
+    u = old.unionByName(cur).repartition(tasks, F.least("src", "dst"), F.greatest("src", "dst"))
+    return u.mapInArrow(fn, MATCHED_SCHEMA)
+
+
+def match_local(base: DatasetVersion, run: str, new: DatasetVersion, vmap: np.ndarray, emap: np.ndarray,
+                seed: int) -> dict[str, np.ndarray]:  # fmt: skip
+    """The same match in this process over all rows (both sides at most ``local_finish_edges``)."""
+    b = _read(base.edges, ("eid", "src", "dst", "etype"))
+    a = _read(base.assignment(run), ("eid", "part"))
+    bpart = np.full(int(b["eid"].max(initial=-1)) + 1, -1, np.int32)
+    bpart[a["eid"]] = a["part"]
+    s, d, t = vmap[b["src"]], vmap[b["dst"]], emap[b["etype"]]
+    keep = (s >= 0) & (d >= 0) & (t >= 0)
+    e = _read(new.edges, ("eid", "src", "dst", "etype"))
+    nb, m = int(keep.sum()), len(e["eid"])
+    side = np.concatenate([np.zeros(nb, np.int8), np.ones(m, np.int8)])
+    part = np.concatenate([bpart[b["eid"][keep]], np.full(m, -1, np.int32)])
+    r = incremental_match.match(np.concatenate([s[keep], e["src"]]), np.concatenate([d[keep], e["dst"]]),
+                                np.concatenate([t[keep], e["etype"]]), side,
+                                np.concatenate([b["eid"][keep], e["eid"]]), part, seed)  # fmt: skip
+    idx = r.pop("pos") - nb  # new rows come after the base rows: 0..m-1 in order
+    return {"eid": e["eid"][idx], "src": e["src"][idx], "dst": e["dst"][idx], **r}
+
+
+def _read(path: Any, cols: tuple[str, ...]) -> dict[str, np.ndarray]:
+    t = pq.read_table(str(path), columns=list(cols))
+    return {c: t.column(c).to_numpy().astype(np.int64) for c in cols}
 
 
 # ---- placing added edges -------------------------------------------------------------------------
@@ -253,94 +303,141 @@ class Refresh:
     fallback: str = ""
 
 
-def _replica_bits(kept: Any, n: int, p: int) -> np.ndarray:
-    t = (
-        kept.select(F.explode(F.array("src", "dst")).alias("vid"), "part").distinct().toArrow()
-    )  # O(replicas), not O(edges)
+def _bits_of(vid: np.ndarray, part: np.ndarray, n: int, p: int) -> np.ndarray:
+    """Partition sets (|V| x ceil(p/64) uint64 bitsets) of the given (vertex, partition) pairs."""
     bits = np.zeros((n, (p + 63) // 64), np.uint64)
-    vid, part = t.column("vid").to_numpy(), t.column("part").to_numpy().astype(np.int64)
+    part = np.asarray(part, np.int64)
     np.bitwise_or.at(bits, (vid, part // 64), np.left_shift(np.uint64(1), (part % 64).astype(np.uint64)))
     return bits
 
 
-def _sizes(df: Any, p: int) -> np.ndarray:
-    t = df.groupBy("part").count().toArrow()
-    out = np.zeros(p, np.int64)
-    out[t.column("part").to_numpy()] = t.column("count").to_numpy()
-    return out
+@dataclass
+class _Done:
+    """The rows decided so far (kept and attached) and the state the placement starts from."""
+
+    bits: np.ndarray
+    sizes: np.ndarray
+    kept: int
+    attached: int
 
 
-def _stream_added(ctx: PartitionContext, added: Any, deg: np.ndarray, bits: np.ndarray, sizes: np.ndarray,
-                  cap: int) -> tuple[Any, int]:  # fmt: skip
-    """Place the added rows with :func:`place_capped`; returns (their allocation, rows without room)."""
+def _done_local(r: dict[str, np.ndarray], n: int, p: int) -> _Done:
+    done = r["how"] != incremental_match.FRESH
+    vid = np.concatenate([r["src"][done], r["dst"][done]])
+    part = np.concatenate([r["part"][done], r["part"][done]])
+    kept = int((r["how"] == incremental_match.KEPT).sum())
+    sizes = np.bincount(r["part"][done], minlength=p).astype(np.int64)
+    return _Done(_bits_of(vid, part, n, p), sizes, kept, int(done.sum()) - kept)
+
+
+def _done_spark(matched: Any, n: int, p: int) -> _Done:
+    done = matched.where(F.col("how") != incremental_match.FRESH)
+    t = done.select(F.explode(F.array("src", "dst")).alias("vid"), "part").distinct().toArrow()  # O(replicas)
+    bits = _bits_of(t.column("vid").to_numpy(), t.column("part").to_numpy(), n, p)
+    c = done.groupBy("how", "part").count().toArrow()
+    how, part, cnt = (c.column(x).to_numpy() for x in ("how", "part", "count"))
+    sizes = np.bincount(part, weights=cnt, minlength=p).astype(np.int64)
+    kept = int(cnt[how == incremental_match.KEPT].sum())
+    return _Done(bits, sizes, kept, int(cnt.sum()) - kept)
+
+
+def _place_local(ctx: PartitionContext, r: dict[str, np.ndarray], st: _Done, deg: np.ndarray, cap: int) -> int:
+    """Place the fresh rows of ``r`` in place (``r["part"]``), in the order the Spark path streams them."""
+    f = np.flatnonzero(r["how"] == incremental_match.FRESH)
+    src, dst = r["src"][f], r["dst"][f]
+    f = f[np.lexsort((r["eid"][f], np.maximum(src, dst), np.minimum(src, dst), r["k"][f]))]
+    last = np.array([-1, -1, -1], np.int64)
+    part = place_capped(r["src"][f], r["dst"][f], r["rows"][f], deg, st.bits, st.sizes, cap,
+                        ctx.cfg.incremental_lam, last)  # fmt: skip
+    r["part"][f] = part
+    return int((part < 0).sum())
+
+
+def _stream_added(ctx: PartitionContext, fresh: Any, deg: np.ndarray, st: _Done, cap: int) -> tuple[Any, int]:
+    """Place the fresh rows with :func:`place_capped`, streamed through the driver in (k, pair, eid) order;
+    returns (their allocation, rows without room)."""
     lo, hi = F.least("src", "dst"), F.greatest("src", "dst")
     stream_dir, out_dir = ctx.staging / "inc_stream", ctx.staging / "inc_placed"
-    (
-        added.withColumn("rows", F.count(F.lit(1)).over(Window.partitionBy(lo, hi)))
-        .withColumn("k", F.xxhash64(lo, hi, F.lit(ctx.seed)))
-        .orderBy("k", lo, hi, "eid")
-        .select("eid", "src", "dst", "rows")
-        .write.parquet(str(stream_dir))
-    )
+    fresh.orderBy("k", lo, hi, "eid").select("eid", "src", "dst", "rows").write.parquet(str(stream_dir))
     out_dir.mkdir(parents=True)
-    schema = pa.schema([("eid", pa.int64()), ("src", pa.int64()), ("dst", pa.int64()), ("part", pa.int32())])
     last = np.array([-1, -1, -1], np.int64)
     unplaced = 0
-    with pq.ParquetWriter(str(out_dir / "part-00000.parquet"), schema) as w:
+    with pq.ParquetWriter(str(out_dir / "part-00000.parquet"), ALLOC_PA) as w:
         for f in sorted(stream_dir.glob("part-*.parquet")):
             for b in pq.ParquetFile(f).iter_batches(batch_size=ctx.cfg.incremental_batch_edges):
                 eid, src, dst, rows = (b.column(i).to_numpy() for i in range(4))
-                part = place_capped(src, dst, rows, deg, bits, sizes, cap, ctx.cfg.incremental_lam, last)
+                part = place_capped(src, dst, rows, deg, st.bits, st.sizes, cap, ctx.cfg.incremental_lam, last)
                 unplaced += int((part < 0).sum())
-                w.write_batch(pa.record_batch([eid, src, dst, part], schema=schema))
+                w.write_batch(pa.record_batch([eid, src, dst, part], schema=ALLOC_PA))
     return ctx.spark.read.parquet(str(out_dir)), unplaced
+
+
+def _refresh_local(ctx: PartitionContext, base: DatasetVersion, run: str, new: DatasetVersion, vmap: np.ndarray,
+                   emap: np.ndarray, cap: int, clock: dict[str, float]) -> tuple[dict[str, np.ndarray], _Done, int]:  # fmt: skip
+    """Match and place in this process: the new rows (eid, src, dst, part, ...) as arrays."""
+    t = time.perf_counter()
+    r = match_local(base, run, new, vmap, emap, ctx.seed)
+    clock["match"] = time.perf_counter() - t
+    st = _done_local(r, ctx.num_vertices, ctx.parts)
+    deg = local_degrees(r, ctx.num_vertices)
+    clock["state"] = time.perf_counter() - t - clock["match"]
+    unplaced = _place_local(ctx, r, st, deg, cap)
+    return r, st, unplaced
+
+
+def _refresh_spark(ctx: PartitionContext, base: DatasetVersion, run: str, new: DatasetVersion, vmap: np.ndarray,
+                   emap: np.ndarray, cap: int, rows_total: int, clock: dict[str, float]) -> tuple[Any, _Done, int]:  # fmt: skip
+    """Match in Spark tasks (one job), then stream the fresh rows through the driver's placement."""
+    t = time.perf_counter()
+    matched_dir = ctx.staging / "inc_matched"
+    match_spark(ctx, base, run, new, vmap, emap, rows_total).write.parquet(str(matched_dir))
+    clock["match"] = time.perf_counter() - t
+    matched = ctx.spark.read.parquet(str(matched_dir))
+    st = _done_spark(matched, ctx.num_vertices, ctx.parts)
+    deg = degree_array(ctx.edges, ctx.num_vertices)
+    clock["state"] = time.perf_counter() - t - clock["match"]
+    placed, unplaced = _stream_added(ctx, matched.where(F.col("how") == incremental_match.FRESH), deg, st, cap)
+    done = matched.where(F.col("how") != incremental_match.FRESH).select("eid", "src", "dst", "part")
+    return done.unionByName(placed), st, unplaced
 
 
 def refresh(ctx: PartitionContext, new: DatasetVersion, base: DatasetVersion, base_rec: StageRecord,
             run: str, out: Any) -> Refresh:  # fmt: skip
-    """Partition ``new`` from ``base``'s ``partition/<run>``; writes assignment/ and replicas/ under ``out``."""
-    spark, p, n, m = ctx.spark, ctx.parts, ctx.num_vertices, ctx.num_edges
-    t0 = time.perf_counter()
-    matched_dir = ctx.staging / "inc_matched"
-    match_rows(spark, base, run, new).write.parquet(str(matched_dir))
-    t_match = time.perf_counter()
-    matched = spark.read.parquet(str(matched_dir))
-    kept = matched.where(F.col("part").isNotNull())
-    added = matched.where(F.col("part").isNull()).select("eid", "src", "dst")
-    lo, hi = F.least("src", "dst"), F.greatest("src", "dst")
-    # an added row of a pair that still has kept rows goes where they are (one partition per pair)
-    kept_pairs = (
-        kept.select(lo.alias("lo"), hi.alias("hi"), "part")
-        .join(added.select(lo.alias("lo"), hi.alias("hi")).distinct(), ["lo", "hi"], "left_semi")
-        .dropDuplicates(["lo", "hi"])
-    )
-    added = added.withColumn("lo", lo).withColumn("hi", hi).join(kept_pairs, ["lo", "hi"], "left")
-    attached = added.where(F.col("part").isNotNull()).select("eid", "src", "dst", "part")
-    fresh = added.where(F.col("part").isNull()).select("eid", "src", "dst")
+    """Partition ``new`` from ``base``'s ``partition/<run>``; writes assignment/ and replicas/ under ``out``.
 
-    bits = _replica_bits(kept, n, p)
-    sizes = _sizes(kept, p)
-    n_kept = int(sizes.sum())
-    sizes += _sizes(attached, p)
-    n_attached = int(sizes.sum()) - n_kept
-    cap = math.ceil((1.0 + ctx.cfg.incremental_epsilon) * m / p)
-    deg = degree_array(ctx.edges, n)
-    t_state = time.perf_counter()
-    placed, unplaced = _stream_added(ctx, fresh, deg, bits, sizes, cap)
-    t_place = time.perf_counter()
+    In this process when the base and the new edge set each have at most ``partition.local_finish_edges``
+    rows (the bound below which AdaDNE partitions the whole graph in one process; the driver then holds
+    both sets, about 150 bytes a row at the peak), else in Spark; both give the same placement (the same
+    match kernel, the same placement order).
+    """
+    spark, p, m = ctx.spark, ctx.parts, ctx.num_edges
+    t0 = time.perf_counter()
     base_m = int(Manifest.read(base.manifest_path).schema["num_edges"])
+    vmap, emap = vid_map(base, new), etype_map(base, new)
+    cap = math.ceil((1.0 + ctx.cfg.incremental_epsilon) * m / p)
+    local = max(base_m, m) <= ctx.cfg.local_finish_edges  # in one process where a fresh AdaDNE would be
+    clock = {"ids": time.perf_counter() - t0}
+    if local:
+        alloc, st, unplaced = _refresh_local(ctx, base, run, new, vmap, emap, cap, clock)
+    else:
+        alloc, st, unplaced = _refresh_spark(ctx, base, run, new, vmap, emap, cap, base_m + m, clock)
+    clock["place"] = time.perf_counter() - t0 - sum(clock.values())
+    n_kept, n_attached = st.kept, st.attached
     info = {
         "base": f"{base.graph}/{base.version}", "base_run": run, "base_fingerprint": base_rec.fingerprint,
+        "mode": "local" if local else "spark",
         "kept": n_kept, "removed": base_m - n_kept, "added": m - n_kept, "attached": n_attached,
         "placed": m - n_kept - n_attached, "capacity": cap,
         "anchor_rf": _anchor_rf(base_rec),
-        "seconds": {"match": round(t_match - t0, 2), "state": round(t_state - t_match, 2),
-                    "place": round(t_place - t_state, 2)},
+        "seconds": {k: round(v, 2) for k, v in clock.items()},
     }  # fmt: skip
     if unplaced:
         return Refresh({}, {}, info, f"{unplaced} added rows found no partition under the capacity {cap}")
-    alloc = kept.select("eid", "src", "dst", "part").unionByName(attached).unionByName(placed)
-    counts, metrics = write_outputs(spark, alloc, out, p, m, bits, sizes)
+    t_place = time.perf_counter()
+    if local:  # written from the arrays, no Spark job
+        counts, metrics = write_outputs_local(out, alloc["eid"], alloc["part"], p, m, st.bits, st.sizes)
+    else:
+        counts, metrics = write_outputs(spark, alloc, out, p, m, st.bits, st.sizes)
     info["seconds"]["write"] = round(time.perf_counter() - t_place, 2)
     return Refresh(counts, metrics, info, drift(ctx.cfg, metrics, info["anchor_rf"]))
 

@@ -53,20 +53,50 @@ def write_outputs(
     return measure(spark, out, parts, num_edges)
 
 
-def write_replicas_from_bits(bits: np.ndarray, parts: int, path: Path, chunk: int = 1 << 20) -> None:
-    """replicas/ (vid, sorted parts) from |V| x W uint64 bitsets, in row groups of ``chunk`` vertices."""
+def write_replicas_from_bits(
+    bits: np.ndarray, parts: int, path: Path, chunk: int = 1 << 20
+) -> tuple[np.ndarray, int, int]:
+    """replicas/ (vid, sorted parts) from |V| x W uint64 bitsets, in row groups of ``chunk`` vertices.
+
+    Returns what it wrote, measured on the way: (vertices per partition, vertices with a partition,
+    vertices with exactly one).
+    """
     path.mkdir(parents=True, exist_ok=True)
     schema = pa.schema([("vid", pa.int64()), ("parts", pa.list_(pa.int32()))])
+    vpp, active, interior = np.zeros(parts, np.int64), 0, 0
     with pq.ParquetWriter(str(path / "part-00000.parquet"), schema) as w:
         for lo in range(0, max(1, bits.shape[0]), chunk):
             b = np.ascontiguousarray(bits[lo : lo + chunk])
             flags = np.unpackbits(b.view(np.uint8), axis=1, bitorder="little")[:, :parts]
             row, col = np.nonzero(flags)  # row-major: vertices ascending, parts ascending within
             vid, cnt = np.unique(row, return_counts=True)
+            vpp += np.bincount(col, minlength=parts)
+            active, interior = active + len(vid), interior + int((cnt == 1).sum())
             offsets = np.zeros(len(vid) + 1, np.int32)
             np.cumsum(cnt, out=offsets[1:])
             lists = pa.ListArray.from_arrays(pa.array(offsets), pa.array(col.astype(np.int32)))
             w.write_batch(pa.record_batch([pa.array(vid.astype(np.int64) + lo), lists], schema=schema))
+    return vpp, active, interior
+
+
+def write_outputs_local(
+    out: Path,
+    eid: np.ndarray,
+    part: np.ndarray,
+    parts: int,
+    num_edges: int,
+    replica_bits: np.ndarray,
+    expect_epp: np.ndarray | None = None,
+) -> tuple[dict, dict]:
+    """:func:`write_outputs` for an allocation held in this process (at most ``local_finish_edges`` rows):
+    assignment/ written by pyarrow, replicas/ from the bitsets, both measured from the arrays written,
+    without a Spark job."""
+    (out / "assignment").mkdir(parents=True, exist_ok=True)
+    table = pa.table({"eid": np.asarray(eid, np.int64), "part": np.asarray(part, np.int32)})
+    pq.write_table(table, str(out / "assignment" / "part-00000.parquet"))
+    vpp, active, interior = write_replicas_from_bits(replica_bits, parts, out / "replicas")
+    epp = np.bincount(np.asarray(part, np.int64), minlength=parts)[:parts]
+    return summarize(epp, vpp, active, interior, num_edges, expect_epp)
 
 
 def measure(
@@ -81,6 +111,19 @@ def measure(
     e = a.groupBy("part").count().toArrow()
     epp = np.zeros(parts, np.int64)
     epp[e.column("part").to_numpy()] = e.column("count").to_numpy()
+    v = r.select(F.explode("parts").alias("part")).groupBy("part").count().toArrow()
+    vpp = np.zeros(parts, np.int64)
+    vpp[v.column("part").to_numpy()] = v.column("count").to_numpy()
+    row = r.agg(F.count(F.lit(1)).alias("n"), F.sum((F.size("parts") == 1).cast("long")).alias("interior")).collect()[0]
+    return summarize(epp, vpp, int(row["n"] or 0), int(row["interior"] or 0), num_edges, expect_epp)
+
+
+def summarize(
+    epp: np.ndarray, vpp: np.ndarray, n_active: int, interior: int, num_edges: int, expect_epp: np.ndarray | None = None
+) -> tuple[dict, dict]:
+    """(counts, metrics) of a written partitioning from its rows and vertices per partition; a row count
+    other than ingest's (or than the algorithm's own ``expect_epp``) is an error."""
+    parts = len(epp)
     if int(epp.sum()) != num_edges:
         raise StageError(
             f"partition assignment holds {int(epp.sum()):,} rows, ingest/edges {num_edges:,} (got a mismatch)"
@@ -90,12 +133,6 @@ def measure(
             f"partition assignment rows per partition {epp.tolist()} differ from the algorithm's "
             f"(got {np.asarray(expect_epp).tolist()})"
         )
-    v = r.select(F.explode("parts").alias("part")).groupBy("part").count().toArrow()
-    vpp = np.zeros(parts, np.int64)
-    vpp[v.column("part").to_numpy()] = v.column("count").to_numpy()
-    row = r.agg(F.count(F.lit(1)).alias("n"), F.sum((F.size("parts") == 1).cast("long")).alias("interior")).collect()[0]
-    n_active = int(row["n"] or 0)
-    interior = int(row["interior"] or 0)
     metrics = quality(epp, vpp, n_active)
     metrics["interior_fraction"] = round(interior / n_active, 6) if n_active else 1.0
     counts = {

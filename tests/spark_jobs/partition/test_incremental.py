@@ -196,3 +196,46 @@ def test_two_snapshot_refresh_through_the_pipeline(spark, cfg, tmp_path):
     # a re-run with latest now at v2 finds the same base and publishes nothing new
     run_pipeline(spark, cfg2)
     assert Manifest.read(dv2.manifest_path).stages["partition/hdrf-p2"].completed_at == rec.completed_at
+
+
+def test_match_kernel_keeps_attaches_and_leaves_fresh():
+    """Duplicates match one to one in eid order, per direction and edge type; a leftover row of a pair
+    with a kept row joins its partition; a pair without one is fresh, counted whole."""
+    from spark_jobs.partition import incremental_match as im
+
+    # base rows (side 0): (1,2,e0) x2 in partitions 3 and 3, (2,1,e0) in 3, (7,8,e0) in 1
+    # new rows (side 1): (1,2,e0) x3, (2,1,e0), (1,2,e1), (5,6,e0), (6,5,e0), (8,7,e0)
+    src = np.array([1, 1, 2, 7, 1, 1, 1, 2, 1, 5, 6, 8])
+    dst = np.array([2, 2, 1, 8, 2, 2, 2, 1, 2, 6, 5, 7])
+    et = np.array([0, 0, 0, 0, 0, 0, 0, 0, 1, 0, 0, 0])
+    side = np.array([0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1], np.int8)
+    eid = np.array([0, 1, 2, 3, 10, 12, 11, 13, 14, 15, 16, 17])
+    part = np.array([3, 3, 3, 1, -1, -1, -1, -1, -1, -1, -1, -1], np.int32)
+    r = im.match(src, dst, et, side, eid, part, seed=1)
+    assert r["pos"].tolist() == list(range(4, 12))
+    K, A, F = im.KEPT, im.ATTACHED, im.FRESH
+    # eids 10, 11 are the first two (1,2,e0) rows: kept; 12 is the third: attached to the pair's partition
+    assert r["how"].tolist() == [K, A, K, K, A, F, F, F]
+    assert r["part"].tolist() == [3, 3, 3, 3, 3, -1, -1, -1]
+    assert r["rows"].tolist()[5:] == [2, 2, 1]  # the fresh pair {5, 6} needs room for both its rows
+    assert r["k"][5] == r["k"][6] and r["k"][5] != r["k"][7]  # a pair hashes alike in both directions
+
+
+def test_spark_path_places_exactly_as_the_local_path(spark, snapshots, refreshed):
+    """Above ``local_finish_edges`` the match runs in Spark tasks and the fresh rows stream through the
+    driver; the placement must be the one the in-process path gives (same kernel, same order)."""
+    v1, v2, run = snapshots
+    cfg, rec = refreshed
+    e1 = pd.read_parquet(v1.edges).sort_values("eid")
+    local = pd.read_parquet(v1.assignment(run)).sort_values("eid")
+    other = publish_partition(v1, local.part.to_numpy(), P, run="spark-path", algorithm="hdrf")
+    assert np.array_equal(local.eid.to_numpy(), e1.eid.to_numpy())
+    rec_s = run_partition(spark, with_values(cfg, "partition", name=other, local_finish_edges=0), v2)
+    inc_l, inc_s = rec.counts["incremental"], rec_s.counts["incremental"]
+    assert (inc_l["mode"], inc_s["mode"]) == ("local", "spark")
+    for key in ("kept", "added", "attached", "placed", "capacity"):
+        assert inc_l[key] == inc_s[key], key
+    a_l = pd.read_parquet(v2.assignment(run)).sort_values("eid").reset_index(drop=True)
+    a_s = pd.read_parquet(v2.assignment(other)).sort_values("eid").reset_index(drop=True)
+    assert a_l.equals(a_s)
+    assert rec.metrics == rec_s.metrics
