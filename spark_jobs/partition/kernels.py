@@ -236,13 +236,19 @@ _MAX_KEY_IDS = 3_037_000_499  # n * n < 2**63: the pair key min * n + max fits i
 
 @njit(nogil=True, cache=True)
 def _ties_by_eid(key: np.ndarray, eid: np.ndarray, o: np.ndarray) -> np.ndarray:
-    """Order each run of equal ``key[o]`` by eid, in place (insertion sort: a run is one pair's rows)."""
+    """Order each run of equal ``key[o]`` by eid, in place: insertion sort for a pair's few rows, an
+    argsort for a long run (a multigraph kept with ``duplicates = "keep"`` can hold many parallel rows)."""
     m = o.shape[0]
     i = 0
     while i < m:
         j = i + 1
         while j < m and key[o[j]] == key[o[i]]:
             j += 1
+        if j - i > 32:
+            run = o[i:j].copy()
+            o[i:j] = run[np.argsort(eid[run])]
+            i = j
+            continue
         for t in range(i + 1, j):
             x = o[t]
             u = t - 1

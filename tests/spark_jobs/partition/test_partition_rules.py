@@ -135,6 +135,7 @@ def test_canonical_order_is_the_lexsort_by_pair_then_eid():
     rng = np.random.default_rng(5)
     s, d = rng.integers(0, 300, 5000), rng.integers(0, 300, 5000)
     s, d = np.concatenate([s, d, s[:500]]), np.concatenate([d, s, d[:500]])  # both directions, repeats
+    s, d = np.concatenate([s, np.full(200, 7)]), np.concatenate([d, np.full(200, 9)])  # a long run of one pair
     eid = rng.permutation(len(s)).astype(np.int64)
     for off in (0, 4_000_000_000):  # the second takes the lexsort fallback (n * n past int64)
         a, b = s + off, d + off
