@@ -92,6 +92,8 @@ def main() -> int:
     ap.add_argument("--pipeline", action="store_true", help="also time a full vs an incremental run_pipeline")
     ap.add_argument("--pipeline-only", action="store_true", help="only the --pipeline comparison (no refresh loop)")
     ap.add_argument("--local-finish-edges", type=int, default=0, help="partition.local_finish_edges (0: default)")
+    ap.add_argument("--incremental-local-edges", type=int, default=-1,
+                    help="partition.incremental_local_edges (-1: default; 0: the refresh always in Spark)")  # fmt: skip
     ap.add_argument("--master", default="local[2]")
     ap.add_argument("--root", default="")
     ap.add_argument("--lock", default="", help="flock this file around each timed run (e.g. /tmp/glisp-bench.lock)")
@@ -113,8 +115,10 @@ def main() -> int:
     cfg = load_config(env={})
     cfg = with_values(cfg, "dataset", root=str(root))
     cfg = with_values(cfg, "partition", algorithm=args.algorithm, parts=args.parts, progress=False)
-    if args.local_finish_edges:  # both paths: AdaDNE's in-process finish and the incremental local mode
+    if args.local_finish_edges:  # AdaDNE's in-process finish
         cfg = with_values(cfg, "partition", local_finish_edges=args.local_finish_edges)
+    if args.incremental_local_edges >= 0:  # the refresh's in-process mode
+        cfg = with_values(cfg, "partition", incremental_local_edges=args.incremental_local_edges)
     inc_cfg = lambda base: with_values(cfg, "partition", name="inc", incremental=True, incremental_base=base)  # noqa: E731
     fresh_cfg = with_values(cfg, "partition", name="fresh")
 

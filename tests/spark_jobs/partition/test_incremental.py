@@ -222,7 +222,7 @@ def test_match_kernel_keeps_attaches_and_leaves_fresh():
 
 
 def test_spark_path_places_exactly_as_the_local_path(spark, snapshots, refreshed):
-    """Above ``local_finish_edges`` the match runs in Spark tasks and the fresh rows stream through the
+    """Above ``incremental_local_edges`` the match runs in Spark tasks and the fresh rows stream through the
     driver; the placement must be the one the in-process path gives (same kernel, same order)."""
     v1, v2, run = snapshots
     cfg, rec = refreshed
@@ -230,7 +230,7 @@ def test_spark_path_places_exactly_as_the_local_path(spark, snapshots, refreshed
     local = pd.read_parquet(v1.assignment(run)).sort_values("eid")
     other = publish_partition(v1, local.part.to_numpy(), P, run="spark-path", algorithm="hdrf")
     assert np.array_equal(local.eid.to_numpy(), e1.eid.to_numpy())
-    rec_s = run_partition(spark, with_values(cfg, "partition", name=other, local_finish_edges=0), v2)
+    rec_s = run_partition(spark, with_values(cfg, "partition", name=other, incremental_local_edges=0), v2)
     inc_l, inc_s = rec.counts["incremental"], rec_s.counts["incremental"]
     assert (inc_l["mode"], inc_s["mode"]) == ("local", "spark")
     for key in ("kept", "added", "attached", "placed", "capacity"):
