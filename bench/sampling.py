@@ -38,7 +38,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import signal
 import subprocess
 import sys
 import tempfile
@@ -50,6 +49,8 @@ import numpy as np
 ROOT = Path(__file__).resolve().parent.parent
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
+
+from glisp_serving.local_cluster import stop_cluster  # noqa: E402
 
 MIB = 2**20
 
@@ -223,8 +224,7 @@ def bench_graph(g: str, info: dict, args: argparse.Namespace, workdir: Path) -> 
                 r["memory"] = [memory_row(s) for s in c.stats()]
                 r["routing_table_mib"] = round(c.routing.nbytes / MIB, 2)
         finally:
-            proc.send_signal(signal.SIGTERM)
-            proc.wait(timeout=60)
+            stop_cluster(proc)
         res[key] = r
         print_run(g, r, res)
     return res

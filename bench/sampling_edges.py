@@ -31,7 +31,6 @@ from __future__ import annotations
 import json
 import multiprocessing as mp
 import os
-import signal
 import time
 from pathlib import Path
 
@@ -276,7 +275,7 @@ def _foreign_since(start: tuple[float, float], own: list[int], wall: float) -> f
 def bench_edges(info: dict, args, workdir: Path) -> dict:
     """Every configuration with 2 clients (interleaved windows), then uniform with 1 client."""
     import psutil
-    from sampling import start_cluster
+    from sampling import start_cluster, stop_cluster
 
     proc, cf = start_cluster(info["dv"], info["run"], workdir, args.threads)
     try:
@@ -287,8 +286,7 @@ def bench_edges(info: dict, args, workdir: Path) -> dict:
             names = [x for x in names if x in args.configs]
             rows += measure_clients(cf, pids, k, names * args.windows, info["n"], args)
     finally:
-        proc.send_signal(signal.SIGTERM)
-        proc.wait(timeout=60)
+        stop_cluster(proc)
     return {"graph": info["name"], "run": info["run"], "rf": info["rf"], "n": info["n"], "m": info["m"],
             "build_s": info["build_s"], "rows": rows, "load_after": os.getloadavg()}  # fmt: skip
 

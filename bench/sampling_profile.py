@@ -17,7 +17,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import signal
 import subprocess
 import sys
 import time
@@ -139,7 +138,7 @@ def main() -> int:
 
     import tempfile
 
-    from sampling import start_cluster
+    from sampling import start_cluster, stop_cluster
 
     from glisp_core.config import ClientConfig
     from glisp_core.dataset.layout import resolve_dataset
@@ -171,8 +170,7 @@ def main() -> int:
                     role = "client" if int(p) == os.getpid() else "server"
                     print(f"py-spy {role} {p}: " + "; ".join(f"{f} {s:.0%}" for f, s in top), flush=True)
     finally:
-        proc.send_signal(signal.SIGTERM)
-        proc.wait(timeout=60)
+        stop_cluster(proc)
     if args.json:
         Path(args.json).write_text(json.dumps(results, indent=1))
     return 0

@@ -32,7 +32,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import signal
 import sys
 import time
 from collections.abc import Iterator
@@ -45,7 +44,7 @@ ROOT = Path(__file__).resolve().parent.parent
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
-from bench.sampling import start_cluster  # noqa: E402
+from bench.sampling import start_cluster, stop_cluster  # noqa: E402
 
 TOLOKERS = Path("/work/shared/data/tolokers.npz")
 VC, WHOLE = "adadne-p2", "whole"
@@ -153,8 +152,7 @@ def serving(dv, cfg, workdir: Path) -> Iterator:
         finally:
             source.close()
     finally:
-        proc.send_signal(signal.SIGTERM)
-        proc.wait(timeout=60)
+        stop_cluster(proc)
 
 
 def timing(dv, args: argparse.Namespace, workdir: Path) -> list[dict]:
