@@ -154,6 +154,7 @@ def run_infer(spark: Any, cfg: Config, dv: DatasetVersion, force: bool = False, 
         "fanouts": inp.fanouts, "seed": ic.seed, "direction": inp.direction, "chunk_rows": layout.chunk_rows,
         "compressor": ic.compressor, "clevel": ic.clevel, "shuffle": ic.shuffle, "batch_size": ic.batch_size,
         "cache_chunk_rows": ic.cache_chunk_rows or layout.chunk_rows, "cache_policy": ic.cache_policy,
+        "cache_admit_window": ic.cache_admit_window,
         "cache_fraction": ic.cache_fraction, "cache_chunks": ic.cache_chunks, "store": ic.store,
         "edges": ic.edges, "task": inp.spec.task, "arch": inp.spec.arch, "dims": list(inp.dims), "halo": ic.halo,
     }  # fmt: skip
@@ -212,7 +213,7 @@ def _plan(
         order=ic.order, dims=inp.dims, fanouts=tuple(inp.fanouts), seed=ic.seed, direction=inp.direction,
         relations=tuple(inp.spec.relations) if inp.spec.arch == "rgcn" else (), checkpoint=str(inp.checkpoint),
         task=inp.spec.task, batch_size=ic.batch_size, cache_chunk_rows=ic.cache_chunk_rows or layout.chunk_rows,
-        cache_policy=ic.cache_policy, cache_fraction=ic.cache_fraction, cache_chunks=ic.cache_chunks,
+        cache_policy=ic.cache_policy, cache_admit_window=ic.cache_admit_window, cache_fraction=ic.cache_fraction, cache_chunks=ic.cache_chunks,
         scratch_dir=ic.scratch_dir, device=ic.device, threads=threads, local_own_rows=ic.local_own_rows,
         exchange_dir=str(tmp / EXCHANGE_DIR) if ic.halo else "", token=f"{inp.name}-{uuid.uuid4().hex[:12]}", fault=fault if fault is not None else os.environ.get("GLISP_INFER_FAULT", ""),
     )  # fmt: skip

@@ -15,7 +15,7 @@ from typing import Any
 SUMS = ("rows", "vertices", "chunks_written", "bytes_written", "raw_bytes", "total_s", "cpu_s", "write_s", "sample_s", "fill_s",
         "read_s", "compute_s", "model_s", "fill_chunks", "chunk_reads", "dynamic_hits", "dynamic_misses",
         "static_hits", "static_lookups", "static_rows", "static_foreign_rows", "static_bytes", "sampled_edges",
-        "interior", "boundary", "evictions", "halo_rows", "halo_rows_written", "halo_write_s", "needs_s")  # fmt: skip
+        "interior", "boundary", "evictions", "not_admitted", "halo_rows", "halo_rows_written", "halo_write_s", "needs_s")  # fmt: skip
 
 
 def _ratio(a: float, b: float) -> float:
@@ -46,7 +46,7 @@ def summarize_layer(res: list[dict[str, Any]]) -> dict[str, Any]:
 def shadow_ratios(res: list[dict[str, Any]]) -> dict[str, dict[str, float]]:
     reads = sum(r["chunk_reads"] for r in res)
     out: dict[str, dict[str, float]] = {}
-    for pol in ("fifo", "lru"):
+    for pol in ("fifo", "lru", "fifo_all", "lru_all"):
         fracs = res[0]["shadow_hits"][pol] if res else {}
         out[pol] = {f: _ratio(sum(r["shadow_hits"][pol][f] for r in res), reads) for f in fracs}
     return out

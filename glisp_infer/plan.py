@@ -33,6 +33,7 @@ class InferPlan:
     batch_size: int = 1024
     cache_chunk_rows: int = 32768
     cache_policy: str = "fifo"
+    cache_admit_window: int = 1
     cache_fraction: float = 0.05
     cache_chunks: int = 0
     scratch_dir: str = ""

@@ -28,7 +28,7 @@ import numpy as np
 
 from glisp_core.errors import GlispError
 from glisp_infer import halo as H
-from glisp_infer.cache import ChunkCache, StaticCache, capacity_of, simulate_hits
+from glisp_infer.cache import ChunkCache, StaticCache, batch_chunks, capacity_of, reread_plan, simulate_hits
 from glisp_infer.plan import InferPlan, load_model, resolve_device, set_threads
 from glisp_infer.sampling import FULL, edge_slots, hop_of, layer_request, max_degree, sample_masters
 from glisp_infer.store import INDEX_POS, INDEX_ROW, INDEX_VID, layer_name, open_array, stored_bytes, write_owned
@@ -420,13 +420,17 @@ def stream(plan: InferPlan, layer: int, cache: StaticCache, dyn: ChunkCache, vid
     np.cumsum(per_vertex, out=eoff[1:])
     slots = torch.from_numpy(edge_slots(sample.counts)) if plan.relations else None
     scratch = np.full(len(cache.ids), -1, np.int64)
-    trace, read_s, compute_s = [], 0.0, 0.0
-    for b in range(0, n, plan.batch_size):
+    tr = time.perf_counter()
+    starts = list(range(0, n, plan.batch_size))
+    trace, bounds = batch_chunks([np.concatenate([loc_v[b : b + plan.batch_size], loc_n[eoff[b] : eoff[min(b + plan.batch_size, n)]]])
+                                  for b in starts], cache.chunk_rows)  # fmt: skip
+    admit = reread_plan(trace, bounds, max(cache.num_chunks, 1), plan.cache_admit_window)
+    read_s, compute_s = time.perf_counter() - tr, 0.0
+    for k, b in enumerate(starts):
         e = min(b + plan.batch_size, n)
         tr = time.perf_counter()
         src, nb_pos = relabel(loc_v[b:e], loc_n[eoff[b] : eoff[e]], scratch)
-        x, touched = dyn.gather(src)
-        trace.append(touched)
+        x, _ = dyn.gather(src, admit[bounds[k] : bounds[k + 1]])
         tc = time.perf_counter()
         read_s += tc - tr
         dst_pos = np.repeat(np.arange(e - b, dtype=np.int64), per_vertex[b:e])
@@ -437,20 +441,23 @@ def stream(plan: InferPlan, layer: int, cache: StaticCache, dyn: ChunkCache, vid
         compute_s += time.perf_counter() - tc
         writer.add(h.numpy())  # timed by the writer
     return {"read_s": read_s, "compute_s": compute_s, "model_s": read_s + compute_s,
-            **_cache_metrics(plan, dyn, cache.num_chunks, trace)}  # fmt: skip
+            **_cache_metrics(plan, dyn, cache.num_chunks, trace, bounds, admit)}  # fmt: skip
 
 
-def _cache_metrics(plan: InferPlan, dyn: ChunkCache, num_chunks: int, batches: list[np.ndarray]) -> dict[str, Any]:
-    """Chunk reads and dynamic-cache hits, plus the hits of the same reads under both policies and sizes."""
-    trace = np.concatenate(batches) if batches else np.empty(0, np.int64)
-    bounds = np.zeros(len(batches) + 1, np.int64)
-    np.cumsum([len(b) for b in batches], out=bounds[1:])
-    shadow: dict[str, dict[str, int]] = {"fifo": {}, "lru": {}}
+def _cache_metrics(plan: InferPlan, dyn: ChunkCache, num_chunks: int, trace: np.ndarray, bounds: np.ndarray,
+                   admit: np.ndarray) -> dict[str, Any]:  # fmt: skip
+    """Chunk reads and dynamic-cache hits, plus the hits of the same reads under both policies and sizes, with
+    the run's admission plan and (``fifo_all``, ``lru_all``) admitting every miss."""
+    every = np.ones(len(trace), np.bool_)
+    shadow: dict[str, dict[str, int]] = {"fifo": {}, "lru": {}, "fifo_all": {}, "lru_all": {}}
     for frac in plan.shadow_fractions:
         cap = capacity_of(num_chunks, frac)
-        for pol in ("fifo", "lru"):
-            hits = simulate_hits(trace, bounds, max(num_chunks, 1), cap, pol == "lru") if len(trace) else 0
+        for pol in shadow:
+            adm = every if pol.endswith("_all") else admit
+            hits = (
+                simulate_hits(trace, bounds, max(num_chunks, 1), cap, pol.startswith("lru"), adm) if len(trace) else 0
+            )
             shadow[pol][f"{frac:g}"] = int(hits)
     return {"chunk_reads": dyn.reads, "dynamic_hits": dyn.hits, "dynamic_misses": dyn.misses,
-            "cache_capacity": dyn.capacity, "static_chunks": num_chunks, "evictions": dyn.evictions,
-            "shadow_hits": shadow}  # fmt: skip
+            "not_admitted": dyn.bypassed, "cache_capacity": dyn.capacity, "static_chunks": num_chunks,
+            "evictions": dyn.evictions, "admit_window": plan.cache_admit_window, "shadow_hits": shadow}  # fmt: skip
