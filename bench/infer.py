@@ -164,6 +164,7 @@ def layerwise(spark, cfg, info: dict, model_run: str, args: argparse.Namespace, 
     c = with_values(cfg, "infer", model=model_run, run=f"bench-{order}" + ("" if halo else "-nohalo"), order=order,
                     fanouts=args.fanouts, chunk_rows=args.chunk_rows, cache_chunk_rows=args.cache_chunk_rows,
                     batch_size=args.batch_size, cache_fraction=args.cache_fraction, scratch_dir=str(args.scratch),
+                    cache_admit_window=args.cache_admit_window,
                     halo=halo)  # fmt: skip
     cpu0, t0 = _tree_cpu(), time.perf_counter()
     rec = run_infer(spark, c, info["dv"], force=True, log=lambda s: None)
@@ -376,9 +377,10 @@ def main() -> int:
     ap.add_argument("--orders", nargs="+", default=ORDERS, help="one layerwise run each")
     ap.add_argument("--time-order", default="pds", help="the order of the timed run (run last)")
     ap.add_argument("--chunk-rows", type=int, default=32768)
-    ap.add_argument("--cache-chunk-rows", type=int, default=256)
-    ap.add_argument("--batch-size", type=int, default=1024, help="layerwise vertices per slice call")
+    ap.add_argument("--cache-chunk-rows", type=int, default=64)
+    ap.add_argument("--batch-size", type=int, default=256, help="layerwise vertices per slice call")
     ap.add_argument("--cache-fraction", type=float, default=0.05)
+    ap.add_argument("--cache-admit-window", type=int, default=1, help="infer.cache_admit_window (0: admit every miss)")
     ap.add_argument("--batch", type=int, default=1024, help="sample-wise seeds per batch")
     ap.add_argument("--samplewise-seeds", type=int, default=4096, help="0 = no sample-wise run")
     ap.add_argument(

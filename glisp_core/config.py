@@ -312,10 +312,10 @@ class InferConfig:
     compressor: Literal["blosclz", "lz4", "lz4hc", "zstd", "zlib"] = "blosclz"  # Blosc codec of the arrays
     clevel: int = 9
     shuffle: Literal["noshuffle", "shuffle", "bitshuffle"] = "bitshuffle"
-    batch_size: int = 1024  # mastered vertices per slice call: the unit of chunk reads
-    cache_chunk_rows: int = 0  # rows per chunk of the static cache; 0 = chunk_rows
+    batch_size: int = 256  # mastered vertices per slice call: the unit of chunk reads (see docs/inference.md)
+    cache_chunk_rows: int = 64  # rows per chunk of the static cache (the dynamic cache's unit); 0 = chunk_rows
     cache_policy: Literal["fifo", "lru"] = "fifo"  # dynamic (memory) cache of static-cache chunks
-    cache_admit_window: int = 1  # a missed chunk enters the dynamic cache only if one of the next N batches reads it; 0 = always
+    cache_admit_window: int = 1  # admit a missed chunk only if one of the next N batches reads it; 0 = always
     cache_fraction: float = 0.05  # dynamic cache size as a fraction of the task's static-cache chunks
     cache_chunks: int = 0  # dynamic cache size in chunks; 0 = cache_fraction
     scratch_dir: str = ""  # local disk of the static caches; "": the system temp directory

@@ -62,7 +62,7 @@ def summarize_layers(per_layer: list[list[dict[str, Any]]]) -> dict[str, Any]:
     model = [layers[f"layer{i}"] for i in range(1, len(per_layer))]
     tot = {k: sum(d.get(k, 0) for d in model) for k in ("fill_s", "model_s", "sample_s", "read_s", "compute_s",
                                                          "write_s", "chunk_reads", "dynamic_hits", "fill_chunks",
-                                                         "exchange_s", "halo_rows")}  # fmt: skip
+                                                         "exchange_s", "halo_rows", "not_admitted")}  # fmt: skip
     task_cpu = sum(d.get("cpu_s", 0) for d in layers.values())
     written = sum(d["bytes_written"] for d in layers.values())
     raw = sum(d["raw_bytes"] for d in layers.values())
@@ -71,6 +71,7 @@ def summarize_layers(per_layer: list[list[dict[str, Any]]]) -> dict[str, Any]:
         "chunk_reads": tot["chunk_reads"],
         "fill_chunks": tot["fill_chunks"],
         "dynamic_hit_ratio": _ratio(tot["dynamic_hits"], tot["chunk_reads"]),
+        "not_admitted": tot["not_admitted"],
         "fill_over_model": _ratio(tot["fill_s"], tot["model_s"]),
         "exchange_over_model": _ratio(tot["exchange_s"], tot["model_s"]),
         "exchange_s": round(tot["exchange_s"], 3),

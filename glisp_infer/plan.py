@@ -30,8 +30,8 @@ class InferPlan:
     relations: tuple[str, ...]  # rgcn: typed sampling, one slot per relation
     checkpoint: str  # the train stage directory (model.json + weights.pt)
     task: str  # "node" or "link"
-    batch_size: int = 1024
-    cache_chunk_rows: int = 32768
+    batch_size: int = 256
+    cache_chunk_rows: int = 64
     cache_policy: str = "fifo"
     cache_admit_window: int = 1
     cache_fraction: float = 0.05

@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from glisp_core.errors import GlispError
-from glisp_infer.cache import ChunkCache, StaticCache, capacity_of, simulate_hits
+from glisp_infer.cache import ChunkCache, StaticCache, batch_chunks, capacity_of, reread_plan, simulate_hits
 
 
 def _static(tmp_path, n=100, dim=3, chunk_rows=8, seed=0):
@@ -43,7 +43,8 @@ def test_dynamic_cache_rows_and_hits_match_the_replay(tmp_path, policy) -> None:
         trace.append(touched)
     t = np.concatenate(trace)
     bounds = np.cumsum([0] + [len(x) for x in trace])
-    assert dyn.reads == len(t) and dyn.hits == simulate_hits(t, bounds, c.num_chunks, 3, policy == "lru")
+    every = np.ones(len(t), bool)
+    assert dyn.reads == len(t) and dyn.hits == simulate_hits(t, bounds, c.num_chunks, 3, policy == "lru", every)
     assert 0 < dyn.hits < dyn.reads
     c.close()
 
@@ -51,19 +52,57 @@ def test_dynamic_cache_rows_and_hits_match_the_replay(tmp_path, policy) -> None:
 def test_fifo_and_lru_differ_as_defined() -> None:
     t = np.array([0, 1, 0, 2, 0, 3, 0])  # one chunk per batch; capacity 2: LRU keeps the hot chunk 0, FIFO not
     b = np.arange(len(t) + 1)
-    assert simulate_hits(t, b, 4, 2, True) == 3
-    assert simulate_hits(t, b, 4, 2, False) == 2
+    every = np.ones(len(t), bool)
+    assert simulate_hits(t, b, 4, 2, True, every) == 3
+    assert simulate_hits(t, b, 4, 2, False, every) == 2
 
 
 def test_a_batch_reads_resident_chunks_first_and_misses_from_the_top() -> None:
     # capacity 2, FIFO. Misses from the top: batch [0, 5, 9] loads 9, 5, 0, so 0 (the lowest: under PDS the
     # high-degree vertices) survives for the next batch; loaded upwards it would be evicted by 9.
-    assert simulate_hits(np.array([0, 5, 9, 0]), np.array([0, 3, 4]), 10, 2, False) == 1
+    every = np.ones(4, bool)
+    assert simulate_hits(np.array([0, 5, 9, 0]), np.array([0, 3, 4]), 10, 2, False, every) == 1
     # Resident first: chunk 1 is read before the batch's misses 3 and 2 can evict it.
-    assert simulate_hits(np.array([1, 1, 2, 3]), np.array([0, 1, 4]), 10, 2, False) == 1
+    assert simulate_hits(np.array([1, 1, 2, 3]), np.array([0, 1, 4]), 10, 2, False, every) == 1
 
 
 def test_capacity_of() -> None:
     assert capacity_of(400, 0.05) == 20 and capacity_of(10, 0.05) == 1 and capacity_of(10, 0.05, 4) == 4
     with pytest.raises(GlispError, match="cache_fraction"):
         capacity_of(10, 1.5)
+
+
+def test_reread_plan_admits_only_chunks_read_again_within_the_window() -> None:
+    # batches: [0 1 2] [0 3] [4] [0 1]
+    t, b = np.array([0, 1, 2, 0, 3, 4, 0, 1]), np.array([0, 3, 5, 6, 8])
+    assert reread_plan(t, b, 5, 1).tolist() == [True, False, False, False, False, False, False, False]
+    assert reread_plan(t, b, 5, 2).tolist() == [True, False, False, True, False, False, False, False]
+    assert reread_plan(t, b, 5, 3).tolist() == [True, True, False, True, False, False, False, False]
+    assert reread_plan(t, b, 5, 0).all()
+    trace, bounds = batch_chunks([np.array([9, 0, 1, 8]), np.array([17])], 8)
+    assert trace.tolist() == [0, 1, 2] and bounds.tolist() == [0, 2, 3]
+
+
+def test_admission_keeps_the_chunks_the_next_batch_reads(tmp_path) -> None:
+    """A hot chunk read by every batch and two chunks read once per batch: plain FIFO with 2 slots loses the
+    hot chunk to the one-off chunks every other batch, the planned admission keeps it; rows are exact either way."""
+    c, _, vals = _static(tmp_path, n=200, chunk_rows=4)
+    batches = [np.array([1, 2, 8 + 8 * k, 12 + 8 * k]) for k in range(20)]  # chunk 0, then chunks 2k+2, 2k+3
+    trace, bounds = batch_chunks(batches, 4)
+    admit = reread_plan(trace, bounds, c.num_chunks, 1)
+    hits = {}
+    for plan in (None, admit):
+        dyn = ChunkCache(c, 2, "fifo")
+        for k, x in enumerate(batches):
+            got, touched = dyn.gather(x, None if plan is None else plan[bounds[k] : bounds[k + 1]])
+            np.testing.assert_array_equal(got, vals[x])
+            assert np.array_equal(touched, trace[bounds[k] : bounds[k + 1]])
+        hits["all" if plan is None else "planned"] = dyn.hits
+        every = np.ones(len(trace), bool) if plan is None else plan
+        assert dyn.hits == simulate_hits(trace, bounds, c.num_chunks, 2, False, every)
+        if plan is not None:
+            assert dyn.bypassed == 40 and dyn.misses == 41  # every one-off chunk went around the cache
+    assert hits == {"all": 10, "planned": 19}  # FIFO loses chunk 0 every other batch
+    with pytest.raises(GlispError, match="admission plan"):
+        ChunkCache(c, 2, "fifo").gather(batches[0], admit[:1])
+    c.close()

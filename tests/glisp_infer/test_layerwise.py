@@ -131,7 +131,8 @@ def test_order_changes_layout_and_reads_not_embeddings(infer_graph, sampled) -> 
         assert m["chunk_reads"] > 0 and lay["static_hits"] == lay["static_lookups"] > g.n
         assert lay["dynamic_hits"] + lay["dynamic_misses"] == lay["chunk_reads"]
         assert 0 < lay["bytes_written"] and lay["compression_ratio"] > 0
-        assert set(lay["shadow_hit_ratio"]) == {"fifo", "lru"}
+        assert set(lay["shadow_hit_ratio"]) == {"fifo", "lru", "fifo_all", "lru_all"}
+        assert 0 <= lay["not_admitted"] <= lay["dynamic_misses"]
     man = Manifest.read(g.dv.manifest_path)
     assert man.stage("infer/gat-s").params["order"] == "pds" and man.stage("infer/gat-s-ns").params["order"] == "ns"
 
