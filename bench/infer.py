@@ -6,17 +6,26 @@ types; lastfm has no vertex features, so layerwise inference, which starts from 
 tolokers from ../shared/data (10-d features); each symmetrised, partitioned with AdaDNE (--parts) and
 serialized, with all four reorder tables. A model with random weights (``glisp_train.publish.publish_model``;
 the cost does not depend on the weights) is published as a train stage: a 3-layer GraphSAGE, hidden 256,
-fanouts [15, 10, 5] (R-GCN on imdb).
+fanouts [15, 10, 5] (R-GCN on imdb); --task node (class logits) or --task link (a --link-dim embedding, named
+...-link<dim>, whose outputs stage writes the dot-product score of every edge, glisp_infer.outputs.edge_scores).
 
 Per graph it runs ``run_infer`` once per order in --orders (every run computes all layers and publishes; the
 first run also starts the Python workers, so the timed run is the last one, in --time-order, and when it
-is the only order it runs twice), then
-sample-wise inference over a random sample of --samplewise-seeds vertices in batches of 1024 after one
-warm-up batch, in process over all partitions (no RPC: the fastest sample-wise can be). Sample-wise cost is
-linear in the seeds, so its total is the per-seed time times n. Both sides report wall seconds and CPU
-seconds (layerwise: the driver, the JVM and the Python workers; sample-wise: its process). Prints:
+is the only order it runs twice), then sample-wise inference after one warm-up batch, in process over all
+partitions (no RPC: the fastest sample-wise can be) and, with --samplewise-service, through a serve-cluster on
+loopback, as training does:
 
-1. speedup: layerwise (index + every layer, all Zarr I/O) and with the Parquet outputs, against sample-wise;
+- node: ``Samplewise.run`` over --samplewise-seeds random vertices in batches of --batch seeds; its total
+  is the per-seed time times n;
+- link: ``Samplewise.run_pairs`` over --samplewise-edges random edges of those layerwise scores (every edge
+  once, read from the partitions), in batches of --batch edges: the trees of each batch's distinct endpoints,
+  as link training computes them; its total is the per-edge time times the scored edges.
+
+Sample-wise cost is linear in the seeds (edges). Both sides report wall seconds and CPU seconds (layerwise:
+the driver, the JVM and the Python workers; sample-wise: its process and the cluster's). Prints:
+
+1. speedup: layerwise (index + every layer, all Zarr I/O) and the whole stage with the Parquet outputs (for
+   link, the scores are the product), against sample-wise;
 2. the time split per layer: sampling, static-cache fill, reads through the dynamic cache, slice, writes;
 3. chunk reads per order (distinct static-cache chunks per batch, see glisp_infer.cache) and hit ratios;
 4. FIFO against LRU hit ratio at 1-20% of a task's chunks (the same reads replayed);
@@ -31,6 +40,8 @@ Counts (chunk reads, hits) are deterministic; timings need the lock::
     .venv/bin/python bench/infer.py --root /tmp/glisp-bench-infer --graphs cora imdb tolokers
     flock /tmp/glisp-bench.lock .venv/bin/python bench/infer.py --root /tmp/glisp-bench-infer --graphs rmat \
         --orders pds --samplewise-seeds 0 --halo-compare 3
+    flock /tmp/glisp-bench.lock .venv/bin/python bench/infer.py --root /tmp/glisp-bench-infer --graphs rmat \
+        --task link --orders pds --samplewise-edges 4096 --samplewise-service
 """
 
 from __future__ import annotations
@@ -43,7 +54,10 @@ import shutil
 import sys
 import tempfile
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -119,7 +133,8 @@ def build(args: argparse.Namespace, root: Path, spark, cfg) -> dict[str, dict]:
 
 
 def publish(info: dict, args: argparse.Namespace):
-    """The benchmark model of a graph, published once as train/bench-<arch>."""
+    """The benchmark model of a graph, published once as train/bench-<arch>-h<hidden>-l<layers> (node task:
+    class logits) or ...-link<dim> (link task: a --link-dim embedding whose dot products are the scores)."""
     import torch
 
     from glisp_core.dataset.manifest import Manifest
@@ -128,13 +143,14 @@ def publish(info: dict, args: argparse.Namespace):
 
     typed = len(info["edge_types"]) > 1
     arch = "rgcn" if typed else args.arch
-    name = f"bench-{arch}-h{args.hidden}-l{len(args.fanouts)}"
+    link = args.task == "link"
+    name = f"bench-{arch}-h{args.hidden}-l{len(args.fanouts)}" + (f"-link{args.link_dim}" if link else "")
     dv = info["dv"]
     if Manifest.read(dv.manifest_path).has_stage(f"train/{name}"):
         return name, load_checkpoint(dv.path / "train" / name)[0]
     torch.manual_seed(0)
-    spec = ModelSpec(arch=arch, in_dim=info["feature_dim"], hidden=args.hidden, out_dim=info["classes"],
-                     layers=len(args.fanouts), dropout=0.0,
+    spec = ModelSpec(arch=arch, in_dim=info["feature_dim"], hidden=args.hidden, task=args.task,
+                     out_dim=args.link_dim if link else info["classes"], layers=len(args.fanouts), dropout=0.0,
                      relations=tuple(info["edge_types"]) if typed else ())  # fmt: skip
     model = build_model(spec).eval()
     publish_model(dv, name, model, info["run"])
@@ -180,32 +196,38 @@ def layerwise(spark, cfg, info: dict, model_run: str, args: argparse.Namespace, 
             "path": str(info["dv"].path / rec.path)}  # fmt: skip
 
 
-def samplewise(info: dict, model, args: argparse.Namespace, service: bool = False) -> dict:
-    """Sample-wise over --samplewise-seeds random vertices after a warm-up batch; totals are per seed x n."""
+@contextmanager
+def _samplewise(info: dict, service: bool, scratch: Path) -> Iterator[tuple[Any, Any]]:
+    """A Samplewise over all partitions in process, or through a serve-cluster on loopback (and its process)."""
     from glisp_infer.samplewise import Samplewise
 
+    if not service:
+        yield Samplewise.in_process(info["dv"], info["run"]), None
+        return
+    from bench.sampling import start_cluster
+    from glisp_serving.client import SamplingClient
+    from glisp_serving.local_cluster import stop_cluster
+
+    proc, cluster = start_cluster(info["dv"], info["run"], scratch, threads=1)
+    client = None
+    try:
+        client = SamplingClient(cluster)
+        yield Samplewise.service(client, info["dv"], info["run"]), proc
+    finally:
+        if client is not None:
+            client.close()
+        stop_cluster(proc)
+
+
+def samplewise(info: dict, model, args: argparse.Namespace, service: bool = False) -> dict:
+    """Sample-wise over --samplewise-seeds random vertices after a warm-up batch; totals are per seed x n."""
     n = info["n"]
     seeds = np.random.default_rng(7).permutation(n)[: args.samplewise_seeds + args.batch]
-    proc, client = None, None
-    try:
-        if service:
-            from bench.sampling import start_cluster
-            from glisp_serving.client import SamplingClient
-
-            proc, cluster = start_cluster(info["dv"], info["run"], args.scratch, threads=1)
-            client = SamplingClient(cluster)
-            sw = Samplewise.service(client, info["dv"], info["run"])
-        else:
-            sw = Samplewise.in_process(info["dv"], info["run"])
+    with _samplewise(info, service, args.scratch) as (sw, proc):
         sw.run(model, seeds[: args.batch], args.fanouts, batch_size=args.batch)  # warm-up (kernels, pages)
         cpu0 = _tree_cpu(proc.pid) if proc else 0.0
         r = sw.run(model, seeds[args.batch :], args.fanouts, batch_size=args.batch)
         cpu = r.cpu_s + ((_tree_cpu(proc.pid) - cpu0) if proc else 0.0)
-    finally:
-        if client is not None:
-            client.close()
-        if proc is not None:
-            stop_cluster(proc)
     k = len(seeds) - args.batch
     out = {"backend": "service" if service else "in-process", "seeds": k, "wall_s": r.total_s, "cpu_s": cpu,
            "sample_s": r.sample_s, "model_s": r.model_s, "per_seed_ms": 1000 * r.total_s / k,
@@ -218,16 +240,45 @@ def samplewise(info: dict, model, args: argparse.Namespace, service: bool = Fals
     return out
 
 
-def stop_cluster(p) -> None:
-    import signal
-    import subprocess
+def scored_edges(info: dict) -> tuple[np.ndarray, np.ndarray]:
+    """(src, dst) global ids of every edge the link outputs score, each once, as glisp_infer.outputs.edge_scores
+    reads them: every partition's stored edges (a vertex-cut stores each edge in one partition)."""
+    from glisp_core.dataset.manifest import Manifest
+    from glisp_core.partition_format import open_partition
 
-    p.send_signal(signal.SIGTERM)
-    try:
-        p.wait(timeout=60)
-    except subprocess.TimeoutExpired:
-        p.kill()
-        p.wait()
+    dv, run = info["dv"], info["run"]
+    parts = int(Manifest.read(dv.manifest_path).stage(f"partition/{run}").counts["parts"])
+    src, dst = [], []
+    for k in range(parts):
+        r = open_partition(dv.partition_dir(run, k), verify=False)
+        gid, eids = np.asarray(r.global_id, np.int64), np.arange(r.num_edges, dtype=np.int64)
+        src.append(gid[r.edge_src(eids)])
+        dst.append(gid[r.edge_dst(eids)])
+    return np.concatenate(src), np.concatenate(dst)
+
+
+def samplewise_pairs(info: dict, model, args: argparse.Namespace, service: bool = False) -> dict:
+    """Sample-wise link scores of --samplewise-edges random scored edges in batches of --batch edges (each batch:
+    the trees of its distinct endpoints, as link training), after a warm-up batch; totals are per edge x m."""
+    src, dst = scored_edges(info)
+    m = len(src)
+    pick = np.random.default_rng(7).permutation(m)[: args.samplewise_edges + args.batch]
+    s, d, w = src[pick], dst[pick], args.batch
+    with _samplewise(info, service, args.scratch) as (sw, proc):
+        sw.run_pairs(model, s[:w], d[:w], args.fanouts, batch_size=w)  # warm-up (kernels, pages)
+        cpu0 = _tree_cpu(proc.pid) if proc else 0.0
+        r = sw.run_pairs(model, s[w:], d[w:], args.fanouts, batch_size=w)
+        cpu = r.cpu_s + ((_tree_cpu(proc.pid) - cpu0) if proc else 0.0)
+    k = len(pick) - w
+    out = {"backend": "service" if service else "in-process", "edges": k, "scored_edges": m, "wall_s": r.total_s,
+           "cpu_s": cpu, "sample_s": r.sample_s, "model_s": r.model_s, "per_edge_ms": 1000 * r.total_s / k,
+           "cpu_per_edge_ms": 1000 * cpu / k, "input_vertices_per_edge": r.input_vertices / k,
+           "slice_rows_per_edge": r.slice_rows / k, "est_wall_s": r.total_s / k * m, "est_cpu_s": cpu / k * m}  # fmt: skip
+    print(f"  sample-wise pairs ({out['backend']}): {k} edges in {r.total_s:.1f}s ({out['per_edge_ms']:.3f} ms/edge, "
+          f"{out['cpu_per_edge_ms']:.3f} CPU-ms/edge; sampling {r.sample_s:.1f}s, model {r.model_s:.1f}s; "
+          f"{out['slice_rows_per_edge']:.1f} slice rows/edge); all {m:,} scored edges: {out['est_wall_s']:.0f}s, "
+          f"{out['est_cpu_s']:.0f} CPU-s", flush=True)  # fmt: skip
+    return out
 
 
 def sweep(info: dict, timed: dict, args: argparse.Namespace) -> list[dict]:
@@ -305,6 +356,18 @@ def halo_table(runs: list[dict]) -> str:
     return "\n".join(out)
 
 
+def _samplewise_row(sw: dict, layers: int, n: int) -> str:
+    """The sample-wise row's label: its per-seed (node) or per-edge (link) cost and slice rows against layerwise's."""
+    if "per_edge_ms" in sw:
+        m = sw["scored_edges"]
+        return (f"sample-wise pairs ({sw['backend']}), all {m:,} edges: {sw['per_edge_ms']:.3f} ms, "
+                f"{sw['cpu_per_edge_ms']:.3f} CPU-ms per edge over {sw['edges']:,} edges; {sw['slice_rows_per_edge']:.1f} "
+                f"slice rows per edge (layerwise {layers * n / m:.2f})")  # fmt: skip
+    return (f"sample-wise ({sw['backend']}), all vertices: {sw['per_seed_ms']:.2f} ms, {sw['cpu_per_seed_ms']:.2f} "
+            f"CPU-ms per seed over {sw['seeds']:,} seeds; {sw['slice_rows_per_seed'] / layers:.1f}x layerwise's "
+            "slice rows")  # fmt: skip
+
+
 def markdown(res: dict) -> str:
     out = []
     for g, r in res["graphs"].items():
@@ -312,16 +375,15 @@ def markdown(res: dict) -> str:
             out.append(f"\n### {g}: skipped ({r['skipped']})")
             continue
         t = r["timed"]
-        out.append(f"\n### {g}: {r['n']:,} vertices, {r['m']:,} directed edges, model {r['model']}")
+        task = r.get("task", "node")
+        out.append(f"\n### {g}: {r['n']:,} vertices, {r['m']:,} directed edges, model {r['model']} ({task} task)")
         sws = [x for x in (r.get("samplewise"), r.get("samplewise_service")) if x]
         if sws:
             layers = len(r["timed"]["metrics"]["layers"]) - 1
             out.append("\n| | wall s | CPU s | speedup (wall) | speedup (CPU) |\n|---|---|---|---|---|")
             for sw in sws:
-                out.append(f"| sample-wise ({sw['backend']}), all vertices: {sw['per_seed_ms']:.2f} ms, "
-                           f"{sw['cpu_per_seed_ms']:.2f} CPU-ms per seed over {sw['seeds']:,} seeds; "
-                           f"{sw['slice_rows_per_seed'] / layers:.1f}x layerwise's slice rows | "
-                           f"{sw['est_wall_s']:.0f} | {sw['est_cpu_s']:.0f} | 1 | 1 |")  # fmt: skip
+                row = _samplewise_row(sw, layers, r["n"])
+                out.append(f"| {row} | {sw['est_wall_s']:.0f} | {sw['est_cpu_s']:.0f} | 1 | 1 |")
             sw = sws[0]
             cold = r["cold"]
             rows = [("layerwise: index + layers, all Zarr I/O", t["layers_s"], t["cpu_s"] * t["layers_s"] / t["wall_s"]),
@@ -381,8 +443,11 @@ def main() -> int:
     ap.add_argument("--batch-size", type=int, default=256, help="layerwise vertices per slice call")
     ap.add_argument("--cache-fraction", type=float, default=0.05)
     ap.add_argument("--cache-admit-window", type=int, default=1, help="infer.cache_admit_window (0: admit every miss)")
-    ap.add_argument("--batch", type=int, default=1024, help="sample-wise seeds per batch")
-    ap.add_argument("--samplewise-seeds", type=int, default=4096, help="0 = no sample-wise run")
+    ap.add_argument("--batch", type=int, default=1024, help="sample-wise seeds (link: edges) per batch")
+    ap.add_argument("--task", choices=["node", "link"], default="node", help="the benchmark model's task")
+    ap.add_argument("--link-dim", type=int, default=64, help="link task: the embedding's dimension")
+    ap.add_argument("--samplewise-seeds", type=int, default=4096, help="node task; 0 = no sample-wise run")
+    ap.add_argument("--samplewise-edges", type=int, default=4096, help="link task; 0 = no sample-wise run")
     ap.add_argument(
         "--samplewise-service",
         action="store_true",
@@ -435,15 +500,17 @@ def main() -> int:
         print(f"[{g}] load {os.getloadavg()}", flush=True)
         name, model = publish(info, args)
         runs = [layerwise(spark, cfg, info, name, args, o) for o in orders]
-        r = {"n": info["n"], "m": info["m"], "model": name, "orders": runs[len(runs) - len(set(orders)):],
+        r = {"n": info["n"], "m": info["m"], "model": name, "task": args.task, "orders": runs[len(runs) - len(set(orders)):],
              "timed": runs[-1], "cold": runs[0]}  # fmt: skip
         if args.halo_compare:
             r["halo_compare"] = [layerwise(spark, cfg, info, name, args, args.time_order, halo=h)
                                  for _ in range(args.halo_compare) for h in (False, True)]  # fmt: skip
-        if args.samplewise_seeds:
-            r["samplewise"] = samplewise(info, model, args)
+        sw_fn, sw_count = (samplewise_pairs, args.samplewise_edges) if args.task == "link" else \
+            (samplewise, args.samplewise_seeds)  # fmt: skip
+        if sw_count:
+            r["samplewise"] = sw_fn(info, model, args)
             if args.samplewise_service:
-                r["samplewise_service"] = samplewise(info, model, args, service=True)
+                r["samplewise_service"] = sw_fn(info, model, args, service=True)
         if args.sweep:
             r["sweep"] = sweep(info, runs[-1], args)
         r["load_after"] = os.getloadavg()

@@ -9,6 +9,10 @@ intermediate embedding is thrown away. Two backends:
   fastest sample-wise can be;
 - :meth:`Samplewise.service`: a running sampling cluster through :class:`SamplingClient`, as training does.
 
+:meth:`Samplewise.run` embeds vertices; :meth:`Samplewise.run_pairs` scores edges as link training does,
+one batch of pairs at a time from the trees of their distinct endpoints (GLISP's link-prediction baseline:
+every endpoint's tree is sampled and computed again in every batch it appears in).
+
 Every batch uses the request seed ``seed``, so a vertex's neighbours at a hop are the same in every tree
 it appears in, and the same ones layerwise inference draws with that seed.
 """
@@ -28,11 +32,12 @@ from glisp_core.dataset.manifest import Manifest
 from glisp_infer.sampling import check_fanouts, fanout_for, max_degree
 
 
-@dataclass
-class SamplewiseResult:
-    embeddings: np.ndarray  # (len(seeds), out_dim), rows in the order of the seeds
+@dataclass(kw_only=True)
+class SamplewiseCost:
+    """What sample-wise inference spent, summed over its batches."""
+
     sample_s: float = 0.0  # sampling and feature lookups
-    model_s: float = 0.0
+    model_s: float = 0.0  # the forward pass (and, for pairs, their scores)
     cpu_s: float = 0.0  # CPU seconds of this process over the run
     sampled_edges: int = 0
     input_vertices: int = 0  # summed over batches: the input layer's vertices
@@ -42,6 +47,16 @@ class SamplewiseResult:
     @property
     def total_s(self) -> float:
         return self.sample_s + self.model_s
+
+
+@dataclass
+class SamplewiseResult(SamplewiseCost):
+    embeddings: np.ndarray  # (len(seeds), out_dim), rows in the order of the seeds
+
+
+@dataclass
+class PairsResult(SamplewiseCost):
+    scores: np.ndarray  # float32, one per pair, in the order of the pairs
 
 
 def _readers(dv: DatasetVersion, run: str) -> list[Any]:
@@ -86,33 +101,70 @@ class Samplewise:
     def run(self, model: Any, seeds: np.ndarray, fanouts: list[int], batch_size: int = 1024, seed: int = 0,
             direction: str = "in", device: Any = "cpu") -> SamplewiseResult:  # fmt: skip
         """Embeddings of ``seeds`` (global ids); ``fanouts`` per hop, first hop first, -1 = every neighbour."""
+        seeds = np.asarray(seeds, np.int64)
+        res = SamplewiseResult(embeddings=np.empty((len(seeds), model.spec.out_dim), np.float32))
+        forward = self._forward(model, fanouts, seed, direction, device, res)
+        cpu0 = time.process_time()
+        for a in range(0, len(seeds), batch_size):
+            res.embeddings[a : a + batch_size] = forward(seeds[a : a + batch_size], lambda h: h)
+        res.cpu_s = time.process_time() - cpu0
+        return res
+
+    def run_pairs(self, model: Any, src: np.ndarray, dst: np.ndarray, fanouts: list[int], batch_size: int = 1024,
+                  seed: int = 0, direction: str = "in", device: Any = "cpu") -> PairsResult:  # fmt: skip
+        """Scores of the pairs (src[i], dst[i]) as link training computes them: per batch of ``batch_size``
+        pairs, the K-hop trees of their distinct endpoints, the whole model, then
+        :func:`glisp_core.models.link_scores` of each pair's two rows."""
+        import torch
+
+        from glisp_core.models import link_scores
+
+        def head(h: Any, inv: np.ndarray, k: int) -> Any:
+            i = torch.as_tensor(inv, device=h.device)
+            return link_scores(h[i[:k]], h[i[k:]])
+
+        src, dst = np.asarray(src, np.int64), np.asarray(dst, np.int64)
+        res = PairsResult(scores=np.empty(len(src), np.float32))
+        forward = self._forward(model, fanouts, seed, direction, device, res)
+        cpu0 = time.process_time()
+        for a in range(0, len(src), batch_size):
+            s, d = src[a : a + batch_size], dst[a : a + batch_size]
+            ids, inv = np.unique(np.concatenate([s, d]), return_inverse=True)
+            k = len(s)
+            res.scores[a : a + k] = forward(ids, lambda h, inv=inv, k=k: head(h, inv, k))
+        res.cpu_s = time.process_time() - cpu0
+        return res
+
+    def _forward(self, model: Any, fanouts: list[int], seed: int, direction: str, device: Any,
+                 cost: SamplewiseCost) -> Callable[[np.ndarray, Callable[[Any], Any]], np.ndarray]:  # fmt: skip
+        """One batch of the run: ``forward(seeds, head)`` samples the seeds' trees, runs the whole model and
+        ``head`` on its output rows (in the order of the seeds) and returns that as float32 numpy; the batch's
+        seconds and counts go to ``cost``."""
         import torch
 
         spec = model.spec
         rel = tuple(spec.relations) if spec.arch == "rgcn" else ()
         full = max_degree(self.readers, direction)
         fans = [fanout_for(f, rel, full) for f in check_fanouts(fanouts, spec.layers)]
-        seeds = np.asarray(seeds, np.int64)
-        res = SamplewiseResult(np.empty((len(seeds), spec.out_dim), np.float32))
         model.eval()
-        cpu0 = time.process_time()
-        for a in range(0, len(seeds), batch_size):
+
+        def forward(seeds: np.ndarray, head: Callable[[Any], Any]) -> np.ndarray:
             t = time.perf_counter()
-            batch = self.sample(seeds[a : a + batch_size], fans, seed, direction)
+            batch = self.sample(seeds, fans, seed, direction)
             t1 = time.perf_counter()
             types = [b.edge_type.to(device) for b in batch.blocks] if rel else None
             blocks = [_on(b, device) for b in batch.blocks]
             with torch.no_grad():
-                h = model(batch.x.to(device), blocks, types)
-            res.embeddings[a : a + batch_size] = h.to("cpu", torch.float32).numpy()
-            res.sample_s += t1 - t
-            res.model_s += time.perf_counter() - t1
-            res.sampled_edges += batch.num_sampled_edges
-            res.input_vertices += int(batch.input_ids.shape[0])
-            res.slice_rows += sum(int(b.num_dst) for b in batch.blocks)
-            res.batches += 1
-        res.cpu_s = time.process_time() - cpu0
-        return res
+                out = head(model(batch.x.to(device), blocks, types)).to("cpu", torch.float32).numpy()
+            cost.sample_s += t1 - t
+            cost.model_s += time.perf_counter() - t1
+            cost.sampled_edges += batch.num_sampled_edges
+            cost.input_vertices += int(batch.input_ids.shape[0])
+            cost.slice_rows += sum(int(b.num_dst) for b in batch.blocks)
+            cost.batches += 1
+            return out
+
+        return forward
 
 
 def _on(block: Any, device: Any) -> Any:

@@ -8,6 +8,7 @@ import json
 import numpy as np
 import pyarrow.parquet as pq
 import pytest
+import torch
 
 from glisp_core.dataset.manifest import Manifest
 from tests.glisp_infer.conftest import infer_cfg, make_model
@@ -116,6 +117,31 @@ def test_sampled_equals_samplewise_over_the_same_samples(infer_graph, sampled) -
     other = sw.run(model, seeds[:60], [4, 3], batch_size=50, seed=6, direction="in").embeddings
     assert not np.allclose(other, got[seeds[:60]], atol=1e-3)
     assert not np.allclose(got, g.reference(model).numpy(), atol=1e-3)  # sampling changed the result
+
+
+def test_sampled_link_scores_equal_samplewise_pair_scores(spark, infer_graph) -> None:
+    """A link-task model at fanouts [4, 3]: the every-edge ``scores/`` of the layerwise run are the scores
+    ``Samplewise.run_pairs`` computes per batch of edges from their endpoints' trees (the same samples), and
+    those are link_scores of ``Samplewise.run``'s embeddings of the endpoints, pair by pair."""
+    from glisp_core.models import link_scores
+    from glisp_infer.samplewise import Samplewise
+
+    g = infer_graph
+    model, rec = _infer(spark, g, "sage", "sage-link-s", task="link", out_dim=4, fanouts=[4, 3], seed=5)
+    t = pq.read_table(g.dv.path / rec.path / "scores").to_pandas()
+    pick = np.random.default_rng(1).choice(len(t), 150)  # with repeats; vertices on both sides of pairs
+    src, dst, want = (t[c].to_numpy()[pick] for c in ("src_vid", "dst_vid", "score"))
+    sw = Samplewise.in_process(g.dv, g.run)
+    res = sw.run_pairs(model, src, dst, [4, 3], batch_size=32, seed=5, direction="in")
+    assert res.scores.dtype == np.float32 and res.batches == 5 and res.sampled_edges > 0
+    np.testing.assert_allclose(res.scores, want, rtol=1e-4, atol=1e-5)
+    ids = np.unique(np.concatenate([src, dst]))
+    h = torch.from_numpy(sw.run(model, ids, [4, 3], batch_size=50, seed=5).embeddings)
+    pairs = link_scores(h[np.searchsorted(ids, src)], h[np.searchsorted(ids, dst)]).numpy()
+    np.testing.assert_allclose(res.scores, pairs, rtol=1e-4, atol=1e-5)
+    assert not np.allclose(res.scores, np.roll(want, 1), atol=1e-3)  # pairs out of line would show
+    other = sw.run_pairs(model, src, dst, [4, 3], batch_size=32, seed=6).scores
+    assert not np.allclose(other, want, atol=1e-3)  # other samples, other scores
 
 
 def test_order_changes_layout_and_reads_not_embeddings(infer_graph, sampled) -> None:
