@@ -219,25 +219,37 @@ def _samplewise(info: dict, service: bool, scratch: Path) -> Iterator[tuple[Any,
         stop_cluster(proc)
 
 
+def _timed(info: dict, args: argparse.Namespace, service: bool, call: Any) -> tuple[Any, float]:
+    """``call(sw, items)`` once on the first --batch items (warm-up: kernels, pages), then timed on the rest;
+    returns its result and the CPU seconds of this process plus, through the service, the servers'."""
+    with _samplewise(info, service, args.scratch) as (sw, proc):
+        call(sw, slice(0, args.batch))
+        cpu0 = _tree_cpu(proc.pid) if proc else 0.0
+        r = call(sw, slice(args.batch, None))
+        cpu = r.cpu_s + ((_tree_cpu(proc.pid) - cpu0) if proc else 0.0)
+    return r, cpu
+
+
+def _summary(service: bool, unit: str, k: int, total: int, r: Any, cpu: float) -> dict:
+    """Per-``unit`` (seed or edge) cost of ``k`` timed units, scaled to ``total``; printed and returned."""
+    out = {"backend": "service" if service else "in-process", f"{unit}s": k, "wall_s": r.total_s, "cpu_s": cpu,
+           "sample_s": r.sample_s, "model_s": r.model_s, f"per_{unit}_ms": 1000 * r.total_s / k,
+           f"cpu_per_{unit}_ms": 1000 * cpu / k, f"input_vertices_per_{unit}": r.input_vertices / k,
+           f"slice_rows_per_{unit}": r.slice_rows / k, "est_wall_s": r.total_s / k * total,
+           "est_cpu_s": cpu / k * total}  # fmt: skip
+    print(f"  sample-wise{' pairs' if unit == 'edge' else ''} ({out['backend']}): {k} {unit}s in {r.total_s:.1f}s "
+          f"({out[f'per_{unit}_ms']:.3f} ms/{unit}, {out[f'cpu_per_{unit}_ms']:.3f} CPU-ms/{unit}; sampling "
+          f"{r.sample_s:.1f}s, model {r.model_s:.1f}s; {out[f'slice_rows_per_{unit}']:.1f} slice rows/{unit}); "
+          f"all {total:,}: {out['est_wall_s']:.0f}s, {out['est_cpu_s']:.0f} CPU-s", flush=True)  # fmt: skip
+    return out
+
+
 def samplewise(info: dict, model, args: argparse.Namespace, service: bool = False) -> dict:
     """Sample-wise over --samplewise-seeds random vertices after a warm-up batch; totals are per seed x n."""
     n = info["n"]
     seeds = np.random.default_rng(7).permutation(n)[: args.samplewise_seeds + args.batch]
-    with _samplewise(info, service, args.scratch) as (sw, proc):
-        sw.run(model, seeds[: args.batch], args.fanouts, batch_size=args.batch)  # warm-up (kernels, pages)
-        cpu0 = _tree_cpu(proc.pid) if proc else 0.0
-        r = sw.run(model, seeds[args.batch :], args.fanouts, batch_size=args.batch)
-        cpu = r.cpu_s + ((_tree_cpu(proc.pid) - cpu0) if proc else 0.0)
-    k = len(seeds) - args.batch
-    out = {"backend": "service" if service else "in-process", "seeds": k, "wall_s": r.total_s, "cpu_s": cpu,
-           "sample_s": r.sample_s, "model_s": r.model_s, "per_seed_ms": 1000 * r.total_s / k,
-           "cpu_per_seed_ms": 1000 * cpu / k, "input_vertices_per_seed": r.input_vertices / k,
-           "slice_rows_per_seed": r.slice_rows / k, "est_wall_s": r.total_s / k * n, "est_cpu_s": cpu / k * n}  # fmt: skip
-    print(f"  sample-wise ({out['backend']}): {k} seeds in {r.total_s:.1f}s ({out['per_seed_ms']:.2f} ms/seed, "
-          f"{out['cpu_per_seed_ms']:.2f} CPU-ms/seed; sampling {r.sample_s:.1f}s, model {r.model_s:.1f}s; "
-          f"{out['slice_rows_per_seed']:.1f} slice rows/seed); all {n:,} vertices: {out['est_wall_s']:.0f}s, "
-          f"{out['est_cpu_s']:.0f} CPU-s", flush=True)  # fmt: skip
-    return out
+    r, cpu = _timed(info, args, service, lambda sw, sl: sw.run(model, seeds[sl], args.fanouts, batch_size=args.batch))
+    return _summary(service, "seed", len(seeds) - args.batch, n, r, cpu)
 
 
 def scored_edges(info: dict) -> tuple[np.ndarray, np.ndarray]:
@@ -264,20 +276,9 @@ def samplewise_pairs(info: dict, model, args: argparse.Namespace, service: bool 
     m = len(src)
     pick = np.random.default_rng(7).permutation(m)[: args.samplewise_edges + args.batch]
     s, d, w = src[pick], dst[pick], args.batch
-    with _samplewise(info, service, args.scratch) as (sw, proc):
-        sw.run_pairs(model, s[:w], d[:w], args.fanouts, batch_size=w)  # warm-up (kernels, pages)
-        cpu0 = _tree_cpu(proc.pid) if proc else 0.0
-        r = sw.run_pairs(model, s[w:], d[w:], args.fanouts, batch_size=w)
-        cpu = r.cpu_s + ((_tree_cpu(proc.pid) - cpu0) if proc else 0.0)
-    k = len(pick) - w
-    out = {"backend": "service" if service else "in-process", "edges": k, "scored_edges": m, "wall_s": r.total_s,
-           "cpu_s": cpu, "sample_s": r.sample_s, "model_s": r.model_s, "per_edge_ms": 1000 * r.total_s / k,
-           "cpu_per_edge_ms": 1000 * cpu / k, "input_vertices_per_edge": r.input_vertices / k,
-           "slice_rows_per_edge": r.slice_rows / k, "est_wall_s": r.total_s / k * m, "est_cpu_s": cpu / k * m}  # fmt: skip
-    print(f"  sample-wise pairs ({out['backend']}): {k} edges in {r.total_s:.1f}s ({out['per_edge_ms']:.3f} ms/edge, "
-          f"{out['cpu_per_edge_ms']:.3f} CPU-ms/edge; sampling {r.sample_s:.1f}s, model {r.model_s:.1f}s; "
-          f"{out['slice_rows_per_edge']:.1f} slice rows/edge); all {m:,} scored edges: {out['est_wall_s']:.0f}s, "
-          f"{out['est_cpu_s']:.0f} CPU-s", flush=True)  # fmt: skip
+    r, cpu = _timed(info, args, service, lambda sw, sl: sw.run_pairs(model, s[sl], d[sl], args.fanouts, batch_size=w))
+    out = _summary(service, "edge", len(pick) - w, m, r, cpu)
+    out["scored_edges"] = m
     return out
 
 
