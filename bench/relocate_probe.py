@@ -327,6 +327,8 @@ def main() -> int:
                 )
                 dt = time.perf_counter() - t
                 q = metrics(s, d, newp[inv].astype(np.int32), p)
+                if q["eb"] > max(args.eb, q0["eb"]) + 1e-6 or q["vb"] > max(args.vb, q0["vb"]) + 1e-6:
+                    raise SystemExit(f"bound broken: {q}")  # the rules hold EB and VB; metrics recounts them
                 moved = int((newp != pp).sum())  # pairs whose partition changed (a pair may move twice)
                 rounds = len(hist)
                 print(f"{g:17s} {p:3d} {mode:16s} {q0['rf']:6.3f} {q0['vb']:6.3f} {q0['eb']:6.3f} {q['rf']:6.3f} "
