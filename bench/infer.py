@@ -29,7 +29,8 @@ the driver, the JVM and the Python workers; sample-wise: its process and the clu
 2. the time split per layer: sampling, static-cache fill, reads through the dynamic cache, slice, writes;
 3. chunk reads per order (distinct static-cache chunks per batch, see glisp_infer.cache) and hit ratios;
 4. FIFO against LRU hit ratio at 1-20% of a task's chunks (the same reads replayed);
-5. --sweep: the batch size trade-off (reads against hits) for one task of layer 1, in process;
+5. --sweep B[:C] ...: the batch size / cache chunk trade-off (reads against hits, and the Belady bound of
+   the same reads) for one task of layer 1, in process;
 6. --halo-compare N: N pairs of --time-order runs without and with the halo exchange (infer.halo), each
    run's time split and the medians of fill/model and exchange/model.
 
@@ -60,6 +61,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+from numba import njit
 
 ROOT = Path(__file__).resolve().parent.parent
 if str(ROOT) not in sys.path:
@@ -283,7 +285,8 @@ def samplewise_pairs(info: dict, model, args: argparse.Namespace, service: bool 
 
 
 def sweep(info: dict, timed: dict, args: argparse.Namespace) -> list[dict]:
-    """Layer 1 of partition 0, in process on a copy of the timed run's store, per order and batch size."""
+    """Layer 1 of partition 0, in process on a copy of the timed run's store, per order and per --sweep setting
+    (``B`` or ``B:C``: batch size B, cache chunk rows C), with the offline optimum of the same reads."""
     from glisp_core.dataset.manifest import Manifest
     from glisp_infer import task as T
     from glisp_infer.plan import InferPlan
@@ -301,18 +304,83 @@ def sweep(info: dict, timed: dict, args: argparse.Namespace) -> list[dict]:
                          order=order, dims=tuple(p["dims"]), fanouts=tuple(p["fanouts"]), seed=p["seed"],
                          direction=p["direction"], relations=(), checkpoint=str(dv.path / "train" / p["model"]),
                          task=p["task"], cache_chunk_rows=p["cache_chunk_rows"], cache_fraction=p["cache_fraction"],
-                         scratch_dir=str(args.scratch))  # fmt: skip
-        for b in args.sweep:
-            m = T.infer_layer(dataclasses.replace(plan, batch_size=b), 1, 0)
-            rows.append({"order": order, "batch": b, "chunk_reads": m["chunk_reads"],
-                         "hit_ratio": m["dynamic_hits"] / max(m["chunk_reads"], 1),
-                         "lru": m["shadow_hits"]["lru"]["0.05"] / max(m["chunk_reads"], 1),
-                         "model_s": m["model_s"], "cache": m["cache_capacity"], "chunks": m["static_chunks"]})  # fmt: skip
+                         cache_admit_window=p.get("cache_admit_window", 1), scratch_dir=str(args.scratch))  # fmt: skip
+        for setting in args.sweep:
+            b, _, c = str(setting).partition(":")
+            q = dataclasses.replace(plan, batch_size=int(b), cache_chunk_rows=int(c or plan.cache_chunk_rows))
+            m, bound = _layer_with_bound(T, q)
+            reads = max(m["chunk_reads"], 1)
+            rows.append({"order": order, "batch": q.batch_size, "cache_rows": q.cache_chunk_rows,
+                         "chunk_reads": m["chunk_reads"], "hit_ratio": m["dynamic_hits"] / reads,
+                         "every_miss": m["shadow_hits"]["fifo_all"]["0.05"] / reads, "belady": bound / reads,
+                         "lru": m["shadow_hits"]["lru"]["0.05"] / reads, "model_s": m["model_s"],
+                         "cache": m["cache_capacity"], "chunks": m["static_chunks"]})  # fmt: skip
         shutil.rmtree(tmp, ignore_errors=True)
-    ns = {r["batch"]: r["chunk_reads"] for r in rows if r["order"] == "ns"}
+    ns = {(r["batch"], r["cache_rows"]): r["chunk_reads"] for r in rows if r["order"] == "ns"}
     for r in rows:
-        r["vs_ns"] = r["chunk_reads"] / ns[r["batch"]]
+        r["vs_ns"] = r["chunk_reads"] / ns[(r["batch"], r["cache_rows"])]
     return rows
+
+
+def _layer_with_bound(T, plan) -> tuple[dict, int]:
+    """``T.infer_layer(plan, 1, 0)``'s metrics and the Belady hits of the chunk reads it made (its trace is
+    taken where the task hands it to ``_cache_metrics``)."""
+    seen = {}
+    real = T._cache_metrics
+
+    def keep(plan, dyn, num_chunks, trace, bounds, admit):
+        seen["hits"] = belady_hits(trace, bounds, max(num_chunks, 1), dyn.capacity)
+        return real(plan, dyn, num_chunks, trace, bounds, admit)
+
+    T._cache_metrics = keep
+    try:
+        m = T.infer_layer(plan, 1, 0)
+    finally:
+        T._cache_metrics = real
+    return m, int(seen["hits"])
+
+
+@njit(nogil=True, cache=True)
+def belady_hits(trace, bounds, num_chunks, capacity):  # pragma: no cover - compiled
+    """Hits of the offline optimum (Belady's MIN, a miss may bypass the cache) on a chunk trace: batch ``b``
+    reads ``trace[bounds[b]:bounds[b + 1]]``; on a miss the resident chunk read again latest is evicted if it
+    is read later than the missed one, else the missed chunk bypasses. The bound for every eviction and
+    admission policy of ``glisp_infer.cache``."""
+    far = np.iinfo(np.int64).max
+    nxt_of = np.full(num_chunks, far, np.int64)
+    nxt = np.empty(len(trace), np.int64)  # the next batch after this access that reads the same chunk
+    for b in range(len(bounds) - 2, -1, -1):
+        for i in range(bounds[b], bounds[b + 1]):
+            nxt[i] = nxt_of[trace[i]]
+        for i in range(bounds[b], bounds[b + 1]):
+            nxt_of[trace[i]] = b
+    slot_of = np.full(num_chunks, -1, np.int64)
+    chunk = np.full(capacity, -1, np.int64)
+    due = np.full(capacity, far, np.int64)
+    used, hits = 0, 0
+    for b in range(len(bounds) - 1):
+        for i in range(bounds[b], bounds[b + 1]):  # hits first: a batch's own misses cannot evict them
+            s = slot_of[trace[i]]
+            if s >= 0:
+                hits += 1
+                due[s] = nxt[i]
+        for i in range(bounds[b], bounds[b + 1]):
+            c = trace[i]
+            if slot_of[c] >= 0:
+                continue
+            if used < capacity:
+                s = used
+                used += 1
+            else:
+                s = 0
+                for j in range(1, capacity):
+                    if due[j] > due[s]:
+                        s = j
+                if due[s] <= nxt[i]:
+                    continue  # bypass: every resident chunk is read again before this one
+                slot_of[chunk[s]] = -1
+            chunk[s], due[s], slot_of[c] = c, nxt[i], s
+    return hits
 
 
 def time_split(t: dict, what: str) -> str:
@@ -419,11 +487,12 @@ def markdown(res: dict) -> str:
             for pol, v in x["metrics"]["shadow_hit_ratio"].items():
                 out.append(f"| {x['order']} | {pol} | " + " | ".join(f"{h:.3f}" for h in v.values()) + " |")
         if r.get("sweep"):
-            out.append("\n| order | batch | chunk reads | vs NS | FIFO hit ratio | LRU | cache/chunks | read+slice s |\n"
-                       "|---|---|---|---|---|---|---|---|")  # fmt: skip
+            out.append("\n| order | batch | cache chunk rows | chunk reads | vs NS | FIFO hit ratio | every miss admitted "
+                       "| LRU | Belady bound | cache/chunks | read+slice s |\n|---|---|---|---|---|---|---|---|---|---|---|")  # fmt: skip
             for x in r["sweep"]:
-                out.append(f"| {x['order']} | {x['batch']} | {x['chunk_reads']:,} | {x['vs_ns']:.3f} | "
-                           f"{x['hit_ratio']:.3f} | {x['lru']:.3f} | {x['cache']}/{x['chunks']} | {x['model_s']:.2f} |")  # fmt: skip
+                out.append(f"| {x['order']} | {x['batch']} | {x['cache_rows']} | {x['chunk_reads']:,} | {x['vs_ns']:.3f} | "
+                           f"{x['hit_ratio']:.3f} | {x['every_miss']:.3f} | {x['lru']:.3f} | {x['belady']:.3f} | "
+                           f"{x['cache']}/{x['chunks']} | {x['model_s']:.2f} |")  # fmt: skip
     return "\n".join(out)
 
 
@@ -454,7 +523,9 @@ def main() -> int:
         action="store_true",
         help="also sample-wise through a sampling cluster on loopback, as training does",
     )
-    ap.add_argument("--sweep", type=int, nargs="*", default=[], help="batch sizes for the reads/hits trade-off")
+    ap.add_argument("--sweep", nargs="*", default=[],
+                    help="B or B:C (batch size, cache chunk rows) settings for the reads/hits trade-off, with the "
+                    "offline optimum")  # fmt: skip
     ap.add_argument(
         "--no-warmup",
         dest="warmup",
