@@ -18,6 +18,7 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import sys
 import time
 import uuid
 from dataclasses import replace
@@ -63,18 +64,23 @@ def store_url(dv: DatasetVersion, stage_dir: Path) -> str:
     return str(Path(stage_dir) / ZARR_DIR)
 
 
-def _remove_store(url: str) -> None:
-    """Best-effort removal of an external store that no published stage points to."""
-    if "://" not in url:
-        shutil.rmtree(url, ignore_errors=True)
-        return
+def _remove_store(url: str, attempts: int = 5) -> None:
+    """Best-effort removal of an external store that no published stage points to. It never raises: after a
+    failed run, a task of the aborted Spark job may still be writing a chunk while the driver removes the
+    store ("Directory not empty"), so it tries again a few times, and an error here must not hide the
+    run's own."""
     import fsspec
 
-    fs, path = fsspec.core.url_to_fs(url)
-    try:
-        fs.rm(path, recursive=True)
-    except FileNotFoundError:
-        pass
+    fs, path = fsspec.core.url_to_fs(url) if "://" in url else (fsspec.filesystem("file"), url)
+    for attempt in range(attempts):
+        try:
+            fs.rm(path, recursive=True)
+            return
+        except FileNotFoundError:
+            return
+        except OSError:
+            time.sleep(0.2 * (attempt + 1))
+    print(f"glisp infer: could not remove the unpublished store {url}; nothing points to it", file=sys.stderr)
 
 
 def full_run(man: Manifest, run: str | None) -> str | None:

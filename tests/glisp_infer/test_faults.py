@@ -67,3 +67,31 @@ def test_a_killed_task_is_retried_and_leaves_a_correct_array(infer_graph) -> Non
     assert rec.metrics["retried_tasks"] == 1 and rec.metrics["layers"]["layer1"]["attempts_per_part"] == [1, 2, 1]
     emb = InferenceRun.open(g.dv.path, "sage-r-pds").embeddings([str(i) for i in range(g.n)])
     np.testing.assert_allclose(emb, g.reference(model).numpy(), rtol=1e-4, atol=1e-5)
+
+
+def test_removing_a_failed_runs_store_retries_and_never_raises(tmp_path, monkeypatch, capsys) -> None:
+    """A task of the aborted job may still write into the store while the driver removes it: the removal tries
+    again, and when it cannot finish it says so instead of raising over the run's own error."""
+    import fsspec
+
+    from glisp_infer import job
+
+    monkeypatch.setattr(job.time, "sleep", lambda s: None)
+    (tmp_path / "s" / "layers").mkdir(parents=True)
+    fs = fsspec.filesystem("file")
+    real, calls = fs.rm, []
+
+    def busy_twice(path, recursive=False):
+        calls.append(path)
+        if len(calls) <= 2:
+            raise OSError(39, "Directory not empty", "layers")
+        return real(path, recursive=recursive)
+
+    monkeypatch.setattr(type(fs), "rm", lambda self, path, recursive=False: busy_twice(path, recursive))
+    job._remove_store(f"file://{tmp_path}/s")
+    assert len(calls) == 3 and not (tmp_path / "s").exists()
+    (tmp_path / "t").mkdir()
+    calls.clear()
+    monkeypatch.setattr(type(fs), "rm", lambda self, path, recursive=False: (_ for _ in ()).throw(OSError(39, "busy")))
+    job._remove_store(str(tmp_path / "t"))  # no exception
+    assert "could not remove the unpublished store" in capsys.readouterr().err and (tmp_path / "t").exists()

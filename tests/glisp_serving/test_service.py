@@ -317,11 +317,25 @@ def test_retries_fail_over_and_deadlines(vc_cluster, graph, tmp_path, streams):
         batch = c.sample(np.arange(50), [3, 2], seed=1)
         assert batch.num_sampled_edges > 0 and all((k, 0) in c.backend._down for k in range(3))  # failed over
         assert np.array_equal(batch.y.numpy(), graph.labels[:50])
-    # 1 us: no attempt (of 1 + client.retries) can answer in time, however fast the machine (100 us did)
-    cfg = ClientConfig(gather_streams=streams, deadline_s=1e-6)
-    with SamplingClient(vc_cluster.cluster_file, cfg) as c:
-        with pytest.raises(SamplingError) as ei:
-            c.gather(np.arange(graph.n), 50, method="weighted")
+    # a slow server (fault injected: every Gather sleeps 3 s), listed for every partition: each attempt
+    # (1 + client.retries) runs into client.deadline_s. A tiny deadline alone is not enough: gRPC rounds
+    # deadlines up to whole milliseconds, and a fast machine answered within 1 us's rounded deadline.
+    port_file = tmp_path / "slow-port"
+    env = dict(os.environ, PYTHONPATH=str(ROOT), GLISP_FAULT_GATHER_DELAY_S="3")
+    p = subprocess.Popen([sys.executable, "-m", "glisp_core.cli", "serve", str(graph.dv.path), "--partition", "1",
+                          "--run", spec.run, "--port", "0", "--port-file", str(port_file)],
+                         env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)  # fmt: skip
+    try:
+        slow = ClusterSpec(dataset=spec.dataset, run=spec.run, num_parts=spec.num_parts,
+                           addresses=[[_wait_port(p, port_file)]] * spec.num_parts)  # fmt: skip
+        slow.write(tmp_path / "slow.json")
+        cfg = ClientConfig(gather_streams=streams, deadline_s=0.3, backoff_s=0.01)
+        with SamplingClient(tmp_path / "slow.json", cfg) as c:
+            with pytest.raises(SamplingError) as ei:
+                c.gather(np.arange(graph.n), 50, method="weighted")
+    finally:
+        p.kill()
+        p.wait()
     assert ei.value.code == grpc.StatusCode.DEADLINE_EXCEEDED
 
 
