@@ -422,15 +422,18 @@ def stream(plan: InferPlan, layer: int, cache: StaticCache, dyn: ChunkCache, vid
     scratch = np.full(len(cache.ids), -1, np.int64)
     tr = time.perf_counter()
     starts = list(range(0, n, plan.batch_size))
-    trace, bounds = batch_chunks([np.concatenate([loc_v[b : b + plan.batch_size], loc_n[eoff[b] : eoff[min(b + plan.batch_size, n)]]])
-                                  for b in starts], cache.chunk_rows)  # fmt: skip
+    ends = [min(b + plan.batch_size, n) for b in starts]
+    # every batch's chunks before streaming (the samples are fixed), for the admission plan
+    needs = [np.concatenate([loc_v[b:e], loc_n[eoff[b] : eoff[e]]]) for b, e in zip(starts, ends, strict=True)]
+    trace, bounds = batch_chunks(needs, cache.chunk_rows)
     admit = reread_plan(trace, bounds, max(cache.num_chunks, 1), plan.cache_admit_window)
     read_s, compute_s = time.perf_counter() - tr, 0.0
-    for k, b in enumerate(starts):
-        e = min(b + plan.batch_size, n)
+    for k, (b, e) in enumerate(zip(starts, ends, strict=True)):
         tr = time.perf_counter()
         src, nb_pos = relabel(loc_v[b:e], loc_n[eoff[b] : eoff[e]], scratch)
-        x, _ = dyn.gather(src, admit[bounds[k] : bounds[k + 1]])
+        x, touched = dyn.gather(src, admit[bounds[k] : bounds[k + 1]])
+        if not np.array_equal(touched, trace[bounds[k] : bounds[k + 1]]):
+            raise GlispError(f"infer layer {layer}: batch {k} read other chunks than its admission plan listed")
         tc = time.perf_counter()
         read_s += tc - tr
         dst_pos = np.repeat(np.arange(e - b, dtype=np.int64), per_vertex[b:e])
