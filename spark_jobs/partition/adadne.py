@@ -16,9 +16,10 @@ vertices. Three rules make the balance hold on graphs it was not tuned on (docs/
   the round kernel pair by pair (quotas per row group), not a target reached by tuning;
 * **finishing pass**: once at most ``finish`` x |E| rows are left (or the expansion stalls) the rest is
   placed greedily against the current partition sets, HDRF-style, under the same capacity;
-* **refinement**: while |V_i| exceeds ``refine_vb`` x mean, rows move out of the vertex-heavy
-  partitions where that takes a vertex out without adding a replica elsewhere
-  (``kernels.refine_round``), at most ``refine_rounds`` rounds.
+* **relocation** (``relocate.py``): whole replicas move out where every pair of theirs fits a partition
+  holding both endpoints (RF falls), then vertex-heavy partitions (|V_i| > ``refine_vb`` x mean) shed
+  replicas for at most as many new ones in light partitions, under the hard bounds EB <=
+  ``refine_capacity`` and VB <= max(``refine_vb_max``, VB now); at most ``refine_rounds`` rounds.
 """
 
 from __future__ import annotations
@@ -29,6 +30,7 @@ from glisp_core.config import to_dict
 from spark_jobs.partition import kernels
 from spark_jobs.partition.base import register
 from spark_jobs.partition.expansion import FINISH, ExpansionPartitioner, ExpansionState, Selection, pack_bits
+from spark_jobs.partition.relocate import Relocation, Votes, evacuate_round, relocation_votes
 from spark_jobs.partition.rounds import FileRounds
 
 
@@ -132,42 +134,45 @@ class AdaDNE(ExpansionPartitioner):
             rows["src"], rows["dst"], deg, st.bits.copy(), st.ecount.copy(), st.vcount.copy(), cap, lam_e, lam_v, eps
         )
 
+    def refine_log(self) -> list[dict]:
+        return self.relocation.log if hasattr(self, "relocation") else []
+
     def refine(self, st: ExpansionState, rows: dict[str, np.ndarray] | None, files: FileRounds | None) -> int:
-        """Vertex-balance refinement rounds over every allocated row (in the driver, or one Spark job per
-        round over the allocation files). The per-vertex pair counts stay exact: each round's moves come
-        back as deltas."""
-        a = self.cfg.adadne
-        cap = self.capacity(st)
-        done = 0
-        for r in range(a.refine_rounds):
-            v = st.vcount.astype(np.float64)
-            target = a.refine_vb * v.mean()
-            heavy = v > target
-            if not heavy.any():
-                break
-            args = (
-                pack_bits(st.counts > 0),
-                pack_bits(st.counts == 1),
-                st.vcount,
-                heavy,
-                v < v.mean(),
-                kernels.group_quota(cap - st.ecount, st.groups, r),
-                kernels.group_quota(np.maximum(np.floor(target - v), 0), st.groups, r, unit=1),
-            )
-            if rows is not None:
-                new = kernels.refine_round(rows["src"], rows["dst"], rows["part"], *args)
+        """Relocation rounds (``relocate.Relocation``) over every allocated row: in the driver on ``rows``, or
+        two Spark jobs per round over the allocation files. The per-vertex pair counts stay exact: each
+        round's moves come back as deltas. Returns the rounds run; ``self.relocation`` keeps their log."""
+        p, shape = st.parts, st.counts.shape
+        if rows is not None:
+
+            def votes(bits, leaf, light) -> Votes:
+                return Votes.merge(
+                    [relocation_votes(rows["src"], rows["dst"], rows["part"], bits, leaf, light, p)], shape
+                )
+
+            def evacuate(*args) -> tuple:
+                new = evacuate_round(rows["src"], rows["dst"], rows["part"], *args)
                 mv = new != rows["part"]
-                out = kernels.incidence_delta(rows["src"][mv], rows["dst"][mv], rows["part"][mv], st.parts)
-                into = kernels.incidence_delta(rows["src"][mv], rows["dst"][mv], new[mv], st.parts)
-                rows["part"], moved = new, int(mv.sum())
-            else:
-                out, into, moved = files.refine(args, st.parts)
-            done += 1
+                out = kernels.incidence_delta(rows["src"][mv], rows["dst"][mv], rows["part"][mv], p)
+                into = kernels.incidence_delta(rows["src"][mv], rows["dst"][mv], new[mv], p)
+                rows["part"] = new
+                return out, into, int(mv.sum())
+        else:
+
+            def votes(bits, leaf, light) -> Votes:
+                return Votes.merge(files.relocation_votes((bits, leaf, light), p), shape)
+
+            def evacuate(*args) -> tuple:
+                return files.evacuate(args, p)
+
+        def move(*args) -> int:
+            out, into, moved = evacuate(*args, st.ecount, st.vcount)
             kernels.add_counts(st.counts, out[0], out[1], out[3], -1)
             kernels.add_counts(st.counts, into[0], into[1], into[3], 1)
             st.ecount += into[4] - out[4]
             st.vcount = (st.counts > 0).sum(axis=0).astype(np.int64)
-            if moved == 0:
-                break
+            return moved
+
+        self.relocation = Relocation(self.cfg.adadne, st.total)
+        done = self.relocation.run(st, votes, move, pack_bits)
         st.bits = pack_bits(st.counts > 0)
         return done

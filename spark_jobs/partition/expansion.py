@@ -21,7 +21,7 @@ Design (measured costs in docs/partitioning.md):
   The selection sees an estimate of the coming two-hop step (from the driver's sample): how many rows
   it will offer each partition and each vertex - the lock-step batch form needs it, see ``estimate``.
 * A partitioner may end the expansion with a finishing pass (the remainder placed greedily under the
-  capacity, ``kernels.finish_greedy``) and refine the result (``kernels.refine_round``).
+  capacity, ``kernels.finish_greedy``) and refine the result (``relocate.py``).
 
 Subclasses decide, per round, which partitions expand and how many vertices each selects.
 """
@@ -238,6 +238,10 @@ class ExpansionPartitioner(Partitioner):
         return 0
 
     # ---- estimate and selection (driver) ------------------------------------------------------
+    def refine_log(self) -> list[dict]:
+        """What the last ``refine`` did, per round (reported in the stage's counts)."""
+        return []
+
     def open_parts(self, st: ExpansionState) -> np.ndarray:
         """Partitions that may take a two-hop edge this round: those with room under their capacity."""
         return st.ecount + 1 <= self.capacity(st)
@@ -455,6 +459,7 @@ class ExpansionPartitioner(Partitioner):
             "spark_rounds": stats["spark_rounds"],
             "local_rounds": stats["local_rounds"],
             "refine_rounds": refine_rounds,
+            "refine_log": self.refine_log(),
             "groups": st.groups,
             "driver_state_bytes": st.nbytes() + sum(a.nbytes for a in smp.values()),
             "spark_jobs": files.jobs if files is not None else [],

@@ -224,27 +224,43 @@ class FileRounds:
                 cols = [rows["eid"][s], rows["src"][s], rows["dst"][s], rows["part"][s].astype(np.int32)]
                 _atomic_write_parquet(str(self.alloc_dir / f"local-g{g:05d}.parquet"), pa.table(cols, schema=ALLOC_PA))
 
-    def refine(self, state: tuple, parts: int) -> tuple[tuple, tuple, int]:
-        """One refinement round as one Spark job: each group re-reads its allocated rows, moves some with
-        ``kernels.refine_round`` (broadcast state) and rewrites them as one file. Returns the deltas of
+    def relocation_votes(self, state: tuple, parts: int) -> list[tuple]:
+        """One read-only Spark job: each group's ``relocate.relocation_votes`` (keys, counts) from the
+        broadcast (bits, leaf, light)."""
+        from spark_jobs.partition import relocate
+
+        t0, bc, alloc = time.perf_counter(), self.sc.broadcast(state), self.alloc_dir
+
+        def fn(it: Iterator[int]) -> Iterator[tuple]:
+            for g in it:
+                e = read_allocated(alloc, g)[1]
+                yield relocate.relocation_votes(e["src"], e["dst"], e["part"], *bc.value, parts)
+
+        out = self._job(fn)
+        self._record("relocation_votes", t0, state)
+        bc.unpersist()
+        return out
+
+    def evacuate(self, state: tuple, parts: int) -> tuple[tuple, tuple, int]:
+        """One relocation move pass as one Spark job: each group re-reads its allocated rows, moves some with
+        ``relocate.evacuate_round`` (broadcast state) and rewrites them as one file. Returns the deltas of
         the moved rows (taken out, put in) and how many rows moved."""
+        from spark_jobs.partition import relocate
+
         self.round += 1
         r, alloc = self.round, self.alloc_dir
         t0, bc = time.perf_counter(), self.sc.broadcast(state)
 
         def fn(it: Iterator[int]) -> Iterator[tuple]:
             for g in it:
-                paths = sorted(str(p) for p in alloc.glob(f"*-g{g:05d}.parquet"))
-                t = pa.concat_tables([ALLOC_PA.empty_table()] + [pq.read_table(p, schema=ALLOC_PA) for p in paths])
-                e = {c: t.column(c).to_numpy() for c in ("eid", "src", "dst", "part")}
-                o = kernels.canonical_order(e["src"], e["dst"], e["eid"])
-                e = {c: a[o] for c, a in e.items()}
-                new = kernels.refine_round(e["src"], e["dst"], e["part"], *bc.value)
+                paths, e = read_allocated(alloc, g)
+                new = relocate.evacuate_round(e["src"], e["dst"], e["part"], *bc.value)
                 moved = new != e["part"]
                 out = pa.table([e["eid"], e["src"], e["dst"], new], schema=ALLOC_PA)
                 _atomic_write_parquet(str(alloc / f"f{r:05d}-g{g:05d}.parquet"), out)
                 for p in paths:
-                    os.remove(p)
+                    if p != str(alloc / f"f{r:05d}-g{g:05d}.parquet"):
+                        os.remove(p)
                 yield (
                     kernels.incidence_delta(e["src"][moved], e["dst"][moved], e["part"][moved], parts),
                     kernels.incidence_delta(e["src"][moved], e["dst"][moved], new[moved], parts),
@@ -252,13 +268,22 @@ class FileRounds:
                 )
 
         out = self._job(fn)
-        self._record("refine", t0, state)
+        self._record("relocate", t0, state)
         bc.unpersist()
         return (
             merge_deltas([o[0] for o in out], parts),
             merge_deltas([o[1] for o in out], parts),
             sum(o[2] for o in out),
         )
+
+
+def read_allocated(alloc: Path, g: int) -> tuple[list[str], dict[str, np.ndarray]]:
+    """Group g's allocation files and their rows (eid, src, dst, part) in canonical order."""
+    paths = sorted(str(p) for p in alloc.glob(f"*-g{g:05d}.parquet"))
+    t = pa.concat_tables([ALLOC_PA.empty_table()] + [pq.read_table(p, schema=ALLOC_PA) for p in paths])
+    e = {c: t.column(c).to_numpy() for c in ("eid", "src", "dst", "part")}
+    o = kernels.canonical_order(e["src"], e["dst"], e["eid"])
+    return paths, {c: a[o] for c, a in e.items()}
 
 
 def merge_deltas(deltas: list[tuple], parts: int) -> tuple:

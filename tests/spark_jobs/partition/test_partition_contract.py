@@ -164,6 +164,9 @@ def test_spark_rounds_equal_local_rounds(spark, cfg, small_rmat, rmat_runs, algo
     check_contract(small_rmat, mixed, 4)
     assert local.counts["spark_rounds"] == 0
     assert mixed.counts["spark_rounds"] >= 3 and mixed.counts["local_rounds"] >= 1
+    if algo == "adadne":  # the relocation ran as Spark jobs over the allocation files, and moved rows
+        assert sum(r["moved"] for r in mixed.counts["refine_log"]) > 0
+        assert any(j["kind"] == "relocate" for j in mixed.counts["spark_jobs"])
     a = pd.read_parquet(small_rmat.assignment(f"{algo}-p4")).sort_values("eid")
     b = pd.read_parquet(small_rmat.assignment(f"{algo}-mixed")).sort_values("eid")
     assert (a.part.values == b.part.values).all()

@@ -1,0 +1,310 @@
+"""Replica-removing relocation after an expansion (AdaDNE's refinement): pairs move between partitions so
+that replicas disappear, under hard edge and vertex bounds.
+
+Why: the lock-step expansion leaves replicas a sequential NE would not create (a vertex reached from two
+partitions in one round keeps both), and on graphs with a dense core (tolokers) it also leaves a few
+partitions vertex-heavy. Both are repaired after the fact, HEP/2PS-style, by moving whole replicas:
+
+* **remove**: replica (v, h) goes when every pair of v in h can move to a partition where both of its
+  endpoints already have a replica (no replica is added anywhere). No vertex bound in this phase, so RF
+  falls first;
+* **balance**: out of vertex-heavy partitions (|V_h| > ``refine_vb`` x mean) a replica may also go when
+  its pairs' other endpoints gain at most as many replicas in light partitions as the move removes, and
+  pairs whose endpoints the heavy partition already holds move in from light ones (edge room for the
+  first kind); removals continue, trimmed so VB stays under max(``refine_vb_max``, VB now);
+* **polish**: removals only, under that VB bound, until a round moves under ``refine_stop`` of the rows.
+
+One round = one vote pass (``relocation_votes``: per replica, how many of its pairs could move) and one
+move pass (``evacuate_round``), both per row group from broadcast state, so a round decides every row alike
+in a Spark task and in the driver. Moves into a partition stay within the group's quota of its room under
+``refine_capacity`` x |E|/p plus what the same group moved out of it earlier in the pass (exact, so the
+edge bound is hard). The measured effect is in docs/partitioning.md ("Relocation").
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+import numpy as np
+from numba import njit
+
+from spark_jobs.partition.kernels import _bit, group_quota, pair_group, pair_run
+
+_REPAIR = np.int64(1) << np.int64(50)  # key offset of a move that adds a replica (after every free one)
+
+
+@njit(nogil=True, cache=True)
+def relocation_votes(src: np.ndarray, dst: np.ndarray, part: np.ndarray, bits: np.ndarray, leaf: np.ndarray,
+                     light: np.ndarray, parts: int) -> tuple:  # fmt: skip
+    """Per replica (v, h) of this batch's rows (canonical order): (keys v * parts + h, free, repair, leaves).
+
+    free: pairs of v in h with another partition holding both endpoints; repair: pairs without one but
+    with a light partition holding v (the other endpoint would gain a replica there); leaves: pairs whose
+    other endpoint has no other pair in h (it leaves h with the pair).
+    """
+    m = src.shape[0]
+    keys = np.empty(2 * m, np.int64)
+    val = np.zeros((2 * m, 3), np.int32)
+    n = 0
+    i = 0
+    while i < m:
+        a, b, j = pair_run(src, dst, i)
+        h = part[i]
+        free = False
+        for t in range(parts):
+            if t != h and _bit(bits, a, t) and _bit(bits, b, t):
+                free = True
+                break
+        for e in range(2 if b != a else 1):
+            v, u = (a, b) if e == 0 else (b, a)
+            keys[n] = v * parts + h
+            if free:
+                val[n, 0] = 1
+            else:
+                for t in range(parts):
+                    if t != h and light[t] and _bit(bits, v, t):
+                        val[n, 1] = 1
+                        break
+            if u != v and _bit(leaf, u, h):
+                val[n, 2] = 1
+            n += 1
+        i = j
+    return _sum_by_key(keys[:n], val[:n])
+
+
+@njit(nogil=True, cache=True)
+def _sum_by_key(keys: np.ndarray, val: np.ndarray) -> tuple:
+    o = np.argsort(keys)
+    uk = np.empty(keys.shape[0], np.int64)
+    out = np.zeros((keys.shape[0], val.shape[1]), np.int32)
+    u = -1
+    for r in range(o.shape[0]):
+        k = keys[o[r]]
+        if u < 0 or uk[u] != k:
+            u += 1
+            uk[u] = k
+        out[u] += val[o[r]]
+    return uk[: u + 1], out[: u + 1]
+
+
+@njit(nogil=True, cache=True)
+def evacuate_round(src: np.ndarray, dst: np.ndarray, part: np.ndarray, bits: np.ndarray, remove: np.ndarray,
+                   leaf: np.ndarray, light: np.ndarray, heavy: np.ndarray, quota: np.ndarray, vroom: np.ndarray,
+                   vout: np.ndarray, ecount: np.ndarray, vcount: np.ndarray) -> np.ndarray:  # fmt: skip
+    """The new part of each row (canonical order) of one group.
+
+    A pair in h with an endpoint whose replica in h is to go (``remove``) moves to the least loaded
+    partition holding both endpoints (neither of them leaving it), else to the lightest ``light``
+    partition holding one of them within its vertex room ``vroom[g]``. A pair holding the only edge in a
+    ``heavy`` h of one of its endpoints (``leaf``) moves to a partition where it adds at most as many
+    replicas as leave h (new ones only in light partitions), while h may still lose ``vout[g, h]``
+    vertices. A pair in a light partition whose endpoints a ``heavy`` one holds (and keeps) moves there. Moves into t stay within ``quota[g, t]`` plus the rows this
+    group moved out of t before (the edge bound holds whatever the other groups do).
+    """
+    m = src.shape[0]
+    groups = quota.shape[0]
+    parts = ecount.shape[0]
+    q = quota.copy()
+    vr = vroom.copy()
+    vo = vout.copy()
+    out = part.copy()
+    load = np.empty((groups, parts), np.int64)  # per group, so a group decides alike in any process
+    for g in range(groups):
+        load[g] = ecount
+    i = 0
+    while i < m:
+        a, b, j = pair_run(src, dst, i)
+        r = j - i
+        h = part[i]
+        g = pair_group(a, b, groups)
+        best = -1
+        if _bit(remove, a, h) or _bit(remove, b, h):
+            bk = np.int64(1) << np.int64(62)
+            for t in range(parts):
+                if t == h or q[g, t] < r:
+                    continue
+                ha = _bit(bits, a, t) and not _bit(remove, a, t)
+                hb = _bit(bits, b, t) and not _bit(remove, b, t)
+                if ha and hb:
+                    k = load[g, t]
+                elif (ha or hb) and light[t] and vr[g, t] >= 1:
+                    k = _REPAIR + vcount[t]
+                else:
+                    continue
+                if k < bk:
+                    best, bk = t, k
+            if best >= 0 and bk >= _REPAIR:
+                vr[g, best] -= 1
+        elif heavy[h] and (_bit(leaf, a, h) or _bit(leaf, b, h)):
+            best = _leaf_target(a, b, h, g, bits, leaf, light, q, vr, vo, r, vcount)
+        elif light[h]:
+            bv = -1
+            for t in range(parts):
+                if t != h and heavy[t] and q[g, t] >= r and vcount[t] > bv:
+                    if _held(bits, remove, leaf, a, t) and _held(bits, remove, leaf, b, t):
+                        best, bv = t, vcount[t]
+        if best >= 0:
+            q[g, best] -= r
+            q[g, h] += r
+            load[g, best] += r * groups  # every group moves alike: its moves x G estimate the global load
+            load[g, h] -= r * groups
+            for t in range(i, j):
+                out[t] = best
+        i = j
+    return out
+
+
+@njit(nogil=True, cache=True)
+def _held(bits: np.ndarray, remove: np.ndarray, leaf: np.ndarray, v: int, t: int) -> bool:
+    """v has a replica in t that stays this round (not being removed, not a leaf that may leave)."""
+    return _bit(bits, v, t) == 1 and _bit(remove, v, t) == 0 and _bit(leaf, v, t) == 0
+
+
+@njit(nogil=True, cache=True)
+def _leaf_target(a, b, h, g, bits, leaf, light, q, vr, vo, r, vcount) -> int:
+    """Target of a leaf pair leaving heavy h (fewest added replicas, then the lightest), or -1; books the
+    vertex room it uses and the vertices h loses."""
+    gain = _bit(leaf, a, h) + (_bit(leaf, b, h) if b != a else 0)
+    if vo[g, h] < gain:
+        return -1
+    best, bk, badd = -1, np.int64(1) << np.int64(62), 0
+    for t in range(q.shape[1]):
+        if t == h or q[g, t] < r:
+            continue
+        add = (1 - _bit(bits, a, t)) + ((1 - _bit(bits, b, t)) if b != a else 0)
+        if add > gain or (add > 0 and not (light[t] and vr[g, t] >= add)):
+            continue
+        k = add * (np.int64(1) << np.int64(40)) + vcount[t]
+        if k < bk:
+            best, bk, badd = t, k, add
+    if best >= 0:
+        vr[g, best] -= badd
+        vo[g, h] -= gain
+    return best
+
+
+@dataclass
+class Votes:
+    """Dense per-replica vote counts [n, p] (see ``relocation_votes``), summed over every group."""
+
+    free: np.ndarray
+    repair: np.ndarray
+    leaves: np.ndarray
+
+    @classmethod
+    def merge(cls, parts_out: list[tuple], shape: tuple[int, int]) -> Votes:
+        """Add up the groups' sparse (keys, counts) into dense int32 arrays (12 B x p per vertex)."""
+        out = [np.zeros(shape[0] * shape[1], np.int32) for _ in range(3)]
+        for keys, val in parts_out:
+            for c in range(3):
+                np.add.at(out[c], keys, val[:, c])
+        return cls(*(o.reshape(shape) for o in out))
+
+
+def keep_one(rem: np.ndarray, counts: np.ndarray) -> np.ndarray:
+    """Never remove every replica of a vertex: where all would go, the one with most pairs stays."""
+    rep = counts > 0
+    nrep = rep.sum(1)
+    rem &= (nrep >= 2)[:, None]
+    every = np.flatnonzero(rem.sum(1) >= nrep)
+    rem[every, np.argmax(np.where(rep, counts, -1), axis=1)[every]] = False
+    return rem
+
+
+def trim_to_vb(rem: np.ndarray, counts: np.ndarray, vcount: np.ndarray, bound: float) -> np.ndarray:
+    """Drop planned removals, lightest partitions and dearest replicas first, until the VB they would give
+    is at most max(bound, VB now) (removals thin light partitions, which raises VB)."""
+    v = vcount.astype(np.float64)
+    lim = max(bound, v.max() / max(v.mean(), 1e-12)) + 1e-12
+    r = rem.sum(0).astype(np.float64)
+
+    def vb() -> float:
+        nv = v - r
+        return nv.max() / max(nv.mean(), 1e-12)
+
+    for h in np.argsort(v, kind="stable"):
+        while vb() > lim and r[h] > 0:
+            cand = np.flatnonzero(rem[:, h])
+            drop = cand[np.argsort(-counts[cand, h], kind="stable")[: max(1, len(cand) // 2)]]
+            rem[drop, h] = False
+            r[h] -= len(drop)
+        if vb() <= lim:
+            break
+    return rem
+
+
+def balance_moves(votes: Votes, counts: np.ndarray, vcount: np.ndarray, heavy: np.ndarray, target: float,
+                  taken: np.ndarray) -> np.ndarray:  # fmt: skip
+    """Replicas of vertex-heavy partitions whose pairs can all go (free or repair) for at most as many new
+    replicas as the move removes (the replica itself and the leaving leaves), at most each partition's
+    excess over ``target`` x mean, cheapest first."""
+    net = votes.repair - votes.leaves  # replicas added minus the other endpoints leaving with their pairs
+    ok = (counts > 0) & (votes.free + votes.repair == counts) & (net <= 1) & heavy[None, :] & ~taken
+    ok = keep_one(ok | taken, counts) & ~taken
+    mean = vcount.mean()
+    for h in np.flatnonzero(heavy):
+        cand = np.flatnonzero(ok[:, h])
+        excess = int(vcount[h] - target * mean) + 1
+        if len(cand) > excess:
+            ok[cand[np.argsort(net[cand, h], kind="stable")[excess:]], h] = False
+    return ok
+
+
+@dataclass
+class Relocation:
+    """The round loop; the caller supplies the two passes (driver or Spark) and applies the deltas.
+
+    ``votes(bits, leaf, light) -> Votes``; ``move(bits, remove, leaf, light, heavy, quota, vroom, vout) -> rows moved``
+    (it runs ``evacuate_round`` and applies the deltas to ``st.counts``, ``st.ecount`` and ``st.vcount``).
+    """
+
+    cfg: object  # AdaDNEConfig
+    rows: int
+    log: list[dict] = field(default_factory=list)  # per round: phase, replicas selected, rows moved, VB after
+
+    def run(self, st, votes: Callable, move: Callable, pack: Callable) -> int:
+        a = self.cfg
+        cap = np.floor(a.refine_capacity * st.total / st.parts)
+        phase, r = "remove", 0
+        p = st.parts
+        none = np.zeros(p, np.bool_)
+        while r < a.refine_rounds:
+            v = st.vcount.astype(np.float64)
+            if phase == "balance" and v.max() <= a.refine_vb * v.mean():
+                phase = "polish"
+            heavy = v > a.refine_vb * v.mean()
+            light = v < a.refine_vb * v.mean() - 1 if phase == "balance" else none
+            bits, leaf = pack(st.counts > 0), pack(st.counts == 1)
+            vt = votes(bits, leaf, light)
+            rem = keep_one((st.counts > 0) & (vt.free == st.counts), st.counts)
+            if phase != "remove":
+                rem = trim_to_vb(rem, st.counts, st.vcount, a.refine_vb_max)
+            vroom = vout = np.zeros((st.groups, p), np.int64)
+            if phase == "balance":
+                rem |= balance_moves(vt, st.counts, v, heavy, a.refine_vb, rem)
+                vroom = group_quota(np.maximum(np.floor(a.refine_vb * v.mean() - v), 0), st.groups, r, unit=1)
+                excess = np.maximum(np.ceil(v - a.refine_vb * v.mean()) - rem.sum(0), 0)
+                vout = group_quota(np.where(heavy, excess, 0), st.groups, r, unit=1)
+            moved = 0
+            if rem.any() or phase == "balance":
+                quota = group_quota(cap - st.ecount, st.groups, r)
+                moved = move(bits, pack(rem), leaf, light, heavy if phase == "balance" else none, quota, vroom, vout)
+            r += 1
+            vb = float(st.vcount.max() / max(st.vcount.mean(), 1e-12))
+            self.log.append({"phase": phase, "selected": int(rem.sum()), "moved": moved, "vb": round(vb, 4)})
+            phase = self._next(phase, moved, v.max() / max(v.mean(), 1e-12) - vb)
+            if phase == "done":
+                break
+        return r
+
+    def _next(self, phase: str, moved: int, vb_fall: float) -> str:
+        """remove -> balance once a round moves under 10 x ``refine_stop`` of the rows; balance -> polish
+        once a round no longer lowers VB by 0.001 (the target is checked before each round); polish ends
+        once a round moves under ``refine_stop`` of the rows."""
+        stop = self.cfg.refine_stop * self.rows
+        if phase == "remove":
+            return "balance" if moved < 10 * stop else phase
+        if phase == "balance":
+            return "polish" if moved == 0 or vb_fall < 1e-3 else phase
+        return "done" if moved < stop else phase

@@ -1,0 +1,188 @@
+"""The relocation kernels and selection rules (spark_jobs/partition/relocate.py) on random states: votes
+against a brute-force count, removal moves that never add a replica, the hard edge bound per group, the
+same decisions per group as over all rows, and the driver-side rules that keep a replica and bound VB."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from spark_jobs.partition import kernels
+from spark_jobs.partition.expansion import pack_bits
+from spark_jobs.partition.relocate import Votes, evacuate_round, keep_one, relocation_votes, trim_to_vb
+from tests.graphs import rmat_edges
+
+N, P, GROUPS = 300, 5, 4
+
+
+@pytest.fixture(scope="module")
+def state():
+    """Rows in canonical order (two per pair), a random part per pair and the exact pair counts."""
+    rng = np.random.default_rng(7)
+    s, d = rmat_edges(9, 6, seed=5)
+    s, d = s % N, d % N
+    keep = s != d
+    key = np.unique(np.minimum(s[keep], d[keep]) * N + np.maximum(s[keep], d[keep]))
+    a, b = key // N, key % N
+    s, d = np.concatenate([a, b]), np.concatenate([b, a])
+    o = kernels.canonical_order(s, d, np.arange(len(s)))
+    s, d = s[o], d[o]
+    pair = np.minimum(s, d) * N + np.maximum(s, d)
+    _, inv = np.unique(pair, return_inverse=True)
+    part = rng.integers(0, P, inv.max() + 1)[inv].astype(np.int32)
+    return s, d, part
+
+
+def counts_of(s, d, part):
+    c = np.zeros((N, P), np.int32)
+    first = np.r_[
+        True, (np.minimum(s, d)[1:] != np.minimum(s, d)[:-1]) | (np.maximum(s, d)[1:] != np.maximum(s, d)[:-1])
+    ]
+    np.add.at(c, (s[first], part[first]), 1)
+    np.add.at(c, (d[first], part[first]), 1)
+    return c
+
+
+def test_votes_count_the_pairs_that_could_move(state):
+    s, d, part = state
+    c = counts_of(s, d, part)
+    bits, leaf = pack_bits(c > 0), pack_bits(c == 1)
+    light = np.array([True, False, True, False, False])
+    got = Votes.merge([relocation_votes(s, d, part, bits, leaf, light, P)], (N, P))
+    want = np.zeros((3, N, P), np.int32)
+    rep = c > 0
+    for i in range(0, len(s), 2):  # one decision per pair (two rows)
+        a, b, h = s[i], d[i], part[i]
+        free = any(t != h and rep[a, t] and rep[b, t] for t in range(P))
+        for v, u in ((a, b), (b, a)):
+            want[0, v, h] += free
+            want[1, v, h] += (not free) and any(t != h and light[t] and rep[v, t] for t in range(P))
+            want[2, v, h] += c[u, h] == 1
+    assert (got.free == want[0]).all() and (got.repair == want[1]).all() and (got.leaves == want[2]).all()
+    assert got.free.sum() > 0 and got.repair.sum() > 0 and got.leaves.sum() > 0
+
+
+def test_removal_moves_add_no_replica_and_keep_the_edge_bound(state):
+    s, d, part = state
+    c = counts_of(s, d, part)
+    bits = pack_bits(c > 0)
+    votes = Votes.merge([relocation_votes(s, d, part, bits, pack_bits(c == 1), np.zeros(P, bool), P)], (N, P))
+    rem = keep_one((c > 0) & (votes.free == c), c.copy())
+    assert rem.any()
+    ecount = np.bincount(part, minlength=P).astype(np.int64)
+    quota = np.random.default_rng(1).integers(0, 30, (GROUPS, P)).astype(np.int64)
+    none = np.zeros(P, bool)
+    zero, leaf = np.zeros((GROUPS, P), np.int64), pack_bits(c == 1)
+    args = (bits, pack_bits(rem), leaf, none, none, quota, zero, zero, ecount, (c > 0).sum(0))
+    new = evacuate_round(s, d, part, *args)
+    moved = new != part
+    assert moved.any()
+    after = counts_of(s, d, new)
+    assert not ((after > 0) & (c == 0)).any()  # no vertex gained a replica anywhere
+    assert (after > 0).sum() < (c > 0).sum()  # and replicas went
+    lo, hi = np.minimum(s, d), np.maximum(s, d)
+    assert all(rem[lo[i], part[i]] or rem[hi[i], part[i]] for i in np.flatnonzero(moved))  # only selected ones
+    grp = (kernels.pair_keys(s, d) % np.uint64(GROUPS)).astype(np.int64)
+    for g in range(GROUPS):
+        sel = (grp == g) & moved
+        into = np.bincount(new[sel], minlength=P)
+        out = np.bincount(part[sel], minlength=P)
+        assert (into <= quota[g] + out).all(), (g, into, quota[g], out)  # the group's room plus its outflow
+    pair = lo * N + hi
+    for k in np.unique(pair[moved]):
+        assert len(set(new[pair == k].tolist())) == 1  # a pair's rows move together
+    # one group's rows decide alike alone (a Spark task) and among all rows (the driver)
+    for g in range(GROUPS):
+        sel = grp == g
+        alone = evacuate_round(s[sel], d[sel], part[sel], *args)
+        assert (alone == new[sel]).all()
+
+
+def test_balance_moves_fill_light_partitions_within_their_vertex_room(state):
+    s, d, part = state
+    c = counts_of(s, d, part)
+    bits = pack_bits(c > 0)
+    heavy = np.array([False, True, False, False, False])
+    light = ~heavy
+    rem = np.zeros((N, P), bool)
+    rem[:, 1] = c[:, 1] > 0  # empty partition 1
+    vroom = np.zeros((GROUPS, P), np.int64)
+    vroom[:, 3] = 2  # at most two new replicas per group, all in partition 3
+    quota = np.full((GROUPS, P), 10**6, np.int64)
+    ecount = np.bincount(part, minlength=P).astype(np.int64)
+    zero = np.zeros((GROUPS, P), np.int64)
+    leaf = pack_bits(c == 1)
+    new = evacuate_round(
+        s, d, part, bits, pack_bits(rem), leaf, light, heavy, quota, vroom, zero, ecount, (c > 0).sum(0)
+    )
+    after = counts_of(s, d, new)
+    gained = (after > 0) & (c == 0)
+    assert gained[:, 3].sum() >= 1 and gained.sum() == gained[:, 3].sum()
+    grp = (kernels.pair_keys(s, d) % np.uint64(GROUPS)).astype(np.int64)
+    lo, hi = np.minimum(s, d), np.maximum(s, d)
+    for g in range(GROUPS):  # each new replica came from a pair of group g moved into 3 with one endpoint new
+        sel = (grp == g) & (new == 3) & (part != 3)
+        new_ends = {(int(v)) for i in np.flatnonzero(sel) for v in (lo[i], hi[i]) if c[v, 3] == 0}
+        assert len(new_ends) <= 2 * 2  # two rows per pair, each pair adds at most one: two pairs at most
+    assert (new[part == 1] != 1).mean() > 0.5  # most of the heavy partition's pairs went
+
+
+def test_keep_one_and_trim_to_vb():
+    rng = np.random.default_rng(2)
+    c = rng.integers(0, 3, (200, 6)).astype(np.int32)
+    rem = keep_one(c > 0, c.copy())
+    rep = c > 0
+    assert ((rep & ~rem).sum(1)[rep.sum(1) > 0] >= 1).all()  # every vertex keeps a replica
+    assert not rem[rep.sum(1) < 2].any()
+    vcount = np.array([110, 100, 100, 100, 60, 60])
+    cand = np.zeros((400, 6), bool)
+    cand[:40, 4] = cand[40:80, 5] = cand[80:90, 0] = True  # removals in the light partitions raise VB
+    before = vcount.max() / vcount.mean()
+    out = trim_to_vb(cand.copy(), np.ones((400, 6), np.int32), vcount, 1.10)
+    nv = vcount - out.sum(0)
+    assert nv.max() / nv.mean() <= max(1.10, before) + 1e-9
+    assert out[:, 0].sum() == 10  # removals from the (one) heaviest partition lower VB: all stay
+    assert out.sum() < cand.sum()
+
+
+def test_leaf_pairs_leave_a_heavy_partition_for_no_net_replica(state):
+    """With nothing selected, the balance moves out of the heavy partition only pairs holding a leaf's only
+    edge there, each adding at most the replicas it takes out, and h loses at most vout vertices; into it
+    only pairs whose endpoints it holds (edge room for the light partitions)."""
+    s, d, part = state
+    c = counts_of(s, d, part)
+    heavy = np.array([True, False, False, False, False])
+    light = ~heavy
+    quota = np.full((GROUPS, P), 10**6, np.int64)
+    vroom = np.full((GROUPS, P), 10**6, np.int64)
+    ecount = np.bincount(part, minlength=P).astype(np.int64)
+    nothing = pack_bits(np.zeros((N, P), bool))
+    for cap in (3, 10**6):
+        vout = np.zeros((GROUPS, P), np.int64)
+        vout[:, 0] = cap
+        new = evacuate_round(
+            s,
+            d,
+            part,
+            pack_bits(c > 0),
+            nothing,
+            pack_bits(c == 1),
+            light,
+            heavy,
+            quota,
+            vroom,
+            vout,
+            ecount,
+            (c > 0).sum(0),
+        )
+        moved = new != part
+        out, inn = moved & (part == 0), moved & (part != 0)
+        assert out.any() and inn.any()
+        lo, hi = np.minimum(s, d), np.maximum(s, d)
+        assert all(c[lo[i], 0] == 1 or c[hi[i], 0] == 1 for i in np.flatnonzero(out))  # leaf pairs leave h
+        assert all(new[i] == 0 and c[lo[i], 0] and c[hi[i], 0] for i in np.flatnonzero(inn))  # held pairs come in
+        after = counts_of(s, d, new)
+        lost = ((c > 0) & (after == 0))[:, 0].sum()
+        assert lost <= GROUPS * cap
+        assert (after > 0).sum() <= (c > 0).sum()  # no net replica added
+    assert lost > GROUPS * 3  # unbounded, more go
