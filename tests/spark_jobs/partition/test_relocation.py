@@ -180,9 +180,34 @@ def test_leaf_pairs_leave_a_heavy_partition_for_no_net_replica(state):
         assert out.any() and inn.any()
         lo, hi = np.minimum(s, d), np.maximum(s, d)
         assert all(c[lo[i], 0] == 1 or c[hi[i], 0] == 1 for i in np.flatnonzero(out))  # leaf pairs leave h
+        for i in np.flatnonzero(out):  # each adds at most the replicas it takes out of h
+            added = (c[lo[i], new[i]] == 0) + (c[hi[i], new[i]] == 0)
+            assert added <= (c[lo[i], 0] == 1) + (c[hi[i], 0] == 1), (i, added)
         assert all(new[i] == 0 and c[lo[i], 0] and c[hi[i], 0] for i in np.flatnonzero(inn))  # held pairs come in
         after = counts_of(s, d, new)
         lost = ((c > 0) & (after == 0))[:, 0].sum()
         assert lost <= GROUPS * cap
         assert (after > 0).sum() <= (c > 0).sum()  # no net replica added
     assert lost > GROUPS * 3  # unbounded, more go
+
+
+def test_a_leaf_pair_never_moves_where_it_adds_more_than_it_removes():
+    """Pair (0, 1) in heavy partition 0, vertex 0 a leaf there, neither endpoint anywhere else: any target
+    adds two replicas for the one removed, so it stays; with vertex 1 also in partition 2 it goes there."""
+    s, d = np.array([0, 1, 1, 2]), np.array([1, 0, 2, 1])  # pairs (0, 1) and (1, 2), two rows each
+    part = np.array([0, 0, 0, 0], np.int32)
+    p, groups = 3, 1
+    counts = np.zeros((3, p), np.int32)
+    counts[0, 0], counts[1, 0], counts[2, 0] = 1, 2, 1
+    heavy, light = np.array([True, False, False]), np.array([False, True, True])
+    big = np.full((groups, p), 100, np.int64)
+    nothing = pack_bits(np.zeros((3, p), bool))
+
+    def run(c):
+        return evacuate_round(s, d, part, pack_bits(c > 0), nothing, pack_bits(c == 1), light, heavy, big, big, big,
+                              np.array([4, 0, 0]), (c > 0).sum(0))  # fmt: skip
+
+    counts[1, 0] = 3  # vertex 1 is no leaf; 0 and 2 are: each pair removes one replica and would add two
+    assert (run(counts) == part).all()
+    counts[1, 2] = 1  # vertex 1 also in partition 2: each pair adds one (its leaf) and removes one
+    assert (run(counts) == 2).all()
