@@ -25,11 +25,16 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 import numpy as np
 from numba import njit
 
+from glisp_core.config import AdaDNEConfig
 from spark_jobs.partition.kernels import _bit, group_quota, pair_group, pair_run
+
+if TYPE_CHECKING:
+    from spark_jobs.partition.expansion import ExpansionState
 
 _REPAIR = np.int64(1) << np.int64(50)  # key offset of a move that adds a replica (after every free one)
 
@@ -255,15 +260,16 @@ def balance_moves(votes: Votes, counts: np.ndarray, vcount: np.ndarray, heavy: n
 class Relocation:
     """The round loop; the caller supplies the two passes (driver or Spark) and applies the deltas.
 
-    ``votes(bits, leaf, light) -> Votes``; ``move(bits, remove, leaf, light, heavy, quota, vroom, vout) -> rows moved``
-    (it runs ``evacuate_round`` and applies the deltas to ``st.counts``, ``st.ecount`` and ``st.vcount``).
+    ``votes(bits, leaf, light) -> Votes``; ``move(bits, remove, leaf, light, heavy, quota, vroom, vout)`` ->
+    rows moved (it runs ``evacuate_round`` and applies the deltas to ``st.counts``, ``ecount``, ``vcount``).
     """
 
-    cfg: object  # AdaDNEConfig
+    cfg: AdaDNEConfig
     rows: int
     log: list[dict] = field(default_factory=list)  # per round: phase, replicas selected, rows moved, VB after
 
-    def run(self, st, votes: Callable, move: Callable, pack: Callable) -> int:
+    def run(self, st: ExpansionState, votes: Callable, move: Callable, pack: Callable) -> int:
+        """Rounds until the polish settles or ``refine_rounds`` ran: the number of rounds."""
         a = self.cfg
         cap = np.floor(a.refine_capacity * st.total / st.parts)
         phase, r = "remove", 0
