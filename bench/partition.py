@@ -3,7 +3,7 @@ undirected, duplicates merged, self-loops dropped), through the real ``run_parti
 
 Every run prints RF, VB, EB, the ratios to the reference partitioner's DNE and HDRF on the same graph
 and p (``/work/shared/tools/reference_partitions.json``, or ``--run-reference`` to compute them with
-``reference_partition.py`` for graphs it lacks), the rounds (Spark + driver + refinement), the Spark
+``reference_partition.py`` for graphs it lacks), the rounds (Spark + driver + relocation), the Spark
 jobs the run started, seconds and edges/s per core.
 
     .venv/bin/python bench/partition.py --scales --parts 4 8 16 --algorithms adadne dne      # real graphs
@@ -30,7 +30,7 @@ from bench.real_graphs import REAL, REFERENCE_JSON, ingest_real  # noqa: E402
 
 REFERENCE_SCRIPT = Path("/work/shared/tools/reference_partition.py")
 HEADER = (
-    "| graph | algo | p | RF | VB | EB | RF/DNE_ref | RF/HDRF_ref | rounds (spark+driver+refine) "
+    "| graph | algo | p | RF | VB | EB | RF/DNE_ref | RF/HDRF_ref | rounds (spark+driver+relocation) "
     "| Spark jobs | seconds | edges/s/core |"
 )
 
