@@ -164,8 +164,8 @@ class AdaDNE(ExpansionPartitioner):
             def evacuate(*args) -> tuple:
                 return files.evacuate(args, p)
 
-        def move(*args) -> int:
-            out, into, moved = evacuate(*args, st.ecount, st.vcount)
+        def move(*args, slack: int = 0) -> int:
+            out, into, moved = evacuate(*args, st.ecount, st.vcount, slack)
             kernels.add_counts(st.counts, out[0], out[1], out[3], -1)
             kernels.add_counts(st.counts, into[0], into[1], into[3], 1)
             st.ecount += into[4] - out[4]

@@ -36,6 +36,7 @@ from spark_jobs.partition.kernels import _bit, group_quota, pair_group, pair_run
 if TYPE_CHECKING:
     from spark_jobs.partition.expansion import ExpansionState
 
+MAX_SLACK = 3  # most replicas a balance move may add beyond those it removes, when VB stalls above its bound
 _REPAIR = np.int64(1) << np.int64(50)  # key offset of a move that adds a replica (after every free one)
 
 
@@ -96,15 +97,15 @@ def _sum_by_key(keys: np.ndarray, val: np.ndarray) -> tuple:
 @njit(nogil=True, cache=True)
 def evacuate_round(src: np.ndarray, dst: np.ndarray, part: np.ndarray, bits: np.ndarray, remove: np.ndarray,
                    leaf: np.ndarray, light: np.ndarray, heavy: np.ndarray, quota: np.ndarray, vroom: np.ndarray,
-                   vout: np.ndarray, ecount: np.ndarray, vcount: np.ndarray) -> np.ndarray:  # fmt: skip
+                   vout: np.ndarray, ecount: np.ndarray, vcount: np.ndarray, slack: int = 0) -> np.ndarray:  # fmt: skip
     """The new part of each row (canonical order) of one group.
 
     A pair in h with an endpoint whose replica in h is to go (``remove``) moves to the least loaded
     partition holding both endpoints (neither of them leaving it), else to the lightest ``light``
     partition holding one of them within its vertex room ``vroom[g]``. A pair holding the only edge in a
     ``heavy`` h of one of its endpoints (``leaf``) moves to a partition where it adds at most as many
-    replicas as leave h (new ones only in light partitions), while h may still lose ``vout[g, h]``
-    vertices. A pair in a light partition whose endpoints a ``heavy`` one holds (and keeps) moves there. Moves into t stay within ``quota[g, t]`` plus the rows this
+    replicas as leave h (plus ``slack``; new ones only in light partitions), while h may still lose
+    ``vout[g, h]`` vertices. A pair in a light partition whose endpoints a ``heavy`` one holds (and keeps) moves there. Moves into t stay within ``quota[g, t]`` plus the rows this
     group moved out of t before (the edge bound holds whatever the other groups do).
     """
     m = src.shape[0]
@@ -142,7 +143,7 @@ def evacuate_round(src: np.ndarray, dst: np.ndarray, part: np.ndarray, bits: np.
             if best >= 0 and bk >= _REPAIR:
                 vr[g, best] -= 1
         elif heavy[h] and (_bit(leaf, a, h) or _bit(leaf, b, h)):
-            best = _leaf_target(a, b, h, g, bits, leaf, light, q, vr, vo, r, vcount)
+            best = _leaf_target(a, b, h, g, bits, leaf, light, q, vr, vo, r, vcount, slack)
         elif light[h]:
             bv = -1
             for t in range(parts):
@@ -167,7 +168,7 @@ def _held(bits: np.ndarray, remove: np.ndarray, leaf: np.ndarray, v: int, t: int
 
 
 @njit(nogil=True, cache=True)
-def _leaf_target(a, b, h, g, bits, leaf, light, q, vr, vo, r, vcount) -> int:
+def _leaf_target(a, b, h, g, bits, leaf, light, q, vr, vo, r, vcount, slack) -> int:
     """Target of a leaf pair leaving heavy h (fewest added replicas, then the lightest), or -1; books the
     vertex room it uses and the vertices h loses."""
     gain = _bit(leaf, a, h) + (_bit(leaf, b, h) if b != a else 0)
@@ -178,7 +179,7 @@ def _leaf_target(a, b, h, g, bits, leaf, light, q, vr, vo, r, vcount) -> int:
         if t == h or q[g, t] < r:
             continue
         add = (1 - _bit(bits, a, t)) + ((1 - _bit(bits, b, t)) if b != a else 0)
-        if add > gain or (add > 0 and not (light[t] and vr[g, t] >= add)):
+        if add > gain + slack or (add > 0 and not (light[t] and vr[g, t] >= add)):
             continue
         k = add * (np.int64(1) << np.int64(40)) + vcount[t]
         if k < bk:
@@ -240,12 +241,13 @@ def trim_to_vb(rem: np.ndarray, counts: np.ndarray, vcount: np.ndarray, bound: f
 
 
 def balance_moves(votes: Votes, counts: np.ndarray, vcount: np.ndarray, heavy: np.ndarray, target: float,
-                  taken: np.ndarray) -> np.ndarray:  # fmt: skip
+                  taken: np.ndarray, slack: int = 0) -> np.ndarray:  # fmt: skip
     """Replicas of vertex-heavy partitions whose pairs can all go (free or repair) for at most as many new
-    replicas as the move removes (the replica itself and the leaving leaves), at most each partition's
-    excess over ``target`` x mean, cheapest first."""
+    replicas as the move removes (the replica itself and the leaving leaves; ``slack`` more when VB is
+    past its bound and nothing else moves), at most each partition's excess over ``target`` x mean,
+    cheapest first."""
     net = votes.repair - votes.leaves  # replicas added minus the other endpoints leaving with their pairs
-    ok = (counts > 0) & (votes.free + votes.repair == counts) & (net <= 1) & heavy[None, :] & ~taken
+    ok = (counts > 0) & (votes.free + votes.repair == counts) & (net <= 1 + slack) & heavy[None, :] & ~taken
     ok = keep_one(ok | taken, counts) & ~taken
     mean = vcount.mean()
     for h in np.flatnonzero(heavy):
@@ -267,6 +269,7 @@ class Relocation:
     cfg: AdaDNEConfig
     rows: int
     log: list[dict] = field(default_factory=list)  # per round: phase, replicas selected, rows moved, VB after
+    slack: int = 0  # replicas a balance move may add beyond those it removes (1 once VB stalls above its bound)
 
     def run(self, st: ExpansionState, votes: Callable, move: Callable, pack: Callable) -> int:
         """Rounds until the polish settles or ``refine_rounds`` ran: the number of rounds."""
@@ -288,29 +291,38 @@ class Relocation:
                 rem = trim_to_vb(rem, st.counts, st.vcount, a.refine_vb_max)
             vroom = vout = np.zeros((st.groups, p), np.int64)
             if phase == "balance":
-                rem |= balance_moves(vt, st.counts, v, heavy, a.refine_vb, rem)
+                rem |= balance_moves(vt, st.counts, v, heavy, a.refine_vb, rem, self.slack)
                 vroom = group_quota(np.maximum(np.floor(a.refine_vb * v.mean() - v), 0), st.groups, r, unit=1)
                 excess = np.maximum(np.ceil(v - a.refine_vb * v.mean()) - rem.sum(0), 0)
                 vout = group_quota(np.where(heavy, excess, 0), st.groups, r, unit=1)
             moved = 0
             if rem.any() or phase == "balance":
                 quota = group_quota(cap - st.ecount, st.groups, r)
-                moved = move(bits, pack(rem), leaf, light, heavy if phase == "balance" else none, quota, vroom, vout)
+                args = (bits, pack(rem), leaf, light, heavy if phase == "balance" else none, quota, vroom, vout)
+                moved = move(*args, slack=self.slack if phase == "balance" else 0)
             r += 1
             vb = float(st.vcount.max() / max(st.vcount.mean(), 1e-12))
-            self.log.append({"phase": phase, "selected": int(rem.sum()), "moved": moved, "vb": round(vb, 4)})
-            phase = self._next(phase, moved, v.max() / max(v.mean(), 1e-12) - vb)
+            self.log.append({"phase": phase, "selected": int(rem.sum()), "moved": moved, "vb": round(vb, 4),
+                             "slack": self.slack})  # fmt: skip
+            phase = self._next(phase, moved, v.max() / max(v.mean(), 1e-12) - vb, vb)
             if phase == "done":
                 break
         return r
 
-    def _next(self, phase: str, moved: int, vb_fall: float) -> str:
+    def _next(self, phase: str, moved: int, vb_fall: float, vb: float) -> str:
         """remove -> balance once a round moves under 10 x ``refine_stop`` of the rows; balance -> polish
-        once a round no longer lowers VB by 0.001 (the target is checked before each round); polish ends
-        once a round moves under ``refine_stop`` of the rows."""
+        once a round no longer lowers VB by 0.001 (the target is checked before each round), unless VB is
+        still above ``refine_vb_max``: then the balance goes on with ``slack`` one higher, up to
+        ``MAX_SLACK`` (a move may add that many replicas more than it removes: RF for the vertex bound);
+        polish ends once a round moves under ``refine_stop`` of the rows."""
         stop = self.cfg.refine_stop * self.rows
         if phase == "remove":
             return "balance" if moved < 10 * stop else phase
         if phase == "balance":
-            return "polish" if moved == 0 or vb_fall < 1e-3 else phase
+            if moved > 0 and vb_fall >= 1e-3:
+                return phase
+            if vb > self.cfg.refine_vb_max and self.slack < MAX_SLACK:
+                self.slack += 1
+                return phase
+            return "polish"
         return "done" if moved < stop else phase

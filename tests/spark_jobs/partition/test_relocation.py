@@ -7,9 +7,19 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from glisp_core.config import AdaDNEConfig
 from spark_jobs.partition import kernels
 from spark_jobs.partition.expansion import pack_bits
-from spark_jobs.partition.relocate import Votes, evacuate_round, keep_one, relocation_votes, trim_to_vb
+from spark_jobs.partition.relocate import (
+    MAX_SLACK,
+    Relocation,
+    Votes,
+    balance_moves,
+    evacuate_round,
+    keep_one,
+    relocation_votes,
+    trim_to_vb,
+)
 from tests.graphs import rmat_edges
 
 N, P, GROUPS = 300, 5, 4
@@ -209,5 +219,27 @@ def test_a_leaf_pair_never_moves_where_it_adds_more_than_it_removes():
 
     counts[1, 0] = 3  # vertex 1 is no leaf; 0 and 2 are: each pair removes one replica and would add two
     assert (run(counts) == part).all()
+    forced = evacuate_round(s, d, part, pack_bits(counts > 0), nothing, pack_bits(counts == 1), light, heavy, big, big,
+                            big, np.array([4, 0, 0]), (counts > 0).sum(0), 1)  # fmt: skip
+    assert (forced != part).all()  # with slack 1 (VB stalled above its bound) one extra replica is allowed
     counts[1, 2] = 1  # vertex 1 also in partition 2: each pair adds one (its leaf) and removes one
     assert (run(counts) == 2).all()
+
+
+def test_balance_takes_dearer_moves_only_when_vb_stalls_above_its_bound():
+    """balance_moves selects a replica whose move adds two replicas for one removed only with slack 1; the
+    loop raises the slack one step per stalled round while VB is above refine_vb_max, then polishes."""
+    counts = np.array([[2, 1], [1, 1], [1, 1]], np.int32)  # vertex 0: two pairs in heavy partition 0
+    votes = Votes(free=np.zeros_like(counts), repair=counts.copy(), leaves=np.zeros_like(counts))
+    heavy = np.array([True, False])
+    vcount = np.array([30, 10])
+    none = np.zeros_like(counts, bool)
+    assert not balance_moves(votes, counts, vcount, heavy, 1.08, none)[0, 0]  # net +1: refused
+    assert balance_moves(votes, counts, vcount, heavy, 1.08, none, slack=1)[0, 0]
+    loop = Relocation(AdaDNEConfig(), rows=1000)
+    assert loop._next("balance", moved=50, vb_fall=0.01, vb=1.3) == "balance" and loop.slack == 0  # progress
+    assert loop._next("balance", moved=0, vb_fall=0.0, vb=1.3) == "balance" and loop.slack == 1  # stalled
+    for k in range(2, MAX_SLACK + 1):
+        assert loop._next("balance", moved=0, vb_fall=0.0, vb=1.3) == "balance" and loop.slack == k
+    assert loop._next("balance", moved=0, vb_fall=0.0, vb=1.3) == "polish"
+    assert Relocation(AdaDNEConfig(), rows=1000)._next("balance", moved=0, vb_fall=0.0, vb=1.09) == "polish"
