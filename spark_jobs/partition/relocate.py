@@ -105,8 +105,9 @@ def evacuate_round(src: np.ndarray, dst: np.ndarray, part: np.ndarray, bits: np.
     partition holding one of them within its vertex room ``vroom[g]``. A pair holding the only edge in a
     ``heavy`` h of one of its endpoints (``leaf``) moves to a partition where it adds at most as many
     replicas as leave h (plus ``slack``; new ones only in light partitions), while h may still lose
-    ``vout[g, h]`` vertices. A pair in a light partition whose endpoints a ``heavy`` one holds (and keeps) moves there. Moves into t stay within ``quota[g, t]`` plus the rows this
-    group moved out of t before (the edge bound holds whatever the other groups do).
+    ``vout[g, h]`` vertices. A pair in a light partition whose endpoints a ``heavy`` one holds (and keeps)
+    moves there. Moves into t stay within ``quota[g, t]`` plus the rows this group moved out of t before
+    (the edge bound holds whatever the other groups do).
     """
     m = src.shape[0]
     groups = quota.shape[0]

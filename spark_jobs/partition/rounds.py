@@ -257,9 +257,10 @@ class FileRounds:
                 new = relocate.evacuate_round(e["src"], e["dst"], e["part"], *bc.value)
                 moved = new != e["part"]
                 out = pa.table([e["eid"], e["src"], e["dst"], new], schema=ALLOC_PA)
-                _atomic_write_parquet(str(alloc / f"f{r:05d}-g{g:05d}.parquet"), out)
+                target = str(alloc / f"f{r:05d}-g{g:05d}.parquet")
+                _atomic_write_parquet(target, out)
                 for p in paths:
-                    if p != str(alloc / f"f{r:05d}-g{g:05d}.parquet"):
+                    if p != target:  # a retried task read the file its first attempt wrote
                         os.remove(p)
                 yield (
                     kernels.incidence_delta(e["src"][moved], e["dst"][moved], e["part"][moved], parts),
