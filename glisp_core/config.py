@@ -143,7 +143,7 @@ class AdaDNEConfig:
     accel: float = 0.0  # lam_i *= (remaining/|E|)^-accel: fewer rounds as the remainder shrinks
     seed_scale: float = 1.0  # an empty boundary seeds vertices carrying seed_scale*lam_i*remaining/p rows
     step: float = 0.3  # per round, growth may fill this fraction of the deficit to the fair share
-    floor: float = 0.2  # two-hop intake probability of a partition at or above its fair share
+    floor: float = 1.0  # two-hop intake probability of a partition at or above its fair share (1: no brake)
     capacity: float = 1.04  # hard bound: no partition holds more than capacity * |E|/p rows (EB <= capacity)
     finish: float = 0.05  # the last finish * |E| rows are placed by the finishing pass
     finish_vertex_weight: float = 1.0  # finishing pass: weight of a partition's vertex slack
@@ -152,6 +152,8 @@ class AdaDNEConfig:
     refine_vb_max: float = 1.10  # no replica removal takes VB above max(refine_vb_max, VB before)
     refine_capacity: float = 1.05  # hard bound of relocation moves: refine_capacity * |E|/p rows (>= capacity)
     refine_stop: float = 0.001  # a relocation phase ends when a round moves under this fraction of rows
+    refine_edge_slack: float = 0.05  # balance moves may fill partitions to refine_capacity + this; a shedding
+    # phase then brings every partition back under refine_capacity (the hard bound of the result)
     top_up: float = 0.05  # a boundary yielding under top_up * the round's limit is topped up with seeds
 
 

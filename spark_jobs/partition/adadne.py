@@ -90,8 +90,11 @@ class AdaDNE(ExpansionPartitioner):
         """Seeds besides the boundary when the boundary yields under ``top_up`` of the round's speed limit.
 
         A boundary that stays non-empty but thin (long chains, a web crawl's paths) would otherwise give
-        one vertex per round; seeding the rest of the round's budget restarts the expansion elsewhere and
-        keeps the round count low (test graph of chains and small components, p=3: 6,510 -> 624 rounds).
+        one vertex per round; a seed opens one new front per round (``ExpansionPartitioner.select``), so
+        the fronts add up and the round count stays low (test graph of chains and small components, p=3:
+        6,510 rounds without). A bulk of seeds at once scattered a partition that was still growing
+        through a sparse periphery over a dense core: tolokers p=8 RF 1.06-1.24x the reference DNE over
+        seeds 1-8, against 0.93-1.10x with one (docs/partitioning.md, "Seeds").
         """
         t = self.cfg.adadne.top_up
         return cap - onehop if st.rounds > 0 and np.isfinite(cap) and onehop < t * cap else 0.0
@@ -164,8 +167,8 @@ class AdaDNE(ExpansionPartitioner):
             def evacuate(*args) -> tuple:
                 return files.evacuate(args, p)
 
-        def move(*args, slack: int = 0) -> int:
-            out, into, moved = evacuate(*args, st.ecount, st.vcount, slack)
+        def move(*args, slack: int = 0, shed: np.ndarray | None = None) -> int:
+            out, into, moved = evacuate(*args, st.ecount, st.vcount, slack, shed)
             kernels.add_counts(st.counts, out[0], out[1], out[3], -1)
             kernels.add_counts(st.counts, into[0], into[1], into[3], 1)
             st.ecount += into[4] - out[4]

@@ -295,7 +295,8 @@ class ExpansionPartitioner(Partitioner):
                 need_seed.append(k)
         for k in need_seed:
             budget = int(max(1, seed_budget[k] if onehop[k] == 0 else self.top_up(st, int(k), onehop[k], cap[k])))
-            count = max(1, min(budget, 1 << 22, self.seed_count(st, int(k))))
+            # a top-up (the boundary still yields) opens one new front per round; an empty boundary seeds in bulk
+            count = 1 if onehop[k] > 0 else max(1, min(budget, 1 << 22, self.seed_count(st, int(k))))
             s = kernels.take_seeds(st.order, st.seed_pos, st.resid, st.bits, st.claim, budget, count)
             kernels.set_claims(st.claim, s, int(k), rank)
             onehop[k] += st.resid[s].sum()

@@ -210,3 +210,44 @@ def test_spark_finishing_pass_keeps_the_capacity(spark, cfg, rmat15, tmp_path):
     assert rec.counts["spark_rounds"] >= 1 and rec.counts["local_rounds"] == 0
     a = c.partition.adadne
     assert rec.metrics["eb"] <= max(a.capacity, a.refine_capacity) + 1e-9
+
+
+def test_a_thin_boundary_is_topped_up_with_one_seed_per_round(cfg):
+    """AdaDNE on a long path among triangles (p=2; the path's ends are the only degree-1 vertices, so the
+    expansion starts there): a partition whose boundary is down to a vertex or two takes one extra seed
+    per round (a new front), never a bulk of them (a bulk scattered a partition over tolokers' dense core:
+    docs/partitioning.md, "Seeds")."""
+    import math
+
+    from spark_jobs.partition.expansion import LocalRows
+
+    path = np.arange(0, 600)
+    tri = np.arange(1000, 1600).reshape(-1, 3)
+    s = np.concatenate([path[:-1], tri[:, 0], tri[:, 1], tri[:, 2]])
+    d = np.concatenate([path[1:], tri[:, 1], tri[:, 2], tri[:, 0]])
+    s, d = np.concatenate([s, d]), np.concatenate([d, s])
+    n = int(max(s.max(), d.max()) + 1)
+    c = with_values(cfg, "partition", algorithm="adadne", parts=2)
+    ada = get_partitioner(c.partition)
+    deg = np.bincount(s, minlength=n) + np.bincount(d, minlength=n)
+    st = ada.new_state(deg.astype(np.int64), len(s))
+    local = LocalRows({"eid": np.arange(len(s)), "src": s, "dst": d})
+    topped = 0
+    for _ in range(40):
+        ada.estimate(st, local.sample(1), 1)
+        ptr, verts = kernels.boundaries(st.resid, st.bits, 2)
+        lam = adaptive_factors(st.ecount, st.vcount, st.remaining, st.total, c.partition.adadne)
+        sel = ada.select(st)
+        for k in range(2):
+            b = ptr[k + 1] - ptr[k]
+            claimed = int((st.claim[sel.claimed] == k).sum())
+            if st.rounds > 0 and b > 0:
+                picks = max(1, math.ceil(lam[k] * b))
+                assert claimed <= picks + 1, (st.rounds, k, b, claimed)
+                topped += claimed == picks + 1
+        delta = ada._round(st, sel, local, None)
+        st.claim[sel.claimed] = -1
+        st.apply(delta)
+        if st.remaining == 0 or sel.leftover_to != -1:
+            break
+    assert topped >= 5  # the rule was exercised

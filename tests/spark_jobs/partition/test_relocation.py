@@ -1,6 +1,7 @@
 """The relocation kernels and selection rules (spark_jobs/partition/relocate.py) on random states: votes
 against a brute-force count, removal moves that never add a replica, the hard edge bound per group, the
-same decisions per group as over all rows, and the driver-side rules that keep a replica and bound VB."""
+same decisions per group as over all rows, the shedding of rows above the bound (cheapest moves first),
+and the driver-side rules that keep a replica and bound VB."""
 
 from __future__ import annotations
 
@@ -18,6 +19,7 @@ from spark_jobs.partition.relocate import (
     evacuate_round,
     keep_one,
     relocation_votes,
+    shed_rows,
     trim_to_vb,
 )
 from tests.graphs import rmat_edges
@@ -243,3 +245,58 @@ def test_balance_takes_dearer_moves_only_when_vb_stalls_above_its_bound():
         assert loop._next("balance", moved=0, vb_fall=0.0, vb=1.3) == "balance" and loop.slack == k
     assert loop._next("balance", moved=0, vb_fall=0.0, vb=1.3) == "polish"
     assert Relocation(AdaDNEConfig(), rows=1000)._next("balance", moved=0, vb_fall=0.0, vb=1.09) == "polish"
+
+
+def _net_cost(c, a, b, h, t):
+    """Replicas a move of pair (a, b) from h to t adds in t minus the endpoints it takes out of h."""
+    add = int(c[a, t] == 0) + int(c[b, t] == 0)
+    return add - int(c[a, h] == 1) - int(c[b, h] == 1)
+
+
+def test_shedding_takes_each_groups_share_out_of_a_full_partition_cheapest_first(state):
+    """Partition 0 must shed: every group moves at least its share out of it (into partitions within their
+    quotas, nothing else moves), and a small share goes by the cheapest moves the group has; asked for
+    every row, the last sweep empties partition 0 whatever it costs."""
+    s, d, part = state
+    c = counts_of(s, d, part)
+    bits, leaf = pack_bits(c > 0), pack_bits(c == 1)
+    grp = (kernels.pair_keys(s, d) % np.uint64(GROUPS)).astype(np.int64)
+    lo, hi = np.minimum(s, d), np.maximum(s, d)
+    quota = np.full((GROUPS, P), 10**6, np.int64)
+    quota[:, 0] = 0
+    for share in (6, 10**6):
+        shed = np.zeros((GROUPS, P), np.int64)
+        shed[:, 0] = share
+        out = part.copy()
+        shed_rows(s, d, part, out, bits, leaf, quota.copy(), shed, np.full((GROUPS, P), 10**6, np.int64),
+                  (c > 0).sum(0))  # fmt: skip
+        moved = out != part
+        assert (part[moved] == 0).all() and (out[moved] != 0).all()
+        for g in range(GROUPS):
+            sel = moved & (grp == g)
+            in_h = (grp == g) & (part == 0)
+            assert sel.sum() >= min(share, in_h.sum()), (g, sel.sum())
+            if share < 10**6:  # the moves made cost no more than the cheapest left behind
+                cost = {i: min(_net_cost(c, lo[i], hi[i], 0, t) for t in range(1, P)) for i in np.flatnonzero(in_h)}
+                made = max(cost[i] for i in np.flatnonzero(sel))
+                assert made <= min([cost[i] for i in np.flatnonzero(in_h & ~moved)] or [made]), g
+        if share == 10**6:
+            assert not (out == 0).any()  # the last sweep takes any pair
+
+
+def test_shedding_keeps_the_receivers_quotas(state):
+    """Rows shed into t never pass the group's quota there: the hard bound holds for the receivers."""
+    s, d, part = state
+    c = counts_of(s, d, part)
+    grp = (kernels.pair_keys(s, d) % np.uint64(GROUPS)).astype(np.int64)
+    quota = np.random.default_rng(3).integers(0, 20, (GROUPS, P)).astype(np.int64)
+    shed = np.zeros((GROUPS, P), np.int64)
+    shed[:, 2] = 10**6
+    out = part.copy()
+    shed_rows(s, d, part, out, pack_bits(c > 0), pack_bits(c == 1), quota.copy(), shed,
+              np.zeros((GROUPS, P), np.int64), (c > 0).sum(0))  # fmt: skip
+    moved = out != part
+    assert moved.any()
+    for g in range(GROUPS):
+        into = np.bincount(out[moved & (grp == g)], minlength=P)
+        assert (into <= quota[g]).all(), (g, into, quota[g])
