@@ -12,6 +12,11 @@ partitions vertex-heavy. Both are repaired after the fact, HEP/2PS-style, by mov
   its pairs' other endpoints gain at most as many replicas in light partitions as the move removes, and
   pairs whose endpoints the heavy partition already holds move in from light ones (edge room for the
   first kind); removals continue, trimmed so VB stays under max(``refine_vb_max``, VB now);
+* **edges**: the balance may fill partitions to (``refine_capacity`` + ``refine_edge_slack``) x |E|/p (every
+  partition sits near the bound after the expansion, so without room the balance stalled: tolokers VB
+  1.24); shedding rounds (``shed_rows``) then move each group's share of the excess into partitions under
+  ``refine_capacity`` x |E|/p, vertex-neutral moves first, and run past ``refine_rounds`` if needed, so
+  the result is under the hard bound; a second balance under that bound follows if the shedding cost VB;
 * **polish**: removals only, under that VB bound, until a round moves under ``refine_stop`` of the rows.
 
 One round = one vote pass (``relocation_votes``: per replica, how many of its pairs could move) and one
