@@ -129,10 +129,7 @@ def evacuate_round(src: np.ndarray, dst: np.ndarray, part: np.ndarray, bits: np.
         load[g] = ecount
     i = 0
     while i < m:
-        a, b, j = pair_run(src, dst, i)
-        r = j - i
-        h = part[i]
-        g = pair_group(a, b, groups)
+        a, b, j, r, h, g = _pair_at(src, dst, part, i, groups)
         best = -1
         if _bit(remove, a, h) or _bit(remove, b, h):
             bk = np.int64(1) << np.int64(62)
@@ -189,10 +186,7 @@ def shed_rows(src: np.ndarray, dst: np.ndarray, part: np.ndarray, out: np.ndarra
     for level in range(5):
         i = 0
         while i < m:
-            a, b, j = pair_run(src, dst, i)
-            r = j - i
-            h = part[i]
-            g = pair_group(a, b, groups)
+            a, b, j, r, h, g = _pair_at(src, dst, part, i, groups)
             if out[i] == h and shed[g, h] > 0:
                 gone = _bit(leaf, a, h) + (_bit(leaf, b, h) if b != a else 0)
                 best, bk, badd = -1, np.int64(1) << np.int64(62), 0
@@ -213,6 +207,13 @@ def shed_rows(src: np.ndarray, dst: np.ndarray, part: np.ndarray, out: np.ndarra
                     for t in range(i, j):
                         out[t] = best
             i = j
+
+
+@njit(nogil=True, cache=True)
+def _pair_at(src: np.ndarray, dst: np.ndarray, part: np.ndarray, i: int, groups: int) -> tuple:
+    """The pair whose rows start at i (canonical order): endpoints, end row, rows, partition, group."""
+    a, b, j = pair_run(src, dst, i)
+    return a, b, j, j - i, part[i], pair_group(a, b, groups)
 
 
 @njit(nogil=True, cache=True)
