@@ -18,8 +18,9 @@ vertices. Three rules make the balance hold on graphs it was not tuned on (docs/
   placed greedily against the current partition sets, HDRF-style, under the same capacity;
 * **relocation** (``relocate.py``): whole replicas move out where every pair of theirs fits a partition
   holding both endpoints (RF falls), then vertex-heavy partitions (|V_i| > ``refine_vb`` x mean) shed
-  replicas for at most as many new ones in light partitions, under the hard bounds EB <=
-  ``refine_capacity`` and VB <= max(``refine_vb_max``, VB now); at most ``refine_rounds`` rounds.
+  replicas for at most as many new ones in light partitions (filling them up to ``refine_edge_slack``
+  past the edge bound, which shedding rounds then restore), so the result keeps EB <= ``refine_capacity``
+  and VB <= max(``refine_vb_max``, VB now); at most ``refine_rounds`` rounds plus the shedding.
 """
 
 from __future__ import annotations

@@ -373,6 +373,7 @@ class ExpansionPartitioner(Partitioner):
         local_cap: int,
         log,
         progress: bool = False,
+        on_round=None,
     ) -> tuple[LocalRows | None, dict[str, float]]:
         """The rounds, from the files (Spark) and then in the driver, until every row is allocated."""
         t_spark = t_local = 0.0
@@ -388,6 +389,8 @@ class ExpansionPartitioner(Partitioner):
             if sel is None or sel.leftover_to != -1:
                 st.apply(self._end(st, sel, local, files, log))
                 break
+            if on_round is not None:
+                on_round(st, sel)
             mode = "local" if local is not None else "spark"
             delta = self._round(st, sel, local, files)
             if mode == "spark":  # the sample rows the round allocated leave the driver's sample
@@ -494,13 +497,13 @@ class ExpansionPartitioner(Partitioner):
         return st
 
     def run_local(
-        self, src: np.ndarray, dst: np.ndarray, num_vertices: int, eid: np.ndarray | None = None, log=None
+        self, src: np.ndarray, dst: np.ndarray, num_vertices: int, eid: np.ndarray | None = None, on_round=None
     ) -> tuple[np.ndarray, int]:
         """The whole expansion in this process on numpy arrays: (part per row, rounds).
 
         Same state, selection, kernels and groups as the Spark path (which gives identical results);
-        used for calibration sweeps and to cross-check the Spark rounds in tests. ``log(st, sel)`` is
-        called after every round.
+        used for calibration sweeps and to cross-check the Spark rounds in tests. ``on_round(st, sel)``
+        is called with each round's selection (claims set) before the round runs.
         """
         src = np.asarray(src, np.int64)
         dst = np.asarray(dst, np.int64)
@@ -510,7 +513,7 @@ class ExpansionPartitioner(Partitioner):
         st = self.new_state(deg.astype(np.int64), len(src))
         local = LocalRows({"eid": eid, "src": src, "dst": dst, "pos": pos})
         stride = self.sample_stride(len(src))
-        local, _ = self.expand(st, local, None, {}, stride, len(src), lambda s: None)
+        local, _ = self.expand(st, local, None, {}, stride, len(src), lambda s: None, on_round=on_round)
         rows = local.allocated()
         if self.refines:
             self.refine(st, rows, None)

@@ -114,8 +114,8 @@ def evacuate_round(src: np.ndarray, dst: np.ndarray, part: np.ndarray, bits: np.
     replicas as leave h (plus ``slack``; new ones only in light partitions), while h may still lose
     ``vout[g, h]`` vertices. A pair in a light partition whose endpoints a ``heavy`` one holds (and keeps)
     moves there. Moves into t stay within ``quota[g, t]`` plus the rows this group moved out of t before
-    (the edge bound holds whatever the other groups do). ``shed[g, h]`` > 0: the group then moves at least
-    that many rows out of over-full h (``shed_rows``).
+    (the edge bound holds whatever the other groups do). With ``shed`` given, the pass only sheds: the
+    group moves at least ``shed[g, h]`` rows out of each over-full h (``shed_rows``).
     """
     m = src.shape[0]
     groups = quota.shape[0]
@@ -124,6 +124,9 @@ def evacuate_round(src: np.ndarray, dst: np.ndarray, part: np.ndarray, bits: np.
     vr = vroom.copy()
     vo = vout.copy()
     out = part.copy()
+    if shed is not None:
+        shed_rows(src, dst, part, out, bits, leaf, q, shed.copy(), vr, vcount)
+        return out
     load = np.empty((groups, parts), np.int64)  # per group, so a group decides alike in any process
     for g in range(groups):
         load[g] = ecount
@@ -164,8 +167,6 @@ def evacuate_round(src: np.ndarray, dst: np.ndarray, part: np.ndarray, bits: np.
             for t in range(i, j):
                 out[t] = best
         i = j
-    if shed is not None:
-        shed_rows(src, dst, part, out, bits, leaf, q, shed.copy(), vr, vcount)
     return out
 
 
@@ -188,12 +189,12 @@ def shed_rows(src: np.ndarray, dst: np.ndarray, part: np.ndarray, out: np.ndarra
         while i < m:
             a, b, j, r, h, g = _pair_at(src, dst, part, i, groups)
             if out[i] == h and shed[g, h] > 0:
-                gone = _bit(leaf, a, h) + (_bit(leaf, b, h) if b != a else 0)
+                gone = _ends_in(leaf, a, b, h)
                 best, bk, badd = -1, np.int64(1) << np.int64(62), 0
                 for t in range(parts):
                     if t == h or q[g, t] < r:
                         continue
-                    add = (1 - _bit(bits, a, t)) + ((1 - _bit(bits, b, t)) if b != a else 0)
+                    add = _ends_missing(bits, a, b, t)
                     if _shed_level(add, gone) != level or (level < 4 and add > vr[g, t]):
                         continue
                     k = vcount[t] + vadd[t] * groups if add > 0 else -q[g, t]
@@ -214,6 +215,18 @@ def _pair_at(src: np.ndarray, dst: np.ndarray, part: np.ndarray, i: int, groups:
     """The pair whose rows start at i (canonical order): endpoints, end row, rows, partition, group."""
     a, b, j = pair_run(src, dst, i)
     return a, b, j, j - i, part[i], pair_group(a, b, groups)
+
+
+@njit(nogil=True, cache=True)
+def _ends_in(bits: np.ndarray, a: int, b: int, t: int) -> int:
+    """How many of the pair's distinct endpoints have their bit set for partition t."""
+    return _bit(bits, a, t) + (_bit(bits, b, t) if b != a else 0)
+
+
+@njit(nogil=True, cache=True)
+def _ends_missing(bits: np.ndarray, a: int, b: int, t: int) -> int:
+    """Replicas a move of pair (a, b) into t adds: its distinct endpoints t does not hold."""
+    return (2 if b != a else 1) - _ends_in(bits, a, b, t)
 
 
 @njit(nogil=True, cache=True)
@@ -238,14 +251,14 @@ def _held(bits: np.ndarray, remove: np.ndarray, leaf: np.ndarray, v: int, t: int
 def _leaf_target(a, b, h, g, bits, leaf, light, q, vr, vo, r, vcount, slack) -> int:
     """Target of a leaf pair leaving heavy h (fewest added replicas, then the lightest), or -1; books the
     vertex room it uses and the vertices h loses."""
-    gain = _bit(leaf, a, h) + (_bit(leaf, b, h) if b != a else 0)
+    gain = _ends_in(leaf, a, b, h)
     if vo[g, h] < gain:
         return -1
     best, bk, badd = -1, np.int64(1) << np.int64(62), 0
     for t in range(q.shape[1]):
         if t == h or q[g, t] < r:
             continue
-        add = (1 - _bit(bits, a, t)) + ((1 - _bit(bits, b, t)) if b != a else 0)
+        add = _ends_missing(bits, a, b, t)
         if add > gain + slack or (add > 0 and not (light[t] and vr[g, t] >= add)):
             continue
         k = add * (np.int64(1) << np.int64(40)) + vcount[t]
@@ -332,14 +345,15 @@ def balance_moves(votes: Votes, counts: np.ndarray, vcount: np.ndarray, heavy: n
 class Relocation:
     """The round loop; the caller supplies the two passes (driver or Spark) and applies the deltas.
 
-    ``votes(bits, leaf, light) -> Votes``; ``move(bits, remove, leaf, light, heavy, quota, vroom, vout)`` ->
-    rows moved (it runs ``evacuate_round`` and applies the deltas to ``st.counts``, ``ecount``, ``vcount``).
+    ``votes(bits, leaf, light) -> Votes``; ``move(bits, remove, leaf, light, heavy, quota, vroom, vout, slack=,
+    shed=)`` -> rows moved (it runs ``evacuate_round`` and applies the deltas to ``st.counts``, ``ecount``,
+    ``vcount``).
     """
 
     cfg: AdaDNEConfig
     rows: int
     log: list[dict] = field(default_factory=list)  # per round: phase, replicas selected, rows moved, VB after
-    slack: int = 0  # replicas a balance move may add beyond those it removes (1 once VB stalls above its bound)
+    slack: int = 0  # replicas a balance move may add beyond those it removes (+1 per stalled round above the bound)
 
     def run(self, st: ExpansionState, votes: Callable, move: Callable, pack: Callable) -> int:
         """Rounds until the polish settles or ``refine_rounds`` ran: the number of rounds. Shedding rounds
@@ -422,7 +436,7 @@ class Relocation:
         quota = group_quota(self.cap - st.ecount, g, r)
         vroom = group_quota(np.maximum(np.floor(a.refine_vb_max * v.mean() - v), 0), g, r, unit=1)
         shed = group_quota(np.maximum(st.ecount - self.cap, 0), g, r, unit=1)
-        bits = pack(st.counts > 0)
+        bits = pack(st.counts > 0)  # nothing is removed in a shedding pass: the remove bits stay empty
         args = (bits, np.zeros_like(bits), pack(st.counts == 1), none, none, quota, vroom, zeros)
         return int(shed.sum()), move(*args, slack=0, shed=shed)
 
