@@ -239,3 +239,22 @@ def test_a_thin_boundary_is_topped_up_with_one_seed_per_round(cfg):
     get_partitioner(c.partition).run_local(s, d, n, on_round=on_round)
     assert all(claims <= picks + 1 for _, _, _, picks, claims in seen), seen
     assert sum(claims == picks + 1 for _, _, _, picks, claims in seen) >= 5  # the rule was exercised
+
+
+def test_calibration_sweep_reports_the_rounds_spark_would_run():
+    """bench/partition_sweep.py (the in-process sweep the docs' tables come from) runs, and its "spark"
+    column counts the rounds that start above local_finish_edges (from run_local's round hook): some at a
+    20,000-row cap on rmat12, none at the default cap."""
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[3]
+    out = subprocess.run(
+        [sys.executable, str(root / "bench" / "partition_sweep.py"), "--graphs", "rmat12", "--parts", "2",
+         "--configs", '{"top.local_finish_edges": 20000}', "{}"],
+        capture_output=True, text=True, timeout=300, check=True, cwd=root,
+    )  # fmt: skip
+    rows = [line.split() for line in out.stdout.splitlines() if line.startswith("rmat12")]
+    spark = [int(r[-4]) for r in rows]  # columns: ... rounds spark /DNEref /HDRF sec
+    assert len(rows) == 2 and spark[0] > 0 and spark[1] == 0, out.stdout
