@@ -3,8 +3,9 @@ undirected, duplicates merged, self-loops dropped), through the real ``run_parti
 
 Every run prints RF, VB, EB, the ratios to the reference partitioner's DNE and HDRF on the same graph
 and p (``/work/shared/tools/reference_partitions.json``, or ``--run-reference`` to compute them with
-``reference_partition.py`` for graphs it lacks), the rounds (Spark + driver + relocation), the Spark
-jobs the run started, seconds and edges/s per core.
+``reference_partition.py`` for graphs it lacks), the rounds (Spark + driver + relocation) of the kept
+start and, for a graph the driver holds, the number of starts (``partition.adadne.starts``; seconds cover
+them all), the Spark jobs the run started, seconds and edges/s per core.
 
     .venv/bin/python bench/partition.py --scales --parts 4 8 16 --algorithms adadne dne      # real graphs
     .venv/bin/python bench/partition.py --scales 19 --parts 8 --algorithms adadne dne --real --phases
@@ -30,7 +31,7 @@ from bench.real_graphs import REAL, REFERENCE_JSON, ingest_real  # noqa: E402
 
 REFERENCE_SCRIPT = Path("/work/shared/tools/reference_partition.py")
 HEADER = (
-    "| graph | algo | p | RF | VB | EB | RF/DNE_ref | RF/HDRF_ref | rounds (spark+driver+relocation) "
+    "| graph | algo | p | RF | VB | EB | RF/DNE_ref | RF/HDRF_ref | rounds (spark+driver+relocation) x starts "
     "| Spark jobs | seconds | edges/s/core |"
 )
 
@@ -108,6 +109,7 @@ def _print_row(gname, a, p, rec, dt, jobs, cores, refs) -> None:
     rh = f"{m['rf'] / ref['hdrf']:.3f}" if "hdrf" in ref else "-"
     if "rounds" in k:
         rounds = f"{k['rounds']} ({k.get('spark_rounds', 0)}+{k.get('local_rounds', 0)}+{k.get('refine_rounds', 0)})"
+        rounds += f" x {len(k['starts'])}" if len(k.get("starts", [])) > 1 else ""
     else:
         rounds = "-"
     name = f"**{a}**" if a == "adadne" else a

@@ -96,7 +96,7 @@ class GatherStream:
                     if isinstance(e, grpc.aio.AioRpcError) and e.code() in REFUSED:
                         raise StreamFailure(e.code(), e.details() or "") from None
                     if not fut.done():  # the reader has not failed it yet
-                        raise StreamFailure(grpc.StatusCode.UNAVAILABLE, f"stream broke while sending: {e}") from None
+                        raise await self._write_failure(e) from None
             m = await fut
         finally:
             expiry.cancel()
@@ -105,6 +105,19 @@ class GatherStream:
         if code:
             raise StreamFailure(CODES.get(code, grpc.StatusCode.UNKNOWN), m.get("error", ""))
         return m
+
+    async def _write_failure(self, e: Exception) -> StreamFailure:
+        """Why a write failed. The server may have ended the call (a refused token) before the reader saw
+        its status: the call's final status decides, so a refusal is not reported as a broken stream
+        (UNAVAILABLE, which the caller would retry on another replica)."""
+        try:
+            code = await asyncio.wait_for(self._call.code(), 1.0)
+            details = await self._call.details()
+        except (TimeoutError, grpc.aio.AioRpcError):
+            code, details = None, ""
+        if code in NO_STREAM + REFUSED:
+            return StreamFailure(code, details or "")
+        return StreamFailure(grpc.StatusCode.UNAVAILABLE, f"stream broke while sending: {e}")
 
     async def aclose(self) -> None:
         self._call.cancel()

@@ -20,7 +20,9 @@ vertices. Three rules make the balance hold on graphs it was not tuned on (docs/
   holding both endpoints (RF falls), then vertex-heavy partitions (|V_i| > ``refine_vb`` x mean) shed
   replicas for at most as many new ones in light partitions (filling them up to ``refine_edge_slack``
   past the edge bound, which shedding rounds then restore), so the result keeps EB <= ``refine_capacity``
-  and VB <= max(``refine_vb_max``, VB now); at most ``refine_rounds`` rounds plus the shedding.
+  and VB <= max(``refine_vb_max``, VB now); at most ``refine_rounds`` rounds plus the shedding;
+* **restarts** (``starts``): a graph the driver holds is expanded and refined from several first-seed sets
+  and the best result kept (``start_score``); where the first seeds land decides most of the RF.
 """
 
 from __future__ import annotations
@@ -28,6 +30,7 @@ from __future__ import annotations
 import numpy as np
 
 from glisp_core.config import to_dict
+from glisp_core.errors import ConfigError
 from spark_jobs.partition import kernels
 from spark_jobs.partition.base import register
 from spark_jobs.partition.expansion import FINISH, ExpansionPartitioner, ExpansionState, Selection, pack_bits
@@ -63,6 +66,24 @@ class AdaDNE(ExpansionPartitioner):
 
     def capacity(self, st: ExpansionState) -> np.ndarray:
         return np.full(st.parts, np.floor(self.cfg.adadne.capacity * st.total / st.parts))
+
+    def start_score(self, st: ExpansionState) -> tuple:
+        """Restarts are compared by how far they miss the refinement's bounds (VB over ``refine_vb_max``,
+        EB over ``refine_capacity``), then by replicas."""
+        a = self.cfg.adadne
+        vb = st.vcount.max() / max(st.vcount.mean(), 1e-9)
+        eb = st.ecount.max() / max(st.total / st.parts, 1e-9)
+        return (
+            round(max(vb - a.refine_vb_max, 0.0), 6),
+            round(max(eb - a.refine_capacity, 0.0), 6),
+            int(st.vcount.sum()),
+        )
+
+    def starts(self) -> int:
+        n = self.cfg.adadne.starts
+        if n < 1:
+            raise ConfigError("config", "partition.adadne.starts", f"must be at least 1 (got {n}; e.g. 4)")
+        return n
 
     def plan(self, st: ExpansionState):
         p = st.parts

@@ -272,3 +272,45 @@ def test_config_errors_name_the_key(tmp_path, monkeypatch):
     with pytest.raises(ConfigError, match="client.tls_cert"):
         check_own_client(ServeConfig(tls_cert="s.pem", tls_key="s.key", tls_client_ca="ca.pem"),
                          ClientConfig(tls_ca="ca.pem"))  # fmt: skip
+
+
+def test_a_refusal_that_ends_the_stream_before_a_write_is_reported_as_refused():
+    """Injected race: the server refused the stream (wrong token) and ended the call before the reader saw
+    its status, so the client's next write fails with "RPC already finished". The request must fail with
+    the call's own status (UNAUTHENTICATED: final), not UNAVAILABLE (which the client retries elsewhere)."""
+    import asyncio
+
+    from glisp_serving.streams import GatherStream, StreamFailure
+
+    class EndedCall:  # what grpc.aio gives once the server has ended the call
+        def __init__(self):
+            self.cancelled = asyncio.Event()
+
+        async def read(self):
+            await self.cancelled.wait()  # the reader has not seen the status yet
+            raise asyncio.CancelledError
+
+        async def write(self, raw):
+            raise asyncio.InvalidStateError("RPC already finished")
+
+        async def code(self):
+            return grpc.StatusCode.UNAUTHENTICATED
+
+        async def details(self):
+            return "wrong bearer token"
+
+        def cancel(self):
+            self.cancelled.set()
+            return True
+
+    async def go():
+        stream = GatherStream(EndedCall)
+        try:
+            with pytest.raises(StreamFailure) as e:
+                await stream.request(b"", timeout=5.0)
+        finally:
+            await stream.aclose()
+        return e.value
+
+    e = asyncio.run(go())
+    assert e.code == grpc.StatusCode.UNAUTHENTICATED and "wrong bearer token" in e.details, e

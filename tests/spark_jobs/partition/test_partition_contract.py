@@ -115,10 +115,11 @@ def test_one_partition(spark, cfg, shapes, algo):
 
 @pytest.fixture(scope="module")
 def rmat_runs(spark, small_rmat):
-    """One run per algorithm on the R-MAT graph (p=4, seed 7), shared by the contract and determinism tests."""
+    """One run per algorithm on the R-MAT graph (p=4, seed 7), shared by the contract and determinism tests.
+    AdaDNE makes one start, as a run whose rounds begin in Spark (test_spark_rounds_equal_local_rounds)."""
     from glisp_core.config import load_config
 
-    cfg = load_config(env={})
+    cfg = with_values(load_config(env={}), "partition.adadne", starts=1)
     runs = {}
     for algo in ALGOS:
         c = with_values(cfg, "partition", algorithm=algo, parts=4, seed=7, progress=False, name=f"{algo}-p4")
@@ -171,6 +172,26 @@ def test_spark_rounds_equal_local_rounds(spark, cfg, small_rmat, rmat_runs, algo
     b = pd.read_parquet(small_rmat.assignment(f"{algo}-mixed")).sort_values("eid")
     assert (a.part.values == b.part.values).all()
     assert local.metrics == mixed.metrics
+
+
+def test_restarts_keep_the_best_start(spark, cfg, small_rmat):
+    """partition.adadne.starts on a graph the driver holds: each start (the configured seed first, then
+    derived ones) is expanded and refined; the job keeps the best by (VB over refine_vb_max, EB over
+    refine_capacity, replicas), reports every start in its counts, and publishes exactly what a one-start
+    run with the kept start's seed publishes."""
+    c = with_values(cfg, "partition", algorithm="adadne", parts=4, seed=1, progress=False, name="adadne-starts")
+    rec = run_partition(spark, with_values(c, "partition.adadne", starts=4), small_rmat, force=True)
+    check_contract(small_rmat, rec, 4)
+    tried = rec.counts["starts"]
+    assert len(tried) == 4 and tried[0]["seed"] == 1 and len({t["seed"] for t in tried}) == 4
+    best = min(tried, key=lambda t: t["score"])
+    assert best is not tried[0], tried  # on this graph (seed 1) another start is better: the choice shows
+    assert sum(rec.counts["vertices_per_part"]) == best["replicas"] < tried[0]["replicas"]
+    one = with_values(c, "partition", seed=best["seed"], name="adadne-kept")
+    again = run_partition(spark, with_values(one, "partition.adadne", starts=1), small_rmat, force=True)
+    a = pd.read_parquet(small_rmat.assignment("adadne-starts")).sort_values("eid")
+    b = pd.read_parquet(small_rmat.assignment("adadne-kept")).sort_values("eid")
+    assert (a.part.values == b.part.values).all() and again.metrics == rec.metrics
 
 
 def test_edgecut_owner_is_seeded_hash(spark, small_rmat, rmat_runs):

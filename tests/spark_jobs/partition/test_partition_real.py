@@ -70,7 +70,9 @@ def test_adadne_targets(cfg, cora, p):
 def test_adadne_relocation_removes_replicas_and_balances_vertices(cfg, cora):
     """The relocation on cora p=16: it lowers RF (replicas removed) within the edge bound, and with a vertex
     target tighter than the expansion's VB (1.08 by default, which the expansion already meets here) its
-    balance phase brings VB under that target without giving the RF back."""
+    balance phase brings VB under that target without giving the RF back. (One start: the same expansion
+    under each relocation setting.)"""
+    cfg = with_values(cfg, "partition.adadne", starts=1)
     tight = with_values(cfg, "partition.adadne", refine_vb=1.02, refine_vb_max=1.04)
     raw, _ = run(with_values(cfg, "partition.adadne", refine_rounds=0), "adadne", 16, cora)
     rel, _ = run(cfg, "adadne", 16, cora)
@@ -85,9 +87,9 @@ def test_adadne_relocation_removes_replicas_and_balances_vertices(cfg, cora):
 def test_balance_with_edge_slack_ends_under_the_edge_bound(cfg, cora, rounds):
     """The balance phase may fill partitions up to refine_capacity + refine_edge_slack; a shedding phase
     ('edges') then brings every partition back under refine_capacity, also when the round budget ran out
-    in the middle of the balance (3 rounds: the shedding runs past it)."""
+    in the middle of the balance (3 rounds: the shedding runs past it). One start, whose log is the one kept."""
     c = with_values(cfg, "partition", algorithm="adadne", parts=16)
-    c = with_values(c, "partition.adadne", refine_vb=1.02, refine_vb_max=1.04, refine_rounds=rounds)
+    c = with_values(c, "partition.adadne", refine_vb=1.02, refine_vb_max=1.04, refine_rounds=rounds, starts=1)
     e, n = cora
     partitioner = get_partitioner(c.partition)
     part, _ = partitioner.run_local(e["src"], e["dst"], n, eid=e["eid"])

@@ -94,7 +94,7 @@ def test_quality_published_by_spark_run(spark, cfg, rmat15, tmp_path):
     dv = write_dataset(tmp_path, "rmat15", src, dst, num_vertices=n)
     c = with_values(cfg, "partition", algorithm="adadne", parts=8, progress=False, local_finish_edges=60_000)
     rec = run_partition(spark, c, dv)
-    want = local_metrics(src, dst, run_local(cfg, "adadne", 8, src, dst, n)[0], 8)
+    want = local_metrics(src, dst, run_local(c, "adadne", 8, src, dst, n)[0], 8)  # one start: as in Spark
     assert rec.counts["spark_rounds"] >= 1
     for k in ("rf", "vb", "eb"):
         assert rec.metrics[k] == pytest.approx(want[k], rel=1e-6)
@@ -258,3 +258,27 @@ def test_calibration_sweep_reports_the_rounds_spark_would_run():
     rows = [line.split() for line in out.stdout.splitlines() if line.startswith("rmat12")]
     spark = [int(r[-4]) for r in rows]  # columns: ... rounds spark /DNEref /HDRF sec
     assert len(rows) == 2 and spark[0] > 0 and spark[1] == 0, out.stdout
+
+
+def test_restarts_prefer_a_start_within_the_balance_bounds(cfg):
+    """A start with fewer replicas but a vertex or edge balance over the refinement's bounds loses to one
+    within them (the relocation could not repair it); among starts within the bounds, fewer replicas win;
+    partition.adadne.starts below 1 is a configuration error."""
+    from glisp_core.errors import ConfigError
+    from spark_jobs.partition.expansion import ExpansionState
+
+    c = with_values(cfg, "partition", algorithm="adadne", parts=4)
+    ada = get_partitioner(c.partition)
+
+    def state(vcount, ecount):
+        st = ExpansionState(4, np.zeros(1, np.int64), np.zeros((1, 1), np.uint64), np.zeros(0, np.int64), 1, 400)
+        st.vcount, st.ecount = np.array(vcount), np.array(ecount)
+        return st
+
+    lean_unbalanced = ada.start_score(state([130, 100, 90, 80], [100] * 4))  # 400 replicas, VB 1.3
+    balanced = ada.start_score(state([110, 105, 100, 95], [100] * 4))  # 410 replicas, VB 1.07
+    over_edges = ada.start_score(state([100] * 4, [110, 100, 100, 90]))  # 400 replicas, EB 1.10
+    leaner = ada.start_score(state([108, 102, 100, 95], [100] * 4))  # 405 replicas, VB 1.067
+    assert balanced < lean_unbalanced and balanced < over_edges and leaner < balanced
+    with pytest.raises(ConfigError, match="partition.adadne.starts"):
+        get_partitioner(with_values(c, "partition.adadne", starts=0).partition).starts()
