@@ -158,6 +158,13 @@ class LocalRows:
     def __len__(self) -> int:
         return len(self.rest["eid"])
 
+    def restart(self) -> LocalRows:
+        """The same rows, all unallocated again, without sorting them again (``rest``'s arrays are never
+        written in place, so the copies share them)."""
+        fresh = object.__new__(LocalRows)
+        fresh.rest, fresh.done = dict(self.rest), []
+        return fresh
+
     def sample(self, stride: int) -> dict[str, np.ndarray]:
         s = self.rest["eid"] % stride == 0
         return {c: a[s] for c, a in self.rest.items()}
@@ -420,10 +427,8 @@ class ExpansionPartitioner(Partitioner):
         t_start = time.perf_counter()
         alloc_dir = ctx.staging / "alloc"
         alloc_dir.mkdir(parents=True, exist_ok=True)
-        if ctx.num_edges <= ctx.cfg.local_finish_edges:
-            st, stats, timings, files = *self._partition_held(ctx, alloc_dir), None
-        else:
-            st, stats, timings, files = self._partition_files(ctx, alloc_dir)
+        held = ctx.num_edges <= ctx.cfg.local_finish_edges
+        st, stats, timings, files = (self._partition_held if held else self._partition_files)(ctx, alloc_dir)
         if not any(alloc_dir.glob("*.parquet")):
             pq.write_table(ALLOC_PA.empty_table(), str(alloc_dir / "empty.parquet"))
         alloc = ctx.spark.read.parquet(str(alloc_dir))
@@ -449,14 +454,14 @@ class ExpansionPartitioner(Partitioner):
             alloc, rounds=st.rounds, timings=timings, counts=counts, replica_bits=bits, edges_per_part=st.ecount
         )
 
-    def _partition_held(self, ctx: PartitionContext, alloc_dir) -> tuple[ExpansionState, dict, dict]:
+    def _partition_held(self, ctx: PartitionContext, alloc_dir) -> tuple[ExpansionState, dict, dict, None]:
         """A graph of at most ``local_finish_edges`` rows: fetched once, expanded and refined in the driver."""
         t = time.perf_counter()
         held = _fetch(ctx.edges)
         timings = {"fetch_s": round(time.perf_counter() - t, 3)}
         st, local, stats = self.expand_held(held, local_degrees(held, ctx.num_vertices), ctx.log, ctx.cfg.progress)
         _write_local(local, alloc_dir)
-        return st, stats, timings
+        return st, stats, timings, None
 
     def _partition_files(self, ctx: PartitionContext, alloc_dir) -> tuple[ExpansionState, dict, dict, FileRounds]:
         """A bigger graph: rounds as Spark jobs over the row files until the remainder fits the driver,
@@ -497,10 +502,11 @@ class ExpansionPartitioner(Partitioner):
         stride = self.sample_stride(total)
         starts = self.starts() if total <= self.cfg.local_finish_edges else 1  # as the Spark path (run_local)
         active = int((deg > 0).sum())
+        unallocated = LocalRows(rows)  # sorted into canonical order once for every start
         best, tried = None, []
         for start in range(starts):
             st = self.new_state(deg, total, start)
-            local, stats = self.expand(st, LocalRows(rows), None, {}, stride, total, log, progress, on_round)
+            local, stats = self.expand(st, unallocated.restart(), None, {}, stride, total, log, progress, on_round)
             t = time.perf_counter()
             if self.refines:
                 done = local.allocated()
