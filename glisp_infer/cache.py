@@ -98,8 +98,8 @@ class ChunkCache:
         self.pool = np.empty((self.capacity, static.chunk_rows, static.dim), np.float32)
         self.slot_of = np.full(max(static.num_chunks, 1), -1, np.int64)
         self.slot_chunk = np.full(self.capacity, -1, np.int64)
-        self.stamp = np.zeros(self.capacity, np.int64)
-        self.state = np.zeros(6, np.int64)  # used slots, FIFO head, clock, hits, misses, misses not admitted
+        self.link = new_links(self.capacity)
+        self.state = new_state()
 
     def gather(self, local: np.ndarray, admit: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
         """Rows of the local ids ``local`` (any order, repeats allowed) and the chunks the batch read.
@@ -113,7 +113,7 @@ class ChunkCache:
         adm = np.ones(len(local), np.bool_) if admit is None else np.asarray(admit, np.bool_)
         st = self.static
         k = _gather(local, order, np.asarray(st.mm), len(st.ids), self.pool, self.slot_of, self.slot_chunk,
-                    self.stamp, self.state, self.lru, adm, out, touched)  # fmt: skip
+                    self.link, self.state, self.lru, adm, out, touched)  # fmt: skip
         if k < 0 or (admit is not None and len(adm) != k):
             raise GlispError(
                 f"dynamic cache: the admission plan has {len(adm)} chunks for a batch that reads more or fewer"
@@ -146,18 +146,61 @@ class ChunkCache:
         return self.hits / self.reads if self.reads else 0.0
 
 
+# state: used slots, FIFO head, (unused), hits, misses, misses not admitted, LRU least recent slot, LRU most recent
+STATE_LEN = 8
+
+
+@njit(cache=True)
+def new_state() -> np.ndarray:  # pragma: no cover - compiled
+    st = np.zeros(STATE_LEN, np.int64)
+    st[6] = st[7] = -1
+    return st
+
+
+@njit(cache=True)
+def new_links(capacity: int) -> np.ndarray:  # pragma: no cover - compiled
+    """The LRU list over slots: ``link[0, s]`` the slot used just before ``s``, ``link[1, s]`` just after (-1: none)."""
+    return np.full((2, max(capacity, 1)), -1, np.int64)
+
+
 @njit(nogil=True, cache=True)
-def _victim(capacity, state, stamp, lru):  # pragma: no cover - compiled
-    """The slot a miss fills: a free one, else the least recently used (LRU) or the oldest (FIFO)."""
+def _unlink(s, link, state):  # pragma: no cover - compiled
+    p, n = link[0, s], link[1, s]
+    if p >= 0:
+        link[1, p] = n
+    else:
+        state[6] = n
+    if n >= 0:
+        link[0, n] = p
+    else:
+        state[7] = p
+    link[0, s] = link[1, s] = -1
+
+
+@njit(nogil=True, cache=True)
+def _touch(s, link, state):  # pragma: no cover - compiled
+    """Make slot ``s`` the most recently used (it must not be in the list)."""
+    t = state[7]
+    link[0, s] = t
+    link[1, s] = -1
+    if t >= 0:
+        link[1, t] = s
+    else:
+        state[6] = s
+    state[7] = s
+
+
+@njit(nogil=True, cache=True)
+def _victim(capacity, state, link, lru):  # pragma: no cover - compiled
+    """The slot a miss fills: a free one, else the least recently used (LRU, the head of the list: O(1)) or the
+    oldest (FIFO)."""
     used = state[0]
     if used < capacity:
         state[0] = used + 1
         return used
     if lru:
-        s = 0
-        for j in range(1, capacity):
-            if stamp[j] < stamp[s]:
-                s = j
+        s = state[6]
+        _unlink(s, link, state)
         return s
     s = state[1]
     state[1] = (s + 1) % capacity
@@ -165,17 +208,18 @@ def _victim(capacity, state, stamp, lru):  # pragma: no cover - compiled
 
 
 @njit(nogil=True, cache=True)
-def _access(c, clock, slot_of, slot_chunk, stamp, state, lru, static, nrows, pool):  # pragma: no cover - compiled
+def _access(c, slot_of, slot_chunk, link, state, lru, static, nrows, pool):  # pragma: no cover - compiled
     """One chunk read: the chunk's slot, loading it from the static cache on a miss."""
     chunk_rows = pool.shape[1]
     s = slot_of[c]
     if s >= 0:
         state[3] += 1
         if lru:
-            stamp[s] = clock
+            _unlink(s, link, state)
+            _touch(s, link, state)
         return s
     state[4] += 1
-    s = _victim(pool.shape[0], state, stamp, lru)
+    s = _victim(pool.shape[0], state, link, lru)
     if slot_chunk[s] >= 0:
         slot_of[slot_chunk[s]] = -1
     a = c * chunk_rows
@@ -183,13 +227,14 @@ def _access(c, clock, slot_of, slot_chunk, stamp, state, lru, static, nrows, poo
     pool[s, : b - a, :] = static[a:b, :]
     slot_chunk[s] = c
     slot_of[c] = s
-    stamp[s] = clock
+    if lru:
+        _touch(s, link, state)
     return s
 
 
 @njit(nogil=True, cache=True)
 def _serve(
-    chunks, starts, local, order, out, slot_of, slot_chunk, stamp, state, lru, admit, static, nrows, pool
+    chunks, starts, local, order, out, slot_of, slot_chunk, link, state, lru, admit, static, nrows, pool
 ):  # pragma: no cover - compiled
     """Serve one batch's distinct ``chunks`` (ascending), copying rows ``order[starts[g]:starts[g + 1]]``
     of chunk ``g`` into ``out``: resident chunks first (this batch's misses cannot evict them before
@@ -207,8 +252,6 @@ def _serve(
             if hit[g] != (p == 0):
                 continue
             c = chunks[g]
-            clock = state[2]
-            state[2] = clock + 1
             if p == 1 and not admit[g]:
                 state[4] += 1
                 state[5] += 1
@@ -216,7 +259,7 @@ def _serve(
                     j = order[i]
                     out[j, :] = static[local[j], :]
                 continue
-            s = _access(c, clock, slot_of, slot_chunk, stamp, state, lru, static, nrows, pool)
+            s = _access(c, slot_of, slot_chunk, link, state, lru, static, nrows, pool)
             for i in range(starts[g], starts[g + 1]):
                 j = order[i]
                 out[j, :] = pool[s, local[j] - c * chunk_rows, :]
@@ -224,7 +267,7 @@ def _serve(
 
 @njit(nogil=True, cache=True)
 def _gather(
-    local, order, static, nrows, pool, slot_of, slot_chunk, stamp, state, lru, admit, out, touched
+    local, order, static, nrows, pool, slot_of, slot_chunk, link, state, lru, admit, out, touched
 ):  # pragma: no cover - compiled
     chunk_rows = pool.shape[1]
     m = len(order)
@@ -239,7 +282,7 @@ def _gather(
     starts[nt] = m
     if len(admit) < nt:
         return -1
-    _serve(touched[:nt], starts, local, order, out, slot_of, slot_chunk, stamp, state, lru, admit[:nt], static,
+    _serve(touched[:nt], starts, local, order, out, slot_of, slot_chunk, link, state, lru, admit[:nt], static,
            nrows, pool)  # fmt: skip
     return nt
 
@@ -260,8 +303,8 @@ def simulate_hits(trace, bounds, num_chunks, capacity, lru, admit):  # pragma: n
     :class:`ChunkCache` serves them (a miss enters the cache only where ``admit``), without the data."""
     slot_of = np.full(num_chunks, -1, np.int64)
     slot_chunk = np.full(capacity, -1, np.int64)
-    stamp = np.zeros(capacity, np.int64)
-    state = np.zeros(6, np.int64)
+    link = new_links(capacity)
+    state = new_state()
     pool = np.empty((capacity, 1, 0), np.float32)  # no data: chunk c stands for row c
     rows = np.empty((num_chunks, 0), np.float32)
     none = np.empty(0, np.int64)
@@ -269,7 +312,7 @@ def simulate_hits(trace, bounds, num_chunks, capacity, lru, admit):  # pragma: n
     for b in range(len(bounds) - 1):
         k = bounds[b + 1] - bounds[b]
         _serve(trace[bounds[b] : bounds[b + 1]], np.zeros(k + 1, np.int64), none, none, out, slot_of, slot_chunk,
-               stamp, state, lru, admit[bounds[b] : bounds[b + 1]], rows, num_chunks, pool)  # fmt: skip
+               link, state, lru, admit[bounds[b] : bounds[b + 1]], rows, num_chunks, pool)  # fmt: skip
     return state[3]
 
 

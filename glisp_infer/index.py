@@ -15,6 +15,7 @@ import numpy as np
 
 from glisp_core.dataset.layout import ORIG_ID, PART, POS, VID, VTYPE, DatasetVersion
 from glisp_infer.store import INDEX_CHUNK, INDEX_POS, INDEX_ROW, INDEX_VID, RowLayout, open_array
+from spark_jobs.worker_heap import freeze_worker_heap
 
 ROW = "row"
 
@@ -24,6 +25,7 @@ def chunk_writer(store: str, key: str, values: dict[str, str], chunk: int, total
     the array element at ``key`` gets that column's value; absent elements stay -1."""
 
     def write(batches: Iterator[Any]) -> Iterator[Any]:
+        freeze_worker_heap()
         import pyarrow as pa
 
         got = list(batches)

@@ -35,6 +35,7 @@ from glisp_infer.metrics import summarize_layers
 from glisp_infer.plan import InferPlan
 from glisp_infer.sampling import check_fanouts
 from glisp_infer.store import Codec, RowLayout, create_arrays
+from spark_jobs.worker_heap import freeze_worker_heap
 
 STORE_FILE = "store.json"
 ZARR_DIR = "zarr"
@@ -233,6 +234,7 @@ def run_tasks(spark: Any, plan: InferPlan, fn: Any, what: str) -> list[dict[str,
     sc.setJobDescription(f"glisp infer: {what}")
 
     def task(idx: int, _: Any) -> list[dict[str, Any]]:
+        freeze_worker_heap()
         ctx = TaskContext.get()
         return [fn(plan, idx, ctx.attemptNumber() if ctx is not None else 0)]
 

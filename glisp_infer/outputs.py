@@ -23,6 +23,7 @@ from glisp_core.dataset.layout import ORIG_ID, VID, VTYPE, DatasetVersion
 from glisp_core.errors import BadInputError, GlispError
 from glisp_infer.plan import InferPlan
 from glisp_infer.store import INDEX_ROW, layer_name, open_array, read_rows
+from spark_jobs.worker_heap import freeze_worker_heap
 
 EDGE_STEP = 1 << 20  # edges scored per Arrow batch
 
@@ -38,6 +39,7 @@ def vertex_rows(plan: InferPlan) -> Any:
     """mapInArrow over partition ids: the last layer's rows of each partition's vertices."""
 
     def fn(batches: Iterator[Any]) -> Iterator[Any]:
+        freeze_worker_heap()
         import pyarrow as pa
 
         from glisp_infer.task import task_vertices
@@ -78,6 +80,7 @@ def edge_scores(plan: InferPlan) -> Any:
     """mapInArrow over partition ids: the score of every edge stored in each partition."""
 
     def fn(batches: Iterator[Any]) -> Iterator[Any]:
+        freeze_worker_heap()
         import pyarrow as pa
 
         from glisp_core.partition_format import open_partition
@@ -100,6 +103,7 @@ def list_scores(plan: InferPlan) -> Any:
     """mapInArrow over the user's edge list (with src_vid, dst_vid): appends ``score``."""
 
     def fn(batches: Iterator[Any]) -> Iterator[Any]:
+        freeze_worker_heap()
         import pyarrow as pa
 
         for b in batches:

@@ -26,6 +26,8 @@ from pathlib import Path
 
 import numpy as np
 
+from spark_jobs.worker_heap import freeze_worker_heap
+
 SOURCE_SHIFT = 55
 _CHUNK_SHIFT = 33
 _MIN_CHUNK = 4 << 20
@@ -288,6 +290,7 @@ def table_frame(spark, tasks: list[list], spec, source_seq: int):
     first = chunk_indices(tasks)
 
     def read(batches):
+        freeze_worker_heap()
         for b in batches:
             for task in b.column(0).to_pylist():
                 for j, c in enumerate(tasks[task]):
@@ -392,6 +395,7 @@ def ipc_frame(spark, files: list[str], schema):
     import pyarrow as pa
 
     def read(batches):
+        freeze_worker_heap()
         for b in batches:
             for i in b.column(0).to_pylist():
                 with pa.memory_map(files[i]) as src:

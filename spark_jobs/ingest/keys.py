@@ -20,6 +20,8 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from spark_jobs.worker_heap import freeze_worker_heap
+
 DENSE_FACTOR = 16
 _TASK_DENSE_LIMIT = 1 << 28  # no bool map (task) or rank array (driver) is wider than this
 
@@ -262,6 +264,7 @@ def write_vertex_rows(df, rank: RankMap, dirs: dict[str, str], with_features: bo
         os.replace(tmp, path)
 
     def task(batches):
+        freeze_worker_heap()
         from pyspark import TaskContext
 
         pid = TaskContext.get().partitionId()

@@ -21,6 +21,7 @@ import pyarrow as pa
 
 from spark_jobs.ingest.checks import RCOL, REASON
 from spark_jobs.ingest.edgefiles import BucketResult, EdgePlan, _col, _per_source, bucket_rows, read_ipc
+from spark_jobs.worker_heap import freeze_worker_heap
 
 MISSING = "edge_missing_endpoint"
 _RAW = ("src", "dst", "etype", "weight", "timestamp")
@@ -84,6 +85,7 @@ def staged_frame(spark, files: list[str], key_t: str, cols: dict[str, str]):
     want = {c: kinds[t] for c, t in cols.items()}
 
     def read(batches):
+        freeze_worker_heap()
         import pyarrow.compute as pc
 
         for b in batches:
@@ -110,6 +112,7 @@ def map_with_join(spark, joined, plan: EdgePlan) -> list[BucketResult]:
     cols = [c for c in ("src", "dst", "_si", "_fid", "_et", "_w", "_ts", "_rowpos") if c in joined.columns]
 
     def task(batches):
+        freeze_worker_heap()
         from pyspark import TaskContext
 
         pid = TaskContext.get().partitionId()
@@ -154,6 +157,7 @@ def rank_missing_frame(spark, files: list[str], rank, plan: EdgePlan, typed: boo
     b_rank = spark.sparkContext.broadcast(rank)
 
     def read(batches):
+        freeze_worker_heap()
         import pyarrow.compute as pc
 
         for b in batches:

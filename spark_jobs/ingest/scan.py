@@ -24,6 +24,7 @@ from pathlib import Path
 import numpy as np
 
 from spark_jobs.ingest.checks import REASON
+from spark_jobs.worker_heap import freeze_worker_heap
 
 PAYLOAD = "payload binary"
 
@@ -137,6 +138,7 @@ def scan_payloads(df, group: Sequence[str], keys: Sequence[KeySpec] = (), stage:
     keys = list(keys)
 
     def task(batches):
+        freeze_worker_heap()
         import pyarrow.compute as pc
         from pyspark import TaskContext
 

@@ -19,6 +19,7 @@ from spark_jobs.ingest import checks
 from spark_jobs.ingest.checks import RCOL, REASON, SI, Rule
 from spark_jobs.ingest.idmap import dense_index
 from spark_jobs.ingest.readers import CORRUPT, FID, ROWPOS, expand_paths, read_source, require_columns
+from spark_jobs.worker_heap import freeze_worker_heap
 
 DEFAULT_EDGE_TYPE = "edge"
 DEFAULT_VERTEX_TYPE = "vertex"
@@ -382,6 +383,7 @@ def _attach_npy(spark, df, src: VertexSource, plan: IngestPlan, i: int, id_long:
     schema = "_row long, _feat array<float>" + (f", _nid {id_kind}" if ids is not None else "")
 
     def read_rows(batches):
+        freeze_worker_heap()
         import numpy as np
         import pyarrow as pa
 

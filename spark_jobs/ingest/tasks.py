@@ -11,11 +11,14 @@ import pickle
 from collections.abc import Callable
 from typing import Any
 
+from spark_jobs.worker_heap import freeze_worker_heap
+
 
 def run_tasks(spark, n: int, fn: Callable[[int], Any]) -> list:
     """``[fn(0), ..., fn(n-1)]``, each call a Spark task; results come back pickled, in index order."""
 
     def task(batches):
+        freeze_worker_heap()
         import pyarrow as pa
 
         for b in batches:

@@ -8,6 +8,8 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 
+from spark_jobs.worker_heap import freeze_worker_heap
+
 ALLOC_SCHEMA = "eid long, src long, dst long, part int"
 
 
@@ -22,6 +24,7 @@ def assign_with(edges: Any, kernel: Callable[..., np.ndarray], *args: Any, broad
     """
 
     def fn(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+        freeze_worker_heap()
         extra = tuple(broadcast.value) if broadcast is not None else ()
         for b in batches:
             eid, src, dst = _cols(b, "eid", "src", "dst")

@@ -55,6 +55,7 @@ from spark_jobs.partition.degrees import degree_array
 from spark_jobs.partition.expansion import local_degrees
 from spark_jobs.partition.metrics import write_outputs, write_outputs_local
 from spark_jobs.partition.rounds import ALLOC_PA
+from spark_jobs.worker_heap import freeze_worker_heap
 
 # ---- choosing the base -------------------------------------------------------------------------
 
@@ -149,6 +150,7 @@ def _base_rows_in_new_ids(spark: Any, base: DatasetVersion, run: str, vmap: np.n
     rows = rows.join(spark.read.parquet(str(base.assignment(run))).select("eid", "part"), "eid")
 
     def remap(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+        freeze_worker_heap()
         vm, em = bc.value
         for b in batches:
             c = {n: b.column(b.schema.get_field_index(n)).to_numpy(zero_copy_only=False) for n in b.schema.names}
@@ -195,6 +197,7 @@ def match_spark(ctx: PartitionContext, base: DatasetVersion, run: str, new: Data
     seed = ctx.seed
 
     def fn(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+        freeze_worker_heap()
         out = _match_batches(list(batches), seed)
         if out is not None:
             yield out

@@ -39,6 +39,7 @@ from pyspark.sql import functions as F
 from glisp_core.config import PartitionConfig
 from glisp_core.errors import ConfigError, StageError
 from spark_jobs.partition.base import PartitionContext, Partitioner, PartitionResult, register
+from spark_jobs.worker_heap import freeze_worker_heap
 
 OWNER_SCHEMA = "vid long, part int, metis_cut long, metis_prep_s double, metis_s double"
 BALANCE = {
@@ -180,6 +181,7 @@ def _metis_task(n: int, parts: int, seed: int, ncon: int) -> Any:
     """The mapInArrow function of the single METIS task: all pair batches in, the owner table out."""
 
     def fn(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+        freeze_worker_heap()
         cols: dict[str, list[np.ndarray]] = {"lo": [], "hi": [], "n_lo": [], "n_hi": []}
         for b in batches:
             for name, chunks in cols.items():

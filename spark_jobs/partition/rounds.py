@@ -31,6 +31,7 @@ import pyarrow.parquet as pq
 
 from glisp_core.errors import BadInputError
 from spark_jobs.partition import kernels
+from spark_jobs.worker_heap import freeze_worker_heap
 
 EDGE_PA = pa.schema([("eid", pa.int64()), ("src", pa.int64()), ("dst", pa.int64())])
 ALLOC_PA = pa.schema([("eid", pa.int64()), ("src", pa.int64()), ("dst", pa.int64()), ("part", pa.int32())])
@@ -90,6 +91,7 @@ class FileRounds:
         os.makedirs(d0, exist_ok=True)
 
         def fn(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+            freeze_worker_heap()
             from pyspark import TaskContext
 
             pid = TaskContext.get().partitionId()
@@ -166,6 +168,7 @@ class FileRounds:
         t0, bc = time.perf_counter(), self.sc.broadcast(state)
 
         def fn(it: Iterator[int]) -> Iterator[tuple]:
+            freeze_worker_heap()
             for g in it:
                 e = read_ipc(groups[g])
                 if r == 1:  # the split wrote the group in input order; later rounds keep canonical order
@@ -232,6 +235,7 @@ class FileRounds:
         t0, bc, alloc = time.perf_counter(), self.sc.broadcast(state), self.alloc_dir
 
         def fn(it: Iterator[int]) -> Iterator[tuple]:
+            freeze_worker_heap()
             for g in it:
                 e = read_allocated(alloc, g)[1]
                 yield relocate.relocation_votes(e["src"], e["dst"], e["part"], *bc.value, parts)
@@ -252,6 +256,7 @@ class FileRounds:
         t0, bc = time.perf_counter(), self.sc.broadcast(state)
 
         def fn(it: Iterator[int]) -> Iterator[tuple]:
+            freeze_worker_heap()
             for g in it:
                 paths, e = read_allocated(alloc, g)
                 new = relocate.evacuate_round(e["src"], e["dst"], e["part"], *bc.value)

@@ -106,3 +106,43 @@ def test_admission_keeps_the_chunks_the_next_batch_reads(tmp_path) -> None:
     with pytest.raises(GlispError, match="admission plan"):
         ChunkCache(c, 2, "fifo").gather(batches[0], admit[:1])
     c.close()
+
+
+def _lru_oracle(trace: np.ndarray, bounds: np.ndarray, capacity: int, admit: np.ndarray) -> int:
+    """LRU hits by an ordered dict, served as ChunkCache serves a batch: resident chunks first, then the admitted
+    misses from the highest chunk down, each evicting the least recently used."""
+    from collections import OrderedDict
+
+    cache: OrderedDict[int, None] = OrderedDict()
+    hits = 0
+    for b in range(len(bounds) - 1):
+        idx = range(bounds[b], bounds[b + 1])
+        resident = [i for i in idx if trace[i] in cache]
+        for i in resident:
+            hits += 1
+            cache.move_to_end(int(trace[i]))
+        for i in [i for i in idx if i not in resident][::-1]:
+            if admit[i]:
+                if len(cache) >= capacity:
+                    cache.popitem(last=False)
+                cache[int(trace[i])] = None
+    return hits
+
+
+@pytest.mark.parametrize("capacity", [1, 3, 17])
+def test_lru_evicts_the_least_recently_used_chunk(tmp_path, capacity) -> None:
+    """The O(1) LRU list against an ordered dict, on skewed batches with and without an admission plan; the real
+    cache returns exact rows and the same hits."""
+    rng = np.random.default_rng(capacity)
+    c, _, vals = _static(tmp_path, n=400, chunk_rows=4, seed=capacity)
+    batches = [np.minimum(rng.geometric(0.02, size=rng.integers(1, 20)) - 1, 399) for _ in range(300)]
+    trace, bounds = batch_chunks(batches, 4)
+    for admit in (np.ones(len(trace), bool), rng.random(len(trace)) < 0.6):
+        expected = _lru_oracle(trace, bounds, capacity, admit)
+        assert simulate_hits(trace, bounds, c.num_chunks, capacity, True, admit) == expected
+        dyn = ChunkCache(c, capacity, "lru")
+        for k, x in enumerate(batches):
+            got, _ = dyn.gather(x, admit[bounds[k] : bounds[k + 1]])
+            np.testing.assert_array_equal(got, vals[x])
+        assert dyn.hits == expected and 0 < expected < len(trace)
+    c.close()
