@@ -35,7 +35,6 @@ from glisp_infer.metrics import summarize_layers
 from glisp_infer.plan import InferPlan
 from glisp_infer.sampling import check_fanouts
 from glisp_infer.store import Codec, RowLayout, create_arrays
-from spark_jobs.worker_heap import freeze_worker_heap
 
 STORE_FILE = "store.json"
 ZARR_DIR = "zarr"
@@ -227,19 +226,21 @@ def _plan(
 
 
 def run_tasks(spark: Any, plan: InferPlan, fn: Any, what: str) -> list[dict[str, Any]]:
-    """One Spark task per partition running ``fn(plan, part, attempt)``; only metrics come back."""
-    from pyspark import TaskContext
+    """One Spark task per partition running ``fn(plan, part, attempt)``; only metrics come back. The tasks run on
+    the SQL runner's Python workers (``spark_jobs.ingest.tasks.run_tasks``), which the index and output jobs use as
+    well: the RDD runner would start a second set of workers, each importing torch, numba and zarr again."""
+    from spark_jobs.ingest.tasks import run_tasks as indexed_tasks
+
+    def one(part: int) -> dict[str, Any]:
+        from pyspark import TaskContext
+
+        ctx = TaskContext.get()
+        return fn(plan, part, ctx.attemptNumber() if ctx is not None else 0)
 
     sc = spark.sparkContext
     sc.setJobDescription(f"glisp infer: {what}")
-
-    def task(idx: int, _: Any) -> list[dict[str, Any]]:
-        freeze_worker_heap()
-        ctx = TaskContext.get()
-        return [fn(plan, idx, ctx.attemptNumber() if ctx is not None else 0)]
-
     try:
-        return sc.parallelize(range(plan.num_parts), plan.num_parts).mapPartitionsWithIndex(task).collect()
+        return indexed_tasks(spark, plan.num_parts, one)
     finally:
         sc.setJobDescription(None)
 
