@@ -322,7 +322,7 @@ class InferConfig:
     batch_size: int = 256  # mastered vertices per slice call: the unit of chunk reads (see docs/inference.md)
     cache_chunk_rows: int = 64  # rows per chunk of the static cache (the dynamic cache's unit); 0 = chunk_rows
     cache_policy: Literal["fifo", "lru"] = "fifo"  # dynamic (memory) cache of static-cache chunks
-    cache_admit_window: int = 1  # admit a missed chunk only if one of the next N batches reads it; 0 = always
+    cache_admit_window: int = 1  # admit a miss only if one of the next N batches reads it; 0 = always, -1 = never
     cache_fraction: float = 0.05  # dynamic cache size as a fraction of the task's static-cache chunks
     cache_chunks: int = 0  # dynamic cache size in chunks; 0 = cache_fraction
     scratch_dir: str = ""  # local disk of the static caches; "": the system temp directory

@@ -330,10 +330,13 @@ def batch_chunks(local_by_batch: list[np.ndarray], chunk_rows: int) -> tuple[np.
 @njit(nogil=True, cache=True)
 def reread_plan(trace, bounds, num_chunks, window):  # pragma: no cover - compiled
     """Per access of ``trace``: admit the chunk on a miss only if one of the next ``window`` batches reads it
-    again (``window`` 0: admit every miss). A chunk read once, or only much later, would take the slot of a
-    chunk the next batch needs: with plain FIFO a 5% cache is flushed by every batch of 1,024 vertices."""
+    again (``window`` 0: admit every miss; -1: none, every miss is served from the static cache). A chunk read
+    once, or only much later, would take the slot of a chunk the next batch needs: with plain FIFO a 5% cache is
+    flushed by every batch of 1,024 vertices."""
+    if window < 0:
+        return np.zeros(len(trace), np.bool_)
     admit = np.ones(len(trace), np.bool_)
-    if window <= 0:
+    if window == 0:
         return admit
     nxt = np.full(num_chunks, np.iinfo(np.int64).max, np.int64)  # the next batch (after b) that reads chunk c
     for b in range(len(bounds) - 2, -1, -1):

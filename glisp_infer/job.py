@@ -153,6 +153,9 @@ def run_infer(spark: Any, cfg: Config, dv: DatasetVersion, force: bool = False, 
         raise GlispError(
             f"infer.chunk_rows and infer.batch_size must be positive (got {ic.chunk_rows}, {ic.batch_size})"
         )
+    if ic.cache_admit_window < -1:
+        raise GlispError(f"infer.cache_admit_window: expected -1 (never), 0 (always) or N >= 1 batches "
+                         f"(got {ic.cache_admit_window})")  # fmt: skip
     layout = RowLayout(effective_chunk_rows(ic.chunk_rows, counts), tuple(counts))
     codec = Codec(ic.compressor, ic.clevel, ic.shuffle)
     params = {

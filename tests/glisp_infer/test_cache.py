@@ -79,6 +79,7 @@ def test_reread_plan_admits_only_chunks_read_again_within_the_window() -> None:
     assert reread_plan(t, b, 5, 2).tolist() == [True, False, False, True, False, False, False, False]
     assert reread_plan(t, b, 5, 3).tolist() == [True, True, False, True, False, False, False, False]
     assert reread_plan(t, b, 5, 0).all()
+    assert not reread_plan(t, b, 5, -1).any()  # never: every miss is served from the static cache
     trace, bounds = batch_chunks([np.array([9, 0, 1, 8]), np.array([17])], 8)
     assert trace.tolist() == [0, 1, 2] and bounds.tolist() == [0, 2, 3]
 
@@ -145,4 +146,20 @@ def test_lru_evicts_the_least_recently_used_chunk(tmp_path, capacity) -> None:
             got, _ = dyn.gather(x, admit[bounds[k] : bounds[k + 1]])
             np.testing.assert_array_equal(got, vals[x])
         assert dyn.hits == expected and 0 < expected < len(trace)
+    c.close()
+
+
+def test_admitting_no_chunk_serves_every_read_from_the_static_cache(tmp_path) -> None:
+    """``cache_admit_window = -1``: no chunk enters the dynamic cache, so nothing hits, every miss bypasses it, and
+    the rows are still exact."""
+    c, _, vals = _static(tmp_path, n=200, chunk_rows=4)
+    batches = [np.array([1, 2, 8 + 8 * k, 12 + 8 * k]) for k in range(20)]
+    trace, bounds = batch_chunks(batches, 4)
+    admit = reread_plan(trace, bounds, c.num_chunks, -1)
+    dyn = ChunkCache(c, 2, "fifo")
+    for k, x in enumerate(batches):
+        got, _ = dyn.gather(x, admit[bounds[k] : bounds[k + 1]])
+        np.testing.assert_array_equal(got, vals[x])
+    assert dyn.reads == len(trace) and dyn.hits == 0 and dyn.bypassed == dyn.misses == len(trace)
+    assert simulate_hits(trace, bounds, c.num_chunks, 2, False, admit) == 0
     c.close()

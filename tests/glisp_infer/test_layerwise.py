@@ -11,6 +11,7 @@ import pytest
 import torch
 
 from glisp_core.dataset.manifest import Manifest
+from glisp_core.errors import GlispError
 from tests.glisp_infer.conftest import infer_cfg, make_model
 
 pytestmark = pytest.mark.usefixtures("spark")
@@ -142,6 +143,24 @@ def test_sampled_link_scores_equal_samplewise_pair_scores(spark, infer_graph) ->
     assert not np.allclose(res.scores, np.roll(want, 1), atol=1e-3)  # pairs out of line would show
     other = sw.run_pairs(model, src, dst, [4, 3], batch_size=32, seed=6).scores
     assert not np.allclose(other, want, atol=1e-3)  # other samples, other scores
+
+
+def test_admitting_no_chunk_changes_reads_not_embeddings(spark, infer_graph, sampled) -> None:
+    """``infer.cache_admit_window = -1``: every read is served from the static cache (no dynamic-cache hit), with
+    the same rows; below -1 is a config error that publishes nothing."""
+    from glisp_infer.job import run_infer
+
+    g = infer_graph
+    _, pds, _ = sampled
+    _, never = _infer(spark, g, "gat", "gat-s-never", fanouts=[4, 3], seed=5, order="pds", cache_admit_window=-1)
+    np.testing.assert_array_equal(_rows_by_vid(g, never)[0], _rows_by_vid(g, pds)[0])
+    for i in (1, 2):
+        lay, ref = never.metrics["layers"][f"layer{i}"], pds.metrics["layers"][f"layer{i}"]
+        assert lay["chunk_reads"] == ref["chunk_reads"] > 0 and ref["dynamic_hits"] > 0
+        assert lay["dynamic_hits"] == 0 and lay["not_admitted"] == lay["dynamic_misses"] == lay["chunk_reads"]
+    with pytest.raises(GlispError, match="cache_admit_window"):
+        run_infer(spark, infer_cfg(model="gat-s", run="gat-s-bad", cache_admit_window=-2), g.dv)
+    assert "infer/gat-s-bad" not in Manifest.read(g.dv.manifest_path).stages
 
 
 def test_order_changes_layout_and_reads_not_embeddings(infer_graph, sampled) -> None:
