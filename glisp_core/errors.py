@@ -60,8 +60,10 @@ _KNOWN = (
     ("Python worker exited unexpectedly", "a Spark Python worker died"),
     ("Answer from Java side is empty", "the Spark JVM died"),
     ("Error while sending or receiving", "the Spark JVM died"),
-    # py4j logs the socket error and raises this bare one when the JVM dies between two calls
-    ("Py4JError: An error occurred while calling o", "the Spark JVM died or stopped answering"),
+    # py4j logs the socket error and raises this bare one when the JVM dies between two calls, to an object
+    # ("calling o33.getLocalProperty") or to a static method ("calling z:org.apache..."); a Java exception is a
+    # Py4JJavaError, which this does not match
+    ("Py4JError: An error occurred while calling ", "the Spark JVM died or stopped answering"),
     ("Connection refused", "the Spark JVM died or cannot be reached"),
     ("SparkContext was shut down", "the Spark context was shut down"),
     ("java.lang.OutOfMemoryError", "a Spark JVM ran out of memory"),

@@ -253,6 +253,14 @@ def test_failure_reason_names_known_causes():
     # the JVM died between two calls: py4j logs the socket error and raises a bare error (seen in a kill test)
     bare = Py4JError("An error occurred while calling o33.getLocalProperty")
     assert failure_reason(bare).startswith("the Spark JVM died or stopped answering")
+    static = Py4JError("An error occurred while calling z:org.apache.spark.sql.catalyst.trees.PySparkCurrentOrigin.set")
+    assert failure_reason(static).startswith("the Spark JVM died or stopped answering")  # seen in a kill test
+
+    class Py4JJavaError(Exception):
+        pass
+
+    java = Py4JJavaError("An error occurred while calling o12.collect.\n: java.lang.IllegalStateException: bad")
+    assert not failure_reason(java).startswith("the Spark JVM died")  # a Java exception is not a dead JVM
     try:  # a known cause deep in the chain is found
         try:
             raise Py4JNetworkError("Error while sending or receiving")
