@@ -512,7 +512,9 @@ def main() -> int:
     ap.add_argument("--cache-chunk-rows", type=int, default=64)
     ap.add_argument("--batch-size", type=int, default=256, help="layerwise vertices per slice call")
     ap.add_argument("--cache-fraction", type=float, default=0.05)
-    ap.add_argument("--cache-admit-window", type=int, default=1, help="infer.cache_admit_window (0: admit every miss, -1: none)")
+    ap.add_argument(
+        "--cache-admit-window", type=int, default=1, help="infer.cache_admit_window (0: admit every miss, -1: none)"
+    )
     ap.add_argument("--batch", type=int, default=1024, help="sample-wise seeds (link: edges) per batch")
     ap.add_argument("--task", choices=["node", "link"], default="node", help="the benchmark model's task")
     ap.add_argument("--link-dim", type=int, default=64, help="link task: the embedding's dimension")

@@ -122,11 +122,11 @@ class ChunkCache:
 
     @property
     def hits(self) -> int:
-        return int(self.state[3])
+        return int(self.state[2])
 
     @property
     def misses(self) -> int:
-        return int(self.state[4])
+        return int(self.state[3])
 
     @property
     def reads(self) -> int:
@@ -135,7 +135,7 @@ class ChunkCache:
     @property
     def bypassed(self) -> int:
         """Misses served straight from the static cache (not admitted)."""
-        return int(self.state[5])
+        return int(self.state[4])
 
     @property
     def evictions(self) -> int:
@@ -146,14 +146,14 @@ class ChunkCache:
         return self.hits / self.reads if self.reads else 0.0
 
 
-# state: used slots, FIFO head, (unused), hits, misses, misses not admitted, LRU least recent slot, LRU most recent
-STATE_LEN = 8
+# state: used slots, FIFO head, hits, misses, misses not admitted, LRU least recent slot, LRU most recent
+STATE_LEN = 7
 
 
 @njit(cache=True)
 def new_state() -> np.ndarray:  # pragma: no cover - compiled
     st = np.zeros(STATE_LEN, np.int64)
-    st[6] = st[7] = -1
+    st[5] = st[6] = -1
     return st
 
 
@@ -169,25 +169,25 @@ def _unlink(s, link, state):  # pragma: no cover - compiled
     if p >= 0:
         link[1, p] = n
     else:
-        state[6] = n
+        state[5] = n
     if n >= 0:
         link[0, n] = p
     else:
-        state[7] = p
+        state[6] = p
     link[0, s] = link[1, s] = -1
 
 
 @njit(nogil=True, cache=True)
 def _touch(s, link, state):  # pragma: no cover - compiled
     """Make slot ``s`` the most recently used (it must not be in the list)."""
-    t = state[7]
+    t = state[6]
     link[0, s] = t
     link[1, s] = -1
     if t >= 0:
         link[1, t] = s
     else:
-        state[6] = s
-    state[7] = s
+        state[5] = s
+    state[6] = s
 
 
 @njit(nogil=True, cache=True)
@@ -199,7 +199,7 @@ def _victim(capacity, state, link, lru):  # pragma: no cover - compiled
         state[0] = used + 1
         return used
     if lru:
-        s = state[6]
+        s = state[5]
         _unlink(s, link, state)
         return s
     s = state[1]
@@ -213,12 +213,12 @@ def _access(c, slot_of, slot_chunk, link, state, lru, static, nrows, pool):  # p
     chunk_rows = pool.shape[1]
     s = slot_of[c]
     if s >= 0:
-        state[3] += 1
+        state[2] += 1
         if lru:
             _unlink(s, link, state)
             _touch(s, link, state)
         return s
-    state[4] += 1
+    state[3] += 1
     s = _victim(pool.shape[0], state, link, lru)
     if slot_chunk[s] >= 0:
         slot_of[slot_chunk[s]] = -1
@@ -253,8 +253,8 @@ def _serve(
                 continue
             c = chunks[g]
             if p == 1 and not admit[g]:
+                state[3] += 1
                 state[4] += 1
-                state[5] += 1
                 for i in range(starts[g], starts[g + 1]):
                     j = order[i]
                     out[j, :] = static[local[j], :]
@@ -313,7 +313,7 @@ def simulate_hits(trace, bounds, num_chunks, capacity, lru, admit):  # pragma: n
         k = bounds[b + 1] - bounds[b]
         _serve(trace[bounds[b] : bounds[b + 1]], np.zeros(k + 1, np.int64), none, none, out, slot_of, slot_chunk,
                link, state, lru, admit[bounds[b] : bounds[b + 1]], rows, num_chunks, pool)  # fmt: skip
-    return state[3]
+    return state[2]
 
 
 def batch_chunks(local_by_batch: list[np.ndarray], chunk_rows: int) -> tuple[np.ndarray, np.ndarray]:

@@ -234,7 +234,7 @@ def write_vertex_tables(spark, rank: RankMap, idmap_dir: str, vertices_dir: str,
             os.replace(tmp, path)
         return k
 
-    from spark_jobs.ingest.tasks import run_tasks
+    from spark_jobs.tasks import run_tasks
 
     for d in (idmap_dir, vertices_dir):
         os.makedirs(d, exist_ok=True)

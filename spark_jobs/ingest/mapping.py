@@ -53,7 +53,7 @@ def map_with_rank(spark, files: list[str], rank, plan: EdgePlan, typed: bool) ->
     """One Spark job: each task maps one staged file with the broadcast rank map and buckets it."""
     import time
 
-    from spark_jobs.ingest.tasks import run_tasks
+    from spark_jobs.tasks import run_tasks
 
     b_rank = spark.sparkContext.broadcast(rank)
 

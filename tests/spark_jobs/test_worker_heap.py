@@ -34,10 +34,10 @@ def test_the_driver_is_never_frozen() -> None:
 
 
 def test_the_sql_task_runner_freezes_each_task(spark) -> None:
-    from spark_jobs.ingest.tasks import run_tasks
+    from spark_jobs.tasks import run_tasks
 
     for r in run_tasks(spark, 3, _probe):
-        assert r["from_runner"], "spark_jobs.ingest.tasks.run_tasks did not freeze the worker's heap"
+        assert r["from_runner"], "spark_jobs.tasks.run_tasks did not freeze the worker's heap"
         assert r["frozen"] >= 1000 and not r["before_walked"] and r["after_walked"]
 
 

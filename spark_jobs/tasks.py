@@ -2,7 +2,8 @@
 
 Why ``mapInArrow`` over ``spark.range`` and not ``sparkContext.parallelize``: the SQL and the RDD
 Python runners start separate Python worker daemons (each worker importing numpy/pyarrow anew), so
-keeping every ingest task on the SQL runner saves about a second of start-up per worker.
+keeping every task on the SQL runner saves about a second of start-up per worker. Ingest and layerwise inference
+(its plan and layer tasks) both run their tasks here, so a stage's Python workers import their modules once.
 """
 
 from __future__ import annotations
