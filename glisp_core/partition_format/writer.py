@@ -161,23 +161,71 @@ def write_partition(
     ties between parallel edges deterministically) are row-aligned, in any order. ``master_gids`` with
     ``features``/``labels``/``split`` row-aligned to it: the vertices whose master is ``part_id``.
     """
-    out_dir = Path(out_dir)
-    gids_in = np.asarray(vertex_gids, np.int64)
-    n = len(gids_in)
-    vorder = np.argsort(gids_in, kind="stable")
-    gids = gids_in[vorder]
-    if n > 1 and not (gids[1:] > gids[:-1]).all():
-        dup = gids[1:][gids[1:] == gids[:-1]][:3].tolist()
-        raise GlispError(f"partition {part_id}: vertex ids must be unique (got duplicates, e.g. {dup})")
-    src = np.asarray(src, np.int64)
-    dst = np.asarray(dst, np.int64)
-    m = len(src)
+    gids, vorder = _sorted_vertices(part_id, vertex_gids)
+    n = len(gids)
     et = np.asarray(etype, np.int64)
     edge_types = list(edge_types or [f"e{i}" for i in range(int(et.max(initial=0)) + 1)])
     vertex_types = list(vertex_types or ["v0"])
-    num_et = len(edge_types)
+    s_l, d_l = _local_endpoints(part_id, gids, np.asarray(src, np.int64), np.asarray(dst, np.int64))
+    m = len(s_l)
+    keys = [d_l, et, s_l] if edge_key is None else [np.asarray(edge_key), d_l, et, s_l]
+    eorder = np.lexsort(keys)  # sort by (src, etype, dst[, key]); edge local id = position
+    arrays = _structure_arrays(gids, s_l[eorder], d_l[eorder], et[eorder], len(edge_types))
+    mas = np.asarray(master, np.int64)[vorder]
+    code_dt = code_dtype(max(len(edge_types), len(vertex_types)))
+    arrays.update(_vertex_arrays(vorder, num_parts, out_degree, in_degree, replica_ptr, replica_parts, mas,
+                                 vtype, index_dtype(max(n - 1, 0)), code_dt))  # fmt: skip
+    if weight is not None:
+        arrays["weight"] = np.asarray(weight, np.float32)[eorder]
+    if ts is not None:
+        arrays["timestamp"] = np.asarray(ts, np.int64)[eorder]
+    num_master = _master_arrays(arrays, part_id, gids[mas == part_id], master_gids, features, labels, split,
+                                feature_dim)  # fmt: skip
+    meta = {
+        "format": FORMAT_NAME,
+        "format_version": FORMAT_VERSION,
+        "part_id": int(part_id),
+        "num_parts": int(num_parts),
+        "num_vertices": n,
+        "num_edges": m,
+        "num_master": num_master,
+        "edge_types": edge_types,
+        "vertex_types": vertex_types,
+        "directed": bool(directed),
+        "weighted": weight is not None,
+        "timestamped": ts is not None,
+        "feature_dim": int(feature_dim if features is not None else 0),
+        "type_index": len(edge_types) > 1,
+        "edge_id_shift": EDGE_ID_SHIFT,
+        "checksum_algo": CHECKSUM_ALGO,
+    }
+    fields = _publish(Path(out_dir), part_id, arrays, meta, extra or {}, create_parent)
+    return WrittenPartition(
+        part_id=int(part_id),
+        num_vertices=n,
+        num_edges=m,
+        num_master=num_master,
+        field_bytes={k: v["nbytes"] for k, v in fields.items()},
+        edge_order=eorder,
+        vertex_order=vorder,
+    )
 
-    # local ids of endpoints (global ids are sorted, so local order == global order)
+
+def _sorted_vertices(part_id: int, vertex_gids: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """The partition's global ids sorted (local id = position) and the order that sorts the input rows."""
+    gids_in = np.asarray(vertex_gids, np.int64)
+    vorder = np.argsort(gids_in, kind="stable")
+    gids = gids_in[vorder]
+    if len(gids) > 1 and not (gids[1:] > gids[:-1]).all():
+        dup = gids[1:][gids[1:] == gids[:-1]][:3].tolist()
+        raise GlispError(f"partition {part_id}: vertex ids must be unique (got duplicates, e.g. {dup})")
+    return gids, vorder
+
+
+def _local_endpoints(part_id: int, gids: np.ndarray, src: np.ndarray, dst: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Local ids of the edges' endpoints (global ids are sorted, so local order == global order); every
+    endpoint must be one of the partition's vertices."""
+    n, m = len(gids), len(src)
     s_l = np.searchsorted(gids, src)
     d_l = np.searchsorted(gids, dst)
     bad = np.zeros(m, bool)
@@ -191,35 +239,42 @@ def write_partition(
             f"partition {part_id}: {int(bad.sum()):,} of {m:,} edges have an endpoint missing from the partition's "
             f"vertex set (e.g. {ex}); the replicas table does not match the assignment"
         )
+    return s_l, d_l
 
-    keys = [d_l, et, s_l] if edge_key is None else [np.asarray(edge_key), d_l, et, s_l]
-    eorder = np.lexsort(keys)  # sort by (src, etype, dst[, key]); edge local id = position
-    s_l, d_l, et = s_l[eorder], d_l[eorder], et[eorder]
 
-    vid_dt = index_dtype(max(n - 1, 0))
+def _structure_arrays(gids: np.ndarray, s_l: np.ndarray, d_l: np.ndarray, et: np.ndarray, num_et: int
+                      ) -> dict[str, np.ndarray]:  # fmt: skip
+    """The out- and in-CSR (and, with several edge types, the type index) of edges sorted by (src, etype, dst)."""
+    n, m = len(gids), len(s_l)
     eidx_dt = index_dtype(m)
-    code_dt = code_dtype(max(num_et, len(vertex_types)))
     arrays: dict[str, np.ndarray] = {
         "global_id": gids,
         "out_indptr": _csr_ptr(s_l, n, eidx_dt),
-        "out_nbr": d_l.astype(vid_dt),
+        "out_nbr": d_l.astype(index_dtype(max(n - 1, 0))),
     }
     in_order = np.lexsort((s_l, et, d_l))  # stable: ties keep edge local id order
     arrays["in_indptr"] = _csr_ptr(d_l, n, eidx_dt)
     arrays["in_eid"] = in_order.astype(index_dtype(max(m - 1, 0)))
-    type_index = num_et > 1
-    if type_index:
+    if num_et > 1:
         p, ids, end = _type_index(s_l, et, n, eidx_dt, code_dtype(num_et))
         arrays.update(out_type_ptr=p, out_type_ids=ids, out_type_end=end)
         p, ids, end = _type_index(d_l[in_order], et[in_order], n, eidx_dt, code_dtype(num_et))
         arrays.update(in_type_ptr=p, in_type_ids=ids, in_type_end=end)
+    return arrays
 
+
+def _vertex_arrays(vorder: np.ndarray, num_parts: int, out_degree: np.ndarray, in_degree: np.ndarray,
+                   replica_ptr: np.ndarray, replica_parts: np.ndarray, mas: np.ndarray, vtype: np.ndarray,
+                   vid_dt: np.dtype, code_dt: np.dtype) -> dict[str, np.ndarray]:  # fmt: skip
+    """Degrees, replica bits, masters (``mas``: already in local id order) and vertex-type ranges, re-ordered
+    from input rows to local ids."""
+    n = len(vorder)
     od = np.asarray(out_degree, np.int64)[vorder]
     idg = np.asarray(in_degree, np.int64)[vorder]
-    arrays["out_degree"] = od.astype(index_dtype(int(od.max(initial=0))))
-    arrays["in_degree"] = idg.astype(index_dtype(int(idg.max(initial=0))))
-
-    # replica sets -> bits, re-ordered to local order
+    arrays = {
+        "out_degree": od.astype(index_dtype(int(od.max(initial=0)))),
+        "in_degree": idg.astype(index_dtype(int(idg.max(initial=0)))),
+    }
     rptr = np.asarray(replica_ptr, np.int64)
     rparts = np.asarray(replica_parts, np.int64)
     counts = np.diff(rptr)[vorder]
@@ -227,20 +282,19 @@ def write_partition(
     np.cumsum(counts, out=sorted_ptr[1:])
     take = np.repeat(rptr[:-1][vorder] - sorted_ptr[:-1], counts) + np.arange(sorted_ptr[-1])
     arrays["partition_bits"] = _partition_bits(n, num_parts, sorted_ptr, rparts[take])
-    mas = np.asarray(master, np.int64)[vorder]
     arrays["master"] = mas.astype(code_dtype(num_parts))
     vt = np.asarray(vtype, np.int64)[vorder]
     vstart = np.flatnonzero(np.concatenate(([True], vt[1:] != vt[:-1]))) if n else np.zeros(0, np.int64)
     arrays["vtype_start"] = vstart.astype(vid_dt)
     arrays["vtype_code"] = vt[vstart].astype(code_dt)
+    return arrays
 
-    if weight is not None:
-        arrays["weight"] = np.asarray(weight, np.float32)[eorder]
-    if ts is not None:
-        arrays["timestamp"] = np.asarray(ts, np.int64)[eorder]
 
-    # vertex data of the vertices mastered here
-    mine = gids[mas == part_id]
+def _master_arrays(arrays: dict[str, np.ndarray], part_id: int, mine: np.ndarray, master_gids: np.ndarray | None,
+                   features: np.ndarray | None, labels: np.ndarray | None, split: np.ndarray | None,
+                   feature_dim: int) -> int:  # fmt: skip
+    """Add the vertex data of the vertices mastered here (``mine``, sorted), rows in local id order (== sorted
+    master gids); returns how many there are."""
     mg_in = mine if master_gids is None else np.asarray(master_gids, np.int64)
     morder = np.argsort(mg_in, kind="stable")
     mg = mg_in[morder]
@@ -249,7 +303,6 @@ def write_partition(
             f"partition {part_id}: master_gids must be exactly the local vertices whose master is {part_id} "
             f"(got {len(mg):,} ids for {len(mine):,} such vertices)"
         )
-    # rows of features/labels/split follow local id order of the mastered vertices (== sorted master gids)
     if features is not None:
         f = np.asarray(features, np.float32).reshape(len(mg_in), feature_dim)
         arrays["features"] = f[morder]
@@ -257,8 +310,13 @@ def write_partition(
         arrays["labels"] = np.asarray(labels, np.int64)[morder]
     if split is not None:
         arrays["split"] = np.asarray(split, np.int8)[morder]
+    return int(len(mg))
 
-    # write into a temp sibling, then swap into place (a retried Spark task replaces its own output)
+
+def _publish(out_dir: Path, part_id: int, arrays: dict[str, np.ndarray], meta: dict[str, Any], extra: dict[str, Any],
+             create_parent: bool) -> dict[str, dict[str, Any]]:  # fmt: skip
+    """Write the fields and the metadata into a temp sibling, then swap it into place (a retried Spark task
+    replaces its own output); returns the fields' descriptions."""
     if create_parent:
         out_dir.parent.mkdir(parents=True, exist_ok=True)
     elif not out_dir.parent.is_dir():  # a Spark task never recreates a stage's staging directory
@@ -267,39 +325,11 @@ def write_partition(
     tmp.mkdir()
     try:
         fields = {name: _write_array(tmp, name, arr) for name, arr in arrays.items()}
-        meta = {
-            "format": FORMAT_NAME,
-            "format_version": FORMAT_VERSION,
-            "part_id": int(part_id),
-            "num_parts": int(num_parts),
-            "num_vertices": n,
-            "num_edges": m,
-            "num_master": int(len(mg)),
-            "edge_types": edge_types,
-            "vertex_types": vertex_types,
-            "directed": bool(directed),
-            "weighted": weight is not None,
-            "timestamped": ts is not None,
-            "feature_dim": int(feature_dim if features is not None else 0),
-            "type_index": type_index,
-            "edge_id_shift": EDGE_ID_SHIFT,
-            "checksum_algo": CHECKSUM_ALGO,
-            "fields": fields,
-            "extra": extra or {},
-        }
-        (tmp / META_FILE).write_text(json.dumps(meta, indent=1))
+        (tmp / META_FILE).write_text(json.dumps({**meta, "fields": fields, "extra": extra}, indent=1))
         if out_dir.exists():
             shutil.rmtree(out_dir)
         os.rename(tmp, out_dir)
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise
-    return WrittenPartition(
-        part_id=int(part_id),
-        num_vertices=n,
-        num_edges=m,
-        num_master=int(len(mg)),
-        field_bytes={k: v["nbytes"] for k, v in fields.items()},
-        edge_order=eorder,
-        vertex_order=vorder,
-    )
+    return fields

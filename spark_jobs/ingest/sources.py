@@ -255,41 +255,9 @@ def vertex_source_frame(spark, plan: IngestPlan, i: int, offset: int, id_long: b
     c = F.col
     id_int, id_str = id_parts(df, src.id, id_long)
     vt = _trimmed(_col(src.vtype)) if src.vtype else F.lit(src.vertex_type or DEFAULT_VERTEX_TYPE)
-    lab_long, lab_raw, lab_str = F.lit(None).cast("long"), F.lit(None).cast("string"), F.lit(None).cast("string")
-    if src.label:
-        t = _dtype(df, src.label)
-        lab_raw = _col(src.label).cast("string")
-        if t == "StringType":
-            lab_str = _trimmed(_col(src.label))
-            lab_long = lab_str.try_cast("long")
-        else:
-            lab_long, _ = _to_long(df, src.label)
-    spl = F.lit(-1).cast("byte")
-    spl_raw = F.lit(None).cast("string")
-    if src.split:
-        spl_raw = _trimmed(_col(src.split))
-        m = F.create_map(*[x for k, v in _SPLIT_NAMES.items() for x in (F.lit(k), F.lit(v))])
-        spl = F.when(spl_raw.isNull(), F.lit(-1)).otherwise(m[F.lower(spl_raw)]).cast("byte")
-    has_feat = bool(src.features or src.feature_columns or src.features_npy)
-    if src.features:
-        t = _dtype(df, src.features)
-        fc = _col(src.features)
-        if t == "StringType":  # "[1, 2, 3]" or "1;2;3" or "1 2 3"
-            parts = F.split(F.regexp_replace(F.trim(fc), r"^\[|\]$", ""), r"[,;\s]+")
-            feat = F.when(fc.isNotNull(), F.transform(parts, lambda x: x.try_cast("float")))
-            feat_raw = fc
-        else:
-            feat = fc.cast("array<float>")
-            feat_raw = fc.cast("string")
-    elif src.feature_columns:
-        cols = [
-            _trimmed(_col(x)).try_cast("float") if _dtype(df, x) == "StringType" else _col(x).cast("float")
-            for x in src.feature_columns
-        ]
-        feat = F.array(*cols)
-        feat_raw = F.concat_ws(",", *[_col(x).cast("string") for x in src.feature_columns])
-    else:
-        feat, feat_raw = F.lit(None).cast("array<float>"), F.lit(None).cast("string")
+    lab_long, lab_raw, lab_str = _label_columns(df, src)
+    spl, spl_raw = _split_columns(src)
+    feat, feat_raw = _feature_columns(df, src)
     df = df.select(
         F.lit(i).alias(SI),
         FID,
@@ -308,32 +276,7 @@ def vertex_source_frame(spark, plan: IngestPlan, i: int, offset: int, id_long: b
     )
     if src.features_npy:
         df = _attach_npy(spark, df, src, plan, i, id_long)
-    rules = [
-        Rule("vertex_malformed", c(CORRUPT).isNotNull(), "*"),
-        Rule("vertex_null_id", c("_id_int").isNull() & c("_id_str").isNull(), src.id),
-    ]
-    if ing.id_type == "int" and not id_long:
-        rules.append(Rule("vertex_bad_id", c("_id_int").isNull(), src.id))
-    bad_vt = c("_vt").isNull()
-    if ing.vertex_types:
-        bad_vt = bad_vt | ~c("_vt").isin(list(ing.vertex_types))
-    rules.append(Rule("vertex_unknown_type", bad_vt, src.vtype or "vertex_type"))
-    if src.label and _dtype(sf.df, src.label) != "StringType":
-        rules.append(Rule("vertex_bad_label", c("_lab_raw").isNotNull() & c("_lab").isNull(), src.label))
-    if src.split:
-        rules.append(Rule("vertex_bad_split", c("_spl_raw").isNotNull() & c("_spl").isNull(), src.split))
-    if has_feat:
-        fname = src.features or src.features_npy or ",".join(src.feature_columns)
-        rules.append(
-            Rule(
-                "vertex_bad_features",
-                # array_contains(NaN) is true with a NaN, null with a null element (no lambda: cheaper)
-                c("_feat").isNull()
-                | F.coalesce(F.array_contains(c("_feat"), F.lit(float("nan")).cast("float")), F.lit(True)),
-                fname,
-            )
-        )
-    reason, rcol = checks.reason_columns(rules)
+    reason, rcol = checks.reason_columns(_vertex_rules(plan, src, sf.df, id_long))
     nonint = F.lit(False)
     if ing.id_type == "auto" and not id_long:
         nonint = c("_id_int").isNull()
@@ -348,6 +291,85 @@ def vertex_source_frame(spark, plan: IngestPlan, i: int, offset: int, id_long: b
         .withColumn("_feat_raw", F.when(c(REASON).isNotNull(), c("_feat_raw")))  # text only for reports
     )
     return df, sf
+
+
+def _label_columns(df, src: VertexSource):
+    """(label as long, its raw text, its trimmed text when the column is a string); nulls without a label."""
+    from pyspark.sql import functions as F
+
+    lab_long, lab_raw, lab_str = F.lit(None).cast("long"), F.lit(None).cast("string"), F.lit(None).cast("string")
+    if src.label:
+        lab_raw = _col(src.label).cast("string")
+        if _dtype(df, src.label) == "StringType":
+            lab_str = _trimmed(_col(src.label))
+            lab_long = lab_str.try_cast("long")
+        else:
+            lab_long, _ = _to_long(df, src.label)
+    return lab_long, lab_raw, lab_str
+
+
+def _split_columns(src: VertexSource):
+    """(split code as byte: -1 none, null when the name is unknown; its raw text)."""
+    from pyspark.sql import functions as F
+
+    if not src.split:
+        return F.lit(-1).cast("byte"), F.lit(None).cast("string")
+    spl_raw = _trimmed(_col(src.split))
+    m = F.create_map(*[x for k, v in _SPLIT_NAMES.items() for x in (F.lit(k), F.lit(v))])
+    return F.when(spl_raw.isNull(), F.lit(-1)).otherwise(m[F.lower(spl_raw)]).cast("byte"), spl_raw
+
+
+def _feature_columns(df, src: VertexSource):
+    """(features as array<float>, null elements where a value does not parse; their raw text) from one array or
+    string column, or from several scalar columns; nulls without features (or with an .npy file)."""
+    from pyspark.sql import functions as F
+
+    if src.features:
+        fc = _col(src.features)
+        if _dtype(df, src.features) == "StringType":  # "[1, 2, 3]" or "1;2;3" or "1 2 3"
+            parts = F.split(F.regexp_replace(F.trim(fc), r"^\[|\]$", ""), r"[,;\s]+")
+            return F.when(fc.isNotNull(), F.transform(parts, lambda x: x.try_cast("float"))), fc
+        return fc.cast("array<float>"), fc.cast("string")
+    if src.feature_columns:
+        cols = [
+            _trimmed(_col(x)).try_cast("float") if _dtype(df, x) == "StringType" else _col(x).cast("float")
+            for x in src.feature_columns
+        ]
+        return F.array(*cols), F.concat_ws(",", *[_col(x).cast("string") for x in src.feature_columns])
+    return F.lit(None).cast("array<float>"), F.lit(None).cast("string")
+
+
+def _vertex_rules(plan: IngestPlan, src: VertexSource, raw_df, id_long: bool) -> list[Rule]:
+    """The reject rules of a vertex source's rows, first match wins (``raw_df``: the source as read)."""
+    from pyspark.sql import functions as F
+
+    ing, c = plan.ing, F.col
+    rules = [
+        Rule("vertex_malformed", c(CORRUPT).isNotNull(), "*"),
+        Rule("vertex_null_id", c("_id_int").isNull() & c("_id_str").isNull(), src.id),
+    ]
+    if ing.id_type == "int" and not id_long:
+        rules.append(Rule("vertex_bad_id", c("_id_int").isNull(), src.id))
+    bad_vt = c("_vt").isNull()
+    if ing.vertex_types:
+        bad_vt = bad_vt | ~c("_vt").isin(list(ing.vertex_types))
+    rules.append(Rule("vertex_unknown_type", bad_vt, src.vtype or "vertex_type"))
+    if src.label and _dtype(raw_df, src.label) != "StringType":
+        rules.append(Rule("vertex_bad_label", c("_lab_raw").isNotNull() & c("_lab").isNull(), src.label))
+    if src.split:
+        rules.append(Rule("vertex_bad_split", c("_spl_raw").isNotNull() & c("_spl").isNull(), src.split))
+    if src.features or src.feature_columns or src.features_npy:
+        fname = src.features or src.features_npy or ",".join(src.feature_columns)
+        rules.append(
+            Rule(
+                "vertex_bad_features",
+                # array_contains(NaN) is true with a NaN, null with a null element (no lambda: cheaper)
+                c("_feat").isNull()
+                | F.coalesce(F.array_contains(c("_feat"), F.lit(float("nan")).cast("float")), F.lit(True)),
+                fname,
+            )
+        )
+    return rules
 
 
 def _attach_npy(spark, df, src: VertexSource, plan: IngestPlan, i: int, id_long: bool):

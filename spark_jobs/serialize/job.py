@@ -197,29 +197,12 @@ def run_serialize(spark, cfg: Config, dv: DatasetVersion, run: str | None = None
         t = time.perf_counter()
         masters = compute_masters(spark, dv, run, num_parts, sc.master_rule)
         timings["masters_s"] = round(time.perf_counter() - t, 3)
-
-        out_deg = edges.groupBy(F.col(SRC).alias(VID)).agg(F.count("*").alias("out_deg"))
-        in_deg = edges.groupBy(F.col(DST).alias(VID)).agg(F.count("*").alias("in_deg"))
-        vinfo = (
-            masters.df.join(vertices.select(VID, VTYPE), VID)
-            .join(out_deg, VID, "left")
-            .join(in_deg, VID, "left")
-            .fillna(0, ["out_deg", "in_deg"])
-        )
-        vrows = vinfo.select(VID, "out_deg", "in_deg", PARTS, MASTER, VTYPE, F.explode(PARTS).alias(PART))
-        mrows = masters.df.select(VID, F.col(MASTER).alias(PART)).join(vertices.select(VID, LABEL, SPLIT), VID)
-        if fdim:
-            mrows = mrows.join(spark.read.parquet(str(dv.features)).select(VID, FEAT), VID, "left")
-        else:
-            mrows = mrows.withColumn(FEAT, F.lit(None).cast("array<float>"))
-        vrows = vrows.join(mrows, [VID, PART], "left")
+        vrows = _vertex_rows(spark, dv, edges, vertices, masters.df, fdim)
         ecols = (
             [PART, EID, SRC, DST, ETYPE]
             + ([WEIGHT] if schema.get("weighted") else [])
             + ([TS] if schema.get("timestamped") else [])
         )
-        erows = joined.select(*ecols)
-
         ctx = BuildContext(
             out_dir=str(pub.tmp),
             num_parts=num_parts,
@@ -240,39 +223,71 @@ def run_serialize(spark, cfg: Config, dv: DatasetVersion, run: str | None = None
             },
         )
         t = time.perf_counter()
-        task = make_task(ctx)
-        try:
-            rows = erows.groupBy(PART).cogroup(vrows.groupBy(PART)).applyInArrow(task, SUMMARY_SCHEMA).collect()
-        except Exception as e:  # a task's GlispError arrives wrapped in a Py4J/Python exception
-            msg = str(e)
-            if "GlispError" in msg or "BadInputError" in msg:
-                line = next(
-                    (ln for ln in msg.splitlines() if "Error:" in ln and "partition" in ln), msg.splitlines()[-1]
-                )
-                raise StageError(f"serialize/{run}: a partition task failed: {line.strip()}") from None
-            raise
-        summaries = {int(r["part"]): json.loads(r["summary"]) for r in rows}
-        for k in range(num_parts):  # partitions that received no rows at all
-            if k not in summaries:
-                e_empty, v_empty = empty_inputs(ctx)
-                summaries[k] = build_partition(ctx, k, e_empty, v_empty)
+        summ = _build_partitions(ctx, run, joined.select(*ecols), vrows)
         timings["build_s"] = round(time.perf_counter() - t, 3)
         masters.df.unpersist()
-        summ = [summaries[k] for k in range(num_parts)]
         check_written(
             pub.tmp, run, summ, num_edges, sc.parquet_copy, f"partition/{run} assigns" if subset else "ingest has"
         )
-        fp = footprint(summ, num_edges)
-        mp = [s["master"] for s in summ]
-        counts = {
-            "parts": num_parts,
-            "edges_per_part": [s["edges"] for s in summ],
-            "vertices_per_part": [s["vertices"] for s in summ],
-            "master_per_part": mp,
-            "isolated_vertices": masters.isolated,
-            "replicas": sum(s["vertices"] for s in summ),
-        }
-        mean_master = sum(mp) / num_parts
-        metrics = {**fp, "master_balance": round(max(mp) / mean_master, 4) if mean_master else 1.0}
+        counts, metrics = _counts_and_metrics(summ, num_edges, masters.isolated)
         timings["total_s"] = round(time.perf_counter() - t0, 3)
         return pub.commit(counts=counts, metrics=metrics, timings=timings)
+
+
+def _vertex_rows(spark, dv: DatasetVersion, edges: Any, vertices: Any, masters: Any, fdim: int) -> Any:
+    """One row per (vertex, partition holding a replica): degrees, replica set, master and type, plus, on the
+    master's row, the label, split and features."""
+    from pyspark.sql import functions as F
+
+    out_deg = edges.groupBy(F.col(SRC).alias(VID)).agg(F.count("*").alias("out_deg"))
+    in_deg = edges.groupBy(F.col(DST).alias(VID)).agg(F.count("*").alias("in_deg"))
+    vinfo = (
+        masters.join(vertices.select(VID, VTYPE), VID)
+        .join(out_deg, VID, "left")
+        .join(in_deg, VID, "left")
+        .fillna(0, ["out_deg", "in_deg"])
+    )
+    vrows = vinfo.select(VID, "out_deg", "in_deg", PARTS, MASTER, VTYPE, F.explode(PARTS).alias(PART))
+    mrows = masters.select(VID, F.col(MASTER).alias(PART)).join(vertices.select(VID, LABEL, SPLIT), VID)
+    if fdim:
+        mrows = mrows.join(spark.read.parquet(str(dv.features)).select(VID, FEAT), VID, "left")
+    else:
+        mrows = mrows.withColumn(FEAT, F.lit(None).cast("array<float>"))
+    return vrows.join(mrows, [VID, PART], "left")
+
+
+def _build_partitions(ctx: BuildContext, run: str, erows: Any, vrows: Any) -> list[dict[str, Any]]:
+    """Build every partition in one Spark task per partition (cogrouped edge and vertex rows); a partition that
+    received no rows at all is built empty here. Returns the summaries in partition order."""
+    task = make_task(ctx)
+    try:
+        rows = erows.groupBy(PART).cogroup(vrows.groupBy(PART)).applyInArrow(task, SUMMARY_SCHEMA).collect()
+    except Exception as e:  # a task's GlispError arrives wrapped in a Py4J/Python exception
+        msg = str(e)
+        if "GlispError" in msg or "BadInputError" in msg:
+            line = next((ln for ln in msg.splitlines() if "Error:" in ln and "partition" in ln), msg.splitlines()[-1])
+            raise StageError(f"serialize/{run}: a partition task failed: {line.strip()}") from None
+        raise
+    summaries = {int(r["part"]): json.loads(r["summary"]) for r in rows}
+    for k in range(ctx.num_parts):
+        if k not in summaries:
+            e_empty, v_empty = empty_inputs(ctx)
+            summaries[k] = build_partition(ctx, k, e_empty, v_empty)
+    return [summaries[k] for k in range(ctx.num_parts)]
+
+
+def _counts_and_metrics(summ: list[dict[str, Any]], num_edges: int, isolated: int) -> tuple[dict, dict]:
+    """The stage record's counts (per partition) and metrics (footprint, master balance)."""
+    num_parts = len(summ)
+    mp = [s["master"] for s in summ]
+    counts = {
+        "parts": num_parts,
+        "edges_per_part": [s["edges"] for s in summ],
+        "vertices_per_part": [s["vertices"] for s in summ],
+        "master_per_part": mp,
+        "isolated_vertices": isolated,
+        "replicas": sum(s["vertices"] for s in summ),
+    }
+    mean_master = sum(mp) / num_parts
+    metrics = {**footprint(summ, num_edges), "master_balance": round(max(mp) / mean_master, 4) if mean_master else 1.0}
+    return counts, metrics
