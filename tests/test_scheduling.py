@@ -139,11 +139,43 @@ def test_link_refresh_splits_before_training():
     assert by["infer"][by["infer"].index("--model") + 1] == "lp"
 
 
+def test_task_commands_send_spark_stages_through_glisp_submit():
+    """Spark stages run ``glisp-submit [GLISP_SUBMIT_ARGS] -- <stage>``, the rest ``glisp <command>``; each line
+    keeps the step's arguments word for word (quoted for bash), and the Airflow template stays one word."""
+    import shlex
+
+    dag = _dag_module()
+    steps = dag.refresh_commands("g", "{{ ts_nodash }}", "/etc/glisp/refresh v2.toml", "adadne-p8",
+                                 cluster_file="/srv/c.json", train_model="m")  # fmt: skip
+    head = ["/opt/glisp/.venv/bin/python", "/opt/glisp/submit/glisp-submit", "--master", "yarn", "--conf",
+            "spark.executor.cores=4", "--"]  # fmt: skip
+    for s in steps:
+        words = shlex.split(dag.task_command(s, "/opt/glisp", "--master yarn --conf spark.executor.cores=4"))
+        assert words == (head if s.spark else ["/opt/glisp/.venv/bin/glisp"]) + s.argv
+    assert [s.task_id for s in steps if s.spark] == ["ingest", "partition", "serialize", "reorder", "infer"]
+
+
+def test_a_spark_task_line_runs_glisp_submit_of_this_checkout():
+    """The ingest task's bash line, with GLISP_HOME = this checkout, reaches glisp-submit (a dry run: the
+    spark-submit line it would run), so the paths the DAG names exist where ``make`` puts them."""
+    import subprocess
+
+    dag = _dag_module()
+    step = dag.refresh_commands("cora", "v1", "refresh.toml", "adadne-p2")[0]
+    line = dag.task_command(step, str(ROOT), "--master local[1] --dry-run")
+    r = subprocess.run(["bash", "-c", line], capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0, r.stderr
+    assert "--master 'local[1]'" in r.stdout and "driver.py ingest --version v1 --config refresh.toml" in r.stdout
+
+
 def test_the_dag_imports_and_lists_its_tasks(monkeypatch):
     pytest.importorskip("airflow")
     monkeypatch.setenv("GLISP_TRAIN_MODEL", "nightly")
     monkeypatch.setenv("GLISP_CLUSTER_FILE", "/srv/glisp/cluster.json")
+    monkeypatch.setenv("GLISP_SUBMIT_ARGS", "--master yarn")
     mod = _dag_module()
     assert mod.dag.dag_id == "glisp_refresh"
-    assert [t.task_id for t in mod.dag.topological_sort()] == [
+    tasks = mod.dag.topological_sort()
+    assert [t.task_id for t in tasks] == [
         "ingest", "partition", "serialize", "reorder", "train", "infer", "promote", "reload_service"]  # fmt: skip
+    assert "glisp-submit --master yarn -- ingest" in tasks[0].bash_command

@@ -22,10 +22,27 @@ def test_dry_run_builds_the_line(tmp_path):
     for part in ("--master yarn", "--deploy-mode cluster", "spark.pyspark.python=./env/bin/python",
                  "--conf spark.executor.cores=4", "--py-files", "driver.py partition mygraph --parts 8"):  # fmt: skip
         assert part in line
+    assert "spark.pyspark.driver.python" not in line  # cluster mode: the driver runs on the cluster's Python
     z = next(tmp_path.glob("glisp-*.zip"))
     names = set(zipfile.ZipFile(z).namelist())
     assert "glisp_core/cli.py" in names and "spark_jobs/partition/job.py" in names
     assert not any("__pycache__" in n for n in names)
+    # an unchanged zip is not rewritten: numba's kernel cache is keyed by its modification time
+    before = z.stat().st_mtime_ns
+    subprocess.run([sys.executable, str(ROOT / "submit" / "glisp-submit"), "--master", "yarn", "--build-dir",
+                    str(tmp_path), "--dry-run", "--", "report", "g"], capture_output=True, check=True)  # fmt: skip
+    assert z.stat().st_mtime_ns == before and [p.name for p in tmp_path.iterdir()] == [z.name]
+
+
+def test_a_local_master_runs_the_checkout_in_place_unless_another_python_runs_the_executors(tmp_path):
+    def line(*own: str) -> str:
+        r = subprocess.run([sys.executable, str(ROOT / "submit" / "glisp-submit"), *own, "--build-dir", str(tmp_path),
+                            "--dry-run", "--", "report", "g"], capture_output=True, text=True, check=True)  # fmt: skip
+        return r.stdout
+
+    assert "--py-files" not in line("--master", "local[2]") and not list(tmp_path.glob("*.zip"))
+    shipped = line("--master", "local[2]", "--python", "/opt/py/bin/python")
+    assert "--py-files" in shipped and "spark.pyspark.python=/opt/py/bin/python" in shipped
 
 
 def test_stage_args_are_required():
@@ -59,3 +76,26 @@ def test_cron_line_runs_real_commands():
         importlib.import_module(COMMANDS[name][0]).add_arguments(parser)
         add_common(parser)
         parser.parse_args(rest)  # SystemExit (a failed test) on an unknown or missing argument
+
+
+def test_a_real_local_submit_runs_on_the_checkouts_python(tmp_path):
+    """spark-submit of a stage, for real (local[1]), with a ``python3`` on PATH that has none of GLISP's packages:
+    the driver and the Python workers must run on the checkout's Python, not on whatever ``python3`` is."""
+    import os
+
+    fake = tmp_path / "bin"
+    fake.mkdir()
+    (fake / "python3").write_text("#!/bin/sh\necho 'not the python GLISP needs' >&2\nexit 3\n")
+    (fake / "python3").chmod(0o755)
+    env = {**os.environ, "PATH": f"{fake}:{os.environ['PATH']}"}
+    env.pop("PYSPARK_PYTHON", None)
+    env.pop("PYSPARK_DRIVER_PYTHON", None)
+    r = subprocess.run(
+        [sys.executable, str(ROOT / "submit" / "glisp-submit"), "--master", "local[1]", "--build-dir",
+         str(tmp_path / "build"), "--", "ingest", "--builtin", "cora", "--root", str(tmp_path / "data")],
+        capture_output=True, text=True, env=env, timeout=300,
+    )  # fmt: skip
+    assert r.returncode == 0, r.stderr[-2000:]
+    assert "|V| = 2,708" in r.stdout and "not the python" not in r.stderr
+    assert "--py-files" not in r.stdout.splitlines()[0]  # the checkout runs in place (make installs it editable)
+    assert len(list((tmp_path / "data" / "cora").glob("*/manifest.json"))) == 1

@@ -1,26 +1,29 @@
 """Apache Airflow DAG: refresh GLISP on every new snapshot of a graph, then move the service to it.
 
-One task per Spark stage (``SparkSubmitOperator`` running ``submit/driver.py <stage>``, so retries and
-logs are per stage), then ``glisp promote`` moves the graph's ``latest`` once every stage of the new
-version is published, then the sampling service is told to reload (it loads the new version beside the
-old one and switches atomically). A failed stage stops the DAG run; ``latest`` and the running service
-stay on the previous version, and clearing the failed task re-runs from that stage (every stage is
-idempotent).
+One task per stage, so retries and logs are per stage: the Spark stages go through ``submit/glisp-submit``
+(the one place that builds GLISP's spark-submit line: the code zip, the Python of the driver and executors),
+the others run ``glisp``. Then ``glisp promote`` moves the graph's ``latest`` once every stage of the new
+version is published, and the sampling service is told to reload (it loads the new version beside the old
+one and switches atomically). A failed stage stops the DAG run; ``latest`` and the running service stay on
+the previous version, and clearing the failed task re-runs from that stage (every stage is idempotent).
 
-Deploy: copy this file into the DAGs folder and set the variables below (Airflow Variables or the
-environment of the scheduler): ``GLISP_HOME`` (a checkout with its virtualenv), ``GLISP_CONFIG`` (the
-refresh config: ``[ingest]`` tables, ``[partition]``, ``[dataset] root`` and ``keep_versions``),
+Deploy: copy this file into the DAGs folder and set the variables below (in the environment of the
+scheduler and workers): ``GLISP_HOME`` (a checkout with its virtualenv, ``make`` builds it), ``GLISP_CONFIG``
+(the refresh config: ``[ingest]`` tables, ``[partition]``, ``[dataset] root`` and ``keep_versions``),
 ``GLISP_GRAPH``, ``GLISP_CLUSTER_FILE`` (the running ``serve-cluster``'s file), and optionally
-``GLISP_TRAIN_MODEL`` (a training run to train on every snapshot, ``GLISP_TRAIN_TASK`` node or link),
-``GLISP_INFER_MODEL`` (a training run to re-apply to every snapshot) and ``GLISP_SCHEDULE``.
+``GLISP_SUBMIT_ARGS`` (glisp-submit's options: ``--master yarn --deploy-mode cluster --archives
+env.tar.gz#environment --conf ...``; default ``--master local[*]``), ``GLISP_TRAIN_MODEL`` (a training run to
+train on every snapshot, ``GLISP_TRAIN_TASK`` node or link), ``GLISP_INFER_MODEL`` (a training run to re-apply
+to every snapshot) and ``GLISP_SCHEDULE``. Checked with Airflow 3.3.2 (``airflow dags test``, docs/reliability.md).
 
-The commands are built by :func:`refresh_commands`, a plain function the tests run for real without
-Airflow (tests/test_scheduling.py); the DAG only wraps them in operators.
+The commands are built by :func:`refresh_commands` and :func:`task_command`, plain functions the tests run
+without Airflow (tests/test_scheduling.py); the DAG only wraps them in operators.
 """
 
 from __future__ import annotations
 
 import os
+import shlex
 from dataclasses import dataclass
 
 GLISP_HOME = os.environ.get("GLISP_HOME", "/opt/glisp")
@@ -67,11 +70,24 @@ def refresh_commands(graph: str, version: str, config: str, run: str, order: str
     return steps
 
 
+def task_command(step: Step, home: str = GLISP_HOME, submit_args: str = "--master local[*]") -> str:
+    """The bash line of one step: a Spark stage through ``glisp-submit`` with ``submit_args``, else ``glisp``."""
+    if step.spark:
+        head = [f"{home}/.venv/bin/python", f"{home}/submit/glisp-submit", *shlex.split(submit_args), "--"]
+    else:
+        head = [f"{home}/.venv/bin/glisp"]
+    return shlex.join([*head, *step.argv])
+
+
 try:  # the DAG itself only where Airflow is installed; the module stays importable without it
     import pendulum
-    from airflow import DAG
-    from airflow.operators.bash import BashOperator
-    from airflow.providers.apache.spark.operators.spark_submit import SparkSubmitOperator
+
+    try:  # Airflow 3
+        from airflow.providers.standard.operators.bash import BashOperator
+        from airflow.sdk import DAG
+    except ImportError:  # Airflow 2
+        from airflow import DAG
+        from airflow.operators.bash import BashOperator
 except ImportError:  # pragma: no cover - exercised where Airflow is installed
     DAG = None
 
@@ -97,20 +113,10 @@ if DAG is not None:  # pragma: no cover
             train_model=_env("GLISP_TRAIN_MODEL", ""),
             task=_env("GLISP_TRAIN_TASK", "node"),
         )
+        submit_args = _env("GLISP_SUBMIT_ARGS", "--master local[*]")
         prev = None
         for s in steps:
-            if s.spark:
-                task = SparkSubmitOperator(
-                    task_id=s.task_id,
-                    application=f"{GLISP_HOME}/submit/driver.py",
-                    application_args=s.argv,
-                    py_files=f"{GLISP_HOME}/build/glisp.zip",
-                    conn_id=_env("GLISP_SPARK_CONN", "spark_default"),
-                )
-            else:
-                task = BashOperator(
-                    task_id=s.task_id, bash_command=" ".join([f"{GLISP_HOME}/.venv/bin/glisp", *s.argv])
-                )
+            task = BashOperator(task_id=s.task_id, bash_command=task_command(s, GLISP_HOME, submit_args))
             if prev is not None:
                 prev >> task
             prev = task
