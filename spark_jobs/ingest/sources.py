@@ -287,7 +287,7 @@ def vertex_source_frame(spark, plan: IngestPlan, i: int, offset: int, id_long: b
         .withColumn("_nonint", nonint)
         .withColumn("_labnonint", labnonint)
         .withColumn("_fw", F.when(c("_feat").isNotNull(), F.size(c("_feat"))).otherwise(F.lit(-1)))
-        .withColumn("_fcol", F.lit(src.features or src.features_npy or ",".join(src.feature_columns) or None))
+        .withColumn("_fcol", F.lit(_feature_field(src) or None))
         .withColumn("_feat_raw", F.when(c(REASON).isNotNull(), c("_feat_raw")))  # text only for reports
     )
     return df, sf
@@ -339,6 +339,11 @@ def _feature_columns(df, src: VertexSource):
     return F.lit(None).cast("array<float>"), F.lit(None).cast("string")
 
 
+def _feature_field(src: VertexSource) -> str:
+    """The field a vertex source's features come from, as reports name it ("" without features)."""
+    return src.features or src.features_npy or ",".join(src.feature_columns)
+
+
 def _vertex_rules(plan: IngestPlan, src: VertexSource, raw_df, id_long: bool) -> list[Rule]:
     """The reject rules of a vertex source's rows, first match wins (``raw_df``: the source as read)."""
     from pyspark.sql import functions as F
@@ -358,8 +363,8 @@ def _vertex_rules(plan: IngestPlan, src: VertexSource, raw_df, id_long: bool) ->
         rules.append(Rule("vertex_bad_label", c("_lab_raw").isNotNull() & c("_lab").isNull(), src.label))
     if src.split:
         rules.append(Rule("vertex_bad_split", c("_spl_raw").isNotNull() & c("_spl").isNull(), src.split))
-    if src.features or src.feature_columns or src.features_npy:
-        fname = src.features or src.features_npy or ",".join(src.feature_columns)
+    fname = _feature_field(src)
+    if fname:
         rules.append(
             Rule(
                 "vertex_bad_features",

@@ -12,7 +12,7 @@ scheduler and workers): ``GLISP_HOME`` (a checkout with its virtualenv, ``make``
 (the refresh config: ``[ingest]`` tables, ``[partition]``, ``[dataset] root`` and ``keep_versions``),
 ``GLISP_GRAPH``, ``GLISP_CLUSTER_FILE`` (the running ``serve-cluster``'s file), and optionally
 ``GLISP_SUBMIT_ARGS`` (glisp-submit's options: ``--master yarn --deploy-mode cluster --archives
-env.tar.gz#environment --conf ...``; default ``--master local[*]``), ``GLISP_TRAIN_MODEL`` (a training run to
+env.tar.gz#environment --conf ...``; default: none, glisp-submit's ``local[*]``), ``GLISP_TRAIN_MODEL`` (a training run to
 train on every snapshot, ``GLISP_TRAIN_TASK`` node or link), ``GLISP_INFER_MODEL`` (a training run to re-apply
 to every snapshot) and ``GLISP_SCHEDULE``. Checked with Airflow 3.3.2 (``airflow dags test``, docs/reliability.md).
 
@@ -70,7 +70,7 @@ def refresh_commands(graph: str, version: str, config: str, run: str, order: str
     return steps
 
 
-def task_command(step: Step, home: str = GLISP_HOME, submit_args: str = "--master local[*]") -> str:
+def task_command(step: Step, home: str = GLISP_HOME, submit_args: str = "") -> str:
     """The bash line of one step: a Spark stage through ``glisp-submit`` with ``submit_args``, else ``glisp``."""
     if step.spark:
         head = [f"{home}/.venv/bin/python", f"{home}/submit/glisp-submit", *shlex.split(submit_args), "--"]
@@ -113,7 +113,7 @@ if DAG is not None:  # pragma: no cover
             train_model=_env("GLISP_TRAIN_MODEL", ""),
             task=_env("GLISP_TRAIN_TASK", "node"),
         )
-        submit_args = _env("GLISP_SUBMIT_ARGS", "--master local[*]")
+        submit_args = _env("GLISP_SUBMIT_ARGS", "")
         prev = None
         for s in steps:
             task = BashOperator(task_id=s.task_id, bash_command=task_command(s, GLISP_HOME, submit_args))
