@@ -58,8 +58,9 @@ def write_snapshot(root: Path, i: int, src, dst, n: int, rng: np.random.Generato
     perm = rng.permutation(n)  # original id -> vid
     orig = np.empty(n, np.int64)
     orig[perm] = np.arange(n)
-    return write_dataset(root, "rmat", perm[src], perm[dst], num_vertices=n, orig_ids=[str(x) for x in orig],
-                         version=f"v{i:02d}")  # fmt: skip
+    return write_dataset(
+        root, "rmat", perm[src], perm[dst], num_vertices=n, orig_ids=[str(x) for x in orig], version=f"v{i:02d}"
+    )
 
 
 LOCK = ""  # --lock FILE: hold it (flock) around each timed measurement only, so others can run between
@@ -92,8 +93,12 @@ def main() -> int:
     ap.add_argument("--pipeline", action="store_true", help="also time a full vs an incremental run_pipeline")
     ap.add_argument("--pipeline-only", action="store_true", help="only the --pipeline comparison (no refresh loop)")
     ap.add_argument("--local-finish-edges", type=int, default=0, help="partition.local_finish_edges (0: default)")
-    ap.add_argument("--incremental-local-edges", type=int, default=-1,
-                    help="partition.incremental_local_edges (-1: default; 0: the refresh always in Spark)")  # fmt: skip
+    ap.add_argument(
+        "--incremental-local-edges",
+        type=int,
+        default=-1,
+        help="partition.incremental_local_edges (-1: default; 0: the refresh always in Spark)",
+    )
     ap.add_argument("--master", default="local[2]")
     ap.add_argument("--root", default="")
     ap.add_argument("--lock", default="", help="flock this file around each timed run (e.g. /tmp/glisp-bench.lock)")
@@ -107,8 +112,9 @@ def main() -> int:
     from tests.graphs import rmat_edges
 
     root = Path(args.root or tempfile.mkdtemp(prefix="glisp-bench-incremental-"))
-    spark = get_spark(SparkConfig(master=args.master, log_level="ERROR", driver_memory="6g"),
-                      checkpoint_dir=str(root / "_ck"))  # fmt: skip
+    spark = get_spark(
+        SparkConfig(master=args.master, log_level="ERROR", driver_memory="6g"), checkpoint_dir=str(root / "_ck")
+    )
     rng = np.random.default_rng(1)
     n = 1 << args.scale
     src, dst = rmat_edges(args.scale, args.edge_factor, seed=1)
@@ -128,10 +134,14 @@ def main() -> int:
         return 0
     dv = write_snapshot(root, 0, src, dst, n, rng)
     base = run_partition(spark, with_values(cfg, "partition", name="inc"), dv)
-    print(f"rmat{args.scale} ef{args.edge_factor} p={args.parts} {args.algorithm}: |E| {len(src):,}; "
-          f"v00 full: RF {base.metrics['rf']:.3f} VB {base.metrics['vb']:.3f} EB {base.metrics['eb']:.3f}")  # fmt: skip
-    hdr = (f"{'ver':>4s} {'path':>11s} {'RF inc':>7s} {'VB inc':>7s} {'EB inc':>7s} {'s inc':>6s} {'cpu inc':>7s}"
-           f" | {'RF new':>7s} {'VB new':>7s} {'EB new':>7s} {'s new':>6s} {'cpu new':>7s} | {'kept':>9s} {'added':>7s}")  # fmt: skip
+    print(
+        f"rmat{args.scale} ef{args.edge_factor} p={args.parts} {args.algorithm}: |E| {len(src):,}; "
+        f"v00 full: RF {base.metrics['rf']:.3f} VB {base.metrics['vb']:.3f} EB {base.metrics['eb']:.3f}"
+    )
+    hdr = (
+        f"{'ver':>4s} {'path':>11s} {'RF inc':>7s} {'VB inc':>7s} {'EB inc':>7s} {'s inc':>6s} {'cpu inc':>7s}"
+        f" | {'RF new':>7s} {'VB new':>7s} {'EB new':>7s} {'s new':>6s} {'cpu new':>7s} | {'kept':>9s} {'added':>7s}"
+    )
     print(hdr)
     rows = []
     for i in range(1, args.refreshes + 1):
@@ -141,14 +151,19 @@ def main() -> int:
         new, t_new, c_new = timed(lambda: run_partition(spark, fresh_cfg, dv))  # noqa: B023
         a, b, info = inc.metrics, new.metrics, inc.counts["incremental"]
         rows.append((t_inc, t_new, c_inc, c_new, a["rf"] / b["rf"]))
-        print(f"v{i:02d} {info['path']:>11s} {a['rf']:7.3f} {a['vb']:7.3f} {a['eb']:7.3f} {t_inc:6.1f} {c_inc:7.1f}"
-              f" | {b['rf']:7.3f} {b['vb']:7.3f} {b['eb']:7.3f} {t_new:6.1f} {c_new:7.1f}"
-              f" | {info.get('kept', 0):9,d} {info.get('added', 0):7,d} {info.get('seconds')}", flush=True)  # fmt: skip
+        print(
+            f"v{i:02d} {info['path']:>11s} {a['rf']:7.3f} {a['vb']:7.3f} {a['eb']:7.3f} {t_inc:6.1f} {c_inc:7.1f}"
+            f" | {b['rf']:7.3f} {b['vb']:7.3f} {b['eb']:7.3f} {t_new:6.1f} {c_new:7.1f}"
+            f" | {info.get('kept', 0):9,d} {info.get('added', 0):7,d} {info.get('seconds')}",
+            flush=True,
+        )
         shutil.rmtree(root / "rmat" / f"v{i - 1:02d}", ignore_errors=True)  # only the newest base is needed
     med = lambda k: statistics.median(r[k] for r in rows)  # noqa: E731
-    print(f"median over {len(rows)} refreshes: wall incremental/fresh {med(0) / med(1):.2f} "
-          f"({med(0):.1f} s / {med(1):.1f} s), CPU incremental/fresh {med(2) / med(3):.2f}, "
-          f"RF incremental/fresh {med(4):.3f}")  # fmt: skip
+    print(
+        f"median over {len(rows)} refreshes: wall incremental/fresh {med(0) / med(1):.2f} "
+        f"({med(0):.1f} s / {med(1):.1f} s), CPU incremental/fresh {med(2) / med(3):.2f}, "
+        f"RF incremental/fresh {med(4):.3f}"
+    )
     return 0
 
 
@@ -177,9 +192,12 @@ def pipeline_walls(spark, cfg, root: Path, src, dst, args, rng) -> None:
         stages = Manifest.read(dv.manifest_path).stages
         per = ", ".join(f"{k} {r.timings.get('total_s', 0):.1f}" for k, r in stages.items())
         inc = next((r.counts.get("incremental") for k, r in stages.items() if k.startswith("partition/")), None) or {}
-        print(f"  {'incremental' if incremental else 'full':>11s} {edges.name}: wall {wall:.1f} s, CPU {cpu:.1f} s; "
-              f"stage seconds: {per}; partition path {inc.get('path', '-')} {inc.get('mode', '')} "
-              f"{inc.get('seconds', '')}", flush=True)  # fmt: skip
+        print(
+            f"  {'incremental' if incremental else 'full':>11s} {edges.name}: wall {wall:.1f} s, CPU {cpu:.1f} s; "
+            f"stage seconds: {per}; partition path {inc.get('path', '-')} {inc.get('mode', '')} "
+            f"{inc.get('seconds', '')}",
+            flush=True,
+        )
         return wall
 
     e0 = snap("0", src, dst)
@@ -188,8 +206,10 @@ def pipeline_walls(spark, cfg, root: Path, src, dst, args, rng) -> None:
     t0 = pipe(root / "pipe-inc", e0, True)  # first snapshot: nothing to refresh from, a full run
     t_inc = pipe(root / "pipe-inc", e1, True)
     t_full = pipe(root / "pipe-full", e1, False)
-    print(f"pipeline wall (ingest, partition, serialize, reorder) on snapshot 2: full {t_full:.1f} s, "
-          f"incremental {t_inc:.1f} s, ratio {t_inc / t_full:.2f} (snapshot 1 full: {t0:.1f} s)")  # fmt: skip
+    print(
+        f"pipeline wall (ingest, partition, serialize, reorder) on snapshot 2: full {t_full:.1f} s, "
+        f"incremental {t_inc:.1f} s, ratio {t_inc / t_full:.2f} (snapshot 1 full: {t0:.1f} s)"
+    )
 
 
 if __name__ == "__main__":

@@ -88,9 +88,13 @@ def _tolokers_config(root: Path):
         split = np.where(d["train_masks"][0], "train", np.where(d["val_masks"][0], "val", "test"))
         pq.write_table(pa.table({"id": np.arange(n), "label": d["node_labels"], "split": split}), out / "nodes.parquet")
         np.save(out / "x.npy", d["node_features"].astype(np.float32))
-    return IngestConfig(graph="tolokers", edges=[EdgeSource(path=str(out / "edges.parquet"))],
-                        vertices=[VertexSource(path=str(out / "nodes.parquet"), label="label", split="split",
-                                               features_npy=str(out / "x.npy"))])  # fmt: skip
+    return IngestConfig(
+        graph="tolokers",
+        edges=[EdgeSource(path=str(out / "edges.parquet"))],
+        vertices=[
+            VertexSource(path=str(out / "nodes.parquet"), label="label", split="split", features_npy=str(out / "x.npy"))
+        ],
+    )
 
 
 def build(args: argparse.Namespace, root: Path, spark, cfg) -> dict[str, dict]:
@@ -110,8 +114,9 @@ def build(args: argparse.Namespace, root: Path, spark, cfg) -> dict[str, dict]:
         if g == "rmat":
             src_dir = root / "rmat-src" / f"s{args.scale}-ef{args.edge_factor}-f{args.features}"
             if not (src_dir / "ingest.toml").exists():
-                rc = RmatConfig(scale=args.scale, edge_factor=args.edge_factor, seed=1, features=args.features,
-                                classes=8)  # fmt: skip
+                rc = RmatConfig(
+                    scale=args.scale, edge_factor=args.edge_factor, seed=1, features=args.features, classes=8
+                )
                 generate_rmat(spark, rc, src_dir, fmt="parquet", graph=f"rmat{args.scale}")
             ing = load_config(src_dir / "ingest.toml", env={}).ingest
         elif g == "tolokers":
@@ -126,11 +131,20 @@ def build(args: argparse.Namespace, root: Path, spark, cfg) -> dict[str, dict]:
         run_serialize(spark, c, dv, run=run)
         run_reorders(spark, c, dv, ORDERS, run=run)
         schema = Manifest.read(dv.manifest_path).schema
-        out[g] = {"dv": dv, "run": run, "n": int(schema["num_vertices"]), "m": int(schema["num_edges"]),
-                  "feature_dim": int(schema.get("feature_dim", 0)), "edge_types": list(schema["edge_types"]),
-                  "classes": max(2, int(schema.get("num_classes") or 8))}  # fmt: skip
-        print(f"built {g}: {out[g]['n']:,} vertices, {out[g]['m']:,} directed edges, {out[g]['feature_dim']}-d "
-              f"features, edge types {out[g]['edge_types']} ({time.perf_counter() - t0:.0f}s)", flush=True)  # fmt: skip
+        out[g] = {
+            "dv": dv,
+            "run": run,
+            "n": int(schema["num_vertices"]),
+            "m": int(schema["num_edges"]),
+            "feature_dim": int(schema.get("feature_dim", 0)),
+            "edge_types": list(schema["edge_types"]),
+            "classes": max(2, int(schema.get("num_classes") or 8)),
+        }
+        print(
+            f"built {g}: {out[g]['n']:,} vertices, {out[g]['m']:,} directed edges, {out[g]['feature_dim']}-d "
+            f"features, edge types {out[g]['edge_types']} ({time.perf_counter() - t0:.0f}s)",
+            flush=True,
+        )
     return out
 
 
@@ -151,9 +165,16 @@ def publish(info: dict, args: argparse.Namespace):
     if Manifest.read(dv.manifest_path).has_stage(f"train/{name}"):
         return name, load_checkpoint(dv.path / "train" / name)[0]
     torch.manual_seed(0)
-    spec = ModelSpec(arch=arch, in_dim=info["feature_dim"], hidden=args.hidden, task=args.task,
-                     out_dim=args.link_dim if link else info["classes"], layers=len(args.fanouts), dropout=0.0,
-                     relations=tuple(info["edge_types"]) if typed else ())  # fmt: skip
+    spec = ModelSpec(
+        arch=arch,
+        in_dim=info["feature_dim"],
+        hidden=args.hidden,
+        task=args.task,
+        out_dim=args.link_dim if link else info["classes"],
+        layers=len(args.fanouts),
+        dropout=0.0,
+        relations=tuple(info["edge_types"]) if typed else (),
+    )
     model = build_model(spec).eval()
     publish_model(dv, name, model, info["run"])
     return name, model
@@ -179,23 +200,43 @@ def layerwise(spark, cfg, info: dict, model_run: str, args: argparse.Namespace, 
     from glisp_core.config import with_values
     from glisp_infer.job import run_infer
 
-    c = with_values(cfg, "infer", model=model_run, run=f"bench-{order}" + ("" if halo else "-nohalo"), order=order,
-                    fanouts=args.fanouts, chunk_rows=args.chunk_rows, cache_chunk_rows=args.cache_chunk_rows,
-                    batch_size=args.batch_size, cache_fraction=args.cache_fraction, scratch_dir=str(args.scratch),
-                    cache_admit_window=args.cache_admit_window,
-                    halo=halo)  # fmt: skip
+    c = with_values(
+        cfg,
+        "infer",
+        model=model_run,
+        run=f"bench-{order}" + ("" if halo else "-nohalo"),
+        order=order,
+        fanouts=args.fanouts,
+        chunk_rows=args.chunk_rows,
+        cache_chunk_rows=args.cache_chunk_rows,
+        batch_size=args.batch_size,
+        cache_fraction=args.cache_fraction,
+        scratch_dir=str(args.scratch),
+        cache_admit_window=args.cache_admit_window,
+        halo=halo,
+    )
     cpu0, t0 = _tree_cpu(), time.perf_counter()
     rec = run_infer(spark, c, info["dv"], force=True, log=lambda s: None)
     wall, cpu = time.perf_counter() - t0, _tree_cpu() - cpu0
     t = rec.timings
     lw = t["total_s"] - t["outputs_s"]
     m = rec.metrics
-    print(f"  layerwise {order} (halo {'on' if halo else 'off'}): {wall:.1f}s wall ({lw:.1f}s index + layers, "
-          f"{t['outputs_s']:.1f}s Parquet outputs), {cpu:.1f} CPU-s; chunk reads {m['chunk_reads']:,}, hit ratio "
-          f"{m['dynamic_hit_ratio']}, fill/model {m['fill_over_model']}, exchange/model {m['exchange_over_model']}",
-          flush=True)  # fmt: skip
-    return {"order": order, "halo": halo, "wall_s": wall, "cpu_s": cpu, "layers_s": lw, "timings": t, "metrics": rec.metrics,
-            "path": str(info["dv"].path / rec.path)}  # fmt: skip
+    print(
+        f"  layerwise {order} (halo {'on' if halo else 'off'}): {wall:.1f}s wall ({lw:.1f}s index + layers, "
+        f"{t['outputs_s']:.1f}s Parquet outputs), {cpu:.1f} CPU-s; chunk reads {m['chunk_reads']:,}, hit ratio "
+        f"{m['dynamic_hit_ratio']}, fill/model {m['fill_over_model']}, exchange/model {m['exchange_over_model']}",
+        flush=True,
+    )
+    return {
+        "order": order,
+        "halo": halo,
+        "wall_s": wall,
+        "cpu_s": cpu,
+        "layers_s": lw,
+        "timings": t,
+        "metrics": rec.metrics,
+        "path": str(info["dv"].path / rec.path),
+    }
 
 
 @contextmanager
@@ -234,15 +275,27 @@ def _timed(info: dict, args: argparse.Namespace, service: bool, call: Any) -> tu
 
 def _summary(service: bool, unit: str, k: int, total: int, r: Any, cpu: float) -> dict:
     """Per-``unit`` (seed or edge) cost of ``k`` timed units, scaled to ``total``; printed and returned."""
-    out = {"backend": "service" if service else "in-process", f"{unit}s": k, "wall_s": r.total_s, "cpu_s": cpu,
-           "sample_s": r.sample_s, "model_s": r.model_s, f"per_{unit}_ms": 1000 * r.total_s / k,
-           f"cpu_per_{unit}_ms": 1000 * cpu / k, f"input_vertices_per_{unit}": r.input_vertices / k,
-           f"slice_rows_per_{unit}": r.slice_rows / k, "est_wall_s": r.total_s / k * total,
-           "est_cpu_s": cpu / k * total}  # fmt: skip
-    print(f"  sample-wise{' pairs' if unit == 'edge' else ''} ({out['backend']}): {k} {unit}s in {r.total_s:.1f}s "
-          f"({out[f'per_{unit}_ms']:.3f} ms/{unit}, {out[f'cpu_per_{unit}_ms']:.3f} CPU-ms/{unit}; sampling "
-          f"{r.sample_s:.1f}s, model {r.model_s:.1f}s; {out[f'slice_rows_per_{unit}']:.1f} slice rows/{unit}); "
-          f"all {total:,}: {out['est_wall_s']:.0f}s, {out['est_cpu_s']:.0f} CPU-s", flush=True)  # fmt: skip
+    out = {
+        "backend": "service" if service else "in-process",
+        f"{unit}s": k,
+        "wall_s": r.total_s,
+        "cpu_s": cpu,
+        "sample_s": r.sample_s,
+        "model_s": r.model_s,
+        f"per_{unit}_ms": 1000 * r.total_s / k,
+        f"cpu_per_{unit}_ms": 1000 * cpu / k,
+        f"input_vertices_per_{unit}": r.input_vertices / k,
+        f"slice_rows_per_{unit}": r.slice_rows / k,
+        "est_wall_s": r.total_s / k * total,
+        "est_cpu_s": cpu / k * total,
+    }
+    print(
+        f"  sample-wise{' pairs' if unit == 'edge' else ''} ({out['backend']}): {k} {unit}s in {r.total_s:.1f}s "
+        f"({out[f'per_{unit}_ms']:.3f} ms/{unit}, {out[f'cpu_per_{unit}_ms']:.3f} CPU-ms/{unit}; sampling "
+        f"{r.sample_s:.1f}s, model {r.model_s:.1f}s; {out[f'slice_rows_per_{unit}']:.1f} slice rows/{unit}); "
+        f"all {total:,}: {out['est_wall_s']:.0f}s, {out['est_cpu_s']:.0f} CPU-s",
+        flush=True,
+    )
     return out
 
 
@@ -299,22 +352,45 @@ def sweep(info: dict, timed: dict, args: argparse.Namespace) -> list[dict]:
         tmp = Path(tempfile.mkdtemp(prefix="glisp-sweep-", dir=args.scratch))
         shutil.copytree(dv.path / rec.path / "zarr", tmp / "zarr")
         p = rec.params
-        plan = InferPlan(store=str(tmp / "zarr"), parts_dir=str(dv.serialized(p["partition"])), num_parts=p["parts"],
-                         layout=RowLayout(p["chunk_rows"], tuple(rec.counts["vertices_per_part"])), codec=Codec(),
-                         order=order, dims=tuple(p["dims"]), fanouts=tuple(p["fanouts"]), seed=p["seed"],
-                         direction=p["direction"], relations=(), checkpoint=str(dv.path / "train" / p["model"]),
-                         task=p["task"], cache_chunk_rows=p["cache_chunk_rows"], cache_fraction=p["cache_fraction"],
-                         cache_admit_window=p.get("cache_admit_window", 1), scratch_dir=str(args.scratch))  # fmt: skip
+        plan = InferPlan(
+            store=str(tmp / "zarr"),
+            parts_dir=str(dv.serialized(p["partition"])),
+            num_parts=p["parts"],
+            layout=RowLayout(p["chunk_rows"], tuple(rec.counts["vertices_per_part"])),
+            codec=Codec(),
+            order=order,
+            dims=tuple(p["dims"]),
+            fanouts=tuple(p["fanouts"]),
+            seed=p["seed"],
+            direction=p["direction"],
+            relations=(),
+            checkpoint=str(dv.path / "train" / p["model"]),
+            task=p["task"],
+            cache_chunk_rows=p["cache_chunk_rows"],
+            cache_fraction=p["cache_fraction"],
+            cache_admit_window=p.get("cache_admit_window", 1),
+            scratch_dir=str(args.scratch),
+        )
         for setting in args.sweep:
             b, _, c = str(setting).partition(":")
             q = dataclasses.replace(plan, batch_size=int(b), cache_chunk_rows=int(c or plan.cache_chunk_rows))
             m, bound = _layer_with_bound(T, q)
             reads = max(m["chunk_reads"], 1)
-            rows.append({"order": order, "batch": q.batch_size, "cache_rows": q.cache_chunk_rows,
-                         "chunk_reads": m["chunk_reads"], "hit_ratio": m["dynamic_hits"] / reads,
-                         "every_miss": m["shadow_hits"]["fifo_all"]["0.05"] / reads, "belady": bound / reads,
-                         "lru": m["shadow_hits"]["lru"]["0.05"] / reads, "model_s": m["model_s"],
-                         "cache": m["cache_capacity"], "chunks": m["static_chunks"]})  # fmt: skip
+            rows.append(
+                {
+                    "order": order,
+                    "batch": q.batch_size,
+                    "cache_rows": q.cache_chunk_rows,
+                    "chunk_reads": m["chunk_reads"],
+                    "hit_ratio": m["dynamic_hits"] / reads,
+                    "every_miss": m["shadow_hits"]["fifo_all"]["0.05"] / reads,
+                    "belady": bound / reads,
+                    "lru": m["shadow_hits"]["lru"]["0.05"] / reads,
+                    "model_s": m["model_s"],
+                    "cache": m["cache_capacity"],
+                    "chunks": m["static_chunks"],
+                }
+            )
         shutil.rmtree(tmp, ignore_errors=True)
     ns = {(r["batch"], r["cache_rows"]): r["chunk_reads"] for r in rows if r["order"] == "ns"}
     for r in rows:
@@ -386,42 +462,52 @@ def belady_hits(trace, bounds, num_chunks, capacity):  # pragma: no cover - comp
 def time_split(t: dict, what: str) -> str:
     """The per-layer time split of one run (task seconds summed over partitions)."""
     m = t["metrics"]
-    out = [f"\nTime split of {what} ({t['layers_s']:.1f}s index + layers; task seconds summed over partitions; "
-           f"fill/model {m['fill_over_model']}, exchange/model {m['exchange_over_model']}, sampling/model "
-           f"{m['sample_over_model']}):\n",
-           "| layer | sample | needs | fill | read | slice | write | halo write | fill/model | exchange/model | "
-           "fill chunks | halo rows | task CPU s | wall |\n|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]  # fmt: skip
+    out = [
+        f"\nTime split of {what} ({t['layers_s']:.1f}s index + layers; task seconds summed over partitions; "
+        f"fill/model {m['fill_over_model']}, exchange/model {m['exchange_over_model']}, sampling/model "
+        f"{m['sample_over_model']}):\n",
+        "| layer | sample | needs | fill | read | slice | write | halo write | fill/model | exchange/model | "
+        "fill chunks | halo rows | task CPU s | wall |\n|---|---|---|---|---|---|---|---|---|---|---|---|---|---|",
+    ]
     for k, d in m["layers"].items():
         hw = f"{d.get('halo_write_s', 0):.2f}"
         if "fill_s" in d:
-            out.append(f"| {k} | {d['sample_s']:.2f} | {d.get('needs_s', 0):.2f} | {d['fill_s']:.2f} | {d['read_s']:.2f} "
-                       f"| {d['compute_s']:.2f} | {d['write_s']:.2f} | {hw} | {d['fill_over_model']} | "
-                       f"{d['exchange_over_model']} | {d['fill_chunks']} | {d.get('halo_rows', 0):,} | {d['cpu_s']:.1f} "
-                       f"| {d['wall_s']:.1f} |")  # fmt: skip
+            out.append(
+                f"| {k} | {d['sample_s']:.2f} | {d.get('needs_s', 0):.2f} | {d['fill_s']:.2f} | {d['read_s']:.2f} "
+                f"| {d['compute_s']:.2f} | {d['write_s']:.2f} | {hw} | {d['fill_over_model']} | "
+                f"{d['exchange_over_model']} | {d['fill_chunks']} | {d.get('halo_rows', 0):,} | {d['cpu_s']:.1f} "
+                f"| {d['wall_s']:.1f} |"
+            )
         else:
             out.append(
                 f"| {k} (features) | | | | | | {d['write_s']:.2f} | {hw} | | | | | {d['cpu_s']:.1f} | {d['wall_s']:.1f} |"
             )
     if "plan" in m:
-        out.append(f"\nPlan job (samples, needs): {t['timings'].get('plan_s', 0):.1f}s wall, {m['plan']['cpu_s']:.1f} "
-                   "task CPU s (its sampling and needs seconds are in the layers' columns).")  # fmt: skip
+        out.append(
+            f"\nPlan job (samples, needs): {t['timings'].get('plan_s', 0):.1f}s wall, {m['plan']['cpu_s']:.1f} "
+            "task CPU s (its sampling and needs seconds are in the layers' columns)."
+        )
     return "\n".join(out)
 
 
 def halo_table(runs: list[dict]) -> str:
     """Medians of the alternating halo off / on runs."""
-    out = ["\n| halo | runs | fill/model | exchange/model | fill s | model s | index + layers s | CPU s |\n"
-           "|---|---|---|---|---|---|---|---|"]  # fmt: skip
+    out = [
+        "\n| halo | runs | fill/model | exchange/model | fill s | model s | index + layers s | CPU s |\n"
+        "|---|---|---|---|---|---|---|---|"
+    ]
     for h in (False, True):
         xs = [x for x in runs if x["halo"] == h]
 
         def med(f, xs=xs) -> float:
             return float(np.median([f(x) for x in xs]))
 
-        out.append(f"| {'on' if h else 'off'} | {len(xs)} | {med(lambda x: x['metrics']['fill_over_model']):.3f} | "
-                   f"{med(lambda x: x['metrics']['exchange_over_model']):.3f} | {med(lambda x: x['metrics']['fill_s']):.2f} | "
-                   f"{med(lambda x: x['metrics']['model_s']):.2f} | {med(lambda x: x['layers_s']):.1f} | "
-                   f"{med(lambda x: x['cpu_s']):.1f} |")  # fmt: skip
+        out.append(
+            f"| {'on' if h else 'off'} | {len(xs)} | {med(lambda x: x['metrics']['fill_over_model']):.3f} | "
+            f"{med(lambda x: x['metrics']['exchange_over_model']):.3f} | {med(lambda x: x['metrics']['fill_s']):.2f} | "
+            f"{med(lambda x: x['metrics']['model_s']):.2f} | {med(lambda x: x['layers_s']):.1f} | "
+            f"{med(lambda x: x['cpu_s']):.1f} |"
+        )
     return "\n".join(out)
 
 
@@ -429,12 +515,16 @@ def _samplewise_row(sw: dict, layers: int, n: int) -> str:
     """The sample-wise row's label: its per-seed (node) or per-edge (link) cost and slice rows against layerwise's."""
     if "per_edge_ms" in sw:
         m = sw["scored_edges"]
-        return (f"sample-wise pairs ({sw['backend']}), all {m:,} edges: {sw['per_edge_ms']:.3f} ms, "
-                f"{sw['cpu_per_edge_ms']:.3f} CPU-ms per edge over {sw['edges']:,} edges; {sw['slice_rows_per_edge']:.1f} "
-                f"slice rows per edge (layerwise {layers * n / m:.2f})")  # fmt: skip
-    return (f"sample-wise ({sw['backend']}), all vertices: {sw['per_seed_ms']:.2f} ms, {sw['cpu_per_seed_ms']:.2f} "
-            f"CPU-ms per seed over {sw['seeds']:,} seeds; {sw['slice_rows_per_seed'] / layers:.1f}x layerwise's "
-            "slice rows")  # fmt: skip
+        return (
+            f"sample-wise pairs ({sw['backend']}), all {m:,} edges: {sw['per_edge_ms']:.3f} ms, "
+            f"{sw['cpu_per_edge_ms']:.3f} CPU-ms per edge over {sw['edges']:,} edges; {sw['slice_rows_per_edge']:.1f} "
+            f"slice rows per edge (layerwise {layers * n / m:.2f})"
+        )
+    return (
+        f"sample-wise ({sw['backend']}), all vertices: {sw['per_seed_ms']:.2f} ms, {sw['cpu_per_seed_ms']:.2f} "
+        f"CPU-ms per seed over {sw['seeds']:,} seeds; {sw['slice_rows_per_seed'] / layers:.1f}x layerwise's "
+        "slice rows"
+    )
 
 
 def markdown(res: dict) -> str:
@@ -455,22 +545,34 @@ def markdown(res: dict) -> str:
                 out.append(f"| {row} | {sw['est_wall_s']:.0f} | {sw['est_cpu_s']:.0f} | 1 | 1 |")
             sw = sws[0]
             cold = r["cold"]
-            rows = [("layerwise: index + layers, all Zarr I/O", t["layers_s"], t["cpu_s"] * t["layers_s"] / t["wall_s"]),
-                    ("layerwise: the whole stage, with Parquet outputs", t["wall_s"], t["cpu_s"]),
-                    (f"layerwise: the first run of the session ({cold['order']}), cold Python workers", cold["wall_s"],
-                     cold["cpu_s"])]  # fmt: skip
+            rows = [
+                ("layerwise: index + layers, all Zarr I/O", t["layers_s"], t["cpu_s"] * t["layers_s"] / t["wall_s"]),
+                ("layerwise: the whole stage, with Parquet outputs", t["wall_s"], t["cpu_s"]),
+                (
+                    f"layerwise: the first run of the session ({cold['order']}), cold Python workers",
+                    cold["wall_s"],
+                    cold["cpu_s"],
+                ),
+            ]
             for name, wall, cpu in rows:
-                out.append(f"| {name} | {wall:.1f} | {cpu:.0f} | " + " / ".join(f"{x['est_wall_s'] / wall:.1f}x" for x in sws)
-                           + " | " + " / ".join(f"{x['est_cpu_s'] / cpu:.1f}x" for x in sws) + " |")  # fmt: skip
+                out.append(
+                    f"| {name} | {wall:.1f} | {cpu:.0f} | "
+                    + " / ".join(f"{x['est_wall_s'] / wall:.1f}x" for x in sws)
+                    + " | "
+                    + " / ".join(f"{x['est_cpu_s'] / cpu:.1f}x" for x in sws)
+                    + " |"
+                )
         m = t["metrics"]
         out.append(time_split(t, f"the timed {t['order']} run"))
         for k, x in enumerate(r.get("halo_compare", [])):
             out.append(time_split(x, f"comparison run {k + 1}, {x['order']}, halo {'on' if x['halo'] else 'off'}"))
         if r.get("halo_compare"):
             out.append(halo_table(r["halo_compare"]))
-        out.append(f"\nIndex {t['timings']['index_s']:.1f}s, layer 0 (features) {t['timings']['layer0_s']:.1f}s, "
-                   f"Parquet outputs {t['timings']['outputs_s']:.1f}s; {m['bytes_written']:,} bytes written, "
-                   f"compression {m['compression_ratio']}.")  # fmt: skip
+        out.append(
+            f"\nIndex {t['timings']['index_s']:.1f}s, layer 0 (features) {t['timings']['layer0_s']:.1f}s, "
+            f"Parquet outputs {t['timings']['outputs_s']:.1f}s; {m['bytes_written']:,} bytes written, "
+            f"compression {m['compression_ratio']}."
+        )
         runs = r["orders"]
         ns = next((x for x in runs if x["order"] == "ns"), None)
         out.append(
@@ -479,20 +581,30 @@ def markdown(res: dict) -> str:
         for x in runs:
             mm = x["metrics"]
             vs = f"{mm['chunk_reads'] / ns['metrics']['chunk_reads']:.3f}" if ns else "-"
-            out.append(f"| {x['order']} | {mm['chunk_reads']:,} | {vs} | {mm['dynamic_hit_ratio']} | "
-                       f"{mm['fill_chunks']:,} | {mm['cache_share_max']} |")  # fmt: skip
-        out.append("\n| order | policy | " + " | ".join(f"{f}" for f in runs[0]["metrics"]["shadow_hit_ratio"]["fifo"])
-                   + " |\n|---|---|" + "---|" * len(runs[0]["metrics"]["shadow_hit_ratio"]["fifo"]))  # fmt: skip
+            out.append(
+                f"| {x['order']} | {mm['chunk_reads']:,} | {vs} | {mm['dynamic_hit_ratio']} | "
+                f"{mm['fill_chunks']:,} | {mm['cache_share_max']} |"
+            )
+        out.append(
+            "\n| order | policy | "
+            + " | ".join(f"{f}" for f in runs[0]["metrics"]["shadow_hit_ratio"]["fifo"])
+            + " |\n|---|---|"
+            + "---|" * len(runs[0]["metrics"]["shadow_hit_ratio"]["fifo"])
+        )
         for x in runs:
             for pol, v in x["metrics"]["shadow_hit_ratio"].items():
                 out.append(f"| {x['order']} | {pol} | " + " | ".join(f"{h:.3f}" for h in v.values()) + " |")
         if r.get("sweep"):
-            out.append("\n| order | batch | cache chunk rows | chunk reads | vs NS | FIFO hit ratio | every miss admitted "
-                       "| LRU | Belady bound | cache/chunks | read+slice s |\n|---|---|---|---|---|---|---|---|---|---|---|")  # fmt: skip
+            out.append(
+                "\n| order | batch | cache chunk rows | chunk reads | vs NS | FIFO hit ratio | every miss admitted "
+                "| LRU | Belady bound | cache/chunks | read+slice s |\n|---|---|---|---|---|---|---|---|---|---|---|"
+            )
             for x in r["sweep"]:
-                out.append(f"| {x['order']} | {x['batch']} | {x['cache_rows']} | {x['chunk_reads']:,} | {x['vs_ns']:.3f} | "
-                           f"{x['hit_ratio']:.3f} | {x['every_miss']:.3f} | {x['lru']:.3f} | {x['belady']:.3f} | "
-                           f"{x['cache']}/{x['chunks']} | {x['model_s']:.2f} |")  # fmt: skip
+                out.append(
+                    f"| {x['order']} | {x['batch']} | {x['cache_rows']} | {x['chunk_reads']:,} | {x['vs_ns']:.3f} | "
+                    f"{x['hit_ratio']:.3f} | {x['every_miss']:.3f} | {x['lru']:.3f} | {x['belady']:.3f} | "
+                    f"{x['cache']}/{x['chunks']} | {x['model_s']:.2f} |"
+                )
     return "\n".join(out)
 
 
@@ -525,9 +637,12 @@ def main() -> int:
         action="store_true",
         help="also sample-wise through a sampling cluster on loopback, as training does",
     )
-    ap.add_argument("--sweep", nargs="*", default=[],
-                    help="B or B:C (batch size, cache chunk rows) settings for the reads/hits trade-off, with the "
-                    "offline optimum")  # fmt: skip
+    ap.add_argument(
+        "--sweep",
+        nargs="*",
+        default=[],
+        help="B or B:C (batch size, cache chunk rows) settings for the reads/hits trade-off, with the offline optimum",
+    )
     ap.add_argument(
         "--no-warmup",
         dest="warmup",
@@ -574,13 +689,24 @@ def main() -> int:
         print(f"[{g}] load {os.getloadavg()}", flush=True)
         name, model = publish(info, args)
         runs = [layerwise(spark, cfg, info, name, args, o) for o in orders]
-        r = {"n": info["n"], "m": info["m"], "model": name, "task": args.task, "orders": runs[len(runs) - len(set(orders)):],
-             "timed": runs[-1], "cold": runs[0]}  # fmt: skip
+        r = {
+            "n": info["n"],
+            "m": info["m"],
+            "model": name,
+            "task": args.task,
+            "orders": runs[len(runs) - len(set(orders)) :],
+            "timed": runs[-1],
+            "cold": runs[0],
+        }
         if args.halo_compare:
-            r["halo_compare"] = [layerwise(spark, cfg, info, name, args, args.time_order, halo=h)
-                                 for _ in range(args.halo_compare) for h in (False, True)]  # fmt: skip
-        sw_fn, sw_count = (samplewise_pairs, args.samplewise_edges) if args.task == "link" else \
-            (samplewise, args.samplewise_seeds)  # fmt: skip
+            r["halo_compare"] = [
+                layerwise(spark, cfg, info, name, args, args.time_order, halo=h)
+                for _ in range(args.halo_compare)
+                for h in (False, True)
+            ]
+        sw_fn, sw_count = (
+            (samplewise_pairs, args.samplewise_edges) if args.task == "link" else (samplewise, args.samplewise_seeds)
+        )
         if sw_count:
             r["samplewise"] = sw_fn(info, model, args)
             if args.samplewise_service:

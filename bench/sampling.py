@@ -82,8 +82,9 @@ def build(args: argparse.Namespace, root: Path) -> dict[str, dict]:
             t0 = time.perf_counter()
             timings: dict[str, float] = {}
             if g == "rmat":
-                rc = RmatConfig(scale=args.scale, edge_factor=args.edge_factor, seed=1, weights=True, features=8,
-                                classes=8)  # fmt: skip
+                rc = RmatConfig(
+                    scale=args.scale, edge_factor=args.edge_factor, seed=1, weights=True, features=8, classes=8
+                )
                 src_dir = root / "rmat-src" / f"s{args.scale}-ef{args.edge_factor}"
                 name = f"rmat{args.scale}"
                 if not (src_dir / "ingest.toml").exists():
@@ -113,12 +114,21 @@ def build(args: argparse.Namespace, root: Path) -> dict[str, dict]:
             man = Manifest.read(dv.manifest_path)
             schema = man.schema
             metrics = {k: man.stage(f"partition/{r}").metrics for k, (_, _, r) in runs.items()}
-            out[g] = {"dv": dv, "name": name, "runs": {k: r for k, (_, _, r) in runs.items()},
-                      "n": int(schema["num_vertices"]), "m": int(schema["num_edges"]),
-                      "weighted": bool(schema.get("weighted")), "partition_metrics": metrics,
-                      "build_s": {k: round(v, 1) for k, v in timings.items()}}  # fmt: skip
-            print(f"built {g}: {out[g]['n']:,} vertices, {out[g]['m']:,} directed edges in "
-                  f"{time.perf_counter() - t0:.0f}s {out[g]['build_s']}", flush=True)  # fmt: skip
+            out[g] = {
+                "dv": dv,
+                "name": name,
+                "runs": {k: r for k, (_, _, r) in runs.items()},
+                "n": int(schema["num_vertices"]),
+                "m": int(schema["num_edges"]),
+                "weighted": bool(schema.get("weighted")),
+                "partition_metrics": metrics,
+                "build_s": {k: round(v, 1) for k, v in timings.items()},
+            }
+            print(
+                f"built {g}: {out[g]['n']:,} vertices, {out[g]['m']:,} directed edges in "
+                f"{time.perf_counter() - t0:.0f}s {out[g]['build_s']}",
+                flush=True,
+            )
     finally:
         spark.stop()
     return out
@@ -192,8 +202,13 @@ def bench_graph(g: str, info: dict, args: argparse.Namespace, workdir: Path) -> 
     methods = ["uniform"] + (["weighted"] if info["weighted"] else [])
     rng = np.random.default_rng(5)
     seeds = rng.permutation(n)
-    res: dict = {"n": n, "m": info["m"], "batches": nb, "build_s": info["build_s"],
-                 "partition_metrics": info["partition_metrics"]}  # fmt: skip
+    res: dict = {
+        "n": n,
+        "m": info["m"],
+        "batches": nb,
+        "build_s": info["build_s"],
+        "partition_metrics": info["partition_metrics"],
+    }
     eng = PartitionSampler(open_partition(dv.partition_dir(runs["whole"], 0), verify=False), threads=1)
     local = LocalSampler(eng, n)
     res["inprocess"] = {m: run_loader(local, seeds, fan, nb, bs, method=m) for m in methods}
@@ -245,11 +260,16 @@ def _fmt(v: list[float]) -> str:
     return "[" + ", ".join(f"{a:.2f}" for a in v) + "]"
 
 
-RUN_HEAD = ("| graph | P | run (routing) | RF | uniform seeds/s | % of in-process | edges/s | L_i uniform balanced "
-            "| L_i uniform part0 | weighted seeds/s (% in-proc) | L_i weighted balanced | L_i weighted part0 |\n"
-            + "|---" * 12 + "|\n")  # fmt: skip
-MEM_HEAD = ("| graph | run | server | file MiB | RSS | RSS ÷ file | USS | PSS | baseline (imports) | "
-            "attributable = RSS − baseline | ÷ file | memmap pages | anon growth |\n" + "|---" * 13 + "|\n")  # fmt: skip
+RUN_HEAD = (
+    "| graph | P | run (routing) | RF | uniform seeds/s | % of in-process | edges/s | L_i uniform balanced "
+    "| L_i uniform part0 | weighted seeds/s (% in-proc) | L_i weighted balanced | L_i weighted part0 |\n"
+    + "|---" * 12
+    + "|\n"
+)
+MEM_HEAD = (
+    "| graph | run | server | file MiB | RSS | RSS ÷ file | USS | PSS | baseline (imports) | "
+    "attributable = RSS − baseline | ÷ file | memmap pages | anon growth |\n" + "|---" * 13 + "|\n"
+)
 
 
 def run_row(g: str, r: dict, res: dict) -> str:
@@ -258,20 +278,26 @@ def run_row(g: str, r: dict, res: dict) -> str:
     key = next((k for k, v in res.items() if v is r), "")
     rf = res["partition_metrics"].get(key, {}).get("rf", float("nan"))
     u = r["uniform_balanced"]
-    line = (f"| {g} | {r['parts']} | {r['run']} ({r['routing']}) | {rf:.2f} | {u['seeds_s']:,} | "
-            f"{u['seeds_s'] / ip['uniform']['seeds_s']:.0%} | {u['edges_s'] / 1e6:.2f}M | {_li(u)} | "
-            f"{_li(r['uniform_part0'])} |")  # fmt: skip
+    line = (
+        f"| {g} | {r['parts']} | {r['run']} ({r['routing']}) | {rf:.2f} | {u['seeds_s']:,} | "
+        f"{u['seeds_s'] / ip['uniform']['seeds_s']:.0%} | {u['edges_s'] / 1e6:.2f}M | {_li(u)} | "
+        f"{_li(r['uniform_part0'])} |"
+    )
     if "weighted_balanced" not in r:
         return line + " – | – | – |"
     wb = r["weighted_balanced"]
-    return line + (f" {wb['seeds_s']:,} ({wb['seeds_s'] / ip['weighted']['seeds_s']:.0%}) | {_li(wb)} | "
-                   f"{_li(r['weighted_part0'])} |")  # fmt: skip
+    return line + (
+        f" {wb['seeds_s']:,} ({wb['seeds_s'] / ip['weighted']['seeds_s']:.0%}) | {_li(wb)} | "
+        f"{_li(r['weighted_part0'])} |"
+    )
 
 
 def memory_md(g: str, run: str, m: dict) -> str:
-    return (f"| {g} | {run} | {m['part']} | {m['file_mib']} | {m['rss_mib']} | {m['rss_over_file']:.2f} | "
-            f"{m['uss_mib']} | {m['pss_mib']} | {m['baseline_mib']} ({m['import_mib']}) | {m['attributable_mib']} | "
-            f"{m['attributable_over_file']:.2f} | {m['mapped_resident_mib']} | {m['anon_growth_mib']} |")  # fmt: skip
+    return (
+        f"| {g} | {run} | {m['part']} | {m['file_mib']} | {m['rss_mib']} | {m['rss_over_file']:.2f} | "
+        f"{m['uss_mib']} | {m['pss_mib']} | {m['baseline_mib']} ({m['import_mib']}) | {m['attributable_mib']} | "
+        f"{m['attributable_over_file']:.2f} | {m['mapped_resident_mib']} | {m['anon_growth_mib']} |"
+    )
 
 
 def markdown(results: dict) -> str:
@@ -280,8 +306,10 @@ def markdown(results: dict) -> str:
     for g, res in results["graphs"].items():
         ip = res["inprocess"]
         w = f"{ip['weighted']['seeds_s']:,} (100%)" if "weighted" in ip else "–"
-        rows.append(f"| {g} | 1 | in-process, no RPC | – | {ip['uniform']['seeds_s']:,} | 100% | "
-                    f"{ip['uniform']['edges_s'] / 1e6:.2f}M | | | {w} | | |")  # fmt: skip
+        rows.append(
+            f"| {g} | 1 | in-process, no RPC | – | {ip['uniform']['seeds_s']:,} | 100% | "
+            f"{ip['uniform']['edges_s'] / 1e6:.2f}M | | | {w} | | |"
+        )
         for r in res.values():
             if isinstance(r, dict) and "routing" in r:
                 rows.append(run_row(g, r, res))
@@ -296,11 +324,18 @@ def main() -> int:
     ap.add_argument("--edge-factor", type=int, default=8, help="R-MAT edges per vertex before symmetrising")
     ap.add_argument("--parts", type=int, nargs="+", default=[2, 4])
     ap.add_argument("--vertex-cut", default="adadne", help="vertex-cut partition.algorithm")
-    ap.add_argument("--edge-cut", nargs="*", default=["metis", "edgecut"],
-                    help="edge-cut partition.algorithm(s) served with owner routing (metis: locality, "
-                         "DistDGL's; edgecut: seeded hash of the source)")  # fmt: skip
-    ap.add_argument("--serve-whole", action="store_true",
-                    help="also serve the one-partition run (P=1): the RPC cost alone, and memory at 1 server")  # fmt: skip
+    ap.add_argument(
+        "--edge-cut",
+        nargs="*",
+        default=["metis", "edgecut"],
+        help="edge-cut partition.algorithm(s) served with owner routing (metis: locality, "
+        "DistDGL's; edgecut: seeded hash of the source)",
+    )
+    ap.add_argument(
+        "--serve-whole",
+        action="store_true",
+        help="also serve the one-partition run (P=1): the RPC cost alone, and memory at 1 server",
+    )
     ap.add_argument("--build-only", action="store_true", help="publish the datasets and runs, then stop")
     ap.add_argument("--batches", type=int, default=20)
     ap.add_argument("--batch-size", type=int, default=1024)
@@ -314,14 +349,19 @@ def main() -> int:
     g.add_argument("--edges-name", help="graph name (default: the file's stem)")
     g.add_argument("--feature-dim", type=int, default=128, help="float32 features per vertex (derived)")
     g.add_argument("--clients", type=int, nargs="+", default=[1, 2], help="client process counts")
-    g.add_argument("--configs", nargs="+",
-                   default=["uniform", "weighted", "typed", "uniform+features", "uniform+features-rpc"])  # fmt: skip
+    g.add_argument(
+        "--configs", nargs="+", default=["uniform", "weighted", "typed", "uniform+features", "uniform+features-rpc"]
+    )
     g.add_argument("--windows", type=int, default=3, help="windows per configuration (the median is reported)")
     g.add_argument("--window-s", type=float, default=8.0, help="at least this long per window")
     g.add_argument("--min-batches", type=int, default=20, help="and at least this many batches per client")
     g.add_argument("--prefetch", type=int, default=2, help="batches in flight per client")
-    g.add_argument("--max-quiet-wait", type=float, default=30.0,
-                   help="before a window, wait at most this long for other processes to go quiet")  # fmt: skip
+    g.add_argument(
+        "--max-quiet-wait",
+        type=float,
+        default=30.0,
+        help="before a window, wait at most this long for other processes to go quiet",
+    )
     g.add_argument("--peer-json", help="DistDGL's dist_<graph>.json from run_all.sh, for the ratios")
     args = ap.parse_args()
     if args.edges:
@@ -335,8 +375,13 @@ def main() -> int:
     print(f"build {t_build:.0f}s; load now {os.getloadavg()}", flush=True)
     if args.build_only:
         return 0
-    results: dict = {"fanouts": args.fanouts, "batch": args.batch_size, "threads": args.threads,
-                     "build_s": round(t_build, 1), "graphs": {}}  # fmt: skip
+    results: dict = {
+        "fanouts": args.fanouts,
+        "batch": args.batch_size,
+        "threads": args.threads,
+        "build_s": round(t_build, 1),
+        "graphs": {},
+    }
     for g, info in infos.items():
         results["graphs"][g] = bench_graph(g, info, args, root)
         results["graphs"][g]["load_after"] = os.getloadavg()

@@ -70,8 +70,9 @@ def derived_inputs(spark, tsv: Path, out: Path, feature_dim: int) -> tuple[Path,
     edges.write.mode("overwrite").parquet(str(edges_dir))
     ids = df.select(F.col("src").alias("id")).union(df.select(F.col("dst").alias("id"))).distinct()
     feat = F.array(*[(unit(F.col("id"), F.lit(FEATURE_SEED + k)) - 0.5).cast("float") for k in range(feature_dim)])
-    verts = ids.select("id", (F.xxhash64("id", F.lit(LABEL_SEED)) % CLASSES).cast("long").alias("label"),
-                       feat.alias("feat"))  # fmt: skip
+    verts = ids.select(
+        "id", (F.xxhash64("id", F.lit(LABEL_SEED)) % CLASSES).cast("long").alias("label"), feat.alias("feat")
+    )
     verts.write.mode("overwrite").parquet(str(vertices_dir))
     stamp.write_text(source)
     return edges_dir, vertices_dir
@@ -101,10 +102,14 @@ def build_edges(args, root: Path) -> dict:
         edges_dir, vertices_dir = derived_inputs(spark, tsv, root / "src" / name, args.feature_dim)
         timings["derive"] = time.perf_counter() - t
         ing = IngestConfig(
-            graph=name, directed=False, self_loops="drop", duplicates="drop", id_type="int",
+            graph=name,
+            directed=False,
+            self_loops="drop",
+            duplicates="drop",
+            id_type="int",
             edges=[EdgeSource(path=str(edges_dir), format="parquet", weight="weight", etype="etype")],
             vertices=[VertexSource(path=str(vertices_dir), format="parquet", label="label", features="feat")],
-        )  # fmt: skip
+        )
         t = time.perf_counter()
         dv = run_ingest(spark, cfg, ing, log=lambda s: None)
         timings["ingest"] = time.perf_counter() - t
@@ -119,11 +124,20 @@ def build_edges(args, root: Path) -> dict:
         man = Manifest.read(dv.manifest_path)
     finally:
         spark.stop()
-    info = {"dv": dv, "name": name, "run": run, "n": int(man.schema["num_vertices"]),
-            "m": int(man.schema["num_edges"]), "rf": man.stage(f"partition/{run}").metrics.get("rf"),
-            "build_s": {k: round(v, 1) for k, v in timings.items()}}  # fmt: skip
-    print(f"built {name}: {info['n']:,} vertices, {info['m']:,} directed edges, run {run} RF {info['rf']} "
-          f"{info['build_s']}", flush=True)  # fmt: skip
+    info = {
+        "dv": dv,
+        "name": name,
+        "run": run,
+        "n": int(man.schema["num_vertices"]),
+        "m": int(man.schema["num_edges"]),
+        "rf": man.stage(f"partition/{run}").metrics.get("rf"),
+        "build_s": {k: round(v, 1) for k, v in timings.items()},
+    }
+    print(
+        f"built {name}: {info['n']:,} vertices, {info['m']:,} directed edges, run {run} RF {info['rf']} "
+        f"{info['build_s']}",
+        flush=True,
+    )
     return info
 
 
@@ -201,8 +215,18 @@ def client_worker(cluster_file: str, idx: int, n: int, plan: list[str], spec: di
             cpu = time.process_time() - cpu0
             it.close()  # cancels what is still prefetched
             pos += nseeds
-            queue.put({"client": idx, "window": w, "config": name, "batches": batches, "seeds": nseeds,
-                       "edges": edges, "wall_s": wall, "client_cpu_s": cpu})  # fmt: skip
+            queue.put(
+                {
+                    "client": idx,
+                    "window": w,
+                    "config": name,
+                    "batches": batches,
+                    "seeds": nseeds,
+                    "edges": edges,
+                    "wall_s": wall,
+                    "client_cpu_s": cpu,
+                }
+            )
             barrier.wait()
     finally:
         for c in clients.values():
@@ -214,10 +238,16 @@ def measure_clients(cf: Path, server_pids: list[int], nclients: int, plan: list[
     ctx = mp.get_context("spawn")
     barrier = ctx.Barrier(nclients + 1)
     queue = ctx.Queue()
-    spec = {"fanouts": args.fanouts, "batch": args.batch_size, "prefetch": args.prefetch,
-            "min_batches": args.min_batches, "window_s": args.window_s}  # fmt: skip
-    procs = [ctx.Process(target=client_worker, args=(str(cf), i, n, plan, spec, barrier, queue))
-             for i in range(nclients)]  # fmt: skip
+    spec = {
+        "fanouts": args.fanouts,
+        "batch": args.batch_size,
+        "prefetch": args.prefetch,
+        "min_batches": args.min_batches,
+        "window_s": args.window_s,
+    }
+    procs = [
+        ctx.Process(target=client_worker, args=(str(cf), i, n, plan, spec, barrier, queue)) for i in range(nclients)
+    ]
     for p in procs:
         p.start()
     own = server_pids + [p.pid for p in procs] + [os.getpid()]
@@ -233,23 +263,31 @@ def measure_clients(cf: Path, server_pids: list[int], nclients: int, plan: list[
             got = [queue.get(timeout=60) for _ in procs]
             batches = sum(g["batches"] for g in got)
             cpu = (s1 - s0) + sum(g["client_cpu_s"] for g in got)
-            rows.append({
-                "config": name, "clients": nclients, "window": w,
-                "seeds_s": sum(g["seeds"] / g["wall_s"] for g in got),
-                "edges_s": sum(g["edges"] / g["wall_s"] for g in got),
-                "edges_per_seed": sum(g["edges"] for g in got) / max(1, sum(g["seeds"] for g in got)),
-                "batches": batches, "server_cpu_s": s1 - s0,
-                "client_cpu_s": sum(g["client_cpu_s"] for g in got),
-                "cpu_ms_per_batch": 1e3 * cpu / max(1, batches),
-                "server_cpu_ms_per_batch": 1e3 * (s1 - s0) / max(1, batches),
-                "foreign_cores": foreign, "quiet_wait_s": round(waited, 1),
-                "foreign_before": round(foreign_before, 2),
-            })  # fmt: skip
+            rows.append(
+                {
+                    "config": name,
+                    "clients": nclients,
+                    "window": w,
+                    "seeds_s": sum(g["seeds"] / g["wall_s"] for g in got),
+                    "edges_s": sum(g["edges"] / g["wall_s"] for g in got),
+                    "edges_per_seed": sum(g["edges"] for g in got) / max(1, sum(g["seeds"] for g in got)),
+                    "batches": batches,
+                    "server_cpu_s": s1 - s0,
+                    "client_cpu_s": sum(g["client_cpu_s"] for g in got),
+                    "cpu_ms_per_batch": 1e3 * cpu / max(1, batches),
+                    "server_cpu_ms_per_batch": 1e3 * (s1 - s0) / max(1, batches),
+                    "foreign_cores": foreign,
+                    "quiet_wait_s": round(waited, 1),
+                    "foreign_before": round(foreign_before, 2),
+                }
+            )
             r = rows[-1]
-            print(f"  {name:17s} clients={nclients} window {w}: {r['seeds_s']:,.0f} seeds/s "
-                  f"{r['edges_s'] / 1e6:.2f}M edges/s, {r['cpu_ms_per_batch']:.1f} CPU ms/batch "
-                  f"(servers {r['server_cpu_ms_per_batch']:.1f}), foreign {r['foreign_cores']:.2f} cores",
-                  flush=True)  # fmt: skip
+            print(
+                f"  {name:17s} clients={nclients} window {w}: {r['seeds_s']:,.0f} seeds/s "
+                f"{r['edges_s'] / 1e6:.2f}M edges/s, {r['cpu_ms_per_batch']:.1f} CPU ms/batch "
+                f"(servers {r['server_cpu_ms_per_batch']:.1f}), foreign {r['foreign_cores']:.2f} cores",
+                flush=True,
+            )
     finally:
         for p in procs:
             p.join(timeout=60)
@@ -287,8 +325,16 @@ def bench_edges(info: dict, args, workdir: Path) -> dict:
             rows += measure_clients(cf, pids, k, names * args.windows, info["n"], args)
     finally:
         stop_cluster(proc)
-    return {"graph": info["name"], "run": info["run"], "rf": info["rf"], "n": info["n"], "m": info["m"],
-            "build_s": info["build_s"], "rows": rows, "load_after": os.getloadavg()}  # fmt: skip
+    return {
+        "graph": info["name"],
+        "run": info["run"],
+        "rf": info["rf"],
+        "n": info["n"],
+        "m": info["m"],
+        "build_s": info["build_s"],
+        "rows": rows,
+        "load_after": os.getloadavg(),
+    }
 
 
 # ------------------------------------------------------------------------------------------ report
@@ -313,9 +359,16 @@ def peer_summary(path: Path, phase: str = "balanced:seedfirst") -> dict | None:
         total = sum(phs[0]["server_cpu_s"]) + sum(x["client_cpu_s"] for x in phs)
         cpu.append(1e3 * total / sum(x["batches"] for x in phs))
         fc.append(max(x["foreign_cores"] for x in phs))
-    return {"ok": True, "windows": agg, "seeds_s": _med(agg), "edges_s": _med(edges), "cpu_ms_per_batch": _med(cpu),
-            "cpu_windows": cpu, "foreign_cores": fc,
-            "edges_per_seed": _med([e / s for e, s in zip(edges, agg, strict=True)])}  # fmt: skip
+    return {
+        "ok": True,
+        "windows": agg,
+        "seeds_s": _med(agg),
+        "edges_s": _med(edges),
+        "cpu_ms_per_batch": _med(cpu),
+        "cpu_windows": cpu,
+        "foreign_cores": fc,
+        "edges_per_seed": _med([e / s for e, s in zip(edges, agg, strict=True)]),
+    }
 
 
 def markdown_edges(res: dict, peer: dict | None) -> str:
@@ -326,9 +379,11 @@ def markdown_edges(res: dict, peer: dict | None) -> str:
     lines = []
     if peer and peer.get("ok"):
         w = ", ".join(f"{x:,.0f}" for x in peer["windows"])
-        lines.append(f"| DistDGL 2.1, uniform seed-first, no features | 2 | **{peer['seeds_s']:,.0f}** ({w}) | "
-                     f"{peer['edges_s'] / 1e6:.2f}M | {peer['edges_per_seed']:.0f} | {peer['cpu_ms_per_batch']:.1f} | "
-                     f"1.00 | 1.00 |")  # fmt: skip
+        lines.append(
+            f"| DistDGL 2.1, uniform seed-first, no features | 2 | **{peer['seeds_s']:,.0f}** ({w}) | "
+            f"{peer['edges_s'] / 1e6:.2f}M | {peer['edges_per_seed']:.0f} | {peer['cpu_ms_per_batch']:.1f} | "
+            f"1.00 | 1.00 |"
+        )
     groups: dict[tuple[str, int], list[dict]] = {}
     for r in res["rows"]:
         groups.setdefault((r["config"], r["clients"]), []).append(r)
@@ -340,6 +395,8 @@ def markdown_edges(res: dict, peer: dict | None) -> str:
         vs = vc = "–"
         if peer and peer.get("ok"):
             vs, vc = f"{s / peer['seeds_s']:.2f}", f"{cpu / peer['cpu_ms_per_batch']:.2f}"
-        lines.append(f"| GLISP {name} | {k} | **{s:,.0f}** ({w}) | {_med([r['edges_s'] for r in rs]) / 1e6:.2f}M | "
-                     f"{_med([r['edges_per_seed'] for r in rs]):.0f} | {cpu:.1f} ({scpu:.1f}) | {vs} | {vc} |")  # fmt: skip
+        lines.append(
+            f"| GLISP {name} | {k} | **{s:,.0f}** ({w}) | {_med([r['edges_s'] for r in rs]) / 1e6:.2f}M | "
+            f"{_med([r['edges_per_seed'] for r in rs]):.0f} | {cpu:.1f} ({scpu:.1f}) | {vs} | {vc} |"
+        )
     return head + "\n".join(lines) + "\n"

@@ -70,22 +70,34 @@ def profile_config(client, seeds: np.ndarray, name: str, args) -> dict:
         server_cpu += b["process_cpu_seconds"] - a["process_cpu_seconds"]
     client_stages = diff(c1["stages_s"], c0["stages_s"])
     client_cpu = c1["process_cpu_s"] - c0["process_cpu_s"]
-    return {"config": name, "batches": n, "edges_per_batch": edges / n, "wall_s": wall,
-            "server_cpu_ms": 1e3 * server_cpu / n, "client_cpu_ms": 1e3 * client_cpu / n,
-            "server_stages_ms": {k: 1e3 * v / n for k, v in server_stages.items()},
-            "client_stages_ms": {k: 1e3 * v / n for k, v in client_stages.items()}}  # fmt: skip
+    return {
+        "config": name,
+        "batches": n,
+        "edges_per_batch": edges / n,
+        "wall_s": wall,
+        "server_cpu_ms": 1e3 * server_cpu / n,
+        "client_cpu_ms": 1e3 * client_cpu / n,
+        "server_stages_ms": {k: 1e3 * v / n for k, v in server_stages.items()},
+        "client_stages_ms": {k: 1e3 * v / n for k, v in client_stages.items()},
+    }
 
 
 NESTED = {"client.block": ["client.relabel"]}  # stage -> stages timed inside it
 
 
 def table(r: dict) -> str:
-    lines = [f"**{r['config']}**: {r['batches']} batches, {r['edges_per_batch']:.0f} sampled edges per batch, "
-             f"CPU per batch {r['server_cpu_ms'] + r['client_cpu_ms']:.1f} ms = servers "
-             f"{r['server_cpu_ms']:.1f} + client {r['client_cpu_ms']:.1f}", "",
-             "| side | stage | CPU ms per batch | share of the side |", "|---|---|---|---|"]  # fmt: skip
-    for side, stages, total in (("servers", r["server_stages_ms"], r["server_cpu_ms"]),
-                                ("client", r["client_stages_ms"], r["client_cpu_ms"])):  # fmt: skip
+    lines = [
+        f"**{r['config']}**: {r['batches']} batches, {r['edges_per_batch']:.0f} sampled edges per batch, "
+        f"CPU per batch {r['server_cpu_ms'] + r['client_cpu_ms']:.1f} ms = servers "
+        f"{r['server_cpu_ms']:.1f} + client {r['client_cpu_ms']:.1f}",
+        "",
+        "| side | stage | CPU ms per batch | share of the side |",
+        "|---|---|---|---|",
+    ]
+    for side, stages, total in (
+        ("servers", r["server_stages_ms"], r["server_cpu_ms"]),
+        ("client", r["client_stages_ms"], r["client_cpu_ms"]),
+    ):
         own = dict(stages)
         for outer, inner in NESTED.items():
             if outer in own:
@@ -101,8 +113,22 @@ def py_spy(pids: list[int], seconds: float, out: Path) -> list[subprocess.Popen]
     exe = Path(sys.executable).parent / "py-spy"
     procs = []
     for p in pids:
-        cmd = [str(exe), "record", "--pid", str(p), "--duration", str(int(seconds)), "--rate", "200", "--format",
-               "raw", "--output", str(out / f"{p}.txt"), "--nonblocking", "--threads"]  # fmt: skip
+        cmd = [
+            str(exe),
+            "record",
+            "--pid",
+            str(p),
+            "--duration",
+            str(int(seconds)),
+            "--rate",
+            "200",
+            "--format",
+            "raw",
+            "--output",
+            str(out / f"{p}.txt"),
+            "--nonblocking",
+            "--threads",
+        ]
         procs.append(subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL))
     return procs
 
@@ -152,8 +178,9 @@ def main() -> int:
         import psutil
 
         servers = [c.pid for c in psutil.Process(proc.pid).children(recursive=True)]
-        cfg = ClientConfig(prefetch=args.prefetch, gather_streams=not args.unary,
-                           local_reads="never" if args.rpc_lookups else "auto")  # fmt: skip
+        cfg = ClientConfig(
+            prefetch=args.prefetch, gather_streams=not args.unary, local_reads="never" if args.rpc_lookups else "auto"
+        )
         with SamplingClient(cf, cfg) as client:
             seeds = np.random.default_rng(1).permutation(client.routing.num_vertices)
             for name in args.configs:
@@ -162,8 +189,11 @@ def main() -> int:
                 for s in spies:
                     s.wait(timeout=120)
                 if spies:
-                    r["py_spy"] = {str(p): top_functions(work / f"{p}.txt") for p in servers + [os.getpid()]
-                                   if (work / f"{p}.txt").exists()}  # fmt: skip
+                    r["py_spy"] = {
+                        str(p): top_functions(work / f"{p}.txt")
+                        for p in servers + [os.getpid()]
+                        if (work / f"{p}.txt").exists()
+                    }
                 results.append(r)
                 print(table(r), flush=True)
                 for p, top in r.get("py_spy", {}).items():

@@ -75,8 +75,16 @@ def _server_pid(supervisor_pid: int, addr: str) -> int:
     raise RuntimeError(f"no serve-cluster child listens on {addr}")
 
 
-def _client_loop(cluster: Path, stop: threading.Event, res: SoakResult, lock: threading.Lock, seed: int,
-                 num_vertices: int, batch: int, fanouts: list[int]) -> None:  # fmt: skip
+def _client_loop(
+    cluster: Path,
+    stop: threading.Event,
+    res: SoakResult,
+    lock: threading.Lock,
+    seed: int,
+    num_vertices: int,
+    batch: int,
+    fanouts: list[int],
+) -> None:
     from glisp_core.config import ClientConfig
     from glisp_serving.client import SamplingClient
 
@@ -96,8 +104,15 @@ def _client_loop(cluster: Path, stop: threading.Event, res: SoakResult, lock: th
                     res.errors.append(f"{type(e).__name__}: {e}")
 
 
-def soak(cluster: Path, supervisor_pid: int, duration_s: float, threads: int = 4, batch: int = 256,
-         fanouts: tuple[int, ...] = (10, 5), kill: tuple[int, int] = (0, 1)) -> SoakResult:  # fmt: skip
+def soak(
+    cluster: Path,
+    supervisor_pid: int,
+    duration_s: float,
+    threads: int = 4,
+    batch: int = 256,
+    fanouts: tuple[int, ...] = (10, 5),
+    kill: tuple[int, int] = (0, 1),
+) -> SoakResult:
     """Run the soak against a running ``serve-cluster`` (its pid restarts the killed replica)."""
     spec = json.loads(Path(cluster).read_text())
     addrs = [a for p in spec["addresses"] for a in p]
@@ -108,8 +123,10 @@ def soak(cluster: Path, supervisor_pid: int, duration_s: float, threads: int = 4
     cs = ClusterSpec.read(cluster)
     n = RoutingTable.from_partitions(cs.dv, cs.run, cs.num_parts).num_vertices
     res, lock, stop = SoakResult(restarted=victim), threading.Lock(), threading.Event()
-    workers = [threading.Thread(target=_client_loop, args=(Path(cluster), stop, res, lock, i, n, batch, list(fanouts)))
-               for i in range(threads)]  # fmt: skip
+    workers = [
+        threading.Thread(target=_client_loop, args=(Path(cluster), stop, res, lock, i, n, batch, list(fanouts)))
+        for i in range(threads)
+    ]
     for w in workers:
         w.start()
     t0 = time.monotonic()
@@ -161,8 +178,15 @@ def _build(root: Path) -> tuple[str, str]:
     src, dst = rmat_edges(14, edge_factor=8, seed=1)
     n = 1 << 14
     rng = np.random.default_rng(0)
-    dv = write_dataset(root, "soak", src, dst, num_vertices=n, features=rng.normal(size=(n, 32)).astype(np.float32),
-                       labels=rng.integers(0, 8, n).astype(np.int64))  # fmt: skip
+    dv = write_dataset(
+        root,
+        "soak",
+        src,
+        dst,
+        num_vertices=n,
+        features=rng.normal(size=(n, 32)).astype(np.float32),
+        labels=rng.integers(0, 8, n).astype(np.int64),
+    )
     cfg = with_values(load_config(env={}), "serialize", parquet_copy=False)
     cfg = with_values(cfg, "partition", algorithm="adadne", parts=2, name="soak-p2", progress=False)
     spark = get_spark(cfg.spark)

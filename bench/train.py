@@ -70,13 +70,28 @@ def tolokers_ingest(root: Path):
         split[z["val_masks"][0]] = "val"
         split[z["test_masks"][0]] = "test"
         feats = z["node_features"].astype(np.float32)
-        pq.write_table(pa.table({
-            "id": np.arange(n), "label": z["node_labels"], "split": pa.array(split.tolist()).cast(pa.string()),
-            "feat": pa.FixedSizeListArray.from_arrays(pa.array(feats.ravel()), feats.shape[1]).cast(pa.list_(pa.float32())),
-        }), out / "vertices.parquet")  # fmt: skip
-    return IngestConfig(graph="tolokers", edges=[EdgeSource(path=str(out / "edges.parquet"), format="parquet")],
-                        vertices=[VertexSource(path=str(out / "vertices.parquet"), format="parquet", label="label",
-                                               split="split", features="feat")])  # fmt: skip
+        pq.write_table(
+            pa.table(
+                {
+                    "id": np.arange(n),
+                    "label": z["node_labels"],
+                    "split": pa.array(split.tolist()).cast(pa.string()),
+                    "feat": pa.FixedSizeListArray.from_arrays(pa.array(feats.ravel()), feats.shape[1]).cast(
+                        pa.list_(pa.float32())
+                    ),
+                }
+            ),
+            out / "vertices.parquet",
+        )
+    return IngestConfig(
+        graph="tolokers",
+        edges=[EdgeSource(path=str(out / "edges.parquet"), format="parquet")],
+        vertices=[
+            VertexSource(
+                path=str(out / "vertices.parquet"), format="parquet", label="label", split="split", features="feat"
+            )
+        ],
+    )
 
 
 def build(args: argparse.Namespace, root: Path) -> dict[str, object]:
@@ -164,16 +179,26 @@ def timing(dv, args: argparse.Namespace, workdir: Path) -> list[dict]:
     from glisp_train.progress import Progress
     from glisp_train.trainer import hop_fanouts, run_epoch, setup
 
-    cfg = _cfg(model="sage", hidden=256, layers=3, fanouts=[15, 10, 5], batch_size=1024, max_batches=args.batches,
-               feature_cache_mb=0, prefetch=0, dropout=0.5)  # fmt: skip
+    cfg = _cfg(
+        model="sage",
+        hidden=256,
+        layers=3,
+        fanouts=[15, 10, 5],
+        batch_size=1024,
+        max_batches=args.batches,
+        feature_cache_mb=0,
+        prefetch=0,
+        dropout=0.5,
+    )
     rows: list[dict] = []
     with serving(dv, cfg, workdir) as source:
         s = setup(cfg, source, Dist())
         n, d = source.num_vertices, source.feature_dim
         out_deg, in_deg = source.info.degrees()
         hot = hot_degree(out_deg, in_deg, cfg.train.direction)
-        cached = source.submit(FeatureCache.build(source.backend, hot, int(0.2 * n) * 4 * d, d,
-                                                  torch.device("cpu"))).result()  # fmt: skip
+        cached = source.submit(
+            FeatureCache.build(source.backend, hot, int(0.2 * n) * 4 * d, d, torch.device("cpu"))
+        ).result()
         loaders = {}
         for pf in (0, 2):
             for cache_on in (False, True):
@@ -188,24 +213,34 @@ def timing(dv, args: argparse.Namespace, workdir: Path) -> list[dict]:
                 cpu = time.process_time() - cpu0
                 rec.update(prefetch=pf, cache=cache_on, rep=rep, cpu_s_per_batch=cpu / rec["batches"])
                 rows.append(rec)
-                print(f"[timing] rep {rep} prefetch {pf} cache {'20%' if cache_on else 'off'}: epoch "
-                      f"{rec['epoch_s']:.1f}s waiting {rec['wait_s']:.1f}s ({100 * rec['wait_share']:.0f}%) "
-                      f"computing {rec['compute_s']:.1f}s hits {100 * rec['cache_hit_ratio']:.0f}%", flush=True)  # fmt: skip
+                print(
+                    f"[timing] rep {rep} prefetch {pf} cache {'20%' if cache_on else 'off'}: epoch "
+                    f"{rec['epoch_s']:.1f}s waiting {rec['wait_s']:.1f}s ({100 * rec['wait_share']:.0f}%) "
+                    f"computing {rec['compute_s']:.1f}s hits {100 * rec['cache_hit_ratio']:.0f}%",
+                    flush=True,
+                )
     return rows
 
 
 def timing_table(rows: list[dict]) -> str:
-    lines = ["| prefetch | feature cache | epoch s | waiting s | computing s | waiting % of the epoch | cache hit % | "
-             "MiB fetched / batch | trainer CPU s / batch |", "|---" * 9 + "|"]  # fmt: skip
+    lines = [
+        "| prefetch | feature cache | epoch s | waiting s | computing s | waiting % of the epoch | cache hit % | "
+        "MiB fetched / batch | trainer CPU s / batch |",
+        "|---" * 9 + "|",
+    ]
     for pf in (0, 2):
         for cache_on in (False, True):
             rs = [r for r in rows if r["prefetch"] == pf and r["cache"] == cache_on]
-            med = {k: float(np.median([r[k] for r in rs])) for k in
-                   ("epoch_s", "wait_s", "compute_s", "wait_share", "cache_hit_ratio", "cpu_s_per_batch")}  # fmt: skip
+            med = {
+                k: float(np.median([r[k] for r in rs]))
+                for k in ("epoch_s", "wait_s", "compute_s", "wait_share", "cache_hit_ratio", "cpu_s_per_batch")
+            }
             mib = float(np.median([r["feature_bytes_fetched"] / r["batches"] for r in rs])) / 2**20
-            lines.append(f"| {pf} | {'20% of vertices' if cache_on else 'off'} | {med['epoch_s']:.1f} | "
-                         f"{med['wait_s']:.1f} | {med['compute_s']:.1f} | {100 * med['wait_share']:.1f}% | "
-                         f"{100 * med['cache_hit_ratio']:.1f}% | {mib:.1f} | {med['cpu_s_per_batch']:.2f} |")  # fmt: skip
+            lines.append(
+                f"| {pf} | {'20% of vertices' if cache_on else 'off'} | {med['epoch_s']:.1f} | "
+                f"{med['wait_s']:.1f} | {med['compute_s']:.1f} | {100 * med['wait_share']:.1f}% | "
+                f"{100 * med['cache_hit_ratio']:.1f}% | {mib:.1f} | {med['cpu_s_per_batch']:.2f} |"
+            )
     return "\n".join(lines)
 
 
@@ -230,16 +265,24 @@ def hit_ratio(dv, args: argparse.Namespace, workdir: Path) -> list[dict]:
         batches = rank_batches(order, Dist(), 1024, args.batches)
         rand = np.random.default_rng(1).random(n)  # a random 20% as the baseline ranking
         for label, pct, score in [(f"{p}% hottest", p, hot) for p in (5, 10, 20, 40)] + [("20% random", 20, rand)]:
-            cache = source.submit(FeatureCache.build(source.backend, score, int(pct / 100 * n) * 4 * d, d,
-                                                     torch.device("cpu"))).result()  # fmt: skip
+            cache = source.submit(
+                FeatureCache.build(source.backend, score, int(pct / 100 * n) * 4 * d, d, torch.device("cpu"))
+            ).result()
             loader = Loader(source, hop_fanouts(cfg.train, source.edge_types), cache, 2, "in")
             times = LoaderTimes()
             for _ in loader.batches(batches, 11, times):
                 pass
             c = cache.counters
-            rows.append({"cache": label, "vertices": len(cache.ids), "cache_mib": cache.nbytes / 2**20,
-                         "hit_ratio": c.hit_ratio, "mib_fetched_per_batch": c.bytes_fetched / len(batches) / 2**20,
-                         "rows_per_batch": c.rows / len(batches)})  # fmt: skip
+            rows.append(
+                {
+                    "cache": label,
+                    "vertices": len(cache.ids),
+                    "cache_mib": cache.nbytes / 2**20,
+                    "hit_ratio": c.hit_ratio,
+                    "mib_fetched_per_batch": c.bytes_fetched / len(batches) / 2**20,
+                    "rows_per_batch": c.rows / len(batches),
+                }
+            )
             print(f"[hit ratio] {rows[-1]}", flush=True)
     return rows
 
@@ -250,8 +293,10 @@ def hit_table(rows: list[dict]) -> str:
         "|---" * 6 + "|",
     ]
     for r in rows:
-        lines.append(f"| {r['cache']} | {r['vertices']:,} | {r['cache_mib']:.1f} | {100 * r['hit_ratio']:.1f}% | "
-                     f"{r['mib_fetched_per_batch']:.1f} | {r['rows_per_batch']:,.0f} |")  # fmt: skip
+        lines.append(
+            f"| {r['cache']} | {r['vertices']:,} | {r['cache_mib']:.1f} | {100 * r['hit_ratio']:.1f}% | "
+            f"{r['mib_fetched_per_batch']:.1f} | {r['rows_per_batch']:,.0f} |"
+        )
     return "\n".join(lines)
 
 
@@ -285,25 +330,33 @@ def accuracy(g: str, dv, args: argparse.Namespace, workdir: Path) -> dict:
                     res[kind].append(r.test["acc"])
                     if "auc" in r.test:  # binary labels: ROC-AUC too
                         res[f"{kind}_auc"].append(r.test["auc"])
-                    print(f"[accuracy] {g} seed {seed} {kind}: test acc {r.test['acc']:.4f} "
-                          f"(best epoch {r.best_epoch})", flush=True)  # fmt: skip
+                    print(
+                        f"[accuracy] {g} seed {seed} {kind}: test acc {r.test['acc']:.4f} (best epoch {r.best_epoch})",
+                        flush=True,
+                    )
         finally:
             local.close()
     return res
 
 
 def accuracy_table(results: dict) -> str:
-    lines = ["| graph | model (fanouts) | seeds | 2 servers: test acc mean ± std | in process | difference (points) |",
-             "|---" * 6 + "|"]  # fmt: skip
+    lines = [
+        "| graph | model (fanouts) | seeds | 2 servers: test acc mean ± std | in process | difference (points) |",
+        "|---" * 6 + "|",
+    ]
     for g, r in results.items():
         c, p = np.array(r["cluster"]), np.array(r["in-process"])
         s = r["settings"]
-        lines.append(f"| {g} | {s['model']} ({s['fanouts']}) | {len(c)} | {c.mean():.4f} ± {c.std():.4f} | "
-                     f"{p.mean():.4f} ± {p.std():.4f} | {100 * (c.mean() - p.mean()):+.2f} |")  # fmt: skip
+        lines.append(
+            f"| {g} | {s['model']} ({s['fanouts']}) | {len(c)} | {c.mean():.4f} ± {c.std():.4f} | "
+            f"{p.mean():.4f} ± {p.std():.4f} | {100 * (c.mean() - p.mean()):+.2f} |"
+        )
         if r.get("cluster_auc"):
             ca, pa = np.array(r["cluster_auc"]), np.array(r["in-process_auc"])
-            lines.append(f"| {g} (ROC-AUC) | | {len(ca)} | {ca.mean():.4f} ± {ca.std():.4f} | "
-                         f"{pa.mean():.4f} ± {pa.std():.4f} | {100 * (ca.mean() - pa.mean()):+.2f} |")  # fmt: skip
+            lines.append(
+                f"| {g} (ROC-AUC) | | {len(ca)} | {ca.mean():.4f} ± {ca.std():.4f} | "
+                f"{pa.mean():.4f} ± {pa.std():.4f} | {100 * (ca.mean() - pa.mean()):+.2f} |"
+            )
     return "\n".join(lines)
 
 

@@ -49,8 +49,9 @@ def rmat_csr(scale: int, edge_factor: int, seed: int) -> tuple[np.ndarray, np.nd
 
 
 @njit(nogil=True, cache=True)
-def _expand(front: np.ndarray, indptr: np.ndarray, nbrs: np.ndarray, fanout: int, seed: int, mark: np.ndarray,
-            stamp: int) -> np.ndarray:  # fmt: skip
+def _expand(
+    front: np.ndarray, indptr: np.ndarray, nbrs: np.ndarray, fanout: int, seed: int, mark: np.ndarray, stamp: int
+) -> np.ndarray:
     """One hop: the vertices not yet marked among up to ``fanout`` uniformly drawn edges of each frontier vertex."""
     np.random.seed(seed)
     out = np.empty(len(front) * fanout, np.int64)
@@ -73,8 +74,9 @@ def _expand(front: np.ndarray, indptr: np.ndarray, nbrs: np.ndarray, fanout: int
     return out[:k]
 
 
-def batch_rows(indptr: np.ndarray, nbrs: np.ndarray, fanouts: list[int], seeds: np.ndarray, seed: int,
-               mark: np.ndarray, stamp: int) -> tuple[int, int]:  # fmt: skip
+def batch_rows(
+    indptr: np.ndarray, nbrs: np.ndarray, fanouts: list[int], seeds: np.ndarray, seed: int, mark: np.ndarray, stamp: int
+) -> tuple[int, int]:
     """(slice rows, input vertices) of one batch of distinct ``seeds``: block k's destination side is the
     vertices within k hops. ``mark``: one int per vertex, never equal to ``stamp`` before the call."""
     mark[seeds] = stamp
@@ -86,8 +88,9 @@ def batch_rows(indptr: np.ndarray, nbrs: np.ndarray, fanouts: list[int], seeds: 
     return sum(sizes[: len(fanouts)]), sizes[-1]
 
 
-def tree_sizes(indptr: np.ndarray, nbrs: np.ndarray, fanouts: list[int], batch: int, batches: int, seed: int
-               ) -> tuple[float, float]:  # fmt: skip
+def tree_sizes(
+    indptr: np.ndarray, nbrs: np.ndarray, fanouts: list[int], batch: int, batches: int, seed: int
+) -> tuple[float, float]:
     """(slice rows, input vertices) per seed over ``batches`` batches of ``batch`` random seeds."""
     n = len(indptr) - 1
     mark = np.full(n, -1, np.int64)
@@ -109,8 +112,10 @@ def main() -> None:
     ap.add_argument("--seed", type=int, default=1)
     args = ap.parse_args()
     layers = len(args.fanouts)
-    print(f"| R-MAT scale | edge factor | directed edges | batch | slice rows per seed | input vertices per seed | "
-          f"rows vs layerwise ({layers} per vertex) |")  # fmt: skip
+    print(
+        f"| R-MAT scale | edge factor | directed edges | batch | slice rows per seed | input vertices per seed | "
+        f"rows vs layerwise ({layers} per vertex) |"
+    )
     print("|---|---|---|---|---|---|---|")
     for scale in args.scales:
         for ef in args.edge_factors:
@@ -118,8 +123,10 @@ def main() -> None:
             indptr, nbrs = rmat_csr(scale, ef, args.seed)
             for b in args.batch_sizes:
                 rows, inputs = tree_sizes(indptr, nbrs, args.fanouts, b, max(args.seeds_per_setting // b, 1), args.seed)
-                print(f"| {scale} | {ef} | {len(nbrs):,} | {b} | {rows:.1f} | {inputs:.1f} | {rows / layers:.1f}x |",
-                      flush=True)  # fmt: skip
+                print(
+                    f"| {scale} | {ef} | {len(nbrs):,} | {b} | {rows:.1f} | {inputs:.1f} | {rows / layers:.1f}x |",
+                    flush=True,
+                )
             del indptr, nbrs
             print(f"<!-- scale {scale}, edge factor {ef}: {time.perf_counter() - t:.0f} s -->", flush=True)
 

@@ -122,8 +122,9 @@ class Slice(nn.Module):
             heads = 1 if last else spec.heads
             self.conv = GATConv((d_in, d_in), d_out // heads, heads=heads, add_self_loops=False)
         else:
-            self.conv = RGCNConv((d_in, d_in), d_out, len(spec.relations), num_bases=spec.num_bases or None,
-                                 aggr="mean")  # fmt: skip
+            self.conv = RGCNConv(
+                (d_in, d_in), d_out, len(spec.relations), num_bases=spec.num_bases or None, aggr="mean"
+            )
 
     def forward(self, x_src: Tensor, edge_index: Tensor, num_dst: int, edge_type: Tensor | None = None) -> Tensor:
         x_dst = x_src[:num_dst]

@@ -21,8 +21,13 @@ from glisp_core.errors import StageError
 def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("dataset", metavar="DATASET", help="graph/version (or a version directory) to promote")
     p.add_argument("--run", help="the partition run consumers need (default: any serialized run)")
-    p.add_argument("--require", action="append", default=[], metavar="STAGE",
-                   help="another stage that must be published first, e.g. reorder/adadne-p8/pds")  # fmt: skip
+    p.add_argument(
+        "--require",
+        action="append",
+        default=[],
+        metavar="STAGE",
+        help="another stage that must be published first, e.g. reorder/adadne-p8/pds",
+    )
 
 
 def promote(dv, run: str | None = None, require: list[str] | None = None, keep: int = 0) -> str | None:

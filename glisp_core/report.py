@@ -319,26 +319,85 @@ def infer_lines(m: Manifest) -> list[str]:
         ns = next((r for r in recs if r.params.get("order") == "ns" and _same_setup(r, rec)), None)
         vs = met.get("chunk_reads", 0) / ns.metrics["chunk_reads"] if ns and ns.metrics.get("chunk_reads") else None
         fan = p.get("fanouts")
-        rows.append([rec.name.split("/", 1)[1], str(p.get("order")), str(p.get("task")),
-                     "full" if fan and all(f == -1 for f in fan) else fmt(fan), str(p.get("cache_policy")),
-                     _num(met.get("cache_share_max")), met.get("chunk_reads"), vs, _num(met.get("dynamic_hit_ratio")),
-                     met.get("fill_chunks"), _num(met.get("fill_over_model")), _num(met.get("exchange_over_model")),
-                     met.get("bytes_written"),
-                     _num(met.get("compression_ratio")), _num(rec.timings.get("total_s"))])  # fmt: skip
-    head = ["run", "order", "task", "fanouts", "policy", "cache share", "chunk reads", "vs ns", "hit ratio",
-            "fill chunks", "fill/model", "exchange/model", "bytes written", "compression", "seconds"]  # fmt: skip
+        rows.append(
+            [
+                rec.name.split("/", 1)[1],
+                str(p.get("order")),
+                str(p.get("task")),
+                "full" if fan and all(f == -1 for f in fan) else fmt(fan),
+                str(p.get("cache_policy")),
+                _num(met.get("cache_share_max")),
+                met.get("chunk_reads"),
+                vs,
+                _num(met.get("dynamic_hit_ratio")),
+                met.get("fill_chunks"),
+                _num(met.get("fill_over_model")),
+                _num(met.get("exchange_over_model")),
+                met.get("bytes_written"),
+                _num(met.get("compression_ratio")),
+                _num(rec.timings.get("total_s")),
+            ]
+        )
+    head = [
+        "run",
+        "order",
+        "task",
+        "fanouts",
+        "policy",
+        "cache share",
+        "chunk reads",
+        "vs ns",
+        "hit ratio",
+        "fill chunks",
+        "fill/model",
+        "exchange/model",
+        "bytes written",
+        "compression",
+        "seconds",
+    ]
     lines = ["Inference runs (chunk reads: distinct static-cache chunks per batch; hit ratio: of the dynamic cache)"]
     lines += table(head, rows)
     for rec in recs:
         layers = rec.metrics.get("layers", {})
-        lrows = [[k, _num(d.get("fill_s")), _num(d.get("model_s")), _num(d.get("fill_over_model")),
-                  _num(d.get("exchange_over_model")), d.get("halo_rows"), d.get("static_hits"), d.get("chunk_reads"), _num(d.get("dynamic_hit_ratio")), d.get("fill_chunks"),
-                  d.get("bytes_written"), _num(d.get("compression_ratio")), _num(d.get("wall_s"))]
-                 for k, d in layers.items()]  # fmt: skip
+        lrows = [
+            [
+                k,
+                _num(d.get("fill_s")),
+                _num(d.get("model_s")),
+                _num(d.get("fill_over_model")),
+                _num(d.get("exchange_over_model")),
+                d.get("halo_rows"),
+                d.get("static_hits"),
+                d.get("chunk_reads"),
+                _num(d.get("dynamic_hit_ratio")),
+                d.get("fill_chunks"),
+                d.get("bytes_written"),
+                _num(d.get("compression_ratio")),
+                _num(d.get("wall_s")),
+            ]
+            for k, d in layers.items()
+        ]
         if lrows:
             lines.append(f"  {rec.name} per layer (seconds summed over tasks)")
-            lines += table(["layer", "fill s", "model s", "fill/model", "exchange/model", "halo rows", "static hits", "chunk reads", "hit ratio",
-                            "fill chunks", "bytes written", "compression", "wall s"], lrows, "    ")  # fmt: skip
+            lines += table(
+                [
+                    "layer",
+                    "fill s",
+                    "model s",
+                    "fill/model",
+                    "exchange/model",
+                    "halo rows",
+                    "static hits",
+                    "chunk reads",
+                    "hit ratio",
+                    "fill chunks",
+                    "bytes written",
+                    "compression",
+                    "wall s",
+                ],
+                lrows,
+                "    ",
+            )
     return lines
 
 

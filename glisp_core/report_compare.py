@@ -40,10 +40,16 @@ def compare_rows(a: Manifest, b: Manifest) -> list[list[Any]]:
         rows.append(["schema", k, schema_a.get(k), schema_b.get(k), _ratio(schema_a.get(k), schema_b.get(k))])
     for name in sorted(set(a.stages) | set(b.stages)):
         ra, rb = a.stages.get(name), b.stages.get(name)
-        vals_a = {f"{s}.{k}": v for s in ("timings", "metrics", "counts") for k, v in
-                  _numbers(getattr(ra, s) if ra else {}).items()}  # fmt: skip
-        vals_b = {f"{s}.{k}": v for s in ("timings", "metrics", "counts") for k, v in
-                  _numbers(getattr(rb, s) if rb else {}).items()}  # fmt: skip
+        vals_a = {
+            f"{s}.{k}": v
+            for s in ("timings", "metrics", "counts")
+            for k, v in _numbers(getattr(ra, s) if ra else {}).items()
+        }
+        vals_b = {
+            f"{s}.{k}": v
+            for s in ("timings", "metrics", "counts")
+            for k, v in _numbers(getattr(rb, s) if rb else {}).items()
+        }
         if ra is None or rb is None:
             rows.append([name, "published", fmt(ra is not None), fmt(rb is not None), None])
         for k in sorted(set(vals_a) | set(vals_b), key=lambda k: (not k.startswith("timings.total"), k)):

@@ -112,8 +112,21 @@ class ChunkCache:
         touched = np.empty(len(local), np.int64)
         adm = np.ones(len(local), np.bool_) if admit is None else np.asarray(admit, np.bool_)
         st = self.static
-        k = _gather(local, order, np.asarray(st.mm), len(st.ids), self.pool, self.slot_of, self.slot_chunk,
-                    self.link, self.state, self.lru, adm, out, touched)  # fmt: skip
+        k = _gather(
+            local,
+            order,
+            np.asarray(st.mm),
+            len(st.ids),
+            self.pool,
+            self.slot_of,
+            self.slot_chunk,
+            self.link,
+            self.state,
+            self.lru,
+            adm,
+            out,
+            touched,
+        )
         if k < 0 or (admit is not None and len(adm) != k):
             raise GlispError(
                 f"dynamic cache: the admission plan has {len(adm)} chunks for a batch that reads more or fewer"
@@ -282,8 +295,9 @@ def _gather(
     starts[nt] = m
     if len(admit) < nt:
         return -1
-    _serve(touched[:nt], starts, local, order, out, slot_of, slot_chunk, link, state, lru, admit[:nt], static,
-           nrows, pool)  # fmt: skip
+    _serve(
+        touched[:nt], starts, local, order, out, slot_of, slot_chunk, link, state, lru, admit[:nt], static, nrows, pool
+    )
     return nt
 
 
@@ -311,8 +325,22 @@ def simulate_hits(trace, bounds, num_chunks, capacity, lru, admit):  # pragma: n
     out = np.empty((0, 0), np.float32)
     for b in range(len(bounds) - 1):
         k = bounds[b + 1] - bounds[b]
-        _serve(trace[bounds[b] : bounds[b + 1]], np.zeros(k + 1, np.int64), none, none, out, slot_of, slot_chunk,
-               link, state, lru, admit[bounds[b] : bounds[b + 1]], rows, num_chunks, pool)  # fmt: skip
+        _serve(
+            trace[bounds[b] : bounds[b + 1]],
+            np.zeros(k + 1, np.int64),
+            none,
+            none,
+            out,
+            slot_of,
+            slot_chunk,
+            link,
+            state,
+            lru,
+            admit[bounds[b] : bounds[b + 1]],
+            rows,
+            num_chunks,
+            pool,
+        )
     return state[2]
 
 

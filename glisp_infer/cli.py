@@ -39,8 +39,9 @@ def main(args: argparse.Namespace, cfg: Config) -> int:
     orders = [o.strip() for o in args.order.split(",")] if args.order else [cfg.infer.order]
     for o in orders:
         check_order(o)  # a bad name fails before Spark starts
-    cfg = with_values(cfg, "infer", model=args.model, fanouts=parse_fanouts(args.fanouts), store=args.store,
-                      edges=args.edges)  # fmt: skip
+    cfg = with_values(
+        cfg, "infer", model=args.model, fanouts=parse_fanouts(args.fanouts), store=args.store, edges=args.edges
+    )
     dv = resolve_dataset(args.dataset, cfg.dataset.root)
     spark = get_spark(cfg.spark, checkpoint_dir=str(dv.root / "_checkpoints"))
     for o in orders:
@@ -48,8 +49,10 @@ def main(args: argparse.Namespace, cfg: Config) -> int:
         name = (f"{run}-{o}" if len(orders) > 1 else run) if run else ""
         rec = run_infer(spark, with_values(cfg, "infer", order=o, run=name or None), dv, force=args.force)
         met = rec.metrics
-        print(f"{rec.name}: {rec.counts.get('vertices'):,} vertices x {rec.counts.get('layers')} layers at "
-              f"{dv.path / rec.path}; chunk reads {met.get('chunk_reads'):,}, dynamic-cache hit ratio "
-              f"{met.get('dynamic_hit_ratio')}, fill/model {met.get('fill_over_model')} "
-              f"({rec.timings.get('total_s')} s)")  # fmt: skip
+        print(
+            f"{rec.name}: {rec.counts.get('vertices'):,} vertices x {rec.counts.get('layers')} layers at "
+            f"{dv.path / rec.path}; chunk reads {met.get('chunk_reads'):,}, dynamic-cache hit ratio "
+            f"{met.get('dynamic_hit_ratio')}, fill/model {met.get('fill_over_model')} "
+            f"({rec.timings.get('total_s')} s)"
+        )
     return 0

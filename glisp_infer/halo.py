@@ -65,13 +65,28 @@ def save_atomic(path: Path, **arrays: np.ndarray) -> None:
         tmp.unlink(missing_ok=True)
 
 
-def save_sample(root: Path, layer: int, part: int, sample: HopSample, interior: np.ndarray, fanout: int,
-                static_ids: np.ndarray, vids: np.ndarray) -> None:  # fmt: skip
+def save_sample(
+    root: Path,
+    layer: int,
+    part: int,
+    sample: HopSample,
+    interior: np.ndarray,
+    fanout: int,
+    static_ids: np.ndarray,
+    vids: np.ndarray,
+) -> None:
     """The sample, and the ids of the task's static cache (local-id order) with its own vertices' local ids."""
     sorter = np.argsort(static_ids, kind="stable")
     own_local = sorter[np.searchsorted(static_ids[sorter], vids)]
-    save_atomic(sample_file(root, layer, part), counts=sample.counts, nbrs=sample.nbrs, interior=interior,
-                fanout=np.array(fanout, np.int64), static_ids=static_ids, own_local=own_local)  # fmt: skip
+    save_atomic(
+        sample_file(root, layer, part),
+        counts=sample.counts,
+        nbrs=sample.nbrs,
+        interior=interior,
+        fanout=np.array(fanout, np.int64),
+        static_ids=static_ids,
+        own_local=own_local,
+    )
 
 
 def load_static_ids(root: Path, layer: int, part: int) -> tuple[np.ndarray, np.ndarray] | None:
@@ -92,8 +107,9 @@ def load_sample(root: Path, layer: int, part: int) -> tuple[HopSample, np.ndarra
         return HopSample(counts=z["counts"], nbrs=z["nbrs"]), z["interior"], int(z["fanout"])
 
 
-def write_needs(root: Path, rows_layer: int, part: int, foreign: np.ndarray, row_of: Any,
-                starts: tuple[int, ...]) -> int:  # fmt: skip
+def write_needs(
+    root: Path, rows_layer: int, part: int, foreign: np.ndarray, row_of: Any, starts: tuple[int, ...]
+) -> int:
     """Split ``foreign`` (the distinct sampled neighbours of ``part``'s vertices that other partitions master) by
     master partition and write one needs file per source partition (every one, empty ones too); returns their
     number."""

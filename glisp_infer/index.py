@@ -52,8 +52,15 @@ def chunk_writer(store: str, key: str, values: dict[str, str], chunk: int, total
     return write
 
 
-def build_index(spark: Any, dv: DatasetVersion, reorder_path: Path, layout: RowLayout, store: str, out: Path,
-                vertex_types: list[str]) -> dict[str, int]:  # fmt: skip
+def build_index(
+    spark: Any,
+    dv: DatasetVersion,
+    reorder_path: Path,
+    layout: RowLayout,
+    store: str,
+    out: Path,
+    vertex_types: list[str],
+) -> dict[str, int]:
     """Write the Parquet id map to ``out`` and fill the Zarr index arrays of ``store``."""
     from pyspark import StorageLevel
     from pyspark.sql import functions as F

@@ -51,8 +51,9 @@ def effective_chunk_rows(chunk_rows: int, counts: list[int]) -> int:
 def latest_train_run(man: Manifest) -> str:
     recs = man.stages_with_prefix("train/")
     if not recs:
-        raise StageError(f"{man.graph}/{man.version}: no training run published; run 'glisp train' first "
-                         "(or pass --model RUN)")  # fmt: skip
+        raise StageError(
+            f"{man.graph}/{man.version}: no training run published; run 'glisp train' first (or pass --model RUN)"
+        )
     return max(recs, key=lambda r: (r.completed_at, r.name)).name.split("/", 1)[1]
 
 
@@ -116,15 +117,20 @@ class Inputs:
         schema = man.schema
         fdim = int(schema.get("feature_dim", 0))
         if fdim == 0:
-            raise StageError(f"{dv}: the graph has no vertex features; layerwise inference starts from them "
-                             "(ingest features with the vertex table)")  # fmt: skip
+            raise StageError(
+                f"{dv}: the graph has no vertex features; layerwise inference starts from them "
+                "(ingest features with the vertex table)"
+            )
         if fdim != self.spec.in_dim:
-            raise StageError(f"model {self.model_run}: in_dim {self.spec.in_dim} does not match the graph's "
-                             f"feature_dim {fdim}")  # fmt: skip
+            raise StageError(
+                f"model {self.model_run}: in_dim {self.spec.in_dim} does not match the graph's feature_dim {fdim}"
+            )
         unknown = sorted(set(self.spec.relations) - set(schema.get("edge_types", [])))
         if unknown:
-            raise StageError(f"model {self.model_run}: relations {unknown} are not edge types of the graph "
-                             f"(edge types: {schema.get('edge_types')})")  # fmt: skip
+            raise StageError(
+                f"model {self.model_run}: relations {unknown} are not edge types of the graph "
+                f"(edge types: {schema.get('edge_types')})"
+            )
         self.fanouts = check_fanouts(ic.fanouts, self.spec.layers)
         self.direction = ic.direction or str(self.doc.get("direction") or "in")  # glisp train's default
         rcfg = replace(cfg, reorder=replace(cfg.reorder, order=ic.order))
@@ -139,8 +145,9 @@ class Inputs:
         return tuple([d for d, _ in self.spec.dims] + [self.spec.out_dim])
 
 
-def run_infer(spark: Any, cfg: Config, dv: DatasetVersion, force: bool = False, fault: str | None = None,
-              log: Any = print) -> StageRecord:  # fmt: skip
+def run_infer(
+    spark: Any, cfg: Config, dv: DatasetVersion, force: bool = False, fault: str | None = None, log: Any = print
+) -> StageRecord:
     """Run layerwise inference and publish ``infer/<run>``; a current stage is reused unless forced.
 
     ``fault`` (tests only; also env ``GLISP_INFER_FAULT``) = ``"layer:part:chunks[:raise]"`` makes the
@@ -154,26 +161,48 @@ def run_infer(spark: Any, cfg: Config, dv: DatasetVersion, force: bool = False, 
             f"infer.chunk_rows and infer.batch_size must be positive (got {ic.chunk_rows}, {ic.batch_size})"
         )
     if ic.cache_admit_window < -1:
-        raise GlispError(f"infer.cache_admit_window: expected -1 (never), 0 (always) or N >= 1 batches "
-                         f"(got {ic.cache_admit_window})")  # fmt: skip
+        raise GlispError(
+            f"infer.cache_admit_window: expected -1 (never), 0 (always) or N >= 1 batches (got {ic.cache_admit_window})"
+        )
     layout = RowLayout(effective_chunk_rows(ic.chunk_rows, counts), tuple(counts))
     codec = Codec(ic.compressor, ic.clevel, ic.shuffle)
     params = {
-        "model": inp.model_run, "partition": inp.partition, "parts": inp.num_parts, "order": ic.order,
-        "fanouts": inp.fanouts, "seed": ic.seed, "direction": inp.direction, "chunk_rows": layout.chunk_rows,
-        "compressor": ic.compressor, "clevel": ic.clevel, "shuffle": ic.shuffle, "batch_size": ic.batch_size,
-        "cache_chunk_rows": ic.cache_chunk_rows or layout.chunk_rows, "cache_policy": ic.cache_policy,
+        "model": inp.model_run,
+        "partition": inp.partition,
+        "parts": inp.num_parts,
+        "order": ic.order,
+        "fanouts": inp.fanouts,
+        "seed": ic.seed,
+        "direction": inp.direction,
+        "chunk_rows": layout.chunk_rows,
+        "compressor": ic.compressor,
+        "clevel": ic.clevel,
+        "shuffle": ic.shuffle,
+        "batch_size": ic.batch_size,
+        "cache_chunk_rows": ic.cache_chunk_rows or layout.chunk_rows,
+        "cache_policy": ic.cache_policy,
         "cache_admit_window": ic.cache_admit_window,
-        "cache_fraction": ic.cache_fraction, "cache_chunks": ic.cache_chunks, "store": ic.store,
-        "edges": ic.edges, "task": inp.spec.task, "arch": inp.spec.arch, "dims": list(inp.dims), "halo": ic.halo,
-    }  # fmt: skip
+        "cache_fraction": ic.cache_fraction,
+        "cache_chunks": ic.cache_chunks,
+        "store": ic.store,
+        "edges": ic.edges,
+        "task": inp.spec.task,
+        "arch": inp.spec.arch,
+        "dims": list(inp.dims),
+        "halo": ic.halo,
+    }
     extra = None
     if ic.edges:  # a local edge list is fingerprinted; a URL is taken as named
         extra = (
             {"edges": ic.edges} if "://" in ic.edges else file_fingerprints(_edge_files(ic.edges), cfg.dataset.checksum)
         )
-    depends = ["ingest", f"partition/{inp.partition}", f"serialize/{inp.partition}",
-               f"reorder/{inp.partition}/{ic.order}", f"train/{inp.model_run}"]  # fmt: skip
+    depends = [
+        "ingest",
+        f"partition/{inp.partition}",
+        f"serialize/{inp.partition}",
+        f"reorder/{inp.partition}/{ic.order}",
+        f"train/{inp.model_run}",
+    ]
     pub = StagePublisher(dv, f"infer/{inp.name}", dv.infer(inp.name), params, depends=depends, extra_inputs=extra)
     if not force and pub.is_current():
         log(f"infer/{inp.name}: current, nothing to do")
@@ -218,14 +247,33 @@ def _plan(
     cores = os.cpu_count() or 1
     threads = ic.threads or max(1, cores // max(1, int(spark.sparkContext.defaultParallelism)))
     return InferPlan(
-        store=url, parts_dir=str(inp.parts_dir), num_parts=inp.num_parts, layout=layout, codec=codec,
-        order=ic.order, dims=inp.dims, fanouts=tuple(inp.fanouts), seed=ic.seed, direction=inp.direction,
-        relations=tuple(inp.spec.relations) if inp.spec.arch == "rgcn" else (), checkpoint=str(inp.checkpoint),
-        task=inp.spec.task, batch_size=ic.batch_size, cache_chunk_rows=ic.cache_chunk_rows or layout.chunk_rows,
-        cache_policy=ic.cache_policy, cache_admit_window=ic.cache_admit_window, cache_fraction=ic.cache_fraction, cache_chunks=ic.cache_chunks,
-        scratch_dir=ic.scratch_dir, device=ic.device, threads=threads, local_own_rows=ic.local_own_rows,
-        exchange_dir=str(tmp / EXCHANGE_DIR) if ic.halo else "", token=f"{inp.name}-{uuid.uuid4().hex[:12]}", fault=fault if fault is not None else os.environ.get("GLISP_INFER_FAULT", ""),
-    )  # fmt: skip
+        store=url,
+        parts_dir=str(inp.parts_dir),
+        num_parts=inp.num_parts,
+        layout=layout,
+        codec=codec,
+        order=ic.order,
+        dims=inp.dims,
+        fanouts=tuple(inp.fanouts),
+        seed=ic.seed,
+        direction=inp.direction,
+        relations=tuple(inp.spec.relations) if inp.spec.arch == "rgcn" else (),
+        checkpoint=str(inp.checkpoint),
+        task=inp.spec.task,
+        batch_size=ic.batch_size,
+        cache_chunk_rows=ic.cache_chunk_rows or layout.chunk_rows,
+        cache_policy=ic.cache_policy,
+        cache_admit_window=ic.cache_admit_window,
+        cache_fraction=ic.cache_fraction,
+        cache_chunks=ic.cache_chunks,
+        scratch_dir=ic.scratch_dir,
+        device=ic.device,
+        threads=threads,
+        local_own_rows=ic.local_own_rows,
+        exchange_dir=str(tmp / EXCHANGE_DIR) if ic.halo else "",
+        token=f"{inp.name}-{uuid.uuid4().hex[:12]}",
+        fault=fault if fault is not None else os.environ.get("GLISP_INFER_FAULT", ""),
+    )
 
 
 def run_tasks(spark: Any, plan: InferPlan, fn: Any, what: str) -> list[dict[str, Any]]:
@@ -248,8 +296,18 @@ def run_tasks(spark: Any, plan: InferPlan, fn: Any, what: str) -> list[dict[str,
         sc.setJobDescription(None)
 
 
-def _run(spark: Any, cfg: Config, dv: DatasetVersion, inp: Inputs, layout: RowLayout, codec: Codec, url: str,
-         pub: StagePublisher, fault: str | None, log: Any) -> StageRecord:  # fmt: skip
+def _run(
+    spark: Any,
+    cfg: Config,
+    dv: DatasetVersion,
+    inp: Inputs,
+    layout: RowLayout,
+    codec: Codec,
+    url: str,
+    pub: StagePublisher,
+    fault: str | None,
+    log: Any,
+) -> StageRecord:
     t0 = time.perf_counter()
     plan = _plan(cfg, spark, inp, layout, codec, url, fault, pub.tmp)
     try:
@@ -260,15 +318,24 @@ def _run(spark: Any, cfg: Config, dv: DatasetVersion, inp: Inputs, layout: RowLa
             shutil.rmtree(plan.exchange(), ignore_errors=True)
 
 
-def _run_layers(spark: Any, cfg: Config, dv: DatasetVersion, inp: Inputs, plan: InferPlan, pub: StagePublisher,
-                log: Any, t0: float) -> StageRecord:  # fmt: skip
+def _run_layers(
+    spark: Any, cfg: Config, dv: DatasetVersion, inp: Inputs, plan: InferPlan, pub: StagePublisher, log: Any, t0: float
+) -> StageRecord:
     from glisp_infer import task as T
     from glisp_infer.index import build_index
     from glisp_infer.outputs import write_outputs
 
     layout, url = plan.layout, plan.store
-    attrs = {"order": plan.order, "model": inp.model_run, "partition": inp.partition, "graph": dv.graph,
-             "version": dv.version, "fanouts": list(plan.fanouts), "seed": plan.seed, "direction": plan.direction}  # fmt: skip
+    attrs = {
+        "order": plan.order,
+        "model": inp.model_run,
+        "partition": inp.partition,
+        "graph": dv.graph,
+        "version": dv.version,
+        "fanouts": list(plan.fanouts),
+        "seed": plan.seed,
+        "direction": plan.direction,
+    }
     create_arrays(url, layout, list(plan.dims), inp.num_vertices, plan.codec, attrs)
     timings: dict[str, float] = {}
     t = time.perf_counter()
@@ -305,11 +372,21 @@ def _run_layers(spark: Any, cfg: Config, dv: DatasetVersion, inp: Inputs, plan: 
     shutil.copy(Path(inp.checkpoint) / "model.json", pub.tmp / "model.json")
     metrics = summarize_layers(per_layer)
     if planned:
-        metrics["plan"] = {"total_s": round(sum(r["total_s"] for r in planned.values()), 3),
-                           "cpu_s": round(sum(r["cpu_s"] for r in planned.values()), 3),
-                           "attempts_per_part": [int(planned[k]["attempt"]) + 1 for k in sorted(planned)]}  # fmt: skip
-    counts = {"vertices": layout.num_vertices, "rows": layout.rows, "vertices_per_part": list(layout.counts),
-              "row_start_per_part": list(layout.starts), "layers": plan.layers, "dims": list(plan.dims),
-              "chunks_per_layer": layout.rows // layout.chunk_rows, **idx, **out_counts}  # fmt: skip
+        metrics["plan"] = {
+            "total_s": round(sum(r["total_s"] for r in planned.values()), 3),
+            "cpu_s": round(sum(r["cpu_s"] for r in planned.values()), 3),
+            "attempts_per_part": [int(planned[k]["attempt"]) + 1 for k in sorted(planned)],
+        }
+    counts = {
+        "vertices": layout.num_vertices,
+        "rows": layout.rows,
+        "vertices_per_part": list(layout.counts),
+        "row_start_per_part": list(layout.starts),
+        "layers": plan.layers,
+        "dims": list(plan.dims),
+        "chunks_per_layer": layout.rows // layout.chunk_rows,
+        **idx,
+        **out_counts,
+    }
     timings["total_s"] = time.perf_counter() - t0
     return pub.commit(counts=counts, metrics=metrics, timings={k: round(v, 3) for k, v in timings.items()})

@@ -12,10 +12,39 @@ from __future__ import annotations
 
 from typing import Any
 
-SUMS = ("rows", "vertices", "chunks_written", "bytes_written", "raw_bytes", "total_s", "cpu_s", "write_s", "sample_s", "fill_s",
-        "read_s", "compute_s", "model_s", "fill_chunks", "chunk_reads", "dynamic_hits", "dynamic_misses",
-        "static_hits", "static_lookups", "static_rows", "static_foreign_rows", "static_bytes", "sampled_edges",
-        "interior", "boundary", "evictions", "not_admitted", "halo_rows", "halo_rows_written", "halo_write_s", "needs_s")  # fmt: skip
+SUMS = (
+    "rows",
+    "vertices",
+    "chunks_written",
+    "bytes_written",
+    "raw_bytes",
+    "total_s",
+    "cpu_s",
+    "write_s",
+    "sample_s",
+    "fill_s",
+    "read_s",
+    "compute_s",
+    "model_s",
+    "fill_chunks",
+    "chunk_reads",
+    "dynamic_hits",
+    "dynamic_misses",
+    "static_hits",
+    "static_lookups",
+    "static_rows",
+    "static_foreign_rows",
+    "static_bytes",
+    "sampled_edges",
+    "interior",
+    "boundary",
+    "evictions",
+    "not_admitted",
+    "halo_rows",
+    "halo_rows_written",
+    "halo_write_s",
+    "needs_s",
+)
 
 
 def _ratio(a: float, b: float) -> float:
@@ -60,9 +89,23 @@ def summarize_layers(per_layer: list[list[dict[str, Any]]]) -> dict[str, Any]:
         d["exchange_s"] = round(d["fill_s"] + d.get("needs_s", 0) + layers[f"layer{i - 1}"].get("halo_write_s", 0), 3)
         d["exchange_over_model"] = _ratio(d["exchange_s"], d["model_s"])
     model = [layers[f"layer{i}"] for i in range(1, len(per_layer))]
-    tot = {k: sum(d.get(k, 0) for d in model) for k in ("fill_s", "model_s", "sample_s", "read_s", "compute_s",
-                                                         "write_s", "chunk_reads", "dynamic_hits", "fill_chunks",
-                                                         "exchange_s", "halo_rows", "not_admitted")}  # fmt: skip
+    tot = {
+        k: sum(d.get(k, 0) for d in model)
+        for k in (
+            "fill_s",
+            "model_s",
+            "sample_s",
+            "read_s",
+            "compute_s",
+            "write_s",
+            "chunk_reads",
+            "dynamic_hits",
+            "fill_chunks",
+            "exchange_s",
+            "halo_rows",
+            "not_admitted",
+        )
+    }
     task_cpu = sum(d.get("cpu_s", 0) for d in layers.values())
     written = sum(d["bytes_written"] for d in layers.values())
     raw = sum(d["raw_bytes"] for d in layers.values())

@@ -92,9 +92,14 @@ def edge_scores(plan: InferPlan) -> Any:
                 for a in range(0, r.num_edges, EDGE_STEP):
                     eids = np.arange(a, min(a + EDGE_STEP, r.num_edges), dtype=np.int64)
                     src, dst = gid[r.edge_src(eids)], gid[r.edge_dst(eids)]
-                    yield pa.RecordBatch.from_pydict({"src_vid": pa.array(src), "dst_vid": pa.array(dst),
-                                                      "etype": pa.array(r.edge_type(eids)),
-                                                      "score": pa.array(pair_scores(plan, src, dst))})  # fmt: skip
+                    yield pa.RecordBatch.from_pydict(
+                        {
+                            "src_vid": pa.array(src),
+                            "dst_vid": pa.array(dst),
+                            "etype": pa.array(r.edge_type(eids)),
+                            "score": pa.array(pair_scores(plan, src, dst)),
+                        }
+                    )
 
     return fn
 
@@ -129,8 +134,15 @@ def _parts_df(spark: Any, plan: InferPlan) -> Any:
     return spark.createDataFrame(rdd, "part int")
 
 
-def write_outputs(spark: Any, plan: InferPlan, cfg: Config, dv: DatasetVersion, out: Path, vertex_types: list[str],
-                  edge_types: list[str]) -> dict[str, int]:  # fmt: skip
+def write_outputs(
+    spark: Any,
+    plan: InferPlan,
+    cfg: Config,
+    dv: DatasetVersion,
+    out: Path,
+    vertex_types: list[str],
+    edge_types: list[str],
+) -> dict[str, int]:
     """Write embeddings (and predictions or scores) under ``out``; returns row counts."""
     from pyspark import StorageLevel
     from pyspark.sql import functions as F
@@ -193,14 +205,17 @@ def _score_edge_list(spark: Any, plan: InferPlan, cfg: Config, idm: Any) -> tupl
     df = read_table(spark, path)
     for col in (ic.edges_src, ic.edges_dst):
         if col not in df.columns:
-            raise GlispError(f"{path}: no column {col!r} (columns: {df.columns}); set infer.edges_src / "
-                             "infer.edges_dst, e.g. --set infer.edges_src=source")  # fmt: skip
+            raise GlispError(
+                f"{path}: no column {col!r} (columns: {df.columns}); set infer.edges_src / "
+                "infer.edges_dst, e.g. --set infer.edges_src=source"
+            )
     total = df.count()
     sides = []
     for side, col in (("src", ic.edges_src), ("dst", ic.edges_dst)):
         typed = f"{side}_type" in df.columns
-        ids = idm.select(F.col(VID).alias(f"{side}_vid"), F.col(ORIG_ID).alias(f"_{side}_key"),
-                         F.col(VTYPE).alias(f"_{side}_vt"))  # fmt: skip
+        ids = idm.select(
+            F.col(VID).alias(f"{side}_vid"), F.col(ORIG_ID).alias(f"_{side}_key"), F.col(VTYPE).alias(f"_{side}_vt")
+        )
         sides.append((side, col, typed, ids))
     out = df.withColumn("_row", F.monotonically_increasing_id())
     for side, col, typed, ids in sides:
@@ -212,13 +227,27 @@ def _score_edge_list(spark: Any, plan: InferPlan, cfg: Config, idm: Any) -> tupl
         nbad = bad.count()
         if nbad:
             ex = [r[0] for r in bad.select(col).limit(3).collect()]
-            raise BadInputError(path, col, nbad, total, "name no vertex of the graph", ex,
-                                f"use the original ids of ingest{' with a ' + side + '_type column' if typed else ''}")  # fmt: skip
+            raise BadInputError(
+                path,
+                col,
+                nbad,
+                total,
+                "name no vertex of the graph",
+                ex,
+                f"use the original ids of ingest{' with a ' + side + '_type column' if typed else ''}",
+            )
         dup = out.groupBy("_row").count().filter(F.col("count") > 1)
         if dup.limit(1).count():
             ex = [r[0] for r in out.join(dup, "_row").select(col).limit(3).collect()]
-            raise BadInputError(path, col, dup.count(), total, "match vertices of several types", ex,
-                                f"add a {side}_type column naming the vertex type")  # fmt: skip
+            raise BadInputError(
+                path,
+                col,
+                dup.count(),
+                total,
+                "match vertices of several types",
+                ex,
+                f"add a {side}_type column naming the vertex type",
+            )
         out = out.drop(f"_{side}_key", f"_{side}_vt")
     out = out.drop("_row")
     par = max(1, spark.sparkContext.defaultParallelism)

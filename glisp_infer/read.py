@@ -70,8 +70,9 @@ class InferenceRun:
             found.setdefault(k, []).append(int(r))
         missing = [k for k in keys if k not in found]
         if missing:
-            raise GlispError(f"{self.path / 'index'}: {len(missing)} ids are not vertices of the graph "
-                             f"(got e.g. {missing[:3]})")  # fmt: skip
+            raise GlispError(
+                f"{self.path / 'index'}: {len(missing)} ids are not vertices of the graph (got e.g. {missing[:3]})"
+            )
         many = [k for k in keys if len(found[k]) > 1]
         if many:
             raise GlispError(f"ids {many[:3]} name vertices of several types; pass vtype=")
@@ -83,7 +84,13 @@ class InferenceRun:
         return vals
 
 
-def read_embeddings(dataset: str | os.PathLike[str], ids: Sequence[Any], run: str | None = None, layer: int = -1,
-                    root: str | Path = "data", vtype: str | None = None) -> np.ndarray:  # fmt: skip
+def read_embeddings(
+    dataset: str | os.PathLike[str],
+    ids: Sequence[Any],
+    run: str | None = None,
+    layer: int = -1,
+    root: str | Path = "data",
+    vtype: str | None = None,
+) -> np.ndarray:
     """One call: the embeddings of original ``ids`` from an inference run (see :class:`InferenceRun`)."""
     return InferenceRun.open(dataset, run, str(root)).embeddings(ids, layer, vtype)

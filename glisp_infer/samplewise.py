@@ -80,8 +80,9 @@ class Samplewise:
         from glisp_serving.sampler import KHopSampler
 
         readers = _readers(dv, run)
-        backend = PartitionsBackend([PartitionSampler(r) for r in readers],
-                                    RoutingTable.from_partitions(dv, run, len(readers)))  # fmt: skip
+        backend = PartitionsBackend(
+            [PartitionSampler(r) for r in readers], RoutingTable.from_partitions(dv, run, len(readers))
+        )
 
         def sample(seeds: np.ndarray, fanouts: list, seed: int, direction: str) -> Any:
             sampler = KHopSampler(backend, fanouts, direction=direction, features=True, labels=False)
@@ -98,8 +99,16 @@ class Samplewise:
 
         return cls(sample, _readers(dv, run))
 
-    def run(self, model: Any, seeds: np.ndarray, fanouts: list[int], batch_size: int = 1024, seed: int = 0,
-            direction: str = "in", device: Any = "cpu") -> SamplewiseResult:  # fmt: skip
+    def run(
+        self,
+        model: Any,
+        seeds: np.ndarray,
+        fanouts: list[int],
+        batch_size: int = 1024,
+        seed: int = 0,
+        direction: str = "in",
+        device: Any = "cpu",
+    ) -> SamplewiseResult:
         """Embeddings of ``seeds`` (global ids); ``fanouts`` per hop, first hop first, -1 = every neighbour."""
         seeds = np.asarray(seeds, np.int64)
         res = SamplewiseResult(embeddings=np.empty((len(seeds), model.spec.out_dim), np.float32))
@@ -110,8 +119,17 @@ class Samplewise:
         res.cpu_s = time.process_time() - cpu0
         return res
 
-    def run_pairs(self, model: Any, src: np.ndarray, dst: np.ndarray, fanouts: list[int], batch_size: int = 1024,
-                  seed: int = 0, direction: str = "in", device: Any = "cpu") -> PairsResult:  # fmt: skip
+    def run_pairs(
+        self,
+        model: Any,
+        src: np.ndarray,
+        dst: np.ndarray,
+        fanouts: list[int],
+        batch_size: int = 1024,
+        seed: int = 0,
+        direction: str = "in",
+        device: Any = "cpu",
+    ) -> PairsResult:
         """Scores of the pairs (src[i], dst[i]) as link training computes them: per batch of ``batch_size``
         pairs, the K-hop trees of their distinct endpoints, the whole model, then
         :func:`glisp_core.models.link_scores` of each pair's two rows."""
@@ -135,8 +153,9 @@ class Samplewise:
         res.cpu_s = time.process_time() - cpu0
         return res
 
-    def _forward(self, model: Any, fanouts: list[int], seed: int, direction: str, device: Any,
-                 cost: SamplewiseCost) -> Callable[[np.ndarray, Callable[[Any], Any]], np.ndarray]:  # fmt: skip
+    def _forward(
+        self, model: Any, fanouts: list[int], seed: int, direction: str, device: Any, cost: SamplewiseCost
+    ) -> Callable[[np.ndarray, Callable[[Any], Any]], np.ndarray]:
         """One batch of the run: ``forward(seeds, head)`` samples the seeds' trees, runs the whole model and
         ``head`` on its output rows (in the order of the seeds) and returns that as float32 numpy; the batch's
         seconds and counts go to ``cost``."""

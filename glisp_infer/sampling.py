@@ -79,8 +79,10 @@ def sample_masters(
     masters = np.asarray(masters, np.int64)
     lids = reader.to_local(masters)
     if (lids < 0).any():
-        raise GlispError(f"{reader.path}: vertices {masters[lids < 0][:3].tolist()} are not in partition "
-                         f"{reader.part_id}, which is their inference partition")  # fmt: skip
+        raise GlispError(
+            f"{reader.path}: vertices {masters[lids < 0][:3].tolist()} are not in partition "
+            f"{reader.part_id}, which is their inference partition"
+        )
     bits = np.ascontiguousarray(np.asarray(reader.partition_bits)[lids])
     split = split_by_bits(bits, reader.num_parts)
     nrep = np.unpackbits(bits, axis=1, bitorder="little", count=reader.num_parts).sum(axis=1)

@@ -70,8 +70,12 @@ class RowLayout:
         return range(a, a + self.padded[part] // self.chunk_rows)
 
     def to_dict(self) -> dict[str, Any]:
-        return {"chunk_rows": self.chunk_rows, "counts": list(self.counts), "starts": list(self.starts),
-                "rows": self.rows}  # fmt: skip
+        return {
+            "chunk_rows": self.chunk_rows,
+            "counts": list(self.counts),
+            "starts": list(self.starts),
+            "rows": self.rows,
+        }
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> RowLayout:
@@ -116,13 +120,34 @@ def create_arrays(url: str, layout: RowLayout, dims: list[int], n: int, codec: C
     g.attrs[LAYOUT_ATTR] = json.loads(json.dumps({**attrs, "layout": layout.to_dict(), "dims": dims}))
     cfg = {"write_empty_chunks": True}  # every owned chunk exists once its task has finished
     for i, d in enumerate(dims):
-        g.create_array(f"{LAYERS}/{i}", shape=(layout.rows, d), chunks=(layout.chunk_rows, d), dtype="float32",
-                       compressors=codec.zarr_codec(), fill_value=0.0, config=cfg)  # fmt: skip
-    g.create_array(INDEX_VID, shape=(layout.rows,), chunks=(layout.chunk_rows,), dtype="int64",
-                   compressors=codec.zarr_codec(), fill_value=-1, config=cfg)  # fmt: skip
+        g.create_array(
+            f"{LAYERS}/{i}",
+            shape=(layout.rows, d),
+            chunks=(layout.chunk_rows, d),
+            dtype="float32",
+            compressors=codec.zarr_codec(),
+            fill_value=0.0,
+            config=cfg,
+        )
+    g.create_array(
+        INDEX_VID,
+        shape=(layout.rows,),
+        chunks=(layout.chunk_rows,),
+        dtype="int64",
+        compressors=codec.zarr_codec(),
+        fill_value=-1,
+        config=cfg,
+    )
     for name in (INDEX_ROW, INDEX_POS):
-        g.create_array(name, shape=(n,), chunks=(min(INDEX_CHUNK, max(n, 1)),), dtype="int64",
-                       compressors=codec.zarr_codec(), fill_value=-1, config=cfg)  # fmt: skip
+        g.create_array(
+            name,
+            shape=(n,),
+            chunks=(min(INDEX_CHUNK, max(n, 1)),),
+            dtype="int64",
+            compressors=codec.zarr_codec(),
+            fill_value=-1,
+            config=cfg,
+        )
 
 
 def open_array(url: str, name: str, mode: str = "r") -> Any:

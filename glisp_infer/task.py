@@ -79,8 +79,15 @@ class OwnedWriter:
     """Streams a task's output rows into its own chunks of a layer array, whole chunks only, and (with
     ``local``) to the local disk for the task's next static cache, and (with ``halo``) to the other partitions."""
 
-    def __init__(self, arr: Any, start: int, chunk_rows: int, fault: tuple[int, bool] | None = None,
-                 local: LocalRows | None = None, halo: H.HaloWriter | None = None) -> None:  # fmt: skip
+    def __init__(
+        self,
+        arr: Any,
+        start: int,
+        chunk_rows: int,
+        fault: tuple[int, bool] | None = None,
+        local: LocalRows | None = None,
+        halo: H.HaloWriter | None = None,
+    ) -> None:
         self.arr, self.next_row, self.chunk_rows, self.halo = arr, start, chunk_rows, halo
         self.buf: list[np.ndarray] = []
         self.buffered = 0
@@ -179,8 +186,14 @@ def new_writer(plan: InferPlan, arr: Any, layer: int, part: int, attempt: int) -
     ex = plan.exchange()
     halo = H.HaloWriter(ex, layer, part, plan.num_parts, plan.dims[layer]) if ex and layer < plan.layers else None
     try:
-        return OwnedWriter(arr, plan.layout.starts[part], plan.layout.chunk_rows, parse_fault(plan, layer, part, attempt),
-                           _keep_local(plan, layer, part), halo)  # fmt: skip
+        return OwnedWriter(
+            arr,
+            plan.layout.starts[part],
+            plan.layout.chunk_rows,
+            parse_fault(plan, layer, part, attempt),
+            _keep_local(plan, layer, part),
+            halo,
+        )
     except BaseException:
         if halo is not None:
             halo.abort()
@@ -200,14 +213,25 @@ def _keep_local(plan: InferPlan, layer: int, part: int) -> LocalRows | None:
     return LocalRows(plan.own_rows_file(layer, part), plan.dims[layer], own_local, len(ids))
 
 
-def _write_metrics(plan: InferPlan, part: int, layer: int, arr: Any, w: OwnedWriter, attempt: int, t0: float,
-                   c0: float) -> dict:  # fmt: skip
+def _write_metrics(
+    plan: InferPlan, part: int, layer: int, arr: Any, w: OwnedWriter, attempt: int, t0: float, c0: float
+) -> dict:
     raw = plan.layout.counts[part] * plan.dims[layer] * 4  # the rows' bytes (padding compresses to almost nothing)
     stored = stored_bytes(arr, plan.layout.chunks_of(part))
     halo = {"halo_write_s": w.halo.seconds, "halo_rows_written": w.halo.rows_written} if w.halo is not None else {}
-    return {"part": part, "layer": layer, "attempt": attempt, "rows": plan.layout.counts[part], "chunks_written": w.chunks,
-            "bytes_written": stored, "raw_bytes": raw, "write_s": w.seconds, "total_s": time.perf_counter() - t0,
-            "cpu_s": time.process_time() - c0, **halo}  # fmt: skip
+    return {
+        "part": part,
+        "layer": layer,
+        "attempt": attempt,
+        "rows": plan.layout.counts[part],
+        "chunks_written": w.chunks,
+        "bytes_written": stored,
+        "raw_bytes": raw,
+        "write_s": w.seconds,
+        "total_s": time.perf_counter() - t0,
+        "cpu_s": time.process_time() - c0,
+        **halo,
+    }
 
 
 class _Engines:
@@ -296,13 +320,16 @@ def build_static(
     return cache, m
 
 
-def _fill_from_halo(cache: StaticCache, root: Path, rows_layer: int, part: int, num_parts: int, dim: int,
-                    expected: int) -> int:  # fmt: skip
+def _fill_from_halo(
+    cache: StaticCache, root: Path, rows_layer: int, part: int, num_parts: int, dim: int, expected: int
+) -> int:
     """Put the rows other partitions pushed into the static cache; they must be exactly its foreign rows."""
     ids, blocks = H.read_halo(root, rows_layer, part, num_parts, dim)
     if len(ids) != expected or len(np.unique(ids)) != expected:
-        raise GlispError(f"{root}: the halo of layer {rows_layer} for partition {part} holds {len(ids)} rows, "
-                         f"its static cache needs {expected} (the plan and the layer's samples differ)")  # fmt: skip
+        raise GlispError(
+            f"{root}: the halo of layer {rows_layer} for partition {part} holds {len(ids)} rows, "
+            f"its static cache needs {expected} (the plan and the layer's samples differ)"
+        )
     local = cache.local_ids(ids)  # raises if a pushed row is not one the task samples
     at = 0
     for blk in blocks:
@@ -350,12 +377,22 @@ def plan_exchange(plan: InferPlan, part: int, attempt: int = 0) -> dict[str, Any
         ids = ids[np.argsort(pos_index.get_orthogonal_selection(ids), kind="stable")]
         H.save_sample(ex, layer, part, sample, interior, fanout, ids, vids)
         mark[vids] = False
-        foreign.append(H.write_needs(ex, layer - 1, part, np.flatnonzero(mark), row_index.get_orthogonal_selection,
-                                     plan.layout.starts))  # fmt: skip
+        foreign.append(
+            H.write_needs(
+                ex, layer - 1, part, np.flatnonzero(mark), row_index.get_orthogonal_selection, plan.layout.starts
+            )
+        )
         sample_s.append(t1 - t)
         needs_s.append(time.perf_counter() - t1)
-    return {"part": part, "attempt": attempt, "sample_s": sample_s, "needs_s": needs_s, "foreign_rows": foreign,
-            "total_s": time.perf_counter() - t0, "cpu_s": time.process_time() - c0}  # fmt: skip
+    return {
+        "part": part,
+        "attempt": attempt,
+        "sample_s": sample_s,
+        "needs_s": needs_s,
+        "foreign_rows": foreign,
+        "total_s": time.perf_counter() - t0,
+        "cpu_s": time.process_time() - c0,
+    }
 
 
 def infer_layer(plan: InferPlan, layer: int, part: int, attempt: int = 0) -> dict[str, Any]:
@@ -386,8 +423,9 @@ def infer_layer(plan: InferPlan, layer: int, part: int, attempt: int = 0) -> dic
     writer = None
     try:
         writer = new_writer(plan, out, layer, part, attempt)
-        dyn = ChunkCache(cache, capacity_of(cache.num_chunks, plan.cache_fraction, plan.cache_chunks),
-                         plan.cache_policy)  # fmt: skip
+        dyn = ChunkCache(
+            cache, capacity_of(cache.num_chunks, plan.cache_fraction, plan.cache_chunks), plan.cache_policy
+        )
         m.update(stream(plan, layer, cache, dyn, vids, sample, writer))
         writer.close()
     finally:
@@ -396,15 +434,24 @@ def infer_layer(plan: InferPlan, layer: int, part: int, attempt: int = 0) -> dic
         cache.close()
     plan.own_rows_file(i, part).unlink(missing_ok=True)  # consumed; a retry reads the own rows from Zarr
     nf = len(cache.ids) - n
-    m.update(interior=int(interior.sum()), boundary=int(n - interior.sum()), sampled_edges=int(len(sample.nbrs)),
-             static_rows=n + nf, static_foreign_rows=nf, static_bytes=(n + nf) * plan.dims[i] * 4,
-             static_lookups=int(n + len(sample.nbrs)), static_hits=int(n + len(sample.nbrs)), fanout=fanout)  # fmt: skip
+    m.update(
+        interior=int(interior.sum()),
+        boundary=int(n - interior.sum()),
+        sampled_edges=int(len(sample.nbrs)),
+        static_rows=n + nf,
+        static_foreign_rows=nf,
+        static_bytes=(n + nf) * plan.dims[i] * 4,
+        static_lookups=int(n + len(sample.nbrs)),
+        static_hits=int(n + len(sample.nbrs)),
+        fanout=fanout,
+    )
     m.update(_write_metrics(plan, part, layer, out, writer, attempt, t0, c0))
     return m
 
 
-def stream(plan: InferPlan, layer: int, cache: StaticCache, dyn: ChunkCache, vids: np.ndarray, sample: Any,
-           writer: OwnedWriter) -> dict[str, Any]:  # fmt: skip
+def stream(
+    plan: InferPlan, layer: int, cache: StaticCache, dyn: ChunkCache, vids: np.ndarray, sample: Any, writer: OwnedWriter
+) -> dict[str, Any]:
     """Slice ``layer - 1`` over ``vids`` in order, ``plan.batch_size`` at a time, reading every row through
     the dynamic cache; returns the read and compute seconds and the cache metrics."""
     import torch
@@ -443,12 +490,17 @@ def stream(plan: InferPlan, layer: int, cache: StaticCache, dyn: ChunkCache, vid
             h = model.layer(layer - 1, torch.from_numpy(x).to(device), ei, e - b, et).to("cpu", torch.float32)
         compute_s += time.perf_counter() - tc
         writer.add(h.numpy())  # timed by the writer
-    return {"read_s": read_s, "compute_s": compute_s, "model_s": read_s + compute_s,
-            **_cache_metrics(plan, dyn, cache.num_chunks, trace, bounds, admit)}  # fmt: skip
+    return {
+        "read_s": read_s,
+        "compute_s": compute_s,
+        "model_s": read_s + compute_s,
+        **_cache_metrics(plan, dyn, cache.num_chunks, trace, bounds, admit),
+    }
 
 
-def _cache_metrics(plan: InferPlan, dyn: ChunkCache, num_chunks: int, trace: np.ndarray, bounds: np.ndarray,
-                   admit: np.ndarray) -> dict[str, Any]:  # fmt: skip
+def _cache_metrics(
+    plan: InferPlan, dyn: ChunkCache, num_chunks: int, trace: np.ndarray, bounds: np.ndarray, admit: np.ndarray
+) -> dict[str, Any]:
     """Chunk reads and dynamic-cache hits, plus the hits of the same reads under both policies and sizes, with
     the run's admission plan and (``fifo_all``, ``lru_all``) admitting every miss."""
     every = np.ones(len(trace), np.bool_)
@@ -461,6 +513,14 @@ def _cache_metrics(plan: InferPlan, dyn: ChunkCache, num_chunks: int, trace: np.
                 simulate_hits(trace, bounds, max(num_chunks, 1), cap, pol.startswith("lru"), adm) if len(trace) else 0
             )
             shadow[pol][f"{frac:g}"] = int(hits)
-    return {"chunk_reads": dyn.reads, "dynamic_hits": dyn.hits, "dynamic_misses": dyn.misses,
-            "not_admitted": dyn.bypassed, "cache_capacity": dyn.capacity, "static_chunks": num_chunks,
-            "evictions": dyn.evictions, "admit_window": plan.cache_admit_window, "shadow_hits": shadow}  # fmt: skip
+    return {
+        "chunk_reads": dyn.reads,
+        "dynamic_hits": dyn.hits,
+        "dynamic_misses": dyn.misses,
+        "not_admitted": dyn.bypassed,
+        "cache_capacity": dyn.capacity,
+        "static_chunks": num_chunks,
+        "evictions": dyn.evictions,
+        "admit_window": plan.cache_admit_window,
+        "shadow_hits": shadow,
+    }

@@ -252,9 +252,14 @@ def merge_partials(
 
 
 def _merge_walk(
-    topk: bool, n: int, fanouts: np.ndarray, partials: Sequence[Partial], want_eids: bool, dst: np.ndarray | None,
+    topk: bool,
+    n: int,
+    fanouts: np.ndarray,
+    partials: Sequence[Partial],
+    want_eids: bool,
+    dst: np.ndarray | None,
     scratch: np.ndarray | None,
-) -> HopSample:  # fmt: skip
+) -> HopSample:
     """Concat or top-f merge of partials whose ``pos`` ascend (the router's order); see :func:`_walk_block`."""
     nslot = len(fanouts)
     ps = list(partials)
@@ -271,16 +276,25 @@ def _merge_walk(
 
     build = dst is not None and scratch is not None
     counts, out_n, out_e, src, ei = _walk_block(
-        topk, n, nslot, np.asarray(dst, np.int64) if build else np.empty(0, np.int64),
+        topk,
+        n,
+        nslot,
+        np.asarray(dst, np.int64) if build else np.empty(0, np.int64),
         cat([np.asarray(p.pos, np.int64) for p in ps], np.int64),
         cat([np.asarray(p.counts).reshape(-1) for p in ps], np.int32),
         cat([np.asarray(p.nbrs) for p in ps], np.int64),
         cat([np.asarray(p.keys, np.float32) for p in ps], np.float32) if topk else np.empty(0, np.float32),
         cat([np.asarray(p.edge_ids, np.int64) for p in ps], np.int64) if want_eids else np.empty(0, np.int64),
-        fanouts, rows, ents, want_eids, scratch if build else np.empty(0, np.int32), build,
-    )  # fmt: skip
-    return HopSample(counts=counts, nbrs=out_n, edge_ids=out_e if want_eids else None,
-                     block=(src, ei) if build else None)  # fmt: skip
+        fanouts,
+        rows,
+        ents,
+        want_eids,
+        scratch if build else np.empty(0, np.int32),
+        build,
+    )
+    return HopSample(
+        counts=counts, nbrs=out_n, edge_ids=out_e if want_eids else None, block=(src, ei) if build else None
+    )
 
 
 # ---------------------------------------------------------------------------------------- relabel
@@ -291,10 +305,21 @@ def relabel_edges(
     n = len(dst)
     one = np.array([0, n], np.int64), np.array([0, len(nbrs)], np.int64)  # a single partial in frontier order
     _, _, _, src, ei = _walk_block(
-        False, n, 1, np.asarray(dst, np.int64), np.arange(n, dtype=np.int64), np.asarray(per_vertex, np.int64),
-        np.asarray(nbrs, np.int64), np.empty(0, np.float32), np.empty(0, np.int64), np.ones(1, np.int64), *one,
-        False, scratch, True,
-    )  # fmt: skip
+        False,
+        n,
+        1,
+        np.asarray(dst, np.int64),
+        np.arange(n, dtype=np.int64),
+        np.asarray(per_vertex, np.int64),
+        np.asarray(nbrs, np.int64),
+        np.empty(0, np.float32),
+        np.empty(0, np.int64),
+        np.ones(1, np.int64),
+        *one,
+        False,
+        scratch,
+        True,
+    )
     return src, ei
 
 

@@ -51,8 +51,11 @@ from glisp_serving.wire import (
 )
 
 # a restarted server is used again within a second or two (gRPC's default reconnect backoff grows to 120 s)
-RECONNECT_OPTIONS = [("grpc.initial_reconnect_backoff_ms", 200), ("grpc.min_reconnect_backoff_ms", 200),
-                     ("grpc.max_reconnect_backoff_ms", 2000)]  # fmt: skip
+RECONNECT_OPTIONS = [
+    ("grpc.initial_reconnect_backoff_ms", 200),
+    ("grpc.min_reconnect_backoff_ms", 200),
+    ("grpc.max_reconnect_backoff_ms", 2000),
+]
 _FAILOVER = (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED)
 
 
@@ -92,16 +95,22 @@ class _Stub:
     protobuf messages (their serialization and parsing count as profile stages)."""
 
     def __init__(self, channel: grpc.aio.Channel) -> None:
-        for name, (req, resp) in {"Gather": (pb.GatherRequest, pb.GatherResponse),
-                                  "Lookup": (pb.LookupRequest, pb.LookupResponse),
-                                  "VertexInfo": (pb.VertexInfoRequest, pb.VertexInfoResponse),
-                                  "Stats": (pb.StatsRequest, pb.StatsResponse)}.items():  # fmt: skip
+        for name, (req, resp) in {
+            "Gather": (pb.GatherRequest, pb.GatherResponse),
+            "Lookup": (pb.LookupRequest, pb.LookupResponse),
+            "VertexInfo": (pb.VertexInfoRequest, pb.VertexInfoResponse),
+            "Stats": (pb.StatsRequest, pb.StatsResponse),
+        }.items():
             raw = name in ("Gather", "Lookup")  # wire bytes both ways (glisp_serving.wire.encode/decode)
-            setattr(self, name, channel.unary_unary(
-                f"/glisp.sampling.v1.Sampling/{name}",
-                request_serializer=None if raw else _timed(req.SerializeToString, "client.serialize"),
-                response_deserializer=None if raw else _timed(resp.FromString, "client.parse"),
-            ))  # fmt: skip
+            setattr(
+                self,
+                name,
+                channel.unary_unary(
+                    f"/glisp.sampling.v1.Sampling/{name}",
+                    request_serializer=None if raw else _timed(req.SerializeToString, "client.serialize"),
+                    response_deserializer=None if raw else _timed(resp.FromString, "client.parse"),
+                ),
+            )
         self.GatherStream = channel.stream_stream("/glisp.sampling.v1.Sampling/GatherStream")
 
 
@@ -113,8 +122,11 @@ class RemoteBackend:
         self.num_vertices = routing.num_vertices
         self.max_mb, self.owner_direction = max_mb, None
         self.version: str | None = None  # <graph>/<version> the answers come from; set by the first one
-        self._opts = [("grpc.max_send_message_length", max_mb << 20), ("grpc.max_receive_message_length", max_mb << 20),
-                      *RECONNECT_OPTIONS]  # fmt: skip
+        self._opts = [
+            ("grpc.max_send_message_length", max_mb << 20),
+            ("grpc.max_receive_message_length", max_mb << 20),
+            *RECONNECT_OPTIONS,
+        ]
         self._channels: list[list[grpc.aio.Channel]] = []
         self._stubs: list[list[_Stub]] = []
         self._next = [0] * spec.num_parts  # round robin over each partition's replicas
@@ -212,10 +224,17 @@ class RemoteBackend:
 
     def _gather_request(self, ids: np.ndarray, req: HopRequest) -> bytes:
         return encode(
-            GATHER_REQUEST, seeds=_wire_ids(ids), fanout=req.fanout or None, type_fanouts=req.type_fanouts,
-            method=req.method, direction=pb.IN if req.direction == "in" else None, seed=req.seed or None,
-            edge_ids=req.edge_ids, max_time=req.max_time, version=self.version or None,
-        )  # fmt: skip
+            GATHER_REQUEST,
+            seeds=_wire_ids(ids),
+            fanout=req.fanout or None,
+            type_fanouts=req.type_fanouts,
+            method=req.method,
+            direction=pb.IN if req.direction == "in" else None,
+            seed=req.seed or None,
+            edge_ids=req.edge_ids,
+            max_time=req.max_time,
+            version=self.version or None,
+        )
 
     async def gather(self, frontier: np.ndarray, req: HopRequest, scratch: np.ndarray | None = None) -> HopSample:
         """Gather (one RPC per server holding part of the frontier, in parallel), then Apply.
@@ -246,8 +265,9 @@ class RemoteBackend:
                     )
                 )
         with profile.stage("client.apply"):
-            return merge_partials(len(frontier), partials, merge, fanouts, want_eids=req.edge_ids, dst=frontier,
-                                  scratch=scratch)  # fmt: skip
+            return merge_partials(
+                len(frontier), partials, merge, fanouts, want_eids=req.edge_ids, dst=frontier, scratch=scratch
+            )
 
     async def lookup(self, ids: np.ndarray, features: bool, labels: bool) -> dict[str, np.ndarray]:
         """Features / labels of ``ids`` from their master partitions, in the order of ``ids``."""
@@ -257,8 +277,16 @@ class RemoteBackend:
             parts = [k for k in range(len(split)) if len(split[k])]
         local = [k for k in parts if self.colocated is not None and k in self.colocated.parts]
         remote = [k for k in parts if k not in local]
-        reqs = [encode(LOOKUP_REQUEST, vertices=_wire_ids(ids[split[k]]), features=features, labels=labels,
-                       version=self.version or None) for k in remote]  # fmt: skip
+        reqs = [
+            encode(
+                LOOKUP_REQUEST,
+                vertices=_wire_ids(ids[split[k]]),
+                features=features,
+                labels=labels,
+                version=self.version or None,
+            )
+            for k in remote
+        ]
         resps = await asyncio.gather(*[self.call(k, "Lookup", r) for k, r in zip(remote, reqs, strict=True)])
         with profile.stage("client.lookup_assemble"):
             answers = [decode(LOOKUP_RESPONSE, raw) for raw in resps]
@@ -289,8 +317,10 @@ class RemoteBackend:
             if len(targets) == 1 and {k for k, _ in live} == set(range(self.spec.num_parts)):
                 break
             if time.monotonic() > deadline:
-                raise SamplingError(f"servers disagree on the version for over client.deadline_s: {sorted(targets)}",
-                                    grpc.StatusCode.FAILED_PRECONDITION)  # fmt: skip
+                raise SamplingError(
+                    f"servers disagree on the version for over client.deadline_s: {sorted(targets)}",
+                    grpc.StatusCode.FAILED_PRECONDITION,
+                )
             await asyncio.sleep(0.05)
         version, path, run = targets.pop()
         if version == self.version:
@@ -305,8 +335,9 @@ class RemoteBackend:
     async def _stub_stats(self, part: int, i: int) -> Any:
         return await self._stubs[part][i].Stats(pb.StatsRequest(), timeout=self.cfg.deadline_s)
 
-    def _assemble(self, ids: np.ndarray, split: list[np.ndarray], got: list[tuple[int, dict]],
-                  local: set[int]) -> dict[str, np.ndarray]:  # fmt: skip
+    def _assemble(
+        self, ids: np.ndarray, split: list[np.ndarray], got: list[tuple[int, dict]], local: set[int]
+    ) -> dict[str, np.ndarray]:
         """One array per field in the order of ``ids``: co-located rows gathered from their partition's
         arrays, remote ones copied from the Lookup answers (which hold exactly the rows asked)."""
         out: dict[str, np.ndarray] = {}
@@ -422,15 +453,24 @@ class SamplingClient:
         **kw: Any,
     ) -> Iterator[SampledBatch]:
         """Mini-batches over ``seeds`` with ``prefetch`` (default client.prefetch) batches in flight."""
-        return iterate_batches(self._submit, self.sampler(fanouts, **kw), seeds, batch_size, shuffle, seed,
-                               prefetch or self.cfg.prefetch, drop_last)  # fmt: skip
+        return iterate_batches(
+            self._submit,
+            self.sampler(fanouts, **kw),
+            seeds,
+            batch_size,
+            shuffle,
+            seed,
+            prefetch or self.cfg.prefetch,
+            drop_last,
+        )
 
     def stats(self) -> list[dict[str, Any]]:
         """Stats RPC of every partition's server."""
 
         async def _all() -> list[Any]:
-            return await asyncio.gather(*[self.backend.call(k, "Stats", pb.StatsRequest())
-                                          for k in range(self.spec.num_parts)])  # fmt: skip
+            return await asyncio.gather(
+                *[self.backend.call(k, "Stats", pb.StatsRequest()) for k in range(self.spec.num_parts)]
+            )
 
         out = []
         for r in self._run(_all()):

@@ -68,8 +68,25 @@ def wait_healthy(
 def _child_args(
     args: argparse.Namespace, dataset: str, run: str, part: int, port_file: Path, port: int = 0, restarts: int = 0
 ) -> list[str]:
-    cmd = [sys.executable, "-m", "glisp_core.cli", "serve", dataset, "--partition", str(part), "--run", run,
-           "--port", str(port), "--port-file", str(port_file), "--host", args.host, "--restarts", str(restarts)]  # fmt: skip
+    cmd = [
+        sys.executable,
+        "-m",
+        "glisp_core.cli",
+        "serve",
+        dataset,
+        "--partition",
+        str(part),
+        "--run",
+        run,
+        "--port",
+        str(port),
+        "--port-file",
+        str(port_file),
+        "--host",
+        args.host,
+        "--restarts",
+        str(restarts),
+    ]
     if args.threads:
         cmd += ["--threads", str(args.threads)]
     if args.config:
@@ -120,16 +137,22 @@ class Slot:
             self.failures = 1 if now - self.started > self.STABLE_S else self.failures + 1
             delay = min(self.BACKOFF_MAX_S, self.BACKOFF_S * 2 ** (self.failures - 1))
             self.restart_at = now + delay
-            print(f"glisp serve-cluster: server of {self.name} on port {self.port} exited (code "
-                  f"{self.proc.returncode}); restarting it on the same port in {delay:.1f} s", file=sys.stderr,
-                  flush=True)  # fmt: skip
+            print(
+                f"glisp serve-cluster: server of {self.name} on port {self.port} exited (code "
+                f"{self.proc.returncode}); restarting it on the same port in {delay:.1f} s",
+                file=sys.stderr,
+                flush=True,
+            )
         elif now >= self.restart_at:
             self.restarts += 1
             self.restart_at, self.started = None, now
             self.cmd = _child_args(args, dataset, run, self.part, self.port_file, self.port, self.restarts)
             self.proc = subprocess.Popen(self.cmd)
-            print(f"glisp serve-cluster: restarted {self.name} on port {self.port} (restart {self.restarts})",
-                  file=sys.stderr, flush=True)  # fmt: skip
+            print(
+                f"glisp serve-cluster: restarted {self.name} on port {self.port} (restart {self.restarts})",
+                file=sys.stderr,
+                flush=True,
+            )
 
 
 def _wait_started(
@@ -191,8 +214,10 @@ def main(args: argparse.Namespace, cfg: Config) -> int:
         addrs = _wait_started(slots, args.host, time.time() + cfg.serve.start_timeout_s, stop, cfg.client)
         spec = ClusterSpec(dataset=str(dv.path), run=run, num_parts=parts, addresses=addrs)
         spec.write(cluster_file)
-        print(f"glisp serve-cluster: {parts} partitions x {replicas} replicas SERVING; cluster file {cluster_file}",
-              flush=True)  # fmt: skip
+        print(
+            f"glisp serve-cluster: {parts} partitions x {replicas} replicas SERVING; cluster file {cluster_file}",
+            flush=True,
+        )
         while not stop.wait(0.2):
             if hup.is_set():
                 hup.clear()

@@ -268,8 +268,14 @@ def fetch_cluster_info(spec: Any, cfg: ClientConfig, owner_direction: str | None
                 split_owner_vertices=int(h.split_owner_vertices),
             )
         )
-    return ClusterInfo(spec.num_parts, int(head.num_vertices), head.run, head.run_fingerprint,
-                       json.loads(head.schema_json or "{}"), parts)  # fmt: skip
+    return ClusterInfo(
+        spec.num_parts,
+        int(head.num_vertices),
+        head.run,
+        head.run_fingerprint,
+        json.loads(head.schema_json or "{}"),
+        parts,
+    )
 
 
 def fetch_heldout(spec: Any, cfg: ClientConfig, max_mb: int = 256) -> dict[str, np.ndarray]:
@@ -289,12 +295,18 @@ def fetch_heldout(spec: Any, cfg: ClientConfig, max_mb: int = 256) -> dict[str, 
                 raise StageError(str(e).split(": ", 2)[-1]) from None
             err = e
             continue
-        out = {name: np.concatenate([from_array(getattr(m, name), name) for m in msgs])
-               for name in ("src", "dst", "etype", "split")}  # fmt: skip
+        out = {
+            name: np.concatenate([from_array(getattr(m, name), name) for m in msgs])
+            for name in ("src", "dst", "etype", "split")
+        }
         if len(out["src"]) != msgs[0].total:
             raise GlispError(f"partition {k}: HeldOutEdges sent {len(out['src'])} of {msgs[0].total} edges")
-        return {"src": out["src"].astype(np.int64), "dst": out["dst"].astype(np.int64),
-                "etype": out["etype"].astype(np.int32), "split": out["split"].astype(np.int8)}  # fmt: skip
+        return {
+            "src": out["src"].astype(np.int64),
+            "dst": out["dst"].astype(np.int64),
+            "etype": out["etype"].astype(np.int32),
+            "split": out["split"].astype(np.int8),
+        }
     assert err is not None
     raise err
 

@@ -64,8 +64,11 @@ def reload_cluster(
     t = time.perf_counter()
     for a in addrs:  # name the resolved version, so a latest that moves meanwhile cannot split the cluster
         _call(a, pb.ReloadRequest(dataset=path, run=new_run), timeout, client)
-    print(f"glisp serve-reload: {len(addrs)} servers switched to {prepared[0].version} run {new_run} "
-          f"(commit window {1e3 * (time.perf_counter() - t):.1f} ms)", flush=True)  # fmt: skip
+    print(
+        f"glisp serve-reload: {len(addrs)} servers switched to {prepared[0].version} run {new_run} "
+        f"(commit window {1e3 * (time.perf_counter() - t):.1f} ms)",
+        flush=True,
+    )
     return ClusterSpec(dataset=path, run=new_run, num_parts=spec.num_parts, addresses=spec.addresses)
 
 

@@ -80,8 +80,14 @@ class ColocatedReader:
         for r in readers.values():
             mg = np.asarray(r.master_gids, np.int64)
             self.row_of[mg] = np.arange(len(mg), dtype=np.int32)
-        self._arrays = {k: {name: np.asarray(getattr(r, name)) for name in ("features", "labels", "split")
-                            if getattr(r, name) is not None} for k, r in readers.items()}  # fmt: skip
+        self._arrays = {
+            k: {
+                name: np.asarray(getattr(r, name))
+                for name in ("features", "labels", "split")
+                if getattr(r, name) is not None
+            }
+            for k, r in readers.items()
+        }
 
     @property
     def parts(self) -> set[int]:

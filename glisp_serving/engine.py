@@ -72,10 +72,16 @@ class PartitionSampler:
     """Gather and lookups on one partition. Thread-safe; kernels release the GIL."""
 
     def __init__(
-        self, reader: Any, threads: int = 1, chunk: int = 4096, max_batch: int = 1_000_000,
-        dense_id_map_mb: float = 256.0, max_fanout: int = 100_000, max_request_edges: int = 16_000_000,
+        self,
+        reader: Any,
+        threads: int = 1,
+        chunk: int = 4096,
+        max_batch: int = 1_000_000,
+        dense_id_map_mb: float = 256.0,
+        max_fanout: int = 100_000,
+        max_request_edges: int = 16_000_000,
         max_response_bytes: int = 256 << 20,
-    ) -> None:  # fmt: skip
+    ) -> None:
         """``max_fanout`` bounds one fanout, ``max_request_edges`` the sampled-edge slots a request may
         allocate (seeds x sum of fanouts: every method's buffers are sized by it) and
         ``max_response_bytes`` a Lookup's rows: one request can never take more memory than these."""
@@ -188,9 +194,13 @@ class PartitionSampler:
 
     # ------------------------------------------------------------------ Gather
     def _kernel_method(
-        self, fanout: int | None, type_fanouts: Sequence[tuple[str, int]] | None, method: str, direction: str,
+        self,
+        fanout: int | None,
+        type_fanouts: Sequence[tuple[str, int]] | None,
+        method: str,
+        direction: str,
         max_time: int | None,
-    ) -> tuple[int, list[int], np.ndarray]:  # fmt: skip
+    ) -> tuple[int, list[int], np.ndarray]:
         """Validate the request's parameters; (kernel method, edge type ids, fanout per slot)."""
         if method not in METHODS:
             raise RequestError(f"method: expected one of {METHODS} (got {method!r})")
@@ -227,8 +237,16 @@ class PartitionSampler:
         ptr, tids, tend = self._type_index[side]
         starts = np.empty(len(lids) * len(type_ids), np.int64)
         ends = np.empty_like(starts)
-        K.typed_ranges(lids, np.asarray(type_ids, np.int64), self.in_indptr if is_in else self.out_indptr, ptr, tids,
-                       tend, starts, ends)  # fmt: skip
+        K.typed_ranges(
+            lids,
+            np.asarray(type_ids, np.int64),
+            self.in_indptr if is_in else self.out_indptr,
+            ptr,
+            tids,
+            tend,
+            starts,
+            ends,
+        )
         return starts, ends
 
     def gather(
@@ -259,12 +277,29 @@ class PartitionSampler:
             self._check_cost(len(seeds), fans, int(caps.sum()))
         has_time = max_time is not None
         args = (
-            kmethod, lids, seeds, nslot, starts, ends, typed, self.in_indptr if is_in else self.out_indptr,
-            self.in_degree if is_in else self.out_degree, fans, np.uint64(seed & 0xFFFFFFFFFFFFFFFF), self.part,
-            is_in, self.in_eid, has_time, np.int64(max_time if has_time else 0),
-            self.ts_or_empty, self.weight_or_empty,
-            self.out_nbr, self.out_indptr, self.gid_out, edge_ids,
-        )  # fmt: skip
+            kmethod,
+            lids,
+            seeds,
+            nslot,
+            starts,
+            ends,
+            typed,
+            self.in_indptr if is_in else self.out_indptr,
+            self.in_degree if is_in else self.out_degree,
+            fans,
+            np.uint64(seed & 0xFFFFFFFFFFFFFFFF),
+            self.part,
+            is_in,
+            self.in_eid,
+            has_time,
+            np.int64(max_time if has_time else 0),
+            self.ts_or_empty,
+            self.weight_or_empty,
+            self.out_nbr,
+            self.out_indptr,
+            self.gid_out,
+            edge_ids,
+        )
         with profile.stage("server.kernel"):
             counts, nbrs, eids, keys = self._sample(args, n, fans, caps, edge_ids, kmethod != K.QUOTA)
         res = GatherResult(

@@ -272,9 +272,28 @@ def _task_ranges(lids, nslot, starts, ends, ranged, indptr, gdeg_of, i0, i1, st,
 
 @njit(nogil=True, cache=True)
 def _task_picks(
-    method, gids, nslot, fans, req_seed, part, is_in, in_eid, has_time, tmax, ts, weight, i0, i1, st, en, gd,
-    counts, pos, key_out, o0,
-):  # fmt: skip
+    method,
+    gids,
+    nslot,
+    fans,
+    req_seed,
+    part,
+    is_in,
+    in_eid,
+    has_time,
+    tmax,
+    ts,
+    weight,
+    i0,
+    i1,
+    st,
+    en,
+    gd,
+    counts,
+    pos,
+    key_out,
+    o0,
+):
     """Pass 2: per task, how many edges and which positions (``pos[o - o0]``); keys at ``key_out[o]``."""
     maxf = 1
     for j in range(nslot):
@@ -392,10 +411,36 @@ def _task_edges(pos, m, is_in, in_eid, out_nbr, out_indptr, gid_of, part, want_e
 
 @njit(nogil=True, cache=True)
 def sample_tasks(
-    method, lids, gids, nslot, starts, ends, ranged, indptr, gdeg_of, fans, req_seed, part, is_in, in_eid,
-    has_time, tmax, ts, weight, out_nbr, out_indptr, gid_of, want_eids, i0, i1, counts, nbr_out, eid_out,
-    key_out, o0,
-):  # fmt: skip
+    method,
+    lids,
+    gids,
+    nslot,
+    starts,
+    ends,
+    ranged,
+    indptr,
+    gdeg_of,
+    fans,
+    req_seed,
+    part,
+    is_in,
+    in_eid,
+    has_time,
+    tmax,
+    ts,
+    weight,
+    out_nbr,
+    out_indptr,
+    gid_of,
+    want_eids,
+    i0,
+    i1,
+    counts,
+    nbr_out,
+    eid_out,
+    key_out,
+    o0,
+):
     """Sample the tasks of seeds ``i0 <= i < i1``; returns the output cursor after the last one.
 
     Task ``t = i * nslot + j`` is seed ``i`` (global id ``gids[i]``, local id ``lids[i]``) and slot
@@ -425,9 +470,28 @@ def sample_tasks(
             cap += f if f < d else d
     pos = np.empty(cap, np.int64)
     o = _task_picks(
-        method, gids, nslot, fans, req_seed, part, is_in, in_eid, has_time, tmax, ts, weight, i0, i1, st, en, gd,
-        counts, pos, key_out, o0,
-    )  # fmt: skip
+        method,
+        gids,
+        nslot,
+        fans,
+        req_seed,
+        part,
+        is_in,
+        in_eid,
+        has_time,
+        tmax,
+        ts,
+        weight,
+        i0,
+        i1,
+        st,
+        en,
+        gd,
+        counts,
+        pos,
+        key_out,
+        o0,
+    )
     _task_edges(pos, o - o0, is_in, in_eid, out_nbr, out_indptr, gid_of, part, want_eids, nbr_out, eid_out, o0)
     return o
 

@@ -27,9 +27,12 @@ from glisp_serving.sampler import Fanout, HopRequest, KHopSampler, hop_request
 
 
 def gather_split(
-    frontier: np.ndarray, split: Sequence[np.ndarray], engine_of: Callable[[int], PartitionSampler], req: HopRequest,
+    frontier: np.ndarray,
+    split: Sequence[np.ndarray],
+    engine_of: Callable[[int], PartitionSampler],
+    req: HopRequest,
     scratch: np.ndarray | None = None,
-) -> HopSample:  # fmt: skip
+) -> HopSample:
     """Gather the partial samples of ``frontier`` from each partition ``k`` given the positions
     ``split[k]`` it holds (partitions in ascending order, as the client does), then Apply."""
     partials, merge = [], "concat"
@@ -38,14 +41,25 @@ def gather_split(
     for k, pos in enumerate(split):
         if len(pos) == 0:
             continue
-        res = engine_of(k).gather(frontier[pos], fanout=req.fanout, type_fanouts=req.type_fanouts,
-                                  method=req.method, direction=req.direction, max_time=req.max_time,
-                                  seed=req.seed, edge_ids=req.edge_ids)  # fmt: skip
+        res = engine_of(k).gather(
+            frontier[pos],
+            fanout=req.fanout,
+            type_fanouts=req.type_fanouts,
+            method=req.method,
+            direction=req.direction,
+            max_time=req.max_time,
+            seed=req.seed,
+            edge_ids=req.edge_ids,
+        )
         merge = res.merge
-        partials.append(Partial(pos=pos, counts=res.counts.reshape(len(pos), nslot), nbrs=res.nbrs, keys=res.keys,
-                                edge_ids=res.edge_ids))  # fmt: skip
-    return merge_partials(len(frontier), partials, merge, fanouts, want_eids=req.edge_ids, dst=frontier,
-                          scratch=scratch)  # fmt: skip
+        partials.append(
+            Partial(
+                pos=pos, counts=res.counts.reshape(len(pos), nslot), nbrs=res.nbrs, keys=res.keys, edge_ids=res.edge_ids
+            )
+        )
+    return merge_partials(
+        len(frontier), partials, merge, fanouts, want_eids=req.edge_ids, dst=frontier, scratch=scratch
+    )
 
 
 class LocalBackend:
@@ -83,10 +97,19 @@ class LocalSampler:
         fut.set_result(self._loop.run_until_complete(coro))
         return fut
 
-    def loader(self, seeds: np.ndarray, batch_size: int, fanouts: Sequence[Fanout], shuffle: bool = True,
-               seed: int = 0, drop_last: bool = False, **kw: Any) -> Iterator[SampledBatch]:  # fmt: skip
-        return iterate_batches(self._submit, self.sampler(fanouts, **kw), seeds, batch_size, shuffle, seed, 1,
-                               drop_last)  # fmt: skip
+    def loader(
+        self,
+        seeds: np.ndarray,
+        batch_size: int,
+        fanouts: Sequence[Fanout],
+        shuffle: bool = True,
+        seed: int = 0,
+        drop_last: bool = False,
+        **kw: Any,
+    ) -> Iterator[SampledBatch]:
+        return iterate_batches(
+            self._submit, self.sampler(fanouts, **kw), seeds, batch_size, shuffle, seed, 1, drop_last
+        )
 
     def close(self) -> None:
         self._loop.close()

@@ -53,16 +53,32 @@ def start_cluster(
     """
     cluster_file = Path(cluster_file)
     cluster_file.unlink(missing_ok=True)  # one left by a killed run would be read before the servers exist
-    cmd = [sys.executable, "-m", "glisp_core.cli", "serve-cluster", str(dataset), "--run", run,
-           "--cluster-file", str(cluster_file), *config_args]  # fmt: skip
+    cmd = [
+        sys.executable,
+        "-m",
+        "glisp_core.cli",
+        "serve-cluster",
+        str(dataset),
+        "--run",
+        run,
+        "--cluster-file",
+        str(cluster_file),
+        *config_args,
+    ]
     if threads:
         cmd += ["--threads", str(threads)]
     if replicas:
         cmd += ["--replicas", str(replicas)]
     log = tempfile.TemporaryFile()
     env = dict(os.environ, PYTHONPATH=os.pathsep.join(filter(None, [str(_ROOT), os.environ.get("PYTHONPATH")])))
-    proc = subprocess.Popen(cmd, env=env, stdout=subprocess.DEVNULL if quiet else None, stderr=log,
-                            start_new_session=True, preexec_fn=_die_with_parent)  # fmt: skip
+    proc = subprocess.Popen(
+        cmd,
+        env=env,
+        stdout=subprocess.DEVNULL if quiet else None,
+        stderr=log,
+        start_new_session=True,
+        preexec_fn=_die_with_parent,
+    )
     end = time.monotonic() + timeout_s
     while not cluster_file.exists():
         if proc.poll() is not None or time.monotonic() > end:

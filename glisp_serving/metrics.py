@@ -23,16 +23,19 @@ class ServerMetrics:
     def __init__(self, part: int) -> None:
         self.registry = CollectorRegistry()
         r = self.registry
-        self.requests = Counter("glisp_serving_requests", "RPCs answered, by method and status code",
-                                ["rpc", "code"], registry=r).labels  # fmt: skip
-        self.latency = Histogram("glisp_serving_request_seconds", "RPC latency in the server", ["rpc"],
-                                 buckets=_LATENCY_BUCKETS, registry=r).labels  # fmt: skip
+        self.requests = Counter(
+            "glisp_serving_requests", "RPCs answered, by method and status code", ["rpc", "code"], registry=r
+        ).labels
+        self.latency = Histogram(
+            "glisp_serving_request_seconds", "RPC latency in the server", ["rpc"], buckets=_LATENCY_BUCKETS, registry=r
+        ).labels
         self.sampled_edges = Counter("glisp_serving_sampled_edges", "edges returned by Gather", registry=r)
         self.vertices = Counter("glisp_serving_vertices", "seeds and ids answered by Gather and Lookup", registry=r)
         self.resident = Gauge("glisp_serving_resident_bytes", "resident set size of the server", registry=r)
         self.in_flight = Gauge("glisp_serving_in_flight", "requests being answered", registry=r)
-        self.version = Gauge("glisp_serving_version_info", "the dataset version served (1)", ["version", "run"],
-                             registry=r)  # fmt: skip
+        self.version = Gauge(
+            "glisp_serving_version_info", "the dataset version served (1)", ["version", "run"], registry=r
+        )
         self.restarts = Gauge("glisp_serving_restarts", "times serve-cluster restarted this server", registry=r)
         self.partition = Gauge("glisp_serving_partition", "the partition this server holds", registry=r)
         self.partition.set(part)

@@ -96,10 +96,16 @@ def open_served(dv: DatasetVersion, run: str, part: int, cfg: ServeConfig, warm:
 
     reader = open_partition(dv.partition_dir(run, part), verify=cfg.verify == "start")
     check_structure(reader)  # the kernels index without bounds checks: nothing out of range may reach them
-    engine = PartitionSampler(reader, threads=cfg.threads, chunk=cfg.chunk, max_batch=cfg.max_batch,
-                              dense_id_map_mb=cfg.dense_id_map_mb, max_fanout=cfg.max_fanout,
-                              max_request_edges=cfg.max_request_edges,
-                              max_response_bytes=cfg.max_message_mb << 20)  # fmt: skip
+    engine = PartitionSampler(
+        reader,
+        threads=cfg.threads,
+        chunk=cfg.chunk,
+        max_batch=cfg.max_batch,
+        dense_id_map_mb=cfg.dense_id_map_mb,
+        max_fanout=cfg.max_fanout,
+        max_request_edges=cfg.max_request_edges,
+        max_response_bytes=cfg.max_message_mb << 20,
+    )
     if warm:
         warm_up(engine)
     # retention skips a leased version; a read-only dataset directory is served without a lease
@@ -164,8 +170,9 @@ class Reloader:
                 return old, old
             self.servicer.served, self._pending = new, None
         old.retire()
-        print(f"glisp serve: partition {self.part} now serves {new.version} run {new.run} (was {old.version})",
-              flush=True)  # fmt: skip
+        print(
+            f"glisp serve: partition {self.part} now serves {new.version} run {new.run} (was {old.version})", flush=True
+        )
         return old, new
 
     def reload(self, dataset: str = "", run: str = "") -> tuple[Served, Served]:

@@ -132,8 +132,9 @@ class KHopSampler:
         if not fanouts:
             raise GlispError("fanouts: expected one fanout per hop (got none)")
         self.backend = backend
-        self.hops = [hop_request(f, method=method, direction=direction, max_time=max_time, edge_ids=edge_ids)
-                     for f in fanouts]  # fmt: skip
+        self.hops = [
+            hop_request(f, method=method, direction=direction, max_time=max_time, edge_ids=edge_ids) for f in fanouts
+        ]
         self.features, self.labels, self.keep_hops = features, labels, keep_hops
         self._local = threading.local()
 

@@ -61,8 +61,11 @@ def read_token(token_file: str, key: str, env: dict[str, str] | None = None) -> 
     if not token:
         return None
     if any(c.isspace() or not c.isprintable() for c in token):
-        raise ConfigError("config", key if token_file else TOKEN_ENV,
-                          "the token must be one printable word (no spaces or control characters)")  # fmt: skip
+        raise ConfigError(
+            "config",
+            key if token_file else TOKEN_ENV,
+            "the token must be one printable word (no spaces or control characters)",
+        )
     return token
 
 
@@ -72,8 +75,12 @@ def _pair(cert: str, key: str, section: str) -> tuple[bytes, bytes] | None:
         return None
     if not (cert and key):
         missing = "tls_key" if cert else "tls_cert"
-        raise ConfigError("config", f"{section}.{missing}", "tls_cert and tls_key must be set together "
-                          "(e.g. tls_cert = \"/etc/glisp/tls/tls.crt\", tls_key = \"/etc/glisp/tls/tls.key\")")  # fmt: skip
+        raise ConfigError(
+            "config",
+            f"{section}.{missing}",
+            "tls_cert and tls_key must be set together "
+            '(e.g. tls_cert = "/etc/glisp/tls/tls.crt", tls_key = "/etc/glisp/tls/tls.key")',
+        )
     return read_secret(key, f"{section}.tls_key"), read_secret(cert, f"{section}.tls_cert")
 
 
@@ -94,11 +101,15 @@ def exposure_warning(host: str, tls: bool, token: bool) -> str | None:
     if is_loopback(host) or tls:
         return None
     if token:
-        return (f"serving on {host} without TLS: the bearer token travels in clear text "
-                "(set serve.tls_cert and serve.tls_key)")  # fmt: skip
-    return (f"serving on {host} without TLS or a token: anyone who reaches this port reads every feature "
-            f"and label of the partition (set serve.tls_cert/serve.tls_key, serve.tls_client_ca, "
-            f"serve.token_file or {TOKEN_ENV}; see docs/serving.md#security)")  # fmt: skip
+        return (
+            f"serving on {host} without TLS: the bearer token travels in clear text "
+            "(set serve.tls_cert and serve.tls_key)"
+        )
+    return (
+        f"serving on {host} without TLS or a token: anyone who reaches this port reads every feature "
+        f"and label of the partition (set serve.tls_cert/serve.tls_key, serve.tls_client_ca, "
+        f"serve.token_file or {TOKEN_ENV}; see docs/serving.md#security)"
+    )
 
 
 def warn_if_exposed(host: str, tls: bool, token: bool) -> str | None:
@@ -125,7 +136,7 @@ def _refuse(kind: grpc.RpcMethodHandler | None, details: str) -> grpc.RpcMethodH
         (True, False): grpc.stream_unary_rpc_method_handler,
         (True, True): grpc.stream_stream_rpc_method_handler,
     }
-    return make[(req, resp)](abort)  # fmt: skip
+    return make[(req, resp)](abort)
 
 
 class BearerTokenInterceptor(grpc.ServerInterceptor):
@@ -193,11 +204,19 @@ def check_own_client(serve: ServeConfig, client: ClientConfig) -> None:
     if not (serve.tls_cert or serve.tls_key):
         return
     if not (client.tls or client.tls_ca or client.tls_cert):
-        raise ConfigError("config", "client.tls_ca", "serve.tls_cert is set, so serve-cluster checks its servers' "
-                          "health over TLS: set client.tls_ca to the CA that signed serve.tls_cert")  # fmt: skip
+        raise ConfigError(
+            "config",
+            "client.tls_ca",
+            "serve.tls_cert is set, so serve-cluster checks its servers' "
+            "health over TLS: set client.tls_ca to the CA that signed serve.tls_cert",
+        )
     if serve.tls_client_ca and not client.tls_cert:
-        raise ConfigError("config", "client.tls_cert", "serve.tls_client_ca is set (mutual TLS), so serve-cluster "
-                          "needs a client certificate for its health checks: set client.tls_cert and client.tls_key")  # fmt: skip
+        raise ConfigError(
+            "config",
+            "client.tls_cert",
+            "serve.tls_client_ca is set (mutual TLS), so serve-cluster "
+            "needs a client certificate for its health checks: set client.tls_cert and client.tls_key",
+        )
 
 
 # ---------------------------------------------------------------------------------------------- client side
@@ -214,7 +233,7 @@ def channel_credentials(cfg: ClientConfig) -> grpc.ChannelCredentials | None:
 class _Details(
     collections.namedtuple(
         "_Details", ("method", "timeout", "metadata", "credentials", "wait_for_ready", "compression")
-    ),  # fmt: skip
+    ),
     grpc.ClientCallDetails,
 ):
     pass
@@ -225,9 +244,11 @@ def _with_token(metadata: Any, token: str) -> list[tuple[str, str]]:
 
 
 class _TokenMetadata(
-    grpc.UnaryUnaryClientInterceptor, grpc.UnaryStreamClientInterceptor,
-    grpc.StreamUnaryClientInterceptor, grpc.StreamStreamClientInterceptor,
-):  # fmt: skip
+    grpc.UnaryUnaryClientInterceptor,
+    grpc.UnaryStreamClientInterceptor,
+    grpc.StreamUnaryClientInterceptor,
+    grpc.StreamStreamClientInterceptor,
+):
     """Adds the bearer token to every call of a plaintext (sync) channel."""
 
     def __init__(self, token: str) -> None:
@@ -235,8 +256,9 @@ class _TokenMetadata(
 
     def _call(self, continuation: Callable, d: grpc.ClientCallDetails, request: Any) -> Any:
         md = _with_token(d.metadata, self.token)
-        return continuation(_Details(d.method, d.timeout, md, d.credentials, d.wait_for_ready,
-                                     getattr(d, "compression", None)), request)  # fmt: skip
+        return continuation(
+            _Details(d.method, d.timeout, md, d.credentials, d.wait_for_ready, getattr(d, "compression", None)), request
+        )
 
     intercept_unary_unary = intercept_unary_stream = _call
     intercept_stream_unary = intercept_stream_stream = _call
@@ -248,13 +270,16 @@ def _aio_interceptors(token: str) -> list[Any]:
 
     async def call(self: Any, continuation: Callable, d: aio.ClientCallDetails, request: Any) -> Any:
         md = aio.Metadata(*_with_token(d.metadata, token))
-        return await continuation(aio.ClientCallDetails(d.method, d.timeout, md, d.credentials, d.wait_for_ready),
-                                  request)  # fmt: skip
+        return await continuation(
+            aio.ClientCallDetails(d.method, d.timeout, md, d.credentials, d.wait_for_ready), request
+        )
 
-    kinds = {aio.UnaryUnaryClientInterceptor: "intercept_unary_unary",
-             aio.UnaryStreamClientInterceptor: "intercept_unary_stream",
-             aio.StreamUnaryClientInterceptor: "intercept_stream_unary",
-             aio.StreamStreamClientInterceptor: "intercept_stream_stream"}  # fmt: skip
+    kinds = {
+        aio.UnaryUnaryClientInterceptor: "intercept_unary_unary",
+        aio.UnaryStreamClientInterceptor: "intercept_unary_stream",
+        aio.StreamUnaryClientInterceptor: "intercept_stream_unary",
+        aio.StreamStreamClientInterceptor: "intercept_stream_stream",
+    }
     return [type(f"_Aio{base.__name__}", (base,), {name: call})() for base, name in kinds.items()]
 
 

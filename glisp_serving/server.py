@@ -138,9 +138,18 @@ class SamplingServicer(pb_grpc.SamplingServicer):
         self.metrics.sampled_edges.inc(len(res.nbrs))
         self.metrics.vertices.inc(len(seeds))
         with profile.stage("server.encode"):
-            return encode(GATHER_RESPONSE, counts=res.counts, neighbors=res.nbrs, keys=res.keys, edge_ids=res.edge_ids,
-                          merge=res.merge, fanouts=res.fanouts, part_id=engine.part,
-                          request_id=m.get("request_id") or None, version=cur.version)  # fmt: skip
+            return encode(
+                GATHER_RESPONSE,
+                counts=res.counts,
+                neighbors=res.nbrs,
+                keys=res.keys,
+                edge_ids=res.edge_ids,
+                merge=res.merge,
+                fanouts=res.fanouts,
+                part_id=engine.part,
+                request_id=m.get("request_id") or None,
+                version=cur.version,
+            )
 
     def _refuse_if_out_of_service(self, context: grpc.ServicerContext) -> None:
         why = self.state.refusal()
@@ -169,8 +178,10 @@ class SamplingServicer(pb_grpc.SamplingServicer):
             if self._stopping:
                 context.abort(grpc.StatusCode.UNAVAILABLE, "the server is shutting down")
             if len(self._streams) >= self.max_streams:
-                context.abort(grpc.StatusCode.RESOURCE_EXHAUSTED,
-                              f"serve.max_streams={self.max_streams} Gather streams are open; use unary Gather")  # fmt: skip
+                context.abort(
+                    grpc.StatusCode.RESOURCE_EXHAUSTED,
+                    f"serve.max_streams={self.max_streams} Gather streams are open; use unary Gather",
+                )
             busy = [False]
             self._streams[id(context)] = (context, busy)
         self._refuse_if_out_of_service(context)
@@ -187,8 +198,9 @@ class SamplingServicer(pb_grpc.SamplingServicer):
                             raise
                 except (RequestError, WireError) as e:
                     rid = _request_id(raw)
-                    out = encode(GATHER_RESPONSE, request_id=rid or None,
-                                 error_code=status_of(e).value[0], error=str(e))  # fmt: skip
+                    out = encode(
+                        GATHER_RESPONSE, request_id=rid or None, error_code=status_of(e).value[0], error=str(e)
+                    )
                 finally:
                     busy[0] = False
                 yield out
@@ -321,8 +333,13 @@ class SamplingServicer(pb_grpc.SamplingServicer):
         cur = self.served
         with cur as engine:
             n, fp, schema = dataset_facts(cur.dv, cur.run)
-            header = {"num_parts": engine.num_parts, "num_vertices": n, "run": cur.run, "run_fingerprint": fp,
-                      "schema": schema}  # fmt: skip
+            header = {
+                "num_parts": engine.num_parts,
+                "num_vertices": n,
+                "run": cur.run,
+                "run_fingerprint": fp,
+                "schema": schema,
+            }
             yield from routing_chunks(partition_info(engine.r, owner), header, request.chunk)
 
     def HeldOutEdges(self, request: pb.HeldOutRequest, context: grpc.ServicerContext) -> Iterator[pb.HeldOutChunk]:
@@ -414,18 +431,30 @@ def synthetic_partition(meta: dict[str, Any], out_dir: Path) -> Path:
     d = int(meta.get("feature_dim", 0))
     num_parts = int(meta.get("num_parts", 1))
     write_partition(
-        out_dir, part_id=0, num_parts=num_parts, vertex_gids=gids, out_degree=np.bincount(src, minlength=n),
-        in_degree=np.bincount(dst, minlength=n), replica_ptr=np.arange(n + 1), replica_parts=np.zeros(n, np.int32),
-        master=np.zeros(n, np.int32), vtype=np.zeros(n, np.int32), src=src, dst=dst,
+        out_dir,
+        part_id=0,
+        num_parts=num_parts,
+        vertex_gids=gids,
+        out_degree=np.bincount(src, minlength=n),
+        in_degree=np.bincount(dst, minlength=n),
+        replica_ptr=np.arange(n + 1),
+        replica_parts=np.zeros(n, np.int32),
+        master=np.zeros(n, np.int32),
+        vtype=np.zeros(n, np.int32),
+        src=src,
+        dst=dst,
         etype=rng.integers(0, ntypes, m).astype(np.int32),
         weight=rng.uniform(0.5, 2.0, m).astype(np.float32) if meta.get("weighted") else None,
         ts=rng.integers(0, 100, m).astype(np.int64) if meta.get("timestamped") else None,
-        edge_types=list(meta.get("edge_types") or ["e0"]), vertex_types=list(meta.get("vertex_types") or ["v0"]),
-        master_gids=gids, features=np.zeros((n, d), np.float32) if d else None,
+        edge_types=list(meta.get("edge_types") or ["e0"]),
+        vertex_types=list(meta.get("vertex_types") or ["v0"]),
+        master_gids=gids,
+        features=np.zeros((n, d), np.float32) if d else None,
         labels=np.zeros(n, np.int64) if "labels" in meta.get("fields", {}) else None,
-        split=np.zeros(n, np.int8) if "split" in meta.get("fields", {}) else None, feature_dim=d,
+        split=np.zeros(n, np.int8) if "split" in meta.get("fields", {}) else None,
+        feature_dim=d,
         directed=bool(meta.get("directed", True)),
-    )  # fmt: skip
+    )
     return out_dir
 
 
@@ -443,8 +472,12 @@ def warm_up_synthetic(part_dir: Path, cfg: ServeConfig) -> None:
         return  # open_partition reports the unreadable meta.json with a FormatError naming the file
     tmp = Path(tempfile.mkdtemp(prefix="glisp-warmup-"))
     try:
-        engine = PartitionSampler(open_partition(synthetic_partition(meta, tmp / "part-00000"), verify=False),
-                                  threads=cfg.threads, chunk=cfg.chunk, dense_id_map_mb=cfg.dense_id_map_mb)  # fmt: skip
+        engine = PartitionSampler(
+            open_partition(synthetic_partition(meta, tmp / "part-00000"), verify=False),
+            threads=cfg.threads,
+            chunk=cfg.chunk,
+            dense_id_map_mb=cfg.dense_id_map_mb,
+        )
         warm_up(engine)
         engine.features(engine.global_id[:4])
         engine.close()
@@ -455,9 +488,14 @@ def warm_up_synthetic(part_dir: Path, cfg: ServeConfig) -> None:
 
 
 def serve(
-    dv: DatasetVersion, run: str, part: int, cfg: ServeConfig, port: int | None = None, port_file: str | None = None,
+    dv: DatasetVersion,
+    run: str,
+    part: int,
+    cfg: ServeConfig,
+    port: int | None = None,
+    port_file: str | None = None,
     restarts: int = 0,
-) -> int:  # fmt: skip
+) -> int:
     """Serve partition ``part`` of ``run`` until SIGTERM/SIGINT; returns the exit code (0 on a clean stop,
     also when the stop arrives during warm-up)."""
     state = ServingState(restarts)
@@ -480,8 +518,11 @@ def _open_served(dv: DatasetVersion, run: str, part: int, cfg: ServeConfig) -> t
     rss_import = snapshot()["rss"]
     t = time.perf_counter()
     if cfg.warmup:
-        print(f"glisp serve: partition {part}: compiling the sampling kernels (about a minute the first time on "
-              "a machine; later starts load numba's cache, see docs/reliability.md)", flush=True)  # fmt: skip
+        print(
+            f"glisp serve: partition {part}: compiling the sampling kernels (about a minute the first time on "
+            "a machine; later starts load numba's cache, see docs/reliability.md)",
+            flush=True,
+        )
         warm_up_synthetic(dv.partition_dir(run, part), cfg)  # the runtime's memory (JIT, caches) before the partition's
     released = release_clean_library_pages() if cfg.release_compiler_pages else 0
     baseline = snapshot()
@@ -490,8 +531,9 @@ def _open_served(dv: DatasetVersion, run: str, part: int, cfg: ServeConfig) -> t
         print(f"glisp serve: partition {part}: kernels ready in {time.perf_counter() - t:.1f} s", flush=True)
     if cfg.release_compiler_pages:
         released += release_clean_library_pages()  # pages a new specialisation faulted back in
-    log.info("released %.1f MiB of compiler pages; runtime baseline RSS %.1f MiB", released / 2**20,
-             baseline["rss"] / 2**20)  # fmt: skip
+    log.info(
+        "released %.1f MiB of compiler pages; runtime baseline RSS %.1f MiB", released / 2**20, baseline["rss"] / 2**20
+    )
     return served, baseline, rss_import
 
 
@@ -499,17 +541,25 @@ def _grpc_server(cfg: ServeConfig, interceptors: list) -> grpc.Server:
     mb = cfg.max_message_mb * 1024 * 1024
     return grpc.server(  # a Gather stream holds a worker thread while open: one each, plus the unary RPCs'
         ThreadPoolExecutor(max_workers=max(2, cfg.threads) + cfg.max_streams, thread_name_prefix="glisp-rpc"),
-        options=[("grpc.max_send_message_length", mb), ("grpc.max_receive_message_length", mb),
-                 ("grpc.so_reuseport", 0)],
+        options=[
+            ("grpc.max_send_message_length", mb),
+            ("grpc.max_receive_message_length", mb),
+            ("grpc.so_reuseport", 0),
+        ],
         maximum_concurrent_rpcs=cfg.max_concurrent_rpcs or None,
         interceptors=interceptors,
-    )  # fmt: skip
+    )
 
 
 def _serve(
-    dv: DatasetVersion, run: str, part: int, cfg: ServeConfig, port: int | None, port_file: str | None,
+    dv: DatasetVersion,
+    run: str,
+    part: int,
+    cfg: ServeConfig,
+    port: int | None,
+    port_file: str | None,
     state: ServingState,
-) -> int:  # fmt: skip
+) -> int:
     served, baseline, rss_import = _open_served(dv, run, part, cfg)
     interceptors = server_interceptors(cfg)  # the bearer token check, when one is configured
     server = _grpc_server(cfg, interceptors)
@@ -533,16 +583,22 @@ def _serve(
     _start_integrity_check(state, served, cfg)
     if cfg.metrics_port >= 0:
         servicer.metrics_port = servicer.metrics.start(cfg.host, cfg.metrics_port)
-        print(f"glisp serve: partition {part}: Prometheus metrics on http://{cfg.host}:{servicer.metrics_port}/metrics",
-              flush=True)  # fmt: skip
+        print(
+            f"glisp serve: partition {part}: Prometheus metrics on http://{cfg.host}:{servicer.metrics_port}/metrics",
+            flush=True,
+        )
     if port_file:
         tmp = Path(f"{port_file}.{os.getpid()}.tmp")
         tmp.write_text(str(bound))
         os.replace(tmp, port_file)
     print(f"glisp serve: {served.version} run {run} partition {part} listening on {cfg.host}:{bound}", flush=True)
     if cfg.follow_latest_s > 0:
-        threading.Thread(target=servicer.reloader.follow_latest, args=(state.stop, cfg.follow_latest_s),
-                         name="glisp-follow-latest", daemon=True).start()  # fmt: skip
+        threading.Thread(
+            target=servicer.reloader.follow_latest,
+            args=(state.stop, cfg.follow_latest_s),
+            name="glisp-follow-latest",
+            daemon=True,
+        ).start()
     while not state.stop.wait(0.2):
         if state.reload_requested.is_set():  # SIGHUP: move to the graph's latest
             state.reload_requested.clear()

@@ -57,12 +57,31 @@ _U64 = (1 << 64) - 1
 # field name -> (field number, kind); kinds: array (nested Array), int (varint, int32/int64/enum,
 # negative as 10-byte two's complement), uint (uint64), bool, string, packed (repeated int32),
 # type_fanouts (repeated TypeFanout)
-GATHER_REQUEST = {"seeds": (1, "array"), "fanout": (2, "int"), "type_fanouts": (3, "type_fanouts"),
-                  "method": (4, "string"), "direction": (5, "int"), "max_time": (6, "int"), "seed": (7, "uint"),
-                  "edge_ids": (8, "bool"), "request_id": (9, "uint"), "version": (10, "string")}  # fmt: skip
-GATHER_RESPONSE = {"counts": (1, "array"), "neighbors": (2, "array"), "keys": (3, "array"), "edge_ids": (4, "array"),
-                   "merge": (5, "string"), "fanouts": (6, "packed"), "part_id": (7, "int"), "request_id": (8, "uint"),
-                   "error_code": (9, "int"), "error": (10, "string"), "version": (11, "string")}  # fmt: skip
+GATHER_REQUEST = {
+    "seeds": (1, "array"),
+    "fanout": (2, "int"),
+    "type_fanouts": (3, "type_fanouts"),
+    "method": (4, "string"),
+    "direction": (5, "int"),
+    "max_time": (6, "int"),
+    "seed": (7, "uint"),
+    "edge_ids": (8, "bool"),
+    "request_id": (9, "uint"),
+    "version": (10, "string"),
+}
+GATHER_RESPONSE = {
+    "counts": (1, "array"),
+    "neighbors": (2, "array"),
+    "keys": (3, "array"),
+    "edge_ids": (4, "array"),
+    "merge": (5, "string"),
+    "fanouts": (6, "packed"),
+    "part_id": (7, "int"),
+    "request_id": (8, "uint"),
+    "error_code": (9, "int"),
+    "error": (10, "string"),
+    "version": (11, "string"),
+}
 LOOKUP_REQUEST = {"vertices": (1, "array"), "features": (2, "bool"), "labels": (3, "bool"), "version": (4, "string")}
 LOOKUP_RESPONSE = {"features": (1, "array"), "labels": (2, "array"), "split": (3, "array"), "version": (4, "string")}
 

@@ -42,8 +42,17 @@ def main(args: argparse.Namespace, cfg: Config) -> int:
     from glisp_train.source import check_dataset_matches, open_cluster, open_in_process
 
     fan = [int(f) for f in args.fanouts.split(",")] if args.fanouts else None
-    cfg = with_values(cfg, "train", task=args.task, model=args.model, epochs=args.epochs, batch_size=args.batch_size,
-                      fanouts=fan, layers=len(fan) if fan else None, name=args.name)  # fmt: skip
+    cfg = with_values(
+        cfg,
+        "train",
+        task=args.task,
+        model=args.model,
+        epochs=args.epochs,
+        batch_size=args.batch_size,
+        fanouts=fan,
+        layers=len(fan) if fan else None,
+        name=args.name,
+    )
     if (args.in_process or args.serve) and not args.dataset:
         raise GlispError(f"{'--in-process' if args.in_process else '--serve'} RUN needs DATASET")
     if args.serve:
@@ -65,22 +74,38 @@ def _train_serving(args: argparse.Namespace, cfg: Config) -> int:
     from glisp_train.local_service import is_current, run_name, serving
 
     if int(os.environ.get("WORLD_SIZE", "1")) > 1:
-        raise GlispError("--serve starts servers for one trainer process; under torchrun start 'glisp serve-cluster' "
-                         "once and give every process --cluster")  # fmt: skip
+        raise GlispError(
+            "--serve starts servers for one trainer process; under torchrun start 'glisp serve-cluster' "
+            "once and give every process --cluster"
+        )
     dv = resolve_dataset(args.dataset, cfg.dataset.root)
     name = run_name(cfg, args.serve)
     if not args.output and not args.force and is_current(cfg, dv, name, args.serve):
         print(f"train/{name}: up to date (use --force to train again)", flush=True)
         return 0
     with serving(cfg, dv, args.serve) as cluster_file:
-        return main(argparse.Namespace(**{**vars(args), "serve": None, "cluster": str(cluster_file),
-                                          "dataset": str(dv.path)}), cfg)  # fmt: skip
+        return main(
+            argparse.Namespace(**{**vars(args), "serve": None, "cluster": str(cluster_file), "dataset": str(dv.path)}),
+            cfg,
+        )
 
 
 def train_serving(cfg: Config, dataset: str, run: str, force: bool = False) -> int:
     """``glisp train DATASET --serve RUN`` with ``cfg`` (the refresh pipeline's train stage)."""
-    args = argparse.Namespace(dataset=dataset, cluster=None, in_process=None, serve=run, task=None, model=None,
-                              epochs=None, batch_size=None, fanouts=None, name=None, output=None, force=force)  # fmt: skip
+    args = argparse.Namespace(
+        dataset=dataset,
+        cluster=None,
+        in_process=None,
+        serve=run,
+        task=None,
+        model=None,
+        epochs=None,
+        batch_size=None,
+        fanouts=None,
+        name=None,
+        output=None,
+        force=force,
+    )
     return main(args, cfg)
 
 
@@ -102,8 +127,10 @@ def _run(args: argparse.Namespace, cfg: Config, source, d, progress) -> int:
         if pub.is_current() and not args.force:
             progress.log(f"train/{name}: up to date (use --force to train again)")
             return 0
-    progress.log(f"glisp train: {tc.task} / {tc.model} on {source.description}, {d.world} process(es) on "
-                 f"{d.device.type}, run {name}")  # fmt: skip
+    progress.log(
+        f"glisp train: {tc.task} / {tc.model} on {source.description}, {d.world} process(es) on "
+        f"{d.device.type}, run {name}"
+    )
     from contextlib import nullcontext
 
     from glisp_core.dataset.versions import VersionLease
@@ -124,6 +151,9 @@ def _run(args: argparse.Namespace, cfg: Config, source, d, progress) -> int:
         where = source.dv.train(name)
     else:
         where = write_standalone(Path(args.output), result, cfg, source, params)
-    print(f"glisp train: best epoch {result.best_epoch} of {len(result.epochs)}; test {test}; checkpoint {where}",
-          file=sys.stdout, flush=True)  # fmt: skip
+    print(
+        f"glisp train: best epoch {result.best_epoch} of {len(result.epochs)}; test {test}; checkpoint {where}",
+        file=sys.stdout,
+        flush=True,
+    )
     return 0

@@ -37,8 +37,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--force", action="store_true", help="recompute even when published with these settings")
 
 
-def run_link_split(spark: Any, cfg: Config, dv: DatasetVersion, run: str, name: str | None = None,
-                   force: bool = False) -> StageRecord:  # fmt: skip
+def run_link_split(
+    spark: Any, cfg: Config, dv: DatasetVersion, run: str, name: str | None = None, force: bool = False
+) -> StageRecord:
     """Publish partition/<name> (training edges of ``run``) with heldout/, then serialize it."""
     from pyspark.sql import functions as F
 
@@ -53,8 +54,16 @@ def run_link_split(spark: Any, cfg: Config, dv: DatasetVersion, run: str, name: 
     name = check_name("partition run", name or f"{run}-lp")
     base = Manifest.read(dv.manifest_path).stage(f"partition/{run}")
     parts = int(base.counts.get("parts", base.params.get("parts")))
-    params = {"algorithm": "link-split", "derived_from": run, "parts": parts, "edge_subset": True,
-              "val": tc.link_val, "test": tc.link_test, "seed": tc.seed, "pair": "unordered"}  # fmt: skip
+    params = {
+        "algorithm": "link-split",
+        "derived_from": run,
+        "parts": parts,
+        "edge_subset": True,
+        "val": tc.link_val,
+        "test": tc.link_test,
+        "seed": tc.seed,
+        "pair": "unordered",
+    }
     pub = StagePublisher(dv, f"partition/{name}", dv.partition(name), params, depends=["ingest", f"partition/{run}"])
     if force or not pub.is_current():
         with pub:
@@ -88,8 +97,10 @@ def main(args: argparse.Namespace, cfg: Config) -> int:
     rec = run_link_split(spark, cfg, dv, run, args.name, args.force)
     new = rec.name.split("/", 1)[1]
     c = rec.counts
-    print(f"partition/{new}: {c['edges']:,} training edges, {c['heldout_val']:,} validation and "
-          f"{c['heldout_test']:,} test edges held out; serialized")  # fmt: skip
+    print(
+        f"partition/{new}: {c['edges']:,} training edges, {c['heldout_val']:,} validation and "
+        f"{c['heldout_test']:,} test edges held out; serialized"
+    )
     print(f"serve it:  glisp serve-cluster {dv.path} --run {new} --cluster-file cluster.json")
     print("train:     glisp train --cluster cluster.json --task link")
     return 0

@@ -18,8 +18,13 @@ from pathlib import Path
 from glisp_core.config import Config, as_overrides
 from glisp_core.dataset.layout import DatasetVersion
 
-TEMP_SERVE = ["serve.port=0", "serve.metrics_port=-1", "serve.health_port=-1", "serve.follow_latest_s=0",
-              "serve.replicas=1"]  # fmt: skip
+TEMP_SERVE = [
+    "serve.port=0",
+    "serve.metrics_port=-1",
+    "serve.health_port=-1",
+    "serve.follow_latest_s=0",
+    "serve.replicas=1",
+]
 
 
 def run_name(cfg: Config, run: str) -> str:

@@ -37,8 +37,7 @@ class Progress:
         self._last = now
         filled = BAR * self.done // max(self.total, 1)
         bar = "#" * filled + "." * (BAR - filled)
-        self.stream.write(f"\repoch {self.epoch} [{bar}] {self.done}/{self.total} loss {loss:.4f} "
-                          f"{now - self.t0:.1f}s")  # fmt: skip
+        self.stream.write(f"\repoch {self.epoch} [{bar}] {self.done}/{self.total} loss {loss:.4f} {now - self.t0:.1f}s")
         self.stream.flush()
 
     def epoch_done(self, rec: dict[str, Any], metric: str) -> None:

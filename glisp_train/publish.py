@@ -52,8 +52,14 @@ def train_publisher(dv: DatasetVersion, name: str, partition_run: str, params: d
     return StagePublisher(dv, f"train/{name}", dv.train(name), params, depends=[f"serialize/{partition_run}"])
 
 
-def publish_model(dv: DatasetVersion, name: str, model: Any, partition_run: str, direction: str = "in",
-                  extra: dict[str, Any] | None = None) -> StageRecord:  # fmt: skip
+def publish_model(
+    dv: DatasetVersion,
+    name: str,
+    model: Any,
+    partition_run: str,
+    direction: str = "in",
+    extra: dict[str, Any] | None = None,
+) -> StageRecord:
     """Publish a model trained elsewhere (or untrained: tests, benchmarks) as ``train/<name>``.
 
     The checkpoint and the record carry the fields ``glisp train`` writes for ``glisp infer`` (task,
@@ -69,22 +75,49 @@ def publish_model(dv: DatasetVersion, name: str, model: Any, partition_run: str,
         h.update(k.encode())
         h.update(v.detach().cpu().to(torch.float32).numpy().tobytes())
     fp = Manifest.read(dv.manifest_path).stage(f"serialize/{partition_run}").fingerprint
-    params = {"task": model.spec.task, "model": model.spec.arch, "source": "external", "partition_run": partition_run,
-              "partition_fingerprint": fp, "weights_sha256": h.hexdigest()}  # fmt: skip
+    params = {
+        "task": model.spec.task,
+        "model": model.spec.arch,
+        "source": "external",
+        "partition_run": partition_run,
+        "partition_fingerprint": fp,
+        "weights_sha256": h.hexdigest(),
+    }
     pub = train_publisher(dv, name, partition_run, params)
     with pub:
-        save_checkpoint(pub.tmp, model, extra={"task": model.spec.task, "dataset": str(dv.path), "partition_run": partition_run,
-                                               "partition_fingerprint": fp, "direction": direction, **(extra or {})})  # fmt: skip
+        save_checkpoint(
+            pub.tmp,
+            model,
+            extra={
+                "task": model.spec.task,
+                "dataset": str(dv.path),
+                "partition_run": partition_run,
+                "partition_fingerprint": fp,
+                "direction": direction,
+                **(extra or {}),
+            },
+        )
         return pub.commit(counts={"parameters": sum(p.numel() for p in model.parameters())})
 
 
 def record(result: TrainResult) -> tuple[dict[str, Any], dict[str, Any], dict[str, float]]:
     """(counts, metrics, timings) of the manifest record."""
-    counts = {**result.counts, "epochs_run": len(result.epochs), "parameters": sum(p.numel() for p in result.model.parameters()),
-              "cache_vertices": result.cache_rows, "cache_bytes": result.cache_bytes}  # fmt: skip
+    counts = {
+        **result.counts,
+        "epochs_run": len(result.epochs),
+        "parameters": sum(p.numel() for p in result.model.parameters()),
+        "cache_vertices": result.cache_rows,
+        "cache_bytes": result.cache_bytes,
+    }
     test = {f"test_{k}": round(float(v), 6) for k, v in result.test.items() if k != "predictions"}
-    metrics = {"best_epoch": result.best_epoch, **result.val, **test, "stopped_early": result.stopped_early,
-               "split": result.split_source, "epochs": result.epochs}  # fmt: skip
+    metrics = {
+        "best_epoch": result.best_epoch,
+        **result.val,
+        **test,
+        "stopped_early": result.stopped_early,
+        "split": result.split_source,
+        "epochs": result.epochs,
+    }
     return counts, metrics, dict(result.timings)
 
 
@@ -120,8 +153,10 @@ def write_outputs(out: Path, result: TrainResult, cfg: Config, source: GraphSour
         got, pred = result.test["predictions"]
         order = np.argsort(got)
         got, pred = got[order], pred[order]
-        pq.write_table(pa.table({"vid": got, **orig(got), "label": t.labels[got], "predicted": pred.astype(np.int64)}),
-                       out / "predictions.parquet")  # fmt: skip
+        pq.write_table(
+            pa.table({"vid": got, **orig(got), "label": t.labels[got], "predicted": pred.astype(np.int64)}),
+            out / "predictions.parquet",
+        )
     else:
         src, dst, score = result.test["predictions"]
         cols: dict[str, Any] = {"src": src, "dst": dst}

@@ -75,8 +75,17 @@ def model_spec(tc: TrainConfig, source: GraphSource, out_dim: int) -> ModelSpec:
     if d <= 0:
         raise GlispError(f"{source.description}: the dataset has no vertex features (schema feature_dim = 0)")
     rel = tuple(source.edge_types) if tc.model == "rgcn" else ()
-    return ModelSpec(arch=tc.model, in_dim=d, hidden=tc.hidden, out_dim=out_dim, layers=tc.layers, task=tc.task,
-                     dropout=tc.dropout, heads=tc.heads, relations=rel)  # fmt: skip
+    return ModelSpec(
+        arch=tc.model,
+        in_dim=d,
+        hidden=tc.hidden,
+        out_dim=out_dim,
+        layers=tc.layers,
+        task=tc.task,
+        dropout=tc.dropout,
+        heads=tc.heads,
+        relations=rel,
+    )
 
 
 def make_task(tc: TrainConfig, source: GraphSource) -> tuple[Any, str, dict[str, Any]]:
@@ -132,13 +141,25 @@ def setup(cfg: Config, source: GraphSource, d: Dist) -> Session:
     out_deg, in_deg = source.info.degrees()
     cache_dev = d.device if tc.cache_device == "auto" else torch.device("cpu")
     t = time.perf_counter()
-    cache = source.submit(FeatureCache.build(source.backend, hot_degree(out_deg, in_deg, tc.direction),
-                                             tc.feature_cache_mb << 20, spec.in_dim, cache_dev)).result()  # fmt: skip
+    cache = source.submit(
+        FeatureCache.build(
+            source.backend, hot_degree(out_deg, in_deg, tc.direction), tc.feature_cache_mb << 20, spec.in_dim, cache_dev
+        )
+    ).result()
     cache_fill_s = time.perf_counter() - t
     train_loader = Loader(source, hop_fanouts(tc, source.edge_types), cache, tc.prefetch, tc.direction, task.expand())
     eval_loader = Loader(source, hop_fanouts(tc, source.edge_types, True), cache, tc.prefetch, tc.direction)
-    ctx = Ctx(model, cache, d.device, tc.model == "rgcn", d, tc.batch_size, tc.eval_batch_size or tc.batch_size,
-              tc.max_batches, tc.seed)  # fmt: skip
+    ctx = Ctx(
+        model,
+        cache,
+        d.device,
+        tc.model == "rgcn",
+        d,
+        tc.batch_size,
+        tc.eval_batch_size or tc.batch_size,
+        tc.max_batches,
+        tc.seed,
+    )
     timings = {"setup_s": round(time.perf_counter() - t0, 3), "cache_fill_s": round(cache_fill_s, 3)}
     return Session(task, model, opt, cache, train_loader, eval_loader, ctx, split_source, counts, timings)
 
@@ -171,10 +192,25 @@ def train(cfg: Config, source: GraphSource, d: Dist, progress: Progress | None =
     t = time.perf_counter()
     test = task.evaluate(s.ctx, s.eval_loader, "test", LoaderTimes())
     val_best = {k: v for k, v in epochs[best_epoch - 1].items() if k.startswith("val_")}
-    timings = {**s.timings, "epochs_s": round(sum(e["epoch_s"] + e["eval_s"] for e in epochs), 3),
-               "test_s": round(time.perf_counter() - t, 3)}  # fmt: skip
-    return TrainResult(model, task, epochs, best_epoch, val_best, test, stopped, s.split_source, s.counts, timings,
-                       len(s.cache.ids), s.cache.nbytes)  # fmt: skip
+    timings = {
+        **s.timings,
+        "epochs_s": round(sum(e["epoch_s"] + e["eval_s"] for e in epochs), 3),
+        "test_s": round(time.perf_counter() - t, 3),
+    }
+    return TrainResult(
+        model,
+        task,
+        epochs,
+        best_epoch,
+        val_best,
+        test,
+        stopped,
+        s.split_source,
+        s.counts,
+        timings,
+        len(s.cache.ids),
+        s.cache.nbytes,
+    )
 
 
 def run_epoch(ctx: Ctx, task: Any, loader: Loader, opt: torch.optim.Optimizer, epoch: int, progress: Progress):
@@ -198,17 +234,40 @@ def run_epoch(ctx: Ctx, task: Any, loader: Loader, opt: torch.optim.Optimizer, e
         seen += n
         progress.step(loss_sum / seen if seen else 0.0)
     c = ctx.cache.counters.minus(c0)
-    s = all_sum([loss_sum, seen, correct, times.wait_s, times.compute_s, times.total_s, times.sampled_edges,
-                 times.input_rows, c.rows, c.hits, c.bytes_fetched, times.batches], ctx.dist)  # fmt: skip
+    s = all_sum(
+        [
+            loss_sum,
+            seen,
+            correct,
+            times.wait_s,
+            times.compute_s,
+            times.total_s,
+            times.sampled_edges,
+            times.input_rows,
+            c.rows,
+            c.hits,
+            c.bytes_fetched,
+            times.batches,
+        ],
+        ctx.dist,
+    )
     w = ctx.dist.world
     wait, compute = s[3] / w, s[4] / w
     rec: dict[str, Any] = {"epoch": epoch, "loss": round(s[0] / s[1], 6) if s[1] else 0.0}
     if task.name == "node":
         rec["train_acc"] = round(s[2] / s[1], 6) if s[1] else 0.0
-    rec.update({
-        "epoch_s": round(s[5] / w, 3), "wait_s": round(wait, 3), "compute_s": round(compute, 3),
-        "wait_share": round(wait / (wait + compute), 4) if wait + compute else 0.0,
-        "batches": int(s[11]), "examples": int(s[1]), "sampled_edges": int(s[6]), "input_rows": int(s[7]),
-        "cache_hit_ratio": round(CacheCounters(int(s[8]), int(s[9]), 0).hit_ratio, 4), "feature_bytes_fetched": int(s[10]),
-    })  # fmt: skip
+    rec.update(
+        {
+            "epoch_s": round(s[5] / w, 3),
+            "wait_s": round(wait, 3),
+            "compute_s": round(compute, 3),
+            "wait_share": round(wait / (wait + compute), 4) if wait + compute else 0.0,
+            "batches": int(s[11]),
+            "examples": int(s[1]),
+            "sampled_edges": int(s[6]),
+            "input_rows": int(s[7]),
+            "cache_hit_ratio": round(CacheCounters(int(s[8]), int(s[9]), 0).hit_ratio, 4),
+            "feature_bytes_fetched": int(s[10]),
+        }
+    )
     return rec

@@ -29,10 +29,18 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--algorithm", help="partition algorithm (partition.algorithm)")
     p.add_argument("--parts", type=int, help="number of partitions (partition.parts)")
     p.add_argument("--order", help="inference order for reorder (reorder.order)")
-    p.add_argument("--incremental", action="store_true", default=None,
-                   help="partition by refreshing the previous version's run (partition.incremental)")  # fmt: skip
-    p.add_argument("--train", action="store_true", default=None,
-                   help="train the model on the new version before inference (pipeline.train)")  # fmt: skip
+    p.add_argument(
+        "--incremental",
+        action="store_true",
+        default=None,
+        help="partition by refreshing the previous version's run (partition.incremental)",
+    )
+    p.add_argument(
+        "--train",
+        action="store_true",
+        default=None,
+        help="train the model on the new version before inference (pipeline.train)",
+    )
     p.add_argument("--force", action="store_true", help="re-run stages even when up to date")
 
 
@@ -87,8 +95,9 @@ def run_pipeline(spark, cfg: Config, builtin: str | None = None, force: bool = F
         prec = run_stage("partition", lambda: run_partition(spark, cfg, dv, force=force), timings)
         run = prec.name.split("/", 1)[1]
         run_stage("serialize", lambda: run_serialize(spark, cfg, dv, run=run, force=force), timings)
-        run_stage("reorder", lambda: run_reorder(spark, cfg, dv, run=run, order=cfg.reorder.order, force=force),
-                  timings)  # fmt: skip
+        run_stage(
+            "reorder", lambda: run_reorder(spark, cfg, dv, run=run, order=cfg.reorder.order, force=force), timings
+        )
         required = [f"reorder/{run}/{cfg.reorder.order}"]
         required += _model_stages(spark, cfg, dv, run, force, timings)
         # only now, with every configured stage published: move latest, then apply retention
@@ -143,8 +152,10 @@ def brief(m: Manifest, dv) -> str:
             what = f"RF {mt['rf']:.3f}  VB {mt['vb']:.3f}  EB {mt['eb']:.3f}  rounds {rec.counts.get('rounds', '-')}"
         elif name.startswith("serialize/"):
             mt = rec.metrics
-            what = (f"{rec.counts.get('parts')} partitions, structure {mt.get('structure_bytes_per_edge', 0):.2f} B/edge,"
-                    f" {mt.get('bytes_total', 0) / 2**20:.1f} MiB in all")  # fmt: skip
+            what = (
+                f"{rec.counts.get('parts')} partitions, structure {mt.get('structure_bytes_per_edge', 0):.2f} B/edge,"
+                f" {mt.get('bytes_total', 0) / 2**20:.1f} MiB in all"
+            )
         elif name.startswith("train/"):
             test = ", ".join(f"{k} {v:.4f}" for k, v in rec.metrics.items() if k.startswith("test_"))
             what = f"{rec.params.get('model', '')} on {rec.params.get('partition_run', '')}: {test or 'no test split'}"

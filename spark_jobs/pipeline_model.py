@@ -47,11 +47,19 @@ def carry_model(dv: DatasetVersion, name: str, run: str) -> None:
         return
     src = _holder_of(dv, name)
     if src is None:
-        raise StageError(f"infer.model={name!r}: no version of graph {dv.graph!r} holds train/{name}; train it first "
-                         f"('glisp train') or leave infer.model empty")  # fmt: skip
+        raise StageError(
+            f"infer.model={name!r}: no version of graph {dv.graph!r} holds train/{name}; train it first "
+            f"('glisp train') or leave infer.model empty"
+        )
     model, doc = load_checkpoint(Path(src.train(name)))
-    publish_model(dv, name, model, run, direction=str(doc.get("direction", "in")),
-                  extra={"carried_from": f"{src.graph}/{src.version}"})  # fmt: skip
+    publish_model(
+        dv,
+        name,
+        model,
+        run,
+        direction=str(doc.get("direction", "in")),
+        extra={"carried_from": f"{src.graph}/{src.version}"},
+    )
 
 
 def train_stage(spark: Any, cfg: Config, dv: DatasetVersion, run: str, force: bool = False) -> str:

@@ -85,7 +85,7 @@ def write_dataset(
         pq.write_table(
             pa.table(
                 {"vid": np.arange(n, dtype=np.int64), "orig_id": orig_ids or [str(i) for i in range(n)], "vtype": vtype}
-            ),  # fmt: skip
+            ),
             tmp.idmap / "part-00000.parquet",
         )
         fdim = 0

@@ -75,10 +75,24 @@ def test_serve_cluster_and_sample(cora, tmp_path):
     cluster_file = tmp_path / "cluster.json"
     env = dict(os.environ, PYTHONUNBUFFERED="1")
     proc = subprocess.Popen(
-        [sys.executable, "-m", "glisp_core.cli", "serve-cluster", str(dv.path), "--run", "adadne-p2",
-         "--cluster-file", str(cluster_file), "--threads", "1"],
-        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env,
-    )  # fmt: skip
+        [
+            sys.executable,
+            "-m",
+            "glisp_core.cli",
+            "serve-cluster",
+            str(dv.path),
+            "--run",
+            "adadne-p2",
+            "--cluster-file",
+            str(cluster_file),
+            "--threads",
+            "1",
+        ],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        env=env,
+    )
     try:
         deadline = time.time() + 120
         while not cluster_file.exists():

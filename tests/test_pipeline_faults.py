@@ -45,9 +45,26 @@ def _write_edges(path: Path, seed: int) -> Path:
 
 
 def _cmd(edges: Path, root: Path) -> list[str]:
-    return [sys.executable, "-m", "glisp_core.cli", "pipeline", "--edges", str(edges), "--graph", "g",
-            "--root", str(root), "--parts", "2", "--master", "local[2]", "--set", "spark.driver_memory='1g'",
-            "--set", "partition.progress=false"]  # fmt: skip
+    return [
+        sys.executable,
+        "-m",
+        "glisp_core.cli",
+        "pipeline",
+        "--edges",
+        str(edges),
+        "--graph",
+        "g",
+        "--root",
+        str(root),
+        "--parts",
+        "2",
+        "--master",
+        "local[2]",
+        "--set",
+        "spark.driver_memory='1g'",
+        "--set",
+        "partition.progress=false",
+    ]
 
 
 def _digest(path: Path) -> str:
@@ -82,8 +99,9 @@ def _java_of(proc: subprocess.Popen) -> psutil.Process | None:
 def _run_and_kill(cmd: list[str], gdir: Path, stage: str, victim: str, timeout: float = 600) -> tuple[int, str]:
     """Start the pipeline, wait until ``stage`` is staging output, then SIGKILL the JVM or the driver."""
     env = dict(os.environ, PYTHONUNBUFFERED="1")
-    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env,
-                            start_new_session=True)  # fmt: skip
+    proc = subprocess.Popen(
+        cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env, start_new_session=True
+    )
     try:
         deadline = time.time() + timeout
         while not list(gdir.glob(STAGES[stage])):
@@ -193,8 +211,9 @@ def test_full_disk_ends_with_a_clean_error_and_no_corrupt_version(tmp_path):
     """A 2 MiB file system: a small graph fits, the next snapshot does not."""
     if shutil.which("unshare") is None:
         pytest.skip("needs unshare(1) to mount a small private tmpfs")
-    probe = subprocess.run(["unshare", "-rm", "sh", "-c", f"mount -t tmpfs -o size=1m none {tmp_path}"],
-                           capture_output=True)  # fmt: skip
+    probe = subprocess.run(
+        ["unshare", "-rm", "sh", "-c", f"mount -t tmpfs -o size=1m none {tmp_path}"], capture_output=True
+    )
     if probe.returncode != 0:
         pytest.skip(f"cannot mount a private tmpfs here: {probe.stderr.decode().strip()}")
     small = tmp_path / "in" / "small.csv"
@@ -217,16 +236,17 @@ def test_full_disk_ends_with_a_clean_error_and_no_corrupt_version(tmp_path):
         "import pyarrow.parquet as pq; assert pq.read_table(str(dv.edges)).num_rows == 200\n"
         "print('versions', list_versions(dv.root, 'small'), list_versions(dv.root, 'big'))\n"
     )
-    script = " && ".join([
-        f"mount -t tmpfs -o size=1m none {disk}",
-        " ".join(base + ["ingest", "--edges", str(small), "--graph", "small"] + common),
-        "(" + " ".join(base + ["ingest", "--edges", str(big), "--graph", "big"] + common) + "; echo big-rc=$?)",
-        f"{sys.executable} -c \"$CHECK\"",
-        f"find {root} -name '.tmp-*' -o -name '.old-*' | sed 's/^/leftover /'",
-    ])  # fmt: skip
+    script = " && ".join(
+        [
+            f"mount -t tmpfs -o size=1m none {disk}",
+            " ".join(base + ["ingest", "--edges", str(small), "--graph", "small"] + common),
+            "(" + " ".join(base + ["ingest", "--edges", str(big), "--graph", "big"] + common) + "; echo big-rc=$?)",
+            f'{sys.executable} -c "$CHECK"',
+            f"find {root} -name '.tmp-*' -o -name '.old-*' | sed 's/^/leftover /'",
+        ]
+    )
     env = dict(os.environ, PYTHONUNBUFFERED="1", CHECK=check)
-    res = subprocess.run(["unshare", "-rm", "sh", "-c", script], capture_output=True, text=True, env=env,
-                         timeout=600)  # fmt: skip
+    res = subprocess.run(["unshare", "-rm", "sh", "-c", script], capture_output=True, text=True, env=env, timeout=600)
     out = res.stdout + res.stderr
     assert res.returncode == 0, out[-4000:]
     assert "big-rc=1" in out, out[-4000:]

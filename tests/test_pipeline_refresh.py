@@ -52,8 +52,13 @@ def _snapshot(rels, rng, path) -> int:
     keep = rng.random(rels.num_rows) >= 0.02
     ids = np.unique(rels.column("sourceNodeId").to_numpy())
     k = int((~keep).sum())
-    added = pa.table({"sourceNodeId": rng.choice(ids, k), "targetNodeId": rng.choice(ids, k),
-                      "relationshipType": pa.array(["CITES"] * k)})  # fmt: skip
+    added = pa.table(
+        {
+            "sourceNodeId": rng.choice(ids, k),
+            "targetNodeId": rng.choice(ids, k),
+            "relationshipType": pa.array(["CITES"] * k),
+        }
+    )
     table = pa.concat_tables([rels.filter(pa.array(keep)), added.cast(rels.schema)])
     pq.write_table(table, path)
     return table.num_rows
@@ -77,8 +82,18 @@ def test_three_snapshot_refresh_trains_infers_and_retains(spark, tmp_path):
     cfg = with_values(load_config(env={}), "dataset", root=str(tmp_path / "data"), keep_versions=2)
     cfg = with_values(cfg, "partition", parts=2, progress=False, incremental=True)
     cfg = with_values(cfg, "pipeline", train=True)
-    cfg = with_values(cfg, "train", name="nightly", hidden=16, epochs=1, batch_size=256, max_batches=2,
-                      fanouts=[5, 5], layers=2, feature_cache_mb=0)  # fmt: skip
+    cfg = with_values(
+        cfg,
+        "train",
+        name="nightly",
+        hidden=16,
+        epochs=1,
+        batch_size=256,
+        max_batches=2,
+        fanouts=[5, 5],
+        layers=2,
+        feature_cache_mb=0,
+    )
     cfg = with_values(cfg, "serve", threads=1)
     cfg = with_values(cfg, "infer", fanouts=[5, 5])
     base = builtin_config("cora", cfg.ingest)

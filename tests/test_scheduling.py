@@ -100,10 +100,19 @@ def test_refresh_commands_run_for_real(spark, tmp_path):
     cluster_file = tmp_path / "cluster.json"
     proc = start_cluster(v1.path, "adadne-p2", cluster_file, threads=1)
     try:
-        second = dag.refresh_commands("cora", "v2", str(_config(tmp_path, b)), "adadne-p2",
-                                      cluster_file=str(cluster_file), train_model="nightly")  # fmt: skip
-        assert [s.task_id for s in second] == ["ingest", "partition", "serialize", "reorder", "train", "infer",
-                                               "promote", "reload_service"]  # fmt: skip
+        second = dag.refresh_commands(
+            "cora", "v2", str(_config(tmp_path, b)), "adadne-p2", cluster_file=str(cluster_file), train_model="nightly"
+        )
+        assert [s.task_id for s in second] == [
+            "ingest",
+            "partition",
+            "serialize",
+            "reorder",
+            "train",
+            "infer",
+            "promote",
+            "reload_service",
+        ]
         assert [s.spark for s in second] == [True, True, True, True, False, True, False, False]
         _run(second)
         assert read_latest(gdir) == "v2"
@@ -125,16 +134,24 @@ def test_link_refresh_splits_before_training():
     from glisp_core.cli import COMMANDS, add_common
 
     dag = _dag_module()
-    steps = dag.refresh_commands("g", "v9", "r.toml", "adadne-p8", cluster_file="c.json", train_model="lp",
-                                 task="link")  # fmt: skip
+    steps = dag.refresh_commands("g", "v9", "r.toml", "adadne-p8", cluster_file="c.json", train_model="lp", task="link")
     for s in steps:
         parser = argparse.ArgumentParser(prog=f"glisp {s.argv[0]}")
         importlib.import_module(COMMANDS[s.argv[0]][0]).add_arguments(parser)
         add_common(parser)
         parser.parse_args(s.argv[1:])  # SystemExit (a failed test) on an unknown or missing argument
     by = {s.task_id: s.argv for s in steps}
-    assert list(by) == ["ingest", "partition", "serialize", "reorder", "link_split", "train", "infer", "promote",
-                        "reload_service"]  # fmt: skip
+    assert list(by) == [
+        "ingest",
+        "partition",
+        "serialize",
+        "reorder",
+        "link_split",
+        "train",
+        "infer",
+        "promote",
+        "reload_service",
+    ]
     assert by["train"][by["train"].index("--serve") + 1] == "adadne-p8-lp"  # the servers never hold test edges
     assert by["infer"][by["infer"].index("--model") + 1] == "lp"
 
@@ -145,10 +162,18 @@ def test_task_commands_send_spark_stages_through_glisp_submit():
     import shlex
 
     dag = _dag_module()
-    steps = dag.refresh_commands("g", "{{ ts_nodash }}", "/etc/glisp/refresh v2.toml", "adadne-p8",
-                                 cluster_file="/srv/c.json", train_model="m")  # fmt: skip
-    head = ["/opt/glisp/.venv/bin/python", "/opt/glisp/submit/glisp-submit", "--master", "yarn", "--conf",
-            "spark.executor.cores=4", "--"]  # fmt: skip
+    steps = dag.refresh_commands(
+        "g", "{{ ts_nodash }}", "/etc/glisp/refresh v2.toml", "adadne-p8", cluster_file="/srv/c.json", train_model="m"
+    )
+    head = [
+        "/opt/glisp/.venv/bin/python",
+        "/opt/glisp/submit/glisp-submit",
+        "--master",
+        "yarn",
+        "--conf",
+        "spark.executor.cores=4",
+        "--",
+    ]
     for s in steps:
         words = shlex.split(dag.task_command(s, "/opt/glisp", "--master yarn --conf spark.executor.cores=4"))
         assert words == (head if s.spark else ["/opt/glisp/.venv/bin/glisp"]) + s.argv
@@ -177,5 +202,13 @@ def test_the_dag_imports_and_lists_its_tasks(monkeypatch):
     assert mod.dag.dag_id == "glisp_refresh"
     tasks = mod.dag.topological_sort()
     assert [t.task_id for t in tasks] == [
-        "ingest", "partition", "serialize", "reorder", "train", "infer", "promote", "reload_service"]  # fmt: skip
+        "ingest",
+        "partition",
+        "serialize",
+        "reorder",
+        "train",
+        "infer",
+        "promote",
+        "reload_service",
+    ]
     assert "glisp-submit --master yarn -- ingest" in tasks[0].bash_command

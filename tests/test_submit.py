@@ -12,15 +12,40 @@ ROOT = Path(__file__).resolve().parent.parent
 
 def test_dry_run_builds_the_line(tmp_path):
     r = subprocess.run(
-        [sys.executable, str(ROOT / "submit" / "glisp-submit"), "--master", "yarn", "--deploy-mode", "cluster",
-         "--archives", "env.tar.gz#env", "--conf", "spark.executor.cores=4", "--build-dir", str(tmp_path),
-         "--dry-run", "--", "partition", "mygraph", "--parts", "8"],
-        capture_output=True, text=True, check=True,
-    )  # fmt: skip
+        [
+            sys.executable,
+            str(ROOT / "submit" / "glisp-submit"),
+            "--master",
+            "yarn",
+            "--deploy-mode",
+            "cluster",
+            "--archives",
+            "env.tar.gz#env",
+            "--conf",
+            "spark.executor.cores=4",
+            "--build-dir",
+            str(tmp_path),
+            "--dry-run",
+            "--",
+            "partition",
+            "mygraph",
+            "--parts",
+            "8",
+        ],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
     line = r.stdout.strip()
     assert "spark-submit " in line.split(" --name")[0] + " "
-    for part in ("--master yarn", "--deploy-mode cluster", "spark.pyspark.python=./env/bin/python",
-                 "--conf spark.executor.cores=4", "--py-files", "driver.py partition mygraph --parts 8"):  # fmt: skip
+    for part in (
+        "--master yarn",
+        "--deploy-mode cluster",
+        "spark.pyspark.python=./env/bin/python",
+        "--conf spark.executor.cores=4",
+        "--py-files",
+        "driver.py partition mygraph --parts 8",
+    ):
         assert part in line
     assert "spark.pyspark.driver.python" not in line  # cluster mode: the driver runs on the cluster's Python
     z = next(tmp_path.glob("glisp-*.zip"))
@@ -29,15 +54,43 @@ def test_dry_run_builds_the_line(tmp_path):
     assert not any("__pycache__" in n for n in names)
     # an unchanged zip is not rewritten: numba's kernel cache is keyed by its modification time
     before = z.stat().st_mtime_ns
-    subprocess.run([sys.executable, str(ROOT / "submit" / "glisp-submit"), "--master", "yarn", "--build-dir",
-                    str(tmp_path), "--dry-run", "--", "report", "g"], capture_output=True, check=True)  # fmt: skip
+    subprocess.run(
+        [
+            sys.executable,
+            str(ROOT / "submit" / "glisp-submit"),
+            "--master",
+            "yarn",
+            "--build-dir",
+            str(tmp_path),
+            "--dry-run",
+            "--",
+            "report",
+            "g",
+        ],
+        capture_output=True,
+        check=True,
+    )
     assert z.stat().st_mtime_ns == before and [p.name for p in tmp_path.iterdir()] == [z.name]
 
 
 def test_a_local_master_runs_the_checkout_in_place_unless_another_python_runs_the_executors(tmp_path):
     def line(*own: str) -> str:
-        r = subprocess.run([sys.executable, str(ROOT / "submit" / "glisp-submit"), *own, "--build-dir", str(tmp_path),
-                            "--dry-run", "--", "report", "g"], capture_output=True, text=True, check=True)  # fmt: skip
+        r = subprocess.run(
+            [
+                sys.executable,
+                str(ROOT / "submit" / "glisp-submit"),
+                *own,
+                "--build-dir",
+                str(tmp_path),
+                "--dry-run",
+                "--",
+                "report",
+                "g",
+            ],
+            capture_output=True,
+            text=True,
+            check=True,
+        )
         return r.stdout
 
     assert "--py-files" not in line("--master", "local[2]") and not list(tmp_path.glob("*.zip"))
@@ -60,8 +113,11 @@ def test_cron_line_runs_real_commands():
 
     from glisp_core.cli import COMMANDS, add_common
 
-    lines = [ln for ln in (ROOT / "submit" / "cron" / "glisp-refresh.cron").read_text().splitlines()
-             if ln.strip() and not ln.startswith("#")]  # fmt: skip
+    lines = [
+        ln
+        for ln in (ROOT / "submit" / "cron" / "glisp-refresh.cron").read_text().splitlines()
+        if ln.strip() and not ln.startswith("#")
+    ]
     assert len(lines) == 1 and len(lines[0].split()[:5]) == 5  # one schedule: five time fields
     words = shlex.split(lines[0].split(None, 5)[5])
     calls = [i for i, w in enumerate(words) if w.endswith("bin/glisp")]
@@ -91,10 +147,25 @@ def test_a_real_local_submit_runs_on_the_checkouts_python(tmp_path):
     env.pop("PYSPARK_PYTHON", None)
     env.pop("PYSPARK_DRIVER_PYTHON", None)
     r = subprocess.run(
-        [sys.executable, str(ROOT / "submit" / "glisp-submit"), "--master", "local[1]", "--build-dir",
-         str(tmp_path / "build"), "--", "ingest", "--builtin", "cora", "--root", str(tmp_path / "data")],
-        capture_output=True, text=True, env=env, timeout=300,
-    )  # fmt: skip
+        [
+            sys.executable,
+            str(ROOT / "submit" / "glisp-submit"),
+            "--master",
+            "local[1]",
+            "--build-dir",
+            str(tmp_path / "build"),
+            "--",
+            "ingest",
+            "--builtin",
+            "cora",
+            "--root",
+            str(tmp_path / "data"),
+        ],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=300,
+    )
     assert r.returncode == 0, r.stderr[-2000:]
     assert "|V| = 2,708" in r.stdout and "not the python" not in r.stderr
     assert "--py-files" not in r.stdout.splitlines()[0]  # the checkout runs in place (make installs it editable)

@@ -104,8 +104,13 @@ class VersionLease:
         self._thread: threading.Thread | None = None
 
     def _write(self) -> None:
-        rec = {"holder": self.holder, "host": socket.gethostname(), "pid": os.getpid(),
-               "version": self.dv.version, "expires_at": time.time() + self.ttl_s}  # fmt: skip
+        rec = {
+            "holder": self.holder,
+            "host": socket.gethostname(),
+            "pid": os.getpid(),
+            "version": self.dv.version,
+            "expires_at": time.time() + self.ttl_s,
+        }
         tmp = self.path.with_suffix(".tmp")
         tmp.write_text(json.dumps(rec))
         os.replace(tmp, self.path)
@@ -191,8 +196,11 @@ class GraphLock:
                 "wait for it to finish (the lock is released when its process ends)"
             ) from None
         os.ftruncate(fd, 0)
-        os.pwrite(fd, f"pid {os.getpid()} on {socket.gethostname()} since {time.strftime('%FT%TZ', time.gmtime())}"
-                  .encode(), 0)  # fmt: skip
+        os.pwrite(
+            fd,
+            f"pid {os.getpid()} on {socket.gethostname()} since {time.strftime('%FT%TZ', time.gmtime())}".encode(),
+            0,
+        )
         self._fd = fd
         return self
 

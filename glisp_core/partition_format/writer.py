@@ -173,14 +173,27 @@ def write_partition(
     arrays = _structure_arrays(gids, s_l[eorder], d_l[eorder], et[eorder], len(edge_types))
     mas = np.asarray(master, np.int64)[vorder]
     code_dt = code_dtype(max(len(edge_types), len(vertex_types)))
-    arrays.update(_vertex_arrays(vorder, num_parts, out_degree, in_degree, replica_ptr, replica_parts, mas,
-                                 vtype, index_dtype(max(n - 1, 0)), code_dt))  # fmt: skip
+    arrays.update(
+        _vertex_arrays(
+            vorder,
+            num_parts,
+            out_degree,
+            in_degree,
+            replica_ptr,
+            replica_parts,
+            mas,
+            vtype,
+            index_dtype(max(n - 1, 0)),
+            code_dt,
+        )
+    )
     if weight is not None:
         arrays["weight"] = np.asarray(weight, np.float32)[eorder]
     if ts is not None:
         arrays["timestamp"] = np.asarray(ts, np.int64)[eorder]
-    num_master = _master_arrays(arrays, part_id, gids[mas == part_id], master_gids, features, labels, split,
-                                feature_dim)  # fmt: skip
+    num_master = _master_arrays(
+        arrays, part_id, gids[mas == part_id], master_gids, features, labels, split, feature_dim
+    )
     meta = {
         "format": FORMAT_NAME,
         "format_version": FORMAT_VERSION,
@@ -242,8 +255,9 @@ def _local_endpoints(part_id: int, gids: np.ndarray, src: np.ndarray, dst: np.nd
     return s_l, d_l
 
 
-def _structure_arrays(gids: np.ndarray, s_l: np.ndarray, d_l: np.ndarray, et: np.ndarray, num_et: int
-                      ) -> dict[str, np.ndarray]:  # fmt: skip
+def _structure_arrays(
+    gids: np.ndarray, s_l: np.ndarray, d_l: np.ndarray, et: np.ndarray, num_et: int
+) -> dict[str, np.ndarray]:
     """The out- and in-CSR (and, with several edge types, the type index) of edges sorted by (src, etype, dst)."""
     n, m = len(gids), len(s_l)
     eidx_dt = index_dtype(m)
@@ -263,9 +277,18 @@ def _structure_arrays(gids: np.ndarray, s_l: np.ndarray, d_l: np.ndarray, et: np
     return arrays
 
 
-def _vertex_arrays(vorder: np.ndarray, num_parts: int, out_degree: np.ndarray, in_degree: np.ndarray,
-                   replica_ptr: np.ndarray, replica_parts: np.ndarray, mas: np.ndarray, vtype: np.ndarray,
-                   vid_dt: np.dtype, code_dt: np.dtype) -> dict[str, np.ndarray]:  # fmt: skip
+def _vertex_arrays(
+    vorder: np.ndarray,
+    num_parts: int,
+    out_degree: np.ndarray,
+    in_degree: np.ndarray,
+    replica_ptr: np.ndarray,
+    replica_parts: np.ndarray,
+    mas: np.ndarray,
+    vtype: np.ndarray,
+    vid_dt: np.dtype,
+    code_dt: np.dtype,
+) -> dict[str, np.ndarray]:
     """Degrees, replica bits, masters (``mas``: already in local id order) and vertex-type ranges, re-ordered
     from input rows to local ids."""
     n = len(vorder)
@@ -290,9 +313,16 @@ def _vertex_arrays(vorder: np.ndarray, num_parts: int, out_degree: np.ndarray, i
     return arrays
 
 
-def _master_arrays(arrays: dict[str, np.ndarray], part_id: int, mine: np.ndarray, master_gids: np.ndarray | None,
-                   features: np.ndarray | None, labels: np.ndarray | None, split: np.ndarray | None,
-                   feature_dim: int) -> int:  # fmt: skip
+def _master_arrays(
+    arrays: dict[str, np.ndarray],
+    part_id: int,
+    mine: np.ndarray,
+    master_gids: np.ndarray | None,
+    features: np.ndarray | None,
+    labels: np.ndarray | None,
+    split: np.ndarray | None,
+    feature_dim: int,
+) -> int:
     """Add the vertex data of the vertices mastered here (``mine``, sorted), rows in local id order (== sorted
     master gids); returns how many there are."""
     mg_in = mine if master_gids is None else np.asarray(master_gids, np.int64)
@@ -313,8 +343,14 @@ def _master_arrays(arrays: dict[str, np.ndarray], part_id: int, mine: np.ndarray
     return int(len(mg))
 
 
-def _publish(out_dir: Path, part_id: int, arrays: dict[str, np.ndarray], meta: dict[str, Any], extra: dict[str, Any],
-             create_parent: bool) -> dict[str, dict[str, Any]]:  # fmt: skip
+def _publish(
+    out_dir: Path,
+    part_id: int,
+    arrays: dict[str, np.ndarray],
+    meta: dict[str, Any],
+    extra: dict[str, Any],
+    create_parent: bool,
+) -> dict[str, dict[str, Any]]:
     """Write the fields and the metadata into a temp sibling, then swap it into place (a retried Spark task
     replaces its own output); returns the fields' descriptions."""
     if create_parent:

@@ -120,6 +120,8 @@ def main(args: argparse.Namespace, cfg: Config) -> int:
         print("  rejected rows: " + ", ".join(f"{k}={v:,}" for k, v in sorted(rejects.items())))
     latest = read_latest(dv.path.parent)
     if latest is not None and latest != dv.version:
-        print(f"  '{dv.graph}' (latest) still names {latest}: 'glisp promote {dv.graph}/{dv.version}' moves it "
-              "once its stages are published; 'glisp pipeline' does that by itself")  # fmt: skip
+        print(
+            f"  '{dv.graph}' (latest) still names {latest}: 'glisp promote {dv.graph}/{dv.version}' moves it "
+            "once its stages are published; 'glisp pipeline' does that by itself"
+        )
     return 0

@@ -17,16 +17,27 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--seed", type=int, help="random seed (partition.seed)")
     p.add_argument("--name", help="run name; default <algorithm>-p<parts> (partition.name)")
     p.add_argument("--force", action="store_true", help="recompute even when the published run is up to date")
-    p.add_argument("--incremental", action="store_true", default=None,
-                   help="refresh from the previous version's run (partition.incremental)")  # fmt: skip
+    p.add_argument(
+        "--incremental",
+        action="store_true",
+        default=None,
+        help="refresh from the previous version's run (partition.incremental)",
+    )
 
 
 def main(args: argparse.Namespace, cfg: Config) -> int:
     from spark_jobs.partition.job import run_partition
     from spark_jobs.session import get_spark
 
-    cfg = with_values(cfg, "partition", algorithm=args.algorithm, parts=args.parts, seed=args.seed, name=args.name,
-                      incremental=args.incremental)  # fmt: skip
+    cfg = with_values(
+        cfg,
+        "partition",
+        algorithm=args.algorithm,
+        parts=args.parts,
+        seed=args.seed,
+        name=args.name,
+        incremental=args.incremental,
+    )
     dv = resolve_dataset(args.dataset, cfg.dataset.root)
     spark = get_spark(cfg.spark, checkpoint_dir=f"{cfg.dataset.root}/_checkpoints")
     run_partition(spark, cfg, dv, force=args.force)

@@ -119,7 +119,7 @@ def _id_frame(dv: DatasetVersion, as_str: bool) -> pd.DataFrame:
             "vid": t["vid"].to_numpy(np.int64),
             "vt": names[t["vtype"].to_numpy()],
             "orig": t["orig_id"].astype(str) if as_str else t["orig_id"],
-        }  # fmt: skip
+        }
     )
 
 
@@ -157,10 +157,15 @@ def _base_rows_in_new_ids(spark: Any, base: DatasetVersion, run: str, vmap: np.n
             s, d, t = vm[c["src"]], vm[c["dst"]], em[c["etype"]]
             keep = (s >= 0) & (d >= 0) & (t >= 0)
             yield pa.RecordBatch.from_arrays(
-                [pa.array(c["eid"][keep].astype(np.int64)), pa.array(s[keep]), pa.array(d[keep]),
-                 pa.array(t[keep].astype(np.int32)), pa.array(c["part"][keep].astype(np.int32))],
+                [
+                    pa.array(c["eid"][keep].astype(np.int64)),
+                    pa.array(s[keep]),
+                    pa.array(d[keep]),
+                    pa.array(t[keep].astype(np.int32)),
+                    pa.array(c["part"][keep].astype(np.int32)),
+                ],
                 names=["eid", "src", "dst", "etype", "part"],
-            )  # fmt: skip
+            )
 
     return rows.mapInArrow(remap, "eid long, src long, dst long, etype int, part int")
 
@@ -173,20 +178,35 @@ def _match_batches(batches: list[pa.RecordBatch], seed: int) -> pa.RecordBatch |
     if not batches:
         return None
     names = ("eid", "src", "dst", "etype", "part", "side")
-    c = {n: np.concatenate([b.column(b.schema.get_field_index(n)).to_numpy(zero_copy_only=False) for b in batches])
-         for n in names}  # fmt: skip
+    c = {
+        n: np.concatenate([b.column(b.schema.get_field_index(n)).to_numpy(zero_copy_only=False) for b in batches])
+        for n in names
+    }
     r = incremental_match.match(c["src"], c["dst"], c["etype"], c["side"], c["eid"], c["part"], seed)
     pos = r["pos"]
     return pa.RecordBatch.from_arrays(
-        [pa.array(c["eid"][pos].astype(np.int64)), pa.array(c["src"][pos].astype(np.int64)),
-         pa.array(c["dst"][pos].astype(np.int64)), pa.array(r["part"]), pa.array(r["how"].astype(np.int32)),
-         pa.array(r["rows"]), pa.array(r["k"])],
+        [
+            pa.array(c["eid"][pos].astype(np.int64)),
+            pa.array(c["src"][pos].astype(np.int64)),
+            pa.array(c["dst"][pos].astype(np.int64)),
+            pa.array(r["part"]),
+            pa.array(r["how"].astype(np.int32)),
+            pa.array(r["rows"]),
+            pa.array(r["k"]),
+        ],
         names=["eid", "src", "dst", "part", "how", "rows", "k"],
-    )  # fmt: skip
+    )
 
 
-def match_spark(ctx: PartitionContext, base: DatasetVersion, run: str, new: DatasetVersion, vmap: np.ndarray,
-                emap: np.ndarray, rows_total: int) -> Any:  # fmt: skip
+def match_spark(
+    ctx: PartitionContext,
+    base: DatasetVersion,
+    run: str,
+    new: DatasetVersion,
+    vmap: np.ndarray,
+    emap: np.ndarray,
+    rows_total: int,
+) -> Any:
     """New edge rows (eid, src, dst, part, how, rows, k) as :func:`incremental_match.match` decides them:
     base and new rows are hashed to tasks by unordered pair, each task runs the match over its pairs."""
     old = _base_rows_in_new_ids(ctx.spark, base, run, vmap, emap).withColumn("side", F.lit(0))
@@ -206,8 +226,9 @@ def match_spark(ctx: PartitionContext, base: DatasetVersion, run: str, new: Data
     return u.mapInArrow(fn, MATCHED_SCHEMA)
 
 
-def match_local(base: DatasetVersion, run: str, new: DatasetVersion, vmap: np.ndarray, emap: np.ndarray,
-                seed: int) -> dict[str, np.ndarray]:  # fmt: skip
+def match_local(
+    base: DatasetVersion, run: str, new: DatasetVersion, vmap: np.ndarray, emap: np.ndarray, seed: int
+) -> dict[str, np.ndarray]:
     """The same match in this process over all rows (both sides at most ``incremental_local_edges``)."""
     b = _read(base.edges, ("eid", "src", "dst", "etype"))
     a = _read(base.assignment(run), ("eid", "part"))
@@ -219,9 +240,15 @@ def match_local(base: DatasetVersion, run: str, new: DatasetVersion, vmap: np.nd
     nb, m = int(keep.sum()), len(e["eid"])
     side = np.concatenate([np.zeros(nb, np.int8), np.ones(m, np.int8)])
     part = np.concatenate([bpart[b["eid"][keep]], np.full(m, -1, np.int32)])
-    r = incremental_match.match(np.concatenate([s[keep], e["src"]]), np.concatenate([d[keep], e["dst"]]),
-                                np.concatenate([t[keep], e["etype"]]), side,
-                                np.concatenate([b["eid"][keep], e["eid"]]), part, seed)  # fmt: skip
+    r = incremental_match.match(
+        np.concatenate([s[keep], e["src"]]),
+        np.concatenate([d[keep], e["dst"]]),
+        np.concatenate([t[keep], e["etype"]]),
+        side,
+        np.concatenate([b["eid"][keep], e["eid"]]),
+        part,
+        seed,
+    )
     idx = r.pop("pos") - nb  # new rows come after the base rows: 0..m-1 in order
     return {"eid": e["eid"][idx], "src": e["src"][idx], "dst": e["dst"][idx], **r}
 
@@ -272,8 +299,9 @@ def place_capped(
 
 
 @njit(nogil=True, cache=True)
-def _best_capped(a: int, b: int, deg: np.ndarray, bits: np.ndarray, sizes: np.ndarray, need: int, cap: int,
-                 lam: float) -> int:  # fmt: skip
+def _best_capped(
+    a: int, b: int, deg: np.ndarray, bits: np.ndarray, sizes: np.ndarray, need: int, cap: int, lam: float
+) -> int:
     """The best partition for pair (a, b) among those with room for ``need`` rows (-1: none); marks it."""
     theta = deg[a] / (deg[a] + deg[b]) if deg[a] + deg[b] > 0 else 0.5
     hi_size, lo_size = sizes.max(), sizes.min()
@@ -350,8 +378,9 @@ def _place_local(ctx: PartitionContext, r: dict[str, np.ndarray], st: _Done, deg
     src, dst = r["src"][f], r["dst"][f]
     f = f[np.lexsort((r["eid"][f], np.maximum(src, dst), np.minimum(src, dst), r["k"][f]))]
     last = np.array([-1, -1, -1], np.int64)
-    part = place_capped(r["src"][f], r["dst"][f], r["rows"][f], deg, st.bits, st.sizes, cap,
-                        ctx.cfg.incremental_lam, last)  # fmt: skip
+    part = place_capped(
+        r["src"][f], r["dst"][f], r["rows"][f], deg, st.bits, st.sizes, cap, ctx.cfg.incremental_lam, last
+    )
     r["part"][f] = part
     return int((part < 0).sum())
 
@@ -375,8 +404,16 @@ def _stream_added(ctx: PartitionContext, fresh: Any, deg: np.ndarray, st: _Done,
     return ctx.spark.read.parquet(str(out_dir)), unplaced
 
 
-def _refresh_local(ctx: PartitionContext, base: DatasetVersion, run: str, new: DatasetVersion, vmap: np.ndarray,
-                   emap: np.ndarray, cap: int, clock: dict[str, float]) -> tuple[dict[str, np.ndarray], _Done, int]:  # fmt: skip
+def _refresh_local(
+    ctx: PartitionContext,
+    base: DatasetVersion,
+    run: str,
+    new: DatasetVersion,
+    vmap: np.ndarray,
+    emap: np.ndarray,
+    cap: int,
+    clock: dict[str, float],
+) -> tuple[dict[str, np.ndarray], _Done, int]:
     """Match and place in this process: the new rows (eid, src, dst, part, ...) as arrays."""
     t = time.perf_counter()
     r = match_local(base, run, new, vmap, emap, ctx.seed)
@@ -388,8 +425,17 @@ def _refresh_local(ctx: PartitionContext, base: DatasetVersion, run: str, new: D
     return r, st, unplaced
 
 
-def _refresh_spark(ctx: PartitionContext, base: DatasetVersion, run: str, new: DatasetVersion, vmap: np.ndarray,
-                   emap: np.ndarray, cap: int, rows_total: int, clock: dict[str, float]) -> tuple[Any, _Done, int]:  # fmt: skip
+def _refresh_spark(
+    ctx: PartitionContext,
+    base: DatasetVersion,
+    run: str,
+    new: DatasetVersion,
+    vmap: np.ndarray,
+    emap: np.ndarray,
+    cap: int,
+    rows_total: int,
+    clock: dict[str, float],
+) -> tuple[Any, _Done, int]:
     """Match in Spark tasks (one job), then stream the fresh rows through the driver's placement."""
     t = time.perf_counter()
     matched_dir = ctx.staging / "inc_matched"
@@ -404,8 +450,9 @@ def _refresh_spark(ctx: PartitionContext, base: DatasetVersion, run: str, new: D
     return done.unionByName(placed), st, unplaced
 
 
-def refresh(ctx: PartitionContext, new: DatasetVersion, base: DatasetVersion, base_rec: StageRecord,
-            run: str, out: Any) -> Refresh:  # fmt: skip
+def refresh(
+    ctx: PartitionContext, new: DatasetVersion, base: DatasetVersion, base_rec: StageRecord, run: str, out: Any
+) -> Refresh:
     """Partition ``new`` from ``base``'s ``partition/<run>``; writes assignment/ and replicas/ under ``out``.
 
     In this process when the base and the new edge set each have at most ``partition.incremental_local_edges``
@@ -427,13 +474,19 @@ def refresh(ctx: PartitionContext, new: DatasetVersion, base: DatasetVersion, ba
     clock["place"] = time.perf_counter() - t0 - sum(clock.values())
     n_kept, n_attached = st.kept, st.attached
     info = {
-        "base": f"{base.graph}/{base.version}", "base_run": run, "base_fingerprint": base_rec.fingerprint,
+        "base": f"{base.graph}/{base.version}",
+        "base_run": run,
+        "base_fingerprint": base_rec.fingerprint,
         "mode": "local" if local else "spark",
-        "kept": n_kept, "removed": base_m - n_kept, "added": m - n_kept, "attached": n_attached,
-        "placed": m - n_kept - n_attached, "capacity": cap,
+        "kept": n_kept,
+        "removed": base_m - n_kept,
+        "added": m - n_kept,
+        "attached": n_attached,
+        "placed": m - n_kept - n_attached,
+        "capacity": cap,
         "anchor_rf": _anchor_rf(base_rec),
         "seconds": {k: round(v, 2) for k, v in clock.items()},
-    }  # fmt: skip
+    }
     if unplaced:
         return Refresh({}, {}, info, f"{unplaced} added rows found no partition under the capacity {cap}")
     t_place = time.perf_counter()

@@ -23,8 +23,9 @@ from spark_jobs.partition import kernels
 KEPT, ATTACHED, FRESH = 0, 1, 2
 
 
-def match(src: np.ndarray, dst: np.ndarray, etype: np.ndarray, side: np.ndarray, eid: np.ndarray,
-          part: np.ndarray, seed: int) -> dict[str, np.ndarray]:  # fmt: skip
+def match(
+    src: np.ndarray, dst: np.ndarray, etype: np.ndarray, side: np.ndarray, eid: np.ndarray, part: np.ndarray, seed: int
+) -> dict[str, np.ndarray]:
     """Decide each new row (``side == 1``) of a pair-closed set of base (``side == 0``, ``part`` set) and
     new rows.
 

@@ -47,8 +47,15 @@ _REPAIR = np.int64(1) << np.int64(50)  # key offset of a move that adds a replic
 
 
 @njit(nogil=True, cache=True)
-def relocation_votes(src: np.ndarray, dst: np.ndarray, part: np.ndarray, bits: np.ndarray, leaf: np.ndarray,
-                     light: np.ndarray, parts: int) -> tuple:  # fmt: skip
+def relocation_votes(
+    src: np.ndarray,
+    dst: np.ndarray,
+    part: np.ndarray,
+    bits: np.ndarray,
+    leaf: np.ndarray,
+    light: np.ndarray,
+    parts: int,
+) -> tuple:
     """Per replica (v, h) of this batch's rows (canonical order): (keys v * parts + h, free, repair, leaves).
 
     free: pairs of v in h with another partition holding both endpoints; repair: pairs without one but
@@ -101,10 +108,23 @@ def _sum_by_key(keys: np.ndarray, val: np.ndarray) -> tuple:
 
 
 @njit(nogil=True, cache=True)
-def evacuate_round(src: np.ndarray, dst: np.ndarray, part: np.ndarray, bits: np.ndarray, remove: np.ndarray,
-                   leaf: np.ndarray, light: np.ndarray, heavy: np.ndarray, quota: np.ndarray, vroom: np.ndarray,
-                   vout: np.ndarray, ecount: np.ndarray, vcount: np.ndarray, slack: int = 0,
-                   shed: np.ndarray | None = None) -> np.ndarray:  # fmt: skip
+def evacuate_round(
+    src: np.ndarray,
+    dst: np.ndarray,
+    part: np.ndarray,
+    bits: np.ndarray,
+    remove: np.ndarray,
+    leaf: np.ndarray,
+    light: np.ndarray,
+    heavy: np.ndarray,
+    quota: np.ndarray,
+    vroom: np.ndarray,
+    vout: np.ndarray,
+    ecount: np.ndarray,
+    vcount: np.ndarray,
+    slack: int = 0,
+    shed: np.ndarray | None = None,
+) -> np.ndarray:
     """The new part of each row (canonical order) of one group.
 
     A pair in h with an endpoint whose replica in h is to go (``remove``) moves to the least loaded
@@ -171,8 +191,18 @@ def evacuate_round(src: np.ndarray, dst: np.ndarray, part: np.ndarray, bits: np.
 
 
 @njit(nogil=True, cache=True)
-def shed_rows(src: np.ndarray, dst: np.ndarray, part: np.ndarray, out: np.ndarray, bits: np.ndarray, leaf: np.ndarray,
-              q: np.ndarray, shed: np.ndarray, vr: np.ndarray, vcount: np.ndarray) -> None:  # fmt: skip
+def shed_rows(
+    src: np.ndarray,
+    dst: np.ndarray,
+    part: np.ndarray,
+    out: np.ndarray,
+    bits: np.ndarray,
+    leaf: np.ndarray,
+    q: np.ndarray,
+    shed: np.ndarray,
+    vr: np.ndarray,
+    vcount: np.ndarray,
+) -> None:
     """Move rows of this group out of each partition h until ``shed[g, h]`` rows left it, into partitions
     with quota, in sweeps by what a move does to the vertex counts (``_shed_level``): first pairs whose
     endpoints both stay in h and are held by the target (no |V_i| changes), then moves that take as many
@@ -298,8 +328,9 @@ def keep_one(rem: np.ndarray, counts: np.ndarray) -> np.ndarray:
     return rem
 
 
-def trim_to_vb(rem: np.ndarray, counts: np.ndarray, vcount: np.ndarray, bound: float,
-               leaves: np.ndarray | None = None) -> np.ndarray:  # fmt: skip
+def trim_to_vb(
+    rem: np.ndarray, counts: np.ndarray, vcount: np.ndarray, bound: float, leaves: np.ndarray | None = None
+) -> np.ndarray:
     """Drop planned removals, lightest partitions and dearest replicas first, until the VB they would give
     is at most max(bound, VB now) (removals thin light partitions, which raises VB). A removal takes its
     replica and the ``leaves`` that go with its pairs out of the partition."""
@@ -323,8 +354,15 @@ def trim_to_vb(rem: np.ndarray, counts: np.ndarray, vcount: np.ndarray, bound: f
     return rem
 
 
-def balance_moves(votes: Votes, counts: np.ndarray, vcount: np.ndarray, heavy: np.ndarray, target: float,
-                  taken: np.ndarray, slack: int = 0) -> np.ndarray:  # fmt: skip
+def balance_moves(
+    votes: Votes,
+    counts: np.ndarray,
+    vcount: np.ndarray,
+    heavy: np.ndarray,
+    target: float,
+    taken: np.ndarray,
+    slack: int = 0,
+) -> np.ndarray:
     """Replicas of vertex-heavy partitions whose pairs can all go (free or repair) for at most as many new
     replicas as the move removes (the replica itself and the leaving leaves; ``slack`` more when VB is
     past its bound and nothing else moves), at most each partition's excess over ``target`` x mean,
@@ -397,8 +435,9 @@ class Relocation:
         """Some partition holds more rows than the hard bound (only after balance rounds used the slack)."""
         return bool((st.ecount > self.cap).any())
 
-    def relocate(self, st: ExpansionState, phase: str, votes: Callable, move: Callable, pack: Callable,
-                 r: int) -> tuple[int, int]:  # fmt: skip
+    def relocate(
+        self, st: ExpansionState, phase: str, votes: Callable, move: Callable, pack: Callable, r: int
+    ) -> tuple[int, int]:
         """One remove, balance or polish round: (replicas selected, rows moved)."""
         a, p = self.cfg, st.parts
         none = np.zeros(p, np.bool_)

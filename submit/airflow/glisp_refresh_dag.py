@@ -36,9 +36,17 @@ class Step:
     spark: bool  # a Spark stage (spark-submit) or a plain command
 
 
-def refresh_commands(graph: str, version: str, config: str, run: str, order: str = "pds",
-                     cluster_file: str = "", infer_model: str = "", train_model: str = "",
-                     task: str = "node") -> list[Step]:  # fmt: skip
+def refresh_commands(
+    graph: str,
+    version: str,
+    config: str,
+    run: str,
+    order: str = "pds",
+    cluster_file: str = "",
+    infer_model: str = "",
+    train_model: str = "",
+    task: str = "node",
+) -> list[Step]:
     """The refresh of one snapshot as ``glisp`` commands, in order; ``version`` names the new version.
 
     ``train_model``: train that run on the new version (``glisp train --serve``: servers of the run
@@ -58,13 +66,15 @@ def refresh_commands(graph: str, version: str, config: str, run: str, order: str
         if task == "link":
             steps.append(Step("link_split", ["link-split", dataset, "--run", run, *cfg], True))
             serve_run = f"{run}-lp"
-        steps.append(Step("train", ["train", dataset, "--serve", serve_run, "--task", task, "--name", train_model,
-                                    *cfg], False))  # fmt: skip
+        steps.append(
+            Step("train", ["train", dataset, "--serve", serve_run, "--task", task, "--name", train_model, *cfg], False)
+        )
         infer_model = infer_model or train_model
     if infer_model:
         steps.append(Step("infer", ["infer", dataset, "--model", infer_model, *cfg], True))
-    steps.append(Step("promote", ["promote", dataset, "--run", run, "--require", f"reorder/{run}/{order}", *cfg],
-                      False))  # fmt: skip
+    steps.append(
+        Step("promote", ["promote", dataset, "--run", run, "--require", f"reorder/{run}/{order}", *cfg], False)
+    )
     if cluster_file:
         steps.append(Step("reload_service", ["serve-reload", dataset, "--cluster-file", cluster_file], False))
     return steps

@@ -157,10 +157,20 @@ def test_to_local_matches_a_dictionary(tmp_path: Path, size: int) -> None:
     z = np.zeros(0, np.int64)
     n = len(held)
     write_partition(
-        tmp_path / "p", part_id=0, num_parts=1, vertex_gids=held, out_degree=np.zeros(n, np.int64),
-        in_degree=np.zeros(n, np.int64), replica_ptr=np.arange(n + 1), replica_parts=np.zeros(n, np.int32),
-        master=np.zeros(n, np.int32), vtype=np.zeros(n, np.int32), src=z, dst=z, etype=z,
-    )  # fmt: skip
+        tmp_path / "p",
+        part_id=0,
+        num_parts=1,
+        vertex_gids=held,
+        out_degree=np.zeros(n, np.int64),
+        in_degree=np.zeros(n, np.int64),
+        replica_ptr=np.arange(n + 1),
+        replica_parts=np.zeros(n, np.int32),
+        master=np.zeros(n, np.int32),
+        vtype=np.zeros(n, np.int32),
+        src=z,
+        dst=z,
+        etype=z,
+    )
     r = open_partition(tmp_path / "p")
     query = np.concatenate([rng.choice(held, size), rng.integers(0, 2 * 10**9, size), [held[-1] + 1, -5]])
     rng.shuffle(query)  # held and absent ids, repeats, below and above every held id

@@ -59,8 +59,12 @@ def test_leases_lapse_when_the_holder_dies_or_stops_renewing(tmp_path: Path) -> 
     stale = {"holder": "old server", "host": "elsewhere", "pid": 1, "expires_at": time.time() - 1}
     (leases / "a.json").write_text(json.dumps(stale))
     dead = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True)
-    crashed = {"holder": "crashed trainer", "host": os.uname().nodename, "pid": int(dead.stdout),
-               "expires_at": time.time() + 3600}  # fmt: skip
+    crashed = {
+        "holder": "crashed trainer",
+        "host": os.uname().nodename,
+        "pid": int(dead.stdout),
+        "expires_at": time.time() + 3600,
+    }
     (leases / "b.json").write_text(json.dumps(crashed))
     assert active_leases(v0) == []  # one expired, one whose process on this host is gone
 

@@ -56,8 +56,17 @@ def infer_graph(spark, tmp_path_factory) -> InferGraph:
     rng = np.random.default_rng(11)
     etype = rng.integers(0, 2, len(src)).astype(np.int32)
     feats = rng.normal(size=(N, 6)).astype(np.float32)
-    dv = write_dataset(root, "rmat8", src, dst, num_vertices=N, etype=etype, edge_types=list(RELATIONS),
-                       features=feats, labels=rng.integers(0, 3, N))  # fmt: skip
+    dv = write_dataset(
+        root,
+        "rmat8",
+        src,
+        dst,
+        num_vertices=N,
+        etype=etype,
+        edge_types=list(RELATIONS),
+        features=feats,
+        labels=rng.integers(0, 3, N),
+    )
     lo, hi = np.minimum(src, dst), np.maximum(src, dst)
     run = publish_partition(dv, ((lo * 7919 + hi * 104729) % 1009) % P, P)
     cfg = with_values(load_config(env={}), "serialize", parquet_copy=False)
@@ -71,8 +80,9 @@ def make_model(arch: str, layers: int = 2, task: str = "node", seed: int = 0, ou
 
     torch.manual_seed(seed)
     rel = RELATIONS if arch == "rgcn" else ()
-    spec = ModelSpec(arch=arch, in_dim=6, hidden=8, out_dim=out_dim, layers=layers, task=task, relations=rel,
-                     dropout=0.0)  # fmt: skip
+    spec = ModelSpec(
+        arch=arch, in_dim=6, hidden=8, out_dim=out_dim, layers=layers, task=task, relations=rel, dropout=0.0
+    )
     return build_model(spec).eval()
 
 

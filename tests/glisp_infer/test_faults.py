@@ -58,9 +58,25 @@ def test_a_killed_task_is_retried_and_leaves_a_correct_array(infer_graph) -> Non
     model = make_model("sage", seed=4)
     publish_model(g.dv, "sage-r", model, g.run)
     env = dict(os.environ, PYTHONPATH=str(ROOT), GLISP_INFER_FAULT="1:1:1")
-    cmd = [sys.executable, "-m", "glisp_core.cli", "infer", str(g.dv.path), "--model", "sage-r", "--master",
-           "local[2,2]", "--set", "infer.chunk_rows=16", "--set", "infer.batch_size=24", "--set",
-           "spark.driver_memory=1g", "--set", "spark.log_level=ERROR"]  # fmt: skip
+    cmd = [
+        sys.executable,
+        "-m",
+        "glisp_core.cli",
+        "infer",
+        str(g.dv.path),
+        "--model",
+        "sage-r",
+        "--master",
+        "local[2,2]",
+        "--set",
+        "infer.chunk_rows=16",
+        "--set",
+        "infer.batch_size=24",
+        "--set",
+        "spark.driver_memory=1g",
+        "--set",
+        "spark.log_level=ERROR",
+    ]
     r = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=600)
     assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-4000:]
     rec = Manifest.read(g.dv.manifest_path).stage("infer/sage-r-pds")

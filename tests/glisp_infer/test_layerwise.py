@@ -193,8 +193,25 @@ def test_glisp_train_then_glisp_infer_equals_the_full_graph_forward(infer_graph,
     g = infer_graph
     cluster = Cluster(g.dv, g.run, tmp_path)
     try:
-        args = ["train", "--cluster", str(cluster.cluster_file), "--task", "node", "--model", "sage", "--epochs", "2",
-                "--fanouts", "4,3", "--name", "trained", "--set", "train.hidden=8", "--set", "train.batch_size=64"]  # fmt: skip
+        args = [
+            "train",
+            "--cluster",
+            str(cluster.cluster_file),
+            "--task",
+            "node",
+            "--model",
+            "sage",
+            "--epochs",
+            "2",
+            "--fanouts",
+            "4,3",
+            "--name",
+            "trained",
+            "--set",
+            "train.hidden=8",
+            "--set",
+            "train.batch_size=64",
+        ]
         assert glisp(args) == 0
     finally:
         assert cluster.stop() == 0

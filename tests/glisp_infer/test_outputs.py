@@ -76,8 +76,9 @@ def test_edge_list_scores_and_bad_ids(spark, infer_graph, link, tmp_path) -> Non
     with pytest.raises(BadInputError, match=r"bad.parquet, column 'src': 1 of 2 rows name no vertex .*999999"):
         run_infer(spark, bad, g.dv)
     with pytest.raises(GlispError, match="no column 'from'"):
-        run_infer(spark, infer_cfg(model="link", run="link-bad", edges=str(tmp_path / "bad.parquet"), edges_src="from"),
-                  g.dv)  # fmt: skip
+        run_infer(
+            spark, infer_cfg(model="link", run="link-bad", edges=str(tmp_path / "bad.parquet"), edges_src="from"), g.dv
+        )
     from glisp_core.dataset.manifest import Manifest
 
     assert "infer/link-bad" not in Manifest.read(g.dv.manifest_path).stages

@@ -69,9 +69,20 @@ def graph(spark, tmp_path_factory) -> Graph:
     ts = rng.integers(0, 1000, m).astype(np.int64)
     feats = rng.normal(size=(n, 6)).astype(np.float32)
     labels = rng.integers(0, 4, n).astype(np.int64)
-    dv = write_dataset(root, "rmat9", src, dst, num_vertices=n, etype=etype, edge_types=["cites", "likes"],
-                       weight=weight, ts=ts, features=feats, labels=labels,
-                       split=rng.integers(0, 3, n).astype(np.int8))  # fmt: skip
+    dv = write_dataset(
+        root,
+        "rmat9",
+        src,
+        dst,
+        num_vertices=n,
+        etype=etype,
+        edge_types=["cites", "likes"],
+        weight=weight,
+        ts=ts,
+        features=feats,
+        labels=labels,
+        split=rng.integers(0, 3, n).astype(np.int8),
+    )
     cfg = with_values(load_config(env={}), "serialize", parquet_copy=False)
     runs = [("random", 3, VC_RUN), ("metis", 2, EC_RUN)]
     for algo, parts, run in runs:
@@ -87,9 +98,22 @@ class Cluster:
     def __init__(self, dv, run: str, workdir: Path, extra: list[str] | None = None) -> None:
         self.cluster_file = workdir / f"{run}.cluster.json"
         env = dict(os.environ, PYTHONPATH=str(ROOT))
-        cmd = [sys.executable, "-m", "glisp_core.cli", "serve-cluster", str(dv.path), "--run", run,
-               "--cluster-file", str(self.cluster_file), "--threads", "2", "--set", "serve.start_timeout_s=300",
-               *(extra or [])]  # fmt: skip
+        cmd = [
+            sys.executable,
+            "-m",
+            "glisp_core.cli",
+            "serve-cluster",
+            str(dv.path),
+            "--run",
+            run,
+            "--cluster-file",
+            str(self.cluster_file),
+            "--threads",
+            "2",
+            "--set",
+            "serve.start_timeout_s=300",
+            *(extra or []),
+        ]
         self.proc = subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
         deadline = time.time() + 300  # generous: a shared 2-core machine under load starts servers slowly
         while not self.cluster_file.exists():

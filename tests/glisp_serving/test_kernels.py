@@ -59,11 +59,36 @@ def run_part(
         c = np.empty(1, np.int32)
         nb, ei, ke = np.empty(f, np.int64), np.empty(f, np.int64), np.empty(f, np.float32)
         end = K.sample_tasks(
-            method, np.zeros(1, np.int64), np.zeros(1, np.int64), 1, E64, E64, False, p["out_indptr"],
-            np.array([D]), np.array([f]), np.uint64(base_seed + r), p["part"], False, E64, has_time,
-            np.int64(tmax or 0), ts, w, p["out_nbr"], p["out_indptr"], p["global_id"], want_eids, 0, 1, c, nb, ei,
-            ke, 0,
-        )  # fmt: skip
+            method,
+            np.zeros(1, np.int64),
+            np.zeros(1, np.int64),
+            1,
+            E64,
+            E64,
+            False,
+            p["out_indptr"],
+            np.array([D]),
+            np.array([f]),
+            np.uint64(base_seed + r),
+            p["part"],
+            False,
+            E64,
+            has_time,
+            np.int64(tmax or 0),
+            ts,
+            w,
+            p["out_nbr"],
+            p["out_indptr"],
+            p["global_id"],
+            want_eids,
+            0,
+            1,
+            c,
+            nb,
+            ei,
+            ke,
+            0,
+        )
         counts.append(c[0])
         nbrs.append(nb[:end])
         keys.append(ke[:end])
@@ -210,9 +235,36 @@ def _sample(g, lids, method, f, is_in, seed, part=3, chunks=1):
     spans = []
     for a, b in zip(bounds[:-1], bounds[1:], strict=True):
         end = K.sample_tasks(
-            method, lids, gid[lids], 1, E64, E64, False, ptr, deg, np.array([f]), np.uint64(seed), part, is_in,
-            in_eid, False, 0, E64, EF, dst.astype(np.int32), indptr, gid, True, a, b, counts, nb, ei, ke, a * f,
-        )  # fmt: skip
+            method,
+            lids,
+            gid[lids],
+            1,
+            E64,
+            E64,
+            False,
+            ptr,
+            deg,
+            np.array([f]),
+            np.uint64(seed),
+            part,
+            is_in,
+            in_eid,
+            False,
+            0,
+            E64,
+            EF,
+            dst.astype(np.int32),
+            indptr,
+            gid,
+            True,
+            a,
+            b,
+            counts,
+            nb,
+            ei,
+            ke,
+            a * f,
+        )
         spans.append((a * f, end))
     cat = [np.concatenate([x[s:e] for s, e in spans]) for x in (nb, ei, ke)]
     return counts, cat[0], cat[1], cat[2]
@@ -288,10 +340,15 @@ def _random_partials(rng, n: int, servers: int, nslot: int, keys: bool = False) 
         pos = np.flatnonzero(rng.random(n) < 0.6)
         counts = rng.integers(0, 5, (len(pos), nslot)).astype(np.int32)
         m = int(counts.sum())
-        out.append(Partial(pos=pos, counts=counts if nslot > 1 else counts[:, 0],
-                           nbrs=rng.integers(0, 5000, m).astype(np.int32),
-                           keys=-rng.random(m).astype(np.float32) if keys else None,
-                           edge_ids=rng.integers(0, 1 << 41, m)))  # fmt: skip
+        out.append(
+            Partial(
+                pos=pos,
+                counts=counts if nslot > 1 else counts[:, 0],
+                nbrs=rng.integers(0, 5000, m).astype(np.int32),
+                keys=-rng.random(m).astype(np.float32) if keys else None,
+                edge_ids=rng.integers(0, 1 << 41, m),
+            )
+        )
     return out
 
 

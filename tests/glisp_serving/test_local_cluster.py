@@ -24,8 +24,12 @@ time.sleep(600)
 
 
 def test_a_killed_job_takes_its_servers_with_it(graph, tmp_path):
-    job = subprocess.Popen([sys.executable, "-c", _JOB, str(graph.dv.path), VC_RUN, str(tmp_path / "c.json")],
-                           stdout=subprocess.PIPE, text=True, env=dict(os.environ, PYTHONPATH=str(ROOT)))  # fmt: skip
+    job = subprocess.Popen(
+        [sys.executable, "-c", _JOB, str(graph.dv.path), VC_RUN, str(tmp_path / "c.json")],
+        stdout=subprocess.PIPE,
+        text=True,
+        env=dict(os.environ, PYTHONPATH=str(ROOT)),
+    )
     line = job.stdout.readline()
     assert line.strip().isdigit(), f"the job did not start its cluster (exit {job.poll()})"
     cluster = psutil.Process(int(line))

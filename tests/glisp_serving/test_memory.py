@@ -99,8 +99,14 @@ print((snapshot()["anon"] - base) >> 20)
 
 
 def _retained_mib(fixed: bool) -> int:
-    out = subprocess.run([sys.executable, "-c", _RETENTION, "1" if fixed else "0"], capture_output=True, text=True,
-                         check=True, cwd=ROOT, env=dict(os.environ, PYTHONPATH=str(ROOT)))  # fmt: skip
+    out = subprocess.run(
+        [sys.executable, "-c", _RETENTION, "1" if fixed else "0"],
+        capture_output=True,
+        text=True,
+        check=True,
+        cwd=ROOT,
+        env=dict(os.environ, PYTHONPATH=str(ROOT)),
+    )
     return int(out.stdout.split()[-1])
 
 

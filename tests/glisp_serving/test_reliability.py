@@ -35,12 +35,30 @@ class Server:
 
     def __init__(self, dataset: Path, run: str, part: int, tmp: Path, sets: list[str], env: dict | None = None):
         self.port_file = tmp / f"port-{run}-{part}-{time.monotonic_ns()}"
-        cmd = [sys.executable, "-m", "glisp_core.cli", "serve", str(dataset), "--partition", str(part), "--run", run,
-               "--port", "0", "--port-file", str(self.port_file)]  # fmt: skip
+        cmd = [
+            sys.executable,
+            "-m",
+            "glisp_core.cli",
+            "serve",
+            str(dataset),
+            "--partition",
+            str(part),
+            "--run",
+            run,
+            "--port",
+            "0",
+            "--port-file",
+            str(self.port_file),
+        ]
         for s in sets:
             cmd += ["--set", s]
-        self.proc = subprocess.Popen(cmd, env=dict(os.environ, PYTHONPATH=str(ROOT), **(env or {})),
-                                     stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)  # fmt: skip
+        self.proc = subprocess.Popen(
+            cmd,
+            env=dict(os.environ, PYTHONPATH=str(ROOT), **(env or {})),
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+        )
 
     def address(self, timeout: float = 120) -> str:
         deadline = time.time() + timeout
@@ -71,10 +89,21 @@ def _stats(addr: str) -> pb.StatsResponse:
 @pytest.fixture(scope="module")
 def tight(graph, tmp_path_factory):
     """A server with small budgets: 1 MiB messages, 20,000 sampled-edge slots, 3 concurrent RPCs."""
-    s = Server(graph.dv.path, VC_RUN, 0, tmp_path_factory.mktemp("tight"),
-               ["serve.max_message_mb=1", "serve.max_request_edges=20000", "serve.max_concurrent_rpcs=3",
-                "serve.max_batch=200000", "serve.max_fanout=1000", "serve.drain_s=0",
-                "serve.metrics_port=0"])  # fmt: skip
+    s = Server(
+        graph.dv.path,
+        VC_RUN,
+        0,
+        tmp_path_factory.mktemp("tight"),
+        [
+            "serve.max_message_mb=1",
+            "serve.max_request_edges=20000",
+            "serve.max_concurrent_rpcs=3",
+            "serve.max_batch=200000",
+            "serve.max_fanout=1000",
+            "serve.drain_s=0",
+            "serve.metrics_port=0",
+        ],
+    )
     addr = s.address()
     r = open_partition(graph.dv.partition_dir(VC_RUN, 0), verify=False)
     by_degree = np.argsort(-np.diff(np.asarray(r.out_indptr, np.int64)), kind="stable")
@@ -212,9 +241,12 @@ def test_damaged_partitions_are_refused_at_open(dataset_copy):
     r = open_partition(q, verify=False)
     check_structure(r)
     n, mid = r.num_vertices, r.num_vertices // 2
-    cases = [("out_indptr", mid, int(r.out_indptr[mid + 1]) + 5, "offsets decrease"),
-             ("out_nbr", 3, n + 7, "outside"), ("in_eid", 0, -1, "outside"),
-             ("global_id", 1, int(r.global_id[0]), "strictly increasing")]  # fmt: skip
+    cases = [
+        ("out_indptr", mid, int(r.out_indptr[mid + 1]) + 5, "offsets decrease"),
+        ("out_nbr", 3, n + 7, "outside"),
+        ("in_eid", 0, -1, "outside"),
+        ("global_id", 1, int(r.global_id[0]), "strictly increasing"),
+    ]
     del r
     for field, i, value, words in cases:
         orig = np.fromfile(q / f"{field}.bin", dt[field])
@@ -394,18 +426,29 @@ def test_fuzzed_requests_never_crash_leak_or_answer_garbage(tight, graph):
     ids = st.one_of(st.sampled_from(held.tolist()), st.integers(-(2**40), 2**40))
     array = st.builds(
         lambda xs, dtype, lie: pb.Array(
-            data=np.asarray(xs).astype(dtype).tobytes()[: None if not lie else -1], dtype=np.dtype(dtype).str,
+            data=np.asarray(xs).astype(dtype).tobytes()[: None if not lie else -1],
+            dtype=np.dtype(dtype).str,
             shape=[len(xs) + (lie == 2)],
         ),
-        st.lists(ids, max_size=300), st.sampled_from(["<i8", "<i4", "<f8", "|u1", ">i8"]), st.integers(0, 2),
-    )  # fmt: skip
+        st.lists(ids, max_size=300),
+        st.sampled_from(["<i8", "<i4", "<f8", "|u1", ">i8"]),
+        st.integers(0, 2),
+    )
     gather = st.builds(
-        pb.GatherRequest, seeds=array, fanout=st.integers(-5, 2**31 - 1),
-        type_fanouts=st.lists(st.builds(pb.TypeFanout, edge_type=st.sampled_from(["cites", "likes", "", "x"]),
-                                        fanout=st.integers(-2, 3000)), max_size=3),
+        pb.GatherRequest,
+        seeds=array,
+        fanout=st.integers(-5, 2**31 - 1),
+        type_fanouts=st.lists(
+            st.builds(
+                pb.TypeFanout, edge_type=st.sampled_from(["cites", "likes", "", "x"]), fanout=st.integers(-2, 3000)
+            ),
+            max_size=3,
+        ),
         method=st.sampled_from(["", "uniform", "uniform_exact", "replace", "weighted", "bogus"]),
-        direction=st.sampled_from([0, 1]), seed=st.integers(0, 2**64 - 1), edge_ids=st.booleans(),
-    )  # fmt: skip
+        direction=st.sampled_from([0, 1]),
+        seed=st.integers(0, 2**64 - 1),
+        edge_ids=st.booleans(),
+    )
     lookup = st.builds(pb.LookupRequest, vertices=array, features=st.booleans(), labels=st.booleans())
     raw = st.binary(max_size=512)
     seen = {"ok": 0, "refused": 0}
@@ -415,8 +458,13 @@ def test_fuzzed_requests_never_crash_leak_or_answer_garbage(tight, graph):
         raw_gather = ch.unary_unary("/glisp.sampling.v1.Sampling/Gather")
         anon0 = None
 
-        @settings(max_examples=FUZZ_CASES, deadline=None, derandomize=True, database=None,
-                  suppress_health_check=list(HealthCheck))  # fmt: skip
+        @settings(
+            max_examples=FUZZ_CASES,
+            deadline=None,
+            derandomize=True,
+            database=None,
+            suppress_health_check=list(HealthCheck),
+        )
         @given(case=st.one_of(gather, lookup, raw))
         def run(case):
             nonlocal anon0

@@ -39,8 +39,16 @@ def two_versions(spark, graph):
     src, dst = graph.src.copy(), graph.dst.copy()
     pick = rng.choice(len(src), len(src) // 20, replace=False)
     dst[pick] = rng.integers(0, graph.n, len(pick))
-    dv2 = write_dataset(graph.dv.root, graph.dv.graph, src, dst, num_vertices=graph.n, features=graph.features + 1000,
-                        labels=(graph.labels + 1) % 4, version="v2")  # fmt: skip
+    dv2 = write_dataset(
+        graph.dv.root,
+        graph.dv.graph,
+        src,
+        dst,
+        num_vertices=graph.n,
+        features=graph.features + 1000,
+        labels=(graph.labels + 1) % 4,
+        version="v2",
+    )
     cfg = with_values(load_config(env={}), "serialize", parquet_copy=False)
     c = with_values(cfg, "partition", algorithm="metis", parts=2, name=EC_RUN, seed=3, progress=False)
     run_partition(spark, c, dv2)
@@ -92,9 +100,21 @@ def test_hot_reload_under_load_loses_no_request_and_mixes_no_versions(two_versio
             w.start()
         time.sleep(3)
         t_reload = time.monotonic()
-        r = subprocess.run([sys.executable, "-m", "glisp_core.cli", "serve-reload", str(dv2.path), "--cluster-file",
-                            str(cluster.cluster_file)], capture_output=True, text=True, timeout=300,
-                           env=dict(os.environ, PYTHONPATH=str(ROOT)))  # fmt: skip
+        r = subprocess.run(
+            [
+                sys.executable,
+                "-m",
+                "glisp_core.cli",
+                "serve-reload",
+                str(dv2.path),
+                "--cluster-file",
+                str(cluster.cluster_file),
+            ],
+            capture_output=True,
+            text=True,
+            timeout=300,
+            env=dict(os.environ, PYTHONPATH=str(ROOT)),
+        )
         t_done = time.monotonic()
         assert r.returncode == 0, r.stdout + r.stderr
         time.sleep(3)
@@ -111,8 +131,10 @@ def test_hot_reload_under_load_loses_no_request_and_mixes_no_versions(two_versio
         assert spec["dataset"] == str(dv2.path) and all(_stats(a).dataset == f"{dv2.graph}/v2" for a in addrs)
         steady = [d for t, d, _, _ in batches if t < t_reload]
         switch = [d for t, d, _, _ in batches if t_reload <= t <= t_done + 0.5]
-        print(f"reload gap: p99 {np.percentile(switch, 99) * 1e3:.1f} ms during the switch ({len(switch)} batches) "
-              f"vs {np.percentile(steady, 99) * 1e3:.1f} ms steady ({len(steady)})")  # fmt: skip
+        print(
+            f"reload gap: p99 {np.percentile(switch, 99) * 1e3:.1f} ms during the switch ({len(switch)} batches) "
+            f"vs {np.percentile(steady, 99) * 1e3:.1f} ms steady ({len(steady)})"
+        )
         deadline = time.time() + 30  # the old version's files are unmapped once its requests finished
         old = str(dv1.path / "serialize" / EC_RUN)
         while any(old in m.path for s in servers for m in s.memory_maps()):

@@ -39,19 +39,66 @@ def _openssl(*args: str, cwd: Path) -> None:
 
 
 def _ca(d: Path, name: str) -> None:
-    _openssl("req", "-x509", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1", "-nodes",
-             "-keyout", f"{name}.key", "-out", f"{name}.pem", "-days", "2", "-subj", f"/CN={name}",
-             "-addext", "basicConstraints=critical,CA:TRUE", "-addext", "keyUsage=critical,keyCertSign,cRLSign",
-             cwd=d)  # fmt: skip
+    _openssl(
+        "req",
+        "-x509",
+        "-newkey",
+        "ec",
+        "-pkeyopt",
+        "ec_paramgen_curve:prime256v1",
+        "-nodes",
+        "-keyout",
+        f"{name}.key",
+        "-out",
+        f"{name}.pem",
+        "-days",
+        "2",
+        "-subj",
+        f"/CN={name}",
+        "-addext",
+        "basicConstraints=critical,CA:TRUE",
+        "-addext",
+        "keyUsage=critical,keyCertSign,cRLSign",
+        cwd=d,
+    )
 
 
 def _leaf(d: Path, name: str, ca: str, ext: str) -> None:
     (d / f"{name}.ext").write_text(f"basicConstraints=CA:FALSE\n{ext}\n")
-    _openssl("req", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1", "-nodes", "-keyout",
-             f"{name}.key", "-out", f"{name}.csr", "-subj", f"/CN={name}", cwd=d)  # fmt: skip
-    _openssl("x509", "-req", "-in", f"{name}.csr", "-CA", f"{ca}.pem", "-CAkey", f"{ca}.key", "-set_serial",
-             str(int.from_bytes(os.urandom(8), "big")), "-days", "2", "-out", f"{name}.pem",
-             "-extfile", f"{name}.ext", cwd=d)  # fmt: skip
+    _openssl(
+        "req",
+        "-newkey",
+        "ec",
+        "-pkeyopt",
+        "ec_paramgen_curve:prime256v1",
+        "-nodes",
+        "-keyout",
+        f"{name}.key",
+        "-out",
+        f"{name}.csr",
+        "-subj",
+        f"/CN={name}",
+        cwd=d,
+    )
+    _openssl(
+        "x509",
+        "-req",
+        "-in",
+        f"{name}.csr",
+        "-CA",
+        f"{ca}.pem",
+        "-CAkey",
+        f"{ca}.key",
+        "-set_serial",
+        str(int.from_bytes(os.urandom(8), "big")),
+        "-days",
+        "2",
+        "-out",
+        f"{name}.pem",
+        "-extfile",
+        f"{name}.ext",
+        cwd=d,
+    )
 
 
 @pytest.fixture(scope="module")
@@ -65,8 +112,12 @@ def certs(tmp_path_factory) -> dict[str, str]:
     (d / "token").write_text(TOKEN + "\n")
     (d / "wrong-token").write_text("not-" + TOKEN)
     names = ["ca", "other-ca", "server", "client", "rogue"]
-    return {**{n: str(d / f"{n}.pem") for n in names}, **{f"{n}.key": str(d / f"{n}.key") for n in names},
-            "token": str(d / "token"), "wrong-token": str(d / "wrong-token")}  # fmt: skip
+    return {
+        **{n: str(d / f"{n}.pem") for n in names},
+        **{f"{n}.key": str(d / f"{n}.key") for n in names},
+        "token": str(d / "token"),
+        "wrong-token": str(d / "wrong-token"),
+    }
 
 
 def _start(graph, tmp_path_factory, name: str, sets: dict[str, str], env: dict[str, str] | None = None) -> Cluster:
@@ -88,8 +139,12 @@ def token_cluster(graph, tmp_path_factory):
 @pytest.fixture(scope="module")
 def tls_cluster(graph, certs, tmp_path_factory):
     """Server-side TLS and a token from serve.token_file."""
-    sets = {"serve.tls_cert": certs["server"], "serve.tls_key": certs["server.key"], "serve.token_file": certs["token"],
-            "client.tls_ca": certs["ca"]}  # fmt: skip
+    sets = {
+        "serve.tls_cert": certs["server"],
+        "serve.tls_key": certs["server.key"],
+        "serve.token_file": certs["token"],
+        "client.tls_ca": certs["ca"],
+    }
     c = _start(graph, tmp_path_factory, "tls", sets)
     yield c
     c.stop()
@@ -98,8 +153,14 @@ def tls_cluster(graph, certs, tmp_path_factory):
 @pytest.fixture(scope="module")
 def mtls_cluster(graph, certs, tmp_path_factory):
     """Mutual TLS: clients must present a certificate signed by the CA."""
-    sets = {"serve.tls_cert": certs["server"], "serve.tls_key": certs["server.key"], "serve.tls_client_ca": certs["ca"],
-            "client.tls_ca": certs["ca"], "client.tls_cert": certs["client"], "client.tls_key": certs["client.key"]}  # fmt: skip
+    sets = {
+        "serve.tls_cert": certs["server"],
+        "serve.tls_key": certs["server.key"],
+        "serve.tls_client_ca": certs["ca"],
+        "client.tls_ca": certs["ca"],
+        "client.tls_cert": certs["client"],
+        "client.tls_key": certs["client.key"],
+    }
     c = _start(graph, tmp_path_factory, "mtls", sets)
     yield c
     c.stop()
@@ -221,8 +282,9 @@ def test_mtls_refuses_untrusted_and_missing_client_certificates(mtls_cluster, gr
     assert e.code == UNAVAILABLE, e
     e = _refused(mtls_cluster, _cfg(tls_ca=certs["ca"]))
     assert e.code == UNAVAILABLE, e
-    _samples_correctly(mtls_cluster, graph, _cfg(tls_ca=certs["ca"], tls_cert=certs["client"],
-                                                 tls_key=certs["client.key"]))  # fmt: skip
+    _samples_correctly(
+        mtls_cluster, graph, _cfg(tls_ca=certs["ca"], tls_cert=certs["client"], tls_key=certs["client.key"])
+    )
 
 
 # ---------------------------------------------------------------------------------------------- warning, config
@@ -237,8 +299,25 @@ def test_exposure_warning_rules():
 
 def test_all_interfaces_without_security_warns_and_health_port_serves_health_only(graph, tmp_path):
     """One plaintext server on 0.0.0.0: the warning on stderr; its serve.health_port answers health, no Sampling."""
-    cmd = [sys.executable, "-m", "glisp_core.cli", "serve", str(graph.dv.path), "--run", EC_RUN, "--partition", "0",
-           "--host", "0.0.0.0", "--port", "0", "--set", "serve.warmup=false", "--set", "serve.health_port=0"]  # fmt: skip
+    cmd = [
+        sys.executable,
+        "-m",
+        "glisp_core.cli",
+        "serve",
+        str(graph.dv.path),
+        "--run",
+        EC_RUN,
+        "--partition",
+        "0",
+        "--host",
+        "0.0.0.0",
+        "--port",
+        "0",
+        "--set",
+        "serve.warmup=false",
+        "--set",
+        "serve.health_port=0",
+    ]
     env = {k: v for k, v in os.environ.items() if k != TOKEN_ENV} | {"PYTHONPATH": str(ROOT)}
     p = subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:
@@ -270,8 +349,9 @@ def test_config_errors_name_the_key(tmp_path, monkeypatch):
     with pytest.raises(ConfigError, match="client.tls_ca"):
         check_own_client(ServeConfig(tls_cert="s.pem", tls_key="s.key"), ClientConfig())
     with pytest.raises(ConfigError, match="client.tls_cert"):
-        check_own_client(ServeConfig(tls_cert="s.pem", tls_key="s.key", tls_client_ca="ca.pem"),
-                         ClientConfig(tls_ca="ca.pem"))  # fmt: skip
+        check_own_client(
+            ServeConfig(tls_cert="s.pem", tls_key="s.key", tls_client_ca="ca.pem"), ClientConfig(tls_ca="ca.pem")
+        )
 
 
 def test_a_refusal_that_ends_the_stream_before_a_write_is_reported_as_refused():

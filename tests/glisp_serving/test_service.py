@@ -46,9 +46,12 @@ def edges(graph):
         loc = np.arange(m)
         gid = np.asarray(r.global_id)
         table[k] = dict(
-            src=gid[r.edge_src(loc)], dst=gid[np.asarray(r.out_nbr, np.int64)], etype=r.edge_type(loc),
-            weight=np.asarray(r.weight), ts=np.asarray(r.timestamp),
-        )  # fmt: skip
+            src=gid[r.edge_src(loc)],
+            dst=gid[np.asarray(r.out_nbr, np.int64)],
+            etype=r.edge_type(loc),
+            weight=np.asarray(r.weight),
+            ts=np.asarray(r.timestamp),
+        )
     return table
 
 
@@ -234,8 +237,10 @@ def test_colocated_reads_equal_lookup_rpcs(vc_cluster, graph):
     from glisp_serving.colocated import colocated_parts
 
     ids = np.random.default_rng(2).permutation(graph.n)
-    with (SamplingClient(vc_cluster.cluster_file, ClientConfig(local_reads="never")) as rpc,
-          SamplingClient(vc_cluster.cluster_file) as local):  # fmt: skip
+    with (
+        SamplingClient(vc_cluster.cluster_file, ClientConfig(local_reads="never")) as rpc,
+        SamplingClient(vc_cluster.cluster_file) as local,
+    ):
         assert rpc.backend.colocated is None and local.backend.colocated.parts == {0, 1, 2}
         a, b = rpc.lookup(ids), local.lookup(ids)
         assert sorted(a) == sorted(b) == ["features", "labels", "split"]
@@ -245,8 +250,12 @@ def test_colocated_reads_equal_lookup_rpcs(vc_cluster, graph):
         only_x = local.lookup(ids[:7], labels=False)
         assert list(only_x) == ["features"] and np.array_equal(only_x["features"], graph.features[ids[:7]])
     spec = ClusterSpec.read(vc_cluster.cluster_file)
-    far = ClusterSpec(dataset=spec.dataset, run=spec.run, num_parts=3,
-                      addresses=[spec.addresses[0], ["192.0.2.77:7000"], [f"localhost:{spec.addresses[2][0][-4:]}"]])  # fmt: skip
+    far = ClusterSpec(
+        dataset=spec.dataset,
+        run=spec.run,
+        num_parts=3,
+        addresses=[spec.addresses[0], ["192.0.2.77:7000"], [f"localhost:{spec.addresses[2][0][-4:]}"]],
+    )
     assert colocated_parts(far) == [0, 2]  # 192.0.2.0/24 is TEST-NET-1, never this host
 
 
@@ -274,8 +283,9 @@ def test_unreadable_colocated_files_fall_back_to_lookup_rpcs(vc_cluster, graph, 
     assert served == [0, int(mastered[1]), 0]  # only partition 1 answered Lookup RPCs
     assert np.array_equal(got["features"], graph.features[ids]) and np.array_equal(got["labels"], graph.labels[ids])
     spec = ClusterSpec.read(vc_cluster.cluster_file)
-    elsewhere = ClusterSpec(dataset="/nonexistent/glisp/dataset/v1", run=spec.run, num_parts=3,
-                            addresses=spec.addresses)  # fmt: skip
+    elsewhere = ClusterSpec(
+        dataset="/nonexistent/glisp/dataset/v1", run=spec.run, num_parts=3, addresses=spec.addresses
+    )
     assert colocated.open_colocated(elsewhere, c.routing.master) is None  # dataset not on this host
     assert colocated.open_colocated(spec, np.zeros(graph.n, np.int32)) is None  # files of another run
 
@@ -309,8 +319,12 @@ def test_retries_fail_over_and_deadlines(vc_cluster, graph, tmp_path, streams):
 
     spec = ClusterSpec.read(vc_cluster.cluster_file)
     # nothing listens on port 1
-    dead = ClusterSpec(dataset=spec.dataset, run=spec.run, num_parts=spec.num_parts,
-                       addresses=[["127.0.0.1:1"] + a for a in spec.addresses])  # fmt: skip
+    dead = ClusterSpec(
+        dataset=spec.dataset,
+        run=spec.run,
+        num_parts=spec.num_parts,
+        addresses=[["127.0.0.1:1"] + a for a in spec.addresses],
+    )
     dead.write(tmp_path / "dead-first.json")
     cfg = ClientConfig(gather_streams=streams, backoff_s=0.01, local_reads="never")
     with SamplingClient(tmp_path / "dead-first.json", cfg) as c:
@@ -322,12 +336,34 @@ def test_retries_fail_over_and_deadlines(vc_cluster, graph, tmp_path, streams):
     # deadlines up to whole milliseconds, and a fast machine answered within 1 us's rounded deadline.
     port_file = tmp_path / "slow-port"
     env = dict(os.environ, PYTHONPATH=str(ROOT), GLISP_FAULT_GATHER_DELAY_S="3")
-    p = subprocess.Popen([sys.executable, "-m", "glisp_core.cli", "serve", str(graph.dv.path), "--partition", "1",
-                          "--run", spec.run, "--port", "0", "--port-file", str(port_file)],
-                         env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)  # fmt: skip
+    p = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "glisp_core.cli",
+            "serve",
+            str(graph.dv.path),
+            "--partition",
+            "1",
+            "--run",
+            spec.run,
+            "--port",
+            "0",
+            "--port-file",
+            str(port_file),
+        ],
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
     try:
-        slow = ClusterSpec(dataset=spec.dataset, run=spec.run, num_parts=spec.num_parts,
-                           addresses=[[_wait_port(p, port_file)]] * spec.num_parts)  # fmt: skip
+        slow = ClusterSpec(
+            dataset=spec.dataset,
+            run=spec.run,
+            num_parts=spec.num_parts,
+            addresses=[[_wait_port(p, port_file)]] * spec.num_parts,
+        )
         slow.write(tmp_path / "slow.json")
         cfg = ClientConfig(gather_streams=streams, deadline_s=0.3, backoff_s=0.01)
         with SamplingClient(tmp_path / "slow.json", cfg) as c:
@@ -470,11 +506,33 @@ def test_serve_sigterm_clean_shutdown(graph, tmp_path):
 
     port_file = tmp_path / "port"
     env = dict(os.environ, PYTHONPATH=str(ROOT), GLISP_FAULT_GATHER_DELAY_S="4")  # each Gather in flight >= 4 s
-    p = subprocess.Popen([sys.executable, "-m", "glisp_core.cli", "serve", str(graph.dv.path), "--partition", "1",
-                          "--run", "vc-p3", "--port", "0", "--port-file", str(port_file),
-                          "--set", "serve.grace_s=120", "--set", "serve.drain_s=2",
-                          "--set", "serve.max_streams=1"],
-                         env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)  # fmt: skip
+    p = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "glisp_core.cli",
+            "serve",
+            str(graph.dv.path),
+            "--partition",
+            "1",
+            "--run",
+            "vc-p3",
+            "--port",
+            "0",
+            "--port-file",
+            str(port_file),
+            "--set",
+            "serve.grace_s=120",
+            "--set",
+            "serve.drain_s=2",
+            "--set",
+            "serve.max_streams=1",
+        ],
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
     try:
         addr = _wait_port(p, port_file)
         with grpc.insecure_channel(addr) as ch:

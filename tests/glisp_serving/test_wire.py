@@ -25,8 +25,17 @@ from glisp_serving.wire import (
 
 def test_gather_request_encodes_as_protobuf():
     seeds = np.array([3, 1 << 33, 0], np.int64)
-    raw = encode(GATHER_REQUEST, seeds=seeds, fanout=7, type_fanouts=(("cites", 3), ("likes", -1)), method="weighted",
-                 direction=pb.IN, max_time=-5, seed=(1 << 64) - 3, edge_ids=True)  # fmt: skip
+    raw = encode(
+        GATHER_REQUEST,
+        seeds=seeds,
+        fanout=7,
+        type_fanouts=(("cites", 3), ("likes", -1)),
+        method="weighted",
+        direction=pb.IN,
+        max_time=-5,
+        seed=(1 << 64) - 3,
+        edge_ids=True,
+    )
     msg = pb.GatherRequest.FromString(raw)
     assert np.array_equal(from_array(msg.seeds, "seeds"), seeds)
     assert msg.fanout == 7 and msg.method == "weighted" and msg.direction == pb.IN and msg.edge_ids
@@ -45,8 +54,16 @@ def test_gather_response_both_ways(shape):
     nbrs = rng.integers(0, 1 << 30, int(counts.sum())).astype(np.int32)
     keys = -rng.random(len(nbrs)).astype(np.float32)
     eids = rng.integers(0, 1 << 45, len(nbrs))
-    raw = encode(GATHER_RESPONSE, counts=counts, neighbors=nbrs, keys=keys, edge_ids=eids, merge="topk",
-                 fanouts=np.array([4, 2]), part_id=3)  # fmt: skip
+    raw = encode(
+        GATHER_RESPONSE,
+        counts=counts,
+        neighbors=nbrs,
+        keys=keys,
+        edge_ids=eids,
+        merge="topk",
+        fanouts=np.array([4, 2]),
+        part_id=3,
+    )
     msg = pb.GatherResponse.FromString(raw)
     assert np.array_equal(from_array(msg.counts, "counts"), counts)
     assert np.array_equal(from_array(msg.neighbors, "neighbors"), nbrs)

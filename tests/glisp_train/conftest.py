@@ -58,8 +58,17 @@ def cora(spark, tmp_path_factory) -> Cora:
 
     src, dst, feats, labels, ids = cora_arrays()
     s2, d2 = np.concatenate([src, dst]), np.concatenate([dst, src])
-    dv = write_dataset(tmp_path_factory.mktemp("train"), "cora", s2, d2, num_vertices=len(ids), features=feats,
-                       labels=labels, directed=False, orig_ids=[f"paper-{i}" for i in ids])  # fmt: skip
+    dv = write_dataset(
+        tmp_path_factory.mktemp("train"),
+        "cora",
+        s2,
+        d2,
+        num_vertices=len(ids),
+        features=feats,
+        labels=labels,
+        directed=False,
+        orig_ids=[f"paper-{i}" for i in ids],
+    )
     cfg = with_values(load_config(env={}), "serialize", parquet_copy=False)
     for parts, run in ((2, P2), (1, WHOLE)):
         c = with_values(cfg, "partition", algorithm="random", parts=parts, name=run, seed=1, progress=False)

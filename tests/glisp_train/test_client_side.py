@@ -22,8 +22,11 @@ def test_feature_cache_returns_exactly_what_the_servers_return(cora, cora_cluste
         deg_out = np.bincount(cora.src, minlength=cora.n)
         d = cora.features.shape[1]
         budget = int(0.3 * cora.n) * 4 * d  # 30% of the vertices
-        cache = client._run(FeatureCache.build(client.backend, hot_degree(deg_out, None, "in"), budget, d,
-                                               __import__("torch").device("cpu")))  # fmt: skip
+        cache = client._run(
+            FeatureCache.build(
+                client.backend, hot_degree(deg_out, None, "in"), budget, d, __import__("torch").device("cpu")
+            )
+        )
         assert len(cache.ids) == int(0.3 * cora.n)
         # the hottest by out-degree (sampling in-neighbours draws a vertex through its out-edges)
         assert deg_out[cache.ids].min() >= np.sort(deg_out)[::-1][len(cache.ids) - 1]
@@ -81,8 +84,12 @@ def test_a_client_with_only_the_cluster_file_routes_through_the_servers(cora, co
 
 def test_seeds_are_validated_not_coerced(cora_cluster):
     assert check_seeds([3, 1, 2]).tolist() == [3, 1, 2] and check_seeds([]).dtype == np.int64
-    for bad, msg in (([1.5, 2.0], "integer vertex ids"), ([4, 7, 4], "repeated vertex ids"),
-                     (np.array([[1, 2]]), "1-d"), ([True, False], "integer vertex ids")):  # fmt: skip
+    for bad, msg in (
+        ([1.5, 2.0], "integer vertex ids"),
+        ([4, 7, 4], "repeated vertex ids"),
+        (np.array([[1, 2]]), "1-d"),
+        ([True, False], "integer vertex ids"),
+    ):
         with pytest.raises(SeedError, match=msg):
             check_seeds(bad)
     with SamplingClient(cora_cluster.cluster_file) as client:
@@ -118,8 +125,15 @@ def test_progress_is_a_bar_on_a_terminal_and_a_line_per_epoch_otherwise():
 
     from glisp_train.progress import Progress
 
-    rec = {"epoch": 1, "loss": 0.5, "val_acc": 0.8, "epoch_s": 2.0, "wait_share": 0.1, "cache_hit_ratio": 0.9,
-           "feature_bytes_fetched": 2**20}  # fmt: skip
+    rec = {
+        "epoch": 1,
+        "loss": 0.5,
+        "val_acc": 0.8,
+        "epoch_s": 2.0,
+        "wait_share": 0.1,
+        "cache_hit_ratio": 0.9,
+        "feature_bytes_fetched": 2**20,
+    }
     for tty in (True, False):
         out = io.StringIO()
         p = Progress(stream=out, tty=tty)

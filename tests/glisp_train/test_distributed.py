@@ -39,9 +39,25 @@ def test_two_process_gloo_run_with_an_uneven_last_batch_completes(cora, cora_clu
     """3 training seeds over 2 processes at batch size 1: shares of 2 and 1, so the second process's last
     batch is empty; it still joins every gradient all-reduce and the run completes and publishes."""
     torchrun = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2"]
-    cmd = torchrun + ["-m", "glisp_core.cli", "train", "--cluster", str(cora_cluster.cluster_file), "--epochs", "2",
-                      "--batch-size", "1", "--name", "gloo-uneven", "--set", "train.hidden=16",
-                      "--set", "train.split=[0.0012, 0.05, 0.05]", "--set", "train.prefetch=1"]  # fmt: skip
+    cmd = torchrun + [
+        "-m",
+        "glisp_core.cli",
+        "train",
+        "--cluster",
+        str(cora_cluster.cluster_file),
+        "--epochs",
+        "2",
+        "--batch-size",
+        "1",
+        "--name",
+        "gloo-uneven",
+        "--set",
+        "train.hidden=16",
+        "--set",
+        "train.split=[0.0012, 0.05, 0.05]",
+        "--set",
+        "train.prefetch=1",
+    ]
     r = subprocess.run(cmd, env=_env(), capture_output=True, text=True, timeout=300)
     assert r.returncode == 0, r.stderr[-3000:]
     rec = Manifest.read(cora.dv.manifest_path).stage("train/gloo-uneven")
@@ -60,9 +76,24 @@ def doomed_cluster(cora, tmp_path):
 
 def test_killing_the_servers_mid_epoch_ends_training_with_an_error_naming_the_partition(doomed_cluster, tmp_path):
     deadline = 5.0
-    cmd = [sys.executable, "-m", "glisp_core.cli", "train", "--cluster", str(doomed_cluster.cluster_file),
-           "--epochs", "1000", "--batch-size", "8", "--output", str(tmp_path / "out"), "--set", "train.hidden=16",
-           "--set", f"client.deadline_s={deadline}"]  # fmt: skip
+    cmd = [
+        sys.executable,
+        "-m",
+        "glisp_core.cli",
+        "train",
+        "--cluster",
+        str(doomed_cluster.cluster_file),
+        "--epochs",
+        "1000",
+        "--batch-size",
+        "8",
+        "--output",
+        str(tmp_path / "out"),
+        "--set",
+        "train.hidden=16",
+        "--set",
+        f"client.deadline_s={deadline}",
+    ]
     p = subprocess.Popen(cmd, env=_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:
         while True:  # one log line per epoch: the second epoch is under way once the first is reported

@@ -26,8 +26,10 @@ def test_cluster_accuracy_matches_the_in_process_reference(cora, cora_cluster, c
     partition in process: mean test accuracy over three seeds within 1.5 points."""
     accs: dict[str, list[float]] = {"cluster": [], "in-process": []}
     cfg = train_cfg(epochs=8)
-    sources = {"cluster": open_cluster(cora_cluster.cluster_file, cfg),
-               "in-process": open_in_process(str(cora.dv.path), WHOLE, cfg)}  # fmt: skip
+    sources = {
+        "cluster": open_cluster(cora_cluster.cluster_file, cfg),
+        "in-process": open_in_process(str(cora.dv.path), WHOLE, cfg),
+    }
     try:
         for seed in SEEDS:
             for kind, src in sources.items():
@@ -37,15 +39,32 @@ def test_cluster_accuracy_matches_the_in_process_reference(cora, cora_cluster, c
             src.close()
     c, r = float(np.mean(accs["cluster"])), float(np.mean(accs["in-process"]))
     with capsys.disabled():
-        print(f"\nCora test accuracy, mean of seeds {SEEDS}: 2 servers {c:.4f} {accs['cluster']}, "
-              f"in process {r:.4f} {accs['in-process']}")  # fmt: skip
+        print(
+            f"\nCora test accuracy, mean of seeds {SEEDS}: 2 servers {c:.4f} {accs['cluster']}, "
+            f"in process {r:.4f} {accs['in-process']}"
+        )
     assert abs(c - r) <= 0.015, (accs, c, r)
     assert min(c, r) > 0.8  # a trained model: the largest class is 30% of Cora
 
 
 def test_glisp_train_publishes_the_run_and_report_shows_the_curve(cora, cora_cluster, capsys):
-    args = ["train", "--cluster", str(cora_cluster.cluster_file), "--task", "node", "--model", "gcn",
-            "--epochs", "2", "--name", "gcn-test", "--set", "train.hidden=32", "--set", "train.batch_size=256"]  # fmt: skip
+    args = [
+        "train",
+        "--cluster",
+        str(cora_cluster.cluster_file),
+        "--task",
+        "node",
+        "--model",
+        "gcn",
+        "--epochs",
+        "2",
+        "--name",
+        "gcn-test",
+        "--set",
+        "train.hidden=32",
+        "--set",
+        "train.batch_size=256",
+    ]
     assert glisp(args) == 0
     out = capsys.readouterr()
     assert "epoch 1: loss" in out.err and "epoch 2: loss" in out.err  # one line per epoch off a terminal
@@ -89,13 +108,16 @@ def test_link_prediction_beats_a_random_scorer(cora, lp_cluster, cora_cluster, c
     served = set(zip(np.repeat(held["src"], hop.per_vertex).tolist(), hop.nbrs.tolist(), strict=True))
     assert not served & set(zip(held["src"].tolist(), held["dst"].tolist(), strict=True))
     assert set(zip(held["src"][test].tolist(), held["dst"][test].tolist(), strict=True)) <= set(
-        zip(cora.src.tolist(), cora.dst.tolist(), strict=True))  # fmt: skip
+        zip(cora.src.tolist(), cora.dst.tolist(), strict=True)
+    )
     rng = np.random.default_rng(0)
     k = int(test.sum())
     rand = mrr_auc(rng.random(k), rng.random((k, 50)))
     with capsys.disabled():
-        print(f"\nCora link prediction, {k} test edges x 50 negatives: GraphSAGE MRR {res.test['mrr']:.4f} "
-              f"AUC {res.test['auc']:.4f}; random scorer MRR {rand['mrr']:.4f} AUC {rand['auc']:.4f}")  # fmt: skip
+        print(
+            f"\nCora link prediction, {k} test edges x 50 negatives: GraphSAGE MRR {res.test['mrr']:.4f} "
+            f"AUC {res.test['auc']:.4f}; random scorer MRR {rand['mrr']:.4f} AUC {rand['auc']:.4f}"
+        )
     assert res.test["mrr"] > 3 * rand["mrr"] and res.test["auc"] > rand["auc"] + 0.2
     # a run that serves every edge is refused for link prediction, naming what to do
     with pytest.raises(StageError, match="glisp link-split"):

@@ -22,8 +22,12 @@ def _probe(*_: object) -> dict:
     freeze_worker_heap()
     after = [[] for _ in range(1000)]
     tracked = {id(o) for g in range(3) for o in gc.get_objects(generation=g)}
-    return {"from_runner": from_runner, "frozen": gc.get_freeze_count(),
-            "before_walked": any(id(o) in tracked for o in before), "after_walked": all(id(o) in tracked for o in after)}  # fmt: skip
+    return {
+        "from_runner": from_runner,
+        "frozen": gc.get_freeze_count(),
+        "before_walked": any(id(o) in tracked for o in before),
+        "after_walked": all(id(o) in tracked for o in after),
+    }
 
 
 def test_the_driver_is_never_frozen() -> None:

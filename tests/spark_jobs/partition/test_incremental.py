@@ -60,8 +60,15 @@ def snapshots(tmp_path_factory):
     ids2 = sorted(set(s2) | set(d2) | set(names))
     rng.shuffle(ids2)  # vids of v2 differ from v1's
     vid = {o: i for i, o in enumerate(ids2)}
-    v2 = write_dataset(root, "g", np.array([vid[o] for o in s2]), np.array([vid[o] for o in d2]),
-                       num_vertices=len(ids2), orig_ids=ids2, version="v2")  # fmt: skip
+    v2 = write_dataset(
+        root,
+        "g",
+        np.array([vid[o] for o in s2]),
+        np.array([vid[o] for o in d2]),
+        num_vertices=len(ids2),
+        orig_ids=ids2,
+        version="v2",
+    )
     return v1, v2, run
 
 
@@ -76,8 +83,15 @@ def refreshed(spark, snapshots):
 
     v1, v2, run = snapshots
     # lam 0: no balance term, the replication term alone pulls the rows among partition-0 vertices there
-    cfg = _cfg(load_config(env={}), v1, incremental_epsilon=0.02, incremental_lam=0.0, incremental_max_vb=9.0,
-               incremental_max_eb=9.0, incremental_max_rf_growth=0.0)  # fmt: skip
+    cfg = _cfg(
+        load_config(env={}),
+        v1,
+        incremental_epsilon=0.02,
+        incremental_lam=0.0,
+        incremental_max_vb=9.0,
+        incremental_max_eb=9.0,
+        incremental_max_rf_growth=0.0,
+    )
     rec = run_partition(spark, cfg, v2)
     return cfg, rec
 
@@ -112,8 +126,9 @@ def test_kept_edges_keep_their_partition(refreshed, snapshots):
     assert (both.part == both.part_old).all()
     # and the replicas/ written match the rows (the partition contract)
     reps = pd.read_parquet(v2.replicas(run))
-    ends = pd.concat([new[["src", "part"]].set_axis(["vid", "part"], axis=1),
-                      new[["dst", "part"]].set_axis(["vid", "part"], axis=1)]).drop_duplicates()  # fmt: skip
+    ends = pd.concat(
+        [new[["src", "part"]].set_axis(["vid", "part"], axis=1), new[["dst", "part"]].set_axis(["vid", "part"], axis=1)]
+    ).drop_duplicates()
     want = ends.groupby("vid")["part"].apply(lambda s: sorted(s.astype(int))).to_dict()
     assert {int(v): list(p) for v, p in zip(reps.vid, reps.parts, strict=True)} == want
 
@@ -137,8 +152,15 @@ def test_drift_bound_runs_a_full_repartition(spark, cfg, snapshots):
     v1, v2, _ = snapshots
     e1 = pd.read_parquet(v1.edges).sort_values("eid")
     run = publish_partition(v1, np.minimum(e1.src, e1.dst).to_numpy() % P, P, run="drift", algorithm="hdrf")
-    cfg = _cfg(cfg, v1, name=run, incremental_epsilon=0.02, incremental_max_eb=1.0001, incremental_max_vb=9.0,
-               incremental_max_rf_growth=0.0)  # fmt: skip
+    cfg = _cfg(
+        cfg,
+        v1,
+        name=run,
+        incremental_epsilon=0.02,
+        incremental_max_eb=1.0001,
+        incremental_max_vb=9.0,
+        incremental_max_rf_growth=0.0,
+    )
     rec = run_partition(spark, cfg, v2)
     inc = rec.counts["incremental"]
     assert inc["path"] == "full" and "EB" in inc["reason"]

@@ -251,10 +251,23 @@ def test_calibration_sweep_reports_the_rounds_spark_would_run():
 
     root = Path(__file__).resolve().parents[3]
     out = subprocess.run(
-        [sys.executable, str(root / "bench" / "partition_sweep.py"), "--graphs", "rmat12", "--parts", "2",
-         "--configs", '{"top.local_finish_edges": 20000}', "{}"],
-        capture_output=True, text=True, timeout=300, check=True, cwd=root,
-    )  # fmt: skip
+        [
+            sys.executable,
+            str(root / "bench" / "partition_sweep.py"),
+            "--graphs",
+            "rmat12",
+            "--parts",
+            "2",
+            "--configs",
+            '{"top.local_finish_edges": 20000}',
+            "{}",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=True,
+        cwd=root,
+    )
     rows = [line.split() for line in out.stdout.splitlines() if line.startswith("rmat12")]
     spark = [int(r[-4]) for r in rows]  # columns: ... rounds spark /DNEref /HDRF sec
     assert len(rows) == 2 and spark[0] > 0 and spark[1] == 0, out.stdout

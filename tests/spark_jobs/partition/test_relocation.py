@@ -216,13 +216,40 @@ def test_a_leaf_pair_never_moves_where_it_adds_more_than_it_removes():
     nothing = pack_bits(np.zeros((3, p), bool))
 
     def run(c):
-        return evacuate_round(s, d, part, pack_bits(c > 0), nothing, pack_bits(c == 1), light, heavy, big, big, big,
-                              np.array([4, 0, 0]), (c > 0).sum(0))  # fmt: skip
+        return evacuate_round(
+            s,
+            d,
+            part,
+            pack_bits(c > 0),
+            nothing,
+            pack_bits(c == 1),
+            light,
+            heavy,
+            big,
+            big,
+            big,
+            np.array([4, 0, 0]),
+            (c > 0).sum(0),
+        )
 
     counts[1, 0] = 3  # vertex 1 is no leaf; 0 and 2 are: each pair removes one replica and would add two
     assert (run(counts) == part).all()
-    forced = evacuate_round(s, d, part, pack_bits(counts > 0), nothing, pack_bits(counts == 1), light, heavy, big, big,
-                            big, np.array([4, 0, 0]), (counts > 0).sum(0), 1)  # fmt: skip
+    forced = evacuate_round(
+        s,
+        d,
+        part,
+        pack_bits(counts > 0),
+        nothing,
+        pack_bits(counts == 1),
+        light,
+        heavy,
+        big,
+        big,
+        big,
+        np.array([4, 0, 0]),
+        (counts > 0).sum(0),
+        1,
+    )
     assert (forced != part).all()  # with slack 1 (VB stalled above its bound) one extra replica is allowed
     counts[1, 2] = 1  # vertex 1 also in partition 2: each pair adds one (its leaf) and removes one
     assert (run(counts) == 2).all()
@@ -273,8 +300,9 @@ def test_shedding_takes_each_groups_share_out_of_a_full_partition_cheapest_first
         shed = np.zeros((GROUPS, P), np.int64)
         shed[:, 0] = share
         out = part.copy()
-        shed_rows(s, d, part, out, bits, leaf, quota.copy(), shed, np.full((GROUPS, P), 10**6, np.int64),
-                  (c > 0).sum(0))  # fmt: skip
+        shed_rows(
+            s, d, part, out, bits, leaf, quota.copy(), shed, np.full((GROUPS, P), 10**6, np.int64), (c > 0).sum(0)
+        )
         moved = out != part
         assert (part[moved] == 0).all() and (out[moved] != 0).all()
         for g in range(GROUPS):
@@ -298,8 +326,18 @@ def test_shedding_keeps_the_receivers_quotas(state):
     shed = np.zeros((GROUPS, P), np.int64)
     shed[:, 2] = 10**6
     out = part.copy()
-    shed_rows(s, d, part, out, pack_bits(c > 0), pack_bits(c == 1), quota.copy(), shed,
-              np.zeros((GROUPS, P), np.int64), (c > 0).sum(0))  # fmt: skip
+    shed_rows(
+        s,
+        d,
+        part,
+        out,
+        pack_bits(c > 0),
+        pack_bits(c == 1),
+        quota.copy(),
+        shed,
+        np.zeros((GROUPS, P), np.int64),
+        (c > 0).sum(0),
+    )
     moved = out != part
     assert moved.any()
     for g in range(GROUPS):
