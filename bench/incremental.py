@@ -53,7 +53,7 @@ def change(src: np.ndarray, dst: np.ndarray, frac: float, rng: np.random.Generat
 
 def write_snapshot(root: Path, i: int, src, dst, n: int, rng: np.random.Generator):
     """A dataset version whose vids are a fresh permutation of the original ids (as a new ingest gives)."""
-    from tests.graphs import write_dataset
+    from glisp_testing.graphs import write_dataset
 
     perm = rng.permutation(n)  # original id -> vid
     orig = np.empty(n, np.int64)
@@ -107,9 +107,9 @@ def main() -> int:
     LOCK = args.lock
 
     from glisp_core.config import SparkConfig, load_config, with_values
+    from glisp_spark.session import get_spark
+    from glisp_testing.graphs import rmat_edges
     from spark_jobs.partition.job import run_partition
-    from spark_jobs.session import get_spark
-    from tests.graphs import rmat_edges
 
     root = Path(args.root or tempfile.mkdtemp(prefix="glisp-bench-incremental-"))
     spark = get_spark(
@@ -172,8 +172,8 @@ def pipeline_walls(spark, cfg, root: Path, src, dst, args, rng) -> None:
     import pyarrow as pa
     import pyarrow.parquet as pq
 
+    from glisp_app.pipeline import run_pipeline
     from glisp_core.config import EdgeSource, with_values
-    from spark_jobs.pipeline import run_pipeline
 
     def snap(tag: str, s, d) -> Path:
         p = root / f"snap-{tag}.parquet"

@@ -248,8 +248,8 @@ def _samplewise(info: dict, service: bool, scratch: Path) -> Iterator[tuple[Any,
         yield Samplewise.in_process(info["dv"], info["run"]), None
         return
     from bench.sampling import start_cluster
-    from glisp_serving.client import SamplingClient
-    from glisp_serving.local_cluster import stop_cluster
+    from glisp_serving.client.sampling_client import SamplingClient
+    from glisp_serving.cluster.child import stop_cluster
 
     proc, cluster = start_cluster(info["dv"], info["run"], scratch, threads=1)
     client = None
@@ -665,7 +665,7 @@ def main() -> int:
     args.scratch.mkdir(parents=True, exist_ok=True)
 
     from glisp_core.config import load_config, with_values
-    from spark_jobs.session import get_spark
+    from glisp_spark.session import get_spark
 
     cfg = load_config(env={})
     cfg = with_values(cfg, "dataset", root=str(root / "data"))

@@ -73,8 +73,8 @@ def cores_of(master: str) -> int:
 def child(args) -> int:
     from glisp_core.config import SparkConfig, load_config, with_values
     from glisp_core.dataset.manifest import Manifest
+    from glisp_spark.session import get_spark
     from spark_jobs.ingest.job import run_ingest
-    from spark_jobs.session import get_spark
 
     spark = get_spark(
         SparkConfig(
@@ -123,8 +123,8 @@ def measure(code: Path, master: str, driver_memory: str, root: Path, config: Pat
 # ---- parent: inputs, runs, tables ------------------------------------------------------------------
 def generate_inputs(scales: list[int], work: Path, master: str, driver_memory: str) -> dict[int, Path]:
     from glisp_core.config import RmatConfig, SparkConfig
+    from glisp_spark.session import get_spark
     from spark_jobs.generate.rmat import generate_rmat
-    from spark_jobs.session import get_spark
 
     out, spark = {}, None
     for s in scales:

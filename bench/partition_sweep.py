@@ -3,7 +3,7 @@
     .venv/bin/python bench/partition_sweep.py --graphs rmat15ef4 cora lastfm --parts 4 8 16 \
         --configs '{}' '{"algo": "dne"}' '{"step": 0.2}'
 
-A graph is ``rmat<scale>[ef<edge factor>]`` (tests.graphs.rmat_edges, R-MAT seed 1) or the name of an
+A graph is ``rmat<scale>[ef<edge factor>]`` (glisp_testing.graphs.rmat_edges, R-MAT seed 1) or the name of an
 ``.npz`` under ``--dir`` written by ``bench/real_graphs.py`` (the ingested rows of a real graph, reference
 treatment). Each JSON config overrides [partition.<algo>] keys ("algo" picks the algorithm, default
 adadne). Prints RF/VB/EB, rounds, the rounds a ``local_finish_edges`` finish would leave to Spark, and
@@ -27,7 +27,7 @@ sys.path.insert(0, str(ROOT))
 
 def load_graph(name: str, directory: Path) -> tuple[np.ndarray, np.ndarray, np.ndarray, int]:
     """(eid, src, dst, |V|) of an R-MAT spec or a dumped real graph."""
-    from tests.graphs import rmat_edges
+    from glisp_testing.graphs import rmat_edges
 
     m = re.fullmatch(r"rmat(\d+)(?:ef(\d+))?", name)
     if m:

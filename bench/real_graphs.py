@@ -121,7 +121,7 @@ def main() -> int:
     ap.add_argument("--graphs", nargs="+", default=REAL)
     args = ap.parse_args()
     from glisp_core.config import SparkConfig, load_config
-    from spark_jobs.session import get_spark
+    from glisp_spark.session import get_spark
 
     out = Path(args.out)
     spark = get_spark(SparkConfig(master="local[2]", log_level="ERROR"), checkpoint_dir=str(out / "_ck"))

@@ -50,7 +50,7 @@ ROOT = Path(__file__).resolve().parent.parent
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
-from glisp_serving.local_cluster import stop_cluster  # noqa: E402
+from glisp_serving.cluster.child import stop_cluster  # noqa: E402
 
 MIB = 2**20
 
@@ -59,13 +59,13 @@ def build(args: argparse.Namespace, root: Path) -> dict[str, dict]:
     """Publish every graph's dataset, partition runs and serialized partitions; returns graph -> info."""
     from glisp_core.config import RmatConfig, load_config, with_values
     from glisp_core.dataset.manifest import Manifest
+    from glisp_spark.session import get_spark
     from spark_jobs.generate.builtin import builtin_config
     from spark_jobs.generate.rmat import generate_rmat
     from spark_jobs.ingest.job import run_ingest
     from spark_jobs.partition.base import algorithms
     from spark_jobs.partition.job import run_partition
     from spark_jobs.serialize.job import run_serialize
-    from spark_jobs.session import get_spark
 
     cfg = load_config(env={})
     cfg = with_values(cfg, "dataset", root=str(root / "data"))
@@ -142,7 +142,7 @@ def _replace(ing, **kw):
 
 def start_cluster(dv, run: str, workdir: Path, threads: int) -> tuple[subprocess.Popen, Path]:
     """serve-cluster of ``run`` (``threads`` per server) and its cluster file, once every server is SERVING."""
-    from glisp_serving.local_cluster import start_cluster as start
+    from glisp_serving.cluster.child import start_cluster as start
 
     cf = workdir / f"{dv.graph}-{run}.json"
     return start(dv.path, run, cf, threads=threads), cf
@@ -193,9 +193,9 @@ def memory_row(s: dict) -> dict:
 def bench_graph(g: str, info: dict, args: argparse.Namespace, workdir: Path) -> dict:
     from glisp_core.config import ClientConfig
     from glisp_core.partition_format import open_partition
-    from glisp_serving.client import SamplingClient
-    from glisp_serving.engine import PartitionSampler
-    from glisp_serving.local import LocalSampler
+    from glisp_sampling.gather import PartitionSampler
+    from glisp_sampling.inprocess import LocalSampler
+    from glisp_serving.client.sampling_client import SamplingClient
 
     dv, n, runs = info["dv"], info["n"], info["runs"]
     fan, bs, nb = args.fanouts, args.batch_size, args.batches

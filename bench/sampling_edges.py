@@ -82,10 +82,10 @@ def build_edges(args, root: Path) -> dict:
     """Publish the edge list's dataset, its ``--vertex-cut`` run at P=``--parts`` and the serialized run."""
     from glisp_core.config import EdgeSource, IngestConfig, VertexSource, load_config, with_values
     from glisp_core.dataset.manifest import Manifest
+    from glisp_spark.session import get_spark
     from spark_jobs.ingest.job import run_ingest
     from spark_jobs.partition.job import run_partition
     from spark_jobs.serialize.job import run_serialize
-    from spark_jobs.session import get_spark
 
     tsv = Path(args.edges)
     if not tsv.is_file():
@@ -185,7 +185,7 @@ def wait_quiet(own: list[int], max_wait: float, threshold: float = 0.15) -> tupl
 def client_worker(cluster_file: str, idx: int, n: int, plan: list[str], spec: dict, barrier, queue) -> None:
     """One client process: per planned window, warm up, wait for the others, sample, report."""
     from glisp_core.config import ClientConfig
-    from glisp_serving.client import SamplingClient
+    from glisp_serving.client.sampling_client import SamplingClient
 
     confs = configurations(spec["fanouts"])
     seeds = np.random.default_rng(1000 + idx).permutation(n)

@@ -1,7 +1,7 @@
 """Where a batch's CPU goes, server and client: per-stage CPU timers over a window of real batches.
 
 Starts ``glisp serve-cluster`` and a client in this process, both with ``GLISP_PROFILE=1``
-(:mod:`glisp_serving.profile`), samples ``--batches`` batches after two warm-up batches (loader,
+(:mod:`glisp_sampling.profile`), samples ``--batches`` batches after two warm-up batches (loader,
 ``--prefetch`` in flight, seed-first fanouts), and prints per stage the CPU milliseconds per batch:
 the servers' stages (summed over servers, from the ``Stats`` RPC before and after the window) and the
 client's. "not in a stage" is the process's CPU minus its stages: gRPC's C-core threads, asyncio and
@@ -22,7 +22,7 @@ import sys
 import time
 from pathlib import Path
 
-os.environ["GLISP_PROFILE"] = "1"  # before glisp_serving.profile is imported, here and in the servers
+os.environ["GLISP_PROFILE"] = "1"  # before glisp_sampling.profile is imported, here and in the servers
 
 import numpy as np  # noqa: E402
 
@@ -43,7 +43,7 @@ def diff(after: dict[str, float], before: dict[str, float]) -> dict[str, float]:
 
 
 def profile_config(client, seeds: np.ndarray, name: str, args) -> dict:
-    from glisp_serving import profile
+    from glisp_sampling import profile
 
     kw = dict(CONFIGS[name])
     fanouts = args.fanouts
@@ -168,7 +168,7 @@ def main() -> int:
 
     from glisp_core.config import ClientConfig
     from glisp_core.dataset.layout import resolve_dataset
-    from glisp_serving.client import SamplingClient
+    from glisp_serving.client.sampling_client import SamplingClient
 
     dv = resolve_dataset(args.dataset)
     work = Path(tempfile.mkdtemp(prefix="glisp-profile-"))

@@ -50,9 +50,9 @@ def main() -> int:
 
     from glisp_core.config import load_config, with_values
     from glisp_core.partition_format import open_partition
+    from glisp_spark.session import get_spark
+    from glisp_testing.graphs import rmat_edges, write_dataset
     from spark_jobs.serialize.job import run_serialize
-    from spark_jobs.session import get_spark
-    from tests.graphs import rmat_edges, write_dataset
 
     root = Path(args.root) if args.root else Path(tempfile.mkdtemp(prefix="glisp-bench-ser-"))
     t = time.perf_counter()
@@ -78,7 +78,7 @@ def main() -> int:
         run = prec.name.split("/", 1)[1]
         how = f"spark_jobs.partition ({args.algorithm})"
     except ImportError:
-        from tests.partitions import publish_partition
+        from glisp_testing.partitions import publish_partition
 
         run = publish_partition(dv, numpy_hash2d(src, dst, args.parts), args.parts, algorithm="hash2d")
         how = "numpy hash2d fallback"

@@ -86,7 +86,7 @@ def _client_loop(
     fanouts: list[int],
 ) -> None:
     from glisp_core.config import ClientConfig
-    from glisp_serving.client import SamplingClient
+    from glisp_serving.client.sampling_client import SamplingClient
 
     rng = np.random.default_rng(seed)
     cfg = ClientConfig(deadline_s=10.0, retries=4, backoff_s=0.05, local_reads="never")
@@ -117,11 +117,11 @@ def soak(
     spec = json.loads(Path(cluster).read_text())
     addrs = [a for p in spec["addresses"] for a in p]
     victim = spec["addresses"][kill[0]][kill[1]]
-    from glisp_serving.cluster import ClusterSpec
-    from glisp_serving.routing import RoutingTable
+    from glisp_sampling.cluster_facts import routing_from_partitions
+    from glisp_serving.cluster.cluster_file import ClusterSpec
 
     cs = ClusterSpec.read(cluster)
-    n = RoutingTable.from_partitions(cs.dv, cs.run, cs.num_parts).num_vertices
+    n = routing_from_partitions(cs.dv, cs.run, cs.num_parts).num_vertices
     res, lock, stop = SoakResult(restarted=victim), threading.Lock(), threading.Event()
     workers = [
         threading.Thread(target=_client_loop, args=(Path(cluster), stop, res, lock, i, n, batch, list(fanouts)))
@@ -170,10 +170,10 @@ def report(res: SoakResult, duration_s: float, threads: int) -> str:
 def _build(root: Path) -> tuple[str, str]:
     """A 2-partition R-MAT (scale 14) with features, through the real partition and serialize stages."""
     from glisp_core.config import load_config, with_values
+    from glisp_spark.session import get_spark
+    from glisp_testing.graphs import rmat_edges, write_dataset
     from spark_jobs.partition.job import run_partition
     from spark_jobs.serialize.job import run_serialize
-    from spark_jobs.session import get_spark
-    from tests.graphs import rmat_edges, write_dataset
 
     src, dst = rmat_edges(14, edge_factor=8, seed=1)
     n = 1 << 14
@@ -197,7 +197,7 @@ def _build(root: Path) -> tuple[str, str]:
 
 
 def main() -> int:
-    from glisp_serving.local_cluster import start_cluster, stop_cluster
+    from glisp_serving.cluster.child import start_cluster, stop_cluster
 
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--duration", type=float, default=180.0)

@@ -100,12 +100,12 @@ def build(args: argparse.Namespace, root: Path) -> dict[str, object]:
 
     from glisp_core.config import RmatConfig, load_config, with_values
     from glisp_core.dataset.layout import resolve_dataset
+    from glisp_spark.session import get_spark
     from spark_jobs.generate.builtin import builtin_config
     from spark_jobs.generate.rmat import generate_rmat
     from spark_jobs.ingest.job import run_ingest
     from spark_jobs.partition.job import run_partition
     from spark_jobs.serialize.job import run_serialize
-    from spark_jobs.session import get_spark
 
     done = root / "built.json"
     known = json.loads(done.read_text()) if done.exists() else {}

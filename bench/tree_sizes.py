@@ -8,7 +8,7 @@ node task reach a given speedup?" for graphs too large to build on one machine (
 The graph is the R-MAT of ``spark_jobs.generate.rmat`` in numpy: the same per-level quadrant probabilities
 (Graph500 defaults with NSKG noise), a random relabelling, symmetrised, self-loops dropped and parallel edges
 kept, as the pipeline stores it. Each batch of random seeds is expanded hop by hop as
-``glisp_serving.sampler.KHopSampler`` does: every vertex of a block's source side (the previous block's
+``glisp_sampling.khop.KHopSampler`` does: every vertex of a block's source side (the previous block's
 vertices plus the new ones) draws up to ``fanout`` of its edges uniformly without replacement, once per hop.
 The real sampler's counts for R-MAT 18 and 20 (``bench/infer.py``: ``slice_rows_per_seed``) are the check.
 

@@ -3,7 +3,7 @@
     .venv/bin/python bench/worker_gc.py --jobs 30 --modules numpy zarr torch glisp_infer.task
 
 PySpark's daemon runs a full ``gc.collect()`` after every task of a reused worker; its cost grows with what the
-worker has imported (``spark_jobs.worker_heap``). Per module, in one local[2] session, the same jobs of two tasks
+worker has imported (``glisp_spark.worker_heap``). Per module, in one local[2] session, the same jobs of two tasks
 run alternately without the freeze (the task unfreezes the heap first) and with it; the table gives the workers'
 CPU (from /proc, summed over the worker processes) per task, the medians of --repeats alternations, and the ratio.
 """
@@ -36,7 +36,7 @@ def _task(module: str, freeze: bool):
 
         importlib.import_module(module)
         if freeze:
-            from spark_jobs.worker_heap import freeze_worker_heap
+            from glisp_spark.worker_heap import freeze_worker_heap
 
             freeze_worker_heap()
         else:
@@ -61,7 +61,7 @@ def measure(sc, module: str, freeze: bool, jobs: int, tasks: int = 2) -> tuple[f
 
 def main() -> int:
     from glisp_core.config import SparkConfig
-    from spark_jobs.session import get_spark
+    from glisp_spark.session import get_spark
 
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--jobs", type=int, default=30)

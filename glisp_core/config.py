@@ -30,7 +30,7 @@ T = TypeVar("T")
 
 @dataclass(frozen=True, kw_only=True)
 class SparkConfig:
-    """How the one SparkSession factory (spark_jobs.session) builds its session."""
+    """How the one SparkSession factory (glisp_spark.session) builds its session."""
 
     master: str = "local[*]"  # ignored when spark-submit already set spark.master
     app_name: str = "glisp"

@@ -11,7 +11,7 @@ sample-wise forward pass over the same per-layer neighbour samples. GCN therefor
 the vertex and its neighbours (``1/(deg+1)`` weights, "right" normalisation) rather than the symmetric
 form, which would need every neighbour's degree.
 
-A slice takes a bipartite block in the service's layout (:class:`glisp_serving.blocks.Block`): source
+A slice takes a bipartite block in the service's layout (:class:`glisp_sampling.blocks.Block`): source
 rows, of which the first ``num_dst`` are the destinations themselves, and ``edge_index`` =
 ``[source position, destination position]``::
 

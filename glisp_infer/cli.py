@@ -33,8 +33,8 @@ def parse_fanouts(text: str | None) -> list[int] | None:
 
 def main(args: argparse.Namespace, cfg: Config) -> int:
     from glisp_infer.job import run_infer
+    from glisp_spark.session import get_spark
     from spark_jobs.serialize.reorder import check_order
-    from spark_jobs.session import get_spark
 
     orders = [o.strip() for o in args.order.split(",")] if args.order else [cfg.infer.order]
     for o in orders:

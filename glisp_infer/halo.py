@@ -32,7 +32,7 @@ from typing import Any
 import numpy as np
 
 from glisp_core.errors import GlispError
-from glisp_serving.apply import HopSample
+from glisp_sampling.apply import HopSample
 
 
 def sample_file(root: Path, layer: int, part: int) -> Path:

@@ -15,7 +15,7 @@ import numpy as np
 
 from glisp_core.dataset.layout import ORIG_ID, PART, POS, VID, VTYPE, DatasetVersion
 from glisp_infer.store import INDEX_CHUNK, INDEX_POS, INDEX_ROW, INDEX_VID, RowLayout, open_array
-from spark_jobs.worker_heap import freeze_worker_heap
+from glisp_spark.worker_heap import freeze_worker_heap
 
 ROW = "row"
 

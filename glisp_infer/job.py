@@ -278,9 +278,9 @@ def _plan(
 
 def run_tasks(spark: Any, plan: InferPlan, fn: Any, what: str) -> list[dict[str, Any]]:
     """One Spark task per partition running ``fn(plan, part, attempt)``; only metrics come back. The tasks run on
-    the SQL runner's Python workers (``spark_jobs.tasks.run_tasks``), which the index and output jobs use as
+    the SQL runner's Python workers (``glisp_spark.tasks.run_tasks``), which the index and output jobs use as
     well: the RDD runner would start a second set of workers, each importing torch, numba and zarr again."""
-    from spark_jobs.tasks import run_tasks as indexed_tasks
+    from glisp_spark.tasks import run_tasks as indexed_tasks
 
     def one(part: int) -> dict[str, Any]:
         from pyspark import TaskContext

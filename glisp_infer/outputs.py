@@ -23,7 +23,7 @@ from glisp_core.dataset.layout import ORIG_ID, VID, VTYPE, DatasetVersion
 from glisp_core.errors import BadInputError, GlispError
 from glisp_infer.plan import InferPlan
 from glisp_infer.store import INDEX_ROW, layer_name, open_array, read_rows
-from spark_jobs.worker_heap import freeze_worker_heap
+from glisp_spark.worker_heap import freeze_worker_heap
 
 EDGE_STEP = 1 << 20  # edges scored per Arrow batch
 

@@ -5,7 +5,7 @@ input features at their master partitions and runs the whole model, exactly as t
 intermediate embedding is thrown away. Two backends:
 
 - :meth:`Samplewise.in_process`: all partitions of the run opened in this process
-  (:class:`glisp_serving.local.PartitionsBackend`: the cluster's routing and kernels without RPC), the
+  (:class:`glisp_sampling.inprocess.PartitionsBackend`: the cluster's routing and kernels without RPC), the
   fastest sample-wise can be;
 - :meth:`Samplewise.service`: a running sampling cluster through :class:`SamplingClient`, as training does.
 
@@ -74,14 +74,14 @@ class Samplewise:
 
     @classmethod
     def in_process(cls, dv: DatasetVersion, run: str) -> Samplewise:
-        from glisp_serving.engine import PartitionSampler
-        from glisp_serving.local import PartitionsBackend
-        from glisp_serving.routing import RoutingTable
-        from glisp_serving.sampler import KHopSampler
+        from glisp_sampling.cluster_facts import routing_from_partitions
+        from glisp_sampling.gather import PartitionSampler
+        from glisp_sampling.inprocess import PartitionsBackend
+        from glisp_sampling.khop import KHopSampler
 
         readers = _readers(dv, run)
         backend = PartitionsBackend(
-            [PartitionSampler(r) for r in readers], RoutingTable.from_partitions(dv, run, len(readers))
+            [PartitionSampler(r) for r in readers], routing_from_partitions(dv, run, len(readers))
         )
 
         def sample(seeds: np.ndarray, fanouts: list, seed: int, direction: str) -> Any:
@@ -92,7 +92,7 @@ class Samplewise:
 
     @classmethod
     def service(cls, client: Any, dv: DatasetVersion, run: str) -> Samplewise:
-        """Through a :class:`glisp_serving.client.SamplingClient` connected to the run's servers."""
+        """Through a :class:`glisp_serving.client.sampling_client.SamplingClient` connected to the run's servers."""
 
         def sample(seeds: np.ndarray, fanouts: list, seed: int, direction: str) -> Any:
             return client.sample(seeds, fanouts, seed=seed, direction=direction, labels=False)

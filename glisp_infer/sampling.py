@@ -21,10 +21,10 @@ from typing import Any
 import numpy as np
 
 from glisp_core.errors import GlispError
-from glisp_serving.apply import HopSample
-from glisp_serving.local import gather_split
-from glisp_serving.routing import split_by_bits
-from glisp_serving.sampler import Fanout, HopRequest, hop_request, hop_seed
+from glisp_sampling.apply import HopSample
+from glisp_sampling.inprocess import gather_split
+from glisp_sampling.khop import Fanout, HopRequest, hop_request, hop_seed
+from glisp_sampling.routing import split_by_bits
 
 FULL = -1
 

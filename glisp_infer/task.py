@@ -238,7 +238,7 @@ class _Engines:
     """Sampling engines of the partitions this task gathers from, opened on first use (memory-mapped)."""
 
     def __init__(self, plan: InferPlan, own: Any) -> None:
-        from glisp_serving.engine import PartitionSampler
+        from glisp_sampling.gather import PartitionSampler
 
         self.plan, self._make = plan, PartitionSampler
         self.engines = {own.part_id: PartitionSampler(own)}
@@ -456,7 +456,7 @@ def stream(
     the dynamic cache; returns the read and compute seconds and the cache metrics."""
     import torch
 
-    from glisp_serving.apply import relabel
+    from glisp_sampling.apply import relabel
 
     device = resolve_device(plan.device)
     model = load_model(plan.checkpoint, str(device))

@@ -3,7 +3,7 @@
 Trains through the sampling service (``--cluster``) or, as the accuracy reference, over a one-partition
 run sampled in this process (``--in-process RUN``). Data-parallel under torchrun::
 
-    torchrun --nproc-per-node 2 -m glisp_core.cli train --cluster glisp-cluster.json --task node
+    torchrun --nproc-per-node 2 -m glisp_app.cli train --cluster glisp-cluster.json --task node
 
 Publishes stage ``train/<name>`` of the served dataset version; a trainer that cannot read the dataset
 directory (it has only the cluster file) writes the run to ``--output DIR`` instead.
@@ -69,9 +69,9 @@ def main(args: argparse.Namespace, cfg: Config) -> int:
 
 
 def _train_serving(args: argparse.Namespace, cfg: Config) -> int:
-    """--serve RUN: up to date, or servers of RUN started here for one training (glisp_train.local_service)."""
+    """--serve RUN: up to date, or servers of RUN started here for one training (glisp_train.with_servers)."""
     from glisp_core.dataset.layout import resolve_dataset
-    from glisp_train.local_service import is_current, run_name, serving
+    from glisp_train.with_servers import is_current, run_name, serving
 
     if int(os.environ.get("WORLD_SIZE", "1")) > 1:
         raise GlispError(

@@ -25,7 +25,7 @@ from glisp_core.dataset.layout import DatasetVersion, check_name, resolve_datase
 from glisp_core.dataset.manifest import Manifest, StageRecord
 from glisp_core.dataset.publish import StagePublisher
 from glisp_core.errors import ConfigError
-from glisp_serving.cluster_info import HELDOUT_DIR
+from glisp_sampling.cluster_facts import HELDOUT_DIR
 
 _MASK53 = (1 << 53) - 1
 
@@ -88,8 +88,8 @@ def run_link_split(
 
 
 def main(args: argparse.Namespace, cfg: Config) -> int:
+    from glisp_spark.session import get_spark
     from spark_jobs.serialize.job import latest_partition_run
-    from spark_jobs.session import get_spark
 
     dv = resolve_dataset(args.dataset, cfg.dataset.root)
     run = args.run or latest_partition_run(Manifest.read(dv.manifest_path))

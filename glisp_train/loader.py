@@ -19,8 +19,8 @@ from typing import Any
 import numpy as np
 import torch
 
-from glisp_serving.blocks import SampledBatch
-from glisp_serving.sampler import Fanout, KHopSampler
+from glisp_sampling.blocks import SampledBatch
+from glisp_sampling.khop import Fanout, KHopSampler
 from glisp_train.cache import FeatureCache, FeaturePlan
 
 

@@ -1,7 +1,7 @@
 """Where a trainer's samples come from: a sampling cluster (the product) or one whole-graph partition in process.
 
-Both give the same things: a Gather/Lookup backend for :class:`~glisp_serving.sampler.KHopSampler`, a way to
-run its coroutines, the :class:`~glisp_serving.cluster_info.ClusterInfo` (degrees, schema, the partition
+Both give the same things: a Gather/Lookup backend for :class:`~glisp_sampling.khop.KHopSampler`, a way to
+run its coroutines, the :class:`~glisp_sampling.cluster_facts.ClusterInfo` (degrees, schema, the partition
 run's fingerprint), labels and splits, and the held-out edges of a link-split run. The cluster source
 needs only the cluster file: routing, degrees and schema come from the servers' ``Routing`` stream, and
 the dataset directory, when this machine can read it, is used only to publish the checkpoint.
@@ -24,7 +24,7 @@ import numpy as np
 from glisp_core.config import Config
 from glisp_core.dataset.layout import MANIFEST, DatasetVersion, resolve_dataset
 from glisp_core.errors import GlispError, StageError
-from glisp_serving.cluster_info import ClusterInfo
+from glisp_sampling.cluster_facts import ClusterInfo
 
 LABEL_CHUNK = 1 << 16  # vertices per label lookup (well under serve.max_batch)
 
@@ -90,9 +90,9 @@ class GraphSource:
 
 def open_cluster(cluster_file: str | Path, cfg: Config) -> GraphSource:
     """A source over the servers of ``cluster_file`` (routing and degrees from their Routing streams)."""
-    from glisp_serving.client import SamplingClient
-    from glisp_serving.cluster import ClusterSpec
-    from glisp_serving.cluster_info import fetch_cluster_info, fetch_heldout
+    from glisp_serving.client.info_fetch import fetch_cluster_info, fetch_heldout
+    from glisp_serving.client.sampling_client import SamplingClient
+    from glisp_serving.cluster.cluster_file import ClusterSpec
 
     spec = ClusterSpec.read(cluster_file)
     info = fetch_cluster_info(spec, cfg.client)
@@ -134,10 +134,10 @@ class _LoopThread:
 def open_in_process(dataset: str | Path, run: str, cfg: Config) -> GraphSource:
     """A source over a one-partition run of ``dataset`` sampled in this process (the accuracy reference)."""
     from glisp_core.partition_format import open_partition
-    from glisp_serving.cluster import num_parts_of
-    from glisp_serving.cluster_info import local_cluster_info, read_heldout
-    from glisp_serving.engine import PartitionSampler
-    from glisp_serving.local import LocalBackend
+    from glisp_sampling.cluster_facts import local_cluster_info, read_heldout
+    from glisp_sampling.gather import PartitionSampler
+    from glisp_sampling.inprocess import LocalBackend
+    from glisp_serving.cluster.cluster_file import num_parts_of
 
     dv = resolve_dataset(dataset, cfg.dataset.root)
     parts = num_parts_of(dv, run)

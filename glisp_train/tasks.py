@@ -24,7 +24,7 @@ from torch import nn
 from torch.nn import functional as F
 
 from glisp_core.models import link_scores
-from glisp_serving.sampler import HopRequest
+from glisp_sampling.khop import HopRequest
 from glisp_train.dist import Dist, all_gather, all_sum, rank_batches
 from glisp_train.loader import Batch, Loader, LoaderTimes
 

@@ -20,7 +20,7 @@ import torch
 from glisp_core.config import Config, TrainConfig
 from glisp_core.errors import ConfigError, GlispError
 from glisp_core.models import GNN, ModelSpec, build_model
-from glisp_serving.sampler import Fanout
+from glisp_sampling.khop import Fanout
 from glisp_train.cache import CacheCounters, FeatureCache, hot_degree
 from glisp_train.dist import Dist, all_sum, broadcast_params, reduce_gradients
 from glisp_train.loader import Loader, LoaderTimes

@@ -16,7 +16,7 @@ if str(ROOT) not in sys.path:
 @pytest.fixture(scope="session")
 def spark(tmp_path_factory: pytest.TempPathFactory):
     from glisp_core.config import SparkConfig
-    from spark_jobs.session import get_spark
+    from glisp_spark.session import get_spark
 
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     conf = SparkConfig(

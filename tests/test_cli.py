@@ -5,7 +5,7 @@ from __future__ import annotations
 import subprocess
 import sys
 
-from glisp_core.cli import COMMANDS, main
+from glisp_app.cli import COMMANDS, main
 
 
 def test_help_lists_every_command(capsys):
@@ -41,5 +41,5 @@ def test_infer_on_a_missing_dataset_says_so(capsys, tmp_path):
 
 
 def test_console_script_runs():
-    r = subprocess.run([sys.executable, "-m", "glisp_core.cli", "--help"], capture_output=True, text=True)
+    r = subprocess.run([sys.executable, "-m", "glisp_app.cli", "--help"], capture_output=True, text=True)
     assert r.returncode == 0 and "serve-cluster" in r.stdout

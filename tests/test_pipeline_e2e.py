@@ -16,10 +16,10 @@ import time
 import numpy as np
 import pytest
 
+from glisp_app.pipeline import run_pipeline
 from glisp_core.config import with_values
 from glisp_core.dataset.manifest import Manifest
 from glisp_core.partition_format import open_partition
-from spark_jobs.pipeline import run_pipeline
 
 
 @pytest.fixture(scope="module")
@@ -69,7 +69,7 @@ def test_changed_parameters_add_a_run(spark, cora):
 
 
 def test_serve_cluster_and_sample(cora, tmp_path):
-    from glisp_serving.client import SamplingClient
+    from glisp_serving.client.sampling_client import SamplingClient
 
     cfg, dv = cora
     cluster_file = tmp_path / "cluster.json"
@@ -78,7 +78,7 @@ def test_serve_cluster_and_sample(cora, tmp_path):
         [
             sys.executable,
             "-m",
-            "glisp_core.cli",
+            "glisp_app.cli",
             "serve-cluster",
             str(dv.path),
             "--run",

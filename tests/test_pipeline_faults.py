@@ -26,7 +26,7 @@ from glisp_core.dataset.layout import DatasetVersion, list_versions
 from glisp_core.dataset.manifest import Manifest
 from glisp_core.dataset.versions import read_latest
 from glisp_core.partition_format import open_partition
-from tests.graphs import rmat_edges
+from glisp_testing.graphs import rmat_edges
 
 pytestmark = pytest.mark.slow
 
@@ -48,7 +48,7 @@ def _cmd(edges: Path, root: Path) -> list[str]:
     return [
         sys.executable,
         "-m",
-        "glisp_core.cli",
+        "glisp_app.cli",
         "pipeline",
         "--edges",
         str(edges),
@@ -141,8 +141,8 @@ def _check_consistent(gdir: Path) -> None:
 @pytest.fixture(scope="module")
 def published(spark, tmp_path_factory):
     """A root holding one fully published version (snapshot A) that no later fault may touch."""
+    from glisp_app.pipeline import run_pipeline
     from glisp_core.config import EdgeSource, load_config, with_values
-    from spark_jobs.pipeline import run_pipeline
 
     tmp = tmp_path_factory.mktemp("faults")
     a = _write_edges(tmp / "snapshot-a.csv", seed=1)
@@ -225,7 +225,7 @@ def test_full_disk_ends_with_a_clean_error_and_no_corrupt_version(tmp_path):
     disk = tmp_path / "disk"
     disk.mkdir()
     root = disk / "root"
-    base = [sys.executable, "-m", "glisp_core.cli"]
+    base = [sys.executable, "-m", "glisp_app.cli"]
     common = ["--root", str(root), "--master", "local[2]", "--set", "spark.driver_memory=1g"]
     repo = str(Path(__file__).resolve().parent.parent)
     check = (

@@ -13,11 +13,11 @@ pytestmark = pytest.mark.slow
 
 
 def test_refresh_carries_the_model_and_infers_before_latest_moves(spark, tmp_path):
+    from glisp_app.pipeline import run_pipeline
     from glisp_core.config import load_config, with_values
     from glisp_core.errors import StageError
     from glisp_core.models import ModelSpec, build_model
     from glisp_train.publish import publish_model
-    from spark_jobs.pipeline import run_pipeline
 
     cfg = with_values(load_config(env={}), "dataset", root=str(tmp_path))
     cfg = with_values(cfg, "partition", parts=2, progress=False)
@@ -73,11 +73,11 @@ def test_three_snapshot_refresh_trains_infers_and_retains(spark, tmp_path):
     import numpy as np
     import pyarrow.parquet as pq
 
+    from glisp_app.pipeline import run_pipeline
     from glisp_core.config import load_config, with_values
     from glisp_core.dataset.layout import list_versions
     from glisp_core.errors import StageError
     from spark_jobs.generate.builtin import builtin_config
-    from spark_jobs.pipeline import run_pipeline
 
     cfg = with_values(load_config(env={}), "dataset", root=str(tmp_path / "data"), keep_versions=2)
     cfg = with_values(cfg, "partition", parts=2, progress=False, incremental=True)

@@ -70,7 +70,7 @@ graph = "cora"
 
 
 def _run(steps) -> None:
-    from glisp_core.cli import main
+    from glisp_app.cli import main
 
     for s in steps:
         rc = main(s.argv)
@@ -82,7 +82,7 @@ def test_refresh_commands_run_for_real(spark, tmp_path):
     import pyarrow.parquet as pq
 
     from glisp_core.dataset.layout import resolve_dataset
-    from glisp_serving.local_cluster import start_cluster, stop_cluster
+    from glisp_serving.cluster.child import start_cluster, stop_cluster
     from spark_jobs.generate.builtin import builtin_config
 
     dag = _dag_module()
@@ -131,7 +131,7 @@ def test_link_refresh_splits_before_training():
     import argparse
     import importlib
 
-    from glisp_core.cli import COMMANDS, add_common
+    from glisp_app.cli import COMMANDS, add_common
 
     dag = _dag_module()
     steps = dag.refresh_commands("g", "v9", "r.toml", "adadne-p8", cluster_file="c.json", train_model="lp", task="link")

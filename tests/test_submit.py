@@ -50,7 +50,7 @@ def test_dry_run_builds_the_line(tmp_path):
     assert "spark.pyspark.driver.python" not in line  # cluster mode: the driver runs on the cluster's Python
     z = next(tmp_path.glob("glisp-*.zip"))
     names = set(zipfile.ZipFile(z).namelist())
-    assert "glisp_core/cli.py" in names and "spark_jobs/partition/job.py" in names
+    assert "glisp_app/cli.py" in names and "spark_jobs/partition/job.py" in names
     assert not any("__pycache__" in n for n in names)
     # an unchanged zip is not rewritten: numba's kernel cache is keyed by its modification time
     before = z.stat().st_mtime_ns
@@ -111,7 +111,7 @@ def test_cron_line_runs_real_commands():
     import importlib
     import shlex
 
-    from glisp_core.cli import COMMANDS, add_common
+    from glisp_app.cli import COMMANDS, add_common
 
     lines = [
         ln

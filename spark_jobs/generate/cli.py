@@ -72,8 +72,8 @@ def main(args: argparse.Namespace, cfg: Config) -> int:
         timestamps=args.timestamps,
         files=args.files,
     )
+    from glisp_spark.session import get_spark
     from spark_jobs.generate.rmat import check_config, generate_rmat
-    from spark_jobs.session import get_spark
 
     check_config(cfg.rmat)  # fail on bad parameters before starting a JVM
     spark = get_spark(cfg.spark)

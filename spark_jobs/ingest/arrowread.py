@@ -26,7 +26,7 @@ from pathlib import Path
 
 import numpy as np
 
-from spark_jobs.worker_heap import freeze_worker_heap
+from glisp_spark.worker_heap import freeze_worker_heap
 
 SOURCE_SHIFT = 55
 _CHUNK_SHIFT = 33

@@ -95,8 +95,8 @@ def ingest_config(args: argparse.Namespace, cfg: Config) -> IngestConfig:
 
 
 def main(args: argparse.Namespace, cfg: Config) -> int:
+    from glisp_spark.session import get_spark
     from spark_jobs.ingest.job import run_ingest
-    from spark_jobs.session import get_spark
 
     ing = ingest_config(args, cfg)
     t0 = time.perf_counter()

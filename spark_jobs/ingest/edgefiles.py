@@ -330,7 +330,7 @@ def write_bucket(k: int, plan: EdgePlan, offset: int) -> dict:
 
 def run_buckets(spark, plan: EdgePlan, fn, offsets: list[int] | None) -> list[dict]:
     """One Spark job: ``fn(k, plan, offset)`` for every bucket, results in bucket order."""
-    from spark_jobs.tasks import run_tasks
+    from glisp_spark.tasks import run_tasks
 
     os.makedirs(os.path.join(plan.stage, "sorted"), exist_ok=True)
     Path(plan.out).mkdir(parents=True, exist_ok=True)

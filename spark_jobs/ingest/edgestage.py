@@ -220,7 +220,7 @@ def _stage_chunk(c, j: int, t: EdgeTable, task: int, first: int, opts: StageOpts
 
 def stage_edges(spark, tables: list[EdgeTable], opts: StageOpts) -> tuple[list[dict], dict[int, list[str]]]:
     """One Spark job over every chunk of the edge tables: (task payloads, dirty files per table)."""
-    from spark_jobs.tasks import run_tasks
+    from glisp_spark.tasks import run_tasks
 
     work = [(ti, k) for ti, t in enumerate(tables) for k in range(len(t.tasks))]
     for sub in ("edges", "dirty"):

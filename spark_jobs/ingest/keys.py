@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from spark_jobs.worker_heap import freeze_worker_heap
+from glisp_spark.worker_heap import freeze_worker_heap
 
 DENSE_FACTOR = 16
 _TASK_DENSE_LIMIT = 1 << 28  # no bool map (task) or rank array (driver) is wider than this
@@ -234,7 +234,7 @@ def write_vertex_tables(spark, rank: RankMap, idmap_dir: str, vertices_dir: str,
             os.replace(tmp, path)
         return k
 
-    from spark_jobs.tasks import run_tasks
+    from glisp_spark.tasks import run_tasks
 
     for d in (idmap_dir, vertices_dir):
         os.makedirs(d, exist_ok=True)

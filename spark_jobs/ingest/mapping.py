@@ -19,9 +19,9 @@ import pickle
 import numpy as np
 import pyarrow as pa
 
+from glisp_spark.worker_heap import freeze_worker_heap
 from spark_jobs.ingest.checks import RCOL, REASON
 from spark_jobs.ingest.edgefiles import BucketResult, EdgePlan, _col, _per_source, bucket_rows, read_ipc
-from spark_jobs.worker_heap import freeze_worker_heap
 
 MISSING = "edge_missing_endpoint"
 _RAW = ("src", "dst", "etype", "weight", "timestamp")
@@ -53,7 +53,7 @@ def map_with_rank(spark, files: list[str], rank, plan: EdgePlan, typed: bool) ->
     """One Spark job: each task maps one staged file with the broadcast rank map and buckets it."""
     import time
 
-    from spark_jobs.tasks import run_tasks
+    from glisp_spark.tasks import run_tasks
 
     b_rank = spark.sparkContext.broadcast(rank)
 

@@ -23,8 +23,8 @@ from pathlib import Path
 
 import numpy as np
 
+from glisp_spark.worker_heap import freeze_worker_heap
 from spark_jobs.ingest.checks import REASON
-from spark_jobs.worker_heap import freeze_worker_heap
 
 PAYLOAD = "payload binary"
 

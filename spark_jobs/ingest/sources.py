@@ -15,11 +15,11 @@ import numpy as np
 from glisp_core.config import EdgeSource, IngestConfig, VertexSource
 from glisp_core.dataset.layout import check_name
 from glisp_core.errors import BadInputError, ConfigError
+from glisp_spark.worker_heap import freeze_worker_heap
 from spark_jobs.ingest import checks
 from spark_jobs.ingest.checks import RCOL, REASON, SI, Rule
 from spark_jobs.ingest.idmap import dense_index
 from spark_jobs.ingest.readers import CORRUPT, FID, ROWPOS, expand_paths, read_source, require_columns
-from spark_jobs.worker_heap import freeze_worker_heap
 
 DEFAULT_EDGE_TYPE = "edge"
 DEFAULT_VERTEX_TYPE = "vertex"

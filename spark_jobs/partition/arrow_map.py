@@ -8,7 +8,7 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 
-from spark_jobs.worker_heap import freeze_worker_heap
+from glisp_spark.worker_heap import freeze_worker_heap
 
 ALLOC_SCHEMA = "eid long, src long, dst long, part int"
 

@@ -26,8 +26,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def main(args: argparse.Namespace, cfg: Config) -> int:
+    from glisp_spark.session import get_spark
     from spark_jobs.partition.job import run_partition
-    from spark_jobs.session import get_spark
 
     cfg = with_values(
         cfg,

@@ -49,13 +49,13 @@ from glisp_core.config import Config
 from glisp_core.dataset.layout import DatasetVersion, list_versions
 from glisp_core.dataset.manifest import Manifest, StageRecord
 from glisp_core.dataset.versions import read_latest
+from glisp_spark.worker_heap import freeze_worker_heap
 from spark_jobs.partition import incremental_match
 from spark_jobs.partition.base import PartitionContext
 from spark_jobs.partition.degrees import degree_array
 from spark_jobs.partition.expansion import local_degrees
 from spark_jobs.partition.metrics import write_outputs, write_outputs_local
 from spark_jobs.partition.rounds import ALLOC_PA
-from spark_jobs.worker_heap import freeze_worker_heap
 
 # ---- choosing the base -------------------------------------------------------------------------
 

@@ -38,8 +38,8 @@ from pyspark.sql import functions as F
 
 from glisp_core.config import PartitionConfig
 from glisp_core.errors import ConfigError, StageError
+from glisp_spark.worker_heap import freeze_worker_heap
 from spark_jobs.partition.base import PartitionContext, Partitioner, PartitionResult, register
-from spark_jobs.worker_heap import freeze_worker_heap
 
 OWNER_SCHEMA = "vid long, part int, metis_cut long, metis_prep_s double, metis_s double"
 BALANCE = {

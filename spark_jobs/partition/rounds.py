@@ -30,8 +30,8 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from glisp_core.errors import BadInputError
+from glisp_spark.worker_heap import freeze_worker_heap
 from spark_jobs.partition import kernels
-from spark_jobs.worker_heap import freeze_worker_heap
 
 EDGE_PA = pa.schema([("eid", pa.int64()), ("src", pa.int64()), ("dst", pa.int64())])
 ALLOC_PA = pa.schema([("eid", pa.int64()), ("src", pa.int64()), ("dst", pa.int64()), ("part", pa.int32())])

@@ -16,8 +16,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def main(args: argparse.Namespace, cfg: Config) -> int:
+    from glisp_spark.session import get_spark
     from spark_jobs.serialize.reorder import check_order, run_reorders
-    from spark_jobs.session import get_spark
 
     orders = [o.strip() for o in args.order.split(",")] if args.order else [cfg.reorder.order]
     for o in orders:

@@ -176,7 +176,7 @@ def test_set_overrides_and_errors():
 
 def test_cli_set_reaches_the_command(tmp_path, capsys):
     """``glisp <cmd> --set`` and --root are applied before the command runs (here: where report looks)."""
-    from glisp_core.cli import main
+    from glisp_app.cli import main
 
     assert main(["report", "g", "--set", f"dataset.root={tmp_path / 'a'}"]) == 1
     assert str(tmp_path / "a") in capsys.readouterr().err

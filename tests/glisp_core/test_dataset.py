@@ -19,7 +19,7 @@ from glisp_core.dataset.layout import DatasetVersion, check_name, list_versions,
 from glisp_core.dataset.manifest import SCHEMA_VERSION, Manifest, StageRecord, now_iso
 from glisp_core.dataset.publish import StagePublisher, VersionPublisher, file_fingerprints, fingerprint
 from glisp_core.errors import FormatError, StageError
-from tests.graphs import write_dataset
+from glisp_testing.graphs import write_dataset
 
 
 @pytest.fixture

@@ -11,7 +11,7 @@ import pytest
 
 from glisp_core.errors import FormatError
 from glisp_core.partition_format import FORMAT_VERSION, open_partition, write_partition
-from tests.partitions import check_reader, replica_sets
+from glisp_testing.partitions import check_reader, replica_sets
 
 P = 3
 

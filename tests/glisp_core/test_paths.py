@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from glisp_core.cli import main as glisp
+from glisp_app.cli import main as glisp
 from glisp_core.config import EdgeSource, IngestConfig, load_config, with_values
 from glisp_core.dataset.paths import confine
 from glisp_core.errors import ConfigError

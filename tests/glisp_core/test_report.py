@@ -8,11 +8,11 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from glisp_core.cli import main as glisp
+from glisp_app.cli import main as glisp
+from glisp_app.report import PLOT_NAME, degree_histograms, fmt, partition_rows
 from glisp_core.dataset.manifest import Manifest, StageRecord, now_iso
-from glisp_core.report import PLOT_NAME, degree_histograms, fmt, partition_rows
+from glisp_testing.graphs import rmat_edges, write_dataset
 from spark_jobs.ingest.stats import log2_histogram
-from tests.graphs import rmat_edges, write_dataset
 
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 

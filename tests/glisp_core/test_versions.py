@@ -22,7 +22,7 @@ from glisp_core.dataset.versions import (
     set_latest,
 )
 from glisp_core.errors import StageError
-from tests.graphs import write_dataset
+from glisp_testing.graphs import write_dataset
 
 
 def _versions(root: Path, n: int) -> list[DatasetVersion]:

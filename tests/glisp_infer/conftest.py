@@ -1,8 +1,8 @@
 """A small typed power-law graph through the real serialize and reorder stages, for inference tests.
 
 R-MAT scale 8 (hubs and leaves) plus isolated vertices, two edge types, 6-d features, published in the
-ingest contract by ``tests.graphs.write_dataset``; a vertex-cut assignment by unordered pair (so hubs are
-replicated on every partition) through ``tests.partitions.publish_partition``; then the real Spark
+ingest contract by ``glisp_testing.graphs.write_dataset``; a vertex-cut assignment by unordered pair (so hubs are
+replicated on every partition) through ``glisp_testing.partitions.publish_partition``; then the real Spark
 ``run_serialize`` and ``run_reorders`` (all four orders). Models are published as train stages with
 ``glisp_train.publish.publish_model`` (random weights: exactness does not need a trained model).
 """
@@ -15,8 +15,8 @@ import numpy as np
 import pytest
 import torch
 
-from tests.graphs import rmat_edges, write_dataset
-from tests.partitions import publish_partition
+from glisp_testing.graphs import rmat_edges, write_dataset
+from glisp_testing.partitions import publish_partition
 
 P = 3
 N = 262  # vids 256..261 are isolated

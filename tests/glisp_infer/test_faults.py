@@ -61,7 +61,7 @@ def test_a_killed_task_is_retried_and_leaves_a_correct_array(infer_graph) -> Non
     cmd = [
         sys.executable,
         "-m",
-        "glisp_core.cli",
+        "glisp_app.cli",
         "infer",
         str(g.dv.path),
         "--model",

@@ -186,7 +186,7 @@ def test_glisp_train_then_glisp_infer_equals_the_full_graph_forward(infer_graph,
     """The real chain: ``glisp train`` through a served cluster publishes train/<name>; ``glisp infer`` reads
     that checkpoint and its partition run and writes every vertex's output, equal to the trained model's
     in-memory full-graph forward pass (along the in-edges the model was trained on: the graph is directed)."""
-    from glisp_core.cli import main as glisp
+    from glisp_app.cli import main as glisp
     from glisp_core.models import load_checkpoint
     from tests.glisp_serving.conftest import Cluster
 

@@ -18,7 +18,7 @@ pytestmark = pytest.mark.usefixtures("spark")
 @pytest.fixture(scope="module")
 def link(spark, infer_graph):
     """A link-task SAGE at full fanout through the CLI; the every-edge scores are published with it."""
-    from glisp_core.cli import main
+    from glisp_app.cli import main
     from glisp_train.publish import publish_model
 
     g = infer_graph
@@ -39,7 +39,7 @@ def _scores(ref: torch.Tensor, src, dst) -> np.ndarray:
 
 
 def test_every_edge_is_scored_once_with_original_ids(infer_graph, link, capsys) -> None:
-    from glisp_core.cli import main
+    from glisp_app.cli import main
     from glisp_core.dataset.manifest import Manifest
 
     g = infer_graph
@@ -100,8 +100,8 @@ def test_read_helper_by_original_ids(infer_graph, link) -> None:
 
 
 def test_report_shows_inference_runs(infer_graph, link) -> None:
+    from glisp_app.report import summary
     from glisp_core.dataset.manifest import Manifest
-    from glisp_core.report import summary
 
     text = summary(Manifest.read(infer_graph.dv.manifest_path), infer_graph.dv)
     assert "Inference runs" in text and "link-pds" in text
@@ -109,7 +109,7 @@ def test_report_shows_inference_runs(infer_graph, link) -> None:
 
 
 def test_cli_errors(infer_graph, capsys) -> None:
-    from glisp_core.cli import main
+    from glisp_app.cli import main
 
     g = infer_graph
     assert main(["infer", str(g.dv.path), "--model", "nope"]) == 1

@@ -1,7 +1,7 @@
 """A real served graph: ingest-contract dataset -> Spark partition runs -> Spark serialize -> servers.
 
 The graph is a small R-MAT (hubs and leaves) with two edge types, weights, timestamps, features and
-labels, published in the ingest contract by ``tests.graphs.write_dataset`` (ingest has its own tests).
+labels, published in the ingest contract by ``glisp_testing.graphs.write_dataset`` (ingest has its own tests).
 Partitioning and serialization are the real stages (``run_partition``, ``run_serialize``) in the
 session's one Spark JVM:
 
@@ -27,7 +27,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from tests.graphs import rmat_edges, write_dataset
+from glisp_testing.graphs import rmat_edges, write_dataset
 
 ROOT = Path(__file__).resolve().parents[2]
 MAX_BATCH = 2000  # serve.max_batch of the test clusters (a bigger request must be INVALID_ARGUMENT)
@@ -101,7 +101,7 @@ class Cluster:
         cmd = [
             sys.executable,
             "-m",
-            "glisp_core.cli",
+            "glisp_app.cli",
             "serve-cluster",
             str(dv.path),
             "--run",

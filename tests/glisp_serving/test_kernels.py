@@ -10,9 +10,9 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from glisp_serving import kernels as K
-from glisp_serving.apply import Partial, merge_partials, relabel
-from tests.glisp_serving.stats import binomial_chi2_z, two_sample_z
+from glisp_sampling import kernels as K
+from glisp_sampling.apply import Partial, merge_partials, relabel
+from glisp_testing.stats import binomial_chi2_z, two_sample_z
 
 E64 = np.empty(0, np.int64)
 EF = np.empty(0, np.float32)

@@ -1,4 +1,4 @@
-"""glisp_serving.local_cluster: a serve-cluster started for one job (``glisp train --serve``, the refresh
+"""glisp_serving.cluster.child: a serve-cluster started for one job (``glisp train --serve``, the refresh
 pipeline's train stage) stops with its job, even when the job is SIGKILLed, and a cluster that cannot
 start is a clear error. Real serve-cluster subprocesses on the served test graph."""
 
@@ -16,7 +16,7 @@ from tests.glisp_serving.conftest import ROOT, VC_RUN
 
 _JOB = """
 import sys, time
-from glisp_serving.local_cluster import start_cluster
+from glisp_serving.cluster.child import start_cluster
 p = start_cluster(sys.argv[1], sys.argv[2], sys.argv[3], threads=1, config_args=["--set", "serve.start_timeout_s=300"])
 print(p.pid, flush=True)
 time.sleep(600)
@@ -49,7 +49,7 @@ def test_a_killed_job_takes_its_servers_with_it(graph, tmp_path):
 
 def test_a_cluster_that_cannot_start_is_a_clear_error(graph, tmp_path):
     from glisp_core.errors import StageError
-    from glisp_serving.local_cluster import start_cluster
+    from glisp_serving.cluster.child import start_cluster
 
     with pytest.raises(StageError, match="serve-cluster of .* run no-such-run exited with code 1: .*no-such-run"):
         start_cluster(graph.dv.path, "no-such-run", tmp_path / "c.json", timeout_s=120)

@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 from numba import njit
 
-from glisp_serving.memory import _clean_mappings, release_clean_library_pages, snapshot
+from glisp_serving.server.memory import _clean_mappings, release_clean_library_pages, snapshot
 
 ROOT = Path(__file__).resolve().parents[2]
 pytestmark = pytest.mark.skipif(not Path("/proc/self/smaps").exists(), reason="needs Linux /proc smaps")
@@ -86,7 +86,7 @@ def test_release_skips_other_libraries():
 _RETENTION = """
 import sys
 import numpy as np
-from glisp_serving.memory import map_large_allocations, snapshot
+from glisp_serving.server.memory import map_large_allocations, snapshot
 if sys.argv[1] == "1":
     assert map_large_allocations()
 a = np.ones(20 << 20, np.uint8); del a         # glibc's dynamic threshold climbs to 20 MiB here

@@ -23,7 +23,7 @@ import pytest
 from glisp_core.errors import FormatError
 from glisp_core.partition_format import open_partition
 from glisp_core.partition_format.integrity import check_structure
-from glisp_serving.client import SamplingClient, SamplingError
+from glisp_serving.client.sampling_client import SamplingClient, SamplingError
 from glisp_serving.proto import sampling_pb2 as pb
 from glisp_serving.proto import sampling_pb2_grpc as pb_grpc
 from glisp_serving.wire import to_array
@@ -38,7 +38,7 @@ class Server:
         cmd = [
             sys.executable,
             "-m",
-            "glisp_core.cli",
+            "glisp_app.cli",
             "serve",
             str(dataset),
             "--partition",

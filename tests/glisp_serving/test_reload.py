@@ -21,11 +21,11 @@ import psutil
 import pytest
 
 from glisp_core.config import ClientConfig
-from glisp_serving.client import SamplingClient
+from glisp_serving.client.sampling_client import SamplingClient
 from glisp_serving.proto import sampling_pb2 as pb
 from glisp_serving.proto import sampling_pb2_grpc as pb_grpc
+from glisp_testing.graphs import write_dataset
 from tests.glisp_serving.conftest import EC_RUN, ROOT, VC_RUN, Cluster
-from tests.graphs import write_dataset
 
 
 @pytest.fixture(scope="module")
@@ -104,7 +104,7 @@ def test_hot_reload_under_load_loses_no_request_and_mixes_no_versions(two_versio
             [
                 sys.executable,
                 "-m",
-                "glisp_core.cli",
+                "glisp_app.cli",
                 "serve-reload",
                 str(dv2.path),
                 "--cluster-file",

@@ -23,7 +23,7 @@ from grpc_health.v1 import health_pb2, health_pb2_grpc
 
 from glisp_core.config import ClientConfig, ServeConfig
 from glisp_core.errors import ConfigError
-from glisp_serving.client import SamplingClient, SamplingError
+from glisp_serving.client.sampling_client import SamplingClient, SamplingError
 from glisp_serving.proto import sampling_pb2 as pb
 from glisp_serving.proto import sampling_pb2_grpc as pb_grpc
 from glisp_serving.security import TOKEN_ENV, check_own_client, exposure_warning, open_channel, read_token
@@ -302,7 +302,7 @@ def test_all_interfaces_without_security_warns_and_health_port_serves_health_onl
     cmd = [
         sys.executable,
         "-m",
-        "glisp_core.cli",
+        "glisp_app.cli",
         "serve",
         str(graph.dv.path),
         "--run",
@@ -360,7 +360,7 @@ def test_a_refusal_that_ends_the_stream_before_a_write_is_reported_as_refused():
     the call's own status (UNAUTHENTICATED: final), not UNAVAILABLE (which the client retries elsewhere)."""
     import asyncio
 
-    from glisp_serving.streams import GatherStream, StreamFailure
+    from glisp_serving.client.streams import GatherStream, StreamFailure
 
     class EndedCall:  # what grpc.aio gives once the server has ended the call
         def __init__(self):

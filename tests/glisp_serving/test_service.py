@@ -22,12 +22,12 @@ from grpc_health.v1 import health_pb2, health_pb2_grpc
 
 from glisp_core.errors import StageError
 from glisp_core.partition_format import open_partition
-from glisp_serving.client import SamplingClient, SamplingError
+from glisp_serving.client.sampling_client import SamplingClient, SamplingError
 from glisp_serving.proto import sampling_pb2 as pb
 from glisp_serving.proto import sampling_pb2_grpc as pb_grpc
 from glisp_serving.wire import to_array
+from glisp_testing.stats import binomial_chi2_z, two_sample_z
 from tests.glisp_serving.conftest import MAX_BATCH, ROOT
-from tests.glisp_serving.stats import binomial_chi2_z, two_sample_z
 
 
 @pytest.fixture(scope="module")
@@ -233,8 +233,8 @@ def test_blocks_equal_single_process_build(client, graph):
 def test_colocated_reads_equal_lookup_rpcs(vc_cluster, graph):
     """Features and labels read from co-located partition files are the Lookup RPCs' answers."""
     from glisp_core.config import ClientConfig
-    from glisp_serving.cluster import ClusterSpec
-    from glisp_serving.colocated import colocated_parts
+    from glisp_serving.client.colocated import colocated_parts
+    from glisp_serving.cluster.cluster_file import ClusterSpec
 
     ids = np.random.default_rng(2).permutation(graph.n)
     with (
@@ -262,8 +262,8 @@ def test_colocated_reads_equal_lookup_rpcs(vc_cluster, graph):
 def test_unreadable_colocated_files_fall_back_to_lookup_rpcs(vc_cluster, graph, monkeypatch):
     """A co-located partition whose files cannot be opened here (a trainer with only the cluster file)
     is looked up by RPC; the others are still read locally; no readable dataset means no local reads."""
-    import glisp_serving.colocated as colocated
-    from glisp_serving.cluster import ClusterSpec
+    import glisp_serving.client.colocated as colocated
+    from glisp_serving.cluster.cluster_file import ClusterSpec
 
     real = colocated.open_partition
 
@@ -315,7 +315,7 @@ def test_gather_stream_answers_equal_unary_calls(vc_cluster, client, graph):
 def test_retries_fail_over_and_deadlines(vc_cluster, graph, tmp_path, streams):
     """UNAVAILABLE is retried on the partition's next address; a request past client.deadline_s fails."""
     from glisp_core.config import ClientConfig
-    from glisp_serving.cluster import ClusterSpec
+    from glisp_serving.cluster.cluster_file import ClusterSpec
 
     spec = ClusterSpec.read(vc_cluster.cluster_file)
     # nothing listens on port 1
@@ -340,7 +340,7 @@ def test_retries_fail_over_and_deadlines(vc_cluster, graph, tmp_path, streams):
         [
             sys.executable,
             "-m",
-            "glisp_core.cli",
+            "glisp_app.cli",
             "serve",
             str(graph.dv.path),
             "--partition",
@@ -462,10 +462,10 @@ def test_owner_routing_on_edge_cut(ec_cluster, graph):
         assert np.array_equal(hop.per_vertex, np.minimum(deg[vs], 4))  # D == d_i: exactly min(f, D)
         batch = c.sample(np.arange(0, 512, 7), [4, 2], seed=3)
         assert batch.x.shape[0] == batch.blocks[0].num_src
-    from glisp_serving.routing import RoutingTable
+    from glisp_sampling.cluster_facts import routing_from_partitions
 
     with pytest.raises(StageError, match="not an edge-cut"):  # a vertex-cut run cannot be owner-routed
-        RoutingTable.from_partitions(graph.dv, "vc-p3", 3, owner_direction="out")
+        routing_from_partitions(graph.dv, "vc-p3", 3, owner_direction="out")
 
 
 def test_servers_keep_compiler_pages_released(vc_cluster, client, graph):
@@ -510,7 +510,7 @@ def test_serve_sigterm_clean_shutdown(graph, tmp_path):
         [
             sys.executable,
             "-m",
-            "glisp_core.cli",
+            "glisp_app.cli",
             "serve",
             str(graph.dv.path),
             "--partition",

@@ -16,8 +16,8 @@ import numpy as np
 import pyarrow.parquet as pq
 import pytest
 
+from glisp_testing.graphs import write_dataset
 from tests.glisp_serving.conftest import Cluster
-from tests.graphs import write_dataset
 
 P2, WHOLE, LP = "rnd-p2", "whole", "rnd-p2-lp"
 

@@ -7,12 +7,12 @@ import json
 import numpy as np
 import pytest
 
-from glisp_core.cli import main as glisp
+from glisp_app.cli import main as glisp
 from glisp_core.dataset.idmap import IdError, IdMap
-from glisp_serving.client import SamplingClient
-from glisp_serving.cluster_info import fetch_cluster_info
-from glisp_serving.routing import RoutingTable
-from glisp_serving.sampler import SeedError, check_seeds
+from glisp_sampling.cluster_facts import routing_from_partitions
+from glisp_sampling.khop import SeedError, check_seeds
+from glisp_serving.client.info_fetch import fetch_cluster_info
+from glisp_serving.client.sampling_client import SamplingClient
 from glisp_train.cache import FeatureCache, hot_degree
 from tests.glisp_train.conftest import P2
 
@@ -47,13 +47,13 @@ def test_a_client_with_only_the_cluster_file_routes_through_the_servers(cora, co
     spec["dataset"] = str(tmp_path / "not-on-this-machine")
     only = tmp_path / "cluster.json"
     only.write_text(json.dumps(spec))
-    want = RoutingTable.from_partitions(cora.dv, P2, 2)
+    want = routing_from_partitions(cora.dv, P2, 2)
     with SamplingClient(only) as client:  # client.routing_source = "auto": the files are not here
         assert np.array_equal(client.routing.bits, want.bits) and np.array_equal(client.routing.master, want.master)
         b = client.sample(np.array([0, 5, 9]), [5, 5], seed=1)
         assert np.array_equal(b.x.numpy(), cora.features[b.input_ids.numpy()])
     from glisp_core.config import ClientConfig
-    from glisp_serving.cluster import ClusterSpec
+    from glisp_serving.cluster.cluster_file import ClusterSpec
 
     info = fetch_cluster_info(ClusterSpec.read(only), ClientConfig(), owner_direction="out")
     out_deg, in_deg = info.degrees()

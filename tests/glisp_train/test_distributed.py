@@ -41,7 +41,7 @@ def test_two_process_gloo_run_with_an_uneven_last_batch_completes(cora, cora_clu
     torchrun = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2"]
     cmd = torchrun + [
         "-m",
-        "glisp_core.cli",
+        "glisp_app.cli",
         "train",
         "--cluster",
         str(cora_cluster.cluster_file),
@@ -79,7 +79,7 @@ def test_killing_the_servers_mid_epoch_ends_training_with_an_error_naming_the_pa
     cmd = [
         sys.executable,
         "-m",
-        "glisp_core.cli",
+        "glisp_app.cli",
         "train",
         "--cluster",
         str(doomed_cluster.cluster_file),

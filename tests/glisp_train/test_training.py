@@ -8,7 +8,7 @@ import numpy as np
 import pyarrow.parquet as pq
 import pytest
 
-from glisp_core.cli import main as glisp
+from glisp_app.cli import main as glisp
 from glisp_core.dataset.manifest import Manifest
 from glisp_core.errors import StageError
 from glisp_core.models import load_checkpoint
@@ -125,7 +125,7 @@ def test_link_prediction_beats_a_random_scorer(cora, lp_cluster, cora_cluster, c
 
 
 def _all_neighbours():
-    from glisp_serving.sampler import HopRequest
+    from glisp_sampling.khop import HopRequest
 
     return HopRequest(fanout=100_000, method="uniform_exact", direction="out")
 

@@ -8,7 +8,7 @@ from types import SimpleNamespace
 
 from pyspark import cloudpickle
 
-from spark_jobs.worker_heap import freeze_worker_heap, frozen_in_this_task
+from glisp_spark.worker_heap import freeze_worker_heap, frozen_in_this_task
 
 cloudpickle.register_pickle_by_value(sys.modules[__name__])  # the workers cannot import a test module
 
@@ -38,10 +38,10 @@ def test_the_driver_is_never_frozen() -> None:
 
 
 def test_the_sql_task_runner_freezes_each_task(spark) -> None:
-    from spark_jobs.tasks import run_tasks
+    from glisp_spark.tasks import run_tasks
 
     for r in run_tasks(spark, 3, _probe):
-        assert r["from_runner"], "spark_jobs.tasks.run_tasks did not freeze the worker's heap"
+        assert r["from_runner"], "glisp_spark.tasks.run_tasks did not freeze the worker's heap"
         assert r["frozen"] >= 1000 and not r["before_walked"] and r["after_walked"]
 
 

@@ -191,7 +191,7 @@ def test_bad_parameters_name_the_key(kw, key):
 
 
 def test_cli_prints_throughput(spark, tmp_path, capsys):
-    from glisp_core.cli import main
+    from glisp_app.cli import main
 
     rc = main(
         [
@@ -225,7 +225,7 @@ def test_cli_prints_throughput(spark, tmp_path, capsys):
 
 
 def test_cli_rejects_bad_scale_before_spark(tmp_path, capsys):
-    from glisp_core.cli import main
+    from glisp_app.cli import main
 
     assert main(["generate", "rmat", "--scale", "50", "--out", str(tmp_path)]) == 1
     assert "rmat.scale" in capsys.readouterr().err

@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 from ingest_util import edges_back, manifest, read_table, write
 
-from glisp_core.cli import main as glisp
+from glisp_app.cli import main as glisp
 from glisp_core.config import EdgeSource, IngestConfig
 from glisp_core.dataset.layout import list_versions, resolve_dataset
 from spark_jobs.generate.builtin import BUILTIN_COUNTS, builtin_config

@@ -12,9 +12,9 @@ import pytest
 
 from glisp_core.config import with_values
 from glisp_core.dataset.manifest import Manifest
+from glisp_testing.graphs import rmat_edges, write_dataset
+from glisp_testing.partitions import publish_partition
 from spark_jobs.partition.job import run_partition
-from tests.graphs import rmat_edges, write_dataset
-from tests.partitions import publish_partition
 
 P = 4
 
@@ -179,10 +179,10 @@ def _csv(path, src, dst):
 def test_two_snapshot_refresh_through_the_pipeline(spark, cfg, tmp_path):
     import dataclasses
 
+    from glisp_app.pipeline import run_pipeline
     from glisp_core.config import EdgeSource
     from glisp_core.dataset.versions import read_latest
     from glisp_core.partition_format import open_partition
-    from spark_jobs.pipeline import run_pipeline
 
     src, dst = rmat_edges(9, 6, seed=5)
     rng = np.random.default_rng(1)

@@ -9,9 +9,9 @@ import pytest
 
 from glisp_core.config import with_values
 from glisp_core.errors import ConfigError
+from glisp_testing.graphs import rmat_edges, write_dataset
 from spark_jobs.partition.job import run_partition
 from spark_jobs.partition.metis import BALANCE, csr_from_sorted_pairs, kway_multi, metis_owners
-from tests.graphs import rmat_edges, write_dataset
 
 COMMUNITIES, SIZE, ISOLATED = 4, 200, 7
 

@@ -11,9 +11,9 @@ import pytest
 
 from glisp_core.config import with_values
 from glisp_core.dataset.manifest import Manifest
+from glisp_testing.graphs import rmat_edges, write_dataset
 from spark_jobs.partition.base import algorithms
 from spark_jobs.partition.job import run_partition
-from tests.graphs import rmat_edges, write_dataset
 
 ALGOS = algorithms()
 

@@ -8,11 +8,11 @@ import numpy as np
 import pytest
 
 from glisp_core.config import AdaDNEConfig, with_values
+from glisp_testing.graphs import rmat_edges, write_dataset
 from spark_jobs.partition import kernels
 from spark_jobs.partition.adadne import adaptive_factors
 from spark_jobs.partition.base import get_partitioner
 from spark_jobs.partition.metrics import quality
-from tests.graphs import rmat_edges, write_dataset
 
 
 def local_metrics(src, dst, part, p):
@@ -177,7 +177,7 @@ def test_edge_balance_holds_on_any_shape(cfg, shape, p):
     """The hard capacity on the shapes that broke edge balance before (a dense ego-network, many small
     components and long chains, one hub): AdaDNE EB <= capacity (the relocation's), DNE EB <= alpha, every row allocated;
     AdaDNE's vertex balance within its target."""
-    from tests.graphs import chains_edges, ego_network_edges
+    from glisp_testing.graphs import chains_edges, ego_network_edges
 
     if shape == "ego":
         s, d = ego_network_edges(n=1500)

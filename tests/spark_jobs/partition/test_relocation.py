@@ -9,6 +9,7 @@ import numpy as np
 import pytest
 
 from glisp_core.config import AdaDNEConfig
+from glisp_testing.graphs import rmat_edges
 from spark_jobs.partition import kernels
 from spark_jobs.partition.expansion import pack_bits
 from spark_jobs.partition.relocate import (
@@ -22,7 +23,6 @@ from spark_jobs.partition.relocate import (
     shed_rows,
     trim_to_vb,
 )
-from tests.graphs import rmat_edges
 
 N, P, GROUPS = 300, 5, 4
 

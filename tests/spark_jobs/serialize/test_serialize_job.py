@@ -13,8 +13,8 @@ from glisp_core.config import with_values
 from glisp_core.dataset.manifest import Manifest
 from glisp_core.errors import FormatError
 from glisp_core.partition_format import open_partition
-from tests.graphs import write_dataset
-from tests.partitions import check_reader, open_all, publish_partition, read_ingest, replica_sets
+from glisp_testing.graphs import write_dataset
+from glisp_testing.partitions import check_reader, open_all, publish_partition, read_ingest, replica_sets
 
 pytestmark = pytest.mark.usefixtures("spark")
 
@@ -248,7 +248,7 @@ def test_bad_assignment_names_the_file(tmp_path: Path, spark, cfg) -> None:
 
 
 def test_cli_commands_reuse_current_stages(typed, reorders, capsys) -> None:
-    from glisp_core.cli import main
+    from glisp_app.cli import main
 
     dv, _, run, rec, _ = typed
     assert main(["serialize", str(dv.path), "--partition", run]) == 0

@@ -28,7 +28,7 @@ from numba import njit
 from glisp_core.dataset.layout import resolve_dataset
 from glisp_core.errors import GlispError
 from glisp_core.partition_format import open_partition
-from glisp_serving.cluster import ClusterSpec
+from glisp_serving.cluster.cluster_file import ClusterSpec
 
 log = logging.getLogger("glisp.client")
 

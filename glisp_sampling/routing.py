@@ -2,7 +2,7 @@
 
 Built once from the serialized partitions (memory-mapped ``global_id`` / ``master_gids`` of each,
 through ``glisp_core.partition_format``) or from the servers' ``Routing`` streams
-(:mod:`glisp_serving.cluster_info`, for a client without the dataset directory): a per-vertex replica bitmask ``(n, ceil(P/8))`` uint8 indexed
+(:mod:`glisp_sampling.cluster_facts`, for a client without the dataset directory): a per-vertex replica bitmask ``(n, ceil(P/8))`` uint8 indexed
 by global id (1 byte per vertex up to 8 partitions), a master array, and, for edge-cut comparison,
 an owner array (the one partition holding *all* of a vertex's edges in the sampling direction).
 Splitting a frontier by partition is a numba pass over it, O(frontier x replicas).
@@ -15,7 +15,6 @@ from dataclasses import dataclass
 import numpy as np
 from numba import njit
 
-from glisp_core.dataset.layout import DatasetVersion
 from glisp_core.errors import GlispError
 
 
@@ -101,21 +100,6 @@ class RoutingTable:
     @property
     def nbytes(self) -> int:
         return int(self.bits.nbytes + self.master.nbytes + (self.owner.nbytes if self.owner is not None else 0))
-
-    @classmethod
-    def from_partitions(
-        cls, dv: DatasetVersion, run: str, num_parts: int, owner_direction: str | None = None
-    ) -> RoutingTable:
-        """Read every partition's vertex ids (memory-mapped, no checksums) into one compact table.
-
-        ``owner_direction`` ("out"/"in") also computes edge-cut owners; StageError when some vertex's
-        edges in that direction span several partitions (the run is not an edge-cut for it).
-        """
-        from glisp_core.partition_format import open_partition
-        from glisp_serving.cluster_info import local_cluster_info
-
-        readers = [open_partition(dv.partition_dir(run, k), verify=False) for k in range(num_parts)]
-        return local_cluster_info(dv, run, readers, owner_direction).routing_table(owner_direction)
 
     def _check(self, ids: np.ndarray, bad: int) -> None:
         if bad >= 0:

@@ -5,7 +5,7 @@ request; a reload opens the new version's partition beside the old one (structur
 warmed), then replaces that reference in one assignment. Requests that started on the old version
 finish on it; the old engine is closed once they have (its thread pool drains) and its memory goes
 back to the OS. Every answer names the version it came from, which is how a client keeps one
-mini-batch on one version (glisp_serving/client.py).
+mini-batch on one version (glisp_serving/client/sampling_client.py).
 
 A cluster moves in two phases (``glisp serve-reload``, ``serve-cluster`` on SIGHUP): every server
 *prepares* the new version, then every server *commits*, so the window in which servers disagree is
@@ -26,8 +26,8 @@ from glisp_core.config import ServeConfig
 from glisp_core.dataset.layout import DatasetVersion, resolve_dataset
 from glisp_core.dataset.versions import VersionLease
 from glisp_core.errors import GlispError, StageError
-from glisp_serving.engine import PartitionSampler
-from glisp_serving.memory import release_free_heap
+from glisp_sampling.gather import PartitionSampler
+from glisp_serving.server.memory import release_free_heap
 
 log = logging.getLogger("glisp.serve")
 
@@ -92,7 +92,7 @@ def open_served(dv: DatasetVersion, run: str, part: int, cfg: ServeConfig, warm:
     """The partition checked and opened, its kernels warmed, the version leased against retention."""
     from glisp_core.partition_format import open_partition
     from glisp_core.partition_format.integrity import check_structure
-    from glisp_serving.server import warm_up
+    from glisp_serving.server.servicer import warm_up
 
     reader = open_partition(dv.partition_dir(run, part), verify=cfg.verify == "start")
     check_structure(reader)  # the kernels index without bounds checks: nothing out of range may reach them
@@ -116,7 +116,7 @@ def open_served(dv: DatasetVersion, run: str, part: int, cfg: ServeConfig, warm:
 def resolve_target(current: Served, dataset: str, run: str) -> tuple[DatasetVersion, str]:
     """The version and run a reload moves to: ``dataset`` ("" = the graph's ``latest``) and ``run`` ("" = a
     run of the same name when the new version has it, else its newest serialized run)."""
-    from glisp_serving.cluster import resolve_run
+    from glisp_serving.cluster.cluster_file import resolve_run
 
     spec = dataset or str(current.dv.root / current.dv.graph)
     try:
@@ -138,7 +138,7 @@ class Reloader:
 
     def prepare(self, dataset: str = "", run: str = "") -> Served:
         """Open the target beside the served version (the same one again is a no-op)."""
-        from glisp_serving.cluster import num_parts_of
+        from glisp_serving.cluster.cluster_file import num_parts_of
 
         with self._lock:
             cur = self.servicer.served

@@ -18,7 +18,6 @@ from __future__ import annotations
 import asyncio
 import threading
 import time
-from collections import deque
 from collections.abc import Iterator, Sequence
 from concurrent.futures import Future
 from pathlib import Path
@@ -29,18 +28,26 @@ import numpy as np
 
 from glisp_core.config import ClientConfig
 from glisp_core.errors import GlispError
-from glisp_serving import profile
-from glisp_serving.apply import HopSample, Partial, merge_partials
-from glisp_serving.blocks import SampledBatch
-from glisp_serving.cluster import ClusterSpec
-from glisp_serving.cluster_info import load_routing
-from glisp_serving.colocated import ColocatedReader, open_colocated
-from glisp_serving.engine import VERSION_MISMATCH
+from glisp_sampling import profile
+from glisp_sampling.apply import HopSample, Partial, merge_partials
+from glisp_sampling.blocks import SampledBatch
+from glisp_sampling.gather import VERSION_MISMATCH
+from glisp_sampling.khop import (
+    Fanout,
+    HopRequest,
+    KHopSampler,
+    VersionChanged,
+    hop_request,
+    iterate_batches,
+)
+from glisp_sampling.routing import RoutingTable
+from glisp_serving.client.colocated import ColocatedReader, open_colocated
+from glisp_serving.client.info_fetch import load_routing
+from glisp_serving.client.streams import NO_STREAM, GatherStream, StreamFailure
+from glisp_serving.cluster.cluster_file import ClusterSpec
+from glisp_serving.errors import SamplingError
 from glisp_serving.proto import sampling_pb2 as pb
-from glisp_serving.routing import RoutingTable
-from glisp_serving.sampler import Fanout, HopRequest, KHopSampler, VersionChanged, check_seeds, hop_request
 from glisp_serving.security import open_channel
-from glisp_serving.streams import NO_STREAM, GatherStream, StreamFailure
 from glisp_serving.wire import (
     GATHER_REQUEST,
     GATHER_RESPONSE,
@@ -64,14 +71,6 @@ def _retryable(code: grpc.StatusCode, details: str) -> bool:
     if code in _FAILOVER:
         return True
     return code == grpc.StatusCode.RESOURCE_EXHAUSTED and "serve.max_" not in (details or "")
-
-
-class SamplingError(GlispError):
-    """An RPC failed; ``code`` is the grpc.StatusCode (INVALID_ARGUMENT for a bad request)."""
-
-    def __init__(self, message: str, code: grpc.StatusCode) -> None:
-        self.code = code
-        super().__init__(message)
 
 
 def _wire_ids(ids: np.ndarray) -> np.ndarray:
@@ -239,7 +238,7 @@ class RemoteBackend:
     async def gather(self, frontier: np.ndarray, req: HopRequest, scratch: np.ndarray | None = None) -> HopSample:
         """Gather (one RPC per server holding part of the frontier, in parallel), then Apply.
 
-        With a relabel ``scratch`` (see :func:`glisp_serving.apply.relabel`) Apply also relabels the
+        With a relabel ``scratch`` (see :func:`glisp_sampling.apply.relabel`) Apply also relabels the
         hop into its block."""
         with profile.stage("client.route"):
             frontier = np.asarray(frontier, np.int64)
@@ -478,36 +477,3 @@ class SamplingClient:
             d["edge_types"] = list(r.edge_types)
             out.append(d)
         return out
-
-
-def iterate_batches(
-    submit: Any,
-    sampler: KHopSampler,
-    seeds: np.ndarray,
-    batch_size: int,
-    shuffle: bool,
-    seed: int,
-    prefetch: int,
-    drop_last: bool,
-) -> Iterator[SampledBatch]:
-    """Yield batches in order while keeping up to ``prefetch`` of them being sampled."""
-    if batch_size <= 0:
-        raise GlispError(f"batch_size: must be positive (got {batch_size})")
-    seeds = check_seeds(seeds)
-    if shuffle:
-        seeds = seeds[np.random.default_rng(seed).permutation(len(seeds))]
-    stops = list(range(0, len(seeds), batch_size))
-    if drop_last and len(seeds) % batch_size:
-        stops = stops[:-1]
-    pending: deque = deque()
-    nxt = 0
-    try:
-        while nxt < len(stops) or pending:
-            while nxt < len(stops) and len(pending) < max(1, prefetch):
-                a = stops[nxt]
-                pending.append(submit(sampler.sample(seeds[a : a + batch_size], seed=seed * 1_000_003 + nxt)))
-                nxt += 1
-            yield pending.popleft().result()
-    finally:
-        for f in pending:
-            f.cancel()

@@ -22,7 +22,7 @@ import grpc
 
 from glisp_core.config import ClientConfig, Config
 from glisp_core.errors import GlispError
-from glisp_serving.cluster import ClusterSpec
+from glisp_serving.cluster.cluster_file import ClusterSpec
 from glisp_serving.proto import sampling_pb2 as pb
 from glisp_serving.proto import sampling_pb2_grpc as pb_grpc
 from glisp_serving.security import open_channel

@@ -17,8 +17,8 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-from glisp_serving import profile
-from glisp_serving.apply import HopSample, relabel, relabel_edges
+from glisp_sampling import profile
+from glisp_sampling.apply import HopSample, relabel, relabel_edges
 
 
 @dataclass

@@ -22,18 +22,18 @@ from glisp_core.errors import GlispError, failure_reason
 COMMANDS: dict[str, tuple[str, str]] = {
     "generate": ("spark_jobs.generate.cli", "write a built-in or synthetic (R-MAT) graph as raw input files"),
     "ingest": ("spark_jobs.ingest.cli", "raw edge/vertex tables -> a new canonical dataset version"),
-    "report": ("glisp_core.report", "print a dataset version's manifest (counts, params, metrics, timings)"),
+    "report": ("glisp_app.report", "print a dataset version's manifest (counts, params, metrics, timings)"),
     "partition": ("spark_jobs.partition.cli", "vertex-cut partitioning (AdaDNE, DistributedNE, baselines)"),
     "serialize": ("spark_jobs.serialize.cli", "write one binary GLISP partition per server, plus Parquet"),
     "reorder": ("spark_jobs.serialize.reorder_cli", "inference order: PDS, NS, DS or PS"),
-    "serve": ("glisp_serving.cli", "run one sampling server for one partition"),
-    "serve-cluster": ("glisp_serving.cluster_cli", "run one sampling server per partition on this machine"),
-    "serve-reload": ("glisp_serving.cluster_reload", "move a running sampling cluster to another version (hot)"),
+    "serve": ("glisp_serving.server.cli", "run one sampling server for one partition"),
+    "serve-cluster": ("glisp_serving.cluster.supervisor", "run one sampling server per partition on this machine"),
+    "serve-reload": ("glisp_serving.cluster.reload", "move a running sampling cluster to another version (hot)"),
     "link-split": ("glisp_train.link_split", "hold out edges for link prediction: a training-only partition run"),
     "train": ("glisp_train.cli", "train a GNN through the sampling service (node classification, link prediction)"),
     "infer": ("glisp_infer.cli", "layerwise inference to Zarr: embeddings, predictions and link scores"),
-    "pipeline": ("spark_jobs.pipeline", "run every batch stage end to end on one dataset"),
-    "promote": ("glisp_core.promote", "point a graph's latest at a version whose stages are all published"),
+    "pipeline": ("glisp_app.pipeline", "run every batch stage end to end on one dataset"),
+    "promote": ("glisp_app.promote", "point a graph's latest at a version whose stages are all published"),
 }
 
 

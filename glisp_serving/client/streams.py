@@ -21,7 +21,7 @@ from typing import Any
 
 import grpc
 
-from glisp_serving import profile
+from glisp_sampling import profile
 from glisp_serving.wire import GATHER_RESPONSE, WireError, decode, with_request_id
 
 CODES = {c.value[0]: c for c in grpc.StatusCode}

@@ -12,7 +12,7 @@ import pickle
 from collections.abc import Callable
 from typing import Any
 
-from spark_jobs.worker_heap import freeze_worker_heap
+from glisp_spark.worker_heap import freeze_worker_heap
 
 
 def run_tasks(spark, n: int, fn: Callable[[int], Any]) -> list:

@@ -1,6 +1,6 @@
 """The gRPC server of one partition: Gather, Lookup, VertexInfo, Stats, Routing, HeldOutEdges, grpc.health.v1.
 
-Requests are decoded from raw bytes, validated, and run by :class:`~glisp_serving.engine.PartitionSampler`
+Requests are decoded from raw bytes, validated, and run by :class:`~glisp_sampling.gather.PartitionSampler`
 (numba kernels without the GIL). A bad request is answered ``INVALID_ARGUMENT`` with a message naming
 the field; the server never dies of one. SIGTERM/SIGINT: health turns NOT_SERVING, no new RPCs are
 accepted, in-flight ones get ``serve.grace_s`` to finish, and the process exits 0.
@@ -26,16 +26,17 @@ from grpc_health.v1 import health, health_pb2_grpc
 from glisp_core.config import ServeConfig
 from glisp_core.dataset.layout import DatasetVersion
 from glisp_core.errors import StageError
-from glisp_serving import profile
-from glisp_serving.cluster_info import dataset_facts, heldout_chunks, partition_info, read_heldout, routing_chunks
-from glisp_serving.engine import VERSION_MISMATCH, PartitionSampler, RequestError, RequestTooCostly, VersionMismatch
-from glisp_serving.lifecycle import ServingState, StopDuringStart
-from glisp_serving.memory import map_large_allocations, release_clean_library_pages, release_free_heap, snapshot
-from glisp_serving.metrics import ServerMetrics
+from glisp_sampling import profile
+from glisp_sampling.cluster_facts import dataset_facts, partition_info, read_heldout
+from glisp_sampling.gather import VERSION_MISMATCH, PartitionSampler, RequestError, RequestTooCostly, VersionMismatch
 from glisp_serving.proto import sampling_pb2 as pb
 from glisp_serving.proto import sampling_pb2_grpc as pb_grpc
-from glisp_serving.reload import Reloader, ReloadError, Served, open_served
 from glisp_serving.security import bind, health_only_server, server_interceptors
+from glisp_serving.server.info_stream import heldout_chunks, routing_chunks
+from glisp_serving.server.lifecycle import ServingState, StopDuringStart
+from glisp_serving.server.memory import map_large_allocations, release_clean_library_pages, release_free_heap, snapshot
+from glisp_serving.server.metrics import ServerMetrics
+from glisp_serving.server.reload import Reloader, ReloadError, Served, open_served
 from glisp_serving.wire import (
     GATHER_REQUEST,
     GATHER_RESPONSE,
@@ -328,7 +329,7 @@ class SamplingServicer(pb_grpc.SamplingServicer):
         raise AssertionError("unreachable")
 
     def Routing(self, request: pb.RoutingRequest, context: grpc.ServicerContext) -> Iterator[pb.RoutingChunk]:
-        """This partition's share of the client routing table (see glisp_serving.cluster_info)."""
+        """This partition's share of the client routing table (see glisp_sampling.cluster_facts)."""
         owner = ("in" if request.owner_direction == pb.IN else "out") if request.owners else None
         cur = self.served
         with cur as engine:

@@ -14,11 +14,11 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from glisp_app.promote import promote
 from glisp_core.config import Config, with_values
 from glisp_core.dataset.manifest import Manifest
 from glisp_core.dataset.versions import GraphLock
 from glisp_core.errors import GlispError, StageError, failure_reason
-from glisp_core.promote import promote
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -108,7 +108,7 @@ def run_pipeline(spark, cfg: Config, builtin: str | None = None, force: bool = F
 
 def _model_stages(spark, cfg: Config, dv, run: str, force: bool, timings: dict[str, float]) -> list[str]:
     """Train (``pipeline.train``) and infer (``infer.model`` or the model just trained); their stage names."""
-    from spark_jobs.pipeline_model import infer_stage, train_stage
+    from glisp_app.model_stages import infer_stage, train_stage
 
     done = []
     if cfg.pipeline.train:
@@ -122,7 +122,7 @@ def _model_stages(spark, cfg: Config, dv, run: str, force: bool, timings: dict[s
 
 def main(args: argparse.Namespace, cfg: Config) -> int:
     from glisp_core.config import EdgeSource
-    from spark_jobs.session import get_spark
+    from glisp_spark.session import get_spark
 
     cfg = with_values(cfg, "ingest", graph=args.graph)
     if args.edges:

@@ -56,7 +56,7 @@ def start_cluster(
     cmd = [
         sys.executable,
         "-m",
-        "glisp_core.cli",
+        "glisp_app.cli",
         "serve-cluster",
         str(dataset),
         "--run",

@@ -2,7 +2,7 @@
 
 A data platform trains once in a while and re-applies the model on every snapshot (GLISP section I).
 
-- **Train** (``pipeline.train = true``): ``glisp train --serve`` (:mod:`glisp_train.local_service`) over
+- **Train** (``pipeline.train = true``): ``glisp train --serve`` (:mod:`glisp_train.with_servers`) over
   the new partition run (for ``train.task = "link"``, its link-split run, made first): servers started
   on this machine for the training and stopped after. A model already published with the same settings
   over the same run is not trained again (no server starts).
@@ -65,7 +65,7 @@ def carry_model(dv: DatasetVersion, name: str, run: str) -> None:
 def train_stage(spark: Any, cfg: Config, dv: DatasetVersion, run: str, force: bool = False) -> str:
     """Train on ``run`` through servers started for it (``glisp train --serve``); the stage name to require."""
     from glisp_train.cli import train_serving
-    from glisp_train.local_service import run_name
+    from glisp_train.with_servers import run_name
 
     serve_run = run
     if cfg.train.task == "link":  # the servers must not see the held-out edges

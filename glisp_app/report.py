@@ -41,7 +41,7 @@ def main(args: argparse.Namespace, cfg: Config) -> int:
     dv = resolve_dataset(args.dataset, cfg.dataset.root)
     manifest = Manifest.read(dv.manifest_path)
     if args.compare:
-        from glisp_core.report_compare import compare_text
+        from glisp_app.report_compare import compare_text
 
         other = resolve_dataset(args.compare, cfg.dataset.root)
         print(compare_text(manifest, Manifest.read(other.manifest_path)))

@@ -2,7 +2,7 @@
 
 :class:`PartitionSampler` wraps one opened partition (a ``glisp_core.partition_format`` reader, or any
 object with the same attributes) and is used both by the gRPC server and, with no RPC at all, by the
-in-process sampler (:mod:`glisp_serving.local`). Bad requests raise :class:`RequestError`, which the
+in-process sampler (:mod:`glisp_sampling.inprocess`). Bad requests raise :class:`RequestError`, which the
 server maps to ``INVALID_ARGUMENT``.
 """
 
@@ -18,8 +18,8 @@ from typing import Any
 import numpy as np
 
 from glisp_core.errors import GlispError
-from glisp_serving import kernels as K
-from glisp_serving import profile
+from glisp_sampling import kernels as K
+from glisp_sampling import profile
 
 # Public method names -> kernel method. "uniform" is the paper's quota method when the global
 # degree is known (untyped, no time bound) and the exact-count keyed form otherwise.
@@ -260,7 +260,7 @@ class PartitionSampler:
         seed: int = 0,
         edge_ids: bool = False,
     ) -> GatherResult:
-        """One-hop partial sample of every seed (GLISP Gather); see :mod:`glisp_serving.kernels`."""
+        """One-hop partial sample of every seed (GLISP Gather); see :mod:`glisp_sampling.kernels`."""
         t0 = time.perf_counter()
         kmethod, type_ids, fans = self._kernel_method(fanout, type_fanouts, method, direction, max_time)
         with profile.stage("server.id_lookup"):

@@ -2,7 +2,7 @@
 
 A scheduled refresh (``glisp pipeline --train``, the Airflow DAG's ``train`` task) trains on a version
 that no standing service serves yet. It starts ``glisp serve-cluster`` of the run on this machine
-(:mod:`glisp_serving.local_cluster`), trains through it exactly as ``--cluster`` does, and stops it. The
+(:mod:`glisp_serving.cluster.child`), trains through it exactly as ``--cluster`` does, and stops it. The
 servers get this process's dataset, serve and client settings (security included), on free ports, with
 no metrics or health side ports that could collide with a standing service, and never following
 ``latest`` (it names the version being replaced). Whether the run is already published with these
@@ -35,7 +35,7 @@ def run_name(cfg: Config, run: str) -> str:
 def is_current(cfg: Config, dv: DatasetVersion, name: str, run: str) -> bool:
     """``train/<name>`` is published with exactly the settings one process training here would record."""
     from glisp_core.models import default_device
-    from glisp_serving.cluster_info import dataset_facts
+    from glisp_sampling.cluster_facts import dataset_facts
     from glisp_train.publish import params_for, train_publisher
 
     _, fingerprint, _ = dataset_facts(dv, run)
@@ -46,7 +46,7 @@ def is_current(cfg: Config, dv: DatasetVersion, name: str, run: str) -> bool:
 @contextmanager
 def serving(cfg: Config, dv: DatasetVersion, run: str) -> Iterator[Path]:
     """The cluster file of a serve-cluster of ``run`` of ``dv`` that lives for the ``with`` block."""
-    from glisp_serving.local_cluster import local_cluster
+    from glisp_serving.cluster.child import local_cluster
 
     sets = as_overrides(cfg, "dataset", "serve", "client") + TEMP_SERVE
     args = [a for kv in sets for a in ("--set", kv)]

@@ -18,12 +18,11 @@ from typing import Any
 
 import numpy as np
 
-from glisp_serving.apply import HopSample, Partial, merge_partials
-from glisp_serving.blocks import SampledBatch
-from glisp_serving.client import iterate_batches
-from glisp_serving.engine import PartitionSampler
-from glisp_serving.routing import RoutingTable
-from glisp_serving.sampler import Fanout, HopRequest, KHopSampler, hop_request
+from glisp_sampling.apply import HopSample, Partial, merge_partials
+from glisp_sampling.blocks import SampledBatch
+from glisp_sampling.gather import PartitionSampler
+from glisp_sampling.khop import Fanout, HopRequest, KHopSampler, hop_request, iterate_batches
+from glisp_sampling.routing import RoutingTable
 
 
 def gather_split(

@@ -25,7 +25,7 @@ from pathlib import Path
 from glisp_core.config import ClientConfig, Config, with_values
 from glisp_core.dataset.layout import resolve_dataset
 from glisp_core.errors import StageError
-from glisp_serving.cluster import ClusterSpec
+from glisp_serving.cluster.cluster_file import ClusterSpec
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -71,7 +71,7 @@ def _child_args(
     cmd = [
         sys.executable,
         "-m",
-        "glisp_core.cli",
+        "glisp_app.cli",
         "serve",
         dataset,
         "--partition",
@@ -175,7 +175,7 @@ def _wait_started(
 
 def _reload(spec: ClusterSpec, cluster_file: Path, client: ClientConfig) -> ClusterSpec:
     """SIGHUP: every server to the graph's latest, two-phase; the cluster file names it after."""
-    from glisp_serving.cluster_reload import ClusterReloadError, reload_cluster
+    from glisp_serving.cluster.reload import ClusterReloadError, reload_cluster
 
     try:
         new = reload_cluster(spec, client=client)
@@ -187,7 +187,7 @@ def _reload(spec: ClusterSpec, cluster_file: Path, client: ClientConfig) -> Clus
 
 
 def main(args: argparse.Namespace, cfg: Config) -> int:
-    from glisp_serving.cluster import num_parts_of, resolve_run
+    from glisp_serving.cluster.cluster_file import num_parts_of, resolve_run
     from glisp_serving.security import check_own_client
 
     cfg = with_values(cfg, "serve", threads=args.threads)
@@ -198,7 +198,7 @@ def main(args: argparse.Namespace, cfg: Config) -> int:
     stop = threading.Event()
     signal.signal(signal.SIGTERM, lambda *_: stop.set())
     signal.signal(signal.SIGINT, lambda *_: stop.set())
-    hup = threading.Event()  # SIGHUP: hot reload to the graph's latest (glisp_serving.cluster_reload)
+    hup = threading.Event()  # SIGHUP: hot reload to the graph's latest (glisp_serving.cluster.reload)
     signal.signal(signal.SIGHUP, lambda *_: hup.set())
     slots: list[Slot] = []
     tmpdir = Path(tempfile.mkdtemp(prefix="glisp-cluster-"))

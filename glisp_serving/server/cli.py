@@ -20,8 +20,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def main(args: argparse.Namespace, cfg: Config) -> int:
-    from glisp_serving.cluster import num_parts_of, resolve_run
-    from glisp_serving.server import serve
+    from glisp_serving.cluster.cluster_file import num_parts_of, resolve_run
+    from glisp_serving.server.servicer import serve
 
     cfg = with_values(cfg, "serve", port=args.port, host=args.host, threads=args.threads)
     dv = resolve_dataset(args.dataset, cfg.dataset.root)

@@ -1,7 +1,7 @@
 """GLISP k-hop sampling (Algorithm 1) over any Gather backend: the remote cluster or one local partition.
 
 Per hop: Gather partial one-hop samples of the frontier (the backend routes and calls servers), Apply
-(merge, :mod:`glisp_serving.apply`), relabel into a block; the block's source vertices are the next
+(merge, :mod:`glisp_sampling.apply`), relabel into a block; the block's source vertices are the next
 frontier. After the last hop, features of the input vertices and labels of the seeds are looked up at
 their master partitions. Written as coroutines so that one event loop keeps several batches in flight.
 """
@@ -9,7 +9,8 @@ their master partitions. Written as coroutines so that one event loop keeps seve
 from __future__ import annotations
 
 import threading
-from collections.abc import Mapping, Sequence
+from collections import deque
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
 
@@ -17,10 +18,10 @@ import numpy as np
 import torch
 
 from glisp_core.errors import GlispError
-from glisp_serving import kernels as K
-from glisp_serving import profile
-from glisp_serving.apply import HopSample
-from glisp_serving.blocks import SampledBatch, build_block
+from glisp_sampling import kernels as K
+from glisp_sampling import profile
+from glisp_sampling.apply import HopSample
+from glisp_sampling.blocks import SampledBatch, build_block
 
 Fanout = int | Mapping[str, int] | Sequence[tuple[str, int]]
 SCRATCH_LIMIT = 1 << 28  # above this many vertices, relabel by sorting instead of a dense scratch map
@@ -190,3 +191,36 @@ class KHopSampler:
             if self.labels and "labels" in res[-1]:
                 batch.y = torch.from_numpy(res[-1]["labels"])
         return batch
+
+
+def iterate_batches(
+    submit: Any,
+    sampler: KHopSampler,
+    seeds: np.ndarray,
+    batch_size: int,
+    shuffle: bool,
+    seed: int,
+    prefetch: int,
+    drop_last: bool,
+) -> Iterator[SampledBatch]:
+    """Yield batches in order while keeping up to ``prefetch`` of them being sampled."""
+    if batch_size <= 0:
+        raise GlispError(f"batch_size: must be positive (got {batch_size})")
+    seeds = check_seeds(seeds)
+    if shuffle:
+        seeds = seeds[np.random.default_rng(seed).permutation(len(seeds))]
+    stops = list(range(0, len(seeds), batch_size))
+    if drop_last and len(seeds) % batch_size:
+        stops = stops[:-1]
+    pending: deque = deque()
+    nxt = 0
+    try:
+        while nxt < len(stops) or pending:
+            while nxt < len(stops) and len(pending) < max(1, prefetch):
+                a = stops[nxt]
+                pending.append(submit(sampler.sample(seeds[a : a + batch_size], seed=seed * 1_000_003 + nxt)))
+                nxt += 1
+            yield pending.popleft().result()
+    finally:
+        for f in pending:
+            f.cancel()
