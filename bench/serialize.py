@@ -49,6 +49,7 @@ def main() -> int:
     args = ap.parse_args()
 
     from glisp_core.config import load_config, with_values
+    from glisp_core.dataset.stages import run_of
     from glisp_core.partition_format import open_partition
     from glisp_spark.session import get_spark
     from glisp_testing.graphs import rmat_edges, write_dataset
@@ -75,7 +76,7 @@ def main() -> int:
         from spark_jobs.partition.job import run_partition
 
         prec = run_partition(spark, cfg, dv)
-        run = prec.name.split("/", 1)[1]
+        run = run_of(prec.name)
         how = f"spark_jobs.partition ({args.algorithm})"
     except ImportError:
         from glisp_testing.partitions import publish_partition

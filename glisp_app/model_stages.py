@@ -22,6 +22,7 @@ from typing import Any
 from glisp_core.config import Config, with_values
 from glisp_core.dataset.layout import DatasetVersion, list_versions
 from glisp_core.dataset.manifest import Manifest
+from glisp_core.dataset.stages import run_of
 from glisp_core.dataset.versions import read_latest
 from glisp_core.errors import StageError
 
@@ -71,7 +72,7 @@ def train_stage(spark: Any, cfg: Config, dv: DatasetVersion, run: str, force: bo
     if cfg.train.task == "link":  # the servers must not see the held-out edges
         from glisp_train.link_split import run_link_split
 
-        serve_run = run_link_split(spark, cfg, dv, run, force=force).name.split("/", 1)[1]
+        serve_run = run_of(run_link_split(spark, cfg, dv, run, force=force).name)
     rc = train_serving(cfg, str(dv.path), serve_run, force=force)
     if rc != 0:
         raise StageError(f"glisp train --serve {serve_run} exited with {rc}")

@@ -17,6 +17,7 @@ from typing import Any
 from glisp_app.promote import promote
 from glisp_core.config import Config, with_values
 from glisp_core.dataset.manifest import Manifest
+from glisp_core.dataset.stages import StageName, run_of
 from glisp_core.dataset.versions import GraphLock
 from glisp_core.errors import GlispError, StageError, failure_reason
 
@@ -93,7 +94,7 @@ def run_pipeline(spark, cfg: Config, builtin: str | None = None, force: bool = F
     with GraphLock(root, graph):
         dv = run_stage("ingest", lambda: run_ingest(spark, cfg, ingest_cfg, force=force), timings)
         prec = run_stage("partition", lambda: run_partition(spark, cfg, dv, force=force), timings)
-        run = prec.name.split("/", 1)[1]
+        run = run_of(prec.name)
         run_stage("serialize", lambda: run_serialize(spark, cfg, dv, run=run, force=force), timings)
         run_stage(
             "reorder", lambda: run_reorder(spark, cfg, dv, run=run, order=cfg.reorder.order, force=force), timings
@@ -114,7 +115,7 @@ def _model_stages(spark, cfg: Config, dv, run: str, force: bool, timings: dict[s
     if cfg.pipeline.train:
         done.append(run_stage("train", lambda: train_stage(spark, cfg, dv, run, force=force), timings))
         if not cfg.infer.model:
-            cfg = with_values(cfg, "infer", model=done[-1].split("/", 1)[1])
+            cfg = with_values(cfg, "infer", model=run_of(done[-1]))
     if cfg.infer.model:  # a configured model is re-applied to every new version
         done.append(run_stage("infer", lambda: infer_stage(spark, cfg, dv, run, force=force), timings))
     return done
@@ -145,21 +146,22 @@ def brief(m: Manifest, dv) -> str:
     lines = [f"dataset {m.graph}/{m.version} at {dv.path}"]
     for name, rec in m.stages.items():
         secs = f"{rec.timings.get('total_s', 0):.1f} s"
-        if name == "ingest":
+        kind = StageName.parse(name).kind
+        if kind == "ingest":
             what = f"|V| {rec.counts.get('vertices', 0):,}  |E| {rec.counts.get('edges', 0):,}"
-        elif name.startswith("partition/"):
+        elif kind == "partition":
             mt = rec.metrics
             what = f"RF {mt['rf']:.3f}  VB {mt['vb']:.3f}  EB {mt['eb']:.3f}  rounds {rec.counts.get('rounds', '-')}"
-        elif name.startswith("serialize/"):
+        elif kind == "serialize":
             mt = rec.metrics
             what = (
                 f"{rec.counts.get('parts')} partitions, structure {mt.get('structure_bytes_per_edge', 0):.2f} B/edge,"
                 f" {mt.get('bytes_total', 0) / 2**20:.1f} MiB in all"
             )
-        elif name.startswith("train/"):
+        elif kind == "train":
             test = ", ".join(f"{k} {v:.4f}" for k, v in rec.metrics.items() if k.startswith("test_"))
             what = f"{rec.params.get('model', '')} on {rec.params.get('partition_run', '')}: {test or 'no test split'}"
-        elif name.startswith("infer/"):
+        elif kind == "infer":
             what = f"{rec.counts.get('vertices', 0):,} vertices inferred"
         else:
             what = f"{rec.counts.get('vertices', 0):,} vertices ordered"

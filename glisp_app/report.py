@@ -20,6 +20,7 @@ from typing import Any
 from glisp_core.config import Config
 from glisp_core.dataset.layout import DatasetVersion, resolve_dataset
 from glisp_core.dataset.manifest import Manifest, StageRecord, _json_default
+from glisp_core.dataset.stages import run_of
 
 PLOT_NAME = "degree_distribution.png"
 MAX_INLINE = 110  # characters of one value before it is abbreviated
@@ -229,7 +230,7 @@ def partition_rows(m: Manifest) -> list[list[Any]]:
         met, par, cnt = rec.metrics, rec.params, rec.counts
         rows.append(
             [
-                rec.name.split("/", 1)[1],
+                run_of(rec.name),
                 str(par.get("algorithm", "-")),
                 par.get("parts", cnt.get("parts")),
                 _num(met.get("rf")),
@@ -321,7 +322,7 @@ def infer_lines(m: Manifest) -> list[str]:
         fan = p.get("fanouts")
         rows.append(
             [
-                rec.name.split("/", 1)[1],
+                run_of(rec.name),
                 str(p.get("order")),
                 str(p.get("task")),
                 "full" if fan and all(f == -1 for f in fan) else fmt(fan),

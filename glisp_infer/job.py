@@ -49,12 +49,12 @@ def effective_chunk_rows(chunk_rows: int, counts: list[int]) -> int:
 
 
 def latest_train_run(man: Manifest) -> str:
-    recs = man.stages_with_prefix("train/")
-    if not recs:
+    run = man.latest_run("train")
+    if run is None:
         raise StageError(
             f"{man.graph}/{man.version}: no training run published; run 'glisp train' first (or pass --model RUN)"
         )
-    return max(recs, key=lambda r: (r.completed_at, r.name)).name.split("/", 1)[1]
+    return run
 
 
 def store_url(dv: DatasetVersion, stage_dir: Path) -> str:

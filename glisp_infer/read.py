@@ -43,10 +43,9 @@ class InferenceRun:
     def open(cls, dataset: str | os.PathLike[str], run: str | None = None, root: str = "data") -> InferenceRun:
         dv = resolve_dataset(dataset, root)
         if run is None:
-            recs = Manifest.read(dv.manifest_path).stages_with_prefix("infer/")
-            if not recs:
+            run = Manifest.read(dv.manifest_path).latest_run("infer")
+            if run is None:
                 raise StageError(f"{dv}: no inference run published; run 'glisp infer' first")
-            run = max(recs, key=lambda r: (r.completed_at, r.name)).name.split("/", 1)[1]
         return cls(dv, run)
 
     def layer(self, i: int = -1) -> Any:

@@ -24,6 +24,7 @@ from glisp_core.config import Config
 from glisp_core.dataset.layout import DatasetVersion, check_name, resolve_dataset
 from glisp_core.dataset.manifest import Manifest, StageRecord
 from glisp_core.dataset.publish import StagePublisher
+from glisp_core.dataset.stages import run_of
 from glisp_core.errors import ConfigError
 from glisp_sampling.cluster_facts import HELDOUT_DIR
 
@@ -95,7 +96,7 @@ def main(args: argparse.Namespace, cfg: Config) -> int:
     run = args.run or latest_partition_run(Manifest.read(dv.manifest_path))
     spark = get_spark(cfg.spark, checkpoint_dir=f"{cfg.dataset.root}/_checkpoints")
     rec = run_link_split(spark, cfg, dv, run, args.name, args.force)
-    new = rec.name.split("/", 1)[1]
+    new = run_of(rec.name)
     c = rec.counts
     print(
         f"partition/{new}: {c['edges']:,} training edges, {c['heldout_val']:,} validation and "

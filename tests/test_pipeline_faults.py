@@ -24,6 +24,7 @@ import pytest
 
 from glisp_core.dataset.layout import DatasetVersion, list_versions
 from glisp_core.dataset.manifest import Manifest
+from glisp_core.dataset.stages import run_of
 from glisp_core.dataset.versions import read_latest
 from glisp_core.partition_format import open_partition
 from glisp_testing.graphs import rmat_edges
@@ -133,7 +134,7 @@ def _check_consistent(gdir: Path) -> None:
             m.stage(name)  # raises on a missing output or one that is not the record's
         for name in m.stages:
             if name.startswith("serialize/"):
-                run = name.split("/", 1)[1]
+                run = run_of(name)
                 for k in range(m.stages[name].counts["parts"]):
                     open_partition(dv.partition_dir(run, k), verify=True)
 

@@ -16,6 +16,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+from glisp_core.dataset.stages import run_of
 from glisp_core.errors import FormatError, StageError
 
 SCHEMA_VERSION = 1
@@ -134,6 +135,16 @@ class Manifest:
 
     def stages_with_prefix(self, prefix: str) -> list[StageRecord]:
         return [s for n, s in self.stages.items() if n.startswith(prefix)]
+
+    def latest_run(self, kind: str, current_only: bool = False) -> str | None:
+        """The run of the ``kind`` stage published last (by completion time, then name); None when there is none.
+
+        ``current_only`` skips records whose inputs changed or whose output is gone (see :meth:`stage`).
+        """
+        recs = [r for r in self.stages_with_prefix(f"{kind}/") if not current_only or self.has_stage(r.name)]
+        if not recs:
+            return None
+        return run_of(max(recs, key=lambda r: (r.completed_at, r.name)).name)
 
 
 def write_stamp(directory: Path, stage: str, fp: str) -> None:

@@ -90,11 +90,10 @@ def resolve_run(dv: DatasetVersion, run: str | None) -> str:
     if run:
         man.stage(f"serialize/{run}")  # raises when absent or stale
         return run
-    recs = [r for r in man.stages_with_prefix("serialize/") if man.has_stage(r.name)]
-    if not recs:
+    latest = man.latest_run("serialize", current_only=True)
+    if latest is None:
         raise StageError(f"{dv}: no serialized partition run (run 'glisp serialize' first)")
-    recs.sort(key=lambda r: (r.completed_at, r.name))
-    return recs[-1].name.split("/", 1)[1]
+    return latest
 
 
 def num_parts_of(dv: DatasetVersion, run: str) -> int:

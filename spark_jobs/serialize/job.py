@@ -42,10 +42,10 @@ from spark_jobs.serialize.master import compute_masters
 
 def latest_partition_run(man: Manifest) -> str:
     """The partition run published last (by completion time, then name)."""
-    recs = man.stages_with_prefix("partition/")
-    if not recs:
+    run = man.latest_run("partition")
+    if run is None:
         raise StageError(f"{man.graph}/{man.version}: no partition stage published; run 'glisp partition' first")
-    return max(recs, key=lambda r: (r.completed_at, r.name)).name.split("/", 1)[1]
+    return run
 
 
 def resolve_run(man: Manifest, run: str | None) -> tuple[str, int]:

@@ -11,6 +11,7 @@ import pytest
 import torch
 
 from glisp_core.dataset.manifest import Manifest
+from glisp_core.dataset.stages import run_of
 from glisp_core.errors import GlispError
 from tests.glisp_infer.conftest import infer_cfg, make_model
 
@@ -31,7 +32,7 @@ def _rows_by_vid(g, rec, layer=-1):
     """Every vertex's row of a layer, by vertex id, through the Parquet index and the Zarr array."""
     from glisp_infer.read import InferenceRun
 
-    r = InferenceRun(g.dv, rec.name.split("/", 1)[1])
+    r = InferenceRun(g.dv, run_of(rec.name))
     idx = pq.read_table(r.path / "index").to_pandas().sort_values("vid")
     return np.asarray(r.layer(layer)[:])[idx["row"].to_numpy()], idx, r
 

@@ -11,6 +11,7 @@ import pytest
 
 from glisp_core.config import with_values
 from glisp_core.dataset.manifest import Manifest
+from glisp_core.dataset.stages import run_of
 from glisp_testing.graphs import rmat_edges, write_dataset
 from spark_jobs.partition.base import algorithms
 from spark_jobs.partition.job import run_partition
@@ -26,7 +27,7 @@ def _read(dv, run):
 
 
 def check_contract(dv, rec, parts: int) -> pd.DataFrame:
-    run = rec.name.split("/", 1)[1]
+    run = run_of(rec.name)
     e, r = _read(dv, run)
     m = Manifest.read(dv.manifest_path).schema["num_edges"]
     # one partition per edge row, in range
