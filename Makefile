@@ -5,7 +5,7 @@ VENV   ?= .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.glisp-installed
 
-.PHONY: demo test lint bench-partition bench-serialize bench-sampling clean java-check
+.PHONY: demo test check bench-partition bench-serialize bench-sampling clean java-check
 
 $(STAMP): pyproject.toml
 	@$(PYTHON) -c 'import sys; sys.exit(0 if sys.version_info >= (3, 11) else "GLISP needs Python 3.11 or newer")'
@@ -23,13 +23,15 @@ java-check:
 demo: $(STAMP) java-check
 	$(VENV)/bin/glisp pipeline --builtin cora --root data/demo --parts 4 --train
 
-test: $(STAMP) java-check
-	$(VENV)/bin/ruff check .
+test: $(STAMP) java-check check
 	$(PY) -m pytest -q tests
 
-lint: $(STAMP)
+# the static gate CI runs before the tests: lint, layout, import layers and circles, types
+check: $(STAMP)
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/ruff format --check .
+	$(PY) tools/import_layers.py
+	$(VENV)/bin/mypy
 
 bench-partition: $(STAMP)
 	$(PY) bench/partition.py

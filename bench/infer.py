@@ -247,11 +247,11 @@ def _samplewise(info: dict, service: bool, scratch: Path) -> Iterator[tuple[Any,
     if not service:
         yield Samplewise.in_process(info["dv"], info["run"]), None
         return
-    from bench.sampling import start_cluster
     from glisp_serving.client.sampling_client import SamplingClient
     from glisp_serving.cluster.child import stop_cluster
+    from glisp_testing.servers import serve_in
 
-    proc, cluster = start_cluster(info["dv"], info["run"], scratch, threads=1)
+    proc, cluster = serve_in(info["dv"], info["run"], scratch, threads=1)
     client = None
     try:
         client = SamplingClient(cluster)

@@ -38,7 +38,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import subprocess
 import sys
 import tempfile
 import time
@@ -51,6 +50,7 @@ if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
 from glisp_serving.cluster.child import stop_cluster  # noqa: E402
+from glisp_testing.servers import serve_in  # noqa: E402
 
 MIB = 2**20
 
@@ -140,14 +140,6 @@ def _replace(ing, **kw):
     return dataclasses.replace(ing, **kw)
 
 
-def start_cluster(dv, run: str, workdir: Path, threads: int) -> tuple[subprocess.Popen, Path]:
-    """serve-cluster of ``run`` (``threads`` per server) and its cluster file, once every server is SERVING."""
-    from glisp_serving.cluster.child import start_cluster as start
-
-    cf = workdir / f"{dv.graph}-{run}.json"
-    return start(dv.path, run, cf, threads=threads), cf
-
-
 def run_loader(sampler_like, seeds: np.ndarray, fanouts, batches: int, batch: int, **kw) -> dict:
     """Seeds/s and sampled edges/s over ``batches`` batches after two warm-up batches.
 
@@ -220,7 +212,7 @@ def bench_graph(g: str, info: dict, args: argparse.Namespace, workdir: Path) -> 
         if key == "whole" and not args.serve_whole:
             continue
         routing = "owner" if key.startswith("ec") else "replicas"
-        proc, cf = start_cluster(dv, run, workdir, args.threads)
+        proc, cf = serve_in(dv, run, workdir, args.threads)
         try:
             with SamplingClient(cf, cfg, routing=routing) as c:
                 r: dict = {"run": run, "routing": routing, "parts": c.spec.num_parts}
@@ -394,7 +386,7 @@ def main() -> int:
 
 
 def main_edges(args: argparse.Namespace) -> int:
-    from sampling_edges import bench_edges, build_edges, markdown_edges, peer_summary
+    from bench.sampling_edges import bench_edges, build_edges, markdown_edges, peer_summary
 
     if args.parts == [2, 4]:
         args.parts = [2]

@@ -313,9 +313,11 @@ def _foreign_since(start: tuple[float, float], own: list[int], wall: float) -> f
 def bench_edges(info: dict, args, workdir: Path) -> dict:
     """Every configuration with 2 clients (interleaved windows), then uniform with 1 client."""
     import psutil
-    from sampling import start_cluster, stop_cluster
 
-    proc, cf = start_cluster(info["dv"], info["run"], workdir, args.threads)
+    from glisp_serving.cluster.child import stop_cluster
+    from glisp_testing.servers import serve_in
+
+    proc, cf = serve_in(info["dv"], info["run"], workdir, args.threads)
     try:
         pids = [proc.pid] + [c.pid for c in psutil.Process(proc.pid).children(recursive=True)]
         rows = []

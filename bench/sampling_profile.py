@@ -164,15 +164,15 @@ def main() -> int:
 
     import tempfile
 
-    from sampling import start_cluster, stop_cluster
-
     from glisp_core.config import ClientConfig
     from glisp_core.dataset.layout import resolve_dataset
     from glisp_serving.client.sampling_client import SamplingClient
+    from glisp_serving.cluster.child import stop_cluster
+    from glisp_testing.servers import serve_in
 
     dv = resolve_dataset(args.dataset)
     work = Path(tempfile.mkdtemp(prefix="glisp-profile-"))
-    proc, cf = start_cluster(dv, args.run, work, args.threads)
+    proc, cf = serve_in(dv, args.run, work, args.threads)
     results = []
     try:
         import psutil

@@ -44,7 +44,8 @@ ROOT = Path(__file__).resolve().parent.parent
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
-from bench.sampling import start_cluster, stop_cluster  # noqa: E402
+from glisp_serving.cluster.child import stop_cluster  # noqa: E402
+from glisp_testing.servers import serve_in  # noqa: E402
 
 TOLOKERS = Path("/work/shared/data/tolokers.npz")
 VC, WHOLE = "adadne-p2", "whole"
@@ -159,7 +160,7 @@ def serving(dv, cfg, workdir: Path) -> Iterator:
     """A GraphSource over 2 servers (serve-cluster, 1 thread each) of the vertex-cut run, stopped after."""
     from glisp_train.source import open_cluster
 
-    proc, cf = start_cluster(dv, VC, workdir, threads=1)
+    proc, cf = serve_in(dv, VC, workdir, threads=1)
     try:
         source = open_cluster(cf, cfg)
         try:

@@ -65,7 +65,7 @@ def carry_model(dv: DatasetVersion, name: str, run: str) -> None:
 
 def train_stage(spark: Any, cfg: Config, dv: DatasetVersion, run: str, force: bool = False) -> str:
     """Train on ``run`` through servers started for it (``glisp train --serve``); the stage name to require."""
-    from glisp_train.cli import train_serving
+    from glisp_train.run import run_training
     from glisp_train.with_servers import run_name
 
     serve_run = run
@@ -73,7 +73,7 @@ def train_stage(spark: Any, cfg: Config, dv: DatasetVersion, run: str, force: bo
         from glisp_train.link_split import run_link_split
 
         serve_run = run_of(run_link_split(spark, cfg, dv, run, force=force).name)
-    rc = train_serving(cfg, str(dv.path), serve_run, force=force)
+    rc = run_training(cfg, str(dv.path), serve_run, force=force)
     if rc != 0:
         raise StageError(f"glisp train --serve {serve_run} exited with {rc}")
     return f"train/{run_name(cfg, serve_run)}"

@@ -13,17 +13,17 @@ import json
 import math
 import os
 import sys
-from collections.abc import Iterable, Mapping
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+from glisp_app.text_tables import as_number, dict_lines, fmt, table
 from glisp_core.config import Config
 from glisp_core.dataset.layout import DatasetVersion, resolve_dataset
 from glisp_core.dataset.manifest import Manifest, StageRecord, _json_default
 from glisp_core.dataset.stages import run_of
 
 PLOT_NAME = "degree_distribution.png"
-MAX_INLINE = 110  # characters of one value before it is abbreviated
 KINDS = ("out", "in", "total")
 
 
@@ -68,88 +68,8 @@ def main(args: argparse.Namespace, cfg: Config) -> int:
 
 
 # ----------------------------------------------------------------------------------------------
-# Formatting
-# ----------------------------------------------------------------------------------------------
-
-
-def fmt(v: Any) -> str:
-    """One value, compactly: thousands separators, 4 significant digits, long lists summarised."""
-    if isinstance(v, bool) or v is None:
-        return {True: "yes", False: "no", None: "-"}[v]
-    if isinstance(v, int):
-        return f"{v:,}"
-    if isinstance(v, float):
-        if math.isnan(v) or math.isinf(v):
-            return str(v)
-        if v != 0 and (abs(v) >= 1e5 or abs(v) < 1e-3):
-            return f"{v:.4g}" if abs(v) < 1e15 else f"{v:.3e}"
-        return f"{v:,.4g}" if abs(v) >= 1000 else f"{v:.4g}"
-    if isinstance(v, (list, tuple)):
-        if len(v) <= 8 and all(not isinstance(x, (list, dict)) for x in v):
-            return "[" + ", ".join(fmt(x) for x in v) + "]"
-        nums = [x for x in v if isinstance(x, (int, float)) and not isinstance(x, bool)]
-        if len(nums) == len(v) and v:
-            return f"[{len(v)} values: min {fmt(min(nums))}, max {fmt(max(nums))}, sum {fmt(sum(nums))}]"
-        paths = [x.get("path") for x in v if isinstance(x, Mapping)]
-        if v and all(isinstance(x, str) for x in paths) and len(paths) == len(v):
-            return fmt(paths)
-        return f"[{len(v)} item{'' if len(v) == 1 else 's'}]"
-    if isinstance(v, Mapping):
-        if not v:
-            return "none"
-        s = ", ".join(f"{k}={fmt(x)}" for k, x in v.items())
-        return s if len(s) <= MAX_INLINE else s[: MAX_INLINE - 3] + "..."
-    s = str(v)
-    return s if len(s) <= MAX_INLINE else s[: MAX_INLINE - 3] + "..."
-
-
-def _is_hist_key(key: str) -> bool:
-    return "hist" in key.lower()
-
-
-def dict_lines(d: Mapping[str, Any], indent: str) -> list[str]:
-    """``key: value`` lines; a dict of scalars goes on one line, deeper dicts are indented below their key."""
-    lines = []
-    width = max((len(str(k)) for k in d), default=0)
-    for k, v in d.items():
-        key = str(k).ljust(width)
-        if _is_hist_key(str(k)) and isinstance(v, Mapping):
-            kinds = [kk for kk in v if isinstance(v[kk], Mapping)]
-            what = ", ".join(kinds) if kinds else f"{len(v.get('counts', v.get('count', [])))} bins"
-            lines.append(f"{indent}{key}  histogram ({what}); see the degree plot")
-        elif isinstance(v, Mapping) and any(isinstance(x, Mapping) for x in v.values()):
-            lines.append(f"{indent}{key}")
-            lines += dict_lines(v, indent + "  ")
-        else:
-            lines.append(f"{indent}{key}  {fmt(v)}")
-    return lines
-
-
-def table(headers: list[str], rows: Iterable[list[Any]], indent: str = "  ") -> list[str]:
-    """Left-aligned text columns, right-aligned numbers."""
-    raw = list(rows)
-    cells = [[c if isinstance(c, str) else fmt(c) for c in r] for r in raw]
-    numeric = [all(c is None or _num(c) is not None for c in (r[i] for r in raw)) for i in range(len(headers))]
-    widths = [max([len(h)] + [len(r[i]) for r in cells]) for i, h in enumerate(headers)]
-
-    def line(vals: list[str]) -> str:
-        return (
-            indent
-            + "  ".join(
-                v.rjust(w) if num else v.ljust(w) for v, w, num in zip(vals, widths, numeric, strict=True)
-            ).rstrip()
-        )
-
-    return [line(headers), line(["-" * w for w in widths])] + [line(r) for r in cells]
-
-
-# ----------------------------------------------------------------------------------------------
 # Summary
 # ----------------------------------------------------------------------------------------------
-
-
-def _num(x: Any) -> float | None:
-    return float(x) if isinstance(x, (int, float)) and not isinstance(x, bool) else None
 
 
 def stage_lines(rec: StageRecord) -> list[str]:
@@ -213,7 +133,7 @@ def reject_lines(m: Manifest, dv: DatasetVersion | None) -> list[str]:
     nonzero = {
         k: v
         for k, v in found.items()
-        if (isinstance(v, Mapping) and any(_num(x) for x in v.values())) or (_num(v) or 0) > 0
+        if (isinstance(v, Mapping) and any(as_number(x) for x in v.values())) or (as_number(v) or 0) > 0
     }
     if not nonzero:
         return []
@@ -233,11 +153,11 @@ def partition_rows(m: Manifest) -> list[list[Any]]:
                 run_of(rec.name),
                 str(par.get("algorithm", "-")),
                 par.get("parts", cnt.get("parts")),
-                _num(met.get("rf")),
-                _num(met.get("vb")),
-                _num(met.get("eb")),
-                _num(met.get("interior_fraction")),
-                _num(rec.timings.get("total_s")),
+                as_number(met.get("rf")),
+                as_number(met.get("vb")),
+                as_number(met.get("eb")),
+                as_number(met.get("interior_fraction")),
+                as_number(rec.timings.get("total_s")),
             ]
         )
     big = float("inf")
@@ -258,7 +178,7 @@ def _bytes_dicts(d: Mapping[str, Any], prefix: str = "") -> list[tuple[str, dict
     out = []
     for k, v in d.items():
         if isinstance(v, Mapping) and v:
-            if all(_num(x) is not None for x in v.values()):
+            if all(as_number(x) is not None for x in v.values()):
                 out.append((prefix + str(k), {str(kk): float(x) for kk, x in v.items()}))
             else:
                 out += _bytes_dicts(v, f"{prefix}{k}.")
@@ -270,7 +190,7 @@ def serialize_lines(m: Manifest) -> list[str]:
     recs = m.stages_with_prefix("serialize/")
     if not recs:
         return []
-    n_edges = _num(m.schema.get("num_edges")) or 0
+    n_edges = as_number(m.schema.get("num_edges")) or 0
     lines = [f"Serialized partitions (|E| = {fmt(int(n_edges))} directed edges)"]
     for rec in recs:
         lines.append(f"  {rec.name}")
@@ -295,7 +215,9 @@ def serialize_lines(m: Manifest) -> list[str]:
             if scalars:
                 lines.append(f"    {where}: " + fmt(scalars))
         both = {**rec.counts, **rec.metrics}
-        total_bytes = next((_num(both[k]) for k in ("bytes_total", "total_bytes", "bytes") if _num(both.get(k))), None)
+        total_bytes = next(
+            (as_number(both[k]) for k in ("bytes_total", "total_bytes", "bytes") if as_number(both.get(k))), None
+        )
         if total_bytes and n_edges and not any(k in both for k in ("bytes_per_edge", "bytes_per_directed_edge")):
             lines.append(
                 f"    {fmt(int(total_bytes))} bytes in all = {fmt(total_bytes / n_edges)} bytes per directed edge"
@@ -327,16 +249,16 @@ def infer_lines(m: Manifest) -> list[str]:
                 str(p.get("task")),
                 "full" if fan and all(f == -1 for f in fan) else fmt(fan),
                 str(p.get("cache_policy")),
-                _num(met.get("cache_share_max")),
+                as_number(met.get("cache_share_max")),
                 met.get("chunk_reads"),
                 vs,
-                _num(met.get("dynamic_hit_ratio")),
+                as_number(met.get("dynamic_hit_ratio")),
                 met.get("fill_chunks"),
-                _num(met.get("fill_over_model")),
-                _num(met.get("exchange_over_model")),
+                as_number(met.get("fill_over_model")),
+                as_number(met.get("exchange_over_model")),
                 met.get("bytes_written"),
-                _num(met.get("compression_ratio")),
-                _num(rec.timings.get("total_s")),
+                as_number(met.get("compression_ratio")),
+                as_number(rec.timings.get("total_s")),
             ]
         )
     head = [
@@ -363,18 +285,18 @@ def infer_lines(m: Manifest) -> list[str]:
         lrows = [
             [
                 k,
-                _num(d.get("fill_s")),
-                _num(d.get("model_s")),
-                _num(d.get("fill_over_model")),
-                _num(d.get("exchange_over_model")),
+                as_number(d.get("fill_s")),
+                as_number(d.get("model_s")),
+                as_number(d.get("fill_over_model")),
+                as_number(d.get("exchange_over_model")),
                 d.get("halo_rows"),
                 d.get("static_hits"),
                 d.get("chunk_reads"),
-                _num(d.get("dynamic_hit_ratio")),
+                as_number(d.get("dynamic_hit_ratio")),
                 d.get("fill_chunks"),
                 d.get("bytes_written"),
-                _num(d.get("compression_ratio")),
-                _num(d.get("wall_s")),
+                as_number(d.get("compression_ratio")),
+                as_number(d.get("wall_s")),
             ]
             for k, d in layers.items()
         ]

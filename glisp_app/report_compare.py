@@ -11,6 +11,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+from glisp_app.text_tables import fmt, table
 from glisp_core.dataset.manifest import Manifest
 
 
@@ -32,8 +33,6 @@ def _numbers(d: Mapping[str, Any], prefix: str = "") -> dict[str, float]:
 
 def compare_rows(a: Manifest, b: Manifest) -> list[list[Any]]:
     """[stage, quantity, value in a, value in b, b / a] for every numeric quantity either stage recorded."""
-    from glisp_app.report import fmt
-
     rows: list[list[Any]] = []
     schema_a, schema_b = _numbers(a.schema), _numbers(b.schema)
     for k in sorted(set(schema_a) | set(schema_b)):
@@ -62,7 +61,5 @@ def _ratio(x: float | None, y: float | None) -> float | None:
 
 
 def compare_text(a: Manifest, b: Manifest) -> str:
-    from glisp_app.report import table
-
     head = [f"Comparison: A = {a.graph}/{a.version}   B = {b.graph}/{b.version}"]
     return "\n".join(head + table(["stage", "quantity", "A", "B", "B/A"], compare_rows(a, b)))

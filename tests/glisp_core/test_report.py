@@ -9,7 +9,8 @@ import numpy as np
 import pytest
 
 from glisp_app.cli import main as glisp
-from glisp_app.report import PLOT_NAME, degree_histograms, fmt, partition_rows
+from glisp_app.report import PLOT_NAME, degree_histograms, partition_rows
+from glisp_app.text_tables import fmt
 from glisp_core.dataset.manifest import Manifest, StageRecord, now_iso
 from glisp_testing.graphs import rmat_edges, write_dataset
 from spark_jobs.ingest.stats import log2_histogram

@@ -12,8 +12,8 @@ pytestmark = pytest.mark.usefixtures("spark")
 
 
 def test_tree_model_counts_the_real_samplers_slice_rows(infer_graph) -> None:
-    from bench.tree_sizes import batch_rows
     from glisp_infer.samplewise import Samplewise
+    from glisp_testing.tree_sizes import batch_rows
 
     g = infer_graph
     order = np.argsort(g.dst, kind="stable")  # direction "in": a vertex's neighbours are its edges' sources
