@@ -396,7 +396,7 @@ def _coerce(value: Any, tp: Any, source: str, key: str) -> Any:
         if not isinstance(value, dict):
             raise ConfigError(source, key, f"expected a table (got {value!r})")
         return {str(k): _coerce(v, args[1], source, f"{key}.{k}") for k, v in value.items()}
-    if dataclasses.is_dataclass(tp):
+    if isinstance(tp, type) and dataclasses.is_dataclass(tp):  # a type hint: the class, never an instance
         if isinstance(value, tp):
             return value
         if not isinstance(value, dict):
@@ -434,7 +434,7 @@ def _build(cls: type[T], data: Mapping[str, Any], source: str, prefix: str, base
             raise ConfigError(source, full, f"unknown key (known keys here: {known})")
         tp = hints[f.name]
         current = getattr(base, f.name) if base is not None else None
-        if dataclasses.is_dataclass(tp) and isinstance(v, dict):
+        if isinstance(tp, type) and dataclasses.is_dataclass(tp) and isinstance(v, dict):
             updates[f.name] = _build(tp, v, source, full, current)
         else:
             updates[f.name] = _coerce(v, tp, source, full)

@@ -30,7 +30,7 @@ import os
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, Literal, Protocol
 
 import torch
 from torch import Tensor, nn
@@ -106,6 +106,12 @@ def _self_loops(edge_index: Tensor, num_dst: int) -> Tensor:
     return torch.cat([edge_index, torch.stack([loop, loop])], dim=1)
 
 
+class _Conv(Protocol):
+    """What a slice calls: a torch_geometric convolution (an ``nn.Module``), returning the output rows."""
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Tensor: ...
+
+
 class Slice(nn.Module):
     """One GNN layer on a bipartite block; returns the destinations' rows (before the activation)."""
 
@@ -115,7 +121,7 @@ class Slice(nn.Module):
         last = i == spec.layers - 1
         self.arch = spec.arch
         if spec.arch == "sage":
-            self.conv: nn.Module = SAGEConv((d_in, d_in), d_out, aggr="mean")
+            self.conv: _Conv = SAGEConv((d_in, d_in), d_out, aggr="mean")
         elif spec.arch == "gcn":
             self.conv = GCNConv(d_in, d_out, normalize=False, add_self_loops=False)
         elif spec.arch == "gat":
@@ -159,7 +165,7 @@ class GNN(nn.Module):
 
     def layer(self, i: int, x_src: Tensor, edge_index: Tensor, num_dst: int, edge_type: Tensor | None = None) -> Tensor:
         """Slice ``i`` with its activation: what layerwise inference stores as layer ``i + 1``."""
-        h = self.slices[i](x_src, edge_index, num_dst, edge_type)
+        h: Tensor = self.slices[i](x_src, edge_index, num_dst, edge_type)
         if i < self.spec.layers - 1:
             h = torch.relu(h)
         return h
@@ -204,7 +210,9 @@ def save_checkpoint(directory: str | os.PathLike[str], model: GNN, extra: dict[s
     return directory
 
 
-def load_checkpoint(directory: str | os.PathLike[str], device: torch.device | str | None = None) -> tuple[GNN, dict]:
+def load_checkpoint(
+    directory: str | os.PathLike[str], device: torch.device | str | None = None
+) -> tuple[GNN, dict[str, Any]]:
     """The model saved in ``directory`` (in eval mode) and its ``model.json`` document."""
     directory = Path(directory)
     try:

@@ -16,9 +16,11 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 from numba import njit
+from numpy.typing import NDArray
 
 
 @dataclass
@@ -44,11 +46,21 @@ class HopSample:
 
     @property
     def per_vertex(self) -> np.ndarray:
-        return self.counts.sum(axis=1)
+        per: np.ndarray = self.counts.sum(axis=1)
+        return per
 
 
 @njit(nogil=True, cache=True)
-def _scatter(ntasks, tasks, cnts, nbrs, keys, eids, has_keys, has_eids):
+def _scatter(
+    ntasks: int,
+    tasks: NDArray[np.int64],
+    cnts: NDArray[np.int64],
+    nbrs: NDArray[np.int64],
+    keys: NDArray[np.float32],
+    eids: NDArray[np.int64],
+    has_keys: bool,
+    has_eids: bool,
+) -> tuple[NDArray[np.int64], NDArray[np.int64], NDArray[np.float32], NDArray[np.int64]]:
     """Group entries (server order, task order within server) by task id, preserving order."""
     merged = np.zeros(ntasks + 1, np.int64)
     for i in range(len(tasks)):
@@ -77,7 +89,15 @@ def _scatter(ntasks, tasks, cnts, nbrs, keys, eids, has_keys, has_eids):
 
 
 @njit(nogil=True, cache=True)
-def _reduce_per_draw(offsets, fanouts, nslot, nbrs, keys, eids, has_eids):
+def _reduce_per_draw(
+    offsets: NDArray[np.int64],
+    fanouts: NDArray[np.int64],
+    nslot: int,
+    nbrs: NDArray[np.int64],
+    keys: NDArray[np.float32],
+    eids: NDArray[np.int64],
+    has_eids: bool,
+) -> tuple[NDArray[np.int64], NDArray[np.int64], NDArray[np.int64]]:
     """Each server block of a task holds f draws in draw order; keep the max key per draw."""
     nt = len(offsets) - 1
     counts = np.zeros(nt, np.int64)
@@ -109,7 +129,23 @@ def _reduce_per_draw(offsets, fanouts, nslot, nbrs, keys, eids, has_eids):
 
 
 @njit(nogil=True, cache=True)
-def _walk_block(topk, n, nslot, dst, pos, cnts, nbrs, keys, eids, fanouts, rows, ents, has_eids, scratch, build):
+def _walk_block(
+    topk: bool,
+    n: int,
+    nslot: int,
+    dst: NDArray[np.int64],
+    pos: NDArray[np.int64],
+    cnts: np.ndarray,
+    nbrs: np.ndarray,
+    keys: NDArray[np.float32],
+    eids: NDArray[np.int64],
+    fanouts: NDArray[np.int64],
+    rows: NDArray[np.int64],
+    ents: NDArray[np.int64],
+    has_eids: bool,
+    scratch: np.ndarray,
+    build: bool,
+) -> tuple[NDArray[np.int64], NDArray[np.int64], NDArray[np.int64], NDArray[np.int64], NDArray[np.int64]]:
     """Concat or top-f merge (and, with ``build``, relabel into a block) in one walk in frontier order.
 
     Server k's rows are ``rows[k]:rows[k+1]`` of ``pos`` (ascending frontier positions, as the router
@@ -128,7 +164,8 @@ def _walk_block(topk, n, nslot, dst, pos, cnts, nbrs, keys, eids, fanouts, rows,
     out_e = np.empty(total if has_eids else 0, np.int64)
     src = np.empty(n + total if build else 0, np.int64)
     ei = np.empty((2, total if build else 0), np.int64)
-    most = 1  # the most entries one server sent for one task (a top-f merge keeps at most f of them)
+    # the most entries one server sent for one task (a top-f merge keeps at most f of them)
+    most: int | np.integer[Any] = 1
     for j in range(nslot):
         most = max(most, fanouts[j])
     for x in range(len(cnts)):
@@ -289,7 +326,7 @@ def _merge_walk(
         rows,
         ents,
         want_eids,
-        scratch if build else np.empty(0, np.int32),
+        scratch if build and scratch is not None else np.empty(0, np.int32),  # build: scratch is set
         build,
     )
     return HopSample(

@@ -75,7 +75,7 @@ class ClusterInfo:
             inn[p.master_gids] = p.master_in_degree
         return out, inn
 
-    def routing_table(self, owner_direction: str | None = None):
+    def routing_table(self, owner_direction: str | None = None) -> RoutingTable:
         """The client's RoutingTable, exactly as :func:`routing_from_partitions` builds it from the files."""
         n, P = self.num_vertices, self.num_parts
         bits = np.zeros((n, (P + 7) // 8), np.uint8)
@@ -106,7 +106,9 @@ def dataset_facts(dv: DatasetVersion, run: str) -> tuple[int, str, dict[str, Any
     return int(m.schema.get("num_vertices", 0)), rec.fingerprint if rec else "", dict(m.schema)
 
 
-def local_cluster_info(dv: DatasetVersion, run: str, readers: list[Any], owner_direction: str | None = None):
+def local_cluster_info(
+    dv: DatasetVersion, run: str, readers: list[Any], owner_direction: str | None = None
+) -> ClusterInfo:
     """ClusterInfo from opened partition readers (the in-process reference and the ``files`` source)."""
     n, fp, schema = dataset_facts(dv, run)
     parts = [partition_info(r, owner_direction) for r in readers]

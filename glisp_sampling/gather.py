@@ -13,9 +13,10 @@ import time
 from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeAlias
 
 import numpy as np
+from numpy.typing import NDArray
 
 from glisp_core.errors import GlispError
 from glisp_sampling import kernels as K
@@ -28,6 +29,32 @@ DIRECTIONS = ("out", "in")
 MERGE_CONCAT, MERGE_TOPK, MERGE_PER_DRAW = "concat", "topk", "per_draw"
 _MERGE_OF = {K.QUOTA: MERGE_CONCAT, K.KEYED: MERGE_TOPK, K.REPLACE: MERGE_PER_DRAW, K.WEIGHTED: MERGE_TOPK}
 _ID_DTYPES = (np.dtype(np.int64), np.dtype(np.int32))
+
+# The arguments of K.sample_tasks before the seed range (i0, i1) and the outputs
+_TaskArgs: TypeAlias = tuple[
+    int,  # method
+    np.ndarray,  # lids
+    NDArray[np.int64],  # gids
+    int,  # nslot
+    NDArray[np.int64],  # starts
+    NDArray[np.int64],  # ends
+    bool,  # ranged
+    np.ndarray,  # indptr
+    np.ndarray,  # gdeg_of
+    NDArray[np.int64],  # fans
+    np.uint64,  # req_seed
+    int,  # part
+    bool,  # is_in
+    np.ndarray,  # in_eid
+    bool,  # has_time
+    np.int64,  # tmax
+    np.ndarray,  # ts
+    np.ndarray,  # weight
+    np.ndarray,  # out_nbr
+    np.ndarray,  # out_indptr
+    np.ndarray,  # gid_of
+    bool,  # want_eids
+]
 
 
 class RequestError(GlispError):
@@ -182,7 +209,8 @@ class PartitionSampler:
             lid = lids.astype(np.int64)
             d = (np.asarray(ptr[lid + 1], np.int64) - np.asarray(ptr[lid], np.int64))[:, None]
         per = np.where(d > 0, fans[None, :], 0) if kmethod == K.REPLACE else np.minimum(d, fans[None, :])
-        return per.sum(axis=1, dtype=np.int64)
+        caps: np.ndarray = per.sum(axis=1, dtype=np.int64)
+        return caps
 
     def _check_cost(self, n: int, fans: np.ndarray, slots: int) -> None:
         """The request's buffers (``slots`` sampled edges at most) within serve.max_request_edges."""
@@ -276,7 +304,7 @@ class PartitionSampler:
             caps = self._seed_caps(lids, fans, kmethod, is_in, starts, ends)
             self._check_cost(len(seeds), fans, int(caps.sum()))
         has_time = max_time is not None
-        args = (
+        args: _TaskArgs = (
             kmethod,
             lids,
             seeds,
@@ -292,7 +320,7 @@ class PartitionSampler:
             is_in,
             self.in_eid,
             has_time,
-            np.int64(max_time if has_time else 0),
+            np.int64(max_time if max_time is not None else 0),
             self.ts_or_empty,
             self.weight_or_empty,
             self.out_nbr,
@@ -314,7 +342,7 @@ class PartitionSampler:
         return res
 
     def _sample(
-        self, args: tuple, n: int, fans: np.ndarray, caps: np.ndarray, want_eids: bool, want_keys: bool
+        self, args: _TaskArgs, n: int, fans: np.ndarray, caps: np.ndarray, want_eids: bool, want_keys: bool
     ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
         """Run the kernel over every task, in chunks on the pool when there is one; compact outputs.
 

@@ -12,9 +12,9 @@
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Coroutine, Iterator, Sequence
 from concurrent.futures import Future
-from typing import Any
+from typing import Any, TypeVar
 
 import numpy as np
 
@@ -23,6 +23,8 @@ from glisp_sampling.blocks import SampledBatch
 from glisp_sampling.gather import PartitionSampler
 from glisp_sampling.khop import Fanout, HopRequest, KHopSampler, hop_request, iterate_batches
 from glisp_sampling.routing import RoutingTable
+
+_T = TypeVar("_T")
 
 
 def gather_split(
@@ -35,8 +37,8 @@ def gather_split(
     """Gather the partial samples of ``frontier`` from each partition ``k`` given the positions
     ``split[k]`` it holds (partitions in ascending order, as the client does), then Apply."""
     partials, merge = [], "concat"
-    nslot = len(req.type_fanouts) if req.typed else 1
-    fanouts = np.array([f for _, f in req.type_fanouts] if req.typed else [req.fanout], np.int64)
+    nslot = len(req.type_fanouts) if req.type_fanouts else 1
+    fanouts = np.array([f for _, f in req.type_fanouts] if req.type_fanouts else [req.fanout], np.int64)
     for k, pos in enumerate(split):
         if len(pos) == 0:
             continue
@@ -91,8 +93,8 @@ class LocalSampler:
     def sample(self, seeds: np.ndarray, fanouts: Sequence[Fanout], seed: int = 0, **kw: Any) -> SampledBatch:
         return self._loop.run_until_complete(self.sampler(fanouts, **kw).sample(seeds, seed))
 
-    def _submit(self, coro: Any) -> Future:
-        fut: Future = Future()
+    def _submit(self, coro: Coroutine[Any, Any, _T]) -> Future[_T]:
+        fut: Future[_T] = Future()
         fut.set_result(self._loop.run_until_complete(coro))
         return fut
 

@@ -36,9 +36,11 @@ Methods (``method`` argument):
 from __future__ import annotations
 
 import math
+from typing import Any, TypeAlias
 
 import numpy as np
 from numba import njit
+from numpy.typing import NDArray
 
 QUOTA = 0
 KEYED = 1
@@ -59,40 +61,44 @@ _U31 = np.uint64(31)
 _U11 = np.uint64(11)
 _INV53 = 1.0 / 9007199254740992.0  # 2**-53
 
+# An integer scalar inside the kernels: numba lowers Python ints and NumPy integers alike (int64), and
+# the kernels mix both (loop counters, np.int64(...) reads).
+_Int: TypeAlias = int | np.integer[Any]
+
 
 @njit(inline="always", nogil=True, cache=True)
-def _mix(z):
+def _mix(z: np.uint64) -> np.uint64:
     z = (z ^ (z >> _U30)) * _M1
     z = (z ^ (z >> _U27)) * _M2
     return z ^ (z >> _U31)
 
 
 @njit(inline="always", nogil=True, cache=True)
-def _next(state):
+def _next(state: np.uint64) -> tuple[np.uint64, np.uint64]:
     """splitmix64: returns (64 random bits, next state)."""
     state = state + _GAMMA
     return _mix(state), state
 
 
 @njit(inline="always", nogil=True, cache=True)
-def _uniform(state):
+def _uniform(state: np.uint64) -> tuple[float, np.uint64]:
     """A double in (0, 1] (never 0, so log() is finite) and the next state."""
     z, state = _next(state)
     return (np.float64(z >> _U11) + 1.0) * _INV53, state
 
 
 @njit(inline="always", nogil=True, cache=True)
-def _below(c, state):
+def _below(c: _Int, state: np.uint64) -> tuple[_Int, np.uint64]:
     """A uniform integer in [0, c) and the next state (53-bit float method; bias < c / 2**53)."""
     z, state = _next(state)
-    k = np.int64(np.float64(z >> _U11) * _INV53 * c)
+    k: _Int = np.int64(np.float64(z >> _U11) * _INV53 * c)
     if k >= c:
         k = c - 1
     return k, state
 
 
 @njit(inline="always", nogil=True, cache=True)
-def task_seed(req_seed, gid, slot, part, is_in):
+def task_seed(req_seed: np.uint64, gid: _Int, slot: _Int, part: _Int, is_in: _Int) -> np.uint64:
     """Seed of one task's stream: distinct per (request, vertex, slot, partition, direction)."""
     h = _mix(np.uint64(req_seed) + _GAMMA * (np.uint64(gid) + np.uint64(1)))
     tag = np.uint64(slot) * _S1 + np.uint64(part) * _S2 + np.uint64(is_in)
@@ -100,14 +106,14 @@ def task_seed(req_seed, gid, slot, part, is_in):
 
 
 @njit(inline="always", nogil=True, cache=True)
-def _edge_at(pos, is_in, in_eid):
+def _edge_at(pos: _Int, is_in: bool, in_eid: np.ndarray) -> np.int64:
     if is_in:
         return np.int64(in_eid[pos])
     return np.int64(pos)
 
 
 @njit(inline="always", nogil=True, cache=True)
-def _eligible(e, has_time, tmax, ts, need_weight, weight):
+def _eligible(e: _Int, has_time: bool, tmax: np.int64, ts: np.ndarray, need_weight: bool, weight: np.ndarray) -> bool:
     if has_time and ts[e] > tmax:
         return False
     if need_weight and not (weight[e] > 0.0):
@@ -116,7 +122,7 @@ def _eligible(e, has_time, tmax, ts, need_weight, weight):
 
 
 @njit(nogil=True, cache=True)
-def _pick(n, c, state, pick, scratch):
+def _pick(n: _Int, c: _Int, state: np.uint64, pick: NDArray[np.int64], scratch: NDArray[np.int64]) -> np.uint64:
     """A uniformly random *ordered* n-subset of range(c) into pick[:n]; returns the next state.
 
     Small n against c: rejection with a linear membership check (O(n^2), n is a fanout). Otherwise a
@@ -148,14 +154,14 @@ def _pick(n, c, state, pick, scratch):
 
 
 @njit(nogil=True, cache=True)
-def _heap_swap(hk, hp, i, j):
+def _heap_swap(hk: NDArray[np.float64], hp: NDArray[np.int64], i: _Int, j: _Int) -> None:
     """Swap heap entries i and j (key and payload)."""
     hk[i], hk[j] = hk[j], hk[i]
     hp[i], hp[j] = hp[j], hp[i]
 
 
 @njit(nogil=True, cache=True)
-def _heap_sift_down(hk, hp, size, i):
+def _heap_sift_down(hk: NDArray[np.float64], hp: NDArray[np.int64], size: _Int, i: _Int) -> None:
     """Min-heap on keys hk (payload hp) after the root was replaced."""
     while True:
         left = 2 * i + 1
@@ -173,7 +179,7 @@ def _heap_sift_down(hk, hp, size, i):
 
 
 @njit(nogil=True, cache=True)
-def _heap_sift_up(hk, hp, i):
+def _heap_sift_up(hk: NDArray[np.float64], hp: NDArray[np.int64], i: _Int) -> None:
     while i > 0:
         parent = (i - 1) // 2
         if hk[i] < hk[parent]:
@@ -184,7 +190,18 @@ def _heap_sift_up(hk, hp, i):
 
 
 @njit(nogil=True, cache=True)
-def _eligible_positions(start, end, is_in, in_eid, has_time, tmax, ts, need_w, weight, buf):
+def _eligible_positions(
+    start: _Int,
+    end: _Int,
+    is_in: bool,
+    in_eid: np.ndarray,
+    has_time: bool,
+    tmax: np.int64,
+    ts: np.ndarray,
+    need_w: bool,
+    weight: np.ndarray,
+    buf: NDArray[np.int64],
+) -> int:
     """Positions in [start, end) whose edge passes the time bound / has positive weight, into buf."""
     c = 0
     for p in range(start, end):
@@ -195,7 +212,20 @@ def _eligible_positions(start, end, is_in, in_eid, has_time, tmax, ts, need_w, w
 
 
 @njit(nogil=True, cache=True)
-def _weighted_expj(start, end, f, state, is_in, in_eid, has_time, tmax, ts, weight, hk, hp):
+def _weighted_expj(
+    start: _Int,
+    end: _Int,
+    f: _Int,
+    state: np.uint64,
+    is_in: bool,
+    in_eid: np.ndarray,
+    has_time: bool,
+    tmax: np.int64,
+    ts: np.ndarray,
+    weight: np.ndarray,
+    hk: NDArray[np.float64],
+    hp: NDArray[np.int64],
+) -> int:
     """A-ES local top-f by key log(U)/w with exponential jumps (Efraimidis-Spirakis A-ExpJ).
 
     The keys have the joint law of A-Res (one log(U)/w per eligible edge) but only O(f log(c/f)) of
@@ -237,13 +267,13 @@ def _weighted_expj(start, end, f, state, is_in, in_eid, has_time, tmax, ts, weig
 
 
 @njit(inline="always", nogil=True, cache=True)
-def _quota_count(c, gdeg, f, state):
+def _quota_count(c: _Int, gdeg: _Int, f: _Int, state: np.uint64) -> tuple[_Int, np.uint64]:
     """The paper's local quota: all c local edges when D <= f, else floor(x) + Bernoulli(x - floor(x))
     with x = f*c/D, capped at c. Uses counter 0 of the task's stream; returns (n, next state)."""
     if gdeg <= f:
         return c, state
     x = f * c / gdeg
-    n = np.int64(math.floor(x))
+    n: _Int = np.int64(math.floor(x))
     u, _ = _uniform(state)
     if u <= x - n:  # u in (0, 1]: P(u <= q) = q
         n += 1
@@ -254,7 +284,20 @@ def _quota_count(c, gdeg, f, state):
 
 
 @njit(nogil=True, cache=True)
-def _task_ranges(lids, nslot, starts, ends, ranged, indptr, gdeg_of, i0, i1, st, en, gd):
+def _task_ranges(
+    lids: np.ndarray,
+    nslot: _Int,
+    starts: NDArray[np.int64],
+    ends: NDArray[np.int64],
+    ranged: bool,
+    indptr: np.ndarray,
+    gdeg_of: np.ndarray,
+    i0: _Int,
+    i1: _Int,
+    st: NDArray[np.int64],
+    en: NDArray[np.int64],
+    gd: NDArray[np.int64],
+) -> None:
     """Pass 1: every task's edge range (and the seed's global degree): independent loads only."""
     for i in range(i0, i1):
         lid = np.int64(lids[i])
@@ -272,28 +315,28 @@ def _task_ranges(lids, nslot, starts, ends, ranged, indptr, gdeg_of, i0, i1, st,
 
 @njit(nogil=True, cache=True)
 def _task_picks(
-    method,
-    gids,
-    nslot,
-    fans,
-    req_seed,
-    part,
-    is_in,
-    in_eid,
-    has_time,
-    tmax,
-    ts,
-    weight,
-    i0,
-    i1,
-    st,
-    en,
-    gd,
-    counts,
-    pos,
-    key_out,
-    o0,
-):
+    method: _Int,
+    gids: NDArray[np.int64],
+    nslot: _Int,
+    fans: NDArray[np.int64],
+    req_seed: np.uint64,
+    part: _Int,
+    is_in: bool,
+    in_eid: np.ndarray,
+    has_time: bool,
+    tmax: np.int64,
+    ts: np.ndarray,
+    weight: np.ndarray,
+    i0: _Int,
+    i1: _Int,
+    st: NDArray[np.int64],
+    en: NDArray[np.int64],
+    gd: NDArray[np.int64],
+    counts: NDArray[np.int32],
+    pos: NDArray[np.int64],
+    key_out: NDArray[np.float32],
+    o0: _Int,
+) -> _Int:
     """Pass 2: per task, how many edges and which positions (``pos[o - o0]``); keys at ``key_out[o]``."""
     maxf = 1
     for j in range(nslot):
@@ -321,13 +364,13 @@ def _task_picks(
             k0 = t - i0 * nslot
             start = np.int64(st[k0])
             end = np.int64(en[k0])
-            f = np.int64(fans[j])
+            f: _Int = np.int64(fans[j])
             counts[t] = 0
             if f <= 0 or end <= start:
                 continue
             q = o - o0
             if method == QUOTA and gd[k0] <= f:  # every local edge, no randomness needed
-                n = end - start
+                n: _Int = end - start
                 for k in range(n):
                     pos[q + k] = start + k
                 counts[t] = n
@@ -352,7 +395,7 @@ def _task_picks(
                 o += n
                 continue
             if filtered:
-                c = _eligible_positions(start, end, is_in, in_eid, has_time, tmax, ts, need_w, weight, buf)
+                c: _Int = _eligible_positions(start, end, is_in, in_eid, has_time, tmax, ts, need_w, weight, buf)
             else:
                 c = end - start
             if c == 0:
@@ -388,7 +431,20 @@ def _task_picks(
 
 
 @njit(nogil=True, cache=True)
-def _task_edges(pos, m, is_in, in_eid, out_nbr, out_indptr, gid_of, part, want_eids, nbr_out, eid_out, o0):
+def _task_edges(
+    pos: NDArray[np.int64],
+    m: _Int,
+    is_in: bool,
+    in_eid: np.ndarray,
+    out_nbr: np.ndarray,
+    out_indptr: np.ndarray,
+    gid_of: np.ndarray,
+    part: _Int,
+    want_eids: bool,
+    nbr_out: np.ndarray,
+    eid_out: NDArray[np.int64],
+    o0: _Int,
+) -> None:
     """Pass 3: neighbour global ids (and global edge ids) of the picked positions, in three sweeps of
     independent loads (edge, neighbour's local id, its global id)."""
     base = np.int64(part) << np.int64(EDGE_ID_SHIFT)
@@ -411,36 +467,36 @@ def _task_edges(pos, m, is_in, in_eid, out_nbr, out_indptr, gid_of, part, want_e
 
 @njit(nogil=True, cache=True)
 def sample_tasks(
-    method,
-    lids,
-    gids,
-    nslot,
-    starts,
-    ends,
-    ranged,
-    indptr,
-    gdeg_of,
-    fans,
-    req_seed,
-    part,
-    is_in,
-    in_eid,
-    has_time,
-    tmax,
-    ts,
-    weight,
-    out_nbr,
-    out_indptr,
-    gid_of,
-    want_eids,
-    i0,
-    i1,
-    counts,
-    nbr_out,
-    eid_out,
-    key_out,
-    o0,
-):
+    method: _Int,
+    lids: np.ndarray,
+    gids: NDArray[np.int64],
+    nslot: _Int,
+    starts: NDArray[np.int64],
+    ends: NDArray[np.int64],
+    ranged: bool,
+    indptr: np.ndarray,
+    gdeg_of: np.ndarray,
+    fans: NDArray[np.int64],
+    req_seed: np.uint64,
+    part: _Int,
+    is_in: bool,
+    in_eid: np.ndarray,
+    has_time: bool,
+    tmax: np.int64,
+    ts: np.ndarray,
+    weight: np.ndarray,
+    out_nbr: np.ndarray,
+    out_indptr: np.ndarray,
+    gid_of: np.ndarray,
+    want_eids: bool,
+    i0: _Int,
+    i1: _Int,
+    counts: NDArray[np.int32],
+    nbr_out: np.ndarray,
+    eid_out: NDArray[np.int64],
+    key_out: NDArray[np.float32],
+    o0: _Int,
+) -> int:
     """Sample the tasks of seeds ``i0 <= i < i1``; returns the output cursor after the last one.
 
     Task ``t = i * nslot + j`` is seed ``i`` (global id ``gids[i]``, local id ``lids[i]``) and slot
@@ -493,11 +549,20 @@ def sample_tasks(
         o0,
     )
     _task_edges(pos, o - o0, is_in, in_eid, out_nbr, out_indptr, gid_of, part, want_eids, nbr_out, eid_out, o0)
-    return o
+    return o  # type: ignore[return-value]  # numba returns the int64 cursor to Python as an int
 
 
 @njit(nogil=True, cache=True)
-def typed_ranges(lids, etypes, indptr, tptr, tids, tend, starts, ends):
+def typed_ranges(
+    lids: np.ndarray,
+    etypes: NDArray[np.int64],
+    indptr: np.ndarray,
+    tptr: np.ndarray,
+    tids: np.ndarray,
+    tend: np.ndarray,
+    starts: NDArray[np.int64],
+    ends: NDArray[np.int64],
+) -> None:
     """Per (seed i, requested type j) task ``t = i * len(etypes) + j``: the range of the seed's edges of
     that type, from the partition's type index (one pass over each seed's segments for all types; an
     absent type gives an empty range at the vertex's start)."""
@@ -519,7 +584,7 @@ def typed_ranges(lids, etypes, indptr, tptr, tids, tend, starts, ends):
 
 
 @njit(nogil=True, cache=True)
-def local_ids(ids, g2l, out):
+def local_ids(ids: NDArray[np.int64], g2l: NDArray[np.int32], out: NDArray[np.int32]) -> int:
     """``out[i] = g2l[ids[i]]`` (-1 where absent or out of range); returns how many are absent."""
     bad = 0
     n = len(g2l)

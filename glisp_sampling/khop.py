@@ -10,9 +10,10 @@ from __future__ import annotations
 
 import threading
 from collections import deque
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Coroutine, Iterator, Mapping, Sequence
+from concurrent.futures import Future
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import Any, Protocol, cast
 
 import numpy as np
 import torch
@@ -48,7 +49,11 @@ def hop_request(fanout: Fanout, **kw: Any) -> HopRequest:
     """A HopRequest from an int fanout or per-type fanouts ({"cites": 10} or [("cites", 10)])."""
     if isinstance(fanout, (int, np.integer)) and not isinstance(fanout, bool):
         return HopRequest(fanout=int(fanout), **kw)
-    items = list(fanout.items()) if isinstance(fanout, Mapping) else [tuple(x) for x in fanout]
+    items: list[tuple[Any, ...]]
+    if isinstance(fanout, Mapping):
+        items = list(fanout.items())
+    else:  # (str, int) pairs; a bool is none: iterating it raises TypeError
+        items = [tuple(x) for x in cast(Sequence[tuple[str, int]], fanout)]
     if not items:
         raise GlispError(f"fanout: expected an int or per-type fanouts (got {fanout!r})")
     return HopRequest(type_fanouts=tuple((str(t), int(f)) for t, f in items), **kw)
@@ -194,7 +199,7 @@ class KHopSampler:
 
 
 def iterate_batches(
-    submit: Any,
+    submit: Callable[[Coroutine[Any, Any, SampledBatch]], Future[SampledBatch]],
     sampler: KHopSampler,
     seeds: np.ndarray,
     batch_size: int,
@@ -212,7 +217,7 @@ def iterate_batches(
     stops = list(range(0, len(seeds), batch_size))
     if drop_last and len(seeds) % batch_size:
         stops = stops[:-1]
-    pending: deque = deque()
+    pending: deque[Future[SampledBatch]] = deque()
     nxt = 0
     try:
         while nxt < len(stops) or pending:

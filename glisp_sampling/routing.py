@@ -14,6 +14,7 @@ from dataclasses import dataclass
 
 import numpy as np
 from numba import njit
+from numpy.typing import NDArray
 
 from glisp_core.errors import GlispError
 
@@ -23,7 +24,9 @@ class RoutingError(GlispError):
 
 
 @njit(nogil=True, cache=True)
-def _split_bits(ids, bits, num_parts):
+def _split_bits(
+    ids: NDArray[np.int64], bits: NDArray[np.uint8], num_parts: int
+) -> tuple[NDArray[np.int64], NDArray[np.int64], int]:
     """Per partition, the positions of ``ids`` whose replica bit is set; flat array + offsets."""
     counts = np.zeros(num_parts + 1, np.int64)
     bad = -1
@@ -51,7 +54,9 @@ def _split_bits(ids, bits, num_parts):
 
 
 @njit(nogil=True, cache=True)
-def _split_owner(ids, owner, num_parts):
+def _split_owner(
+    ids: NDArray[np.int64], owner: np.ndarray, num_parts: int
+) -> tuple[NDArray[np.int64], NDArray[np.int64], int]:
     counts = np.zeros(num_parts + 1, np.int64)
     bad = -1
     for i in range(len(ids)):

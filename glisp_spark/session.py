@@ -6,9 +6,13 @@ import os
 import shutil
 import sys
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from glisp_core.config import SparkConfig
 from glisp_core.errors import GlispError
+
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
 
 MIN_JAVA = 17
 
@@ -25,7 +29,7 @@ def check_java() -> None:
         )
 
 
-def get_spark(conf: SparkConfig | None = None, checkpoint_dir: str | None = None):  # -> SparkSession
+def get_spark(conf: SparkConfig | None = None, checkpoint_dir: str | None = None) -> SparkSession:
     """Build or reuse the session; under spark-submit the master and resources come from spark-submit."""
     from pyspark import SparkConf
     from pyspark.sql import SparkSession
@@ -66,7 +70,7 @@ def get_spark(conf: SparkConfig | None = None, checkpoint_dir: str | None = None
     return spark
 
 
-def _set_checkpoint(spark, conf: SparkConfig, checkpoint_dir: str | None) -> None:
+def _set_checkpoint(spark: SparkSession, conf: SparkConfig, checkpoint_dir: str | None) -> None:
     d = conf.checkpoint_dir or checkpoint_dir
     if d and not spark.sparkContext.getCheckpointDir():
         if "://" not in d:
@@ -74,5 +78,5 @@ def _set_checkpoint(spark, conf: SparkConfig, checkpoint_dir: str | None) -> Non
         spark.sparkContext.setCheckpointDir(d)
 
 
-def default_parallelism(spark) -> int:
+def default_parallelism(spark: SparkSession) -> int:
     return int(spark.sparkContext.defaultParallelism)

@@ -9,16 +9,20 @@ keeping every task on the SQL runner saves about a second of start-up per worker
 from __future__ import annotations
 
 import pickle
-from collections.abc import Callable
-from typing import Any
+from collections.abc import Callable, Iterator
+from typing import TYPE_CHECKING, Any
 
 from glisp_spark.worker_heap import freeze_worker_heap
 
+if TYPE_CHECKING:
+    import pyarrow
+    from pyspark.sql import SparkSession
 
-def run_tasks(spark, n: int, fn: Callable[[int], Any]) -> list:
+
+def run_tasks(spark: SparkSession, n: int, fn: Callable[[int], Any]) -> list[Any]:
     """``[fn(0), ..., fn(n-1)]``, each call a Spark task; results come back pickled, in index order."""
 
-    def task(batches):
+    def task(batches: Iterator[pyarrow.RecordBatch]) -> Iterator[pyarrow.RecordBatch]:
         freeze_worker_heap()
         import pyarrow as pa
 

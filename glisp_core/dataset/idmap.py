@@ -16,13 +16,16 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from glisp_core.dataset.layout import ORIG_ID, VID, VTYPE, DatasetVersion
 from glisp_core.dataset.manifest import Manifest
 from glisp_core.errors import GlispError
+
+if TYPE_CHECKING:
+    import pyarrow as pa
 
 
 class IdError(GlispError):
@@ -68,7 +71,7 @@ class IdMap:
     def num_vertices(self) -> int:
         return len(self.orig)
 
-    def _as_orig_type(self, ids: Any):
+    def _as_orig_type(self, ids: Any) -> pa.Array:
         import pyarrow as pa
 
         arr = pa.array(list(ids) if not isinstance(ids, (pa.Array, np.ndarray)) else ids)
@@ -123,4 +126,5 @@ class IdMap:
                 f"vertex ids: expected integers in [0, {self.num_vertices}) (got e.g. {_examples(v.tolist())})"
             )
         taken = self.orig.take(v.astype(np.int64))
-        return taken.to_numpy(zero_copy_only=False)
+        out: np.ndarray = taken.to_numpy(zero_copy_only=False)
+        return out

@@ -71,7 +71,7 @@ def _alive_here(rec: dict[str, Any]) -> bool:
 
 def active_leases(dv: DatasetVersion) -> list[dict[str, Any]]:
     """Leases on ``dv`` that have not expired and whose holder is not known to be dead."""
-    out = []
+    out: list[dict[str, Any]] = []
     d = dv.path / LEASES
     if not d.is_dir():
         return out

@@ -4,10 +4,13 @@ from __future__ import annotations
 
 import numba as nb
 import numpy as np
+from numpy.typing import NDArray
 
 
 @nb.njit(nogil=True, cache=True)
-def typed_range(lids, etype, indptr, tptr, tids, tend):  # pragma: no cover - compiled
+def typed_range(  # pragma: no cover - compiled
+    lids: np.ndarray, etype: np.int64, indptr: np.ndarray, tptr: np.ndarray, tids: np.ndarray, tend: np.ndarray
+) -> tuple[NDArray[np.int64], NDArray[np.int64]]:
     k = len(lids)
     start = np.empty(k, np.int64)
     end = np.empty(k, np.int64)
@@ -35,7 +38,9 @@ def typed_range(lids, etype, indptr, tptr, tids, tend):  # pragma: no cover - co
 
 
 @nb.njit(nogil=True, cache=True)
-def edge_type_of(eids, src, tptr, tids, tend):  # pragma: no cover - compiled
+def edge_type_of(  # pragma: no cover - compiled
+    eids: NDArray[np.int64], src: NDArray[np.int64], tptr: np.ndarray, tids: np.ndarray, tend: np.ndarray
+) -> NDArray[np.int32]:
     out = np.empty(len(eids), np.int32)
     for i in range(len(eids)):
         e = eids[i]

@@ -71,7 +71,9 @@ def _segments(key_a: np.ndarray, key_b: np.ndarray) -> np.ndarray:
     return np.flatnonzero(change)
 
 
-def _type_index(owner: np.ndarray, etype: np.ndarray, n: int, idx_dt: np.dtype, code_dt: np.dtype):
+def _type_index(
+    owner: np.ndarray, etype: np.ndarray, n: int, idx_dt: np.dtype, code_dt: np.dtype
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Per-vertex (types present, cumulative end) index over edges sorted by (owner, etype)."""
     starts = _segments(owner, etype)
     m = len(owner)
@@ -112,7 +114,7 @@ def _write_array(d: Path, name: str, arr: np.ndarray) -> dict[str, Any]:
     h = hashlib.new(CHECKSUM_ALGO)
     with open(d / spec.file, "wb") as f:
         if arr.nbytes:
-            buf = memoryview(arr.reshape(-1)).cast("B")
+            buf = arr.reshape(-1).data.cast("B")  # the array's memoryview
             h.update(buf)
             f.write(buf)
     return {
