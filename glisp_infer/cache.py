@@ -30,6 +30,7 @@ from __future__ import annotations
 import os
 import uuid
 from pathlib import Path
+from typing import Any, Literal
 
 import numpy as np
 from numba import njit
@@ -53,8 +54,10 @@ class StaticCache:
         self.path = Path(scratch) / f"static-{uuid.uuid4().hex}.f32"
         if adopt is not None:
             os.replace(adopt, self.path)
-        mode = "r+" if adopt is not None else "w+"
-        self.mm = np.memmap(self.path, dtype=np.float32, mode=mode, shape=(max(len(self.ids), 1), self.dim))
+        mode: Literal["r+", "w+"] = "r+" if adopt is not None else "w+"
+        self.mm: np.memmap[Any, np.dtype[np.float32]] | None = np.memmap(
+            self.path, dtype=np.float32, mode=mode, shape=(max(len(self.ids), 1), self.dim)
+        )
 
     @property
     def num_chunks(self) -> int:
@@ -69,6 +72,7 @@ class StaticCache:
         return self._sorter[p]
 
     def put(self, local: np.ndarray, rows: np.ndarray) -> None:
+        assert self.mm is not None
         self.mm[np.asarray(local, np.int64)] = rows
 
     def close(self) -> None:

@@ -59,7 +59,7 @@ def save_atomic(path: Path, **arrays: np.ndarray) -> None:
     tmp = _tmp_of(path)
     try:
         with open(tmp, "wb") as fh:
-            np.savez(fh, **arrays)
+            np.savez(fh, allow_pickle=True, **arrays)  # numpy's default, named so **arrays fills no parameter
         os.replace(tmp, path)
     finally:
         tmp.unlink(missing_ok=True)

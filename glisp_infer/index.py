@@ -9,13 +9,16 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from glisp_core.dataset.layout import ORIG_ID, PART, POS, VID, VTYPE, DatasetVersion
 from glisp_infer.store import INDEX_CHUNK, INDEX_POS, INDEX_ROW, INDEX_VID, RowLayout, open_array
 from glisp_spark.worker_heap import freeze_worker_heap
+
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
 
 ROW = "row"
 
@@ -53,7 +56,7 @@ def chunk_writer(store: str, key: str, values: dict[str, str], chunk: int, total
 
 
 def build_index(
-    spark: Any,
+    spark: SparkSession,
     dv: DatasetVersion,
     reorder_path: Path,
     layout: RowLayout,

@@ -23,7 +23,7 @@ import time
 import uuid
 from dataclasses import replace
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from glisp_core.config import Config
 from glisp_core.dataset.layout import DatasetVersion
@@ -35,6 +35,9 @@ from glisp_infer.metrics import summarize_layers
 from glisp_infer.plan import InferPlan
 from glisp_infer.sampling import check_fanouts
 from glisp_infer.store import Codec, RowLayout, create_arrays
+
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
 
 STORE_FILE = "store.json"
 ZARR_DIR = "zarr"
@@ -96,7 +99,7 @@ def full_run(man: Manifest, run: str | None) -> str | None:
 class Inputs:
     """Everything the driver resolves before scheduling: the model, the partition run, the order."""
 
-    def __init__(self, spark: Any, cfg: Config, dv: DatasetVersion) -> None:
+    def __init__(self, spark: SparkSession, cfg: Config, dv: DatasetVersion) -> None:
         from glisp_core.models import load_checkpoint
         from spark_jobs.serialize.reorder import check_order, run_reorder
 
@@ -146,7 +149,12 @@ class Inputs:
 
 
 def run_infer(
-    spark: Any, cfg: Config, dv: DatasetVersion, force: bool = False, fault: str | None = None, log: Any = print
+    spark: SparkSession,
+    cfg: Config,
+    dv: DatasetVersion,
+    force: bool = False,
+    fault: str | None = None,
+    log: Any = print,
 ) -> StageRecord:
     """Run layerwise inference and publish ``infer/<run>``; a current stage is reused unless forced.
 
@@ -241,7 +249,14 @@ def _new_store(dv: DatasetVersion, base: str, name: str, tmp: Path) -> str:
 
 
 def _plan(
-    cfg: Config, spark: Any, inp: Inputs, layout: RowLayout, codec: Codec, url: str, fault: str | None, tmp: Path
+    cfg: Config,
+    spark: SparkSession,
+    inp: Inputs,
+    layout: RowLayout,
+    codec: Codec,
+    url: str,
+    fault: str | None,
+    tmp: Path,
 ) -> InferPlan:
     ic = cfg.infer
     cores = os.cpu_count() or 1
@@ -276,7 +291,7 @@ def _plan(
     )
 
 
-def run_tasks(spark: Any, plan: InferPlan, fn: Any, what: str) -> list[dict[str, Any]]:
+def run_tasks(spark: SparkSession, plan: InferPlan, fn: Any, what: str) -> list[dict[str, Any]]:
     """One Spark task per partition running ``fn(plan, part, attempt)``; only metrics come back. The tasks run on
     the SQL runner's Python workers (``glisp_spark.tasks.run_tasks``), which the index and output jobs use as
     well: the RDD runner would start a second set of workers, each importing torch, numba and zarr again."""
@@ -293,11 +308,11 @@ def run_tasks(spark: Any, plan: InferPlan, fn: Any, what: str) -> list[dict[str,
     try:
         return indexed_tasks(spark, plan.num_parts, one)
     finally:
-        sc.setJobDescription(None)
+        sc.setJobDescription(None)  # type: ignore[arg-type]  # None clears it; pyspark annotates str only
 
 
 def _run(
-    spark: Any,
+    spark: SparkSession,
     cfg: Config,
     dv: DatasetVersion,
     inp: Inputs,
@@ -314,18 +329,27 @@ def _run(
         return _run_layers(spark, cfg, dv, inp, plan, pub, log, t0)
     finally:
         shutil.rmtree(plan.scratch(), ignore_errors=True)  # this host's leftovers (tasks remove their own)
-        if plan.exchange() is not None:
-            shutil.rmtree(plan.exchange(), ignore_errors=True)
+        exchange = plan.exchange()
+        if exchange is not None:
+            shutil.rmtree(exchange, ignore_errors=True)
 
 
 def _run_layers(
-    spark: Any, cfg: Config, dv: DatasetVersion, inp: Inputs, plan: InferPlan, pub: StagePublisher, log: Any, t0: float
+    spark: SparkSession,
+    cfg: Config,
+    dv: DatasetVersion,
+    inp: Inputs,
+    plan: InferPlan,
+    pub: StagePublisher,
+    log: Any,
+    t0: float,
 ) -> StageRecord:
     from glisp_infer import task as T
     from glisp_infer.index import build_index
     from glisp_infer.outputs import write_outputs
 
     layout, url = plan.layout, plan.store
+    exchange = plan.exchange()
     attrs = {
         "order": plan.order,
         "model": inp.model_run,
@@ -342,7 +366,7 @@ def _run_layers(
     idx = build_index(spark, dv, dv.path / inp.reorder.path, layout, url, pub.tmp / "index", inp.vertex_types)
     timings["index_s"] = time.perf_counter() - t
     planned: dict[int, dict[str, Any]] = {}
-    if plan.exchange() is not None:
+    if exchange is not None:
         t = time.perf_counter()
         planned = {r["part"]: r for r in run_tasks(spark, plan, T.plan_exchange, "plan (samples, halo needs)")}
         timings["plan_s"] = time.perf_counter() - t
@@ -360,15 +384,15 @@ def _run_layers(
             if layer and planned:  # the layer's sampling and needs ran in the plan job
                 r["sample_s"] += planned[r["part"]]["sample_s"][layer - 1]
                 r["needs_s"] = planned[r["part"]]["needs_s"][layer - 1]
-        if layer and plan.exchange() is not None:
-            remove_layer_files(plan.exchange(), layer - 1)
+        if layer and exchange is not None:
+            remove_layer_files(exchange, layer - 1)
         per_layer.append(sorted(res, key=lambda r: r["part"]))
         log(f"infer/{inp.name}: layer {layer} done in {wall:.1f}s")
     t = time.perf_counter()
     out_counts = write_outputs(spark, plan, cfg, dv, pub.tmp, inp.vertex_types, inp.edge_types)
     timings["outputs_s"] = time.perf_counter() - t
-    if plan.exchange() is not None:
-        shutil.rmtree(plan.exchange(), ignore_errors=True)  # not part of the published stage
+    if exchange is not None:
+        shutil.rmtree(exchange, ignore_errors=True)  # not part of the published stage
     shutil.copy(Path(inp.checkpoint) / "model.json", pub.tmp / "model.json")
     metrics = summarize_layers(per_layer)
     if planned:

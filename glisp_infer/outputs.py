@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -24,6 +24,9 @@ from glisp_core.errors import BadInputError, GlispError
 from glisp_infer.plan import InferPlan
 from glisp_infer.store import INDEX_ROW, layer_name, open_array, read_rows
 from glisp_spark.worker_heap import freeze_worker_heap
+
+if TYPE_CHECKING:
+    from pyspark.sql import DataFrame, SparkSession
 
 EDGE_STEP = 1 << 20  # edges scored per Arrow batch
 
@@ -120,7 +123,7 @@ def list_scores(plan: InferPlan) -> Any:
     return fn
 
 
-def _idmap(spark: Any, dv: DatasetVersion, vertex_types: list[str]) -> Any:
+def _idmap(spark: SparkSession, dv: DatasetVersion, vertex_types: list[str]) -> DataFrame:
     from pyspark.sql import functions as F
 
     names = F.array(*[F.lit(t) for t in vertex_types]) if vertex_types else F.array(F.lit(""))
@@ -129,13 +132,13 @@ def _idmap(spark: Any, dv: DatasetVersion, vertex_types: list[str]) -> Any:
     )
 
 
-def _parts_df(spark: Any, plan: InferPlan) -> Any:
+def _parts_df(spark: SparkSession, plan: InferPlan) -> DataFrame:
     rdd = spark.sparkContext.parallelize([(k,) for k in range(plan.num_parts)], plan.num_parts)
     return spark.createDataFrame(rdd, "part int")
 
 
 def write_outputs(
-    spark: Any,
+    spark: SparkSession,
     plan: InferPlan,
     cfg: Config,
     dv: DatasetVersion,
@@ -186,7 +189,7 @@ def _num_edges(plan: InferPlan) -> int:
     return sum(open_partition(plan.partition_dir(k), verify=False).num_edges for k in range(plan.num_parts))
 
 
-def read_table(spark: Any, path: str) -> Any:
+def read_table(spark: SparkSession, path: str) -> DataFrame:
     """A Parquet or CSV (with a header) table, chosen by extension (a directory is Parquet)."""
     low = path.lower()
     if low.endswith((".csv", ".csv.gz", ".tsv", ".txt")):
@@ -195,7 +198,7 @@ def read_table(spark: Any, path: str) -> Any:
     return spark.read.parquet(path)
 
 
-def _score_edge_list(spark: Any, plan: InferPlan, cfg: Config, idm: Any) -> tuple[Any, int]:
+def _score_edge_list(spark: SparkSession, plan: InferPlan, cfg: Config, idm: DataFrame) -> tuple[DataFrame, int]:
     """The user's edge list with vertex ids resolved (unknown or ambiguous ids are bad input), scored;
     and its number of rows."""
     from pyspark.sql import functions as F

@@ -23,6 +23,7 @@ import asyncio
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
+from functools import partial
 from typing import Any
 
 import numpy as np
@@ -149,7 +150,7 @@ class Samplewise:
             s, d = src[a : a + batch_size], dst[a : a + batch_size]
             ids, inv = np.unique(np.concatenate([s, d]), return_inverse=True)
             k = len(s)
-            res.scores[a : a + k] = forward(ids, lambda h, inv=inv, k=k: head(h, inv, k))
+            res.scores[a : a + k] = forward(ids, partial(head, inv=inv, k=k))
         res.cpu_s = time.process_time() - cpu0
         return res
 

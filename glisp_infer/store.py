@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Literal
 
 import numpy as np
 
@@ -30,6 +30,9 @@ INDEX_ROW = "index/row"
 INDEX_POS = "index/pos"
 INDEX_CHUNK = 1 << 20  # entries per chunk of the index arrays (8 MiB of int64)
 LAYOUT_ATTR = "glisp_layout"
+Compressor = Literal["blosclz", "lz4", "lz4hc", "zstd", "zlib"]  # infer.compressor
+Shuffle = Literal["noshuffle", "shuffle", "bitshuffle"]  # infer.shuffle
+AccessMode = Literal["r", "r+", "a", "w", "w-"]  # zarr's open modes
 
 
 @dataclass(frozen=True)
@@ -86,9 +89,9 @@ class RowLayout:
 class Codec:
     """Blosc settings of the layer arrays (``[infer]`` compressor, clevel, shuffle)."""
 
-    cname: str = "blosclz"
+    cname: Compressor = "blosclz"
     clevel: int = 9
-    shuffle: str = "bitshuffle"
+    shuffle: Shuffle = "bitshuffle"
 
     def zarr_codec(self) -> Any:
         from zarr.codecs import BloscCodec
@@ -108,7 +111,7 @@ def open_store(url: str, read_only: bool = False) -> Any:
     return FsspecStore.from_url(url, read_only=read_only, storage_options=opts)
 
 
-def open_group(url: str, mode: str = "r") -> Any:
+def open_group(url: str, mode: AccessMode = "r") -> Any:
     import zarr
 
     return zarr.open_group(store=open_store(url, read_only=mode == "r"), mode=mode)
@@ -150,7 +153,7 @@ def create_arrays(url: str, layout: RowLayout, dims: list[int], n: int, codec: C
         )
 
 
-def open_array(url: str, name: str, mode: str = "r") -> Any:
+def open_array(url: str, name: str, mode: AccessMode = "r") -> Any:
     import zarr
 
     return zarr.open_array(store=open_store(url, read_only=mode == "r"), path=name, mode=mode)

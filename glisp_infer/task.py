@@ -53,8 +53,10 @@ class LocalRows:
         if self.fh is not None:
             self.fh.write(np.ascontiguousarray(rows, np.float32).tobytes())
         elif self.offset >= 0:
+            assert self.mm is not None
             self.mm[self.offset + self.k : self.offset + self.k + len(rows)] = rows
         else:
+            assert self.mm is not None and self.at is not None
             self.mm[self.at[self.k : self.k + len(rows)]] = rows
         self.k += len(rows)
 

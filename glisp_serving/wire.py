@@ -110,7 +110,7 @@ def _array_parts(number: int, a: np.ndarray) -> list:
     head = _key(1, 2) + _varint(a.nbytes)
     return [
         _key(number, 2) + _varint(len(head) + a.nbytes + len(tail)) + head,
-        memoryview(a).cast("B") if a.size else b"",
+        a.data.cast("B") if a.size else b"",
         tail,
     ]
 

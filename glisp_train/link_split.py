@@ -18,7 +18,7 @@ run stream them to trainers (RPC ``HeldOutEdges``). The split parameters are in 
 from __future__ import annotations
 
 import argparse
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from glisp_core.config import Config
 from glisp_core.dataset.layout import DatasetVersion, check_name, resolve_dataset
@@ -27,6 +27,9 @@ from glisp_core.dataset.publish import StagePublisher
 from glisp_core.dataset.stages import run_of
 from glisp_core.errors import ConfigError
 from glisp_sampling.cluster_facts import HELDOUT_DIR
+
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
 
 _MASK53 = (1 << 53) - 1
 
@@ -39,7 +42,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def run_link_split(
-    spark: Any, cfg: Config, dv: DatasetVersion, run: str, name: str | None = None, force: bool = False
+    spark: SparkSession, cfg: Config, dv: DatasetVersion, run: str, name: str | None = None, force: bool = False
 ) -> StageRecord:
     """Publish partition/<name> (training edges of ``run``) with heldout/, then serialize it."""
     from pyspark.sql import functions as F
@@ -54,7 +57,8 @@ def run_link_split(
         )
     name = check_name("partition run", name or f"{run}-lp")
     base = Manifest.read(dv.manifest_path).stage(f"partition/{run}")
-    parts = int(base.counts.get("parts", base.params.get("parts")))
+    recorded: Any = base.counts.get("parts", base.params.get("parts"))  # manifest JSON
+    parts = int(recorded)
     params = {
         "algorithm": "link-split",
         "derived_from": run,

@@ -35,7 +35,12 @@ def run_model(model: nn.Module, batch: Batch, x: torch.Tensor, device: torch.dev
     """The model's output rows for the batch's seeds (blocks moved to ``device``)."""
     assert batch.sampled is not None
     blocks = [SimpleNamespace(edge_index=b.edge_index.to(device), num_dst=b.num_dst) for b in batch.sampled.blocks]
-    etypes = [b.edge_type.to(device) for b in batch.sampled.blocks] if typed else None
+    etypes = None
+    if typed:
+        etypes = []
+        for b in batch.sampled.blocks:
+            assert b.edge_type is not None  # typed sampling gives every block its edge types
+            etypes.append(b.edge_type.to(device))
     return model(x, blocks, etypes)
 
 

@@ -95,7 +95,7 @@ def make_task(tc: TrainConfig, source: GraphSource) -> tuple[Any, str, dict[str,
         labels, split = source.labels_and_split()
         sets, how = node_split(labels, split, list(tc.split), tc.seed)
         num_classes = int(source.schema.get("num_classes") or (labels.max() + 1))
-        task = NodeTask(labels, sets["train"], sets["val"], sets["test"], num_classes)
+        task: NodeTask | LinkTask = NodeTask(labels, sets["train"], sets["val"], sets["test"], num_classes)
         return task, how, {f"{k}_vertices": len(v) for k, v in sets.items()}
     held = source.heldout()
     m = int(out_deg.sum())

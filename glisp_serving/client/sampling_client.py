@@ -21,7 +21,7 @@ import time
 from collections.abc import Iterator, Sequence
 from concurrent.futures import Future
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import grpc
 import numpy as np
@@ -56,6 +56,9 @@ from glisp_serving.wire import (
     decode,
     encode,
 )
+
+if TYPE_CHECKING:
+    from google.protobuf.message import Message
 
 # a restarted server is used again within a second or two (gRPC's default reconnect backoff grows to 120 s)
 RECONNECT_OPTIONS = [
@@ -93,13 +96,19 @@ class _Stub:
     """The Sampling methods on one channel. Gather and Lookup take and return wire bytes; the others
     protobuf messages (their serialization and parsing count as profile stages)."""
 
+    Gather: grpc.aio.UnaryUnaryMultiCallable
+    Lookup: grpc.aio.UnaryUnaryMultiCallable
+    VertexInfo: grpc.aio.UnaryUnaryMultiCallable
+    Stats: grpc.aio.UnaryUnaryMultiCallable
+
     def __init__(self, channel: grpc.aio.Channel) -> None:
-        for name, (req, resp) in {
+        rpcs: dict[str, tuple[type[Message], type[Message]]] = {
             "Gather": (pb.GatherRequest, pb.GatherResponse),
             "Lookup": (pb.LookupRequest, pb.LookupResponse),
             "VertexInfo": (pb.VertexInfoRequest, pb.VertexInfoResponse),
             "Stats": (pb.StatsRequest, pb.StatsResponse),
-        }.items():
+        }
+        for name, (req, resp) in rpcs.items():
             raw = name in ("Gather", "Lookup")  # wire bytes both ways (glisp_serving.wire.encode/decode)
             setattr(
                 self,
@@ -119,7 +128,8 @@ class RemoteBackend:
     def __init__(self, spec: ClusterSpec, routing: RoutingTable, cfg: ClientConfig, mode: str, max_mb: int) -> None:
         self.spec, self.routing, self.cfg, self.mode = spec, routing, cfg, mode
         self.num_vertices = routing.num_vertices
-        self.max_mb, self.owner_direction = max_mb, None
+        self.max_mb = max_mb
+        self.owner_direction: str | None = None
         self.version: str | None = None  # <graph>/<version> the answers come from; set by the first one
         self._opts = [
             ("grpc.max_send_message_length", max_mb << 20),
@@ -249,8 +259,9 @@ class RemoteBackend:
         resps = await asyncio.gather(*[self.call(k, "Gather", r) for k, r in zip(parts, reqs, strict=True)])
         self._same_version([r.get("version", "") for r in resps])
         with profile.stage("client.decode"):
-            nslot = len(req.type_fanouts) if req.typed else 1
-            fanouts = np.array([f for _, f in req.type_fanouts] if req.typed else [req.fanout], np.int64)
+            typed = req.type_fanouts  # non-empty: typed sampling (HopRequest.typed)
+            nslot = len(typed) if typed else 1
+            fanouts = np.array([f for _, f in typed] if typed else [req.fanout], np.int64)
             partials, merge = [], "concat"
             for k, r in zip(parts, resps, strict=True):
                 merge = r.get("merge", "concat")

@@ -28,6 +28,7 @@ from glisp_core.dataset.versions import VersionLease
 from glisp_core.errors import GlispError, StageError
 from glisp_sampling.gather import PartitionSampler
 from glisp_serving.server.memory import release_free_heap
+from glisp_serving.server.warmup import warm_up
 
 log = logging.getLogger("glisp.serve")
 
@@ -92,7 +93,6 @@ def open_served(dv: DatasetVersion, run: str, part: int, cfg: ServeConfig, warm:
     """The partition checked and opened, its kernels warmed, the version leased against retention."""
     from glisp_core.partition_format import open_partition
     from glisp_core.partition_format.integrity import check_structure
-    from glisp_serving.server.servicer import warm_up
 
     reader = open_partition(dv.partition_dir(run, part), verify=cfg.verify == "start")
     check_structure(reader)  # the kernels index without bounds checks: nothing out of range may reach them
