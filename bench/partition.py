@@ -54,7 +54,7 @@ def main() -> int:
     from glisp_core.config import SparkConfig, load_config, with_values
     from glisp_spark.session import get_spark
     from glisp_testing.graphs import rmat_edges, write_dataset
-    from spark_jobs.partition.base import algorithms
+    from spark_jobs.partition.registry import algorithms
 
     root = Path(args.root or tempfile.mkdtemp(prefix="glisp-bench-partition-"))
     spark = get_spark(

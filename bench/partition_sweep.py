@@ -57,7 +57,7 @@ def main() -> int:
 
     from bench.real_graphs import reference
     from glisp_core.config import load_config, with_values
-    from spark_jobs.partition.base import get_partitioner
+    from spark_jobs.partition.registry import get_partitioner
 
     cfg = load_config(env={})
     print(

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import importlib.util
 from pathlib import Path
+from typing import Any
 
 from glisp_core.config import EdgeSource, IngestConfig, VertexSource
 from glisp_core.errors import GlispError
@@ -42,13 +43,19 @@ def builtin_config(name: str, base: IngestConfig | None = None) -> IngestConfig:
     def pq(rel: str) -> str:
         return str(r / f"{rel}.parquet.gzip")
 
-    def edge(rel: str, **kw: str) -> EdgeSource:
+    def edge(rel: str, weight: str = "", timestamp: str = "") -> EdgeSource:
         return EdgeSource(
-            path=pq(rel), format="parquet", src="sourceNodeId", dst="targetNodeId", etype="relationshipType", **kw
+            path=pq(rel),
+            format="parquet",
+            src="sourceNodeId",
+            dst="targetNodeId",
+            etype="relationshipType",
+            weight=weight,
+            timestamp=timestamp,
         )
 
-    def vertex(rel: str, **kw: str) -> VertexSource:
-        return VertexSource(path=pq(rel), format="parquet", id="nodeId", vtype="labels", **kw)
+    def vertex(rel: str, label: str = "", features: str = "") -> VertexSource:
+        return VertexSource(path=pq(rel), format="parquet", id="nodeId", vtype="labels", label=label, features=features)
 
     if name == "cora":
         edges = [edge("cora/cora_rels")]
@@ -73,7 +80,7 @@ def builtin_config(name: str, base: IngestConfig | None = None) -> IngestConfig:
     return IngestConfig(**{**_policies(base), "graph": base.graph or name, "edges": edges, "vertices": vertices})
 
 
-def _policies(base: IngestConfig) -> dict:
+def _policies(base: IngestConfig) -> dict[str, Any]:
     import dataclasses
 
     return {f.name: getattr(base, f.name) for f in dataclasses.fields(base) if f.name not in ("edges", "vertices")}

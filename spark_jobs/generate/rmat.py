@@ -20,12 +20,16 @@ import shutil
 import time
 import uuid
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from glisp_core.config import RmatConfig, to_dict
 from glisp_core.errors import ConfigError
+from glisp_spark.session import default_parallelism
+
+if TYPE_CHECKING:
+    from pyspark.sql import Column, DataFrame, SparkSession
 
 U32 = 1 << 32
 MASK32 = U32 - 1
@@ -87,26 +91,26 @@ def level_probabilities(cfg: RmatConfig) -> np.ndarray:
     return p / p.sum(axis=1, keepdims=True)
 
 
-def _h(col: Any, seed: int, stream: int) -> Any:
+def _h(col: Column, seed: int, stream: int) -> Column:
     """A 64-bit hash of (col, seed, stream): the one source of randomness."""
     from pyspark.sql import functions as F
 
     return F.xxhash64(col, F.lit(int(seed)).cast("long"), F.lit(int(stream)).cast("long"))
 
 
-def _u32(h: Any, half: int) -> Any:
+def _u32(h: Column, half: int) -> Column:
     """Uniform integer in [0, 2^32) from the high (half=0) or low (half=1) 32 bits of a hash."""
     from pyspark.sql import functions as F
 
     return F.shiftrightunsigned(h, 32) if half == 0 else h.bitwiseAND(F.lit(MASK32).cast("long"))
 
 
-def _unit(h: Any, half: int) -> Any:
+def _unit(h: Column, half: int) -> Column:
     """Uniform double in (0, 1]."""
     return (_u32(h, half).cast("double") + 1.0) / float(U32)
 
 
-def _permute(df: Any, name: str, bits: int, seed: int) -> Any:
+def _permute(df: DataFrame, name: str, bits: int, seed: int) -> DataFrame:
     """Replace column ``name`` (values in [0, 2^bits)) by a keyed Feistel permutation of it.
 
     Each round maps (L | R) with |R| = nr bits to (R | L xor F(R)), a bijection on ``bits`` bits even
@@ -128,7 +132,7 @@ def _permute(df: Any, name: str, bits: int, seed: int) -> Any:
     return df
 
 
-def edges_frame(spark: Any, cfg: RmatConfig, num_partitions: int) -> Any:
+def edges_frame(spark: SparkSession, cfg: RmatConfig, num_partitions: int) -> DataFrame:
     """The edge table as a lazy DataFrame: src, dst (long) [, etype string, weight float, ts long]."""
     from pyspark.sql import functions as F
 
@@ -169,7 +173,7 @@ def has_vertex_table(cfg: RmatConfig) -> bool:
     return cfg.features > 0 or cfg.classes > 0 or bool(cfg.splits)
 
 
-def vertices_frame(spark: Any, cfg: RmatConfig, num_partitions: int, fmt: str) -> Any:
+def vertices_frame(spark: SparkSession, cfg: RmatConfig, num_partitions: int, fmt: str) -> DataFrame:
     """id [, label, split, features]. Features are label-dependent so that a GNN has something to learn:
     f_j = u_j - 0.5 (+1 when j mod classes == label). CSV gets columns f0..f{d-1}, Parquet one array<float>."""
     from pyspark.sql import functions as F
@@ -258,7 +262,7 @@ def default_graph_name(cfg: RmatConfig) -> str:
     return f"rmat-s{cfg.scale}-ef{cfg.edge_factor}-seed{cfg.seed}"
 
 
-def _write(df: Any, path: Path, fmt: str) -> None:
+def _write(df: DataFrame, path: Path, fmt: str) -> None:
     w = df.write.mode("error")
     if fmt == "csv":
         w.option("header", "true").csv(str(path))
@@ -267,7 +271,7 @@ def _write(df: Any, path: Path, fmt: str) -> None:
 
 
 def generate_rmat(
-    spark: Any, cfg: RmatConfig, out_dir: str | Path, fmt: str = "csv", graph: str = ""
+    spark: SparkSession, cfg: RmatConfig, out_dir: str | Path, fmt: str = "csv", graph: str = ""
 ) -> dict[str, Any]:
     """Write an R-MAT graph under ``out_dir`` (edges/, vertices/ when requested, ingest.toml).
 
@@ -281,7 +285,7 @@ def generate_rmat(
     out = Path(out_dir).resolve()
     out.mkdir(parents=True, exist_ok=True)
     graph = graph or default_graph_name(cfg)
-    parts = cfg.files or int(spark.sparkContext.defaultParallelism)
+    parts = cfg.files or default_parallelism(spark)
     m, n = cfg.edge_factor << cfg.scale, 1 << cfg.scale
     for stale in out.glob(".tmp-rmat-*"):
         shutil.rmtree(stale, ignore_errors=True)

@@ -27,18 +27,22 @@ vertices. Three rules make the balance hold on graphs it was not tuned on (docs/
 
 from __future__ import annotations
 
+from typing import Any
+
 import numpy as np
 
-from glisp_core.config import to_dict
+from glisp_core.config import AdaDNEConfig, to_dict
 from glisp_core.errors import ConfigError
 from spark_jobs.partition import kernels
-from spark_jobs.partition.base import register
-from spark_jobs.partition.expansion import FINISH, ExpansionPartitioner, ExpansionState, Selection, pack_bits
+from spark_jobs.partition.expansion import FINISH, ExpansionPartitioner, Plan, Selection, pack_bits
 from spark_jobs.partition.relocate import Relocation, Votes, evacuate_round, relocation_votes
 from spark_jobs.partition.rounds import FileRounds
+from spark_jobs.partition.state import ExpansionState
 
 
-def adaptive_factors(ecount: np.ndarray, vcount: np.ndarray, remaining: int, total: int, acfg) -> np.ndarray:
+def adaptive_factors(
+    ecount: np.ndarray, vcount: np.ndarray, remaining: int, total: int, acfg: AdaDNEConfig
+) -> np.ndarray:
     """Per-partition expansion factor lam_i from the synchronised |V_j| and |E_j| (equations 5-7)."""
     e = ecount.astype(np.float64)
     v = vcount.astype(np.float64)
@@ -56,7 +60,6 @@ def adaptive_factors(ecount: np.ndarray, vcount: np.ndarray, remaining: int, tot
     return np.clip(lam, acfg.lambda_min, acfg.lambda_max)
 
 
-@register
 class AdaDNE(ExpansionPartitioner):
     name = "adadne"
     refines = True
@@ -85,7 +88,7 @@ class AdaDNE(ExpansionPartitioner):
             raise ConfigError("config", "partition.adadne.starts", f"must be at least 1 (got {n}; e.g. 4)")
         return n
 
-    def plan(self, st: ExpansionState):
+    def plan(self, st: ExpansionState) -> Plan:
         p = st.parts
         a = self.cfg.adadne
         active = np.ones(p, bool)
@@ -162,42 +165,46 @@ class AdaDNE(ExpansionPartitioner):
     def refine_log(self) -> list[dict]:
         return self.relocation.log if hasattr(self, "relocation") else []
 
-    def refine(self, st: ExpansionState, rows: dict[str, np.ndarray] | None, files: FileRounds | None) -> int:
-        """Relocation rounds (``relocate.Relocation``) over every allocated row: in the driver on ``rows``, or
-        two Spark jobs per round over the allocation files. The per-vertex pair counts stay exact: each
-        round's moves come back as deltas. Returns the rounds run; ``self.relocation`` keeps their log."""
-        p, shape = st.parts, st.counts.shape
-        if rows is not None:
+    def refine(self, st: ExpansionState, alloc: dict[str, np.ndarray] | FileRounds) -> int:
+        """Relocation rounds (``relocate.Relocation``) over every allocated row: in the driver on the rows
+        ``alloc``, or two Spark jobs per round over the allocation files. The per-vertex pair counts stay
+        exact: each round's moves come back as deltas. Returns the rounds run; ``self.relocation`` keeps
+        their log."""
+        counts = st.pair_counts()
+        p, shape = st.parts, counts.shape
+        if isinstance(alloc, FileRounds):
+            files = alloc
 
-            def votes(bits, leaf, light) -> Votes:
+            def votes(bits: np.ndarray, leaf: np.ndarray, light: np.ndarray) -> Votes:
+                return Votes.merge(files.relocation_votes((bits, leaf, light), p), shape)
+
+            def evacuate(*args: Any) -> tuple:
+                return files.evacuate(args, p)
+        else:
+            rows = alloc
+
+            def votes(bits: np.ndarray, leaf: np.ndarray, light: np.ndarray) -> Votes:
                 return Votes.merge(
                     [relocation_votes(rows["src"], rows["dst"], rows["part"], bits, leaf, light, p)], shape
                 )
 
-            def evacuate(*args) -> tuple:
+            def evacuate(*args: Any) -> tuple:
                 new = evacuate_round(rows["src"], rows["dst"], rows["part"], *args)
                 mv = new != rows["part"]
                 out = kernels.incidence_delta(rows["src"][mv], rows["dst"][mv], rows["part"][mv], p)
                 into = kernels.incidence_delta(rows["src"][mv], rows["dst"][mv], new[mv], p)
                 rows["part"] = new
                 return out, into, int(mv.sum())
-        else:
 
-            def votes(bits, leaf, light) -> Votes:
-                return Votes.merge(files.relocation_votes((bits, leaf, light), p), shape)
-
-            def evacuate(*args) -> tuple:
-                return files.evacuate(args, p)
-
-        def move(*args, slack: int = 0, shed: np.ndarray | None = None) -> int:
+        def move(*args: np.ndarray, slack: int = 0, shed: np.ndarray | None = None) -> int:
             out, into, moved = evacuate(*args, st.ecount, st.vcount, slack, shed)
-            kernels.add_counts(st.counts, out[0], out[1], out[3], -1)
-            kernels.add_counts(st.counts, into[0], into[1], into[3], 1)
+            kernels.add_counts(counts, out[0], out[1], out[3], -1)
+            kernels.add_counts(counts, into[0], into[1], into[3], 1)
             st.ecount += into[4] - out[4]
-            st.vcount = (st.counts > 0).sum(axis=0).astype(np.int64)
+            st.vcount = (counts > 0).sum(axis=0).astype(np.int64)
             return moved
 
         self.relocation = Relocation(self.cfg.adadne, st.total)
         done = self.relocation.run(st, votes, move, pack_bits)
-        st.bits = pack_bits(st.counts > 0)
+        st.bits = pack_bits(counts > 0)
         return done

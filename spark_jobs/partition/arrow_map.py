@@ -3,12 +3,16 @@
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import pyarrow as pa
 
 from glisp_spark.worker_heap import freeze_worker_heap
+
+if TYPE_CHECKING:
+    from pyspark import Broadcast
+    from pyspark.sql import DataFrame
 
 ALLOC_SCHEMA = "eid long, src long, dst long, part int"
 
@@ -17,7 +21,9 @@ def _cols(batch: pa.RecordBatch, *names: str) -> list[np.ndarray]:
     return [batch.column(batch.schema.get_field_index(n)).to_numpy(zero_copy_only=False) for n in names]
 
 
-def assign_with(edges: Any, kernel: Callable[..., np.ndarray], *args: Any, broadcast: Any = None) -> Any:
+def assign_with(
+    edges: DataFrame, kernel: Callable[..., np.ndarray], *args: Any, broadcast: Broadcast[tuple] | None = None
+) -> DataFrame:
     """``edges`` (eid, src, dst) -> (eid, src, dst, part) with ``part = kernel(src, dst, *args[, *bc])``.
 
     ``broadcast`` is a Spark broadcast of a tuple of arrays appended to ``args`` (e.g. a degree array).

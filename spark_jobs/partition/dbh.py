@@ -4,11 +4,10 @@ from __future__ import annotations
 
 from spark_jobs.partition import kernels
 from spark_jobs.partition.arrow_map import assign_with
-from spark_jobs.partition.base import PartitionContext, Partitioner, PartitionResult, register
+from spark_jobs.partition.base import PartitionContext, Partitioner, PartitionResult
 from spark_jobs.partition.degrees import degree_array
 
 
-@register
 class DBH(Partitioner):
     name = "dbh"
 

@@ -2,15 +2,18 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING
 
 import numpy as np
 from pyspark.sql import functions as F
 
 from glisp_core.errors import BadInputError
 
+if TYPE_CHECKING:
+    from pyspark.sql import DataFrame
 
-def degree_array(edges: Any, num_vertices: int, source: str = "ingest/edges") -> np.ndarray:
+
+def degree_array(edges: DataFrame, num_vertices: int, source: str = "ingest/edges") -> np.ndarray:
     """deg[v] = number of edge rows with v as src plus rows with v as dst (a self-loop counts twice).
 
     A hash aggregate with map-side partial counts, so a hub's millions of rows never meet in one task

@@ -6,11 +6,10 @@ from __future__ import annotations
 import numpy as np
 
 from glisp_core.config import to_dict
-from spark_jobs.partition.base import register
-from spark_jobs.partition.expansion import ExpansionPartitioner, ExpansionState, Selection
+from spark_jobs.partition.expansion import ExpansionPartitioner, Plan, Selection
+from spark_jobs.partition.state import ExpansionState
 
 
-@register
 class DNE(ExpansionPartitioner):
     name = "dne"
     # A partition whose coming two-hop step is estimated to bring it within this share of the offer of
@@ -30,7 +29,7 @@ class DNE(ExpansionPartitioner):
         (the kernel's quotas). A claimed vertex gives the edges that fit; the rest wait."""
         return np.full(st.parts, self.threshold)
 
-    def plan(self, st: ExpansionState):
+    def plan(self, st: ExpansionState) -> Plan:
         p = st.parts
         avg = st.total / p
         small = int(np.argmin(st.ecount))

@@ -9,19 +9,21 @@ algorithm deliberately breaks). Pure Spark column expressions; no Python in the 
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING
 
 from pyspark.sql import functions as F
 
-from spark_jobs.partition.base import PartitionContext, Partitioner, PartitionResult, register
+from spark_jobs.partition.base import PartitionContext, Partitioner, PartitionResult
+
+if TYPE_CHECKING:
+    from pyspark.sql import Column
 
 
-def owner_expr(vid: Any, parts: int, seed: int) -> Any:
+def owner_expr(vid: Column, parts: int, seed: int) -> Column:
     """Owner partition of vertex column ``vid``: a seeded 64-bit hash of the id, modulo ``parts``."""
     return F.pmod(F.xxhash64(vid.cast("long"), F.lit(int(seed)).cast("long")), F.lit(int(parts))).cast("int")
 
 
-@register
 class EdgeCut(Partitioner):
     name = "edgecut"
 

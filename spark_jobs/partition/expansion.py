@@ -2,10 +2,11 @@
 
 Design (measured costs in docs/partitioning.md):
 
-* Per-vertex state lives on the driver as numpy, O(|V|): residual degree (unallocated incident edge
-  rows), partition sets as bitsets (|V| x ceil(p/64) uint64), the per-round claims and, for a
-  partitioner that refines (AdaDNE), the pairs each vertex has in each partition. Per-partition counts
-  |E_k|, |V_k| are exact sums of the deltas. Boundary B_k = {v : k in parts(v), resid(v) > 0}.
+* Per-vertex state lives on the driver as numpy, O(|V|) (``state.ExpansionState``): residual degree
+  (unallocated incident edge rows), partition sets as bitsets (|V| x ceil(p/64) uint64), the per-round
+  claims and, for a partitioner that refines (AdaDNE), the pairs each vertex has in each partition.
+  Per-partition counts |E_k|, |V_k| are exact sums of the deltas. Boundary
+  B_k = {v : k in parts(v), resid(v) > 0}.
 * The rows are split into G groups by a hash of their unordered pair (``kernels.pair_group``); G
   depends on the row count only. A group is one Spark task of a round, its rows in canonical order
   (pair hash, eid). Each round's kernel decides a group's rows from the broadcast state alone, so a
@@ -31,8 +32,10 @@ from __future__ import annotations
 import math
 import time
 from abc import abstractmethod
-from dataclasses import dataclass, field
-from typing import Any
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import pyarrow as pa
@@ -43,67 +46,14 @@ from spark_jobs.partition import kernels
 from spark_jobs.partition.base import PartitionContext, Partitioner, PartitionResult
 from spark_jobs.partition.metrics import quality
 from spark_jobs.partition.rounds import ALLOC_PA, FileRounds
+from spark_jobs.partition.state import ExpansionState
+
+if TYPE_CHECKING:
+    from pyspark.sql import DataFrame
 
 FINISH = -2  # plan()'s leftover_to: place the remainder with the finishing pass and end the expansion
-
-
-@dataclass
-class ExpansionState:
-    """Driver-side state of a neighbour expansion (all O(|V|) or O(p))."""
-
-    parts: int
-    resid: np.ndarray  # int64 [n]: unallocated edge rows incident to v (self-loop counts twice)
-    bits: np.ndarray  # uint64 [n, W]: partition set of v
-    order: np.ndarray  # int64: vertices with edges, by (degree, seeded hash): seed candidates
-    seed: int
-    total: int  # edge rows
-    groups: int = 1  # G: rows are split into G groups by pair hash (the Spark tasks); quotas are per group
-    deg: np.ndarray | None = None  # int64 [n]: degree in rows (the finishing pass weighs endpoints by it)
-    counts: np.ndarray | None = None  # int32 [n, p]: pairs of v in partition k (kept when refining)
-    ecount: np.ndarray = field(init=False)  # int64 [p]: |E_k| in rows
-    vcount: np.ndarray = field(init=False)  # int64 [p]: |V_k|
-    claim: np.ndarray = field(init=False)  # int32 [n]: partition claiming v this round, -1 none
-    seed_pos: np.ndarray = field(init=False)
-    offer: np.ndarray = field(init=False)  # float64 [p]: estimated two-hop rows the coming round offers k
-    pend: np.ndarray | None = None  # int64 [n]: estimated two-hop rows of v in the coming round
-    rounds: int = 0
-    idle: int = 0  # rounds in a row that allocated nothing
-
-    def __post_init__(self) -> None:
-        self.ecount = np.zeros(self.parts, np.int64)
-        self.vcount = np.zeros(self.parts, np.int64)
-        self.claim = np.full(len(self.resid), -1, np.int32)
-        self.seed_pos = np.zeros(2, np.int64)
-        self.offer = np.zeros(self.parts)
-
-    @property
-    def remaining(self) -> int:
-        return int(self.total - self.ecount.sum())
-
-    @property
-    def round_seed(self) -> int:
-        return self.seed * 1_000_003 + self.rounds
-
-    def rank(self) -> np.ndarray:
-        """rank[k]: position of partition k when ordered by |E_k| ascending (ties: lower k)."""
-        order = np.lexsort((np.arange(self.parts), self.ecount))
-        rank = np.empty(self.parts, np.int32)
-        rank[order] = np.arange(self.parts, dtype=np.int32)
-        return rank
-
-    def nbytes(self) -> int:
-        """Bytes of the per-vertex state held by the driver (what stops scaling first)."""
-        arrays = (self.resid, self.bits, self.order, self.deg, self.counts, self.claim, self.pend)
-        return int(sum(a.nbytes for a in arrays if a is not None))
-
-    def apply(self, delta: tuple) -> None:
-        """Add a batch's allocation delta (vert, vpart, row incidences, pair incidences, rows per part)."""
-        vert, vpart, cnt, pcnt, rows = delta
-        kernels.apply_delta(self.bits, self.resid, self.vcount, vert, vpart, cnt)
-        if self.counts is not None:
-            kernels.add_counts(self.counts, vert, vpart, pcnt, 1)
-        self.ecount += rows
-        self.idle = self.idle + 1 if rows.sum() == 0 else 0
+# what ExpansionPartitioner.plan returns: (active, lam, cap, seed_budget, leftover_to)
+Plan = tuple[np.ndarray, np.ndarray | None, np.ndarray | None, np.ndarray | None, int]
 
 
 @dataclass
@@ -195,13 +145,14 @@ class ExpansionPartitioner(Partitioner):
 
     # ---- subclass hooks ---------------------------------------------------------------------
     @abstractmethod
-    def plan(self, st: ExpansionState) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, int]:
+    def plan(self, st: ExpansionState) -> Plan:
         """Per partition: (active, lam, cap, seed_budget, leftover_to).
 
         active: bool, expands (selects vertices) this round; lam: fraction of its boundary to select;
         cap: most residual rows its selection may carry (inf = no cut); seed_budget: residual rows of
         seeds to take when its boundary is empty; leftover_to >= 0 ends the run giving all remaining
-        edges to that partition, FINISH ends it with the finishing pass.
+        edges to that partition, FINISH ends it with the finishing pass (lam, cap and seed_budget are
+        then not used and may be None).
         """
 
     def capacity(self, st: ExpansionState) -> np.ndarray:
@@ -245,7 +196,11 @@ class ExpansionPartitioner(Partitioner):
         """The finishing pass over the remaining rows (canonical order): their partitions."""
         raise NotImplementedError(f"{self.name} has no finishing pass")
 
-    def refine(self, st: ExpansionState, rows: dict[str, np.ndarray] | None, files: FileRounds | None) -> int:
+    def finish_args(self, st: ExpansionState) -> tuple:
+        """The state of the finishing pass besides the partition sets: (deg, cap, lam_e, lam_v, eps)."""
+        raise NotImplementedError(f"{self.name} has no finishing pass")
+
+    def refine(self, st: ExpansionState, alloc: dict[str, np.ndarray] | FileRounds) -> int:
         """Refine the allocation after the expansion (rows in the driver, or the files); return rounds."""
         return 0
 
@@ -288,6 +243,7 @@ class ExpansionPartitioner(Partitioner):
         if leftover_to != -1:
             z = np.zeros(p)
             return Selection(np.empty(0, np.int64), bitmask(active), w, z, st.round_seed, leftover_to)
+        assert lam is not None and cap is not None and seed_budget is not None, f"{self.name}: plan() without rates"
         ptr, verts = kernels.boundaries(st.resid, st.bits, p)
         claimed = []
         onehop = np.zeros(p)
@@ -348,65 +304,71 @@ class ExpansionPartitioner(Partitioner):
         only, never from the cluster, so a run decides alike on any cluster."""
         return self.cfg.groups or max(8, math.ceil(total / 4_000_000))
 
-    def _round(self, st: ExpansionState, sel: Selection, local: LocalRows | None, files: FileRounds | None) -> tuple:
-        """Run one round on the rows wherever they are; return its delta."""
+    def _round(self, st: ExpansionState, sel: Selection, rows: LocalRows | FileRounds) -> tuple[tuple, np.ndarray]:
+        """Run one round on the rows wherever they are; return its delta and the eids of the count-sample
+        rows it allocated (a Spark round's; the driver draws the sample of the rows it holds anew)."""
         st.rounds += 1
-        if local is not None:
-            part = kernels.edge_round(local.rest["src"], local.rest["dst"], *sel.args(st))
-            return local.settle(part, st.parts)
-        delta, self._sampled = files.run(sel.args(st), st.parts)
-        return delta
+        if isinstance(rows, LocalRows):
+            part = kernels.edge_round(rows.rest["src"], rows.rest["dst"], *sel.args(st))
+            return rows.settle(part, st.parts), np.empty(0, np.int64)
+        return rows.run(sel.args(st), st.parts)
 
-    def _end(self, st: ExpansionState, sel: Selection | None, local: LocalRows | None, files, log) -> tuple:
+    def _end(
+        self, st: ExpansionState, sel: Selection | None, rows: LocalRows | FileRounds, log: Callable[[str], None]
+    ) -> tuple:
         """The last step: leftover rule, max_rounds, or the finishing pass; returns its delta."""
         p = st.parts
         if sel is not None and sel.leftover_to == FINISH:
             log(f"{self.name}: finishing pass over {st.remaining:,} rows")
-            if local is not None:
-                return local.settle(self.finish(st, local.rest), p)
-            return files.finish(self, st)
+            return self._finish_rows(st, rows)
         if sel is None and self.refines:  # out of rounds: the capacity still holds in the finishing pass
             log(f"{self.name}: max_rounds {self.cfg.max_rounds} reached, finishing pass over {st.remaining:,} rows")
-            return local.settle(self.finish(st, local.rest), p) if local is not None else files.finish(self, st)
+            return self._finish_rows(st, rows)
         k = sel.leftover_to if sel is not None else int(np.argmin(st.ecount))
         why = "leftover rule" if sel is not None else f"max_rounds {self.cfg.max_rounds} reached"
         log(f"{self.name}: {why}: {st.remaining:,} remaining rows -> partition {k}")
-        if local is not None:
-            return local.settle(np.full(len(local), k, np.int32), p)
-        return files.run((), p, leftover_to=k)[0]
+        if isinstance(rows, LocalRows):
+            return rows.settle(np.full(len(rows), k, np.int32), p)
+        return rows.run((), p, leftover_to=k)[0]
+
+    def _finish_rows(self, st: ExpansionState, rows: LocalRows | FileRounds) -> tuple:
+        """The finishing pass over the remaining rows, in the driver or as one Spark job; returns its delta."""
+        if isinstance(rows, LocalRows):
+            return rows.settle(self.finish(st, rows.rest), st.parts)
+        return rows.finish(st, self.finish_args(st))
 
     def expand(
         self,
         st: ExpansionState,
-        local: LocalRows | None,
-        files: FileRounds | None,
+        rows: LocalRows | FileRounds,
         smp: dict[str, np.ndarray],
         stride: int,
         local_cap: int,
-        log,
+        log: Callable[[str], None],
         progress: bool = False,
-        on_round=None,
-    ) -> tuple[LocalRows | None, dict[str, float]]:
-        """The rounds, from the files (Spark) and then in the driver, until every row is allocated."""
+        on_round: Callable[[ExpansionState, Selection], None] | None = None,
+    ) -> tuple[LocalRows | None, dict[str, Any]]:
+        """The rounds, from the files (Spark) and then in the driver, until every row is allocated; returns
+        the rows the driver ended up holding (None: it never held any) and the round statistics."""
         t_spark = t_local = 0.0
         n_spark = n_local = 0
         while st.remaining > 0:
             t0 = time.perf_counter()
-            if local is None and st.remaining <= local_cap:
-                local = LocalRows(files.fetch())
-            if local is not None:
-                smp = local.sample(stride)
+            if isinstance(rows, FileRounds) and st.remaining <= local_cap:
+                rows = LocalRows(rows.fetch())
+            if isinstance(rows, LocalRows):
+                smp = rows.sample(stride)
             self.estimate(st, smp, stride)
             sel = self.select(st) if st.rounds < self.cfg.max_rounds else None
             if sel is None or sel.leftover_to != -1:
-                st.apply(self._end(st, sel, local, files, log))
+                st.apply(self._end(st, sel, rows, log))
                 break
             if on_round is not None:
                 on_round(st, sel)
-            mode = "local" if local is not None else "spark"
-            delta = self._round(st, sel, local, files)
+            mode = "local" if isinstance(rows, LocalRows) else "spark"
+            delta, sampled = self._round(st, sel, rows)
             if mode == "spark":  # the sample rows the round allocated leave the driver's sample
-                keep = ~np.isin(smp["eid"], self._sampled)
+                keep = ~np.isin(smp["eid"], sampled)
                 smp = {c: a[keep] for c, a in smp.items()}
             st.claim[sel.claimed] = -1
             st.apply(delta)
@@ -421,7 +383,7 @@ class ExpansionPartitioner(Partitioner):
                     f"claimed {len(sel.claimed):,}, E {st.ecount.tolist()}, V {st.vcount.tolist()}, {dt:.2f}s"
                 )
         stats = {"spark_rounds": n_spark, "local_rounds": n_local, "spark_rounds_s": t_spark, "local_rounds_s": t_local}
-        return local, stats
+        return (rows if isinstance(rows, LocalRows) else None), stats
 
     def partition(self, ctx: PartitionContext) -> PartitionResult:
         t_start = time.perf_counter()
@@ -454,7 +416,9 @@ class ExpansionPartitioner(Partitioner):
             alloc, rounds=st.rounds, timings=timings, counts=counts, replica_bits=bits, edges_per_part=st.ecount
         )
 
-    def _partition_held(self, ctx: PartitionContext, alloc_dir) -> tuple[ExpansionState, dict, dict, None]:
+    def _partition_held(
+        self, ctx: PartitionContext, alloc_dir: Path
+    ) -> tuple[ExpansionState, dict[str, Any], dict[str, float], FileRounds | None]:
         """A graph of at most ``local_finish_edges`` rows: fetched once, expanded and refined in the driver."""
         t = time.perf_counter()
         held = _fetch(ctx.edges)
@@ -463,7 +427,9 @@ class ExpansionPartitioner(Partitioner):
         _write_local(local, alloc_dir)
         return st, stats, timings, None
 
-    def _partition_files(self, ctx: PartitionContext, alloc_dir) -> tuple[ExpansionState, dict, dict, FileRounds]:
+    def _partition_files(
+        self, ctx: PartitionContext, alloc_dir: Path
+    ) -> tuple[ExpansionState, dict[str, Any], dict[str, float], FileRounds | None]:
         """A bigger graph: rounds as Spark jobs over the row files until the remainder fits the driver,
         refinement over the allocation files."""
         spark, cfg, m = ctx.spark, ctx.cfg, ctx.num_edges
@@ -473,12 +439,12 @@ class ExpansionPartitioner(Partitioner):
         deg, smp = files.split(ctx.edges, ctx.num_vertices, stride)
         timings = {"split_s": round(time.perf_counter() - t, 3)}
         st = self.new_state(deg, m)
-        local, stats = self.expand(st, None, files, smp, stride, cfg.local_finish_edges, ctx.log, cfg.progress)
+        local, stats = self.expand(st, files, smp, stride, cfg.local_finish_edges, ctx.log, cfg.progress)
         stats["sample_bytes"] = sum(a.nbytes for a in smp.values())
         t = time.perf_counter()
         if self.refines:  # the allocated rows live in files per group (the local part joins them)
             files.write_allocated(local.allocated() if local is not None else None)
-            stats["refine_rounds"] = self.refine(st, None, files)
+            stats["refine_rounds"] = self.refine(st, files)
             stats["refine_log"] = self.refine_log()
         elif local is not None and local.done:
             _write_local(local, alloc_dir)
@@ -486,8 +452,13 @@ class ExpansionPartitioner(Partitioner):
         return st, stats, timings, files
 
     def expand_held(
-        self, rows: dict[str, np.ndarray], deg: np.ndarray, log, progress: bool = False, on_round=None
-    ) -> tuple[ExpansionState, LocalRows, dict]:
+        self,
+        rows: dict[str, np.ndarray],
+        deg: np.ndarray,
+        log: Callable[[str], None],
+        progress: bool = False,
+        on_round: Callable[[ExpansionState, Selection], None] | None = None,
+    ) -> tuple[ExpansionState, LocalRows, dict[str, Any]]:
         """Expansion and refinement of a graph the driver holds, from ``starts()`` first-seed sets
         (``new_state``'s ``start``); the best result by ``start_score`` is kept.
 
@@ -503,14 +474,16 @@ class ExpansionPartitioner(Partitioner):
         starts = self.starts() if total <= self.cfg.local_finish_edges else 1  # as the Spark path (run_local)
         active = int((deg > 0).sum())
         unallocated = LocalRows(rows)  # sorted into canonical order once for every start
-        best, tried = None, []
+        best: tuple[tuple, ExpansionState, LocalRows, dict[str, Any]] | None = None
+        tried: list[dict[str, Any]] = []
         for start in range(starts):
             st = self.new_state(deg, total, start)
-            local, stats = self.expand(st, unallocated.restart(), None, {}, stride, total, log, progress, on_round)
+            local = unallocated.restart()  # the expansion settles the rows in place
+            stats = self.expand(st, local, {}, stride, total, log, progress, on_round)[1]
             t = time.perf_counter()
             if self.refines:
                 done = local.allocated()
-                stats["refine_rounds"] = self.refine(st, done, None)
+                stats["refine_rounds"] = self.refine(st, done)
                 stats["refine_log"] = self.refine_log()
                 local.done = [done]
             stats["refine_s"] = time.perf_counter() - t
@@ -522,6 +495,7 @@ class ExpansionPartitioner(Partitioner):
                 log(f"{self.name}: start {start} (seed {st.seed}): RF {q['rf']:.3f} VB {q['vb']:.3f} EB {q['eb']:.3f}")
             if best is None or score < best[0]:
                 best = (score, st, local, stats)
+        assert best is not None, "starts() is at least 1"
         _, st, local, stats = best
         stats["starts"] = tried
         stats["starts_s"] = sum(t["s"] for t in tried)  # the kept start's rounds_s and refine_s are its own
@@ -560,7 +534,12 @@ class ExpansionPartitioner(Partitioner):
         return st
 
     def run_local(
-        self, src: np.ndarray, dst: np.ndarray, num_vertices: int, eid: np.ndarray | None = None, on_round=None
+        self,
+        src: np.ndarray,
+        dst: np.ndarray,
+        num_vertices: int,
+        eid: np.ndarray | None = None,
+        on_round: Callable[[ExpansionState, Selection], None] | None = None,
     ) -> tuple[np.ndarray, int]:
         """The whole expansion in this process on numpy arrays: (part per row, rounds).
 
@@ -581,7 +560,7 @@ class ExpansionPartitioner(Partitioner):
         return out, st.rounds
 
 
-def _write_local(local: LocalRows, alloc_dir) -> None:
+def _write_local(local: LocalRows, alloc_dir: Path) -> None:
     """The rows the driver allocated, as one file of the allocation."""
     a = local.allocated()
     pq.write_table(
@@ -589,7 +568,7 @@ def _write_local(local: LocalRows, alloc_dir) -> None:
     )
 
 
-def _fetch(df: Any) -> dict[str, np.ndarray]:
+def _fetch(df: DataFrame) -> dict[str, np.ndarray]:
     """Fetch a small edge set (at most partition.local_finish_edges rows) to the driver."""
     t = df.select("eid", "src", "dst").toArrow()
     return {c: t.column(c).to_numpy().astype(np.int64) for c in ("eid", "src", "dst")}

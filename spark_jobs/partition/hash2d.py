@@ -5,10 +5,9 @@ from __future__ import annotations
 
 from spark_jobs.partition import kernels
 from spark_jobs.partition.arrow_map import assign_with
-from spark_jobs.partition.base import PartitionContext, Partitioner, PartitionResult, register
+from spark_jobs.partition.base import PartitionContext, Partitioner, PartitionResult
 
 
-@register
 class Hash2D(Partitioner):
     name = "hash2d"
 

@@ -16,10 +16,9 @@ from pyspark.sql import functions as F
 
 from glisp_core.config import to_dict
 from spark_jobs.partition import kernels
-from spark_jobs.partition.base import PartitionContext, Partitioner, PartitionResult, register
+from spark_jobs.partition.base import PartitionContext, Partitioner, PartitionResult
 
 
-@register
 class HDRF(Partitioner):
     name = "hdrf"
 

@@ -36,7 +36,8 @@ import math
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
-from typing import Any
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import pandas as pd
@@ -45,7 +46,7 @@ import pyarrow.parquet as pq
 from numba import njit
 from pyspark.sql import functions as F
 
-from glisp_core.config import Config
+from glisp_core.config import Config, PartitionConfig
 from glisp_core.dataset.layout import DatasetVersion, list_versions
 from glisp_core.dataset.manifest import Manifest, StageRecord
 from glisp_core.dataset.versions import read_latest
@@ -57,10 +58,13 @@ from spark_jobs.partition.expansion import local_degrees
 from spark_jobs.partition.metrics import write_outputs, write_outputs_local
 from spark_jobs.partition.rounds import ALLOC_PA
 
+if TYPE_CHECKING:
+    from pyspark.sql import DataFrame, SparkSession
+
 # ---- choosing the base -------------------------------------------------------------------------
 
 
-def _usable_base(root: Any, graph: str, version: str, stage: str, cfg: Config) -> StageRecord | None:
+def _usable_base(root: Path, graph: str, version: str, stage: str, cfg: Config) -> StageRecord | None:
     dv = DatasetVersion(root, graph, version)
     try:
         m = Manifest.read(dv.manifest_path)
@@ -81,6 +85,7 @@ def find_base(cfg: Config, dv: DatasetVersion, run: str) -> tuple[DatasetVersion
     """
     stage = f"partition/{run}"
     pc = cfg.partition
+    candidates: list[str | None]
     if pc.incremental_base:
         candidates = [pc.incremental_base]
     else:
@@ -142,7 +147,9 @@ def etype_map(base: DatasetVersion, new: DatasetVersion) -> np.ndarray:
     return np.array([names_n.index(t) if t in names_n else -1 for t in names_b], np.int64)
 
 
-def _base_rows_in_new_ids(spark: Any, base: DatasetVersion, run: str, vmap: np.ndarray, emap: np.ndarray) -> Any:
+def _base_rows_in_new_ids(
+    spark: SparkSession, base: DatasetVersion, run: str, vmap: np.ndarray, emap: np.ndarray
+) -> DataFrame:
     """The base's edge rows (eid, src, dst, etype in the new version's ids, part); rows that lost an
     endpoint or their edge type are dropped (they are removed edges)."""
     bc = spark.sparkContext.broadcast((vmap, emap))
@@ -206,7 +213,7 @@ def match_spark(
     vmap: np.ndarray,
     emap: np.ndarray,
     rows_total: int,
-) -> Any:
+) -> DataFrame:
     """New edge rows (eid, src, dst, part, how, rows, k) as :func:`incremental_match.match` decides them:
     base and new rows are hashed to tasks by unordered pair, each task runs the match over its pairs."""
     old = _base_rows_in_new_ids(ctx.spark, base, run, vmap, emap).withColumn("side", F.lit(0))
@@ -253,7 +260,7 @@ def match_local(
     return {"eid": e["eid"][idx], "src": e["src"][idx], "dst": e["dst"][idx], **r}
 
 
-def _read(path: Any, cols: tuple[str, ...]) -> dict[str, np.ndarray]:
+def _read(path: Path, cols: tuple[str, ...]) -> dict[str, np.ndarray]:
     t = pq.read_table(str(path), columns=list(cols))
     return {c: t.column(c).to_numpy().astype(np.int64) for c in cols}
 
@@ -361,7 +368,7 @@ def _done_local(r: dict[str, np.ndarray], n: int, p: int) -> _Done:
     return _Done(_bits_of(vid, part, n, p), sizes, kept, int(done.sum()) - kept)
 
 
-def _done_spark(matched: Any, n: int, p: int) -> _Done:
+def _done_spark(matched: DataFrame, n: int, p: int) -> _Done:
     done = matched.where(F.col("how") != incremental_match.FRESH)
     t = done.select(F.explode(F.array("src", "dst")).alias("vid"), "part").distinct().toArrow()  # O(replicas)
     bits = _bits_of(t.column("vid").to_numpy(), t.column("part").to_numpy(), n, p)
@@ -385,7 +392,9 @@ def _place_local(ctx: PartitionContext, r: dict[str, np.ndarray], st: _Done, deg
     return int((part < 0).sum())
 
 
-def _stream_added(ctx: PartitionContext, fresh: Any, deg: np.ndarray, st: _Done, cap: int) -> tuple[Any, int]:
+def _stream_added(
+    ctx: PartitionContext, fresh: DataFrame, deg: np.ndarray, st: _Done, cap: int
+) -> tuple[DataFrame, int]:
     """Place the fresh rows with :func:`place_capped`, streamed through the driver in (k, pair, eid) order;
     returns (their allocation, rows without room)."""
     lo, hi = F.least("src", "dst"), F.greatest("src", "dst")
@@ -435,7 +444,7 @@ def _refresh_spark(
     cap: int,
     rows_total: int,
     clock: dict[str, float],
-) -> tuple[Any, _Done, int]:
+) -> tuple[DataFrame, _Done, int]:
     """Match in Spark tasks (one job), then stream the fresh rows through the driver's placement."""
     t = time.perf_counter()
     matched_dir = ctx.staging / "inc_matched"
@@ -451,7 +460,7 @@ def _refresh_spark(
 
 
 def refresh(
-    ctx: PartitionContext, new: DatasetVersion, base: DatasetVersion, base_rec: StageRecord, run: str, out: Any
+    ctx: PartitionContext, new: DatasetVersion, base: DatasetVersion, base_rec: StageRecord, run: str, out: Path
 ) -> Refresh:
     """Partition ``new`` from ``base``'s ``partition/<run>``; writes assignment/ and replicas/ under ``out``.
 
@@ -467,13 +476,14 @@ def refresh(
     cap = math.ceil((1.0 + ctx.cfg.incremental_epsilon) * m / p)
     local = max(base_m, m) <= ctx.cfg.incremental_local_edges
     clock = {"ids": time.perf_counter() - t0}
+    alloc: dict[str, np.ndarray] | DataFrame  # the new rows' partitions: arrays (local) or a DataFrame
     if local:
         alloc, st, unplaced = _refresh_local(ctx, base, run, new, vmap, emap, cap, clock)
     else:
         alloc, st, unplaced = _refresh_spark(ctx, base, run, new, vmap, emap, cap, base_m + m, clock)
     clock["place"] = time.perf_counter() - t0 - sum(clock.values())
     n_kept, n_attached = st.kept, st.attached
-    info = {
+    info: dict[str, Any] = {
         "base": f"{base.graph}/{base.version}",
         "base_run": run,
         "base_fingerprint": base_rec.fingerprint,
@@ -490,7 +500,7 @@ def refresh(
     if unplaced:
         return Refresh({}, {}, info, f"{unplaced} added rows found no partition under the capacity {cap}")
     t_place = time.perf_counter()
-    if local:  # written from the arrays, no Spark job
+    if isinstance(alloc, dict):  # local: written from the arrays, no Spark job
         counts, metrics = write_outputs_local(out, alloc["eid"], alloc["part"], p, m, st.bits, st.sizes)
     else:
         counts, metrics = write_outputs(spark, alloc, out, p, m, st.bits, st.sizes)
@@ -504,7 +514,7 @@ def _anchor_rf(base_rec: StageRecord) -> float:
     return float(inc["anchor_rf"] if inc.get("path") == "incremental" else base_rec.metrics["rf"])
 
 
-def drift(pc: Any, metrics: dict[str, Any], anchor_rf: float) -> str:
+def drift(pc: PartitionConfig, metrics: dict[str, Any], anchor_rf: float) -> str:
     """Why an incremental result is not good enough to publish ("" = it is)."""
     why = []
     if metrics["vb"] > pc.incremental_max_vb:

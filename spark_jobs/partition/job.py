@@ -1,4 +1,4 @@
-"""``run_partition``: run one registered partitioner on a dataset version and publish its outputs.
+"""``run_partition``: run one partitioner of the registry on a dataset version and publish its outputs.
 
 Stage ``partition/<run>`` (run default ``<algorithm>-p<P>``) depends on ``ingest``; it is a no-op when
 published with the same parameters and ingest, unless forced.
@@ -7,7 +7,9 @@ published with the same parameters and ingest, unless forced.
 from __future__ import annotations
 
 import shutil
-from typing import Any
+import time
+from pathlib import Path
+from typing import TYPE_CHECKING
 
 from glisp_core.config import Config
 from glisp_core.dataset.layout import DatasetVersion, check_name
@@ -15,8 +17,33 @@ from glisp_core.dataset.manifest import Manifest, StageRecord
 from glisp_core.dataset.publish import StagePublisher
 from glisp_core.dataset.versions import VersionLease
 from spark_jobs.partition import incremental
-from spark_jobs.partition.base import Clock, PartitionContext, get_partitioner
+from spark_jobs.partition.base import PartitionContext
 from spark_jobs.partition.metrics import write_outputs
+from spark_jobs.partition.registry import get_partitioner
+
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
+
+
+class Clock:
+    """Named wall-clock sections for StageRecord.timings."""
+
+    def __init__(self) -> None:
+        self.t: dict[str, float] = {}
+
+    def section(self, name: str) -> _Section:
+        return _Section(self, name)
+
+
+class _Section:
+    def __init__(self, clock: Clock, name: str) -> None:
+        self.clock, self.name = clock, name
+
+    def __enter__(self) -> None:
+        self.t0 = time.perf_counter()
+
+    def __exit__(self, *exc: object) -> None:
+        self.clock.t[self.name] = round(self.clock.t.get(self.name, 0.0) + time.perf_counter() - self.t0, 3)
 
 
 def run_name(cfg: Config) -> str:
@@ -31,7 +58,7 @@ def run_name(cfg: Config) -> str:
     )
 
 
-def run_partition(spark: Any, cfg: Config, dv: DatasetVersion, force: bool = False) -> StageRecord:
+def run_partition(spark: SparkSession, cfg: Config, dv: DatasetVersion, force: bool = False) -> StageRecord:
     """Partition ``dv``'s edges with ``cfg.partition``; returns the published StageRecord."""
     pcfg = cfg.partition
     algo = get_partitioner(pcfg)
@@ -88,7 +115,14 @@ def run_partition(spark: Any, cfg: Config, dv: DatasetVersion, force: bool = Fal
     return rec
 
 
-def _try_refresh(ctx: PartitionContext, dv: DatasetVersion, base, run: str, out, clock: Clock):
+def _try_refresh(
+    ctx: PartitionContext,
+    dv: DatasetVersion,
+    base: tuple[DatasetVersion, StageRecord] | None,
+    run: str,
+    out: Path,
+    clock: Clock,
+) -> incremental.Refresh:
     """The incremental path (``partition.incremental``); ``fallback`` set when a full run must follow."""
     if base is None:
         info = {"path": "full", "reason": "no earlier version holds a published run of this algorithm and p"}

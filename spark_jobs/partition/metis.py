@@ -28,8 +28,8 @@ to the owners of their own sources.
 from __future__ import annotations
 
 import time
-from collections.abc import Iterator
-from typing import Any
+from collections.abc import Callable, Iterator
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import pyarrow as pa
@@ -39,7 +39,10 @@ from pyspark.sql import functions as F
 from glisp_core.config import PartitionConfig
 from glisp_core.errors import ConfigError, StageError
 from glisp_spark.worker_heap import freeze_worker_heap
-from spark_jobs.partition.base import PartitionContext, Partitioner, PartitionResult, register
+from spark_jobs.partition.base import PartitionContext, Partitioner, PartitionResult
+
+if TYPE_CHECKING:
+    from pyspark.sql import DataFrame
 
 OWNER_SCHEMA = "vid long, part int, metis_cut long, metis_prep_s double, metis_s double"
 BALANCE = {
@@ -86,7 +89,7 @@ def _kway_ctypes() -> Any:
 
         lib = ctypes.CDLL(_internal.__file__)
         fn, defaults = lib.METIS_PartGraphKway, lib.METIS_SetDefaultOptions
-        noptions = int(_internal.Options._len())
+        noptions = int(_internal.Options._len())  # type: ignore[attr-defined]  # pybind11 method the stub omits
         keys = (int(pymetis.OptionKey.SEED), int(pymetis.OptionKey.NUMBERING))
     except (ImportError, OSError, AttributeError):
         return None
@@ -177,7 +180,9 @@ def metis_owners(
     return owner, cut, prep_s, metis_s
 
 
-def _metis_task(n: int, parts: int, seed: int, ncon: int) -> Any:
+def _metis_task(
+    n: int, parts: int, seed: int, ncon: int
+) -> Callable[[Iterator[pa.RecordBatch]], Iterator[pa.RecordBatch]]:
     """The mapInArrow function of the single METIS task: all pair batches in, the owner table out."""
 
     def fn(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
@@ -207,7 +212,7 @@ def _metis_task(n: int, parts: int, seed: int, ncon: int) -> Any:
     return fn
 
 
-def pair_table(edges: Any) -> Any:
+def pair_table(edges: DataFrame) -> DataFrame:
     """(lo, hi, n_lo, n_hi): one row per unordered pair (self-loops included) with its edge rows by source."""
     lo, hi = F.least("src", "dst"), F.greatest("src", "dst")
     from_lo = (F.col("src") == lo).cast("long")
@@ -218,7 +223,6 @@ def pair_table(edges: Any) -> Any:
     )
 
 
-@register
 class Metis(Partitioner):
     name = "metis"
 
@@ -263,8 +267,8 @@ class Metis(Partitioner):
         if got != ctx.num_vertices:
             raise StageError(f"metis: the owner table must hold one row per vertex, {ctx.num_vertices:,} (got {got:,})")
         summary = table.select("metis_cut", "metis_prep_s", "metis_s").limit(1).collect()[0]
-        per_part = dict(table.groupBy("part").count().collect())
-        owned = [int(per_part.get(k, 0)) for k in range(ctx.parts)]
+        per_part = {int(r["part"]): int(r["count"]) for r in table.groupBy("part").count().collect()}
+        owned = [per_part.get(k, 0) for k in range(ctx.parts)]
         ctx.log(f"metis: edge cut {summary.metis_cut:,} pairs, METIS {summary.metis_s:.1f}s, owned {owned}")
         owner = table.select(F.col("vid").alias("src"), "part")
         alloc = ctx.edges.join(owner, on="src", how="inner").select("eid", "src", "dst", "part")

@@ -9,7 +9,7 @@ EB = max_i |E_i| / mean_i |E_i|; interior fraction = share of vertices (with an 
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING
 
 import numpy as np
 import pyarrow as pa
@@ -18,10 +18,13 @@ from pyspark.sql import functions as F
 
 from glisp_core.errors import StageError
 
+if TYPE_CHECKING:
+    from pyspark.sql import DataFrame, SparkSession
+
 
 def write_outputs(
-    spark: Any,
-    alloc: Any,
+    spark: SparkSession,
+    alloc: DataFrame,
     out: Path,
     parts: int,
     num_edges: int,
@@ -100,7 +103,7 @@ def write_outputs_local(
 
 
 def measure(
-    spark: Any, out: Path, parts: int, num_edges: int, expect_epp: np.ndarray | None = None
+    spark: SparkSession, out: Path, parts: int, num_edges: int, expect_epp: np.ndarray | None = None
 ) -> tuple[dict, dict]:
     """Counts and quality metrics of a written partitioning (assignment + replicas).
 

@@ -6,14 +6,13 @@ import numpy as np
 
 from spark_jobs.partition import kernels
 from spark_jobs.partition.arrow_map import assign_with
-from spark_jobs.partition.base import PartitionContext, Partitioner, PartitionResult, register
+from spark_jobs.partition.base import PartitionContext, Partitioner, PartitionResult
 
 
 def random_parts(src: np.ndarray, dst: np.ndarray, parts: int, seed: int) -> np.ndarray:
     return (kernels.pair_hash(src, dst, seed) % np.uint64(parts)).astype(np.int32)
 
 
-@register
 class RandomEdge(Partitioner):
     name = "random"
 

@@ -30,16 +30,13 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
 
 import numpy as np
 from numba import njit
 
 from glisp_core.config import AdaDNEConfig
 from spark_jobs.partition.kernels import _bit, group_quota, pair_group, pair_run
-
-if TYPE_CHECKING:
-    from spark_jobs.partition.expansion import ExpansionState
+from spark_jobs.partition.state import ExpansionState
 
 MAX_SHED_ROUNDS = 32  # shedding rounds past refine_rounds at most (one suffices unless a group lacks rows)
 MAX_SLACK = 3  # most replicas a balance move may add beyond those it removes, when VB stalls above its bound
@@ -444,16 +441,17 @@ class Relocation:
         v = st.vcount.astype(np.float64)
         heavy = v > a.refine_vb * v.mean()
         light = v < a.refine_vb * v.mean() - 1 if phase == "balance" else none
-        bits, leaf = pack(st.counts > 0), pack(st.counts == 1)
+        counts = st.pair_counts()
+        bits, leaf = pack(counts > 0), pack(counts == 1)
         vt = votes(bits, leaf, light)
-        rem = keep_one((st.counts > 0) & (vt.free == st.counts), st.counts)
+        rem = keep_one((counts > 0) & (vt.free == counts), counts)
         if phase != "remove":
             # halfway between the target and the bound: planned removals out of the largest partition may
             # find no quota, so the VB reached overshoots the plan (tolokers p=8 polish: 1.086 -> 1.103)
-            rem = trim_to_vb(rem, st.counts, st.vcount, (a.refine_vb + a.refine_vb_max) / 2, vt.leaves)
+            rem = trim_to_vb(rem, counts, st.vcount, (a.refine_vb + a.refine_vb_max) / 2, vt.leaves)
         vroom = vout = np.zeros((st.groups, p), np.int64)
         if phase == "balance":
-            rem |= balance_moves(vt, st.counts, v, heavy, a.refine_vb, rem, self.slack)
+            rem |= balance_moves(vt, counts, v, heavy, a.refine_vb, rem, self.slack)
             vroom = group_quota(np.maximum(np.floor(a.refine_vb * v.mean() - v), 0), st.groups, r, unit=1)
             excess = np.maximum(np.ceil(v - a.refine_vb * v.mean()) - rem.sum(0), 0)
             vout = group_quota(np.where(heavy, excess, 0), st.groups, r, unit=1)
@@ -475,8 +473,9 @@ class Relocation:
         quota = group_quota(self.cap - st.ecount, g, r)
         vroom = group_quota(np.maximum(np.floor(a.refine_vb_max * v.mean() - v), 0), g, r, unit=1)
         shed = group_quota(np.maximum(st.ecount - self.cap, 0), g, r, unit=1)
-        bits = pack(st.counts > 0)  # nothing is removed in a shedding pass: the remove bits stay empty
-        args = (bits, np.zeros_like(bits), pack(st.counts == 1), none, none, quota, vroom, zeros)
+        counts = st.pair_counts()
+        bits = pack(counts > 0)  # nothing is removed in a shedding pass: the remove bits stay empty
+        args = (bits, np.zeros_like(bits), pack(counts == 1), none, none, quota, vroom, zeros)
         return int(shed.sum()), move(*args, slack=0, shed=shed)
 
     def _next(self, phase: str, moved: int, vb_fall: float, vb: float) -> str:

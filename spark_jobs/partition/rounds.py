@@ -4,7 +4,7 @@ Why: a DataFrame round (``mapInArrow`` over a cached remainder) moves every unal
 Python -> JVM, re-caches it and needs lineage truncation; measured 5-20 s per round at 8.4M rows on
 local[2]. Here the remainder lives as uncompressed Arrow IPC files in the stage's staging directory
 (memory-mapped on read), split into ``tasks`` groups. One round is ONE Spark job over the group
-indices (``parallelize(range(tasks)).mapPartitions``): each task memory-maps its group's files, runs
+indices (``glisp_spark.tasks.run_tasks``): each task memory-maps its group's files, runs
 the numba round kernel with the broadcast state, writes its still-unallocated rows to the next round's
 file and its allocated rows to Parquet under ``alloc/``, and returns only the aggregated vertex-level
 delta (vertex, partition, incidences) and rows per partition. Nothing row-level goes through the JVM or
@@ -21,17 +21,23 @@ from __future__ import annotations
 
 import os
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
 from glisp_core.errors import BadInputError
+from glisp_spark.tasks import run_tasks
 from glisp_spark.worker_heap import freeze_worker_heap
-from spark_jobs.partition import kernels
+from spark_jobs.partition import kernels, relocate
+
+if TYPE_CHECKING:
+    from pyspark.sql import DataFrame, SparkSession
+
+    from spark_jobs.partition.state import ExpansionState
 
 EDGE_PA = pa.schema([("eid", pa.int64()), ("src", pa.int64()), ("dst", pa.int64())])
 ALLOC_PA = pa.schema([("eid", pa.int64()), ("src", pa.int64()), ("dst", pa.int64()), ("part", pa.int32())])
@@ -64,9 +70,8 @@ def read_ipc(paths: list[str]) -> dict[str, np.ndarray]:
 class FileRounds:
     """The unallocated remainder as ``tasks`` groups of Arrow IPC files; see the module docstring."""
 
-    def __init__(self, spark: Any, staging: Path, alloc_dir: Path, tasks: int) -> None:
+    def __init__(self, spark: SparkSession, staging: Path, alloc_dir: Path, tasks: int) -> None:
         self.spark = spark
-        self.sc = spark.sparkContext
         self.dir = staging / "rest"
         self.dir.mkdir(parents=True, exist_ok=True)
         self.alloc_dir = alloc_dir
@@ -74,12 +79,12 @@ class FileRounds:
         self.groups: list[list[str]] = [[] for _ in range(tasks)]
         self.round = 0
         self.stride = 1  # the count sample's stride (split): a round reports which sample rows it allocated
-        self.jobs: list[dict] = []  # per Spark job after the split: kind, seconds, broadcast bytes
+        self.jobs: list[dict[str, Any]] = []  # per Spark job after the split: kind, seconds, broadcast bytes
 
     # ---- first pass: split the ingested edges into files, count degrees, take the count sample ------
     def split(
-        self, edges: Any, num_vertices: int, stride: int, source: str = "ingest/edges"
-    ) -> tuple[np.ndarray, dict]:
+        self, edges: DataFrame, num_vertices: int, stride: int, source: str = "ingest/edges"
+    ) -> tuple[np.ndarray, dict[str, np.ndarray]]:
         """One Spark job over the ingested edges: files + degree array + the rows with eid % stride == 0.
 
         Degrees are partial bincounts per task, summed on the driver (O(|V|) per task, never edges).
@@ -94,7 +99,9 @@ class FileRounds:
             freeze_worker_heap()
             from pyspark import TaskContext
 
-            pid = TaskContext.get().partitionId()
+            task = TaskContext.get()
+            assert task is not None, "FileRounds.split runs inside a Spark task"
+            pid = task.partitionId()
             tab = pa.Table.from_batches(list(batches), schema=EDGE_PA)
             eid, src, dst = (tab.column(c).to_numpy().astype(np.int64, copy=False) for c in ("eid", "src", "dst"))
             bad = (src < 0) | (src >= n) | (dst < 0) | (dst >= n)
@@ -136,16 +143,17 @@ class FileRounds:
         return deg, sample
 
     # ---- one round ------------------------------------------------------------------------------
-    def run(self, state: tuple, parts: int, leftover_to: int = -1) -> tuple:
+    def run(self, state: tuple, parts: int, leftover_to: int = -1) -> tuple[tuple, np.ndarray]:
         """One round over every group (``kernels.edge_round`` with the broadcast ``state``); returns the
         delta (vert, vpart, row incidences, pair incidences, rows per partition) and the eids of the
         count-sample rows it allocated (so the driver's sample stays exactly in step)."""
         return self._pass(parts, lambda e, st, g: kernels.edge_round(e["src"], e["dst"], *st), state, leftover_to)
 
-    def finish(self, algo: Any, st: Any) -> tuple:
+    def finish(self, st: ExpansionState, finish_args: tuple) -> tuple:
         """The finishing pass as one Spark job: each group places its rows with ``kernels.finish_greedy``
-        from the broadcast state, within its quota of each partition's room (so the capacity holds)."""
-        deg, cap, lam_e, lam_v, eps = algo.finish_args(st)
+        from the broadcast state and the algorithm's ``finish_args`` (deg, cap, lam_e, lam_v, eps), within
+        its quota of each partition's room (so the capacity holds)."""
+        deg, cap, lam_e, lam_v, eps = finish_args
         quota = kernels.group_quota(cap - st.ecount, self.tasks, st.rounds)
         state = (deg, st.bits, st.ecount, st.vcount, quota, lam_e, lam_v, eps)
 
@@ -158,40 +166,45 @@ class FileRounds:
 
         return self._pass(st.parts, fin, state, -1, kind="finish")[0]
 
-    def _pass(self, parts: int, decide, state: tuple, leftover_to: int, kind: str = "round") -> tuple:
+    def _pass(
+        self,
+        parts: int,
+        decide: Callable[[dict[str, np.ndarray], tuple, int], np.ndarray],
+        state: tuple,
+        leftover_to: int,
+        kind: str = "round",
+    ) -> tuple[tuple, np.ndarray]:
         """One Spark job over every group: decide each unallocated row, write the rest and the allocated."""
         self.round += 1
         r = self.round
         nxt = self.dir / f"r{r:05d}"
         nxt.mkdir(exist_ok=True)
         groups, alloc, stride = self.groups, str(self.alloc_dir), self.stride
-        t0, bc = time.perf_counter(), self.sc.broadcast(state)
+        t0, bc = time.perf_counter(), self.spark.sparkContext.broadcast(state)
 
-        def fn(it: Iterator[int]) -> Iterator[tuple]:
-            freeze_worker_heap()
-            for g in it:
-                e = read_ipc(groups[g])
-                if r == 1:  # the split wrote the group in input order; later rounds keep canonical order
-                    o = kernels.canonical_order(e["src"], e["dst"], e["eid"])
-                    e = {c: a[o] for c, a in e.items()}
-                if leftover_to >= 0:
-                    part = np.full(len(e["eid"]), leftover_to, np.int32)
-                else:
-                    part = decide(e, bc.value, g)
-                delta = kernels.incidence_delta(e["src"], e["dst"], part, parts)
-                done = part >= 0
-                keep = ~done
-                _atomic_write_ipc(
-                    f"{nxt}/g{g:05d}.arrow", pa.table({x: e[x][keep] for x in ("eid", "src", "dst")}, schema=EDGE_PA)
+        def task(g: int) -> tuple[tuple, np.ndarray]:
+            e = read_ipc(groups[g])
+            if r == 1:  # the split wrote the group in input order; later rounds keep canonical order
+                o = kernels.canonical_order(e["src"], e["dst"], e["eid"])
+                e = {c: a[o] for c, a in e.items()}
+            if leftover_to >= 0:
+                part = np.full(len(e["eid"]), leftover_to, np.int32)
+            else:
+                part = decide(e, bc.value, g)
+            delta = kernels.incidence_delta(e["src"], e["dst"], part, parts)
+            done = part >= 0
+            keep = ~done
+            _atomic_write_ipc(
+                f"{nxt}/g{g:05d}.arrow", pa.table({x: e[x][keep] for x in ("eid", "src", "dst")}, schema=EDGE_PA)
+            )
+            if done.any():
+                _atomic_write_parquet(
+                    f"{alloc}/r{r:05d}-g{g:05d}.parquet",
+                    pa.table([e["eid"][done], e["src"][done], e["dst"][done], part[done]], schema=ALLOC_PA),
                 )
-                if done.any():
-                    _atomic_write_parquet(
-                        f"{alloc}/r{r:05d}-g{g:05d}.parquet",
-                        pa.table([e["eid"][done], e["src"][done], e["dst"][done], part[done]], schema=ALLOC_PA),
-                    )
-                yield delta, e["eid"][done & (e["eid"] % stride == 0)]
+            return delta, e["eid"][done & (e["eid"] % stride == 0)]
 
-        out = self._job(fn)
+        out = run_tasks(self.spark, self.tasks, task)
         self._record(kind if leftover_to < 0 else "leftover", t0, state)
         bc.unpersist()
         old = [p for grp in groups for p in grp]
@@ -199,9 +212,6 @@ class FileRounds:
         for p in old:
             os.remove(p)
         return merge_deltas([o[0] for o in out], parts), np.concatenate([o[1] for o in out])
-
-    def _job(self, fn) -> list:
-        return self.sc.parallelize(range(self.tasks), self.tasks).mapPartitions(fn).collect()
 
     def _record(self, kind: str, t0: float, state: tuple) -> None:
         nbytes = sum(a.nbytes for a in state if isinstance(a, np.ndarray))
@@ -227,20 +237,17 @@ class FileRounds:
                 cols = [rows["eid"][s], rows["src"][s], rows["dst"][s], rows["part"][s].astype(np.int32)]
                 _atomic_write_parquet(str(self.alloc_dir / f"local-g{g:05d}.parquet"), pa.table(cols, schema=ALLOC_PA))
 
-    def relocation_votes(self, state: tuple, parts: int) -> list[tuple]:
+    def relocation_votes(self, state: tuple[np.ndarray, np.ndarray, np.ndarray], parts: int) -> list[tuple]:
         """One read-only Spark job: each group's ``relocate.relocation_votes`` (keys, counts) from the
         broadcast (bits, leaf, light)."""
-        from spark_jobs.partition import relocate
+        t0, bc, alloc = time.perf_counter(), self.spark.sparkContext.broadcast(state), self.alloc_dir
 
-        t0, bc, alloc = time.perf_counter(), self.sc.broadcast(state), self.alloc_dir
+        def task(g: int) -> tuple:
+            e = read_allocated(alloc, g)[1]
+            bits, leaf, light = bc.value
+            return relocate.relocation_votes(e["src"], e["dst"], e["part"], bits, leaf, light, parts)
 
-        def fn(it: Iterator[int]) -> Iterator[tuple]:
-            freeze_worker_heap()
-            for g in it:
-                e = read_allocated(alloc, g)[1]
-                yield relocate.relocation_votes(e["src"], e["dst"], e["part"], *bc.value, parts)
-
-        out = self._job(fn)
+        out = run_tasks(self.spark, self.tasks, task)
         self._record("relocation_votes", t0, state)
         bc.unpersist()
         return out
@@ -249,31 +256,27 @@ class FileRounds:
         """One relocation move pass as one Spark job: each group re-reads its allocated rows, moves some with
         ``relocate.evacuate_round`` (broadcast state) and rewrites them as one file. Returns the deltas of
         the moved rows (taken out, put in) and how many rows moved."""
-        from spark_jobs.partition import relocate
-
         self.round += 1
         r, alloc = self.round, self.alloc_dir
-        t0, bc = time.perf_counter(), self.sc.broadcast(state)
+        t0, bc = time.perf_counter(), self.spark.sparkContext.broadcast(state)
 
-        def fn(it: Iterator[int]) -> Iterator[tuple]:
-            freeze_worker_heap()
-            for g in it:
-                paths, e = read_allocated(alloc, g)
-                new = relocate.evacuate_round(e["src"], e["dst"], e["part"], *bc.value)
-                moved = new != e["part"]
-                out = pa.table([e["eid"], e["src"], e["dst"], new], schema=ALLOC_PA)
-                target = str(alloc / f"f{r:05d}-g{g:05d}.parquet")
-                _atomic_write_parquet(target, out)
-                for p in paths:
-                    if p != target:  # a retried task read the file its first attempt wrote
-                        os.remove(p)
-                yield (
-                    kernels.incidence_delta(e["src"][moved], e["dst"][moved], e["part"][moved], parts),
-                    kernels.incidence_delta(e["src"][moved], e["dst"][moved], new[moved], parts),
-                    int(moved.sum()),
-                )
+        def task(g: int) -> tuple[tuple, tuple, int]:
+            paths, e = read_allocated(alloc, g)
+            new = relocate.evacuate_round(e["src"], e["dst"], e["part"], *bc.value)
+            moved = new != e["part"]
+            out = pa.table([e["eid"], e["src"], e["dst"], new], schema=ALLOC_PA)
+            target = str(alloc / f"f{r:05d}-g{g:05d}.parquet")
+            _atomic_write_parquet(target, out)
+            for p in paths:
+                if p != target:  # a retried task read the file its first attempt wrote
+                    os.remove(p)
+            return (
+                kernels.incidence_delta(e["src"][moved], e["dst"][moved], e["part"][moved], parts),
+                kernels.incidence_delta(e["src"][moved], e["dst"][moved], new[moved], parts),
+                int(moved.sum()),
+            )
 
-        out = self._job(fn)
+        out = run_tasks(self.spark, self.tasks, task)
         self._record("relocate", t0, state)
         bc.unpersist()
         return (

@@ -16,6 +16,7 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
+from numpy.typing import DTypeLike
 
 from glisp_core.errors import GlispError
 from glisp_core.partition_format import write_partition
@@ -41,7 +42,7 @@ class BuildContext:
     extra: dict[str, Any] = field(default_factory=dict)
 
 
-def _col(t: pa.Table, name: str, dtype) -> np.ndarray:
+def _col(t: pa.Table, name: str, dtype: DTypeLike) -> np.ndarray:
     return t.column(name).to_numpy(zero_copy_only=False).astype(dtype, copy=False)
 
 

@@ -12,7 +12,7 @@ from __future__ import annotations
 import json
 import time
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from glisp_core.config import Config
 from glisp_core.dataset.layout import (
@@ -39,6 +39,9 @@ from glisp_core.partition_format import FIELD_BY_NAME, FORMAT_VERSION
 from spark_jobs.serialize.build import SUMMARY_SCHEMA, BuildContext, build_partition, empty_inputs, make_task
 from spark_jobs.serialize.master import compute_masters
 
+if TYPE_CHECKING:
+    from pyspark.sql import DataFrame, SparkSession
+
 
 def latest_partition_run(man: Manifest) -> str:
     """The partition run published last (by completion time, then name)."""
@@ -58,7 +61,9 @@ def resolve_run(man: Manifest, run: str | None) -> tuple[str, int]:
     return run, parts
 
 
-def _check_assignment(spark, dv: DatasetVersion, run: str, num_parts: int, num_edges: int, subset: bool = False):
+def _check_assignment(
+    spark: SparkSession, dv: DatasetVersion, run: str, num_parts: int, num_edges: int, subset: bool = False
+) -> tuple[DataFrame, DataFrame]:
     """Every ingest edge has exactly one assignment row with a part in [0, P); returns edges joined with part.
 
     ``subset``: the run partitions only some ingest edges (a link-prediction training graph, whose held-out
@@ -159,7 +164,9 @@ def footprint(summaries: list[dict[str, Any]], num_edges: int) -> dict[str, Any]
     }
 
 
-def run_serialize(spark, cfg: Config, dv: DatasetVersion, run: str | None = None, force: bool = False) -> StageRecord:
+def run_serialize(
+    spark: SparkSession, cfg: Config, dv: DatasetVersion, run: str | None = None, force: bool = False
+) -> StageRecord:
     """Serialize partition run ``run`` (default: cfg.serialize.partition, else the latest) of ``dv``."""
     from pyspark.sql import functions as F
 
@@ -234,7 +241,9 @@ def run_serialize(spark, cfg: Config, dv: DatasetVersion, run: str | None = None
         return pub.commit(counts=counts, metrics=metrics, timings=timings)
 
 
-def _vertex_rows(spark, dv: DatasetVersion, edges: Any, vertices: Any, masters: Any, fdim: int) -> Any:
+def _vertex_rows(
+    spark: SparkSession, dv: DatasetVersion, edges: DataFrame, vertices: DataFrame, masters: DataFrame, fdim: int
+) -> DataFrame:
     """One row per (vertex, partition holding a replica): degrees, replica set, master and type, plus, on the
     master's row, the label, split and features."""
     from pyspark.sql import functions as F
@@ -256,7 +265,7 @@ def _vertex_rows(spark, dv: DatasetVersion, edges: Any, vertices: Any, masters: 
     return vrows.join(mrows, [VID, PART], "left")
 
 
-def _build_partitions(ctx: BuildContext, run: str, erows: Any, vrows: Any) -> list[dict[str, Any]]:
+def _build_partitions(ctx: BuildContext, run: str, erows: DataFrame, vrows: DataFrame) -> list[dict[str, Any]]:
     """Build every partition in one Spark task per partition (cogrouped edge and vertex rows); a partition that
     received no rows at all is built empty here. Returns the summaries in partition order."""
     task = make_task(ctx)
@@ -276,7 +285,9 @@ def _build_partitions(ctx: BuildContext, run: str, erows: Any, vrows: Any) -> li
     return [summaries[k] for k in range(ctx.num_parts)]
 
 
-def _counts_and_metrics(summ: list[dict[str, Any]], num_edges: int, isolated: int) -> tuple[dict, dict]:
+def _counts_and_metrics(
+    summ: list[dict[str, Any]], num_edges: int, isolated: int
+) -> tuple[dict[str, Any], dict[str, Any]]:
     """The stage record's counts (per partition) and metrics (footprint, master balance)."""
     num_parts = len(summ)
     mp = [s["master"] for s in summ]

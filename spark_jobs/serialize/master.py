@@ -21,9 +21,13 @@ the driver.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from glisp_core.dataset.layout import MASTER, PARTS, VID, DatasetVersion
 from glisp_core.errors import BadInputError, ConfigError
+
+if TYPE_CHECKING:
+    from pyspark.sql import Column, DataFrame, SparkSession
 
 SLICES = 4
 _MASK53 = (1 << 53) - 1
@@ -33,12 +37,12 @@ _MASK53 = (1 << 53) - 1
 class Masters:
     """``df``: vid long, parts array<int> (isolated: [master]), master int, isolated bool (cached)."""
 
-    df: object  # pyspark DataFrame
+    df: DataFrame
     per_part: list[int]  # vertices mastered by each partition
     isolated: int
 
 
-def _uniform(vid, k, salt: str):
+def _uniform(vid: Column, k: Column, salt: str) -> Column:
     """u in (0, 1] from a 64-bit hash of (vid, k): reproducible anywhere Spark's xxhash64 is."""
     from pyspark.sql import functions as F
 
@@ -46,7 +50,7 @@ def _uniform(vid, k, salt: str):
     return (h + F.lit(1)).cast("double") / F.lit(float(1 << 53))
 
 
-def _race(cands, vid, weights: list[float]):
+def _race(cands: Column, vid: Column, weights: list[float]) -> Column:
     from pyspark.sql import functions as F
 
     w = F.array(*[F.lit(float(x)) for x in weights])
@@ -57,7 +61,7 @@ def _race(cands, vid, weights: list[float]):
     return F.array_min(scored).getField("k")
 
 
-def compute_masters(spark, dv: DatasetVersion, run: str, num_parts: int, rule: str) -> Masters:
+def compute_masters(spark: SparkSession, dv: DatasetVersion, run: str, num_parts: int, rule: str) -> Masters:
     """Master partition of every ingest vertex under ``rule`` (see module docstring)."""
     from pyspark import StorageLevel
     from pyspark.sql import functions as F

@@ -18,6 +18,7 @@ partition, in the same order (dense 0..n_part-1).
 from __future__ import annotations
 
 import time
+from typing import TYPE_CHECKING
 
 from glisp_core.config import Config
 from glisp_core.dataset.layout import DST, MASTER, PART, POS, SRC, VID, DatasetVersion
@@ -26,6 +27,9 @@ from glisp_core.dataset.publish import StagePublisher
 from glisp_core.errors import ConfigError
 from spark_jobs.serialize.job import resolve_run
 from spark_jobs.serialize.master import compute_masters
+
+if TYPE_CHECKING:
+    from pyspark.sql import Column, DataFrame, SparkSession
 
 ORDERS = ("pds", "ns", "ds", "ps")
 
@@ -37,7 +41,7 @@ def check_order(order: str) -> str:
     return order
 
 
-def order_keys(order: str) -> list:
+def order_keys(order: str) -> list[Column]:
     """Sort keys of an order as Spark columns (ties broken by vid, so every order is total)."""
     from pyspark.sql import functions as F
 
@@ -52,7 +56,7 @@ def order_keys(order: str) -> list:
     return keys[order]
 
 
-def dense_positions(df, keys: list):
+def dense_positions(df: DataFrame, keys: list[Column]) -> DataFrame:
     """``df`` sorted by ``keys`` with a dense 0..n-1 ``pos`` column, without a single-partition window."""
     from pyspark.sql import functions as F
 
@@ -71,14 +75,19 @@ def dense_positions(df, keys: list):
 
 
 def run_reorder(
-    spark, cfg: Config, dv: DatasetVersion, order: str | None = None, run: str | None = None, force: bool = False
+    spark: SparkSession,
+    cfg: Config,
+    dv: DatasetVersion,
+    order: str | None = None,
+    run: str | None = None,
+    force: bool = False,
 ) -> StageRecord:
     """Write ``reorder/<run>/<order>/`` (vid, part, pos, part_pos, degree) and publish it."""
     return run_reorders(spark, cfg, dv, [order or cfg.reorder.order], run=run, force=force)[0]
 
 
 def run_reorders(
-    spark, cfg: Config, dv: DatasetVersion, orders: list[str], run: str | None = None, force: bool = False
+    spark: SparkSession, cfg: Config, dv: DatasetVersion, orders: list[str], run: str | None = None, force: bool = False
 ) -> list[StageRecord]:
     """Several orders of one partition run, sharing one master computation; one stage per order."""
     from pyspark import StorageLevel
@@ -98,7 +107,7 @@ def run_reorders(
         )
     todo = [o for o in orders if force or not pubs[o].is_current()]
     if not todo:
-        return [pubs[o].record() for o in orders]  # type: ignore[misc]
+        return [_published(pubs[o]) for o in orders]
     masters = compute_masters(spark, dv, run, num_parts, cfg.serialize.master_rule)
     edges = spark.read.parquet(str(dv.edges))
     deg = (
@@ -115,10 +124,10 @@ def run_reorders(
     )
     starts = [sum(masters.per_part[:k]) for k in range(num_parts)]
     t_masters = time.perf_counter() - t0
-    recs = {}
+    recs: dict[str, StageRecord] = {}
     for o in orders:
         if o not in todo:
-            recs[o] = pubs[o].record()
+            recs[o] = _published(pubs[o])
             continue
         t1 = time.perf_counter()
         pub = pubs[o]
@@ -147,3 +156,10 @@ def run_reorders(
     t.unpersist()
     masters.df.unpersist()
     return [recs[o] for o in orders]
+
+
+def _published(pub: StagePublisher) -> StageRecord:
+    """The record of a stage found current (``is_current``: published with these parameters)."""
+    rec = pub.record()
+    assert rec is not None, "a current stage has a record"
+    return rec

@@ -13,8 +13,8 @@ from glisp_core.config import with_values
 from glisp_core.dataset.manifest import Manifest
 from glisp_core.dataset.stages import run_of
 from glisp_testing.graphs import rmat_edges, write_dataset
-from spark_jobs.partition.base import algorithms
 from spark_jobs.partition.job import run_partition
+from spark_jobs.partition.registry import algorithms
 
 ALGOS = algorithms()
 

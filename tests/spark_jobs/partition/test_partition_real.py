@@ -16,7 +16,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from glisp_core.config import with_values
-from spark_jobs.partition.base import get_partitioner
+from spark_jobs.partition.registry import get_partitioner
 from tests.spark_jobs.partition.test_partition_rules import local_metrics
 
 REFERENCE = json.loads((Path(__file__).parent / "data" / "reference_cora.json").read_text())

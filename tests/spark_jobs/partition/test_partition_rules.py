@@ -11,8 +11,8 @@ from glisp_core.config import AdaDNEConfig, with_values
 from glisp_testing.graphs import rmat_edges, write_dataset
 from spark_jobs.partition import kernels
 from spark_jobs.partition.adadne import adaptive_factors
-from spark_jobs.partition.base import get_partitioner
 from spark_jobs.partition.metrics import quality
+from spark_jobs.partition.registry import get_partitioner
 
 
 def local_metrics(src, dst, part, p):
@@ -278,7 +278,7 @@ def test_restarts_prefer_a_start_within_the_balance_bounds(cfg):
     within them (the relocation could not repair it); among starts within the bounds, fewer replicas win;
     partition.adadne.starts below 1 is a configuration error."""
     from glisp_core.errors import ConfigError
-    from spark_jobs.partition.expansion import ExpansionState
+    from spark_jobs.partition.state import ExpansionState
 
     c = with_values(cfg, "partition", algorithm="adadne", parts=4)
     ada = get_partitioner(c.partition)
