@@ -21,12 +21,20 @@ them to Spark with the meaning Spark's readers give:
 from __future__ import annotations
 
 import os
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import numpy as np
 
 from glisp_spark.worker_heap import freeze_worker_heap
+from spark_jobs.ingest.columns import CORRUPT, FID, ROWPOS
+
+if TYPE_CHECKING:
+    import pyarrow as pa
+    from pyspark.sql import DataFrame, SparkSession
+    from pyspark.sql.types import StructType
 
 SOURCE_SHIFT = 55
 _CHUNK_SHIFT = 33
@@ -56,7 +64,7 @@ class RowGroups:
 @dataclass(frozen=True)
 class ParquetSpec:
     columns: tuple[str, ...]
-    schema: object  # the pyarrow schema every chunk is cast to (Spark-compatible types)
+    schema: pa.Schema  # the pyarrow schema every chunk is cast to (Spark-compatible types)
 
 
 @dataclass(frozen=True)
@@ -65,6 +73,10 @@ class CsvSpec:
     delimiter: str
     comment: str
     header: bool
+
+
+TableSpec = CsvSpec | ParquetSpec  # how to read a table's chunks
+ReadTask = Sequence[Chunk | RowGroups]  # the chunks one Spark task reads (all of one kind)
 
 
 def header_end(path: Path, comment: str) -> int:
@@ -168,7 +180,7 @@ def drop_header_line(data: bytes) -> bytes:
     return b""
 
 
-def parse_chunk(data: bytes, spec: CsvSpec):
+def parse_chunk(data: bytes, spec: CsvSpec) -> tuple[pa.Table, list[str]]:
     """(pyarrow Table of string columns, raw text of each malformed row) of ``chunk_bytes``."""
     import pyarrow as pa
     import pyarrow.csv as pacsv
@@ -176,7 +188,7 @@ def parse_chunk(data: bytes, spec: CsvSpec):
     delim = delimiter(spec)
     bad: list[str] = []
 
-    def on_invalid(row) -> str:
+    def on_invalid(row: pacsv.InvalidRow) -> str:
         bad.append(row.text)
         return "skip"
 
@@ -199,12 +211,10 @@ def parse_chunk(data: bytes, spec: CsvSpec):
     return table, bad
 
 
-def output_schema(spec):
+def output_schema(spec: TableSpec) -> StructType:
     """The Spark schema of a table frame: source columns (CSV: strings), _corrupt, _fid, _rowpos."""
     from pyspark.sql import types as T
     from pyspark.sql.pandas.types import from_arrow_type
-
-    from spark_jobs.ingest.readers import CORRUPT, FID, ROWPOS
 
     if isinstance(spec, ParquetSpec):
         fields = [T.StructField(f.name, from_arrow_type(f.type)) for f in spec.schema]
@@ -231,16 +241,16 @@ def delimiter(spec: CsvSpec) -> str:
     return spec.delimiter if len(spec.delimiter) == 1 else ALT_DELIM
 
 
-def chunk_table(c: Chunk, spec: CsvSpec):
+def chunk_table(c: Chunk, spec: CsvSpec) -> tuple[pa.Table, list[str]]:
     """(string Table, raw text of each malformed row) of one chunk."""
     return parse_chunk(chunk_bytes(c, spec), spec)
 
 
-def text_batches(table, bad: list[str], fid: int, rowpos: np.ndarray, bad_rowpos: np.ndarray):
+def text_batches(
+    table: pa.Table, bad: list[str], fid: int, rowpos: np.ndarray, bad_rowpos: np.ndarray
+) -> Iterator[pa.RecordBatch]:
     """Record batches of a table frame: the rows, then the malformed ones (nulls + _corrupt)."""
     import pyarrow as pa
-
-    from spark_jobs.ingest.readers import CORRUPT, FID, ROWPOS
 
     n = table.num_rows
     if n:
@@ -269,7 +279,7 @@ def chunk_rowpos(source_seq: int, chunk_index: int, n: int, k: int) -> tuple[np.
     return pos[:n], pos[n:]
 
 
-def chunk_indices(tasks: list[list[Chunk]]) -> list[int]:
+def chunk_indices(tasks: Sequence[ReadTask]) -> list[int]:
     """The index of each task's first chunk (chunks are numbered in file order)."""
     out, k = [], 0
     for t in tasks:
@@ -278,18 +288,20 @@ def chunk_indices(tasks: list[list[Chunk]]) -> list[int]:
     return out
 
 
-def read_chunk(c, spec):
+def read_chunk(c: Chunk | RowGroups, spec: TableSpec) -> tuple[pa.Table, list[str]]:
     """(Table of the source columns, raw text of each malformed row) of a CSV or Parquet chunk."""
-    if isinstance(spec, ParquetSpec):
+    if isinstance(c, RowGroups) and isinstance(spec, ParquetSpec):
         return parquet_chunk(c, spec), []
-    return chunk_table(c, spec)
+    if isinstance(c, Chunk) and isinstance(spec, CsvSpec):
+        return chunk_table(c, spec)
+    raise TypeError(f"a {type(c).__name__} is not read with a {type(spec).__name__}")
 
 
-def table_frame(spark, tasks: list[list], spec, source_seq: int):
+def table_frame(spark: SparkSession, tasks: Sequence[ReadTask], spec: TableSpec, source_seq: int) -> DataFrame:
     """The DataFrame of ``tasks`` (one Spark partition each), read by the executors."""
     first = chunk_indices(tasks)
 
-    def read(batches):
+    def read(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         freeze_worker_heap()
         for b in batches:
             for task in b.column(0).to_pylist():
@@ -302,7 +314,7 @@ def table_frame(spark, tasks: list[list], spec, source_seq: int):
 
 
 # ---- Parquet ---------------------------------------------------------------------------------------
-def _spark_type(t):
+def _spark_type(t: pa.DataType) -> pa.DataType:
     """The arrow type Spark reads a Parquet column of type ``t`` as (recursively for lists)."""
     import pyarrow as pa
 
@@ -352,7 +364,7 @@ def plan_row_groups(files: list[Path], file_offset: int, parallelism: int) -> li
     most 128 MiB of compressed data); a row group is never split."""
     import pyarrow.parquet as pq
 
-    groups = []
+    groups: list[tuple[int, str, int, int]] = []
     for i, f in enumerate(files):
         md = pq.ParquetFile(f).metadata
         for g in range(md.num_row_groups):
@@ -374,7 +386,7 @@ def plan_row_groups(files: list[Path], file_offset: int, parallelism: int) -> li
     return tasks or [[]]
 
 
-def parquet_chunk(c: RowGroups, spec: ParquetSpec):
+def parquet_chunk(c: RowGroups, spec: ParquetSpec) -> pa.Table:
     """The chunk's rows, the spec's columns cast to their Spark-compatible types."""
     import pyarrow as pa
     import pyarrow.parquet as pq
@@ -390,11 +402,11 @@ def parquet_chunk(c: RowGroups, spec: ParquetSpec):
     return pa.table(cols, schema=spec.schema)
 
 
-def ipc_frame(spark, files: list[str], schema):
+def ipc_frame(spark: SparkSession, files: list[str], schema: StructType) -> DataFrame:
     """A DataFrame of Arrow IPC files written by tasks (one Spark partition each)."""
     import pyarrow as pa
 
-    def read(batches):
+    def read(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         freeze_worker_heap()
         for b in batches:
             for i in b.column(0).to_pylist():
@@ -404,7 +416,7 @@ def ipc_frame(spark, files: list[str], schema):
     return spark.range(0, len(files), 1, max(1, len(files))).mapInArrow(read, schema)
 
 
-def default_parallelism(spark) -> int:
+def default_parallelism(spark: SparkSession) -> int:
     try:
         return int(spark.sparkContext.defaultParallelism)
     except Exception:  # noqa: BLE001 - a session without a context (Spark Connect) still reads

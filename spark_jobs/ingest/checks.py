@@ -16,12 +16,15 @@ from collections import defaultdict
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 from glisp_core.errors import BadInputError
+from spark_jobs.ingest.columns import FID, RCOL, REASON
 
-REASON = "_reason"
-RCOL = "_rcol"
-SI = "_si"  # index of the configured source
+if TYPE_CHECKING:
+    from pyspark.sql import Column, DataFrame
+
+CountRow = dict[str, Any]  # one group of a scan's counts: the group's columns and "count"
 
 # kind -> (what is wrong with the rows, how to fix it); kinds are prefixed with the table.
 PROBLEMS: dict[str, tuple[str, str]] = {
@@ -63,20 +66,20 @@ PROBLEMS: dict[str, tuple[str, str]] = {
 @dataclass
 class Rule:
     kind: str
-    flag: object  # boolean Column: the row breaks this rule
+    flag: Column  # boolean: the row breaks this rule
     column: str  # the user's column name, for messages
 
 
-def reason_columns(rules: Sequence[Rule]):
+def reason_columns(rules: Sequence[Rule]) -> tuple[Column, Column]:
     """(reason, column) Columns: the first broken rule of a row, or nulls for a good row."""
     from pyspark.sql import functions as F
 
-    reason = None
-    rcol = None
+    reason: Column | None = None
+    rcol: Column | None = None
     for r in rules:
         reason = F.when(r.flag, F.lit(r.kind)) if reason is None else reason.when(r.flag, F.lit(r.kind))
         rcol = F.when(r.flag, F.lit(r.column)) if rcol is None else rcol.when(r.flag, F.lit(r.column))
-    if reason is None:
+    if reason is None or rcol is None:
         return F.lit(None).cast("string"), F.lit(None).cast("string")
     return reason, rcol
 
@@ -88,7 +91,11 @@ class Summary:
     bad: dict[tuple[str, int, str], int] = field(default_factory=dict)  # (kind, fid, column) -> rows
     file_totals: dict[int, int] = field(default_factory=dict)
     total: int = 0
-    extra: list = field(default_factory=list)  # the grouped rows, for callers that grouped by more columns
+    extra: list[CountRow] = field(default_factory=list)  # the grouped rows, for callers that grouped by more
+
+    def good(self) -> list[CountRow]:
+        """The grouped rows of the good rows (no reason)."""
+        return [r for r in self.extra if r[REASON] is None]
 
     def kind_counts(self) -> dict[str, int]:
         out: dict[str, int] = defaultdict(int)
@@ -97,31 +104,24 @@ class Summary:
         return dict(out)
 
 
-def summarize(df, extra_cols: Sequence[str] = ()) -> Summary:
-    """Counts of ``df`` (which must carry _fid, _reason, _rcol) per file, reason, column and ``extra_cols``:
-    one Spark job without a shuffle (``scan``); the result is small."""
-    from spark_jobs.ingest.scan import scan
-
-    return summary_of(scan(df, ["_fid", REASON, RCOL, *extra_cols]).counts)
-
-
-def summary_of(rows: list) -> Summary:
+def summary_of(rows: list[CountRow]) -> Summary:
     """A Summary of grouped count rows (mappings with _fid, _reason, _rcol, count and any extra keys)."""
     s = Summary(extra=rows)
     for r in rows:
         n = int(r["count"])
         s.total += n
-        s.file_totals[r["_fid"]] = s.file_totals.get(r["_fid"], 0) + n
+        s.file_totals[r[FID]] = s.file_totals.get(r[FID], 0) + n
         if r[REASON] is not None:
-            key = (r[REASON], r["_fid"], r[RCOL])
+            key = (r[REASON], r[FID], r[RCOL])
             s.bad[key] = s.bad.get(key, 0) + n
     return s
 
 
-def _examples(df, kind: str, fid: int, raw: dict[str, object], n: int = 3) -> list[str]:
+def _examples(df: DataFrame, kind: str, fid: int, raw: dict[str, Column], n: int = 3) -> list[str]:
+    """Up to ``n`` example rows of one kind in one file, as ``name=value`` text (``limit``: never a collect)."""
     from pyspark.sql import functions as F
 
-    rows = df.filter((F.col(REASON) == kind) & (F.col("_fid") == fid)).select(*[c.alias(k) for k, c in raw.items()])
+    rows = df.filter((F.col(REASON) == kind) & (F.col(FID) == fid)).select(*[c.alias(k) for k, c in raw.items()])
     out = []
     for r in rows.limit(n).collect():
         d = {k: v for k, v in r.asDict().items() if v is not None}
@@ -146,12 +146,24 @@ def _error(
     return BadInputError(fname, column, count, s.file_totals.get(fid), problem, examples, hint)
 
 
+def no_edges_error(first_file: str, edge_rows_in: int) -> BadInputError:
+    """The error when the row rules (or the vertex tables) leave no edge at all: nothing to publish."""
+    return BadInputError(
+        first_file,
+        "*",
+        0,
+        edge_rows_in,
+        "are valid edges: no edge is left to ingest",
+        hint="see the quarantined rows under ingest/rejects/",
+    )
+
+
 def handle_bad(
-    df,
+    df: DataFrame,
     s: Summary,
     files: Sequence[str],
     mode: str,
-    raw: dict[str, object],
+    raw: dict[str, Column],
     rejects_dir: Callable[[str], Path],
     log: Callable[[str], None] = print,
 ) -> dict[str, int]:
@@ -173,7 +185,7 @@ def handle_bad(
         raise _error(kind, fid, column, count, s, files, _examples(df, kind, fid, raw), others)
     # quarantine: one write job for every kind (partitioned by reason), then examples read back cheaply
     file_names = F.create_map(*[x for i, f in enumerate(files) for x in (F.lit(i), F.lit(f))]) if files else None
-    file_col = file_names[F.col("_fid")] if file_names is not None else F.lit(None).cast("string")
+    file_col = file_names[F.col(FID)] if file_names is not None else F.lit(None).cast("string")
     cols = [file_col.alias("file"), F.col(REASON).alias("reason"), F.col(RCOL).alias("column")]
     cols += [c.cast("string").alias(k) for k, c in raw.items()]
     parent = rejects_dir("")

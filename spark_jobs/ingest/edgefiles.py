@@ -21,14 +21,24 @@ from __future__ import annotations
 
 import glob
 import os
+import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
+from functools import partial
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from glisp_spark.tasks import run_tasks
+
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
+
 _TARGET_BUCKET_ROWS = 4_000_000
+DegreeFreq = dict[str, tuple[np.ndarray, np.ndarray]]  # "out"|"in"|"total" -> (degree values, vertex counts)
 
 
 def _buckets(values: np.ndarray, bounds: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -71,7 +81,7 @@ def bucket_bounds(num_vertices: int, rows: int, parallelism: int, files: int = 0
     return tuple(int(x) for x in np.linspace(0, num_vertices, nb + 1).round().astype(np.int64))
 
 
-def _atomic(path: str, write) -> None:
+def _atomic(path: str, write: Callable[[str], object]) -> None:
     tmp = f"{path}.tmp-{os.getpid()}"
     write(tmp)
     os.replace(tmp, path)
@@ -85,17 +95,22 @@ def _write_ipc(path: str, table: pa.Table) -> None:
     _atomic(path, w)
 
 
+def read_ipc_file(path: str) -> pa.Table:
+    """One staged Arrow IPC file, memory mapped."""
+    with pa.memory_map(path) as src:
+        return pa.ipc.open_file(src).read_all()
+
+
 def read_ipc(paths: list[str]) -> pa.Table | None:
-    tabs = []
-    for p in paths:
-        with pa.memory_map(p) as src:
-            tabs.append(pa.ipc.open_file(src).read_all())
+    """Staged Arrow IPC files as one table (None without files)."""
+    tabs = [read_ipc_file(p) for p in paths]
     if not tabs:
         return None
     return pa.concat_tables(tabs, promote_options="permissive") if len(tabs) > 1 else tabs[0]
 
 
-def _col(t: pa.Table, name: str, dtype, fill) -> np.ndarray:
+def column_values(t: pa.Table, name: str, dtype: type[np.generic], fill: float) -> np.ndarray:
+    """Column ``name`` of ``t`` as numpy ``dtype``, nulls (or a missing column) as ``fill``."""
     if name not in t.column_names:
         return np.full(t.num_rows, fill, dtype=dtype)
     c = t.column(name)
@@ -104,7 +119,8 @@ def _col(t: pa.Table, name: str, dtype, fill) -> np.ndarray:
     return c.to_numpy().astype(dtype, copy=False)
 
 
-def _per_source(si: np.ndarray, mapping: dict[int, int], default: int) -> np.ndarray | int:
+def per_source(si: np.ndarray, mapping: dict[int, int], default: int) -> np.ndarray | int:
+    """The value of each row's source (``si``); one int when no source has its own."""
     if not mapping:
         return default
     out = np.full(len(si), default, dtype=np.int64)
@@ -137,8 +153,10 @@ def etype_codes(t: pa.Table, si: np.ndarray, plan: EdgePlan) -> np.ndarray:
 class BucketResult:
     rows: np.ndarray  # rows per bucket
     loops: int = 0  # self-loops among the mapped rows (before any drop)
-    missing: dict = field(default_factory=dict)  # (fid, column) -> rows whose endpoint is not a vertex
-    times: dict = field(default_factory=dict)  # activity -> seconds in the task
+    missing: dict[tuple[int, str], int] = field(
+        default_factory=dict
+    )  # (fid, column) -> rows whose endpoint is not a vertex
+    times: dict[str, float] = field(default_factory=dict)  # activity -> seconds in the task
 
 
 def _carried(plan: EdgePlan) -> list[str]:
@@ -155,9 +173,9 @@ def bucket_rows(
     res = BucketResult(rows=np.zeros(plan.nb, dtype=np.int64))
     make = {
         "etype": lambda: etype_codes(t, si, plan),
-        "weight": lambda: _col(t, "_w", np.float32, 1.0),
-        "ts": lambda: _col(t, "_ts", np.int64, 0),
-        "rowpos": lambda: _col(t, "_rowpos", np.int64, 0),
+        "weight": lambda: column_values(t, "_w", np.float32, 1.0),
+        "ts": lambda: column_values(t, "_ts", np.int64, 0),
+        "rowpos": lambda: column_values(t, "_rowpos", np.int64, 0),
     }
     cols = {"src": src, "dst": dst, **{c: make[c]() for c in _carried(plan)}}
     if not keep.all():
@@ -178,9 +196,9 @@ def bucket_rows(
     ends = np.cumsum(res.rows)
     for k in np.flatnonzero(res.rows):
         lo, hi = ends[k] - res.rows[k], ends[k]
-        d = os.path.join(plan.stage, "buckets", f"b{k:05d}")
-        os.makedirs(d, exist_ok=True)
-        _write_ipc(os.path.join(d, f"{tag}.arrow"), pa.table({c: v[lo:hi] for c, v in cols.items()}))
+        bdir = os.path.join(plan.stage, "buckets", f"b{k:05d}")
+        os.makedirs(bdir, exist_ok=True)
+        _write_ipc(os.path.join(bdir, f"{tag}.arrow"), pa.table({c: v[lo:hi] for c, v in cols.items()}))
     if plan.directed and plan.duplicates == "keep":  # these rows are final: stage their in-degree slices
         _write_dst_slices(cols["dst"], bounds, plan, tag)
     return res
@@ -195,7 +213,7 @@ def _write_dst_slices(dst: np.ndarray, bounds: np.ndarray, plan: EdgePlan, tag: 
         d = os.path.join(plan.stage, "indeg", f"b{k:05d}")
         os.makedirs(d, exist_ok=True)
         part = (sd[ends[k] - cnt[k] : ends[k]] - bounds[k]).astype(np.int32)
-        _atomic(os.path.join(d, f"{tag}.npy"), lambda tmp, part=part: _save_npy(tmp, part))
+        _atomic(os.path.join(d, f"{tag}.npy"), partial(_save_npy, a=part))
 
 
 def _save_npy(path: str, a: np.ndarray) -> None:
@@ -244,10 +262,29 @@ def _degree_freq(deg: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     return v.astype(np.int64), c.astype(np.int64)
 
 
-def _finish(cols: dict[str, np.ndarray], k: int, offset: int, plan: EdgePlan) -> dict:
-    """Write bucket ``k``'s final rows (eids from ``offset``) and count its vid range's degrees."""
-    import time
+@dataclass
+class BucketWritten:
+    """A bucket's final Parquet file: its rows, self-loops, rows per edge type, degree frequencies, task times."""
 
+    k: int
+    rows: int
+    loops: int
+    etype_rows: np.ndarray
+    freq: DegreeFreq
+    times: dict[str, float]
+
+
+@dataclass
+class BucketSorted:
+    """A bucket sorted and its duplicate policy applied, restaged until the sizes give the eid offsets."""
+
+    k: int
+    rows: int
+    times: dict[str, float]
+
+
+def _finish(cols: dict[str, np.ndarray], k: int, offset: int, plan: EdgePlan) -> BucketWritten:
+    """Write bucket ``k``'s final rows (eids from ``offset``) and count its vid range's degrees."""
     t0 = time.process_time()
     lo, hi = plan.bounds[k], plan.bounds[k + 1]
     n = len(cols["src"])
@@ -262,18 +299,7 @@ def _finish(cols: dict[str, np.ndarray], k: int, offset: int, plan: EdgePlan) ->
     if plan.has_ts:
         table["ts"] = cols["ts"]
     if n or k == 0:  # bucket 0 always writes, so an empty table still has its schema
-        tab = pa.table(table)
-        path = os.path.join(plan.out, f"part-{k:05d}.parquet")
-        _atomic(
-            path,
-            lambda tmp: pq.write_table(
-                tab,
-                tmp,
-                compression="snappy",
-                use_dictionary=["etype"],
-                column_encoding={"eid": "DELTA_BINARY_PACKED", "src": "DELTA_BINARY_PACKED"},
-            ),
-        )
+        _write_parquet(os.path.join(plan.out, f"part-{k:05d}.parquet"), pa.table(table))
     t1 = time.process_time()
     out_deg = np.bincount(cols["src"] - lo, minlength=hi - lo)
     if plan.directed:
@@ -282,18 +308,32 @@ def _finish(cols: dict[str, np.ndarray], k: int, offset: int, plan: EdgePlan) ->
             in_deg += np.bincount(np.load(f), minlength=hi - lo)
     else:
         in_deg = out_deg
-    et_counts = np.bincount(table["etype"], minlength=len(plan.etype_codes) or 1)
-    return {
-        "k": k,
-        "rows": n,
-        "loops": int(np.sum(cols["src"] == cols["dst"])),
-        "etype_rows": et_counts,
-        "freq": {"out": _degree_freq(out_deg), "in": _degree_freq(in_deg), "total": _degree_freq(out_deg + in_deg)},
-        "times": {"write": t1 - t0, "degrees": time.process_time() - t1},
-    }
+    return BucketWritten(
+        k=k,
+        rows=n,
+        loops=int(np.sum(cols["src"] == cols["dst"])),
+        etype_rows=np.bincount(table["etype"], minlength=len(plan.etype_codes) or 1),
+        freq={"out": _degree_freq(out_deg), "in": _degree_freq(in_deg), "total": _degree_freq(out_deg + in_deg)},
+        times={"write": t1 - t0, "degrees": time.process_time() - t1},
+    )
+
+
+def _write_parquet(path: str, tab: pa.Table) -> None:
+    """The final edge file: eid and src delta-encoded (they ascend), the edge type as a dictionary."""
+    _atomic(
+        path,
+        lambda tmp: pq.write_table(
+            tab,
+            tmp,
+            compression="snappy",
+            use_dictionary=["etype"],
+            column_encoding={"eid": "DELTA_BINARY_PACKED", "src": "DELTA_BINARY_PACKED"},
+        ),
+    )
 
 
 def _bucket_cols(k: int, plan: EdgePlan) -> dict[str, np.ndarray]:
+    """Bucket ``k``'s rows from every map task's file (empty columns when it got none)."""
     files = sorted(glob.glob(os.path.join(plan.stage, "buckets", f"b{k:05d}", "*.arrow")))
     t = read_ipc(files)
     names = ["src", "dst", *_carried(plan)]
@@ -303,35 +343,61 @@ def _bucket_cols(k: int, plan: EdgePlan) -> dict[str, np.ndarray]:
     return {c: t.column(c).to_numpy() for c in names}
 
 
-def sort_bucket(k: int, plan: EdgePlan, offset: int | None) -> dict:
-    """Step 2: sort bucket ``k`` and apply the duplicate policy; ``offset`` known: write it final."""
-    import time
-
-    t0 = time.process_time()
+def _sorted_bucket(k: int, plan: EdgePlan) -> dict[str, np.ndarray]:
+    """Bucket ``k``'s rows sorted, with the duplicate policy applied."""
     cols = _bucket_cols(k, plan)
     order = _sorted_order(cols, plan.bounds[k], plan.num_vertices, plan.duplicates == "drop")
-    cols = _apply_policy({c: v[order] for c, v in cols.items()}, plan.duplicates)
+    return _apply_policy({c: v[order] for c, v in cols.items()}, plan.duplicates)
+
+
+def sort_and_write_bucket(k: int, plan: EdgePlan, offset: int) -> BucketWritten:
+    """Step 2 when the eid offset is known (policy "keep"): sort bucket ``k`` and write it final."""
+    t0 = time.process_time()
+    cols = _sorted_bucket(k, plan)
     sort_s = time.process_time() - t0
-    if offset is not None:
-        res = _finish(cols, k, offset, plan)
-        res["times"]["sort"] = sort_s
-        return res
+    res = _finish(cols, k, offset, plan)
+    res.times["sort"] = sort_s
+    return res
+
+
+def sort_bucket(k: int, plan: EdgePlan) -> BucketSorted:
+    """Step 2: sort bucket ``k``, apply the duplicate policy and restage it (and its in-degree slices)."""
+    t0 = time.process_time()
+    cols = _sorted_bucket(k, plan)
+    sort_s = time.process_time() - t0
     _write_ipc(os.path.join(plan.stage, "sorted", f"b{k:05d}.arrow"), pa.table(cols))
     if plan.directed:
         _write_dst_slices(cols["dst"], np.asarray(plan.bounds, dtype=np.int64), plan, f"s{k:05d}")
-    return {"k": k, "rows": len(cols["src"]), "times": {"sort": sort_s, "restage": time.process_time() - t0 - sort_s}}
+    return BucketSorted(
+        k=k, rows=len(cols["src"]), times={"sort": sort_s, "restage": time.process_time() - t0 - sort_s}
+    )
 
 
-def write_bucket(k: int, plan: EdgePlan, offset: int) -> dict:
+def write_bucket(k: int, plan: EdgePlan, offset: int) -> BucketWritten:
     """Step 3: the final write of a bucket sorted by step 2."""
-    t = read_ipc([os.path.join(plan.stage, "sorted", f"b{k:05d}.arrow")])
+    t = read_ipc_file(os.path.join(plan.stage, "sorted", f"b{k:05d}.arrow"))
     return _finish({c: t.column(c).to_numpy() for c in t.column_names}, k, offset, plan)
 
 
-def run_buckets(spark, plan: EdgePlan, fn, offsets: list[int] | None) -> list[dict]:
-    """One Spark job: ``fn(k, plan, offset)`` for every bucket, results in bucket order."""
-    from glisp_spark.tasks import run_tasks
-
+def _prepare_dirs(plan: EdgePlan) -> None:
+    """Made on the driver, so no task races to make them."""
     os.makedirs(os.path.join(plan.stage, "sorted"), exist_ok=True)
     Path(plan.out).mkdir(parents=True, exist_ok=True)
-    return run_tasks(spark, plan.nb, lambda k: fn(k, plan, None if offsets is None else offsets[k]))
+
+
+def sort_and_write_buckets(spark: SparkSession, plan: EdgePlan, offsets: list[int]) -> list[BucketWritten]:
+    """One Spark job: every bucket sorted and written final, results in bucket order."""
+    _prepare_dirs(plan)
+    return run_tasks(spark, plan.nb, lambda k: sort_and_write_bucket(k, plan, offsets[k]))
+
+
+def sort_buckets(spark: SparkSession, plan: EdgePlan) -> list[BucketSorted]:
+    """One Spark job: every bucket sorted and restaged, results in bucket order."""
+    _prepare_dirs(plan)
+    return run_tasks(spark, plan.nb, lambda k: sort_bucket(k, plan))
+
+
+def write_buckets(spark: SparkSession, plan: EdgePlan, offsets: list[int]) -> list[BucketWritten]:
+    """One Spark job: every sorted bucket written final, results in bucket order."""
+    _prepare_dirs(plan)
+    return run_tasks(spark, plan.nb, lambda k: write_bucket(k, plan, offsets[k]))

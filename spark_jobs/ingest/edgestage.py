@@ -1,7 +1,7 @@
 """Edge tables straight to staged files: rows that certainly pass every row rule skip the JVM.
 
 Why: handing a row to Spark (Arrow -> rows) costs about 1 us, several times reading it, and the row
-rules are column expressions in Spark (``sources``). A row is *clean* when its ids (and weight,
+rules are column expressions in Spark (``rules``). A row is *clean* when its ids (and weight,
 timestamp) are integers (CSV: in the canonical forms of ``textparse``), a weight is finite and
 non-negative, a CSV row has the right number of fields, and its edge type (a constant or a string
 without surrounding blanks) is allowed. For such a row every rule is known to pass. So each task of
@@ -20,13 +20,21 @@ from __future__ import annotations
 
 import os
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from glisp_spark.tasks import run_tasks
 from spark_jobs.ingest import arrowread
-from spark_jobs.ingest.checks import RCOL, REASON, SI
-from spark_jobs.ingest.readers import FID
+from spark_jobs.ingest.columns import FID, RCOL, REASON, SI
+from spark_jobs.ingest.keys import KeySet
+from spark_jobs.ingest.scan import GroupKey, TaskCounts
+from spark_jobs.ingest.textparse import parse_canonical, string_parts
+
+if TYPE_CHECKING:
+    import pyarrow as pa
+    from pyspark.sql import DataFrame, SparkSession
 
 GROUP = (FID, REASON, RCOL, SI, "_et", "_nonint")  # the grouping of the edge scan's counts
 
@@ -36,8 +44,8 @@ class EdgeTable:
     """What a task needs to know about one edge table (pickled into the tasks)."""
 
     si: int
-    spec: object  # arrowread.CsvSpec or ParquetSpec
-    tasks: tuple  # chunk lists (arrowread.plan_chunks / plan_row_groups)
+    spec: arrowread.TableSpec
+    tasks: tuple[arrowread.ReadTask, ...]  # chunk lists (arrowread.plan_chunks / plan_row_groups)
     src: str
     dst: str
     weight: str
@@ -52,22 +60,23 @@ class EdgeTable:
 
 @dataclass(frozen=True)
 class StageOpts:
+    """Where the tasks stage, and what besides the clean rows' columns."""
+
     dir: str
     keys: bool  # collect integer key sets (no vertex tables)
     fid: bool  # stage the file index (for missing-endpoint reports)
     rowpos: bool  # stage the row position (duplicates = "drop")
 
 
-def _clean_type(col, allowed: tuple[str, ...]) -> np.ndarray:
+def _clean_type(col: pa.Array, allowed: tuple[str, ...]) -> np.ndarray:
     """Edge type fields that trim to themselves, are not empty and are allowed."""
     import pyarrow as pa
     import pyarrow.compute as pc
 
-    from spark_jobs.ingest.textparse import _string_parts
+    from spark_jobs.ingest.kernels import no_blank_ends  # numba: imported only by a task that needs it
 
     arr = col.combine_chunks() if hasattr(col, "combine_chunks") else col
-    offsets, data, valid = _string_parts(arr)
-    from spark_jobs.ingest.kernels import no_blank_ends
+    offsets, data, valid = string_parts(arr)
 
     ok = np.empty(len(arr), dtype=np.bool_)
     no_blank_ends(offsets, data, ok)
@@ -78,13 +87,11 @@ def _clean_type(col, allowed: tuple[str, ...]) -> np.ndarray:
     return ok
 
 
-def _typed_values(col, kind: str) -> tuple[np.ndarray, np.ndarray]:
+def _typed_values(col: pa.Array, kind: str) -> tuple[np.ndarray, np.ndarray]:
     """(values, ok) of an id/weight/timestamp column: ``ok`` where every row rule is sure to pass.
     Text: the canonical forms of ``textparse``; Parquet integers (non-null, and >= 0 for a weight);
     Parquet floats as weights (non-null, finite, >= 0); anything else is left to Spark's rules."""
     import pyarrow as pa
-
-    from spark_jobs.ingest.textparse import parse_canonical
 
     t = col.type
     n = len(col)
@@ -100,13 +107,16 @@ def _typed_values(col, kind: str) -> tuple[np.ndarray, np.ndarray]:
     return np.zeros(n, np.int64 if kind == "long" else np.float64), np.zeros(n, dtype=bool)
 
 
-def _split_clean(table, t: EdgeTable) -> tuple[np.ndarray, dict]:
+StagedColumns = dict[str, Any]  # staged column -> numpy array, or Arrow strings for _et
+
+
+def _split_clean(table: pa.Table, t: EdgeTable) -> tuple[np.ndarray, StagedColumns]:
     """(clean mask, {staged column: numpy array or, for the type, Arrow strings}) of a chunk."""
     import pyarrow as pa
 
     n = table.num_rows
     clean = np.full(n, t.constants_ok and t.int_ids, dtype=bool)
-    cols: dict[str, object] = {}
+    cols: StagedColumns = {}
     if not clean.any():
         return clean, cols
     fields = ((t.src, "_s", "long"), (t.dst, "_d", "long"), (t.weight, "_w", "double"), (t.timestamp, "_ts", "long"))
@@ -131,9 +141,9 @@ class _Files:
     """One Arrow IPC file per kind of output of a task, written under a temporary name."""
 
     def __init__(self) -> None:
-        self.open: dict[str, list] = {}
+        self.open: dict[str, list[Any]] = {}  # path -> [temporary path, sink, writer, rows]
 
-    def write(self, path: str, batch) -> None:
+    def write(self, path: str, batch: pa.RecordBatch) -> None:
         import pyarrow as pa
 
         if path not in self.open:
@@ -157,15 +167,33 @@ class _Files:
 class ChunkRows:
     """A chunk split: clean rows as staged columns, the other rows as text (Spark's rules decide)."""
 
-    clean: dict  # staged column -> numpy array (or Arrow strings for _et)
+    clean: StagedColumns
     clean_pos: np.ndarray
-    dirty: object  # pyarrow Table of the well-formed other rows, every column a string
+    dirty: pa.Table  # the well-formed other rows, every column as read
     dirty_pos: np.ndarray
-    bad: list  # raw text of the rows with the wrong number of fields
+    bad: list[str]  # raw text of the rows with the wrong number of fields
     bad_pos: np.ndarray
 
 
-def _split_rows(table, bad: list, t: EdgeTable, base: int) -> ChunkRows:
+@dataclass
+class _TaskAcc:
+    """What a staging task adds up over its chunks."""
+
+    counts: dict[GroupKey, int] = field(default_factory=dict)
+    sets: dict[str, KeySet] = field(default_factory=dict)
+    times: dict[str, float] = field(default_factory=dict)
+
+
+@dataclass
+class StagedEdges:
+    """The staging job's results: one TaskCounts per task, the dirty files per table, task CPU times."""
+
+    tasks: list[TaskCounts]
+    dirty: dict[int, list[str]]
+    times: list[dict[str, float]]
+
+
+def _split_rows(table: pa.Table, bad: list[str], t: EdgeTable, base: int) -> ChunkRows:
     """The chunk's clean rows (staged columns) apart from the others (the source columns as read)."""
     import pyarrow as pa
 
@@ -179,11 +207,19 @@ def _split_rows(table, bad: list, t: EdgeTable, base: int) -> ChunkRows:
     return ChunkRows(cols, pos[:n][clean], dirty, pos[:n][~clean], bad, pos[n:])
 
 
-def _stage_chunk(c, j: int, t: EdgeTable, task: int, first: int, opts: StageOpts, acc: dict, files: _Files) -> None:
+def _stage_chunk(
+    c: arrowread.Chunk | arrowread.RowGroups,
+    j: int,
+    t: EdgeTable,
+    task: int,
+    first: int,
+    opts: StageOpts,
+    acc: _TaskAcc,
+    files: _Files,
+) -> None:
+    """One chunk: clean rows staged, counted and keyed; the other rows set down for Spark's rules."""
     import pyarrow as pa
     import pyarrow.compute as pc
-
-    from spark_jobs.ingest.keys import KeySet
 
     t0 = time.process_time()
     table, bad = arrowread.read_chunk(c, t.spec)
@@ -202,57 +238,49 @@ def _stage_chunk(c, j: int, t: EdgeTable, task: int, first: int, opts: StageOpts
         if "_et" in out:
             for vc in pc.value_counts(out["_et"]).to_pylist():  # one entry per distinct type
                 key = (c.fid, None, None, t.si, vc["values"], False)
-                acc["counts"][key] = acc["counts"].get(key, 0) + int(vc["counts"])
+                acc.counts[key] = acc.counts.get(key, 0) + int(vc["counts"])
         else:
             key = (c.fid, None, None, t.si, None, False)
-            acc["counts"][key] = acc["counts"].get(key, 0) + nc
+            acc.counts[key] = acc.counts.get(key, 0) + nc
         if opts.keys:
             for name, arr in ((t.src_type, out["_s"]), (t.dst_type, out["_d"])):
-                acc["sets"].setdefault(name, KeySet()).add(arr)
+                acc.sets.setdefault(name, KeySet()).add(arr)
     if rows.dirty.num_rows or rows.bad:
         path = os.path.join(opts.dir, "dirty", f"t{t.si:03d}-{task:05d}.arrow")
         for b in arrowread.text_batches(rows.dirty, rows.bad, c.fid, rows.dirty_pos, rows.bad_pos):
             files.write(path, b)
     t2 = time.process_time()
-    acc["times"]["parse"] = acc["times"].get("parse", 0.0) + (t1 - t0)
-    acc["times"]["stage"] = acc["times"].get("stage", 0.0) + (t2 - t1)
+    acc.times["parse"] = acc.times.get("parse", 0.0) + (t1 - t0)
+    acc.times["stage"] = acc.times.get("stage", 0.0) + (t2 - t1)
 
 
-def stage_edges(spark, tables: list[EdgeTable], opts: StageOpts) -> tuple[list[dict], dict[int, list[str]]]:
-    """One Spark job over every chunk of the edge tables: (task payloads, dirty files per table)."""
-    from glisp_spark.tasks import run_tasks
-
+def stage_edges(spark: SparkSession, tables: list[EdgeTable], opts: StageOpts) -> StagedEdges:
+    """One Spark job over every chunk of the edge tables."""
     work = [(ti, k) for ti, t in enumerate(tables) for k in range(len(t.tasks))]
     for sub in ("edges", "dirty"):
         os.makedirs(os.path.join(opts.dir, sub), exist_ok=True)
 
-    def task(w: int) -> dict:
+    def task(w: int) -> tuple[TaskCounts, int, list[str], dict[str, float]]:
         ti, k = work[w]
         t = tables[ti]
-        first = arrowread.chunk_indices(list(t.tasks))[k]
-        acc = {"counts": {}, "sets": {}, "times": {}}
+        first = arrowread.chunk_indices(t.tasks)[k]
+        acc = _TaskAcc()
         files = _Files()
         for j, c in enumerate(t.tasks[k]):
             _stage_chunk(c, j, t, k, first, opts, acc, files)
         written = files.close()
-        return {
-            "pid": w,
-            "counts": acc["counts"],
-            "parts": {name: s.part() for name, s in acc["sets"].items()},
-            "nonint": False,
-            "files": [(p, n) for p, n in written.items() if "/edges/" in p],
-            "dirty": (t.si, [p for p in written if "/dirty/" in p]),
-            "times": acc["times"],
-        }
+        staged = [(p, n) for p, n in written.items() if "/edges/" in p]
+        parts = {name: s.part() for name, s in acc.sets.items()}
+        counts = TaskCounts(pid=w, counts=acc.counts, parts=parts, nonint=False, files=staged)
+        return counts, t.si, [p for p in written if "/dirty/" in p], acc.times
 
-    payloads = run_tasks(spark, len(work), task)
+    results = run_tasks(spark, len(work), task)
     dirty: dict[int, list[str]] = {}
-    for p in payloads:
-        si, paths = p["dirty"]
+    for _, si, paths, _ in results:
         dirty.setdefault(si, []).extend(paths)
-    return payloads, dirty
+    return StagedEdges(tasks=[r[0] for r in results], dirty=dirty, times=[r[3] for r in results])
 
 
-def dirty_frame(spark, files: list[str], spec):
+def dirty_frame(spark: SparkSession, files: list[str], spec: arrowread.TableSpec) -> DataFrame:
     """The rows a table's tasks left for Spark's rules, as ``arrowread.table_frame`` gives them."""
     return arrowread.ipc_frame(spark, files, arrowread.output_schema(spec))

@@ -1,14 +1,15 @@
 """``run_ingest``: configured edge/vertex tables -> a new dataset version, published atomically.
 
-Phases (each under its own Spark job group; ``Phases`` records wall seconds and job counts in the
-manifest timings, see docs/architecture.md "Ingest phases"):
+Phases (each under its own Spark job group; ``timing.Phases`` records wall seconds and job counts in the
+manifest timings, see docs/architecture.md "Ingest phases"; each phase is a function of ``phases/``):
 
   fingerprint   hash the inputs (driver) and look for an identical published version;
   read_check    read every table, row rules as Spark column expressions, ONE scan per table that
                 counts rows per (file, reason, column), collects the integer key sets and stages the
                 good edge rows as Arrow files; fail or quarantine;
+  (decide)      between phases, from those counts: id type, feature width, label names, edge types;
   vertex_checks second-phase vertex rules (feature width, duplicate ids), when there are vertex tables;
-  idmap         id type, type codes, dense vids: a rank map over integer ids (no join) or a sorted
+  idmap         vertex types and codes, dense vids: a rank map over integer ids (no join) or a sorted
                 dictionary; the idmap/vertices/features tables;
   map           endpoints -> vids (numpy tasks with the broadcast rank map, or two joins for string
                 ids), missing endpoints, self-loops, split by source-vid range;
@@ -21,25 +22,65 @@ No per-row Python loop, no collect of rows: only counts and per-vertex key sets 
 
 from __future__ import annotations
 
-import shutil
 import time
-from dataclasses import dataclass, field
+from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 from glisp_core.config import Config, IngestConfig, to_dict
 from glisp_core.dataset.layout import DatasetVersion, check_name, list_versions
 from glisp_core.dataset.manifest import Manifest, StageRecord, now_iso
 from glisp_core.dataset.paths import confine, confine_all
 from glisp_core.dataset.publish import VersionPublisher, file_fingerprints, fingerprint
-from glisp_core.errors import BadInputError
-from spark_jobs.ingest.phases import Phases
-from spark_jobs.ingest.sources import IngestPlan
+from spark_jobs.ingest.background import Background
+from spark_jobs.ingest.edgefiles import DegreeFreq
+from spark_jobs.ingest.phases.context import IngestContext
+from spark_jobs.ingest.phases.decide import decide_types
+from spark_jobs.ingest.phases.idmap import assign_vids
+from spark_jobs.ingest.phases.map_edges import edge_plan, map_edges
+from spark_jobs.ingest.phases.read_check import read_check
+from spark_jobs.ingest.phases.vertex_checks import vertex_checks
+from spark_jobs.ingest.phases.write_edges import write_edges
+from spark_jobs.ingest.plan import IngestPlan, ids_native_long
 from spark_jobs.ingest.stats import degree_metrics, merge_frequencies
+from spark_jobs.ingest.timing import Phases
+
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
 
 FORMAT_TAG = "glisp-ingest-2"  # bump when the output of the same input and params changes
 
 
+@dataclass(frozen=True)
+class Built:
+    """What the build phases found, for the manifest."""
+
+    n_vertices: int
+    n_edges: int
+    edge_rows_in: int
+    id_type: str
+    id_map: str  # "rank" (broadcast rank map) or "join" (sorted dictionary + joins)
+    vertex_types: list[str]
+    edge_types: list[str]
+    per_vtype: dict[str, int]
+    per_etype: dict[str, int]
+    feature_dim: int
+    label_names: list[str] | None
+    maxlab: int | None
+    nfeat: int
+    has_w: bool
+    has_ts: bool
+    rejects: dict[str, int]
+    loops: int
+    loops_dropped: int
+    dups_removed: int
+    doubled: int
+    freq: list[DegreeFreq]
+
+
 def _find_existing(root: Path, graph: str, fp: str, version: str) -> DatasetVersion | None:
+    """The published version of ``graph`` whose ingest has fingerprint ``fp`` (only ``version`` if given)."""
     candidates = [version] if version else list(reversed(list_versions(root, graph)))
     for v in candidates:
         dv = DatasetVersion(root, graph, v)
@@ -52,13 +93,18 @@ def _find_existing(root: Path, graph: str, fp: str, version: str) -> DatasetVers
     return None
 
 
-def ingest_fingerprint(ing: IngestConfig, inputs: list[dict]) -> str:
+def ingest_fingerprint(ing: IngestConfig, inputs: list[dict[str, Any]]) -> str:
+    """The inputs and the parameters that change the output (not the version name or a size limit)."""
     params = {k: v for k, v in to_dict(ing).items() if k not in ("version", "max_rank_map_vertices")}
     return fingerprint(FORMAT_TAG, params, inputs)
 
 
 def run_ingest(
-    spark, cfg: Config, ingest: IngestConfig | None = None, force: bool = False, log=print
+    spark: SparkSession,
+    cfg: Config,
+    ingest: IngestConfig | None = None,
+    force: bool = False,
+    log: Callable[[str], None] = print,
 ) -> DatasetVersion:
     """Ingest ``ingest`` (default ``cfg.ingest``) into a new version under ``cfg.dataset.root``."""
     ing = ingest or cfg.ingest
@@ -81,13 +127,11 @@ def run_ingest(
     )
     check_name("version", version)
     with VersionPublisher(root, ing.graph, version) as pub:
-        from spark_jobs.ingest.build import IngestRun
-
-        run = IngestRun(spark, plan, pub.tmp_dv, pub.tmp_dv.path / "_staging", ph, log)
+        ctx = IngestContext(spark, plan, pub.tmp_dv, pub.tmp_dv.path / "_staging", ph, log, ids_native_long(plan))
         try:
-            built = run.build()
+            built = _build_tables(ctx)
         finally:
-            run.cleanup()
+            ctx.cleanup()
         with ph("stats"):
             metrics = degree_metrics(merge_frequencies(built.freq), built.n_vertices, built.n_edges)
         with ph("manifest"):
@@ -103,7 +147,54 @@ def run_ingest(
         return pub.commit(manifest)
 
 
-def _totals(ph: Phases, built, t0: float) -> dict[str, float]:
+def _build_tables(ctx: IngestContext) -> Built:
+    """The phases from read_check to sort/write, in order, each under its own job group."""
+    ph = ctx.ph
+    with ph("read_check"):  # the vertex tables are read while the edge job runs
+        edges, vertices = read_check(ctx)
+    types = decide_types(ctx, edges, vertices)
+    checked = None
+    if vertices is not None:
+        with ph("vertex_checks"):
+            checked = vertex_checks(ctx, vertices, types)
+    with ph("idmap"):
+        ids = assign_vids(ctx, edges, checked, types)
+    eplan = edge_plan(ctx, types, ids, edges.rows_in)
+    with ph("map"):  # with the rank map, the vertex-side tables are written meanwhile
+        try:
+            mapped = map_edges(ctx, edges, ids, eplan, types)
+        finally:
+            if isinstance(ids.tables, Background):
+                ids.tables.wait()
+        vcounts = ids.tables.result() if isinstance(ids.tables, Background) else ids.tables
+    written = write_edges(ctx, eplan, mapped, types.edge_types)
+    return Built(
+        n_vertices=ids.n_vertices,
+        n_edges=written.n_edges,
+        edge_rows_in=edges.rows_in,
+        id_type=types.id_type,
+        id_map=ids.id_map,
+        vertex_types=ids.vertex_types,
+        edge_types=types.edge_types,
+        per_vtype=vcounts.per_vtype,
+        per_etype=written.per_etype,
+        feature_dim=types.feature_dim,
+        label_names=types.label_names,
+        maxlab=vcounts.maxlab,
+        nfeat=vcounts.nfeat,
+        has_w=ctx.plan.weighted,
+        has_ts=ctx.plan.timestamped,
+        rejects={**edges.rejects, **(checked.rejects if checked else {}), **mapped.rejects},
+        loops=mapped.loops,
+        loops_dropped=written.loops_dropped,
+        dups_removed=written.dups_removed,
+        doubled=written.doubled,
+        freq=written.freq,
+    )
+
+
+def _totals(ph: Phases, built: Built, t0: float) -> dict[str, float]:
+    """The phases' timings plus the run's total seconds, total Spark jobs and input edge rows per second."""
     out = ph.timings()
     total = time.perf_counter() - t0
     out["total_s"] = round(total, 3)
@@ -112,34 +203,8 @@ def _totals(ph: Phases, built, t0: float) -> dict[str, float]:
     return out
 
 
-@dataclass
-class Built:
-    """What the build phases found, for the manifest."""
-
-    n_vertices: int = 0
-    n_edges: int = 0
-    edge_rows_in: int = 0
-    id_type: str = "int"
-    id_map: str = ""  # "rank" (broadcast rank map) or "join" (sorted dictionary + joins)
-    vertex_types: list[str] = field(default_factory=list)
-    edge_types: list[str] = field(default_factory=list)
-    per_vtype: dict[str, int] = field(default_factory=dict)
-    per_etype: dict[str, int] = field(default_factory=dict)
-    feature_dim: int = 0
-    label_names: list[str] | None = None
-    maxlab: int | None = None
-    nfeat: int = 0
-    has_w: bool = False
-    has_ts: bool = False
-    rejects: dict[str, int] = field(default_factory=dict)
-    loops: int = 0
-    loops_dropped: int = 0
-    dups_removed: int = 0
-    doubled: int = 0
-    freq: dict = field(default_factory=dict)
-
-
-def _manifest(ing: IngestConfig, out: DatasetVersion, b: Built, metrics: dict) -> Manifest:
+def _manifest(ing: IngestConfig, out: DatasetVersion, b: Built, metrics: dict[str, Any]) -> Manifest:
+    """The version's manifest: counts, schema and metrics; the caller adds inputs, fingerprint and timings."""
     counts = {
         "vertices": b.n_vertices,
         "edges": b.n_edges,
@@ -155,7 +220,7 @@ def _manifest(ing: IngestConfig, out: DatasetVersion, b: Built, metrics: dict) -
         "vertices_with_features": b.nfeat,
         "id_map": b.id_map,
     }
-    schema = {
+    schema: dict[str, Any] = {
         "directed": ing.directed,
         "num_vertices": b.n_vertices,
         "num_edges": b.n_edges,
@@ -180,18 +245,3 @@ def _manifest(ing: IngestConfig, out: DatasetVersion, b: Built, metrics: dict) -
         completed_at=now_iso(),
     )
     return Manifest(graph=ing.graph, version=out.version, created_at=now_iso(), schema=schema, stages={"ingest": rec})
-
-
-def no_edges_error(plan: IngestPlan, edge_rows_in: int) -> BadInputError:
-    return BadInputError(
-        plan.files[0],
-        "*",
-        0,
-        edge_rows_in,
-        "are valid edges: no edge is left to ingest",
-        hint="see the quarantined rows under ingest/rejects/",
-    )
-
-
-def cleanup_stage(stage: Path) -> None:
-    shutil.rmtree(stage, ignore_errors=True)

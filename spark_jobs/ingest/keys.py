@@ -17,13 +17,29 @@ smaller, so what reaches the driver is per-vertex, never per-edge. The map is bu
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import NamedTuple
 
 import numpy as np
 
-from glisp_spark.worker_heap import freeze_worker_heap
-
 DENSE_FACTOR = 16
 _TASK_DENSE_LIMIT = 1 << 28  # no bool map (task) or rank array (driver) is wider than this
+
+
+class DensePart(NamedTuple):
+    """A task's keys as a bitmap: bit i (of ``n``, packed) set when id ``lo + i`` was seen."""
+
+    lo: int
+    bits: np.ndarray
+    n: int
+
+
+class SparsePart(NamedTuple):
+    """A task's keys as their sorted distinct ids."""
+
+    ids: np.ndarray
+
+
+KeyPart = DensePart | SparsePart  # what a task sends the driver about one vertex type's keys
 
 
 class KeySet:
@@ -58,24 +74,24 @@ class KeySet:
                 self.present = None
         self.uniques.append(np.unique(ids))
 
-    def part(self) -> tuple:
-        """What the task sends: ("dense", lo, packed bits, n) or ("sparse", sorted uniques)."""
+    def part(self) -> KeyPart:
+        """What the task sends: a bitmap over its id range or its sorted distinct ids."""
         if self.present is not None:
-            return ("dense", self.lo, np.packbits(self.present), len(self.present))
+            return DensePart(self.lo, np.packbits(self.present), len(self.present))
         u = np.unique(np.concatenate(self.uniques)) if self.uniques else np.zeros(0, np.int64)
-        return ("sparse", u)
+        return SparsePart(u)
 
 
-def _part_ids(p: tuple) -> np.ndarray:
-    if p[0] == "dense":
-        return np.flatnonzero(np.unpackbits(p[2], count=p[3])).astype(np.int64) + p[1]
-    return p[1]
+def _part_ids(p: KeyPart) -> np.ndarray:
+    if isinstance(p, DensePart):
+        return np.flatnonzero(np.unpackbits(p.bits, count=p.n)).astype(np.int64) + p.lo
+    return p.ids
 
 
-def _part_bounds(p: tuple) -> tuple[int, int] | None:
-    if p[0] == "dense":
-        return p[1], p[1] + p[3] - 1
-    return (int(p[1][0]), int(p[1][-1])) if len(p[1]) else None
+def _part_bounds(p: KeyPart) -> tuple[int, int] | None:
+    if isinstance(p, DensePart):
+        return p.lo, p.lo + p.n - 1
+    return (int(p.ids[0]), int(p.ids[-1])) if len(p.ids) else None
 
 
 @dataclass
@@ -98,18 +114,24 @@ class TypeRank:
             ok = (off >= 0) & (off < len(self.rank))
             out[ok] = self.rank[off[ok]]
             return out
-        pos = np.searchsorted(self.keys, ids)
+        keys = self._sorted_keys()
+        pos = np.searchsorted(keys, ids)
         pos_c = np.minimum(pos, self.n - 1)
-        hit = self.keys[pos_c] == ids
+        hit = keys[pos_c] == ids
         out[hit] = pos_c[hit]
         return out
 
     def ids(self, start: int, stop: int) -> np.ndarray:
         """The ids of ranks start..stop-1 (for the idmap)."""
-        if self.keys is not None:
-            return self.keys[start:stop]
+        if self.rank is None:
+            return self._sorted_keys()[start:stop]
         present = np.flatnonzero(self.rank >= 0)
         return present[start:stop].astype(np.int64) + self.lo
+
+    def _sorted_keys(self) -> np.ndarray:
+        if self.keys is None:
+            raise ValueError("a TypeRank holds a rank array or its sorted keys; this one holds neither")
+        return self.keys
 
 
 @dataclass
@@ -125,7 +147,7 @@ class RankMap:
 
     def vids(self, codes: np.ndarray | int, ids: np.ndarray) -> np.ndarray:
         """vid of each (type code, id); -1 where the id is not a vertex of that type."""
-        if np.isscalar(codes):
+        if isinstance(codes, (int, np.integer)):
             r = self.types[int(codes)].lookup(ids)
             return np.where(r >= 0, r + self.offsets[int(codes)], -1)
         out = np.full(len(ids), -1, dtype=np.int64)
@@ -147,18 +169,19 @@ class RankMap:
         return out
 
 
-def merge_parts(parts: list[tuple]) -> TypeRank:
+def merge_parts(parts: list[KeyPart]) -> TypeRank:
     """One type's rank from the parts its tasks reported."""
     bounds = [b for b in (_part_bounds(p) for p in parts) if b is not None]
     if not bounds:
         return TypeRank(n=0, keys=np.zeros(0, np.int64))
     lo, hi = min(b[0] for b in bounds), max(b[1] for b in bounds)
     width = hi - lo + 1
-    if all(p[0] == "dense" for p in parts) and width <= _TASK_DENSE_LIMIT:
+    dense = [p for p in parts if isinstance(p, DensePart)]
+    if len(dense) == len(parts) and width <= _TASK_DENSE_LIMIT:
         present = np.zeros(width, dtype=bool)
-        for p in parts:
-            if p[3]:
-                present[p[1] - lo : p[1] - lo + p[3]] |= np.unpackbits(p[2], count=p[3]).astype(bool)
+        for p in dense:
+            if p.n:
+                present[p.lo - lo : p.lo - lo + p.n] |= np.unpackbits(p.bits, count=p.n).astype(bool)
         n = int(present.sum())
         if width <= DENSE_FACTOR * n:
             dt = np.int32 if n < (1 << 31) else np.int64
@@ -175,12 +198,12 @@ def merge_parts(parts: list[tuple]) -> TypeRank:
     return TypeRank(n=len(keys), keys=keys)
 
 
-def part_size(p: tuple) -> int:
+def part_size(p: KeyPart) -> int:
     """Ids a part stands for at most (for the size limit, before merging)."""
-    return int(p[3]) if p[0] == "dense" else len(p[1])
+    return int(p.n) if isinstance(p, DensePart) else len(p.ids)
 
 
-def build_rank_map(parts_by_type: dict[str, list[tuple]], type_names: list[str]) -> RankMap:
+def build_rank_map(parts_by_type: dict[str, list[KeyPart]], type_names: list[str]) -> RankMap:
     """The rank map of ``type_names`` (vid order), from each type's task parts."""
     rm = RankMap()
     acc = 0
@@ -190,109 +213,3 @@ def build_rank_map(parts_by_type: dict[str, list[tuple]], type_names: list[str])
         rm.offsets.append(acc)
         acc += t.n
     return rm
-
-
-def write_vertex_tables(spark, rank: RankMap, idmap_dir: str, vertices_dir: str, files: int) -> None:
-    """idmap (vid, orig_id, vtype) and vertices (vid, vtype, label, split) of a graph without vertex
-    tables, straight from the rank map: one Spark job, ``files`` vid ranges, numpy in the tasks."""
-    import os
-
-    import pyarrow as pa
-    import pyarrow.parquet as pq
-
-    n = rank.n
-    files = max(1, min(files, n or 1))
-    bounds = np.linspace(0, n, files + 1).round().astype(np.int64)
-
-    def task(k: int) -> int:
-        lo, hi = int(bounds[k]), int(bounds[k + 1])
-        vids, orig, vtype = [], [], []
-        for code, (t, off) in enumerate(zip(rank.types, rank.offsets, strict=True)):
-            a, b = max(lo, off), min(hi, off + t.n)
-            if a < b:
-                vids.append(np.arange(a, b, dtype=np.int64))
-                orig.append(t.ids(a - off, b - off))
-                vtype.append(np.full(b - a, code, dtype=np.int32))
-        v = np.concatenate(vids) if vids else np.zeros(0, np.int64)
-        o = np.concatenate(orig) if orig else np.zeros(0, np.int64)
-        vt = np.concatenate(vtype) if vtype else np.zeros(0, np.int32)
-        tables = {
-            idmap_dir: pa.table({"vid": v, "orig_id": o, "vtype": vt}),
-            vertices_dir: pa.table(
-                {
-                    "vid": v,
-                    "vtype": vt,
-                    "label": pa.nulls(len(v), pa.int64()),
-                    "split": pa.array(np.full(len(v), -1, np.int8)),
-                }
-            ),
-        }
-        for d, tab in tables.items():
-            path = os.path.join(d, f"part-{k:05d}.parquet")
-            tmp = f"{path}.tmp-{os.getpid()}"
-            pq.write_table(tab, tmp, compression="snappy")
-            os.replace(tmp, path)
-        return k
-
-    from glisp_spark.tasks import run_tasks
-
-    for d in (idmap_dir, vertices_dir):
-        os.makedirs(d, exist_ok=True)
-    run_tasks(spark, files, task)
-
-
-def write_vertex_rows(df, rank: RankMap, dirs: dict[str, str], with_features: bool) -> list[dict]:
-    """idmap, vertices and (``with_features``) features of the good vertex rows ``df`` (columns _vtc,
-    _k, label, split, feat), vids from the broadcast rank map: one Spark job, each task writes its
-    part of the three tables. Returns per task {vtype code: rows}, the largest label, rows with features."""
-    import os
-    import pickle
-
-    import pyarrow as pa
-    import pyarrow.compute as pc
-    import pyarrow.parquet as pq
-
-    b_rank = df.sparkSession.sparkContext.broadcast(rank)
-    for name, d in dirs.items():
-        if with_features or name != "features":
-            os.makedirs(d, exist_ok=True)
-
-    def put(d: str, pid: int, j: int, tab) -> None:
-        path = os.path.join(d, f"part-{pid:05d}-{j:05d}.parquet")
-        tmp = f"{path}.tmp-{os.getpid()}"
-        pq.write_table(tab, tmp, compression="snappy")
-        os.replace(tmp, path)
-
-    def task(batches):
-        freeze_worker_heap()
-        from pyspark import TaskContext
-
-        pid = TaskContext.get().partitionId()
-        per_type: dict[int, int] = {}
-        maxlab, nfeat = None, 0
-        for j, b in enumerate(batches):
-            t = pa.Table.from_batches([b])
-            vtc = t.column("_vtc").to_numpy().astype(np.int64)
-            vid = b_rank.value.vids(vtc, t.column("_k").to_numpy())
-            vt = pa.array(vtc.astype(np.int32))
-            put(dirs["idmap"], pid, j, pa.table({"vid": vid, "orig_id": t.column("_k"), "vtype": vt}))
-            lab = t.column("label").cast(pa.int64())
-            spl = t.column("split").cast(pa.int8())
-            put(dirs["vertices"], pid, j, pa.table({"vid": vid, "vtype": vt, "label": lab, "split": spl}))
-            if with_features:
-                has = pc.is_valid(t.column("feat"))
-                feat = t.column("feat").filter(has).cast(pa.list_(pa.float32()))
-                put(dirs["features"], pid, j, pa.table({"vid": pa.array(vid).filter(has), "feat": feat}))
-                nfeat += int(pc.sum(has.cast(pa.int64())).as_py() or 0)
-            for code, n in zip(*np.unique(vtc, return_counts=True), strict=True):
-                per_type[int(code)] = per_type.get(int(code), 0) + int(n)
-            m = pc.max(lab).as_py()
-            maxlab = m if maxlab is None or (m is not None and m > maxlab) else maxlab
-        yield pa.RecordBatch.from_pydict(
-            {"payload": [pickle.dumps({"per_type": per_type, "maxlab": maxlab, "nfeat": nfeat})]}
-        )
-
-    try:
-        return [pickle.loads(r["payload"]) for r in df.mapInArrow(task, "payload binary").collect()]
-    finally:
-        b_rank.unpersist()

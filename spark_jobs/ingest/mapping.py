@@ -14,20 +14,39 @@ fail mode, its rejects table in quarantine mode. Only then is that frame compute
 from __future__ import annotations
 
 import os
-import pickle
+import time
+from collections.abc import Iterator
+from typing import TYPE_CHECKING
 
 import numpy as np
 import pyarrow as pa
 
+from glisp_spark.tasks import run_tasks
 from glisp_spark.worker_heap import freeze_worker_heap
-from spark_jobs.ingest.checks import RCOL, REASON
-from spark_jobs.ingest.edgefiles import BucketResult, EdgePlan, _col, _per_source, bucket_rows, read_ipc
+from spark_jobs.ingest.columns import FID, RCOL, REASON, SI
+from spark_jobs.ingest.edgefiles import (
+    BucketResult,
+    EdgePlan,
+    bucket_rows,
+    column_values,
+    etype_codes,
+    per_source,
+    read_ipc_file,
+)
+from spark_jobs.ingest.keys import RankMap
+from spark_jobs.ingest.partition_tasks import map_partitions
+
+if TYPE_CHECKING:
+    from pyspark.sql import DataFrame, SparkSession
 
 MISSING = "edge_missing_endpoint"
 _RAW = ("src", "dst", "etype", "weight", "timestamp")
 
 
-def _missing_counts(fid: np.ndarray, si: np.ndarray, miss_s: np.ndarray, miss_d: np.ndarray, plan: EdgePlan) -> dict:
+def _missing_counts(
+    fid: np.ndarray, si: np.ndarray, miss_s: np.ndarray, miss_d: np.ndarray, plan: EdgePlan
+) -> dict[tuple[int, str], int]:
+    """Rows with a missing endpoint per (file, configured column); a row missing both counts for src."""
     out: dict[tuple[int, str], int] = {}
     for mask, names in ((miss_s, plan.src_names), (miss_d, plan.dst_names)):
         if mask.any():
@@ -38,33 +57,34 @@ def _missing_counts(fid: np.ndarray, si: np.ndarray, miss_s: np.ndarray, miss_d:
     return out
 
 
-def _rank_vids(t: pa.Table, si: np.ndarray, rank, plan: EdgePlan, typed: bool) -> tuple[np.ndarray, np.ndarray]:
+def _rank_vids(
+    t: pa.Table, si: np.ndarray, rank: RankMap, plan: EdgePlan, typed: bool
+) -> tuple[np.ndarray, np.ndarray]:
+    """(src vids, dst vids) of staged rows from the rank map; -1 where the endpoint is not a vertex."""
     s = t.column("_s").to_numpy()
     d = t.column("_d").to_numpy()
     if typed:
         return (
-            rank.vids(_per_source(si, dict(plan.src_vtype), 0), s),
-            rank.vids(_per_source(si, dict(plan.dst_vtype), 0), d),
+            rank.vids(per_source(si, dict(plan.src_vtype), 0), s),
+            rank.vids(per_source(si, dict(plan.dst_vtype), 0), d),
         )
     return rank.vids_any(s), rank.vids_any(d)
 
 
-def map_with_rank(spark, files: list[str], rank, plan: EdgePlan, typed: bool) -> list[BucketResult]:
+def map_with_rank(
+    spark: SparkSession, files: list[str], rank: RankMap, plan: EdgePlan, typed: bool
+) -> list[BucketResult]:
     """One Spark job: each task maps one staged file with the broadcast rank map and buckets it."""
-    import time
-
-    from glisp_spark.tasks import run_tasks
-
     b_rank = spark.sparkContext.broadcast(rank)
 
     def task(i: int) -> BucketResult:
         t0 = time.process_time()
-        t = read_ipc([files[i]])
-        si = _col(t, "_si", np.int64, 0)
+        t = read_ipc_file(files[i])
+        si = column_values(t, SI, np.int64, 0)
         vs, vd = _rank_vids(t, si, b_rank.value, plan, typed)
         miss_s = vs < 0
         miss_d = (vd < 0) & ~miss_s
-        fid = _col(t, "_fid", np.int64, -1)
+        fid = column_values(t, FID, np.int64, -1)
         t1 = time.process_time()
         res = bucket_rows(vs, vd, t, si, ~(miss_s | miss_d), plan, f"f{i:05d}")
         res.missing = _missing_counts(fid, si, miss_s, miss_d, plan)
@@ -77,20 +97,20 @@ def map_with_rank(spark, files: list[str], rank, plan: EdgePlan, typed: bool) ->
         b_rank.unpersist()
 
 
-def staged_frame(spark, files: list[str], key_t: str, cols: dict[str, str]):
+def staged_frame(spark: SparkSession, files: list[str], key_t: str, cols: dict[str, str]) -> DataFrame:
     """The staged rows as a DataFrame: ``_s``/``_d`` as ``key_t`` keys plus ``cols`` ({name: spark type})."""
     schema = ", ".join([f"_s {key_t}", f"_d {key_t}"] + [f"{c} {t}" for c, t in cols.items()])
     kinds = {"long": pa.int64(), "string": pa.string(), "short": pa.int16(), "int": pa.int32()}
     kinds.update({"float": pa.float32(), "bigint": pa.int64()})
     want = {c: kinds[t] for c, t in cols.items()}
 
-    def read(batches):
+    def read(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         freeze_worker_heap()
         import pyarrow.compute as pc
 
         for b in batches:
             for i in b.column(0).to_pylist():
-                t = read_ipc([files[i]])
+                t = read_ipc_file(files[i])
                 out = {}
                 for e in ("_s", "_d"):
                     if key_t == "string":
@@ -107,38 +127,31 @@ def staged_frame(spark, files: list[str], key_t: str, cols: dict[str, str]):
     return spark.range(0, len(files), 1, n).mapInArrow(read, schema)
 
 
-def map_with_join(spark, joined, plan: EdgePlan) -> list[BucketResult]:
+def map_with_join(joined: DataFrame, plan: EdgePlan) -> list[BucketResult]:
     """Bucket the rows of ``joined`` (staged columns + SRC/DST vids, null where missing)."""
-    cols = [c for c in ("src", "dst", "_si", "_fid", "_et", "_w", "_ts", "_rowpos") if c in joined.columns]
+    cols = [c for c in ("src", "dst", SI, FID, "_et", "_w", "_ts", "_rowpos") if c in joined.columns]
 
-    def task(batches):
-        freeze_worker_heap()
-        from pyspark import TaskContext
-
-        pid = TaskContext.get().partitionId()
+    def task(pid: int, batches: Iterator[pa.RecordBatch]) -> Iterator[BucketResult]:
         for j, b in enumerate(batches):
             t = pa.Table.from_batches([b])
-            si = _col(t, "_si", np.int64, 0)
-            vs = _col(t, "src", np.int64, -1)
-            vd = _col(t, "dst", np.int64, -1)
+            si = column_values(t, SI, np.int64, 0)
+            vs = column_values(t, "src", np.int64, -1)
+            vd = column_values(t, "dst", np.int64, -1)
             miss_s = vs < 0
             miss_d = (vd < 0) & ~miss_s
             res = bucket_rows(vs, vd, t, si, ~(miss_s | miss_d), plan, f"j{pid:05d}-{j:05d}")
-            res.missing = _missing_counts(_col(t, "_fid", np.int64, -1), si, miss_s, miss_d, plan)
-            yield pa.RecordBatch.from_pydict({"payload": [pickle.dumps(res, protocol=5)]})
+            res.missing = _missing_counts(column_values(t, FID, np.int64, -1), si, miss_s, miss_d, plan)
+            yield res
 
-    rows = joined.select(*cols).mapInArrow(task, "payload binary").collect()
-    return [pickle.loads(r["payload"]) for r in rows]
+    return map_partitions(joined.select(*cols), task)
 
 
-def _raw_columns(t: pa.Table, plan: EdgePlan) -> dict:
+def _raw_columns(t: pa.Table, plan: EdgePlan) -> dict[str, pa.Array]:
     """String values of the staged rows ``t`` (rows with a missing endpoint only: few), for reports."""
     import pyarrow.compute as pc
 
-    from spark_jobs.ingest.edgefiles import etype_codes
-
     names = dict((v, k) for k, v in plan.etype_codes)
-    codes = etype_codes(t, _col(t, "_si", np.int64, 0), plan)
+    codes = etype_codes(t, column_values(t, SI, np.int64, 0), plan)
     none = pa.nulls(t.num_rows, pa.string())
     return {
         "src": pc.cast(t.column("_s"), pa.string()),
@@ -149,21 +162,21 @@ def _raw_columns(t: pa.Table, plan: EdgePlan) -> dict:
     }
 
 
-MISSING_SCHEMA = "_fid int, _reason string, _rcol string, " + ", ".join(f"{c} string" for c in _RAW)
+MISSING_SCHEMA = f"{FID} int, {REASON} string, {RCOL} string, " + ", ".join(f"{c} string" for c in _RAW)
 
 
-def rank_missing_frame(spark, files: list[str], rank, plan: EdgePlan, typed: bool):
+def rank_missing_frame(spark: SparkSession, files: list[str], rank: RankMap, plan: EdgePlan, typed: bool) -> DataFrame:
     """The staged rows whose endpoint is not a vertex (rank path), with file, reason, column, raw values."""
     b_rank = spark.sparkContext.broadcast(rank)
 
-    def read(batches):
+    def read(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         freeze_worker_heap()
         import pyarrow.compute as pc
 
         for b in batches:
             for i in b.column(0).to_pylist():
-                t = read_ipc([files[i]])
-                si = _col(t, "_si", np.int64, 0)
+                t = read_ipc_file(files[i])
+                si = column_values(t, SI, np.int64, 0)
                 vs, vd = _rank_vids(t, si, b_rank.value, plan, typed)
                 miss_s = vs < 0
                 miss = miss_s | (vd < 0)
@@ -174,9 +187,9 @@ def rank_missing_frame(spark, files: list[str], rank, plan: EdgePlan, typed: boo
                 src_n, dst_n = np.array(plan.src_names, dtype=object), np.array(plan.dst_names, dtype=object)
                 names = np.where(miss_s, src_n[si], dst_n[si])
                 raw = _raw_columns(t, plan)
-                fid = t.column("_fid") if "_fid" in t.column_names else pa.nulls(t.num_rows, pa.int32())
+                fid = t.column(FID) if FID in t.column_names else pa.nulls(t.num_rows, pa.int32())
                 out = {
-                    "_fid": pc.cast(fid, pa.int32()),
+                    FID: pc.cast(fid, pa.int32()),
                     REASON: pa.array([MISSING] * t.num_rows, pa.string()),
                     RCOL: pa.array(names.tolist(), pa.string()),
                     **raw,
@@ -186,19 +199,19 @@ def rank_missing_frame(spark, files: list[str], rank, plan: EdgePlan, typed: boo
     return spark.range(0, len(files), 1, max(1, len(files))).mapInArrow(read, MISSING_SCHEMA)
 
 
-def join_missing_frame(joined, plan: EdgePlan):
+def join_missing_frame(joined: DataFrame, plan: EdgePlan) -> DataFrame:
     """The joined rows with a missing endpoint (join path), with file, reason, column, raw values."""
     from pyspark.sql import functions as F
 
     c = F.col
-    src_names = F.create_map(*[x for i, n in enumerate(plan.src_names) for x in (F.lit(i), F.lit(n))])[c("_si")]
-    dst_names = F.create_map(*[x for i, n in enumerate(plan.dst_names) for x in (F.lit(i), F.lit(n))])[c("_si")]
+    src_names = F.create_map(*[x for i, n in enumerate(plan.src_names) for x in (F.lit(i), F.lit(n))])[c(SI)]
+    dst_names = F.create_map(*[x for i, n in enumerate(plan.dst_names) for x in (F.lit(i), F.lit(n))])[c(SI)]
     et_names = {v: k for k, v in plan.etype_codes}
-    const = F.create_map(*[x for s, code in plan.etype_const for x in (F.lit(s), F.lit(et_names[code]))])[c("_si")]
+    const = F.create_map(*[x for s, code in plan.etype_const for x in (F.lit(s), F.lit(et_names[code]))])[c(SI)]
     etype = F.coalesce(c("_et"), const) if "_et" in joined.columns else const
     none = F.lit(None).cast("string")
     return joined.filter(c("src").isNull() | c("dst").isNull()).select(
-        c("_fid").cast("int").alias("_fid") if "_fid" in joined.columns else F.lit(None).cast("int").alias("_fid"),
+        c(FID).cast("int").alias(FID) if FID in joined.columns else F.lit(None).cast("int").alias(FID),
         F.lit(MISSING).alias(REASON),
         F.when(c("src").isNull(), src_names).otherwise(dst_names).alias(RCOL),
         c("_s").cast("string").alias("src"),
@@ -210,5 +223,6 @@ def join_missing_frame(joined, plan: EdgePlan):
 
 
 def stage_dirs(stage: str) -> None:
+    """The directories the map and sort tasks write into (made once, on the driver)."""
     for d in ("buckets", "indeg", "sorted"):
         os.makedirs(os.path.join(stage, d), exist_ok=True)

@@ -10,15 +10,17 @@ from __future__ import annotations
 
 import glob
 import os
-from dataclasses import dataclass, field
+from collections.abc import Sequence
+from dataclasses import dataclass
 from pathlib import Path
+from typing import IO, TYPE_CHECKING
 
 from glisp_core.config import EdgeSource, VertexSource
 from glisp_core.errors import BadInputError, ConfigError
+from spark_jobs.ingest import arrowread
 
-CORRUPT = "_corrupt"  # raw text of a CSV row with the wrong number of fields
-FID = "_fid"  # index of the row's file in the run's file list
-ROWPOS = "_rowpos"  # unique, deterministic row position (for "keep the first" policies)
+if TYPE_CHECKING:
+    from pyspark.sql import DataFrame, SparkSession
 
 _PARQUET_EXT = (".parquet", ".pq", ".parquet.gzip", ".parquet.snappy", ".parquet.gz")
 _CSV_EXT = (".csv", ".csv.gz", ".csv.bz2")
@@ -44,6 +46,7 @@ def expand_paths(spec: str, what: str) -> list[Path]:
 
 
 def detect_format(src: EdgeSource | VertexSource, files: list[Path], what: str) -> str:
+    """csv, tsv or parquet: the configured format, or the one every file's name ends with."""
     if src.format != "auto":
         return src.format
     kinds = set()
@@ -74,16 +77,16 @@ def detect_format(src: EdgeSource | VertexSource, files: list[Path], what: str) 
 class SourceFrame:
     """A source read as a DataFrame, with the facts later steps need to build messages."""
 
-    df: object  # pyspark DataFrame: source columns + _fid + _corrupt (null for Parquet) + _rowpos
+    df: DataFrame  # source columns + _fid + _corrupt (null for Parquet) + _rowpos
     files: list[Path]
     fmt: str
     columns: list[str]  # the source's own column names
-    spec: object = None  # arrowread.CsvSpec or ParquetSpec, and the read tasks (chunks), for edgestage
-    tasks: list = field(default_factory=list)
+    spec: arrowread.TableSpec  # how its chunks are read, and the read tasks, for edgestage
+    tasks: Sequence[arrowread.ReadTask] = ()
 
 
 def read_source(
-    spark,
+    spark: SparkSession,
     src: EdgeSource | VertexSource,
     what: str,
     files: list[Path],
@@ -94,11 +97,11 @@ def read_source(
 
     ``seq`` (the source's index in the run) keeps row positions unique across sources.
     """
-    from spark_jobs.ingest import arrowread
-
     fmt = detect_format(src, files, what)
     paths = [str(f) for f in files]
     par = arrowread.default_parallelism(spark)
+    spec: arrowread.TableSpec
+    tasks: Sequence[arrowread.ReadTask]
     if fmt == "parquet":
         spec = arrowread.parquet_spec(files, what)
         columns = list(spec.columns)
@@ -129,7 +132,7 @@ def read_source(
     return SourceFrame(df=df, files=files, fmt=fmt, columns=columns, spec=spec, tasks=tasks)
 
 
-def _open_text(path: Path):
+def _open_text(path: Path) -> IO[str]:
     name = path.name.lower()
     if name.endswith(".gz"):
         import gzip

@@ -10,23 +10,29 @@ partition, so a retried task rewrites the same content. The stage directory live
 version's temporary directory under the dataset root: on a cluster it must be a shared file system.
 
 Ids are staged as int64 when every id of a batch is an integer in canonical form, else with their
-string keys too (``p<task>.str.arrow``); see ``sources.id_parts``.
+string keys too (``p<task>.str.arrow``); see ``rules.id_parts``.
 """
 
 from __future__ import annotations
 
 import os
-import pickle
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from glisp_spark.worker_heap import freeze_worker_heap
-from spark_jobs.ingest.checks import REASON
+from spark_jobs.ingest.checks import CountRow
+from spark_jobs.ingest.columns import REASON, SI
+from spark_jobs.ingest.keys import KeyPart, KeySet
+from spark_jobs.ingest.partition_tasks import map_partitions
 
-PAYLOAD = "payload binary"
+if TYPE_CHECKING:
+    import pyarrow as pa
+    from pyspark.sql import DataFrame
+
+GroupKey = tuple[Any, ...]  # the values of a scan's group columns, in their order
 
 
 @dataclass(frozen=True)
@@ -49,12 +55,29 @@ class StageSpec:
 
 
 @dataclass
+class TaskCounts:
+    """What one task of a pass sends the driver: counts per group, key parts, staged files."""
+
+    pid: int  # orders the tasks of every pass merged together
+    counts: dict[GroupKey, int]
+    parts: dict[str, KeyPart]  # vertex type -> the task's keys
+    nonint: bool  # some good row has a non-integer id (then no parts)
+    files: list[tuple[str, int]]  # staged (path, rows)
+
+
+@dataclass
 class ScanResult:
-    counts: list[dict] = field(default_factory=list)  # group columns + "count"
-    parts: dict[str, list[tuple]] = field(default_factory=dict)  # vertex type -> KeySet parts
+    """The merged pass: counts per group, key parts per vertex type, staged files."""
+
+    counts: list[CountRow] = field(default_factory=list)  # group columns + "count"
+    parts: dict[str, list[KeyPart]] = field(default_factory=dict)  # vertex type -> KeySet parts
     nonint: bool = False  # some good row has a non-integer id
     files: list[tuple[str, int]] = field(default_factory=list)  # staged (path, rows), in task order
     total: int = 0
+
+    def staged_files(self) -> list[str]:
+        """The staged files that hold rows."""
+        return [p for p, n in self.files if n > 0]
 
 
 def _src_type(si: np.ndarray, type_by_si: dict[int, str]) -> list[tuple[str, np.ndarray]]:
@@ -64,7 +87,7 @@ def _src_type(si: np.ndarray, type_by_si: dict[int, str]) -> list[tuple[str, np.
     return out
 
 
-def _stage_batch(t, spec: StageSpec):
+def _stage_batch(t: pa.Table, spec: StageSpec) -> tuple[str, pa.RecordBatch]:
     """(kind, RecordBatch) of the good rows ``t``. Kind "int": every key is an integer in canonical
     form, staged as int64 ``<name>``; kind "str": ``<name>`` (the integer part, may be null) plus
     ``<name>_key`` (the string key)."""
@@ -91,10 +114,10 @@ class _Writers:
 
     def __init__(self, d: str, pid: int) -> None:
         self.dir, self.pid = d, pid
-        self.open: dict[str, tuple] = {}
+        self.open: dict[str, tuple[str, str, Any, Any]] = {}  # kind -> (path, temporary path, sink, writer)
         self.rows: dict[str, int] = {}
 
-    def write(self, kind: str, batch) -> None:
+    def write(self, kind: str, batch: pa.RecordBatch) -> None:
         import pyarrow as pa
 
         if kind not in self.open:
@@ -116,89 +139,101 @@ class _Writers:
         return out
 
 
-def scan(df, group: Sequence[str], keys: Sequence[KeySpec] = (), stage: StageSpec | None = None) -> ScanResult:
+def scan(
+    df: DataFrame, group: Sequence[str], keys: Sequence[KeySpec] = (), stage: StageSpec | None = None
+) -> ScanResult:
     """Run the pass (one Spark job); ``df`` must carry ``group``, REASON and what keys/stage name."""
     return merge_payloads(scan_payloads(df, group, keys, stage), group)
 
 
-def scan_payloads(df, group: Sequence[str], keys: Sequence[KeySpec] = (), stage: StageSpec | None = None) -> list:
-    """The pass's per-task payloads ({pid, counts, parts, nonint, files}), for merging with others."""
-    import pyarrow as pa
-
-    from spark_jobs.ingest.keys import KeySet
-
+def _needed_columns(group: Sequence[str], keys: Sequence[KeySpec], stage: StageSpec | None) -> list[str]:
+    """Only the columns the pass reads cross from the JVM to the task."""
     need = list(dict.fromkeys([*group, REASON]))
     for k in keys:
-        need += [k.int_col, k.str_col] + ([k.type_col] if k.type_col else ["_si"] if k.type_by_si else [])
+        need += [k.int_col, k.str_col] + ([k.type_col] if k.type_col else [SI] if k.type_by_si else [])
+    if stage is not None:
+        need += [c for _, ic, sc in stage.keys for c in (ic, sc)] + [c for _, c, _ in stage.columns]
+    return list(dict.fromkeys(need))
+
+
+def _add_keys(good: pa.Table, keys: Sequence[KeySpec], sets: dict[str, KeySet]) -> bool:
+    """Add the integer ids of the good rows to the per-type key sets; False when an id is not an integer."""
+    import pyarrow.compute as pc
+
+    for ks in keys:
+        if good.column(ks.int_col).null_count:
+            return False
+        ids = good.column(ks.int_col).to_numpy()
+        if ks.type_col:
+            tv = good.column(ks.type_col)
+            for name in pc.unique(tv).to_pylist():
+                m = pc.equal(tv, name) if name is not None else pc.is_null(tv)
+                sets.setdefault(name or "", KeySet()).add(ids[m.to_numpy(zero_copy_only=False)])
+        else:
+            si = good.column(SI).to_numpy() if ks.type_by_si else np.zeros(good.num_rows, np.int32)
+            for name, m in _src_type(si, dict(ks.type_by_si)):
+                sets.setdefault(name, KeySet()).add(ids[m])
+    return True
+
+
+def _scan_task(
+    pid: int, batches: Iterator[pa.RecordBatch], group: list[str], keys: list[KeySpec], stage: StageSpec | None
+) -> TaskCounts:
+    """One task of the pass: counts per group of every row; key sets and staged files of the good rows."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    counts: dict[GroupKey, int] = {}
+    sets: dict[str, KeySet] = {}
+    nonint = False
+    writers = _Writers(stage.dir, pid) if stage is not None else None
+    for b in batches:
+        if b.num_rows == 0:
+            continue
+        t = pa.Table.from_batches([b])
+        g = t.group_by(group, use_threads=False).aggregate([([], "count_all")])
+        for row in g.to_pylist():
+            k = tuple(row[c] for c in group)
+            counts[k] = counts.get(k, 0) + row["count_all"]
+        good = t.filter(pc.is_null(t.column(REASON)))
+        if good.num_rows == 0:
+            continue
+        if keys and not nonint:
+            nonint = not _add_keys(good, keys, sets)
+        if writers is not None and stage is not None:
+            kind, batch = _stage_batch(good, stage)
+            writers.write(kind, batch)
+    parts = {} if nonint else {k: v.part() for k, v in sets.items()}
+    files = writers.close() if writers is not None else []
+    return TaskCounts(pid=(1 << 40) + pid, counts=counts, parts=parts, nonint=nonint, files=files)  # after edgestage's
+
+
+def scan_payloads(
+    df: DataFrame, group: Sequence[str], keys: Sequence[KeySpec] = (), stage: StageSpec | None = None
+) -> list[TaskCounts]:
+    """The pass's per-task results, for merging with others."""
+    need = _needed_columns(group, keys, stage)
     if stage is not None:
         Path(stage.dir).mkdir(parents=True, exist_ok=True)
-        need += [c for _, ic, sc in stage.keys for c in (ic, sc)] + [c for _, c, _ in stage.columns]
-    need = list(dict.fromkeys(need))
-    group = list(group)
-    keys = list(keys)
+    group_cols, key_specs = list(group), list(keys)
 
-    def task(batches):
-        freeze_worker_heap()
-        import pyarrow.compute as pc
-        from pyspark import TaskContext
+    def task(pid: int, batches: Iterator[pa.RecordBatch]) -> Iterator[TaskCounts]:
+        yield _scan_task(pid, batches, group_cols, key_specs, stage)
 
-        pid = TaskContext.get().partitionId()
-        counts: dict[tuple, int] = {}
-        sets: dict[str, KeySet] = {}
-        nonint = False
-        writers = _Writers(stage.dir, pid) if stage is not None else None
-        for b in batches:
-            if b.num_rows == 0:
-                continue
-            t = pa.Table.from_batches([b])
-            g = t.group_by(group, use_threads=False).aggregate([([], "count_all")])
-            for row in g.to_pylist():
-                k = tuple(row[c] for c in group)
-                counts[k] = counts.get(k, 0) + row["count_all"]
-            good = t.filter(pc.is_null(t.column(REASON)))
-            if good.num_rows == 0:
-                continue
-            for ks in keys:
-                if nonint or good.column(ks.int_col).null_count:
-                    nonint = True
-                    continue
-                ids = good.column(ks.int_col).to_numpy()
-                if ks.type_col:
-                    tv = good.column(ks.type_col)
-                    for name in pc.unique(tv).to_pylist():
-                        m = pc.equal(tv, name) if name is not None else pc.is_null(tv)
-                        sets.setdefault(name or "", KeySet()).add(ids[m.to_numpy(zero_copy_only=False)])
-                else:
-                    si = good.column("_si").to_numpy() if ks.type_by_si else np.zeros(good.num_rows, np.int32)
-                    for name, m in _src_type(si, dict(ks.type_by_si)):
-                        sets.setdefault(name, KeySet()).add(ids[m])
-            if writers is not None:
-                kind, batch = _stage_batch(good, stage)
-                writers.write(kind, batch)
-        payload = {
-            "pid": (1 << 40) + pid,  # after edgestage's tasks
-            "counts": counts,
-            "parts": {} if nonint else {k: v.part() for k, v in sets.items()},
-            "nonint": nonint,
-            "files": writers.close() if writers is not None else [],
-        }
-        yield pa.RecordBatch.from_pydict({"payload": [pickle.dumps(payload, protocol=5)]})
-
-    rows = df.select(*need).mapInArrow(task, PAYLOAD).collect()
-    return [pickle.loads(r["payload"]) for r in rows]
+    return map_partitions(df.select(*need), task)
 
 
-def merge_payloads(payloads: list[dict], group: Sequence[str]) -> ScanResult:
-    """One ScanResult of task payloads ({pid, counts, parts, nonint, files}), in task order."""
+def merge_payloads(payloads: list[TaskCounts], group: Sequence[str]) -> ScanResult:
+    """One ScanResult of task results, in task order."""
     res = ScanResult()
-    merged: dict[tuple, int] = {}
-    for p in sorted(payloads, key=lambda p: p["pid"]):
-        for k, n in p["counts"].items():
+    merged: dict[GroupKey, int] = {}
+    for p in sorted(payloads, key=lambda p: p.pid):
+        for k, n in p.counts.items():
             merged[k] = merged.get(k, 0) + n
-        res.nonint |= p["nonint"]
-        for name, part in p["parts"].items():
+        res.nonint |= p.nonint
+        for name, part in p.parts.items():
             res.parts.setdefault(name, []).append(part)
-        res.files += p["files"]
+        res.files += p.files
     res.counts = [{**dict(zip(group, k, strict=True)), "count": n} for k, n in merged.items()]
     res.total = sum(merged.values())
     if res.nonint:

@@ -14,11 +14,13 @@ string column, and Spark then casts nothing. Only *canonical* text is parsed her
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import numpy as np
 import pyarrow as pa
 
 
-def _string_parts(arr: pa.Array) -> tuple[np.ndarray, np.ndarray, np.ndarray | None]:
+def string_parts(arr: pa.Array) -> tuple[np.ndarray, np.ndarray, np.ndarray | None]:
     """(offsets, data bytes, validity or None) of a string / large_string array, without copies."""
     bufs = arr.buffers()
     off_t = np.int64 if pa.types.is_large_string(arr.type) else np.int32
@@ -37,6 +39,7 @@ def parse_canonical(arr: pa.Array, kind: str) -> tuple[np.ndarray, np.ndarray]:
 
     n = len(arr)
     ok = np.zeros(n, dtype=np.bool_)
+    parse: Callable[[np.ndarray, np.ndarray, np.ndarray, np.ndarray], None]
     if kind == "long":
         out = np.zeros(n, dtype=np.int64)
         parse = kernels.parse_ints
@@ -47,7 +50,7 @@ def parse_canonical(arr: pa.Array, kind: str) -> tuple[np.ndarray, np.ndarray]:
         raise ValueError(f"unknown kind {kind!r}")
     if n == 0:
         return out, ok
-    offsets, data, valid = _string_parts(arr)
+    offsets, data, valid = string_parts(arr)
     parse(offsets, data, out, ok)
     if valid is not None:
         ok &= valid

@@ -12,12 +12,18 @@ import time
 import uuid
 from collections.abc import Iterator
 from contextlib import contextmanager
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
 
 _PROPS = ("spark.jobGroup.id", "spark.job.description", "spark.job.interruptOnCancel")
 
 
 class Phases:
-    def __init__(self, spark, stage: str) -> None:
+    """``with phases("name"):`` times a phase and puts its Spark jobs in a group of their own."""
+
+    def __init__(self, spark: SparkSession | None, stage: str) -> None:
         self.sc = spark.sparkContext if spark is not None else None
         self.prefix = f"{stage}-{uuid.uuid4().hex[:8]}"
         self.seconds: dict[str, float] = {}
@@ -39,7 +45,7 @@ class Phases:
             self.seconds[name] += time.perf_counter() - t0
             if self.sc:
                 for p, v in zip(_PROPS, old, strict=True):
-                    self.sc.setLocalProperty(p, v)
+                    self.sc.setLocalProperty(p, v)  # type: ignore[arg-type]  # None clears the property
 
     def add_task_seconds(self, times: dict[str, float]) -> None:
         for k, v in times.items():

@@ -8,6 +8,11 @@ driver. The same input gives the same ids whatever the partitioning, because the
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from pyspark import StorageLevel
+    from pyspark.sql import Column, DataFrame, Row
 
 _PID = "_pid"
 _MID = "_mid"
@@ -15,8 +20,13 @@ _LOCAL_BITS = 33  # monotonically_increasing_id = partition << 33 | row-in-parti
 
 
 def dense_index(
-    df, order: Sequence[object], name: str, group: Sequence[str] = (), aggs: Sequence[object] = (), storage=None
-):
+    df: DataFrame,
+    order: Sequence[Column],
+    name: str,
+    group: Sequence[str] = (),
+    aggs: Sequence[Column] = (),
+    storage: StorageLevel | None = None,
+) -> tuple[DataFrame, int, DataFrame, list[Row]]:
     """``df`` sorted by ``order`` with column ``name`` = position 0..n-1; returns (df, n, cached, rows).
 
     The sorted rows are persisted (the count pass and the write pass must see the same partitions);

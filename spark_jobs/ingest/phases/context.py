@@ -1,0 +1,46 @@
+"""``IngestContext``: what every phase of one run reads (session, plan, output, timer, log) and what it cleans up.
+
+Why one object: the phases share these few facts and nothing else; their results travel as the return
+values of each phase, so a phase's inputs are its arguments.
+"""
+
+from __future__ import annotations
+
+import shutil
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from glisp_core.dataset.layout import DatasetVersion
+from spark_jobs.ingest.checks import Summary, handle_bad
+from spark_jobs.ingest.plan import IngestPlan
+from spark_jobs.ingest.timing import Phases
+
+if TYPE_CHECKING:
+    from pyspark.sql import Column, DataFrame, SparkSession
+
+
+@dataclass(frozen=True)
+class IngestContext:
+    """One run's fixed facts; ``cached`` collects the frames the phases persist, for ``cleanup``."""
+
+    spark: SparkSession
+    plan: IngestPlan
+    out: DatasetVersion  # the version being written (its temporary directory)
+    stage: Path  # staging directory inside it, removed by cleanup
+    ph: Phases
+    log: Callable[[str], None]
+    id_long: bool  # every id column is an integer column: ids never go through strings
+    cached: list[DataFrame] = field(default_factory=list)
+
+    def handle_bad(self, df: DataFrame, summary: Summary, raw: dict[str, Column]) -> dict[str, int]:
+        """Fail on the bad rows of ``df`` or quarantine them, as the config says; rows set aside per kind."""
+        ing = self.plan.ing
+        return handle_bad(df, summary, self.plan.files, ing.on_bad_input, raw, self.out.rejects, self.log)
+
+    def cleanup(self) -> None:
+        """Unpersist what the phases persisted and remove the staged files, whether the run succeeded or not."""
+        for df in self.cached:
+            df.unpersist()
+        shutil.rmtree(self.stage, ignore_errors=True)
