@@ -63,8 +63,8 @@ def build(args: argparse.Namespace, root: Path) -> dict[str, dict]:
     from spark_jobs.generate.builtin import builtin_config
     from spark_jobs.generate.rmat import generate_rmat
     from spark_jobs.ingest.job import run_ingest
-    from spark_jobs.partition.registry import algorithms
     from spark_jobs.partition.job import run_partition
+    from spark_jobs.partition.registry import algorithms
     from spark_jobs.serialize.job import run_serialize
 
     cfg = load_config(env={})

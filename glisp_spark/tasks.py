@@ -1,4 +1,9 @@
-"""``run_tasks``: one Spark job of n Python tasks that return small results (counts, key sets).
+"""Spark jobs of Python tasks that send back small Python results (counts, key sets, rows per bucket).
+
+- :func:`run_tasks`: n tasks over an index, ``fn(i)`` each.
+- :func:`map_partitions`: one task per partition of a DataFrame, ``fn(partition id, its Arrow batches)``.
+
+Both freeze the worker heap first (:mod:`glisp_spark.worker_heap`) and pickle the results back.
 
 Why ``mapInArrow`` over ``spark.range`` and not ``sparkContext.parallelize``: the SQL and the RDD
 Python runners start separate Python worker daemons (each worker importing numpy/pyarrow anew), so
@@ -10,13 +15,15 @@ from __future__ import annotations
 
 import pickle
 from collections.abc import Callable, Iterator
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from glisp_spark.worker_heap import freeze_worker_heap
 
 if TYPE_CHECKING:
     import pyarrow
-    from pyspark.sql import SparkSession
+    from pyspark.sql import DataFrame, SparkSession
+
+T = TypeVar("T")
 
 
 def run_tasks(spark: SparkSession, n: int, fn: Callable[[int], Any]) -> list[Any]:
@@ -34,3 +41,20 @@ def run_tasks(spark: SparkSession, n: int, fn: Callable[[int], Any]) -> list[Any
         return []
     rows = spark.range(0, n, 1, n).mapInArrow(task, "i long, payload binary").collect()
     return [pickle.loads(r["payload"]) for r in sorted(rows, key=lambda r: r["i"])]
+
+
+def map_partitions(df: DataFrame, fn: Callable[[int, Iterator[pyarrow.RecordBatch]], Iterator[T]]) -> list[T]:
+    """Every result ``fn(partition id, its Arrow batches)`` yields, in partition order."""
+
+    def task(batches: Iterator[pyarrow.RecordBatch]) -> Iterator[pyarrow.RecordBatch]:
+        freeze_worker_heap()
+        import pyarrow as pa
+        from pyspark import TaskContext
+
+        ctx = TaskContext.get()
+        if ctx is None:
+            raise RuntimeError("map_partitions runs its function inside a Spark task only")
+        for res in fn(ctx.partitionId(), batches):
+            yield pa.RecordBatch.from_pydict({"payload": [pickle.dumps(res, protocol=5)]})
+
+    return [pickle.loads(r["payload"]) for r in df.mapInArrow(task, "payload binary").collect()]

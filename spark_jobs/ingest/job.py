@@ -33,6 +33,7 @@ from glisp_core.dataset.layout import DatasetVersion, check_name, list_versions
 from glisp_core.dataset.manifest import Manifest, StageRecord, now_iso
 from glisp_core.dataset.paths import confine, confine_all
 from glisp_core.dataset.publish import VersionPublisher, file_fingerprints, fingerprint
+from glisp_spark.phases import Phases
 from spark_jobs.ingest.background import Background
 from spark_jobs.ingest.edgefiles import DegreeFreq
 from spark_jobs.ingest.phases.context import IngestContext
@@ -44,7 +45,6 @@ from spark_jobs.ingest.phases.vertex_checks import vertex_checks
 from spark_jobs.ingest.phases.write_edges import write_edges
 from spark_jobs.ingest.plan import IngestPlan, ids_native_long
 from spark_jobs.ingest.stats import degree_metrics, merge_frequencies
-from spark_jobs.ingest.timing import Phases
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession

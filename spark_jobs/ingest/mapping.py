@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 import pyarrow as pa
 
-from glisp_spark.tasks import run_tasks
+from glisp_spark.tasks import map_partitions, run_tasks
 from glisp_spark.worker_heap import freeze_worker_heap
 from spark_jobs.ingest.columns import FID, RCOL, REASON, SI
 from spark_jobs.ingest.edgefiles import (
@@ -34,7 +34,6 @@ from spark_jobs.ingest.edgefiles import (
     read_ipc_file,
 )
 from spark_jobs.ingest.keys import RankMap
-from spark_jobs.ingest.partition_tasks import map_partitions
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession

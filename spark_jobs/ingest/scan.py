@@ -23,10 +23,10 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from glisp_spark.tasks import map_partitions
 from spark_jobs.ingest.checks import CountRow
 from spark_jobs.ingest.columns import REASON, SI
 from spark_jobs.ingest.keys import KeyPart, KeySet
-from spark_jobs.ingest.partition_tasks import map_partitions
 
 if TYPE_CHECKING:
     import pyarrow as pa

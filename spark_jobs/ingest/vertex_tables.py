@@ -14,9 +14,8 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from glisp_spark.tasks import run_tasks
+from glisp_spark.tasks import map_partitions, run_tasks
 from spark_jobs.ingest.keys import RankMap
-from spark_jobs.ingest.partition_tasks import map_partitions
 
 if TYPE_CHECKING:
     import pyarrow as pa

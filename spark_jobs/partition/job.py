@@ -7,7 +7,6 @@ published with the same parameters and ingest, unless forced.
 from __future__ import annotations
 
 import shutil
-import time
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -16,6 +15,7 @@ from glisp_core.dataset.layout import DatasetVersion, check_name
 from glisp_core.dataset.manifest import Manifest, StageRecord
 from glisp_core.dataset.publish import StagePublisher
 from glisp_core.dataset.versions import VersionLease
+from glisp_spark.phases import Phases
 from spark_jobs.partition import incremental
 from spark_jobs.partition.base import PartitionContext
 from spark_jobs.partition.metrics import write_outputs
@@ -23,27 +23,6 @@ from spark_jobs.partition.registry import get_partitioner
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
-
-
-class Clock:
-    """Named wall-clock sections for StageRecord.timings."""
-
-    def __init__(self) -> None:
-        self.t: dict[str, float] = {}
-
-    def section(self, name: str) -> _Section:
-        return _Section(self, name)
-
-
-class _Section:
-    def __init__(self, clock: Clock, name: str) -> None:
-        self.clock, self.name = clock, name
-
-    def __enter__(self) -> None:
-        self.t0 = time.perf_counter()
-
-    def __exit__(self, *exc: object) -> None:
-        self.clock.t[self.name] = round(self.clock.t.get(self.name, 0.0) + time.perf_counter() - self.t0, 3)
 
 
 def run_name(cfg: Config) -> str:
@@ -76,7 +55,7 @@ def run_partition(spark: SparkSession, cfg: Config, dv: DatasetVersion, force: b
         return rec
     schema = Manifest.read(dv.manifest_path).schema
     n, m = int(schema["num_vertices"]), int(schema["num_edges"])
-    clock = Clock()
+    clock = Phases(spark, "partition")
     with pub:
         edges = spark.read.parquet(str(dv.edges)).select("eid", "src", "dst")
         staging = pub.tmp / "_staging"
@@ -89,9 +68,9 @@ def run_partition(spark: SparkSession, cfg: Config, dv: DatasetVersion, force: b
         if inc is not None and not inc.fallback:
             counts, metrics, result = inc.counts, inc.metrics, None
         else:
-            with clock.section("partition_s"):
+            with clock("partition"):
                 result = algo.partition(ctx)
-            with clock.section("write_s"):
+            with clock("write"):
                 counts, metrics = write_outputs(
                     spark, result.alloc, pub.tmp, pcfg.parts, m, result.replica_bits, result.edges_per_part
                 )
@@ -102,7 +81,7 @@ def run_partition(spark: SparkSession, cfg: Config, dv: DatasetVersion, force: b
             counts.update(result.counts)
         if inc is not None:
             counts["incremental"] = inc.info
-        timings = {**clock.t, **(result.timings if result is not None else {})}
+        timings = {**clock.timings(), **(result.timings if result is not None else {})}
         rec = pub.commit(counts=counts, metrics=metrics, timings=timings)
     if pcfg.progress and inc is not None:
         print(f"partition/{run}: {inc.info['path']} path ({inc.info['reason']})", flush=True)
@@ -121,13 +100,13 @@ def _try_refresh(
     base: tuple[DatasetVersion, StageRecord] | None,
     run: str,
     out: Path,
-    clock: Clock,
+    clock: Phases,
 ) -> incremental.Refresh:
     """The incremental path (``partition.incremental``); ``fallback`` set when a full run must follow."""
     if base is None:
         info = {"path": "full", "reason": "no earlier version holds a published run of this algorithm and p"}
         return incremental.Refresh({}, {}, info, info["reason"])
-    with clock.section("incremental_s"), VersionLease(base[0], f"incremental refresh of {dv.graph}/{dv.version}"):
+    with clock("incremental"), VersionLease(base[0], f"incremental refresh of {dv.graph}/{dv.version}"):
         inc = incremental.refresh(ctx, dv, base[0], base[1], run, out)
     if inc.fallback:
         for d in ("assignment", "replicas"):

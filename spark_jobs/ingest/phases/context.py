@@ -13,9 +13,9 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from glisp_core.dataset.layout import DatasetVersion
+from glisp_spark.phases import Phases
 from spark_jobs.ingest.checks import Summary, handle_bad
 from spark_jobs.ingest.plan import IngestPlan
-from spark_jobs.ingest.timing import Phases
 
 if TYPE_CHECKING:
     from pyspark.sql import Column, DataFrame, SparkSession

@@ -1,4 +1,4 @@
-"""Wall time and Spark job count per phase of a stage, for the manifest timings and the benchmark.
+"""The stage timer of every Spark job: wall time and Spark job count per phase, for the manifest timings and the benchmark.
 
 Each phase runs under its own Spark job group, so ``statusTracker().getJobIdsForGroup`` counts the
 jobs it started (including the ones Spark starts for it, e.g. broadcasts and adaptive re-planning).
