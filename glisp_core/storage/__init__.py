@@ -1,0 +1,5 @@
+"""The storage layer: every dataset read and write goes through a :class:`~glisp_core.storage.store.Store`.
+
+A dataset root, an ingest input, an inference store and a cluster file's dataset are URIs: a local path,
+``file://``, ``s3://``, ``gs://``, ``hdfs://`` (pyarrow.fs opens them; docs/storage.md says why pyarrow.fs).
+"""

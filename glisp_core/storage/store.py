@@ -1,0 +1,249 @@
+"""One store: a pyarrow filesystem opened at a URI, with the few operations the dataset protocol needs.
+
+Why pyarrow.fs: Spark's Python workers already carry pyarrow (Arrow is how they exchange batches with the
+JVM), its S3, GCS and HDFS filesystems read credentials the way each store's own tools do (for S3 the
+standard AWS environment variables, ``AWS_ENDPOINT_URL`` included, the shared config files and instance
+roles), and Parquet reads and writes go through it with no copy. The one thing it lacks is a conditional
+create, which the publish protocol needs on object stores: S3's ``If-None-Match: *`` goes through boto3,
+which reads the same credentials.
+
+Paths inside a store are ``/``-separated and relative to nothing: ``Store.at(uri)`` turns a URI into the
+filesystem path (``/abs/path`` locally, ``bucket/key`` on S3).
+"""
+
+from __future__ import annotations
+
+import os
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pyarrow.fs as pafs
+
+from glisp_core.errors import GlispError
+from glisp_core.storage.uri import StoreURI, parse_uri
+
+CONNECT_TIMEOUT_S = 5.0
+REQUEST_TIMEOUT_S = 30.0
+
+
+class StoreError(GlispError):
+    """A store cannot be opened or reached; the message names the URI and what to do."""
+
+
+class Store:
+    """A filesystem and the URI it was opened at; ``uri`` arguments are StoreURIs or strings of that store."""
+
+    def __init__(self, uri: str | os.PathLike[str] | StoreURI, what: str = "dataset.root") -> None:
+        self.root = uri if isinstance(uri, StoreURI) else parse_uri(uri, what)
+        self.what = what
+        self.fs = _filesystem(self.root)
+
+    # ---- addressing ----
+    def uri(self, *parts: str) -> StoreURI:
+        return self.root.join(*parts)
+
+    def at(self, uri: StoreURI | str) -> str:
+        """The filesystem path of ``uri`` (a StoreURI, a full URI string or a path relative to the root)."""
+        u = self._as_uri(uri)
+        return u.path if u.is_local else f"{u.authority}{u.path}".rstrip("/")
+
+    def _as_uri(self, uri: StoreURI | str) -> StoreURI:
+        if isinstance(uri, StoreURI):
+            return uri
+        if "://" in uri or uri.startswith("/"):
+            return parse_uri(uri, self.what)
+        return self.root.join(uri)
+
+    # ---- reachability ----
+    def check(self) -> None:
+        """Fail at once, naming the URI and what to do, when the store cannot be reached or read."""
+        try:
+            self.fs.get_file_info(self.at(self.root))
+            missing = self.root.is_object_store and self.fs.get_file_info(self.root.authority).type == (
+                pafs.FileType.NotFound
+            )
+        except OSError as e:
+            raise StoreError(_explain(self.root, self.what, e)) from None
+        if missing:
+            raise StoreError(f"{self.what} {self.root}: bucket {self.root.authority!r} does not exist: create it first")
+
+    # ---- small objects ----
+    def read_bytes(self, uri: StoreURI | str) -> bytes:
+        with self.fs.open_input_stream(self.at(uri)) as f:
+            data: bytes = f.read()
+            return data
+
+    def read_text(self, uri: StoreURI | str) -> str | None:
+        """The object's text, or None when it does not exist."""
+        try:
+            return self.read_bytes(uri).decode()
+        except FileNotFoundError:
+            return None
+
+    def write_bytes(self, uri: StoreURI | str, data: bytes) -> None:
+        """Replace the object whole: a reader sees the old bytes or the new ones, never part of them."""
+        path = self.at(uri)
+        if self.root.is_local:
+            os.makedirs(os.path.dirname(path), exist_ok=True)
+            tmp = f"{path}.{uuid.uuid4().hex[:8]}.tmp"
+            with open(tmp, "wb") as f:
+                f.write(data)
+                f.flush()
+                os.fsync(f.fileno())
+            os.replace(tmp, path)
+            return
+        with self.fs.open_output_stream(path) as f:  # one PUT: atomic on object stores
+            f.write(data)
+
+    def create_exclusive(self, uri: StoreURI | str, data: bytes) -> bool:
+        """Write the object only if it does not exist yet; False when it does (another writer came first)."""
+        path = self.at(uri)
+        u = self._as_uri(uri)
+        if u.is_local:
+            os.makedirs(os.path.dirname(path), exist_ok=True)
+            tmp = f"{path}.{uuid.uuid4().hex[:8]}.tmp"
+            with open(tmp, "wb") as f:
+                f.write(data)
+                os.fsync(f.fileno())
+            try:
+                os.link(tmp, path)  # atomic, and fails when the name exists: whole content or nothing
+                return True
+            except FileExistsError:
+                return False
+            finally:
+                os.unlink(tmp)
+        if u.scheme == "s3":
+            return _s3_create_exclusive(u, data)
+        if self.exists(u):  # no conditional create here: check, then write (docs/storage.md says what it costs)
+            return False
+        self.write_bytes(u, data)
+        return True
+
+    # ---- listing and removal ----
+    def exists(self, uri: StoreURI | str) -> bool:
+        return bool(self.fs.get_file_info(self.at(uri)).type != pafs.FileType.NotFound)
+
+    def is_dir(self, uri: StoreURI | str) -> bool:
+        return bool(self.fs.get_file_info(self.at(uri)).type == pafs.FileType.Directory)
+
+    def entries(self, uri: StoreURI | str, recursive: bool = False) -> list[pafs.FileInfo]:
+        """Entries under ``uri`` (none when it does not exist), sorted by path."""
+        sel = pafs.FileSelector(self.at(uri), recursive=recursive, allow_not_found=True)
+        return sorted(self.fs.get_file_info(sel), key=lambda i: str(i.path))
+
+    def names(self, uri: StoreURI | str) -> list[str]:
+        """The names of the entries directly under ``uri``."""
+        return [str(i.base_name) for i in self.entries(uri)]
+
+    def files(self, uri: StoreURI | str) -> Iterator[tuple[str, int]]:
+        """(path relative to ``uri``, size) of every file below it."""
+        base = self.at(uri).rstrip("/") + "/"
+        for i in self.entries(uri, recursive=True):
+            if i.type == pafs.FileType.File:
+                yield str(i.path)[len(base) :], int(i.size)
+
+    def delete(self, uri: StoreURI | str) -> None:
+        """Remove a file or everything below a prefix; nothing when it does not exist."""
+        path = self.at(uri)
+        info = self.fs.get_file_info(path)
+        if info.type == pafs.FileType.Directory:
+            self.fs.delete_dir(path)
+        elif info.type == pafs.FileType.File:
+            self.fs.delete_file(path)
+
+    # ---- bulk copies ----
+    def download(self, uri: StoreURI | str, local_dir: Path) -> int:
+        """Copy every file below ``uri`` into ``local_dir``; the bytes copied."""
+        total = 0
+        for rel, size in self.files(uri):
+            dst = local_dir / rel
+            dst.parent.mkdir(parents=True, exist_ok=True)
+            pafs.copy_files(f"{self.at(uri)}/{rel}", str(dst), self.fs, pafs.LocalFileSystem())
+            total += size
+        return total
+
+    def upload(self, local_dir: Path, uri: StoreURI | str) -> int:
+        """Copy every file below ``local_dir`` to ``uri``; the bytes copied."""
+        total = 0
+        for p in sorted(local_dir.rglob("*")):
+            if p.is_file():
+                rel = p.relative_to(local_dir).as_posix()
+                dst = f"{self.at(uri)}/{rel}"
+                if self.root.is_local:
+                    os.makedirs(os.path.dirname(dst), exist_ok=True)
+                pafs.copy_files(str(p), dst, pafs.LocalFileSystem(), self.fs)
+                total += p.stat().st_size
+        return total
+
+
+def _filesystem(u: StoreURI) -> pafs.FileSystem:
+    if u.is_local:
+        return pafs.LocalFileSystem()
+    if u.scheme == "s3":
+        # credentials and region come from the environment and the shared config files, as for the AWS CLI
+        return pafs.S3FileSystem(
+            **_endpoint(),
+            connect_timeout=CONNECT_TIMEOUT_S,
+            request_timeout=REQUEST_TIMEOUT_S,
+            retry_strategy=pafs.AwsStandardS3RetryStrategy(max_attempts=3),
+        )
+    try:
+        fs, _ = pafs.FileSystem.from_uri(str(u))
+    except (OSError, ValueError) as e:
+        raise StoreError(_explain(u, "store", e)) from None
+    return fs
+
+
+def _endpoint() -> dict[str, str]:
+    """``AWS_ENDPOINT_URL_S3`` or ``AWS_ENDPOINT_URL`` (an S3-compatible store), as the AWS CLI reads them."""
+    url = os.environ.get("AWS_ENDPOINT_URL_S3") or os.environ.get("AWS_ENDPOINT_URL")
+    if not url:
+        return {}
+    scheme, _, host = url.partition("://")
+    return {"endpoint_override": host.rstrip("/"), "scheme": scheme} if host else {"endpoint_override": url}
+
+
+def _s3_create_exclusive(u: StoreURI, data: bytes) -> bool:
+    from botocore.exceptions import ClientError
+
+    key = u.path.lstrip("/")
+    try:
+        _s3_client().put_object(Bucket=u.authority, Key=key, Body=data, IfNoneMatch="*")
+        return True
+    except ClientError as e:
+        code = str(e.response.get("Error", {}).get("Code", ""))
+        if code in ("PreconditionFailed", "412", "ConditionalRequestConflict"):
+            return False
+        raise StoreError(f"{u}: conditional create failed ({code}: {e})") from None
+
+
+_CLIENT: Any = None
+
+
+def _s3_client() -> Any:
+    """One boto3 client per process (it reads AWS_* variables, AWS_ENDPOINT_URL and ~/.aws like pyarrow)."""
+    global _CLIENT
+    if _CLIENT is None:
+        import boto3
+
+        _CLIENT = boto3.client("s3")
+    return _CLIENT
+
+
+def _explain(u: StoreURI, what: str, e: BaseException) -> str:
+    text = str(e)
+    low = text.lower()
+    if "credential" in low or "access denied" in low or "accessdenied" in low or "forbidden" in low:
+        hint = (
+            "no usable credentials: set AWS_ACCESS_KEY_ID/AWS_SECRET_ACCESS_KEY (or AWS_PROFILE, or an instance "
+            "role) in the environment of every process"
+        )
+    elif "nosuchbucket" in low or "no such bucket" in low or "bucket does not exist" in low:
+        hint = f"bucket {u.authority!r} does not exist: create it first"
+    elif "connect" in low or "timeout" in low or "resolve" in low or "unreachable" in low:
+        hint = "the store is unreachable: check AWS_ENDPOINT_URL (or the store's address) and the network"
+    else:
+        hint = "check the URI and the credentials in the environment"
+    return f"{what} {u}: {hint} ({text.strip().splitlines()[0] if text.strip() else type(e).__name__})"

@@ -1,0 +1,76 @@
+"""Store URIs, parsed once: a local path or ``scheme://authority/path``.
+
+Spark must see every path fully qualified: on a cluster whose ``fs.defaultFS`` is ``hdfs://``, a bare
+``/data/x`` is an HDFS path for Spark and a local one for Python. :func:`qualify` gives the one spelling
+both agree on (``file:///data/x`` for a local path).
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from urllib.parse import urlsplit
+
+from glisp_core.errors import ConfigError
+
+# schemes pyarrow.fs opens; "file" is a local path
+SCHEMES = ("file", "s3", "gs", "gcs", "hdfs", "viewfs", "abfs", "abfss")
+OBJECT_STORES = ("s3", "gs", "gcs", "abfs", "abfss")  # no directory rename, no flock
+
+
+@dataclass(frozen=True)
+class StoreURI:
+    """``scheme`` (``file`` for a local path), ``authority`` (bucket, namenode) and ``path`` (absolute, ``/``-led)."""
+
+    scheme: str
+    authority: str
+    path: str
+
+    @property
+    def is_local(self) -> bool:
+        return self.scheme == "file"
+
+    @property
+    def is_object_store(self) -> bool:
+        return self.scheme in OBJECT_STORES
+
+    def __str__(self) -> str:
+        return f"{self.scheme}://{self.authority}{self.path}"
+
+    def join(self, *parts: str) -> StoreURI:
+        tail = "/".join(p.strip("/") for p in parts if p and p.strip("/"))
+        base = self.path.rstrip("/")
+        return StoreURI(self.scheme, self.authority, f"{base}/{tail}" if tail else (base or "/"))
+
+
+def parse_uri(text: str | os.PathLike[str], what: str = "dataset.root") -> StoreURI:
+    """``text`` as a StoreURI; a ConfigError naming ``what`` and the URI for a scheme no store opens."""
+    s = os.fspath(text)
+    if "://" not in s:
+        if s.startswith("s3:") or s.startswith("gs:"):  # "s3:/bucket" would silently become a local "./s3:" dir
+            raise ConfigError(
+                "storage", what, f"{s!r} is neither a local path nor a URI: write {s.split(':')[0]}://bucket/path"
+            )
+        return StoreURI("file", "", os.path.abspath(os.path.expanduser(s)))
+    u = urlsplit(s)
+    scheme = u.scheme.lower()
+    if scheme not in SCHEMES:
+        raise ConfigError(
+            "storage",
+            what,
+            f"{s!r}: unknown scheme {scheme!r}; use a local path or one of {', '.join(x + '://' for x in SCHEMES)}",
+        )
+    if scheme == "file":
+        return StoreURI("file", "", os.path.abspath(u.path or "/"))
+    if scheme in OBJECT_STORES and not u.netloc:
+        raise ConfigError("storage", what, f"{s!r} names no bucket: write {scheme}://BUCKET/path")
+    return StoreURI(scheme, u.netloc, "/" + u.path.strip("/") if u.path.strip("/") else "/")
+
+
+def qualify(text: str | os.PathLike[str]) -> str:
+    """The fully qualified spelling of a path or URI (``file:///abs`` for a local path), for Spark."""
+    return str(parse_uri(text))
+
+
+def is_local(text: str | os.PathLike[str]) -> bool:
+    return parse_uri(text).is_local
