@@ -16,7 +16,7 @@ from typing import Any
 
 from glisp_app.promote import promote
 from glisp_core.config import Config, with_values
-from glisp_core.dataset.manifest import Manifest
+from glisp_core.dataset.manifest import Manifest, read_manifest
 from glisp_core.dataset.stages import StageName, run_of
 from glisp_core.dataset.versions import GraphLock
 from glisp_core.errors import GlispError, StageError, failure_reason
@@ -137,7 +137,7 @@ def main(args: argparse.Namespace, cfg: Config) -> int:
     cfg = with_values(cfg, "pipeline", train=args.train)
     spark = get_spark(cfg.spark, checkpoint_dir=f"{cfg.dataset.root}/_checkpoints")
     dv = run_pipeline(spark, cfg, builtin=args.builtin, force=args.force)
-    print(brief(Manifest.read(dv.manifest_path), dv))
+    print(brief(read_manifest(dv), dv))
     return 0
 
 

@@ -102,10 +102,10 @@ def main(args: argparse.Namespace, cfg: Config) -> int:
     t0 = time.perf_counter()
     spark = get_spark(cfg.spark)
     dv = run_ingest(spark, cfg, ing, force=args.force)
-    from glisp_core.dataset.manifest import Manifest
+    from glisp_core.dataset.manifest import read_manifest
     from glisp_core.dataset.versions import read_latest
 
-    m = Manifest.read(dv.manifest_path)
+    m = read_manifest(dv)
     rec = m.stages["ingest"]
     secs = time.perf_counter() - t0
     e = m.schema.get("num_edges", 0)

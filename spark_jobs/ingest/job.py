@@ -30,7 +30,7 @@ from typing import TYPE_CHECKING, Any
 
 from glisp_core.config import Config, IngestConfig, to_dict
 from glisp_core.dataset.layout import DatasetVersion, check_name, list_versions
-from glisp_core.dataset.manifest import Manifest, StageRecord, now_iso
+from glisp_core.dataset.manifest import Manifest, StageRecord, now_iso, read_manifest
 from glisp_core.dataset.paths import confine, confine_all
 from glisp_core.dataset.publish import VersionPublisher, file_fingerprints, fingerprint
 from glisp_spark.phases import Phases
@@ -85,10 +85,10 @@ def _find_existing(root: Path, graph: str, fp: str, version: str) -> DatasetVers
     for v in candidates:
         dv = DatasetVersion(root, graph, v)
         try:
-            rec = Manifest.read(dv.manifest_path).stages.get("ingest")
+            rec = read_manifest(dv).stages.get("ingest")
         except Exception:  # noqa: BLE001 - an unreadable manifest is simply not a match
             continue
-        if rec is not None and rec.fingerprint == fp and dv.ingest.exists():
+        if rec is not None and rec.fingerprint == fp and dv.store.exists(dv.ingest):
             return dv
     return None
 
@@ -127,7 +127,9 @@ def run_ingest(
     )
     check_name("version", version)
     with VersionPublisher(root, ing.graph, version) as pub:
-        ctx = IngestContext(spark, plan, pub.tmp_dv, pub.tmp_dv.path / "_staging", ph, log, ids_native_long(plan))
+        ctx = IngestContext(
+            spark, plan, pub.tmp_dv, pub.tmp_dv.ingest.local / "_staging", ph, log, ids_native_long(plan)
+        )
         try:
             built = _build_tables(ctx)
         finally:

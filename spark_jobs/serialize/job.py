@@ -32,7 +32,7 @@ from glisp_core.dataset.layout import (
     WEIGHT,
     DatasetVersion,
 )
-from glisp_core.dataset.manifest import Manifest, StageRecord
+from glisp_core.dataset.manifest import Manifest, StageRecord, read_manifest
 from glisp_core.dataset.publish import StagePublisher
 from glisp_core.errors import BadInputError, GlispError, StageError
 from glisp_core.partition_format import FIELD_BY_NAME, FORMAT_VERSION
@@ -171,7 +171,7 @@ def run_serialize(
     from pyspark.sql import functions as F
 
     t0 = time.perf_counter()
-    man = Manifest.read(dv.manifest_path)
+    man = read_manifest(dv)
     man.stage("ingest")
     run, num_parts = resolve_run(man, run or cfg.serialize.partition or None)
     sc = cfg.serialize
@@ -182,7 +182,7 @@ def run_serialize(
         "parquet_copy": sc.parquet_copy,
         "format_version": FORMAT_VERSION,
     }
-    pub = StagePublisher(dv, f"serialize/{run}", dv.serialized(run), params, depends=["ingest", f"partition/{run}"])
+    pub = StagePublisher(dv, f"serialize/{run}", params, depends=["ingest", f"partition/{run}"])
     if pub.is_current() and not force:
         rec = pub.record()
         assert rec is not None
@@ -211,7 +211,7 @@ def run_serialize(
             + ([TS] if schema.get("timestamped") else [])
         )
         ctx = BuildContext(
-            out_dir=str(pub.tmp),
+            out_dir=str(pub.tmp.local),
             num_parts=num_parts,
             edge_types=list(schema.get("edge_types") or ["e0"]),
             vertex_types=list(schema.get("vertex_types") or ["v0"]),
@@ -234,7 +234,7 @@ def run_serialize(
         timings["build_s"] = round(time.perf_counter() - t, 3)
         masters.df.unpersist()
         check_written(
-            pub.tmp, run, summ, num_edges, sc.parquet_copy, f"partition/{run} assigns" if subset else "ingest has"
+            pub.tmp.local, run, summ, num_edges, sc.parquet_copy, f"partition/{run} assigns" if subset else "ingest has"
         )
         counts, metrics = _counts_and_metrics(summ, num_edges, masters.isolated)
         timings["total_s"] = round(time.perf_counter() - t0, 3)
