@@ -96,7 +96,8 @@ def _executor_python(master: str, configured: str | None) -> None:
 
 def _ship_code(spark: SparkSession, master: str) -> None:
     """Executors on other hosts import GLISP from a zip of this process's packages (built like glisp-submit's),
-    unless spark-submit already shipped one with ``--py-files``."""
+    unless spark-submit already shipped one with ``--py-files``. Shipped even to a cluster whose image has GLISP
+    installed: it goes first on the executors' path, so they run exactly the driver's code."""
     if is_local_master(master):
         return
     shipped = spark.sparkContext.getConf().get("spark.submit.pyFiles", "") or ""
