@@ -34,6 +34,7 @@ CLUSTER_CONF = {
     "spark.executor.memory": "1g",
     "spark.executor.cores": "1",
     "spark.cores.max": "2",
+    "spark.scheduler.minRegisteredResourcesRatio": "1.0",  # both executors up before the first task
     "spark.driver.host": "127.0.0.1",
     "spark.driver.bindAddress": "127.0.0.1",
 }
