@@ -85,9 +85,12 @@ def run_pipeline(spark, cfg: Config, builtin: str | None = None, force: bool = F
 
     ingest_cfg = None
     if builtin:
-        from spark_jobs.generate.builtin import builtin_config
+        from glisp_spark.session import is_local_master
+        from spark_jobs.generate.builtin import builtin_config, share_builtin
 
         ingest_cfg = builtin_config(builtin, cfg.ingest)
+        if not is_local_master(spark.sparkContext.master):  # executors elsewhere read the inputs
+            ingest_cfg = share_builtin(ingest_cfg, Path(cfg.dataset.root) / "_builtin")
     timings: dict[str, float] = {}
     root = Path(cfg.dataset.root)
     graph = (ingest_cfg or cfg.ingest).graph

@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import time
+from pathlib import Path
 
 from glisp_core.config import Config, EdgeSource, IngestConfig, VertexSource
 from glisp_core.errors import ConfigError
@@ -95,12 +96,15 @@ def ingest_config(args: argparse.Namespace, cfg: Config) -> IngestConfig:
 
 
 def main(args: argparse.Namespace, cfg: Config) -> int:
-    from glisp_spark.session import get_spark
+    from glisp_spark.session import get_spark, is_local_master
+    from spark_jobs.generate.builtin import share_builtin
     from spark_jobs.ingest.job import run_ingest
 
     ing = ingest_config(args, cfg)
     t0 = time.perf_counter()
     spark = get_spark(cfg.spark)
+    if args.builtin and not is_local_master(spark.sparkContext.master):  # executors elsewhere read the inputs
+        ing = share_builtin(ing, Path(cfg.dataset.root) / "_builtin")
     dv = run_ingest(spark, cfg, ing, force=args.force)
     from glisp_core.dataset.manifest import read_manifest
     from glisp_core.dataset.versions import read_latest

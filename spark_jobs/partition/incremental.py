@@ -51,7 +51,7 @@ from glisp_core.dataset.layout import DatasetVersion, list_versions
 from glisp_core.dataset.manifest import StageRecord, read_manifest
 from glisp_core.dataset.versions import read_latest
 from glisp_core.storage.store import store_for
-from glisp_core.storage.uri import StoreURI
+from glisp_core.storage.uri import StoreURI, qualify
 from glisp_spark.worker_heap import freeze_worker_heap
 from spark_jobs.partition import incremental_match
 from spark_jobs.partition.base import PartitionContext
@@ -155,8 +155,8 @@ def _base_rows_in_new_ids(
     """The base's edge rows (eid, src, dst, etype in the new version's ids, part); rows that lost an
     endpoint or their edge type are dropped (they are removed edges)."""
     bc = spark.sparkContext.broadcast((vmap, emap))
-    rows = spark.read.parquet(str(base.edges)).select("eid", "src", "dst", "etype")
-    rows = rows.join(spark.read.parquet(str(base.assignment(run))).select("eid", "part"), "eid")
+    rows = spark.read.parquet(qualify(base.edges)).select("eid", "src", "dst", "etype")
+    rows = rows.join(spark.read.parquet(qualify(base.assignment(run))).select("eid", "part"), "eid")
 
     def remap(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         freeze_worker_heap()
@@ -219,7 +219,7 @@ def match_spark(
     """New edge rows (eid, src, dst, part, how, rows, k) as :func:`incremental_match.match` decides them:
     base and new rows are hashed to tasks by unordered pair, each task runs the match over its pairs."""
     old = _base_rows_in_new_ids(ctx.spark, base, run, vmap, emap).withColumn("side", F.lit(0))
-    cur = ctx.spark.read.parquet(str(new.edges)).select(
+    cur = ctx.spark.read.parquet(qualify(new.edges)).select(
         "eid", "src", "dst", F.col("etype").cast("int"), F.lit(-1).alias("part"), F.lit(1).alias("side")
     )
     tasks = max(1, math.ceil(rows_total / ctx.cfg.incremental_batch_edges))
@@ -401,7 +401,7 @@ def _stream_added(
     returns (their allocation, rows without room)."""
     lo, hi = F.least("src", "dst"), F.greatest("src", "dst")
     stream_dir, out_dir = ctx.staging / "inc_stream", ctx.staging / "inc_placed"
-    fresh.orderBy("k", lo, hi, "eid").select("eid", "src", "dst", "rows").write.parquet(str(stream_dir))
+    fresh.orderBy("k", lo, hi, "eid").select("eid", "src", "dst", "rows").write.parquet(qualify(stream_dir))
     out_dir.mkdir(parents=True)
     last = np.array([-1, -1, -1], np.int64)
     unplaced = 0
@@ -412,7 +412,7 @@ def _stream_added(
                 part = place_capped(src, dst, rows, deg, st.bits, st.sizes, cap, ctx.cfg.incremental_lam, last)
                 unplaced += int((part < 0).sum())
                 w.write_batch(pa.record_batch([eid, src, dst, part], schema=ALLOC_PA))
-    return ctx.spark.read.parquet(str(out_dir)), unplaced
+    return ctx.spark.read.parquet(qualify(out_dir)), unplaced
 
 
 def _refresh_local(
@@ -450,9 +450,9 @@ def _refresh_spark(
     """Match in Spark tasks (one job), then stream the fresh rows through the driver's placement."""
     t = time.perf_counter()
     matched_dir = ctx.staging / "inc_matched"
-    match_spark(ctx, base, run, new, vmap, emap, rows_total).write.parquet(str(matched_dir))
+    match_spark(ctx, base, run, new, vmap, emap, rows_total).write.parquet(qualify(matched_dir))
     clock["match"] = time.perf_counter() - t
-    matched = ctx.spark.read.parquet(str(matched_dir))
+    matched = ctx.spark.read.parquet(qualify(matched_dir))
     st = _done_spark(matched, ctx.num_vertices, ctx.parts)
     deg = degree_array(ctx.edges, ctx.num_vertices)
     clock["state"] = time.perf_counter() - t - clock["match"]

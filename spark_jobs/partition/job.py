@@ -15,6 +15,7 @@ from glisp_core.dataset.layout import DatasetVersion, check_name
 from glisp_core.dataset.manifest import StageRecord, read_manifest
 from glisp_core.dataset.publish import StagePublisher
 from glisp_core.dataset.versions import VersionLease
+from glisp_core.storage.uri import qualify
 from glisp_spark.phases import Phases
 from spark_jobs.partition import incremental
 from spark_jobs.partition.base import PartitionContext
@@ -57,7 +58,7 @@ def run_partition(spark: SparkSession, cfg: Config, dv: DatasetVersion, force: b
     n, m = int(schema["num_vertices"]), int(schema["num_edges"])
     clock = Phases(spark, "partition")
     with pub:
-        edges = spark.read.parquet(str(dv.edges)).select("eid", "src", "dst")
+        edges = spark.read.parquet(qualify(dv.edges)).select("eid", "src", "dst")
         staging = pub.tmp.local / "_staging"
         ctx = PartitionContext(spark=spark, edges=edges, num_vertices=n, num_edges=m, cfg=pcfg, staging=staging)
         if not pcfg.progress:

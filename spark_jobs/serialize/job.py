@@ -36,6 +36,7 @@ from glisp_core.dataset.manifest import Manifest, StageRecord, read_manifest
 from glisp_core.dataset.publish import StagePublisher
 from glisp_core.errors import BadInputError, GlispError, StageError
 from glisp_core.partition_format import FIELD_BY_NAME, FORMAT_VERSION
+from glisp_core.storage.uri import qualify
 from spark_jobs.serialize.build import SUMMARY_SCHEMA, BuildContext, build_partition, empty_inputs, make_task
 from spark_jobs.serialize.master import compute_masters
 
@@ -72,8 +73,8 @@ def _check_assignment(
     """
     from pyspark.sql import functions as F
 
-    edges = spark.read.parquet(str(dv.edges))
-    assign = spark.read.parquet(str(dv.assignment(run))).select(EID, F.col(PART).cast("int").alias(PART))
+    edges = spark.read.parquet(qualify(dv.edges))
+    assign = spark.read.parquet(qualify(dv.assignment(run))).select(EID, F.col(PART).cast("int").alias(PART))
     if subset:
         edges = edges.join(assign.select(EID), EID, "left_semi")
     joined = edges.join(assign, EID, "left")
@@ -195,7 +196,7 @@ def run_serialize(
     with pub:
         edges, joined = _check_assignment(spark, dv, run, num_parts, num_edges, subset)
         timings["check_s"] = round(time.perf_counter() - t0, 3)
-        vertices = spark.read.parquet(str(dv.vertices))
+        vertices = spark.read.parquet(qualify(dv.vertices))
         flags = vertices.agg(F.count(LABEL).alias("labels"), F.max(SPLIT).alias("split")).collect()[0]
         has_labels = int(schema.get("num_classes", 0) or 0) > 0 or bool(flags["labels"])
         has_split = flags["split"] is not None and int(flags["split"]) >= 0
@@ -259,7 +260,7 @@ def _vertex_rows(
     vrows = vinfo.select(VID, "out_deg", "in_deg", PARTS, MASTER, VTYPE, F.explode(PARTS).alias(PART))
     mrows = masters.select(VID, F.col(MASTER).alias(PART)).join(vertices.select(VID, LABEL, SPLIT), VID)
     if fdim:
-        mrows = mrows.join(spark.read.parquet(str(dv.features)).select(VID, FEAT), VID, "left")
+        mrows = mrows.join(spark.read.parquet(qualify(dv.features)).select(VID, FEAT), VID, "left")
     else:
         mrows = mrows.withColumn(FEAT, F.lit(None).cast("array<float>"))
     return vrows.join(mrows, [VID, PART], "left")

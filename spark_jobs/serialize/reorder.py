@@ -25,6 +25,7 @@ from glisp_core.dataset.layout import DST, MASTER, PART, POS, SRC, VID, DatasetV
 from glisp_core.dataset.manifest import StageRecord, read_manifest
 from glisp_core.dataset.publish import StagePublisher
 from glisp_core.errors import ConfigError
+from glisp_core.storage.uri import qualify
 from spark_jobs.serialize.job import resolve_run
 from spark_jobs.serialize.master import compute_masters
 
@@ -107,7 +108,7 @@ def run_reorders(
     if not todo:
         return [_published(pubs[o]) for o in orders]
     masters = compute_masters(spark, dv, run, num_parts, cfg.serialize.master_rule)
-    edges = spark.read.parquet(str(dv.edges))
+    edges = spark.read.parquet(qualify(dv.edges))
     deg = (
         edges.select(F.col(SRC).alias(VID))
         .unionAll(edges.select(F.col(DST).alias(VID)))
@@ -141,7 +142,7 @@ def run_reorders(
                 ranked = dense_positions(ranked, keys)
             out = ranked.select(VID, PART, POS, F.col("part_pos").cast("long").alias("part_pos"), "degree")
             tmp = pub.tmp.local
-            out.sortWithinPartitions(POS).write.parquet(str(tmp / "_data"))
+            out.sortWithinPartitions(POS).write.parquet(qualify(tmp / "_data"))
             for f in (tmp / "_data").iterdir():  # the stage directory itself is the Parquet table
                 f.rename(tmp / f.name)
             (tmp / "_data").rmdir()

@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 from functools import partial
 from typing import TYPE_CHECKING
 
+from glisp_core.storage.uri import qualify
 from spark_jobs.ingest.background import Background
 from spark_jobs.ingest.columns import REASON
 from spark_jobs.ingest.dense_index import dense_index
@@ -202,7 +203,7 @@ def _write_dictionary_tables(ctx: IngestContext, idx: DataFrame, nfiles: int, wi
     c = F.col
 
     def write(df: DataFrame, path: Path) -> None:
-        df.coalesce(nfiles).write.mode("overwrite").parquet(str(path))
+        df.coalesce(nfiles).write.mode("overwrite").parquet(qualify(path))
 
     write(idx.select(c("vid"), c("_k").alias("orig_id"), c("_vtc").cast("int").alias("vtype")), ctx.out.idmap.local)
     write(
