@@ -1,6 +1,6 @@
 """``glisp report DATASET``: what a dataset version holds, how each stage made it, and how runs compare.
 
-Everything comes from manifest.json, so the report never touches Spark or the data files. Stage
+Everything comes from the version's stage records, so the report never touches Spark or the data files. Stage
 records are printed generically (every count, metric and timing a stage recorded shows up without
 changes here); partition and serialize stages get comparison tables on top, and the ingest degree
 histogram becomes a log-log PNG (matplotlib, Agg, imported only when plotting).

@@ -10,6 +10,7 @@ whose fingerprint (params + upstream fingerprints + inputs) is unchanged is a no
 from __future__ import annotations
 
 import calendar
+import functools
 import hashlib
 import json
 import os
@@ -22,7 +23,7 @@ from typing import Any
 
 from glisp_core.dataset.layout import DatasetVersion
 from glisp_core.dataset.manifest import SCHEMA_VERSION, StageRecord, now_iso, read_manifest
-from glisp_core.dataset.records import VERSION_FILE, create_record, current_record, json_default
+from glisp_core.dataset.records import VERSION_FILE, create_record, current_record, current_records, json_default
 from glisp_core.errors import StageError
 from glisp_core.storage.lease import DEFAULT_TTL_S, LeaseKeeper, is_live, read_lease
 from glisp_core.storage.store import Store
@@ -78,7 +79,12 @@ class Attempt:
         self.lease = LeaseKeeper(store, self.uri / LEASE, holder)
         self.published = False  # a record names it: from then on it is never removed from here
         if self.uri.is_local:
-            os.makedirs(self.uri.path, exist_ok=True)
+            for _ in range(3):  # an aborting writer may remove the empty stage directory as we create it
+                try:
+                    os.makedirs(self.uri.path, exist_ok=True)
+                    break
+                except FileNotFoundError:
+                    continue
         self.lease.write()
         self.lease.start()
 
@@ -140,6 +146,21 @@ def remove_abandoned(
         if name not in keep:
             store.delete(stage_dir / name)
             removed.append(stage_dir / name)
+    return removed
+
+
+def remove_abandoned_in(dv: DatasetVersion) -> list[StoreURI]:
+    """:func:`remove_abandoned` for every stage of a published version (what retention sweeps), and the lapsed
+    lease a writer killed between its record and its lease release left inside a published attempt."""
+    removed = []
+    store = dv.store
+    for stage in current_records(store, dv.path):
+        named = functools.partial(_named, store, dv.path, stage)
+        removed += remove_abandoned(store, dv.stage_dir(stage), named(), named)
+        for name in named():
+            stale = dv.stage_dir(stage) / name / LEASE
+            if store.exists(stale) and not is_live(read_lease(store, stale)):
+                store.delete(stale)
     return removed
 
 

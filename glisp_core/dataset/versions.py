@@ -20,6 +20,7 @@ from types import TracebackType
 from typing import Any
 
 from glisp_core.dataset.layout import LATEST, DatasetVersion, _latest_named, check_name, list_versions
+from glisp_core.dataset.publish import remove_abandoned_in
 from glisp_core.dataset.records import VERSION_FILE
 from glisp_core.errors import StageError
 from glisp_core.storage.lease import DEFAULT_TTL_S, LeaseKeeper, is_live, read_lease
@@ -106,12 +107,15 @@ def apply_retention(
             continue
         leases = active_leases(dv)
         if leases:
+            remove_abandoned_in(dv)
             log(f"retention: keeping {graph}/{v}, leased by " + ", ".join(sorted({r["holder"] for r in leases})))
             continue
         dv.store.delete(dv.path / VERSION_FILE)
         dv.store.delete(dv.path)
         removed.append(v)
         log(f"retention: removed {graph}/{v}")
+    for v in set(versions) - set(removed):  # what killed writers left in the versions that stay
+        remove_abandoned_in(DatasetVersion(gdir.parent, graph, v))
     return removed
 
 
@@ -129,6 +133,7 @@ class GraphLock:
         self.gdir = parse_uri(root) / check_name("graph", graph)
         self.store = store_for(self.gdir)
         self._keeper: LeaseKeeper | None = None
+        self._generation = 0
 
     def _generations(self) -> list[int]:
         names = self.store.names(self.gdir / LOCKS)
@@ -156,7 +161,21 @@ class GraphLock:
             if g <= top:
                 self.store.delete(self.gdir / LOCKS / f"{g:012d}.json")
         self._keeper = keeper.start()
+        self._generation = top + 1
         return self
+
+    def check(self) -> None:
+        """StageError when another run took the lock from us (ours lapsed: this process stalled past its expiry)."""
+        if (
+            self._keeper is None
+            or self._keeper.lost
+            or not self._keeper.held()
+            or self._generations()[-1:] != [self._generation]
+        ):
+            raise StageError(
+                f"graph {self.gdir.name!r}: this run lost its lock to another pipeline run (it stalled past the "
+                "lock's expiry); stopping before it moves latest"
+            )
 
     def __exit__(self, et: type[BaseException] | None, e: BaseException | None, tb: TracebackType | None) -> None:
         if self._keeper is not None:

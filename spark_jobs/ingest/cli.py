@@ -5,10 +5,10 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import time
-from pathlib import Path
 
 from glisp_core.config import Config, EdgeSource, IngestConfig, VertexSource
 from glisp_core.errors import ConfigError
+from glisp_core.storage.uri import parse_uri
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -104,7 +104,7 @@ def main(args: argparse.Namespace, cfg: Config) -> int:
     t0 = time.perf_counter()
     spark = get_spark(cfg.spark)
     if args.builtin and not is_local_master(spark.sparkContext.master):  # executors elsewhere read the inputs
-        ing = share_builtin(ing, Path(cfg.dataset.root) / "_builtin")
+        ing = share_builtin(ing, parse_uri(cfg.dataset.root).local / "_builtin")
     dv = run_ingest(spark, cfg, ing, force=args.force)
     from glisp_core.dataset.manifest import read_manifest
     from glisp_core.dataset.versions import read_latest

@@ -22,6 +22,7 @@ import numpy as np
 import pyarrow.parquet as pq
 import pytest
 
+from glisp_core.dataset.layout import DatasetVersion
 from glisp_testing.standalone import EXEC_PYTHON, ROOT, Standalone, driver_paths
 
 pytestmark = pytest.mark.slow
@@ -69,11 +70,14 @@ def spark_set(conf: dict[str, str]) -> str:
     return "spark.conf={" + ", ".join(f"{json.dumps(k)} = {json.dumps(v)}" for k, v in conf.items()) + "}"
 
 
+def _dv(dv_path: Path) -> DatasetVersion:
+    return DatasetVersion(dv_path.parent.parent, dv_path.parent.name, dv_path.name)
+
+
 def publish_tiny_model(dv_path: Path) -> None:
     """One small GraphSAGE with fixed random weights (no training: the outputs only have to agree)."""
     import torch
 
-    from glisp_core.dataset.layout import DatasetVersion
     from glisp_core.models import ModelSpec, build_model
     from glisp_train.publish import publish_model
 
@@ -138,13 +142,13 @@ def test_pipeline_and_inference_on_standalone_equal_local(reference, standalone:
         raise
     local = reference.result(timeout=2 * TIMEOUT)
     assert (cluster.root / "_builtin" / GRAPH).is_dir()  # the executors read cora from the shared root
-    for sub, key in (
-        (f"partition/{RUN}/assignment", "eid"),
-        (f"partition/{RUN}/replicas", "vid"),
-        (f"infer/{MODEL}-pds/predictions", "vid"),
-        (f"infer/{MODEL}-pds/embeddings", "vid"),
+    for stage, sub, key in (
+        (f"partition/{RUN}", "assignment", "eid"),
+        (f"partition/{RUN}", "replicas", "vid"),
+        (f"infer/{MODEL}-pds", "predictions", "vid"),
+        (f"infer/{MODEL}-pds", "embeddings", "vid"),
     ):
-        a, b = (pq.read_table(r.dv_path / sub).sort_by(key) for r in (cluster, local))
+        a, b = (pq.read_table(_dv(r.dv_path).output(stage) / sub).sort_by(key) for r in (cluster, local))
         assert a.num_rows > 0 and a.equals(b), f"{sub} differs between the cluster and local[2]"
     from glisp_infer.read import InferenceRun
 
@@ -155,10 +159,10 @@ def test_pipeline_and_inference_on_standalone_equal_local(reference, standalone:
 
 def test_local_root_pipeline_runs_with_an_hdfs_default_fs(reference):
     """``fs.defaultFS=hdfs://127.0.0.1:1`` (nothing listens there): the local-root pipeline still runs."""
-    from glisp_core.dataset.manifest import Manifest
+    from glisp_core.dataset.manifest import read_manifest
 
     local = reference.result(timeout=2 * TIMEOUT)
-    m = Manifest.read(local.dv_path / "manifest.json")
+    m = read_manifest(_dv(local.dv_path))
     for stage in ("ingest", f"partition/{RUN}", f"serialize/{RUN}", f"reorder/{RUN}/pds", f"infer/{MODEL}-pds"):
         assert (local.dv_path / m.stage(stage).path).is_dir()
     assert not (local.root / "_builtin").exists()  # a local master reads the built-in files in place

@@ -279,3 +279,42 @@ def test_lock_takers_racing_have_one_winner(any_root: StoreURI) -> None:
     for t in threads:
         t.join()
     assert len(won) == 1 and len(refused) == 3, (won, refused)
+
+
+def test_a_holder_that_lost_its_lock_is_told_before_it_moves_latest(any_root: StoreURI) -> None:
+    store = Store(any_root)
+    locks = any_root / "g" / LOCKS
+    with GraphLock(any_root, "g") as lock:
+        lock.check()  # still ours
+        ours = store.names(locks)[-1]
+        stalled = {**json.loads(store.read_bytes(locks / ours)), "expires_at": time.time() - 1, "pid": _dead_pid()}
+        store.write_bytes(locks / ours, json.dumps(stalled).encode())  # as if this run had stalled past expiry
+        with GraphLock(any_root, "g"):  # another run takes the lapsed lock
+            with pytest.raises(StageError, match="lost its lock"):
+                lock.check()
+
+
+def test_retention_sweeps_what_killed_writers_left_in_the_versions_it_keeps(any_root: StoreURI) -> None:
+    from glisp_core.dataset.publish import ATTEMPT, LEASE
+
+    dv = _versions(any_root, 1)[0]
+    store = dv.store
+    live = dv.stage_dir("partition/x") / f"{ATTEMPT}20260101T000000-aaaaaaaaaaaa"
+    dead = dv.stage_dir("partition/x") / f"{ATTEMPT}20260101T000000-bbbbbbbbbbbb"
+    store.write_bytes(live / LEASE, json.dumps(lease_doc("a live writer", 600)).encode())
+    store.write_bytes(dead / LEASE, json.dumps({**lease_doc("a killed writer", 600), "pid": _dead_pid()}).encode())
+    store.write_bytes(dead / "data.bin", b"half")
+    from glisp_core.dataset.records import create_record
+
+    published = dv.stage_dir("partition/x") / f"{ATTEMPT}20260101T000000-cccccccccccc"
+    store.write_bytes(published / "data.bin", b"whole")
+    assert create_record(
+        store,
+        dv.path,
+        "partition/x",
+        1,
+        {"name": "partition/x", "path": published.relative_to(dv.path), "fingerprint": "f"},
+    )
+    apply_retention(any_root, "g", keep=5)
+    assert store.exists(live / LEASE) and store.exists(published / "data.bin")
+    assert not store.exists(dead / "data.bin")
