@@ -180,7 +180,7 @@ def pipeline_walls(spark, cfg, root: Path, src, dst, args, rng) -> None:
         pq.write_table(pa.table({"src": s, "dst": d}), p)
         return p
 
-    from glisp_core.dataset.manifest import Manifest
+    from glisp_core.dataset.manifest import read_manifest
 
     def pipe(root_dir: Path, edges: Path, incremental: bool) -> float:
         c = with_values(cfg, "dataset", root=str(root_dir))
@@ -189,7 +189,7 @@ def pipeline_walls(spark, cfg, root: Path, src, dst, args, rng) -> None:
             c, ingest=dataclasses.replace(c.ingest, graph="rmat", edges=[EdgeSource(path=str(edges))])
         )
         dv, wall, cpu = timed(lambda: run_pipeline(spark, c))
-        stages = Manifest.read(dv.manifest_path).stages
+        stages = read_manifest(dv).stages
         per = ", ".join(f"{k} {r.timings.get('total_s', 0):.1f}" for k, r in stages.items())
         inc = next((r.counts.get("incremental") for k, r in stages.items() if k.startswith("partition/")), None) or {}
         print(

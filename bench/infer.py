@@ -63,6 +63,8 @@ from typing import Any
 import numpy as np
 from numba import njit
 
+from glisp_core.dataset.manifest import read_manifest
+
 ROOT = Path(__file__).resolve().parent.parent
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
@@ -100,7 +102,7 @@ def _tolokers_config(root: Path):
 def build(args: argparse.Namespace, root: Path, spark, cfg) -> dict[str, dict]:
     """Publish each graph's dataset, AdaDNE partition run, partitions and the four reorder tables."""
     from glisp_core.config import RmatConfig, load_config, with_values
-    from glisp_core.dataset.manifest import Manifest
+    from glisp_core.dataset.manifest import read_manifest
     from spark_jobs.generate.builtin import builtin_config
     from spark_jobs.generate.rmat import generate_rmat
     from spark_jobs.ingest.job import run_ingest
@@ -130,7 +132,7 @@ def build(args: argparse.Namespace, root: Path, spark, cfg) -> dict[str, dict]:
         run_partition(spark, c, dv)
         run_serialize(spark, c, dv, run=run)
         run_reorders(spark, c, dv, ORDERS, run=run)
-        schema = Manifest.read(dv.manifest_path).schema
+        schema = read_manifest(dv).schema
         out[g] = {
             "dv": dv,
             "run": run,
@@ -153,7 +155,6 @@ def publish(info: dict, args: argparse.Namespace):
     class logits) or ...-link<dim> (link task: a --link-dim embedding whose dot products are the scores)."""
     import torch
 
-    from glisp_core.dataset.manifest import Manifest
     from glisp_core.models import ModelSpec, build_model, load_checkpoint
     from glisp_train.publish import publish_model
 
@@ -162,8 +163,8 @@ def publish(info: dict, args: argparse.Namespace):
     link = args.task == "link"
     name = f"bench-{arch}-h{args.hidden}-l{len(args.fanouts)}" + (f"-link{args.link_dim}" if link else "")
     dv = info["dv"]
-    if Manifest.read(dv.manifest_path).has_stage(f"train/{name}"):
-        return name, load_checkpoint(dv.path / "train" / name)[0]
+    if read_manifest(dv).has_stage(f"train/{name}"):
+        return name, load_checkpoint(dv.train(name).local)[0]
     torch.manual_seed(0)
     spec = ModelSpec(
         arch=arch,
@@ -310,11 +311,10 @@ def samplewise(info: dict, model, args: argparse.Namespace, service: bool = Fals
 def scored_edges(info: dict) -> tuple[np.ndarray, np.ndarray]:
     """(src, dst) global ids of every edge the link outputs score, each once, as glisp_infer.outputs.edge_scores
     reads them: every partition's stored edges (a vertex-cut stores each edge in one partition)."""
-    from glisp_core.dataset.manifest import Manifest
     from glisp_core.partition_format import open_partition
 
     dv, run = info["dv"], info["run"]
-    parts = int(Manifest.read(dv.manifest_path).stage(f"partition/{run}").counts["parts"])
+    parts = int(read_manifest(dv).stage(f"partition/{run}").counts["parts"])
     src, dst = [], []
     for k in range(parts):
         r = open_partition(dv.partition_dir(run, k), verify=False)
@@ -340,7 +340,6 @@ def samplewise_pairs(info: dict, model, args: argparse.Namespace, service: bool 
 def sweep(info: dict, timed: dict, args: argparse.Namespace) -> list[dict]:
     """Layer 1 of partition 0, in process on a copy of the timed run's store, per order and per --sweep setting
     (``B`` or ``B:C``: batch size B, cache chunk rows C), with the offline optimum of the same reads."""
-    from glisp_core.dataset.manifest import Manifest
     from glisp_infer import task as T
     from glisp_infer.plan import InferPlan
     from glisp_infer.store import Codec, RowLayout
@@ -348,9 +347,9 @@ def sweep(info: dict, timed: dict, args: argparse.Namespace) -> list[dict]:
     dv = info["dv"]
     rows = []
     for order in ("pds", "ns"):
-        rec = Manifest.read(dv.manifest_path).stage(f"infer/bench-{order}")
+        rec = read_manifest(dv).stage(f"infer/bench-{order}")
         tmp = Path(tempfile.mkdtemp(prefix="glisp-sweep-", dir=args.scratch))
-        shutil.copytree(dv.path / rec.path / "zarr", tmp / "zarr")
+        shutil.copytree(dv.path.local / rec.path / "zarr", tmp / "zarr")
         p = rec.params
         plan = InferPlan(
             store=str(tmp / "zarr"),
@@ -364,7 +363,7 @@ def sweep(info: dict, timed: dict, args: argparse.Namespace) -> list[dict]:
             seed=p["seed"],
             direction=p["direction"],
             relations=(),
-            checkpoint=str(dv.path / "train" / p["model"]),
+            checkpoint=str(dv.train(p["model"])),
             task=p["task"],
             cache_chunk_rows=p["cache_chunk_rows"],
             cache_fraction=p["cache_fraction"],

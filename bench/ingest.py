@@ -72,7 +72,7 @@ def cores_of(master: str) -> int:
 # ---- child: one measured ingest ------------------------------------------------------------------
 def child(args) -> int:
     from glisp_core.config import SparkConfig, load_config, with_values
-    from glisp_core.dataset.manifest import Manifest
+    from glisp_core.dataset.manifest import read_manifest
     from glisp_spark.session import get_spark
     from spark_jobs.ingest.job import run_ingest
 
@@ -93,7 +93,7 @@ def child(args) -> int:
     l0, c0, t0 = load_1min(), tree_cpu_seconds(), time.perf_counter()
     dv = run_ingest(spark, cfg, ing, force=True, log=lambda s: None)
     wall, cpu, load = time.perf_counter() - t0, tree_cpu_seconds() - c0, (l0 + load_1min()) / 2
-    rec = Manifest.read(dv.manifest_path).stages["ingest"]
+    rec = read_manifest(dv).stages["ingest"]
     out = {
         "wall_s": wall,
         "cpu_s": cpu,

@@ -107,10 +107,10 @@ def dump(dv, path: Path) -> None:
     """The ingested rows (eid, src, dst) and |V| as one .npz, for in-process sweeps."""
     import pyarrow.parquet as pq
 
-    from glisp_core.dataset.manifest import Manifest
+    from glisp_core.dataset.manifest import read_manifest
 
     t = pq.read_table(str(dv.edges), columns=["eid", "src", "dst"])
-    n = int(Manifest.read(dv.manifest_path).schema["num_vertices"])
+    n = int(read_manifest(dv).schema["num_vertices"])
     o = np.argsort(t.column("eid").to_numpy())
     np.savez(path, **{c: t.column(c).to_numpy()[o] for c in ("eid", "src", "dst")}, n=n)
 

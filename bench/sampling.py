@@ -58,7 +58,7 @@ MIB = 2**20
 def build(args: argparse.Namespace, root: Path) -> dict[str, dict]:
     """Publish every graph's dataset, partition runs and serialized partitions; returns graph -> info."""
     from glisp_core.config import RmatConfig, load_config, with_values
-    from glisp_core.dataset.manifest import Manifest
+    from glisp_core.dataset.manifest import read_manifest
     from glisp_spark.session import get_spark
     from spark_jobs.generate.builtin import builtin_config
     from spark_jobs.generate.rmat import generate_rmat
@@ -111,7 +111,7 @@ def build(args: argparse.Namespace, root: Path) -> dict[str, dict]:
                 t = time.perf_counter()
                 run_serialize(spark, c, dv, run=run)
                 timings[f"serialize {run}"] = time.perf_counter() - t
-            man = Manifest.read(dv.manifest_path)
+            man = read_manifest(dv)
             schema = man.schema
             metrics = {k: man.stage(f"partition/{r}").metrics for k, (_, _, r) in runs.items()}
             out[g] = {

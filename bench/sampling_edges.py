@@ -81,7 +81,7 @@ def derived_inputs(spark, tsv: Path, out: Path, feature_dim: int) -> tuple[Path,
 def build_edges(args, root: Path) -> dict:
     """Publish the edge list's dataset, its ``--vertex-cut`` run at P=``--parts`` and the serialized run."""
     from glisp_core.config import EdgeSource, IngestConfig, VertexSource, load_config, with_values
-    from glisp_core.dataset.manifest import Manifest
+    from glisp_core.dataset.manifest import read_manifest
     from glisp_spark.session import get_spark
     from spark_jobs.ingest.job import run_ingest
     from spark_jobs.partition.job import run_partition
@@ -121,7 +121,7 @@ def build_edges(args, root: Path) -> dict:
         t = time.perf_counter()
         run_serialize(spark, c, dv, run=run)
         timings["serialize"] = time.perf_counter() - t
-        man = Manifest.read(dv.manifest_path)
+        man = read_manifest(dv)
     finally:
         spark.stop()
     info = {

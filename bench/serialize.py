@@ -83,9 +83,9 @@ def main() -> int:
 
         run = publish_partition(dv, numpy_hash2d(src, dst, args.parts), args.parts, algorithm="hash2d")
         how = "numpy hash2d fallback"
-    from glisp_core.dataset.manifest import Manifest
+    from glisp_core.dataset.manifest import read_manifest
 
-    prec = Manifest.read(dv.manifest_path).stage(f"partition/{run}")
+    prec = read_manifest(dv).stage(f"partition/{run}")
     print(f"partition: {how}, run {run}, rf {prec.metrics.get('rf')}, {time.perf_counter() - t:.1f} s")
 
     t = time.perf_counter()

@@ -316,9 +316,9 @@ def accuracy(g: str, dv, args: argparse.Namespace, workdir: Path) -> dict:
 
     settings = dict(ACCURACY[g], layers=2)
     if g == "imdb":  # per-type fanouts: movies draw actors and directors separately
-        from glisp_core.dataset.manifest import Manifest
+        from glisp_core.dataset.manifest import read_manifest
 
-        types = Manifest.read(dv.manifest_path).schema["edge_types"]
+        types = read_manifest(dv).schema["edge_types"]
         settings["type_fanouts"] = [dict.fromkeys(types, 10), dict.fromkeys(types, 10)]
     res: dict = {"settings": settings, "cluster": [], "in-process": [], "cluster_auc": [], "in-process_auc": []}
     with serving(dv, _cfg(**settings), workdir) as cluster:

@@ -21,7 +21,7 @@ from typing import Any
 
 from glisp_core.config import Config, with_values
 from glisp_core.dataset.layout import DatasetVersion, list_versions
-from glisp_core.dataset.manifest import Manifest
+from glisp_core.dataset.manifest import read_manifest
 from glisp_core.dataset.stages import run_of
 from glisp_core.dataset.versions import read_latest
 from glisp_core.errors import StageError
@@ -34,7 +34,7 @@ def _holder_of(dv: DatasetVersion, name: str) -> DatasetVersion | None:
     for v in order:
         if v and v != dv.version:
             other = DatasetVersion(dv.root, dv.graph, v)
-            if f"train/{name}" in Manifest.read(other.manifest_path).stages:
+            if f"train/{name}" in read_manifest(other).stages:
                 return other
     return None
 
@@ -44,7 +44,7 @@ def carry_model(dv: DatasetVersion, name: str, run: str) -> None:
     from glisp_core.models import load_checkpoint
     from glisp_train.publish import publish_model
 
-    if f"train/{name}" in Manifest.read(dv.manifest_path).stages:
+    if f"train/{name}" in read_manifest(dv).stages:
         return
     src = _holder_of(dv, name)
     if src is None:

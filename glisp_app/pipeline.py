@@ -11,15 +11,15 @@ from __future__ import annotations
 import argparse
 import time
 from collections.abc import Callable
-from pathlib import Path
 from typing import Any
 
 from glisp_app.promote import promote
 from glisp_core.config import Config, with_values
-from glisp_core.dataset.manifest import Manifest
+from glisp_core.dataset.manifest import Manifest, read_manifest
 from glisp_core.dataset.stages import StageName, run_of
 from glisp_core.dataset.versions import GraphLock
 from glisp_core.errors import GlispError, StageError, failure_reason
+from glisp_core.storage.uri import parse_uri
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -85,13 +85,16 @@ def run_pipeline(spark, cfg: Config, builtin: str | None = None, force: bool = F
 
     ingest_cfg = None
     if builtin:
-        from spark_jobs.generate.builtin import builtin_config
+        from glisp_spark.session import is_local_master
+        from spark_jobs.generate.builtin import builtin_config, share_builtin
 
         ingest_cfg = builtin_config(builtin, cfg.ingest)
+        if not is_local_master(spark.sparkContext.master):  # executors elsewhere read the inputs
+            ingest_cfg = share_builtin(ingest_cfg, parse_uri(cfg.dataset.root).local / "_builtin")
     timings: dict[str, float] = {}
-    root = Path(cfg.dataset.root)
+    root = parse_uri(cfg.dataset.root)
     graph = (ingest_cfg or cfg.ingest).graph
-    with GraphLock(root, graph):
+    with GraphLock(root, graph) as lock:
         dv = run_stage("ingest", lambda: run_ingest(spark, cfg, ingest_cfg, force=force), timings)
         prec = run_stage("partition", lambda: run_partition(spark, cfg, dv, force=force), timings)
         run = run_of(prec.name)
@@ -102,6 +105,7 @@ def run_pipeline(spark, cfg: Config, builtin: str | None = None, force: bool = F
         required = [f"reorder/{run}/{cfg.reorder.order}"]
         required += _model_stages(spark, cfg, dv, run, force, timings)
         # only now, with every configured stage published: move latest, then apply retention
+        lock.check()  # a run that stalled past its lock's expiry must not move latest under a newer one
         promote(dv, run, required, cfg.dataset.keep_versions)
     print("pipeline stage times: " + ", ".join(f"{k} {v:.1f}s" for k, v in timings.items()))
     return dv
@@ -137,7 +141,7 @@ def main(args: argparse.Namespace, cfg: Config) -> int:
     cfg = with_values(cfg, "pipeline", train=args.train)
     spark = get_spark(cfg.spark, checkpoint_dir=f"{cfg.dataset.root}/_checkpoints")
     dv = run_pipeline(spark, cfg, builtin=args.builtin, force=args.force)
-    print(brief(Manifest.read(dv.manifest_path), dv))
+    print(brief(read_manifest(dv), dv))
     return 0
 
 

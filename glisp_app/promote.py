@@ -13,7 +13,7 @@ import argparse
 
 from glisp_core.config import Config
 from glisp_core.dataset.layout import resolve_dataset
-from glisp_core.dataset.manifest import Manifest
+from glisp_core.dataset.manifest import read_manifest
 from glisp_core.dataset.versions import apply_retention, read_latest, set_latest
 from glisp_core.errors import StageError
 
@@ -32,7 +32,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 def promote(dv, run: str | None = None, require: list[str] | None = None, keep: int = 0) -> str | None:
     """Check ``dv`` is complete, move latest to it, apply retention; returns the previous latest."""
-    m = Manifest.read(dv.manifest_path)
+    m = read_manifest(dv)
     needed = ["ingest"] + ([f"serialize/{run}"] if run else []) + list(require or [])
     for name in needed:
         m.stage(name)  # raises naming what is missing, stale or interrupted

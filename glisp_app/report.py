@@ -1,6 +1,6 @@
 """``glisp report DATASET``: what a dataset version holds, how each stage made it, and how runs compare.
 
-Everything comes from manifest.json, so the report never touches Spark or the data files. Stage
+Everything comes from the version's stage records, so the report never touches Spark or the data files. Stage
 records are printed generically (every count, metric and timing a stage recorded shows up without
 changes here); partition and serialize stages get comparison tables on top, and the ingest degree
 histogram becomes a log-log PNG (matplotlib, Agg, imported only when plotting).
@@ -20,7 +20,7 @@ from typing import Any
 from glisp_app.text_tables import as_number, dict_lines, fmt, table
 from glisp_core.config import Config
 from glisp_core.dataset.layout import DatasetVersion, resolve_dataset
-from glisp_core.dataset.manifest import Manifest, StageRecord, _json_default
+from glisp_core.dataset.manifest import Manifest, StageRecord, _json_default, read_manifest
 from glisp_core.dataset.stages import run_of
 
 PLOT_NAME = "degree_distribution.png"
@@ -40,12 +40,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def main(args: argparse.Namespace, cfg: Config) -> int:
     """Print the JSON manifest or the summary; write the degree plot unless --json without --plot."""
     dv = resolve_dataset(args.dataset, cfg.dataset.root)
-    manifest = Manifest.read(dv.manifest_path)
+    manifest = read_manifest(dv)
     if args.compare:
         from glisp_app.report_compare import compare_text
 
         other = resolve_dataset(args.compare, cfg.dataset.root)
-        print(compare_text(manifest, Manifest.read(other.manifest_path)))
+        print(compare_text(manifest, read_manifest(other)))
         return 0
     if args.json:
         print(json.dumps(manifest.to_dict(), indent=2, default=_json_default))
@@ -53,7 +53,7 @@ def main(args: argparse.Namespace, cfg: Config) -> int:
         print(summary(manifest, dv))
     want_plot = not args.no_plot and (args.plot or not args.json)
     if want_plot:
-        target = Path(args.plot) if args.plot else dv.path / "report" / PLOT_NAME
+        target = Path(args.plot) if args.plot else _plot_target(dv)
         msg_out = sys.stderr if args.json else sys.stdout
         hists = degree_histograms(ingest_metrics(manifest))
         if not hists:
@@ -125,6 +125,13 @@ def schema_lines(m: Manifest) -> list[str]:
     return lines
 
 
+def _plot_target(dv: DatasetVersion) -> Path:
+    """``report/`` beside a local version; the working directory for a version in an object store."""
+    if dv.path.is_local:
+        return dv.path.local / "report" / PLOT_NAME
+    return Path(f"{dv.graph}-{dv.version}-{PLOT_NAME}")
+
+
 def reject_lines(m: Manifest, dv: DatasetVersion | None) -> list[str]:
     rec = m.stages.get("ingest")
     if rec is None:
@@ -138,7 +145,7 @@ def reject_lines(m: Manifest, dv: DatasetVersion | None) -> list[str]:
     if not nonzero:
         return []
     lines = ["Rejects (quarantined input rows)"] + dict_lines(nonzero, "  ")
-    if dv is not None and dv.rejects().exists():
+    if dv is not None and dv.store.exists(dv.rejects()):
         lines.append(f"  rows are in {dv.rejects()}")
     return lines
 

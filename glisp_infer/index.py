@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from glisp_core.dataset.layout import ORIG_ID, PART, POS, VID, VTYPE, DatasetVersion
+from glisp_core.storage.uri import qualify
 from glisp_infer.store import INDEX_CHUNK, INDEX_POS, INDEX_ROW, INDEX_VID, RowLayout, open_array
 from glisp_spark.worker_heap import freeze_worker_heap
 
@@ -70,14 +71,16 @@ def build_index(
 
     starts = F.array(*[F.lit(s).cast("long") for s in layout.starts])
     r = (
-        spark.read.parquet(str(reorder_path))
+        spark.read.parquet(qualify(reorder_path))
         .select(VID, PART, POS, F.col("part_pos").cast("long").alias("part_pos"))
         .withColumn(ROW, F.element_at(starts, F.col(PART) + 1) + F.col("part_pos"))
         .persist(StorageLevel.MEMORY_AND_DISK)
     )
     names = F.array(*[F.lit(t) for t in vertex_types]) if vertex_types else F.array(F.lit(""))
-    idmap = spark.read.parquet(str(dv.idmap)).select(VID, ORIG_ID, F.element_at(names, F.col(VTYPE) + 1).alias(VTYPE))
-    r.join(idmap, VID).select(ORIG_ID, VTYPE, VID, PART, ROW).write.parquet(str(out))
+    idmap = spark.read.parquet(qualify(dv.idmap)).select(
+        VID, ORIG_ID, F.element_at(names, F.col(VTYPE) + 1).alias(VTYPE)
+    )
+    r.join(idmap, VID).select(ORIG_ID, VTYPE, VID, PART, ROW).write.parquet(qualify(out))
     n, c = layout.num_vertices, layout.chunk_rows
     par = max(1, spark.sparkContext.defaultParallelism)
     jobs = [

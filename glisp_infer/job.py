@@ -27,7 +27,7 @@ from typing import TYPE_CHECKING, Any
 
 from glisp_core.config import Config
 from glisp_core.dataset.layout import DatasetVersion
-from glisp_core.dataset.manifest import Manifest, StageRecord
+from glisp_core.dataset.manifest import Manifest, StageRecord, read_manifest
 from glisp_core.dataset.publish import StagePublisher, file_fingerprints
 from glisp_core.errors import GlispError, StageError
 from glisp_infer.halo import remove_layer_files
@@ -60,7 +60,15 @@ def latest_train_run(man: Manifest) -> str:
     return run
 
 
-def store_url(dv: DatasetVersion, stage_dir: Path) -> str:
+def _published_store_url(dv: DatasetVersion, run: str) -> str | None:
+    """The external store of the published ``infer/<run>``, if it has one."""
+    rec = read_manifest(dv).stages.get(f"infer/{run}")
+    if rec is None or not dv.store.exists(dv.path / rec.path / STORE_FILE):
+        return None
+    return store_url(dv, (dv.path / rec.path).local)
+
+
+def store_url(dv: DatasetVersion, stage_dir: os.PathLike[str]) -> str:
     """Where a published run's Zarr group is: ``store.json``'s URL, else ``zarr/`` in the stage."""
     f = Path(stage_dir) / STORE_FILE
     if f.exists():
@@ -105,7 +113,7 @@ class Inputs:
 
         ic = cfg.infer
         check_order(ic.order)
-        man = Manifest.read(dv.manifest_path)
+        man = read_manifest(dv)
         self.model_run = ic.model or latest_train_run(man)
         trec = man.stage(f"train/{self.model_run}")
         self.checkpoint = dv.path / trec.path
@@ -211,15 +219,15 @@ def run_infer(
         f"reorder/{inp.partition}/{ic.order}",
         f"train/{inp.model_run}",
     ]
-    pub = StagePublisher(dv, f"infer/{inp.name}", dv.infer(inp.name), params, depends=depends, extra_inputs=extra)
+    pub = StagePublisher(dv, f"infer/{inp.name}", params, depends=depends, extra_inputs=extra)
     if not force and pub.is_current():
         log(f"infer/{inp.name}: current, nothing to do")
         return pub.record()  # type: ignore[return-value]
-    old_url = store_url(dv, dv.infer(inp.name)) if (dv.infer(inp.name) / STORE_FILE).exists() else None
+    old_url = _published_store_url(dv, inp.name)
     url = None
     try:
         with pub:
-            url = _new_store(dv, ic.store, inp.name, pub.tmp)
+            url = _new_store(dv, ic.store, inp.name, pub.tmp.local)
             rec = _run(spark, cfg, dv, inp, layout, codec, url, pub, fault, log)
     except BaseException:
         if url and ic.store:
@@ -324,7 +332,7 @@ def _run(
     log: Any,
 ) -> StageRecord:
     t0 = time.perf_counter()
-    plan = _plan(cfg, spark, inp, layout, codec, url, fault, pub.tmp)
+    plan = _plan(cfg, spark, inp, layout, codec, url, fault, pub.tmp.local)
     try:
         return _run_layers(spark, cfg, dv, inp, plan, pub, log, t0)
     finally:
@@ -363,7 +371,9 @@ def _run_layers(
     create_arrays(url, layout, list(plan.dims), inp.num_vertices, plan.codec, attrs)
     timings: dict[str, float] = {}
     t = time.perf_counter()
-    idx = build_index(spark, dv, dv.path / inp.reorder.path, layout, url, pub.tmp / "index", inp.vertex_types)
+    idx = build_index(
+        spark, dv, (dv.path / inp.reorder.path).local, layout, url, pub.tmp.local / "index", inp.vertex_types
+    )
     timings["index_s"] = time.perf_counter() - t
     planned: dict[int, dict[str, Any]] = {}
     if exchange is not None:
@@ -389,11 +399,11 @@ def _run_layers(
         per_layer.append(sorted(res, key=lambda r: r["part"]))
         log(f"infer/{inp.name}: layer {layer} done in {wall:.1f}s")
     t = time.perf_counter()
-    out_counts = write_outputs(spark, plan, cfg, dv, pub.tmp, inp.vertex_types, inp.edge_types)
+    out_counts = write_outputs(spark, plan, cfg, dv, pub.tmp.local, inp.vertex_types, inp.edge_types)
     timings["outputs_s"] = time.perf_counter() - t
     if exchange is not None:
         shutil.rmtree(exchange, ignore_errors=True)  # not part of the published stage
-    shutil.copy(Path(inp.checkpoint) / "model.json", pub.tmp / "model.json")
+    shutil.copy(Path(inp.checkpoint) / "model.json", pub.tmp.local / "model.json")
     metrics = summarize_layers(per_layer)
     if planned:
         metrics["plan"] = {

@@ -21,6 +21,7 @@ import numpy as np
 from glisp_core.config import Config
 from glisp_core.dataset.layout import ORIG_ID, VID, VTYPE, DatasetVersion
 from glisp_core.errors import BadInputError, GlispError
+from glisp_core.storage.uri import qualify
 from glisp_infer.plan import InferPlan
 from glisp_infer.store import INDEX_ROW, layer_name, open_array, read_rows
 from glisp_spark.worker_heap import freeze_worker_heap
@@ -127,7 +128,7 @@ def _idmap(spark: SparkSession, dv: DatasetVersion, vertex_types: list[str]) -> 
     from pyspark.sql import functions as F
 
     names = F.array(*[F.lit(t) for t in vertex_types]) if vertex_types else F.array(F.lit(""))
-    return spark.read.parquet(str(dv.idmap)).select(
+    return spark.read.parquet(qualify(dv.idmap)).select(
         VID, F.col(ORIG_ID).cast("string").alias(ORIG_ID), F.element_at(names, F.col(VTYPE) + 1).alias(VTYPE)
     )
 
@@ -156,9 +157,9 @@ def write_outputs(
     counts = {"embeddings": plan.layout.num_vertices}
     if plan.task == "node":
         rows = rows.persist(StorageLevel.MEMORY_AND_DISK)
-        rows.select(ORIG_ID, VTYPE, VID, "prediction", "score").write.parquet(str(out / "predictions"))
+        rows.select(ORIG_ID, VTYPE, VID, "prediction", "score").write.parquet(qualify(out / "predictions"))
         counts["predictions"] = plan.layout.num_vertices
-    rows.select(ORIG_ID, VTYPE, VID, "embedding").write.parquet(str(out / "embeddings"))
+    rows.select(ORIG_ID, VTYPE, VID, "embedding").write.parquet(qualify(out / "embeddings"))
     rows.unpersist()
     if plan.task == "link":
         if cfg.infer.edges:
@@ -178,7 +179,7 @@ def write_outputs(
                 .select("src", "src_type", "dst", "dst_type", "etype", "score", "src_vid", "dst_vid")
             )
             counts["scores"] = _num_edges(plan)
-        scored.write.parquet(str(out / "scores"))
+        scored.write.parquet(qualify(out / "scores"))
     return counts
 
 
@@ -194,8 +195,8 @@ def read_table(spark: SparkSession, path: str) -> DataFrame:
     low = path.lower()
     if low.endswith((".csv", ".csv.gz", ".tsv", ".txt")):
         sep = "\t" if low.endswith(".tsv") else ","
-        return spark.read.option("header", True).option("sep", sep).csv(path)
-    return spark.read.parquet(path)
+        return spark.read.option("header", True).option("sep", sep).csv(qualify(path))
+    return spark.read.parquet(qualify(path))
 
 
 def _score_edge_list(spark: SparkSession, plan: InferPlan, cfg: Config, idm: DataFrame) -> tuple[DataFrame, int]:

@@ -21,7 +21,7 @@ from typing import Any
 import numpy as np
 
 from glisp_core.dataset.layout import ORIG_ID, VTYPE, DatasetVersion, resolve_dataset
-from glisp_core.dataset.manifest import Manifest
+from glisp_core.dataset.manifest import read_manifest
 from glisp_core.errors import GlispError, StageError
 from glisp_infer.store import layer_name, open_array, read_rows
 
@@ -33,17 +33,17 @@ class InferenceRun:
         from glisp_infer.job import store_url
 
         self.dv, self.run = dv, run
-        rec = Manifest.read(dv.manifest_path).stage(f"infer/{run}")
+        rec = read_manifest(dv).stage(f"infer/{run}")
         self.record = rec
         self.path = dv.path / rec.path
-        self.url = store_url(dv, self.path)
+        self.url = store_url(dv, self.path.local)
         self.layers = int(rec.counts["layers"])
 
     @classmethod
     def open(cls, dataset: str | os.PathLike[str], run: str | None = None, root: str = "data") -> InferenceRun:
         dv = resolve_dataset(dataset, root)
         if run is None:
-            run = Manifest.read(dv.manifest_path).latest_run("infer")
+            run = read_manifest(dv).latest_run("infer")
             if run is None:
                 raise StageError(f"{dv}: no inference run published; run 'glisp infer' first")
         return cls(dv, run)

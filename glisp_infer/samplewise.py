@@ -29,7 +29,7 @@ from typing import Any
 import numpy as np
 
 from glisp_core.dataset.layout import DatasetVersion
-from glisp_core.dataset.manifest import Manifest
+from glisp_core.dataset.manifest import read_manifest
 from glisp_infer.sampling import check_fanouts, fanout_for, max_degree
 
 
@@ -63,7 +63,7 @@ class PairsResult(SamplewiseCost):
 def _readers(dv: DatasetVersion, run: str) -> list[Any]:
     from glisp_core.partition_format import open_partition
 
-    parts = int(Manifest.read(dv.manifest_path).stage(f"partition/{run}").counts["parts"])
+    parts = int(read_manifest(dv).stage(f"partition/{run}").counts["parts"])
     return [open_partition(dv.partition_dir(run, k), verify=False) for k in range(parts)]
 
 

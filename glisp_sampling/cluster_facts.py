@@ -14,7 +14,7 @@ from typing import Any
 import numpy as np
 
 from glisp_core.dataset.layout import DatasetVersion
-from glisp_core.dataset.manifest import Manifest
+from glisp_core.dataset.manifest import read_manifest
 from glisp_core.errors import GlispError, StageError
 from glisp_sampling.routing import RoutingTable
 
@@ -101,7 +101,7 @@ class ClusterInfo:
 
 def dataset_facts(dv: DatasetVersion, run: str) -> tuple[int, str, dict[str, Any]]:
     """(global vertex count, serialize/<run> fingerprint, schema) from the manifest (servers send these)."""
-    m = Manifest.read(dv.manifest_path)
+    m = read_manifest(dv)
     rec = m.stages.get(f"serialize/{run}")
     return int(m.schema.get("num_vertices", 0)), rec.fingerprint if rec else "", dict(m.schema)
 
@@ -134,14 +134,12 @@ def routing_from_partitions(
 def read_heldout(dv: DatasetVersion, run: str) -> dict[str, np.ndarray]:
     """The held-out edges of link-split run ``run`` (StageError naming the run when it has none)."""
     path = dv.partition(run) / HELDOUT_DIR
-    if not path.is_dir():
+    if not dv.store.is_dir(path):
         raise StageError(
             f"run {run!r} serves every edge: link prediction trains on a run without its held-out edges "
             f"(make one with 'glisp link-split {dv.path} --run {run}' and serve that run); no {path}"
         )
-    import pyarrow.parquet as pq
-
-    t = pq.read_table(path, columns=["eid", "src", "dst", "etype", "split"]).sort_by("eid")
+    t = dv.store.read_table(path, columns=["eid", "src", "dst", "etype", "split"]).sort_by("eid")
     return {
         "src": t["src"].to_numpy().astype(np.int64),
         "dst": t["dst"].to_numpy().astype(np.int64),

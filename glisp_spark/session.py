@@ -1,4 +1,12 @@
-"""The only SparkSession factory: ``local[*]`` embedded, or whatever spark-submit configured."""
+"""The only SparkSession factory: ``local[*]`` embedded, or whatever spark-submit configured.
+
+Which Python the executors run: ``spark.pyspark.python`` when configured (a packed virtualenv shipped with
+``--archives``/``spark.archives``, e.g. ``./environment/bin/python``, or the cluster image's Python); else this
+interpreter for a ``local[...]`` master only, where driver and executors share the machine; else what the
+cluster gives them (``PYSPARK_PYTHON`` in the driver's environment, or Spark's ``python3``). A path of the
+driver's machine is never sent to executors on other hosts. For a cluster master GLISP's own code goes with
+the application as a zip (``addPyFile``) unless spark-submit already shipped one (``--py-files``).
+"""
 
 from __future__ import annotations
 
@@ -10,6 +18,7 @@ from typing import TYPE_CHECKING
 
 from glisp_core.config import SparkConfig
 from glisp_core.errors import GlispError
+from glisp_core.storage.uri import is_local, parse_uri, qualify
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -40,9 +49,10 @@ def get_spark(conf: SparkConfig | None = None, checkpoint_dir: str | None = None
         _set_checkpoint(active, conf, checkpoint_dir)
         return active
     check_java()
-    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
-    os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
     preset = SparkConf()  # picks up spark-submit's settings when launched by it
+    master = preset.get("spark.master", None) or conf.master
+    _executor_python(master, preset.get("spark.pyspark.python", None) or conf.conf.get("spark.pyspark.python"))
+    os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
     b = SparkSession.builder.appName(conf.app_name)
     if not preset.contains("spark.master"):
         b = b.master(conf.master)
@@ -66,16 +76,46 @@ def get_spark(conf: SparkConfig | None = None, checkpoint_dir: str | None = None
             b = b.config(k, v)
     spark = b.getOrCreate()
     spark.sparkContext.setLogLevel(conf.log_level)
+    _ship_code(spark, master)
     _set_checkpoint(spark, conf, checkpoint_dir)
     return spark
+
+
+def is_local_master(master: str | None) -> bool:
+    """``local``, ``local[N]``, ``local-cluster[...]``: every executor runs on the driver's machine."""
+    return bool(master) and str(master).startswith("local")
+
+
+def _executor_python(master: str, configured: str | None) -> None:
+    """Set ``PYSPARK_PYTHON``, which PySpark sends to the executors as the Python to start (see the module doc)."""
+    if configured:
+        os.environ["PYSPARK_PYTHON"] = configured  # spark-submit's rule: the conf wins over the environment
+    elif is_local_master(master):
+        os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+
+
+def _ship_code(spark: SparkSession, master: str) -> None:
+    """Executors on other hosts import GLISP from a zip of this process's packages (built like glisp-submit's),
+    unless spark-submit already shipped one with ``--py-files``. Shipped even to a cluster whose image has GLISP
+    installed: it goes first on the executors' path, so they run exactly the driver's code."""
+    if is_local_master(master):
+        return
+    shipped = spark.sparkContext.getConf().get("spark.submit.pyFiles", "") or ""
+    if any(Path(f).name.startswith("glisp-") and f.endswith(".zip") for f in shipped.split(",")):
+        return
+    from glisp_spark.codezip import build_zip, zip_dir
+
+    path = list(sys.path)
+    spark.sparkContext.addPyFile(qualify(build_zip(zip_dir())))
+    sys.path[:] = path  # the driver keeps importing its own sources, where numba's kernel cache stays warm
 
 
 def _set_checkpoint(spark: SparkSession, conf: SparkConfig, checkpoint_dir: str | None) -> None:
     d = conf.checkpoint_dir or checkpoint_dir
     if d and not spark.sparkContext.getCheckpointDir():
-        if "://" not in d:
-            Path(d).mkdir(parents=True, exist_ok=True)
-        spark.sparkContext.setCheckpointDir(d)
+        if is_local(d):
+            Path(parse_uri(d).path).mkdir(parents=True, exist_ok=True)
+        spark.sparkContext.setCheckpointDir(qualify(d))  # a bare path would be on fs.defaultFS (HDFS on YARN)
 
 
 def default_parallelism(spark: SparkSession) -> int:

@@ -6,15 +6,17 @@ exactly the graph shape it needs (a hub, several components, typed and weighted 
 
 from __future__ import annotations
 
+from collections.abc import Iterable
+from dataclasses import asdict
 from pathlib import Path
 
 import numpy as np
 import pyarrow as pa
-import pyarrow.parquet as pq
 
 from glisp_core.dataset.layout import DatasetVersion
 from glisp_core.dataset.manifest import Manifest, StageRecord, now_iso
 from glisp_core.dataset.publish import VersionPublisher, fingerprint
+from glisp_core.dataset.records import create_record, current_record
 
 
 def rmat_edges(
@@ -64,25 +66,23 @@ def write_dataset(
     edge_types = edge_types or [f"e{i}" for i in range(int(etype.max(initial=0)) + 1)]
     vtype = np.zeros(n, np.int32) if vtype is None else np.asarray(vtype, np.int32)
     vertex_types = vertex_types or [f"v{i}" for i in range(int(vtype.max(initial=0)) + 1)]
-    with VersionPublisher(Path(root), graph, version) as pub:
+    with VersionPublisher(root, graph, version) as pub:
+        store = pub.dv.store
         tmp = pub.tmp_dv
         cols = {"eid": np.arange(m, dtype=np.int64), "src": src, "dst": dst, "etype": etype}
         if weight is not None:
             cols["weight"] = np.asarray(weight, np.float32)
         if ts is not None:
             cols["ts"] = np.asarray(ts, np.int64)
-        tmp.edges.mkdir(parents=True)
-        pq.write_table(pa.table(cols), tmp.edges / "part-00000.parquet")
+        store.write_table(pa.table(cols), tmp.edges / "part-00000.parquet")
         vcols = {
             "vid": np.arange(n, dtype=np.int64),
             "vtype": vtype,
             "label": pa.array(labels, pa.int64()) if labels is not None else pa.nulls(n, pa.int64()),
             "split": np.asarray(split, np.int8) if split is not None else np.full(n, -1, np.int8),
         }
-        tmp.vertices.mkdir(parents=True)
-        pq.write_table(pa.table(vcols), tmp.vertices / "part-00000.parquet")
-        tmp.idmap.mkdir(parents=True)
-        pq.write_table(
+        store.write_table(pa.table(vcols), tmp.vertices / "part-00000.parquet")
+        store.write_table(
             pa.table(
                 {"vid": np.arange(n, dtype=np.int64), "orig_id": orig_ids or [str(i) for i in range(n)], "vtype": vtype}
             ),
@@ -92,9 +92,8 @@ def write_dataset(
         if features is not None:
             features = np.asarray(features, np.float32)
             fdim = features.shape[1]
-            tmp.features.mkdir(parents=True)
             arr = pa.FixedSizeListArray.from_arrays(pa.array(features.ravel()), fdim)
-            pq.write_table(
+            store.write_table(
                 pa.table({"vid": np.arange(n, dtype=np.int64), "feat": arr.cast(pa.list_(pa.float32()))}),
                 tmp.features / "part-00000.parquet",
             )
@@ -165,3 +164,10 @@ def _simple_undirected(pairs: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     lo, hi = pairs.min(1), pairs.max(1)
     u = np.unique(np.stack([lo, hi], 1), axis=0)
     return np.concatenate([u[:, 0], u[:, 1]]).astype(np.int64), np.concatenate([u[:, 1], u[:, 0]]).astype(np.int64)
+
+
+def write_records(dv: DatasetVersion, records: Iterable[StageRecord]) -> None:
+    """Publish hand-made stage records into ``dv`` (tests of readers of the manifest), each as its stage's next."""
+    for rec in records:
+        cur = current_record(dv.store, dv.path, rec.name)
+        assert create_record(dv.store, dv.path, rec.name, (cur[0] if cur else 0) + 1, asdict(rec))

@@ -41,12 +41,11 @@ def publish_partition(
     reps = replica_sets(src, dst, part, n, num_parts)
     have = [i for i in range(n) if len(reps[i])]
     params = {"algorithm": algorithm, "parts": num_parts, "seed": 0, "digest": int(part.astype(np.int64).sum())}
-    pub = StagePublisher(dv, f"partition/{run}", dv.partition(run), params, depends=["ingest"])
+    pub = StagePublisher(dv, f"partition/{run}", params, depends=["ingest"])
+    store = dv.store
     with pub:
-        (pub.tmp / "assignment").mkdir()
-        pq.write_table(pa.table({"eid": tbl["eid"], "part": part}), pub.tmp / "assignment" / "part-00000.parquet")
-        (pub.tmp / "replicas").mkdir()
-        pq.write_table(
+        store.write_table(pa.table({"eid": tbl["eid"], "part": part}), pub.tmp / "assignment" / "part-00000.parquet")
+        store.write_table(
             pa.table(
                 {"vid": np.asarray(have, np.int64), "parts": pa.array([reps[i] for i in have], pa.list_(pa.int32()))}
             ),

@@ -22,10 +22,11 @@ from typing import TYPE_CHECKING, Any
 
 from glisp_core.config import Config
 from glisp_core.dataset.layout import DatasetVersion, check_name, resolve_dataset
-from glisp_core.dataset.manifest import Manifest, StageRecord
+from glisp_core.dataset.manifest import StageRecord, read_manifest
 from glisp_core.dataset.publish import StagePublisher
 from glisp_core.dataset.stages import run_of
 from glisp_core.errors import ConfigError
+from glisp_core.storage.uri import qualify
 from glisp_sampling.cluster_facts import HELDOUT_DIR
 
 if TYPE_CHECKING:
@@ -56,7 +57,7 @@ def run_link_split(
             "train", "link_val/link_test", f"expected shares >= 0 summing below 1 (got {tc.link_val}, {tc.link_test})"
         )
     name = check_name("partition run", name or f"{run}-lp")
-    base = Manifest.read(dv.manifest_path).stage(f"partition/{run}")
+    base = read_manifest(dv).stage(f"partition/{run}")
     recorded: Any = base.counts.get("parts", base.params.get("parts"))  # manifest JSON
     parts = int(recorded)
     params = {
@@ -69,20 +70,20 @@ def run_link_split(
         "seed": tc.seed,
         "pair": "unordered",
     }
-    pub = StagePublisher(dv, f"partition/{name}", dv.partition(name), params, depends=["ingest", f"partition/{run}"])
+    pub = StagePublisher(dv, f"partition/{name}", params, depends=["ingest", f"partition/{run}"])
     if force or not pub.is_current():
         with pub:
-            edges = spark.read.parquet(str(dv.edges)).select("eid", "src", "dst", "etype")
+            edges = spark.read.parquet(qualify(dv.edges)).select("eid", "src", "dst", "etype")
             h = F.xxhash64(F.least("src", "dst"), F.greatest("src", "dst"), F.lit(int(tc.seed)), F.lit("link-split"))
             u = h.bitwiseAND(F.lit(_MASK53)).cast("double") / F.lit(float(1 << 53))
             split = F.when(u < tc.link_test, 2).when(u < tc.link_test + tc.link_val, 1).otherwise(0)
             tagged = edges.withColumn("split", split.cast("byte")).persist()
-            tagged.filter(F.col("split") > 0).write.mode("overwrite").parquet(str(pub.tmp / HELDOUT_DIR))
-            assign = spark.read.parquet(str(dv.assignment(run))).select("eid", "part")
+            tagged.filter(F.col("split") > 0).write.mode("overwrite").parquet(qualify(pub.tmp.local / HELDOUT_DIR))
+            assign = spark.read.parquet(qualify(dv.assignment(run))).select("eid", "part")
             train = tagged.filter(F.col("split") == 0).select("eid", "src", "dst").join(assign, "eid")
             counts_row = tagged.groupBy("split").count().collect()
             by = {int(r["split"]): int(r["count"]) for r in counts_row}
-            counts, metrics = write_outputs(spark, train, pub.tmp, parts, by.get(0, 0))
+            counts, metrics = write_outputs(spark, train, pub.tmp.local, parts, by.get(0, 0))
             tagged.unpersist()
             counts.update(heldout_val=by.get(1, 0), heldout_test=by.get(2, 0))
             pub.commit(counts=counts, metrics=metrics)
@@ -97,7 +98,7 @@ def main(args: argparse.Namespace, cfg: Config) -> int:
     from spark_jobs.serialize.job import latest_partition_run
 
     dv = resolve_dataset(args.dataset, cfg.dataset.root)
-    run = args.run or latest_partition_run(Manifest.read(dv.manifest_path))
+    run = args.run or latest_partition_run(read_manifest(dv))
     spark = get_spark(cfg.spark, checkpoint_dir=f"{cfg.dataset.root}/_checkpoints")
     rec = run_link_split(spark, cfg, dv, run, args.name, args.force)
     new = run_of(rec.name)

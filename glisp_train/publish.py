@@ -21,7 +21,7 @@ import numpy as np
 
 from glisp_core.config import Config, to_dict
 from glisp_core.dataset.layout import DatasetVersion
-from glisp_core.dataset.manifest import Manifest, StageRecord
+from glisp_core.dataset.manifest import StageRecord, read_manifest
 from glisp_core.dataset.publish import StagePublisher
 from glisp_core.models import save_checkpoint
 from glisp_train.source import GraphSource
@@ -49,7 +49,7 @@ def params_for(cfg: Config, kind: str, run: str, fingerprint: str, world: int, d
 
 def train_publisher(dv: DatasetVersion, name: str, partition_run: str, params: dict[str, Any]) -> StagePublisher:
     """The publisher of stage ``train/<name>`` of a model trained on ``partition_run``."""
-    return StagePublisher(dv, f"train/{name}", dv.train(name), params, depends=[f"serialize/{partition_run}"])
+    return StagePublisher(dv, f"train/{name}", params, depends=[f"serialize/{partition_run}"])
 
 
 def publish_model(
@@ -74,7 +74,7 @@ def publish_model(
     for k, v in sorted(model.state_dict().items()):
         h.update(k.encode())
         h.update(v.detach().cpu().to(torch.float32).numpy().tobytes())
-    fp = Manifest.read(dv.manifest_path).stage(f"serialize/{partition_run}").fingerprint
+    fp = read_manifest(dv).stage(f"serialize/{partition_run}").fingerprint
     params = {
         "task": model.spec.task,
         "model": model.spec.arch,
@@ -86,7 +86,7 @@ def publish_model(
     pub = train_publisher(dv, name, partition_run, params)
     with pub:
         save_checkpoint(
-            pub.tmp,
+            pub.tmp.local,
             model,
             extra={
                 "task": model.spec.task,
@@ -168,7 +168,7 @@ def write_outputs(out: Path, result: TrainResult, cfg: Config, source: GraphSour
 def _idmap(source: GraphSource):
     from glisp_core.dataset.idmap import IdMap
 
-    if source.dv is None or not source.dv.idmap.is_dir():
+    if source.dv is None or not source.dv.store.is_dir(source.dv.idmap):
         return None
     return IdMap.load(source.dv)
 

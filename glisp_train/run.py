@@ -107,10 +107,10 @@ def _train(cfg: Config, source: GraphSource, d: Dist, progress: Progress, output
         return 0
     if pub is not None and source.dv is not None:
         with pub:
-            write_outputs(pub.tmp, result, cfg, source)
+            write_outputs(pub.tmp.local, result, cfg, source)
             counts, metrics, timings = record(result)
             pub.commit(counts=counts, metrics=metrics, timings=timings)
-        where = source.dv.train(name)
+        where: object = source.dv.train(name)
     else:
         where = write_standalone(Path(str(output)), result, cfg, source, params)
     print(

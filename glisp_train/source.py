@@ -173,5 +173,5 @@ def check_dataset_matches(source: GraphSource, dataset: str | None, cfg: Config)
     if not dataset or source.dv is None:
         return
     dv = resolve_dataset(dataset, cfg.dataset.root)
-    if dv.path.resolve() != source.dv.path.resolve():
+    if dv.path != source.dv.path:
         raise GlispError(f"DATASET {dv.path} is not the version the cluster serves ({source.dv.path})")

@@ -50,5 +50,5 @@ def serving(cfg: Config, dv: DatasetVersion, run: str) -> Iterator[Path]:
 
     sets = as_overrides(cfg, "dataset", "serve", "client") + TEMP_SERVE
     args = [a for kv in sets for a in ("--set", kv)]
-    with local_cluster(dv.path, run, config_args=args, timeout_s=cfg.serve.start_timeout_s) as cluster_file:
+    with local_cluster(str(dv.path), run, config_args=args, timeout_s=cfg.serve.start_timeout_s) as cluster_file:
         yield cluster_file

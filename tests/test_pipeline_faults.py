@@ -23,7 +23,7 @@ import psutil
 import pytest
 
 from glisp_core.dataset.layout import DatasetVersion, list_versions
-from glisp_core.dataset.manifest import Manifest
+from glisp_core.dataset.manifest import read_manifest
 from glisp_core.dataset.stages import run_of
 from glisp_core.dataset.versions import read_latest
 from glisp_core.partition_format import open_partition
@@ -31,11 +31,11 @@ from glisp_testing.graphs import rmat_edges
 
 pytestmark = pytest.mark.slow
 
-STAGES = {  # where a stage's staging directory appears, relative to the graph directory
-    "ingest": ".tmp-*",
-    "partition": "*/partition/.tmp-*",
-    "serialize": "*/serialize/.tmp-*",
-    "reorder": "*/reorder/*/.tmp-*",
+STAGES = {  # where a stage's attempts appear, relative to the graph directory
+    "ingest": "*/ingest/@*",
+    "partition": "*/partition/*/@*",
+    "serialize": "*/serialize/*/@*",
+    "reorder": "*/reorder/*/*/@*",
 }
 
 
@@ -82,7 +82,7 @@ def _stage_digests(gdir: Path) -> dict[tuple[str, str], tuple[str, str]]:
     """(version, stage) -> (record fingerprint, digest of its output) for everything published."""
     out = {}
     for v in list_versions(gdir.parent, gdir.name):
-        m = Manifest.read(gdir / v / "manifest.json")
+        m = read_manifest(DatasetVersion(gdir.parent, gdir.name, v))
         for name, rec in m.stages.items():
             if name != "ingest":  # ingest's output is the version itself, covered by the version digest
                 out[(v, name)] = (rec.fingerprint, _digest(gdir / v / rec.path))
@@ -98,14 +98,15 @@ def _java_of(proc: subprocess.Popen) -> psutil.Process | None:
 
 
 def _run_and_kill(cmd: list[str], gdir: Path, stage: str, victim: str, timeout: float = 600) -> tuple[int, str]:
-    """Start the pipeline, wait until ``stage`` is staging output, then SIGKILL the JVM or the driver."""
+    """Start the pipeline, wait until ``stage`` writes a new attempt, then SIGKILL the JVM or the driver."""
     env = dict(os.environ, PYTHONUNBUFFERED="1")
+    earlier = set(gdir.glob(STAGES[stage]))
     proc = subprocess.Popen(
         cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env, start_new_session=True
     )
     try:
         deadline = time.time() + timeout
-        while not list(gdir.glob(STAGES[stage])):
+        while not set(gdir.glob(STAGES[stage])) - earlier:
             if proc.poll() is not None:
                 pytest.fail(f"the pipeline ended before {stage} started staging:\n{proc.stdout.read()}")
             assert time.time() < deadline, f"{stage} did not start"
@@ -129,7 +130,7 @@ def _check_consistent(gdir: Path) -> None:
     """Everything the manifests list is there and readable; nothing unpublished is listed."""
     for v in list_versions(gdir.parent, gdir.name):
         dv = DatasetVersion(gdir.parent, gdir.name, v)
-        m = Manifest.read(dv.manifest_path)
+        m = read_manifest(dv)
         for name in m.stages:
             m.stage(name)  # raises on a missing output or one that is not the record's
         for name in m.stages:
@@ -157,7 +158,7 @@ def published(spark, tmp_path_factory):
 
 def test_killed_jvm_or_driver_in_every_stage_loses_nothing_and_a_rerun_completes(published):
     gdir, dv_a, snapshot_b = published
-    before_a = _digest(dv_a.path)
+    before_a = _digest(dv_a.path.local)
     cmd = _cmd(snapshot_b, gdir.parent)
     seen: dict[str, str] = {}
     for stage, victim in (("ingest", "jvm"), ("partition", "jvm"), ("serialize", "driver"), ("reorder", "jvm")):
@@ -167,7 +168,7 @@ def test_killed_jvm_or_driver_in_every_stage_loses_nothing_and_a_rerun_completes
         if victim == "jvm":  # the driver survives to say which stage failed and why
             assert f"pipeline stage '{stage}' failed" in out and "JVM" in out, out[-2000:]
             assert f"glisp pipeline: stage={stage} status=failed seconds=" in out, out[-2000:]  # structured progress
-        assert _digest(dv_a.path) == before_a, f"snapshot A changed after a kill in {stage}"
+        assert _digest(dv_a.path.local) == before_a, f"snapshot A changed after a kill in {stage}"
         assert read_latest(gdir) == dv_a.version  # a failed refresh never moves latest
         after = _stage_digests(gdir)
         for key, d in published_before.items():  # every stage published before the kill is untouched
@@ -178,15 +179,23 @@ def test_killed_jvm_or_driver_in_every_stage_loses_nothing_and_a_rerun_completes
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     assert all(f"glisp pipeline: stage={s} status=done" in done.stdout for s in ("ingest", "partition", "reorder"))
     versions = list_versions(gdir.parent, "g")
-    assert len(versions) == 2 and _digest(dv_a.path) == before_a
+    assert len(versions) == 2 and _digest(dv_a.path.local) == before_a
     dv_b = DatasetVersion(gdir.parent, "g", next(v for v in versions if v != dv_a.version))
-    m = Manifest.read(dv_b.manifest_path)
+    m = read_manifest(dv_b)
     for name in ("ingest", "partition/adadne-p2", "serialize/adadne-p2", "reorder/adadne-p2/pds"):
         m.stage(name)
     _check_consistent(gdir)
     assert read_latest(gdir) == dv_b.version  # moved once every stage of B was published
-    leftovers = [p for p in gdir.rglob(".*") if p.name.startswith((".tmp-", ".old-"))]
-    assert not leftovers, leftovers
+    assert not _unnamed_attempts(gdir), _unnamed_attempts(gdir)  # the re-run removed what the kills left
+
+
+def _unnamed_attempts(gdir: Path) -> list[Path]:
+    """Attempt directories of published versions that no current record names (a killed writer's litter)."""
+    out = []
+    for v in list_versions(gdir.parent, gdir.name):
+        named = {rec.path for rec in read_manifest(DatasetVersion(gdir.parent, gdir.name, v)).stages.values()}
+        out += [p for p in (gdir / v).rglob("@*") if p.is_dir() and str(p.relative_to(gdir / v)) not in named]
+    return out
 
 
 _LOG_RECORD = re.compile(r"^\d{4}-\d\d-\d\dT\S+ ")  # a Spark (log4j) record's first line
@@ -232,8 +241,8 @@ def test_full_disk_ends_with_a_clean_error_and_no_corrupt_version(tmp_path):
     check = (
         f"import sys; sys.path.insert(0, {repo!r})\n"
         "from glisp_core.dataset.layout import list_versions, resolve_dataset\n"
-        "from glisp_core.dataset.manifest import Manifest\n"
-        f"dv = resolve_dataset('small', {str(root)!r}); m = Manifest.read(dv.manifest_path); m.stage('ingest')\n"
+        "from glisp_core.dataset.manifest import read_manifest\n"
+        f"dv = resolve_dataset('small', {str(root)!r}); m = read_manifest(dv); m.stage('ingest')\n"
         "import pyarrow.parquet as pq; assert pq.read_table(str(dv.edges)).num_rows == 200\n"
         "print('versions', list_versions(dv.root, 'small'), list_versions(dv.root, 'big'))\n"
     )
@@ -243,7 +252,7 @@ def test_full_disk_ends_with_a_clean_error_and_no_corrupt_version(tmp_path):
             " ".join(base + ["ingest", "--edges", str(small), "--graph", "small"] + common),
             "(" + " ".join(base + ["ingest", "--edges", str(big), "--graph", "big"] + common) + "; echo big-rc=$?)",
             f'{sys.executable} -c "$CHECK"',
-            f"find {root} -name '.tmp-*' -o -name '.old-*' | sed 's/^/leftover /'",
+            f"find {root}/big -name '@*' | sed 's/^/leftover /'",
         ]
     )
     env = dict(os.environ, PYTHONUNBUFFERED="1", CHECK=check)

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from glisp_core.dataset.manifest import Manifest
+from glisp_core.dataset.manifest import read_manifest
 from glisp_core.dataset.versions import read_latest
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -117,7 +117,7 @@ def test_refresh_commands_run_for_real(spark, tmp_path):
         _run(second)
         assert read_latest(gdir) == "v2"
         v2 = resolve_dataset("cora/v2", tmp_path / "data")
-        m = Manifest.read(v2.manifest_path)
+        m = read_manifest(v2)
         assert m.stage("ingest").counts["input_edge_rows"] < rels.num_rows
         assert m.stage("train/nightly").params["partition_run"] == "adadne-p2"
         assert m.stage("infer/nightly-pds").counts["vertices"] == 2708

@@ -169,4 +169,4 @@ def test_a_real_local_submit_runs_on_the_checkouts_python(tmp_path):
     assert r.returncode == 0, r.stderr[-2000:]
     assert "|V| = 2,708" in r.stdout and "not the python" not in r.stderr
     assert "--py-files" not in r.stdout.splitlines()[0]  # the checkout runs in place (make installs it editable)
-    assert len(list((tmp_path / "data" / "cora").glob("*/manifest.json"))) == 1
+    assert len(list((tmp_path / "data" / "cora").glob("*/_version.json"))) == 1

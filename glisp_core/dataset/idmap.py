@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from glisp_core.dataset.layout import ORIG_ID, VID, VTYPE, DatasetVersion
-from glisp_core.dataset.manifest import Manifest
+from glisp_core.dataset.manifest import read_manifest
 from glisp_core.errors import GlispError
 
 if TYPE_CHECKING:
@@ -51,7 +51,7 @@ class IdMap:
         import pyarrow.compute as pc
         import pyarrow.parquet as pq
 
-        schema = Manifest.read(dv.manifest_path).schema
+        schema = read_manifest(dv).schema
         t = pq.read_table(dv.idmap, columns=[VID, ORIG_ID, VTYPE]).sort_by(VID)
         n = len(t)
         vid = t[VID].to_numpy()

@@ -1,26 +1,23 @@
-"""manifest.json: the one record of what a dataset version holds and how it was made.
+"""The manifest of a dataset version: what it holds and how it was made, assembled from its stage records.
 
-A stage's output counts as published only when the manifest lists it; a directory the manifest does
-not name (a crashed run's leftovers) is never read.
+A stage's output counts as published only when a record names it (docs/storage.md); a prefix no record
+names (a crashed run's leftovers) is never read. :func:`read_manifest` reads ``_version.json`` and every
+stage's current record; the schema and the inputs are ingest's.
 """
 
 from __future__ import annotations
 
-import fcntl
 import json
-import os
 import time
-from collections.abc import Iterator
-from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field
-from pathlib import Path
 from typing import Any
 
+from glisp_core.dataset.layout import DatasetVersion
+from glisp_core.dataset.records import VERSION_FILE, current_records, json_default
 from glisp_core.dataset.stages import run_of
 from glisp_core.errors import FormatError, StageError
 
-SCHEMA_VERSION = 1
-STAMP = "_GLISP_STAGE.json"  # inside every published stage directory: the record it belongs to
+SCHEMA_VERSION = 2
 
 
 @dataclass
@@ -28,7 +25,7 @@ class StageRecord:
     """What one published stage wrote, with what parameters, and what it measured."""
 
     name: str  # e.g. "ingest", "partition/adadne-p8", "serialize/adadne-p8"
-    path: str  # relative to the version directory
+    path: str  # the attempt prefix, relative to the version directory
     fingerprint: str  # hash of params + inputs; equal fingerprint = nothing to redo
     params: dict[str, Any] = field(default_factory=dict)
     depends: dict[str, str] = field(default_factory=dict)  # upstream stage name -> its fingerprint
@@ -36,6 +33,8 @@ class StageRecord:
     metrics: dict[str, Any] = field(default_factory=dict)
     timings: dict[str, float] = field(default_factory=dict)
     completed_at: str = ""
+    schema: dict[str, Any] = field(default_factory=dict)  # ingest: the version's schema
+    inputs: list[dict[str, Any]] = field(default_factory=list)  # ingest: its input files
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> StageRecord:
@@ -52,7 +51,7 @@ class Manifest:
     inputs: list[dict[str, Any]] = field(default_factory=list)  # {path, bytes, sha256|mtime}
     schema: dict[str, Any] = field(default_factory=dict)  # vertex/edge type names, feature dim, flags
     stages: dict[str, StageRecord] = field(default_factory=dict)
-    location: Path | None = field(default=None, compare=False, repr=False)  # the version directory, once read
+    location: DatasetVersion | None = field(default=None, compare=False, repr=False)  # once read
 
     # ---- (de)serialisation ----
     def to_dict(self) -> dict[str, Any]:
@@ -61,8 +60,11 @@ class Manifest:
         d["stages"] = {k: asdict(v) for k, v in self.stages.items()}
         return d
 
+    def to_json(self) -> str:
+        return json.dumps(self.to_dict(), indent=2, default=json_default)
+
     @classmethod
-    def from_dict(cls, d: dict[str, Any], source: str = "manifest.json") -> Manifest:
+    def from_dict(cls, d: dict[str, Any], source: str = "manifest") -> Manifest:
         sv = d.get("schema_version")
         if sv != SCHEMA_VERSION:
             raise FormatError(
@@ -83,25 +85,6 @@ class Manifest:
         except (KeyError, TypeError) as e:
             raise FormatError(f"{source}: malformed manifest ({e})") from None
 
-    @classmethod
-    def read(cls, path: Path) -> Manifest:
-        try:
-            m = cls.from_dict(json.loads(path.read_text()), str(path))
-        except FileNotFoundError:
-            raise FormatError(f"{path}: manifest not found") from None
-        except json.JSONDecodeError as e:
-            raise FormatError(f"{path}: manifest is not valid JSON ({e})") from None
-        m.location = path.parent
-        return m
-
-    def write(self, path: Path) -> None:
-        """Write atomically: a reader sees the old or the new manifest, never half of one."""
-        tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-        tmp.write_text(json.dumps(self.to_dict(), indent=2, sort_keys=False, default=_json_default))
-        with open(tmp, "rb") as f:
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-
     # ---- queries ----
     def stage(self, name: str) -> StageRecord:
         """A published stage whose upstream stages are still the ones it was built from."""
@@ -116,13 +99,11 @@ class Manifest:
                     f"{self.graph}/{self.version}: stage {name!r} was built from an older {dep!r}; re-run it"
                 )
         if self.location is not None and rec.path:
-            out = self.location / rec.path
-            stamp = read_stamp(out) if out.is_dir() else None
-            if not out.exists() or stamp not in (None, rec.fingerprint):
+            out = self.location.path / rec.path
+            if not self.location.store.exists(out):
                 raise StageError(
-                    f"{self.graph}/{self.version}: the output of stage {name!r} at {out} is "
-                    f"{'missing' if not out.exists() else 'not the one its manifest record describes'} "
-                    "(an interrupted publish?); re-run the stage to restore or rebuild it"
+                    f"{self.graph}/{self.version}: the output of stage {name!r} at {out} is missing "
+                    "(removed by hand?); re-run the stage to rebuild it"
                 )
         return rec
 
@@ -147,47 +128,34 @@ class Manifest:
         return run_of(max(recs, key=lambda r: (r.completed_at, r.name)).name)
 
 
-def write_stamp(directory: Path, stage: str, fp: str) -> None:
-    """Record inside a stage's output which manifest record it belongs to (checked by Manifest.stage)."""
-    (directory / STAMP).write_text(json.dumps({"stage": stage, "fingerprint": fp}))
-
-
-def read_stamp(directory: Path) -> str | None:
-    """The fingerprint a stage output was published under; None for outputs from before stamps."""
+def read_manifest(dv: DatasetVersion) -> Manifest:
+    """``dv``'s manifest: ``_version.json`` and every stage's current record (FormatError when unpublished)."""
+    store = dv.store
+    text = store.read_text(dv.path / VERSION_FILE)
+    if text is None:
+        raise FormatError(f"{dv.path}: not a published dataset version (no {VERSION_FILE})")
     try:
-        return str(json.loads((directory / STAMP).read_text())["fingerprint"])
-    except FileNotFoundError:
-        return None
-    except (ValueError, KeyError, TypeError):
-        return "<unreadable stamp>"
+        head = json.loads(text)
+    except ValueError as e:
+        raise FormatError(f"{dv.path / VERSION_FILE}: not valid JSON ({e})") from None
+    stages = {name: StageRecord.from_dict(doc) for name, (_, doc) in current_records(store, dv.path).items()}
+    ingest = stages.get("ingest")
+    m = Manifest.from_dict(
+        {
+            **head,
+            "version": dv.version,
+            "inputs": ingest.inputs if ingest else [],
+            "schema": dict(ingest.schema) if ingest else {},
+        },
+        str(dv.path / VERSION_FILE),
+    )
+    m.stages = stages
+    m.location = dv
+    return m
 
 
 def now_iso() -> str:
     return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
 
 
-def _json_default(o: Any) -> Any:
-    try:
-        import numpy as np
-
-        if isinstance(o, np.generic):
-            return o.item()
-        if isinstance(o, np.ndarray):
-            return o.tolist()
-    except ImportError:  # pragma: no cover
-        pass
-    if isinstance(o, Path):
-        return str(o)
-    raise TypeError(f"not JSON serialisable: {type(o).__name__}")
-
-
-@contextmanager
-def manifest_lock(version_dir: Path) -> Iterator[None]:
-    """Serialise manifest updates of concurrent stages on one version (POSIX advisory lock)."""
-    version_dir.mkdir(parents=True, exist_ok=True)
-    with open(version_dir / ".manifest.lock", "a+") as f:
-        fcntl.flock(f.fileno(), fcntl.LOCK_EX)
-        try:
-            yield
-        finally:
-            fcntl.flock(f.fileno(), fcntl.LOCK_UN)
+_json_default = json_default  # the name other modules import

@@ -25,7 +25,16 @@ def _real(path: str | os.PathLike[str]) -> Path:
 
 def confine(path: str | os.PathLike[str], confine_to: str, key: str) -> Path:
     """``path`` resolved; ConfigError naming ``key`` when it lies outside ``confine_to`` (if set)."""
-    real = _real(path)
+    text = os.fspath(path) if not isinstance(path, str) else path
+    if "://" in text and not text.startswith("file://"):
+        if confine_to:
+            raise ConfigError(
+                "dataset.confine_to",
+                key,
+                f"{text!r} is not on this machine's disk, so it cannot lie inside {confine_to!r}",
+            )
+        return Path(text)
+    real = _real(text.removeprefix("file://"))
     if confine_to:
         jail = _real(confine_to)
         if real != jail and jail not in real.parents:

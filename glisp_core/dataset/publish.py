@@ -1,40 +1,37 @@
-"""Atomic stage publishing: write under a hidden temporary directory, rename, then update the manifest.
+"""Stage publishing without rename or flock: write an attempt, then create its record (docs/storage.md).
 
-A crash, a kill or an exception before ``commit`` leaves only a ``.tmp-*`` directory that no reader
-looks at (and that the next run of the stage removes); the previously published output and manifest
-are untouched. Re-running a stage whose fingerprint (params + upstream fingerprints + inputs) is
-unchanged is a no-op unless forced.
+A stage writes its whole output under a new attempt prefix ``<stage>/@<attempt>/``, leased while it is
+written; creating the stage's next record (one conditional create) publishes it. A crash, a kill or an
+exception before that leaves only an attempt no record names, which the next run of the stage (or retention)
+removes once its lease lapsed; the previously published output and record are untouched. Re-running a stage
+whose fingerprint (params + upstream fingerprints + inputs) is unchanged is a no-op unless forced.
 """
 
 from __future__ import annotations
 
-import fcntl
+import calendar
+import functools
 import hashlib
 import json
 import os
-import re
-import shutil
 import time
 import uuid
+from collections.abc import Callable
 from pathlib import Path
 from types import TracebackType
 from typing import Any
 
-from glisp_core.dataset.layout import MANIFEST, DatasetVersion
-from glisp_core.dataset.manifest import (
-    Manifest,
-    StageRecord,
-    _json_default,
-    manifest_lock,
-    now_iso,
-    read_stamp,
-    write_stamp,
-)
+from glisp_core.dataset.layout import DatasetVersion
+from glisp_core.dataset.manifest import SCHEMA_VERSION, StageRecord, now_iso, read_manifest
+from glisp_core.dataset.records import VERSION_FILE, create_record, current_record, current_records, json_default
 from glisp_core.errors import StageError
+from glisp_core.storage.lease import DEFAULT_TTL_S, LeaseKeeper, is_live, read_lease
+from glisp_core.storage.store import Store
+from glisp_core.storage.uri import StoreURI
 
 
 def fingerprint(*parts: Any) -> str:
-    blob = json.dumps(parts, sort_keys=True, default=_json_default).encode()
+    blob = json.dumps(parts, sort_keys=True, default=json_default).encode()
     return hashlib.sha256(blob).hexdigest()
 
 
@@ -56,99 +53,138 @@ def file_fingerprints(paths: list[Path], mode: str = "content") -> list[dict[str
     return out
 
 
-LEASE = ".lease"  # inside a staging directory: flock-held by the run that writes it
-TMP_SEP = "~"  # never in a stage, run or version name, so ".tmp-a-p8~..." cannot match run "a-p8-seed2"
-STALE_UNLEASED_S = 60.0  # a staging directory without a lease is a run's first instant, or a crash
-_ID = r"[0-9a-f]{12}"
+ATTEMPT = "@"  # attempt prefixes are "@<UTC time>-<12 hex>"
+LEASE = "_lease.json"  # inside an attempt while its writer lives
+COMMIT_TRIES = 20
 
 
-def _staging_pattern(kind: str, name: str) -> re.Pattern[str]:
-    """``.tmp-<name>~<id>`` (and the pre-lease form ``.tmp-<name>-<id>``) for exactly this ``name``."""
-    return re.compile(rf"^\.{kind}-{re.escape(name)}(?:{TMP_SEP}|-){_ID}$")
+def new_attempt() -> str:
+    return f"{ATTEMPT}{time.strftime('%Y%m%dT%H%M%S', time.gmtime())}-{uuid.uuid4().hex[:12]}"
 
 
-class Lease:
-    """An exclusive advisory lock on ``<dir>/.lease``, held while this process writes ``dir``.
+def _age_s(name: str) -> float:
+    """Seconds since the attempt ``name`` (``@YYYYmmddTHHMMSS-hex``) was started; infinite when unreadable."""
+    t = name[len(ATTEMPT) : len(ATTEMPT) + 15]
+    if len(t) != 15 or t[8] != "T" or not (t[:8] + t[9:]).isdigit():
+        return float("inf")
+    fields = (int(t[0:4]), int(t[4:6]), int(t[6:8]), int(t[9:11]), int(t[11:13]), int(t[13:15]), 0, 0, 0)
+    return time.time() - calendar.timegm(fields)
 
-    The kernel drops it when the holder dies, however it dies, so a crashed run cannot keep its staging
-    directory alive: the next run takes the lock and removes the leftovers. A live run's directory is
-    never touched, whatever its name.
+
+class Attempt:
+    """One attempt prefix of one stage, leased by this process while it writes there."""
+
+    def __init__(self, store: Store, stage_dir: StoreURI, holder: str) -> None:
+        self.store, self.uri = store, stage_dir / new_attempt()
+        self.lease = LeaseKeeper(store, self.uri / LEASE, holder)
+        self.published = False  # a record names it: from then on it is never removed from here
+        if self.uri.is_local:
+            for _ in range(3):  # an aborting writer may remove the empty stage directory as we create it
+                try:
+                    os.makedirs(self.uri.path, exist_ok=True)
+                    break
+                except FileNotFoundError:
+                    continue
+        self.lease.write()
+        self.lease.start()
+
+    def still_ours(self) -> bool:
+        """The lease object is still there: nobody removed the attempt while we wrote it."""
+        return self.lease.held()
+
+    def finish(self) -> None:
+        """A record names the attempt now: stop renewing and drop the lease.
+
+        Not before: until the record exists, the lease is what tells a run of the stage starting meanwhile
+        (which removes attempts no record names) that this one is about to be published.
+        """
+        self.lease.release()
+
+    def discard(self, up_to: StoreURI | None = None) -> None:
+        """Remove the attempt (once a record names it, only its lease), and the directories above it up to
+        ``up_to`` that it leaves empty on a disk (object stores have no directories to leave behind)."""
+        if self.published:
+            self.lease.release()
+            return
+        self.lease.stop()
+        self.store.delete(self.uri)
+        d = self.uri.parent
+        while self.uri.is_local and up_to is not None and d.path.startswith(up_to.path.rstrip("/") + "/"):
+            try:
+                os.rmdir(d.path)
+            except OSError:
+                break
+            d = d.parent
+
+
+def remove_abandoned(
+    store: Store, stage_dir: StoreURI, keep: set[str], named: Callable[[], set[str]] | None = None
+) -> list[StoreURI]:
+    """Remove the attempts under ``stage_dir`` that no record keeps and whose writer is gone; returns them.
+
+    An attempt is abandoned when its lease lapsed (or its holder's process died on this host), or when it has
+    no lease and is not named in ``keep`` (the attempt of the current record): its writer crashed without
+    publishing it, or it was superseded. A live writer's attempt is never touched, nor one too young to hold
+    its lease yet (on a local disk its directory exists an instant before the lease object does).
+
+    ``named`` gives the attempts the current record names *now*: a writer drops its lease only after its
+    record exists, so what lost its lease while this listed may have just been published. It is asked once
+    the leases are read, and what it names is kept too.
     """
-
-    def __init__(self, directory: Path) -> None:
-        self.path = directory / LEASE
-        self._fd: int | None = os.open(self.path, os.O_CREAT | os.O_RDWR, 0o644)
-        fcntl.flock(self._fd, fcntl.LOCK_EX)
-
-    def release(self) -> None:
-        if self._fd is not None:
-            os.close(self._fd)
-            self._fd = None
-
-
-def _is_abandoned(d: Path) -> bool:
-    """True when nobody holds ``d``'s lease (its writer died), or it has none and is not brand new."""
-    lease = d / LEASE
-    try:
-        fd = os.open(lease, os.O_RDWR)
-    except FileNotFoundError:
-        try:
-            return time.time() - d.stat().st_mtime > STALE_UNLEASED_S
-        except FileNotFoundError:
-            return False
-    try:
-        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        return True
-    except BlockingIOError:
-        return False
-    finally:
-        os.close(fd)
-
-
-def remove_stale_temps(parent: Path, name: str) -> list[Path]:
-    """Remove the staging directories of ``name`` whose writer died (never published); returns them.
-
-    Only exact ``.tmp-<name>~<id>`` names count, and only when their lease is free: a concurrent run of
-    ``name`` (or of a run whose name merely starts with ``name``) keeps its staging directory.
-    """
+    candidates = []
+    for name in store.names(stage_dir):
+        if not name.startswith(ATTEMPT) or name in keep:
+            continue
+        doc = read_lease(store, stage_dir / name / LEASE)
+        if is_live(doc) or (doc is None and _age_s(name) < DEFAULT_TTL_S):
+            continue
+        candidates.append(name)
+    if candidates and named is not None:
+        keep = keep | named()
     removed = []
-    if parent.is_dir():
-        pat = _staging_pattern("tmp", name)
-        for d in parent.iterdir():
-            if pat.match(d.name) and d.is_dir() and _is_abandoned(d):
-                shutil.rmtree(d, ignore_errors=True)
-                removed.append(d)
+    for name in candidates:
+        if name not in keep:
+            store.delete(stage_dir / name)
+            removed.append(stage_dir / name)
     return removed
 
 
-def restore_interrupted(target: Path) -> Path | None:
-    """Put back the published output that an interrupted replacement renamed away; returns it.
+def remove_abandoned_in(dv: DatasetVersion) -> list[StoreURI]:
+    """:func:`remove_abandoned` for every stage of a published version (what retention sweeps), and the lapsed
+    lease a writer killed between its record and its lease release left inside a published attempt."""
+    removed = []
+    store = dv.store
+    for stage in current_records(store, dv.path):
+        named = functools.partial(_named, store, dv.path, stage)
+        removed += remove_abandoned(store, dv.stage_dir(stage), named(), named)
+        for name in named():
+            stale = dv.stage_dir(stage) / name / LEASE
+            if store.exists(stale) and not is_live(read_lease(store, stale)):
+                store.delete(stale)
+    return removed
 
-    A replacement renames the old output to ``.old-<name>~<id>``, renames the new one in, updates the
-    manifest and only then deletes the old one. When a crash hit between the two renames, ``target``
-    is missing and the manifest still describes the old output: renaming it back restores exactly
-    what was published.
+
+def _named(store: Store, version: StoreURI, stage: str) -> set[str]:
+    """The attempt the stage's current record names (empty when it never published)."""
+    cur = current_record(store, version, stage)
+    return {str(cur[1]["path"]).rsplit("/", 1)[-1]} if cur else set()
+
+
+def _publish_record(store: Store, version: StoreURI, rec: StageRecord) -> tuple[StageRecord, str | None]:
+    """Create ``rec`` as the stage's next record; (the record now current, the attempt it superseded).
+
+    When a concurrent run of the stage publishes first, ours goes after it, unless theirs has the same
+    fingerprint: then theirs stands and ours is the one superseded.
     """
-    if target.exists() or not target.parent.is_dir():
-        return None
-    pat = _staging_pattern("old", target.name)
-    olds = sorted((d for d in target.parent.iterdir() if pat.match(d.name)), key=lambda d: d.stat().st_mtime)
-    if not olds:
-        return None
-    os.rename(olds[-1], target)
-    return target
-
-
-def restore_all_interrupted(parent: Path) -> list[Path]:
-    """:func:`restore_interrupted` for every output under ``parent`` that has an ``.old-*`` and no original."""
-    if not parent.is_dir():
-        return []
-    names = {m.group(1) for d in parent.iterdir() if (m := re.match(rf"^\.old-(.+)(?:{TMP_SEP}|-){_ID}$", d.name))}
-    return [t for t in (restore_interrupted(parent / n) for n in sorted(names)) if t is not None]
-
-
-def new_staging(parent: Path, name: str, kind: str = "tmp") -> Path:
-    return parent / f".{kind}-{name}{TMP_SEP}{uuid.uuid4().hex[:12]}"
+    doc = json.loads(json.dumps(rec.__dict__, default=json_default))
+    cur = current_record(store, version, rec.name)
+    for _ in range(COMMIT_TRIES):
+        if create_record(store, version, rec.name, (cur[0] if cur else 0) + 1, doc):
+            return rec, (str(cur[1]["path"]) if cur else None)
+        cur = current_record(store, version, rec.name)
+        if cur and cur[1].get("fingerprint") == rec.fingerprint:
+            return StageRecord.from_dict(cur[1]), rec.path
+    raise StageError(f"stage {rec.name}: {COMMIT_TRIES} concurrent publishers in a row; re-run it")
 
 
 class StagePublisher:
@@ -156,78 +192,48 @@ class StagePublisher:
 
     Usage::
 
-        pub = StagePublisher(dv, "partition/adadne-p8", dv.partition("adadne-p8"), params, depends)
+        pub = StagePublisher(dv, "partition/adadne-p8", params, depends)
         if pub.is_current() and not force:
             return pub.record()
-        with pub:                      # removes the temp dir if the body raises
+        with pub:                      # removes the attempt if the body raises
             write_outputs(pub.tmp)
             pub.commit(counts=..., metrics=..., timings=...)
-
-    The staging directory ``.tmp-<name>~<id>`` is leased (see :class:`Lease`) for as long as this
-    object writes it. ``commit`` stamps the output with the record's fingerprint, so an output and a
-    manifest record that do not belong together (a crash between the rename and the manifest update)
-    are refused by :meth:`Manifest.stage` instead of being read, and the next run of the stage puts
-    the published output back (:func:`restore_interrupted`).
     """
 
     def __init__(
         self,
         dv: DatasetVersion,
         stage: str,
-        target: Path,
         params: dict[str, Any],
         depends: list[str] | None = None,
         extra_inputs: Any = None,
     ) -> None:
-        self.dv, self.stage, self.target, self.params = dv, stage, Path(target), params
-        self._recover()
-        manifest = Manifest.read(dv.manifest_path)
+        self.dv, self.stage, self.params = dv, stage, params
+        manifest = read_manifest(dv)
         self.depends = {d: manifest.stage(d).fingerprint for d in (depends or [])}
         self.fingerprint = fingerprint(stage, params, self.depends, extra_inputs)
-        self._tmp: Path | None = None
-        self._lease: Lease | None = None
+        self._attempt: Attempt | None = None
         self._t0 = time.perf_counter()
 
-    def _recover(self) -> None:
-        """Undo a replacement of this stage's output that a crash interrupted (see the class docstring)."""
-        if not self.target.parent.is_dir():
-            return
-        with manifest_lock(self.dv.path):
-            rec = Manifest.read(self.dv.manifest_path).stages.get(self.stage)
-            if rec is None:
-                return
-            if self.target.exists() and read_stamp(self.target) not in (None, rec.fingerprint):
-                pat = _staging_pattern("old", self.target.name)
-                olds = [d for d in self.target.parent.iterdir() if pat.match(d.name)]
-                if any(read_stamp(d) == rec.fingerprint for d in olds):
-                    shutil.rmtree(self.target)  # never published: the manifest does not describe it
-            restore_interrupted(self.target)
-
     def record(self) -> StageRecord | None:
-        m = Manifest.read(self.dv.manifest_path)
-        return m.stages.get(self.stage)
+        cur = current_record(self.dv.store, self.dv.path, self.stage)
+        return StageRecord.from_dict(cur[1]) if cur else None
 
     def is_current(self) -> bool:
-        """Published with this fingerprint, and the output on disk is the one the record describes."""
+        """Published with this fingerprint, and the output the record names is there."""
         rec = self.record()
-        return (
-            rec is not None
-            and rec.fingerprint == self.fingerprint
-            and (self.dv.path / rec.path).exists()
-            and read_stamp(self.dv.path / rec.path) in (None, rec.fingerprint)
-        )
+        return rec is not None and rec.fingerprint == self.fingerprint and self.dv.store.exists(self.dv.path / rec.path)
 
     @property
-    def tmp(self) -> Path:
-        if self._tmp is None:
-            parent = self.target.parent
-            parent.mkdir(parents=True, exist_ok=True)
-            remove_stale_temps(parent, self.target.name)
-            tmp = new_staging(parent, self.target.name)
-            tmp.mkdir()
-            self._lease = Lease(tmp)
-            self._tmp = tmp
-        return self._tmp
+    def tmp(self) -> StoreURI:
+        """This run's attempt prefix (created, and leased, on first use)."""
+        if self._attempt is None:
+            store, sdir = self.dv.store, self.dv.stage_dir(self.stage)
+            rec = self.record()
+            keep = {rec.path.rsplit("/", 1)[-1]} if rec else set()
+            remove_abandoned(store, sdir, keep, named=lambda: _named(store, self.dv.path, self.stage))
+            self._attempt = Attempt(store, sdir, f"{self.stage} of {self.dv.graph}/{self.dv.version}")
+        return self._attempt.uri
 
     def __enter__(self) -> StagePublisher:
         _ = self.tmp
@@ -237,37 +243,31 @@ class StagePublisher:
         if et is not None:
             self.abort()
 
-    def _release(self) -> None:
-        if self._lease is not None:
-            self._lease.release()
-            self._lease = None
-
     def abort(self) -> None:
-        if self._tmp is not None:
-            shutil.rmtree(self._tmp, ignore_errors=True)
-            self._tmp = None
-        self._release()
+        if self._attempt is not None:
+            self._attempt.discard(up_to=self.dv.path)
+            self._attempt = None
 
     def commit(
         self,
         counts: dict[str, Any] | None = None,
         metrics: dict[str, Any] | None = None,
         timings: dict[str, float] | None = None,
-        schema_update: dict[str, Any] | None = None,
     ) -> StageRecord:
-        if self._tmp is None:
+        att = self._attempt
+        if att is None:
             raise StageError(f"stage {self.stage}: commit without output")
-        if not (self._tmp / LEASE).exists():
+        if not att.still_ours():
             self.abort()
             raise StageError(
-                f"stage {self.stage}: its staging directory was removed while the stage ran "
+                f"stage {self.stage}: its attempt {att.uri} was removed while the stage ran "
                 "(by another process?); nothing was published, re-run the stage"
             )
         timings = dict(timings or {})
         timings.setdefault("total_s", round(time.perf_counter() - self._t0, 3))
         rec = StageRecord(
             name=self.stage,
-            path=str(self.target.relative_to(self.dv.path)),
+            path=att.uri.relative_to(self.dv.path),
             fingerprint=self.fingerprint,
             params=self.params,
             depends=self.depends,
@@ -276,76 +276,104 @@ class StagePublisher:
             timings=timings,
             completed_at=now_iso(),
         )
-        with manifest_lock(self.dv.path):
-            write_stamp(self._tmp, self.stage, self.fingerprint)
-            (self._tmp / LEASE).unlink()
-            old = None
-            if self.target.exists():
-                old = new_staging(self.target.parent, self.target.name, "old")
-                os.rename(self.target, old)
-            os.rename(self._tmp, self.target)
-            self._tmp = None
-            self._release()
-            m = Manifest.read(self.dv.manifest_path)
-            m.stages[self.stage] = rec
-            if schema_update:
-                m.schema.update(schema_update)
-            m.write(self.dv.manifest_path)
-            if old is not None:
-                shutil.rmtree(old, ignore_errors=True)
-        return rec
+        now = _commit(self.dv, att, rec)[0]
+        self._attempt = None  # published (or superseded and gone): nothing left for abort to remove
+        return now
+
+
+def _commit(
+    dv: DatasetVersion, att: Attempt, rec: StageRecord, published: Callable[[], None] | None = None
+) -> tuple[StageRecord, bool]:
+    """Publish ``rec`` naming ``att``, call ``published``, drop the lease, remove what the record superseded.
+
+    Returns (the current record, whether it is ours). The attempt stays leased until its record exists (see
+    :meth:`Attempt.finish`). When a concurrent run published the same fingerprint first, ours is removed.
+    """
+    now, old = _publish_record(dv.store, dv.path, rec)
+    if now.path != rec.path:
+        att.discard()
+        return now, False
+    att.published = True
+    try:
+        if published is not None:
+            published()
+    finally:
+        att.finish()
+    if old is not None and old != now.path:
+        dv.store.delete(dv.path / old)
+    return now, True
 
 
 class VersionPublisher:
-    """Create a new dataset version atomically (the ingest stage): the whole directory appears at once.
+    """Create a dataset version (the ingest stage): the version appears whole, with its ingest record.
 
-    The version is built under ``<root>/<graph>/.tmp-<version>~<id>/`` (leased while it is written)
-    and renamed into place with its manifest inside; earlier versions are never touched. Forcing a
-    re-ingest of an existing version id replaces that version only after the new one is complete; a
-    crash between the two renames of that replacement is undone by the next run.
+    Ingest writes under ``<version>/ingest/@<attempt>/`` (``tmp_dv`` resolves the ingest outputs there), then
+    :meth:`commit` creates the ingest record and ``_version.json``. Earlier versions are never touched.
+    Forcing a re-ingest of an existing version id publishes a newer ingest record; the version's later
+    stages then no longer match it and re-run.
     """
 
-    def __init__(self, root: Path, graph: str, version: str) -> None:
-        self.dv = DatasetVersion(Path(root), graph, version)
-        gdir = self.dv.path.parent
-        gdir.mkdir(parents=True, exist_ok=True)
-        restore_all_interrupted(gdir)
-        remove_stale_temps(gdir, version)
-        tmp = new_staging(gdir, version)
-        tmp.mkdir()
-        self._lease: Lease | None = Lease(tmp)
-        self.tmp_dv = DatasetVersion(Path(root), graph, tmp.name)
+    def __init__(self, root: str | os.PathLike[str] | StoreURI, graph: str, version: str) -> None:
+        self.dv = DatasetVersion(root, graph, version)
+        store = self.dv.store
+        if not store.exists(self.dv.manifest_path):
+            _remove_unpublished(store, self.dv.path)
+        sdir = self.dv.stage_dir("ingest")
+        keep = _named(store, self.dv.path, "ingest")
+        remove_abandoned(store, sdir, keep, named=lambda: _named(store, self.dv.path, "ingest"))
+        self._attempt: Attempt | None = Attempt(store, sdir, f"ingest of {graph}/{version}")
+        self.tmp_dv = self.dv.pin("ingest", self._attempt.uri.relative_to(self.dv.path))
         self._done = False
 
     def __enter__(self) -> VersionPublisher:
         return self
 
     def __exit__(self, et: type[BaseException] | None, e: BaseException | None, tb: TracebackType | None) -> None:
-        if not self._done:
-            shutil.rmtree(self.tmp_dv.path, ignore_errors=True)
-        self._release()
+        if not self._done and self._attempt is not None:
+            self._attempt.discard(up_to=self.dv.path.parent)
+            self._attempt = None
 
-    def _release(self) -> None:
-        if self._lease is not None:
-            self._lease.release()
-            self._lease = None
-
-    def commit(self, manifest: Manifest) -> DatasetVersion:
-        if not (self.tmp_dv.path / LEASE).exists():
+    def commit(self, manifest: Any) -> DatasetVersion:
+        att = self._attempt
+        if att is None or not att.still_ours():
             raise StageError(
-                f"ingest of {self.dv.graph}/{self.dv.version}: its staging directory was removed while it ran "
+                f"ingest of {self.dv.graph}/{self.dv.version}: its attempt was removed while it ran "
                 "(by another process?); nothing was published, re-run it"
             )
-        manifest.version = self.dv.version
-        manifest.write(self.tmp_dv.path / MANIFEST)
-        (self.tmp_dv.path / LEASE).unlink()
-        old = None
-        if self.dv.path.exists():
-            old = new_staging(self.dv.path.parent, self.dv.version, "old")
-            os.rename(self.dv.path, old)
-        os.rename(self.tmp_dv.path, self.dv.path)
+        rec = manifest.stages["ingest"]
+        rec.path = att.uri.relative_to(self.dv.path)
+        rec.schema, rec.inputs = dict(manifest.schema), list(manifest.inputs)
+        head = {
+            "graph": self.dv.graph,
+            "version": self.dv.version,
+            "schema_version": SCHEMA_VERSION,
+            "created_at": manifest.created_at or now_iso(),
+            "created_ns": time.time_ns(),
+        }
+
+        def create_version() -> None:  # while the attempt is still leased: see _remove_unpublished
+            self.dv.store.create_exclusive(self.dv.manifest_path, json.dumps(head, indent=2).encode())
+
+        _, ours = _commit(self.dv, att, rec, published=create_version)
+        if not ours:  # the same ingest was published by a concurrent run; the version exists all the same
+            create_version()
         self._done = True
-        self._release()
-        if old is not None:
-            shutil.rmtree(old, ignore_errors=True)
+        self._attempt = None
         return self.dv
+
+
+def _remove_unpublished(store: Store, vdir: StoreURI) -> None:
+    """A version prefix without ``_version.json`` is a crashed first ingest: remove it unless someone writes it.
+
+    The leases are read before ``_version.json`` is looked for: an ingest creates ``_version.json`` before it
+    drops its lease, so one that finished meanwhile is seen either way.
+    """
+    if not store.exists(vdir):
+        return
+    for stage_dir in [vdir / "ingest"]:
+        for name in store.names(stage_dir):
+            if name.startswith(ATTEMPT) and is_live(read_lease(store, stage_dir / name / LEASE)):
+                return
+    if store.exists(vdir / VERSION_FILE):
+        return
+    store.delete(vdir)

@@ -1,92 +1,65 @@
 """Versions of one graph over time: the ``latest`` pointer, leases of readers, retention, the refresh lock.
 
-A scheduled refresh adds a version per snapshot. Consumers follow ``<root>/<graph>/LATEST``, a one-line
-file naming the newest version whose every configured stage succeeded; it is replaced atomically
-(write, fsync, rename), so a reader sees the old name or the new one. A running server or trainer holds
-a *lease* on the version it reads: a file under ``<version>/.leases/`` with an expiry that its holder
-renews; a crashed holder stops renewing and its lease lapses (on the holder's own host, as soon as its
-process is gone). Retention keeps the newest ``dataset.keep_versions`` versions and never deletes the
-one ``LATEST`` names or one with a live lease. One pipeline run at a time per graph: a second is refused
-by an advisory lock that the kernel releases when its holder dies.
+A scheduled refresh adds a version per snapshot. Consumers follow ``<root>/<graph>/LATEST``, one small
+object naming the newest version whose every configured stage succeeded; it is replaced whole by one write,
+so a reader sees the old name or the new one. A running server or trainer holds a *lease* on the version it
+reads: an object under ``<version>/_leases/`` with an expiry its holder renews (glisp_core.storage.lease).
+Retention keeps the newest ``dataset.keep_versions`` versions and never deletes the one ``LATEST`` names or
+one with a live lease. One pipeline run at a time per graph: a generation-numbered lock object
+(docs/storage.md, Locks).
 """
 
 from __future__ import annotations
 
-import fcntl
-import json
 import os
-import shutil
 import socket
-import threading
 import time
 import uuid
 from collections.abc import Callable
-from pathlib import Path
 from types import TracebackType
 from typing import Any
 
 from glisp_core.dataset.layout import LATEST, DatasetVersion, _latest_named, check_name, list_versions
+from glisp_core.dataset.publish import remove_abandoned_in
+from glisp_core.dataset.records import VERSION_FILE
 from glisp_core.errors import StageError
+from glisp_core.storage.lease import DEFAULT_TTL_S, LeaseKeeper, is_live, read_lease
+from glisp_core.storage.store import store_for
+from glisp_core.storage.uri import StoreURI, parse_uri
 
-LEASES = ".leases"
-LOCK = ".pipeline.lock"
-
+LEASES = "_leases"
+LOCKS = "_locks"
 
 # ---- the latest pointer ------------------------------------------------------------------------
 
 
-def read_latest(graph_dir: Path) -> str | None:
+def read_latest(graph_dir: StoreURI | str | os.PathLike[str]) -> str | None:
     """The version ``LATEST`` names, if it names a published one."""
-    return _latest_named(graph_dir)
+    return _latest_named(parse_uri(graph_dir))
 
 
 def set_latest(dv: DatasetVersion) -> None:
-    """Point ``LATEST`` of ``dv``'s graph at ``dv`` (atomically)."""
-    if not dv.manifest_path.exists():
+    """Point ``LATEST`` of ``dv``'s graph at ``dv`` (one whole-object write)."""
+    if not dv.store.exists(dv.manifest_path):
         raise StageError(f"latest: {dv.path} is not a published version")
-    gdir = dv.path.parent
-    tmp = gdir / f".{LATEST}.{os.getpid()}.{uuid.uuid4().hex[:8]}"
-    with open(tmp, "w") as f:
-        f.write(dv.version + "\n")
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(tmp, gdir / LATEST)
+    dv.store.write_bytes(dv.path.parent / LATEST, (dv.version + "\n").encode())
 
 
 # ---- leases ------------------------------------------------------------------------------------
 
 
-def _alive_here(rec: dict[str, Any]) -> bool:
-    """False only when the holder ran on this host and its process is gone (or was reused)."""
-    if rec.get("host") != socket.gethostname():
-        return True
-    try:
-        os.kill(int(rec["pid"]), 0)
-    except ProcessLookupError:
-        return False
-    except (PermissionError, KeyError, ValueError, TypeError):
-        return True
-    return True
-
-
 def active_leases(dv: DatasetVersion) -> list[dict[str, Any]]:
     """Leases on ``dv`` that have not expired and whose holder is not known to be dead."""
-    out: list[dict[str, Any]] = []
-    d = dv.path / LEASES
-    if not d.is_dir():
-        return out
-    now = time.time()
-    for f in d.glob("*.json"):
-        try:
-            rec = json.loads(f.read_text())
-        except (OSError, ValueError):
-            continue
-        if float(rec.get("expires_at", 0)) > now and _alive_here(rec):
-            out.append(rec)
+    store = dv.store
+    out = []
+    for name in store.names(dv.path / LEASES):
+        doc = read_lease(store, dv.path / LEASES / name)
+        if doc is not None and is_live(doc):
+            out.append(doc)
     return out
 
 
-class VersionLease:
+class VersionLease(LeaseKeeper):
     """Hold ``dv`` against retention while this process reads it (a server, a trainer, inference).
 
     ::
@@ -94,82 +67,55 @@ class VersionLease:
         with VersionLease(dv, "serve partition 3"):
             serve()
 
-    The lease file is renewed every ``ttl_s / 3`` by a daemon thread and removed on release.
+    The lease object is renewed every ``ttl_s / 3`` by a daemon thread and removed on release.
     """
 
-    def __init__(self, dv: DatasetVersion, holder: str, ttl_s: float = 60.0) -> None:
-        self.dv, self.holder, self.ttl_s = dv, holder, float(ttl_s)
-        self.path = dv.path / LEASES / f"{socket.gethostname()}-{os.getpid()}-{uuid.uuid4().hex[:8]}.json"
-        self._stop = threading.Event()
-        self._thread: threading.Thread | None = None
-
-    def _write(self) -> None:
-        rec = {
-            "holder": self.holder,
-            "host": socket.gethostname(),
-            "pid": os.getpid(),
-            "version": self.dv.version,
-            "expires_at": time.time() + self.ttl_s,
-        }
-        tmp = self.path.with_suffix(".tmp")
-        tmp.write_text(json.dumps(rec))
-        os.replace(tmp, self.path)
+    def __init__(self, dv: DatasetVersion, holder: str, ttl_s: float = DEFAULT_TTL_S) -> None:
+        name = f"{socket.gethostname()}-{os.getpid()}-{uuid.uuid4().hex[:8]}.json"
+        super().__init__(dv.store, dv.path / LEASES / name, holder, ttl_s, version=dv.version)
+        self.dv = dv
 
     def acquire(self) -> VersionLease:
-        self.path.parent.mkdir(exist_ok=True)
-        self._write()
-        self._thread = threading.Thread(target=self._renew, name="glisp-lease", daemon=True)
-        self._thread.start()
+        self.write()
+        self.start()
         return self
-
-    def _renew(self) -> None:
-        while not self._stop.wait(self.ttl_s / 3):
-            try:
-                self._write()
-            except OSError:  # the version was removed under us; nothing left to hold
-                return
-
-    def release(self) -> None:
-        self._stop.set()
-        if self._thread is not None:
-            self._thread.join(timeout=5)
-        self.path.unlink(missing_ok=True)
 
     def __enter__(self) -> VersionLease:
         return self.acquire()
-
-    def __exit__(self, et: type[BaseException] | None, e: BaseException | None, tb: TracebackType | None) -> None:
-        self.release()
 
 
 # ---- retention ---------------------------------------------------------------------------------
 
 
-def apply_retention(root: Path, graph: str, keep: int, log: Callable[[str], None] = print) -> list[str]:
+def apply_retention(
+    root: StoreURI | str | os.PathLike[str], graph: str, keep: int, log: Callable[[str], None] = print
+) -> list[str]:
     """Delete all but the newest ``keep`` versions of ``graph``; never LATEST's, never a leased one.
 
-    ``keep`` <= 0 keeps everything. Returns the removed version names. A version is renamed to a
-    hidden name before it is deleted, so a reader never sees half a version.
+    ``keep`` <= 0 keeps everything. Returns the removed version names. ``_version.json`` goes first, so the
+    version leaves every listing at once and a reader never resolves half a version.
     """
     if keep <= 0:
         return []
-    gdir = Path(root) / check_name("graph", graph)
-    versions = list_versions(Path(root), graph)  # oldest first
+    gdir = parse_uri(root) / check_name("graph", graph)
+    versions = list_versions(gdir.parent, graph)  # oldest first
     latest = read_latest(gdir)
     removed = []
     for v in versions[: max(0, len(versions) - keep)]:
-        dv = DatasetVersion(Path(root), graph, v)
+        dv = DatasetVersion(gdir.parent, graph, v)
         if v == latest:
             continue
         leases = active_leases(dv)
         if leases:
+            remove_abandoned_in(dv)
             log(f"retention: keeping {graph}/{v}, leased by " + ", ".join(sorted({r["holder"] for r in leases})))
             continue
-        doomed = gdir / f".deleting-{v}~{uuid.uuid4().hex[:12]}"
-        os.rename(dv.path, doomed)
-        shutil.rmtree(doomed, ignore_errors=True)
+        dv.store.delete(dv.path / VERSION_FILE)
+        dv.store.delete(dv.path)
         removed.append(v)
         log(f"retention: removed {graph}/{v}")
+    for v in set(versions) - set(removed):  # what killed writers left in the versions that stay
+        remove_abandoned_in(DatasetVersion(gdir.parent, graph, v))
     return removed
 
 
@@ -177,34 +123,61 @@ def apply_retention(root: Path, graph: str, keep: int, log: Callable[[str], None
 
 
 class GraphLock:
-    """One pipeline run per graph at a time; a second one fails at once naming the holder."""
+    """One pipeline run per graph at a time; a second one fails at once naming the holder.
 
-    def __init__(self, root: Path, graph: str) -> None:
-        self.gdir = Path(root) / check_name("graph", graph)
-        self._fd: int | None = None
+    The lock is the highest generation under ``<graph>/_locks/`` whose lease is live. Taking it means creating
+    the next generation with a conditional create once the current one lapsed, so two takers cannot both win.
+    """
+
+    def __init__(self, root: StoreURI | str | os.PathLike[str], graph: str) -> None:
+        self.gdir = parse_uri(root) / check_name("graph", graph)
+        self.store = store_for(self.gdir)
+        self._keeper: LeaseKeeper | None = None
+        self._generation = 0
+
+    def _generations(self) -> list[int]:
+        names = self.store.names(self.gdir / LOCKS)
+        return sorted(int(n[:-5]) for n in names if n.endswith(".json") and n[:-5].isdigit())
 
     def __enter__(self) -> GraphLock:
-        self.gdir.mkdir(parents=True, exist_ok=True)
-        fd = os.open(self.gdir / LOCK, os.O_CREAT | os.O_RDWR, 0o644)
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            holder = os.pread(fd, 4096, 0).decode(errors="replace").strip() or "unknown"
-            os.close(fd)
-            raise StageError(
-                f"graph {self.gdir.name!r}: another pipeline run holds {self.gdir / LOCK} ({holder}); "
-                "wait for it to finish (the lock is released when its process ends)"
-            ) from None
-        os.ftruncate(fd, 0)
-        os.pwrite(
-            fd,
-            f"pid {os.getpid()} on {socket.gethostname()} since {time.strftime('%FT%TZ', time.gmtime())}".encode(),
-            0,
+        gens = self._generations()
+        top = gens[-1] if gens else 0
+        if gens:
+            doc = read_lease(self.store, self.gdir / LOCKS / f"{top:012d}.json")
+            if is_live(doc):
+                assert doc is not None
+                since = time.strftime("%FT%TZ", time.gmtime(float(doc.get("since", 0))))
+                raise StageError(
+                    f"graph {self.gdir.name!r}: another pipeline run holds {self.gdir / LOCKS} "
+                    f"(pid {doc.get('pid')} on {doc.get('host')} since {since}); wait for it to finish "
+                    "(the lock lapses when its holder ends)"
+                )
+        keeper = LeaseKeeper(
+            self.store, self.gdir / LOCKS / f"{top + 1:012d}.json", "glisp pipeline", since=time.time()
         )
-        self._fd = fd
+        if not keeper.write(create=True):
+            raise StageError(f"graph {self.gdir.name!r}: another pipeline run took the lock just now; wait for it")
+        for g in self._generations():  # the ones before ours are done with
+            if g <= top:
+                self.store.delete(self.gdir / LOCKS / f"{g:012d}.json")
+        self._keeper = keeper.start()
+        self._generation = top + 1
         return self
 
+    def check(self) -> None:
+        """StageError when another run took the lock from us (ours lapsed: this process stalled past its expiry)."""
+        if (
+            self._keeper is None
+            or self._keeper.lost
+            or not self._keeper.held()
+            or self._generations()[-1:] != [self._generation]
+        ):
+            raise StageError(
+                f"graph {self.gdir.name!r}: this run lost its lock to another pipeline run (it stalled past the "
+                "lock's expiry); stopping before it moves latest"
+            )
+
     def __exit__(self, et: type[BaseException] | None, e: BaseException | None, tb: TracebackType | None) -> None:
-        if self._fd is not None:
-            os.close(self._fd)
-            self._fd = None
+        if self._keeper is not None:
+            self._keeper.release()
+            self._keeper = None

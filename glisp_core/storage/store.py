@@ -21,15 +21,11 @@ from typing import Any
 
 import pyarrow.fs as pafs
 
-from glisp_core.errors import GlispError
-from glisp_core.storage.uri import StoreURI, parse_uri
+from glisp_core.storage.uri import StoreError, StoreURI, parse_uri
 
 CONNECT_TIMEOUT_S = 5.0
 REQUEST_TIMEOUT_S = 30.0
-
-
-class StoreError(GlispError):
-    """A store cannot be opened or reached; the message names the URI and what to do."""
+LIST_TRIES = 3
 
 
 class Store:
@@ -71,6 +67,10 @@ class Store:
 
     # ---- small objects ----
     def read_bytes(self, uri: StoreURI | str) -> bytes:
+        """The whole object as one version of it (FileNotFoundError when it does not exist)."""
+        u = self._as_uri(uri)
+        if u.scheme == "s3":  # one GET: pyarrow's stream reads an object in ranges, which a concurrent
+            return _s3_get(u)  # replacement (LATEST, a lease) can interleave; its size comes from a HEAD before
         with self.fs.open_input_stream(self.at(uri)) as f:
             data: bytes = f.read()
             return data
@@ -121,6 +121,22 @@ class Store:
         self.write_bytes(u, data)
         return True
 
+    # ---- tables ----
+    def read_table(self, uri: StoreURI | str, **kw: Any) -> Any:
+        """A Parquet file or directory as a pyarrow Table (``columns=``, ``filters=`` as pyarrow takes them)."""
+        import pyarrow.parquet as pq
+
+        return pq.read_table(self.at(uri), filesystem=self.fs, **kw)
+
+    def write_table(self, table: Any, uri: StoreURI | str, **kw: Any) -> None:
+        """Write one Parquet file (its directory made first on a local disk)."""
+        import pyarrow.parquet as pq
+
+        path = self.at(uri)
+        if self.root.is_local:
+            os.makedirs(os.path.dirname(path), exist_ok=True)
+        pq.write_table(table, path, filesystem=self.fs, **kw)
+
     # ---- listing and removal ----
     def exists(self, uri: StoreURI | str) -> bool:
         return bool(self.fs.get_file_info(self.at(uri)).type != pafs.FileType.NotFound)
@@ -131,6 +147,13 @@ class Store:
     def entries(self, uri: StoreURI | str, recursive: bool = False) -> list[pafs.FileInfo]:
         """Entries under ``uri`` (none when it does not exist), sorted by path."""
         sel = pafs.FileSelector(self.at(uri), recursive=recursive, allow_not_found=True)
+        for _ in range(LIST_TRIES):
+            try:
+                return sorted(self.fs.get_file_info(sel), key=lambda i: str(i.path))
+            except FileNotFoundError:
+                # on a local disk, a directory made (or removed) by another writer while pyarrow listed it
+                # fails the listing even with allow_not_found; listing again sees it whole, or not at all
+                continue
         return sorted(self.fs.get_file_info(sel), key=lambda i: str(i.path))
 
     def names(self, uri: StoreURI | str) -> list[str]:
@@ -216,7 +239,22 @@ def _s3_create_exclusive(u: StoreURI, data: bytes) -> bool:
         code = str(e.response.get("Error", {}).get("Code", ""))
         if code in ("PreconditionFailed", "412", "ConditionalRequestConflict"):
             return False
-        raise StoreError(f"{u}: conditional create failed ({code}: {e})") from None
+        raise StoreError(f"{u.qualified}: conditional create failed ({code}: {e})") from None
+
+
+def _s3_get(u: StoreURI) -> bytes:
+    from botocore.exceptions import BotoCoreError, ClientError
+
+    try:
+        body: bytes = _s3_client().get_object(Bucket=u.authority, Key=u.path.lstrip("/"))["Body"].read()
+        return body
+    except ClientError as e:
+        code = str(e.response.get("Error", {}).get("Code", ""))
+        if code in ("NoSuchKey", "404", "NotFound"):
+            raise FileNotFoundError(f"{u.qualified}: no such object") from None
+        raise OSError(f"{u.qualified}: read failed ({code}: {e})") from None
+    except BotoCoreError as e:
+        raise OSError(f"{u.qualified}: read failed ({e})") from None
 
 
 _CLIENT: Any = None
@@ -247,3 +285,15 @@ def _explain(u: StoreURI, what: str, e: BaseException) -> str:
     else:
         hint = "check the URI and the credentials in the environment"
     return f"{what} {u}: {hint} ({text.strip().splitlines()[0] if text.strip() else type(e).__name__})"
+
+
+_STORES: dict[tuple[str, str], Store] = {}
+
+
+def store_for(uri: StoreURI | str) -> Store:
+    """The process's one Store for ``uri``'s filesystem (a bucket, a namenode, the local disk)."""
+    u = parse_uri(uri) if not isinstance(uri, StoreURI) else uri
+    key = (u.scheme, u.authority)
+    if key not in _STORES:
+        _STORES[key] = Store(StoreURI(u.scheme, u.authority, "/"))
+    return _STORES[key]

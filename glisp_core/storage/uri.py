@@ -9,18 +9,28 @@ from __future__ import annotations
 
 import os
 from dataclasses import dataclass
+from pathlib import Path
 from urllib.parse import urlsplit
 
-from glisp_core.errors import ConfigError
+from glisp_core.errors import ConfigError, GlispError
 
 # schemes pyarrow.fs opens; "file" is a local path
 SCHEMES = ("file", "s3", "gs", "gcs", "hdfs", "viewfs", "abfs", "abfss")
 OBJECT_STORES = ("s3", "gs", "gcs", "abfs", "abfss")  # no directory rename, no flock
 
 
+class StoreError(GlispError):
+    """A store cannot be opened, reached or used this way; the message names the URI and what to do."""
+
+
 @dataclass(frozen=True)
 class StoreURI:
-    """``scheme`` (``file`` for a local path), ``authority`` (bucket, namenode) and ``path`` (absolute, ``/``-led)."""
+    """``scheme`` (``file`` for a local path), ``authority`` (bucket, namenode) and ``path`` (absolute, ``/``-led).
+
+    ``str()`` is the plain path of a local URI (what messages and local tools want) and the full URI otherwise;
+    :attr:`qualified` is always the full URI (what Spark must see). ``uri / "name"`` joins. A local URI is also
+    an ``os.PathLike``, so ``open``, numpy and pyarrow take it; a remote one refuses to pose as a local path.
+    """
 
     scheme: str
     authority: str
@@ -34,17 +44,55 @@ class StoreURI:
     def is_object_store(self) -> bool:
         return self.scheme in OBJECT_STORES
 
-    def __str__(self) -> str:
+    @property
+    def qualified(self) -> str:
         return f"{self.scheme}://{self.authority}{self.path}"
+
+    def __str__(self) -> str:
+        return self.path if self.is_local else self.qualified
+
+    def __fspath__(self) -> str:
+        if not self.is_local:
+            raise StoreError(
+                f"{self.qualified}: this step still needs a local path; object-store roots are not supported "
+                "by it yet (docs/storage.md, 'What runs on an object store')"
+            )
+        return self.path
+
+    @property
+    def local(self) -> Path:
+        """The local path (StoreError for a remote URI)."""
+        return Path(self.__fspath__())
+
+    @property
+    def name(self) -> str:
+        return self.path.rstrip("/").rsplit("/", 1)[-1]
+
+    @property
+    def parent(self) -> StoreURI:
+        head = self.path.rstrip("/").rsplit("/", 1)[0]
+        return StoreURI(self.scheme, self.authority, head or "/")
 
     def join(self, *parts: str) -> StoreURI:
         tail = "/".join(p.strip("/") for p in parts if p and p.strip("/"))
         base = self.path.rstrip("/")
         return StoreURI(self.scheme, self.authority, f"{base}/{tail}" if tail else (base or "/"))
 
+    def __truediv__(self, part: str) -> StoreURI:
+        return self.join(part)
+
+    def relative_to(self, other: StoreURI) -> str:
+        """The ``/``-separated path of ``self`` below ``other``."""
+        base = other.path.rstrip("/") + "/"
+        if (self.scheme, self.authority) != (other.scheme, other.authority) or not self.path.startswith(base):
+            raise ValueError(f"{self} is not below {other}")
+        return self.path[len(base) :]
+
 
 def parse_uri(text: str | os.PathLike[str], what: str = "dataset.root") -> StoreURI:
     """``text`` as a StoreURI; a ConfigError naming ``what`` and the URI for a scheme no store opens."""
+    if isinstance(text, StoreURI):
+        return text
     s = os.fspath(text)
     if "://" not in s:
         if s.startswith("s3:") or s.startswith("gs:"):  # "s3:/bucket" would silently become a local "./s3:" dir
@@ -69,7 +117,7 @@ def parse_uri(text: str | os.PathLike[str], what: str = "dataset.root") -> Store
 
 def qualify(text: str | os.PathLike[str]) -> str:
     """The fully qualified spelling of a path or URI (``file:///abs`` for a local path), for Spark."""
-    return str(parse_uri(text))
+    return text.qualified if isinstance(text, StoreURI) else parse_uri(text).qualified
 
 
 def is_local(text: str | os.PathLike[str]) -> bool:

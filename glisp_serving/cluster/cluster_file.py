@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from glisp_core.dataset.layout import DatasetVersion, resolve_dataset
-from glisp_core.dataset.manifest import Manifest
+from glisp_core.dataset.manifest import read_manifest
 from glisp_core.errors import FormatError, StageError
 
 CLUSTER_FORMAT = "glisp-cluster"
@@ -86,7 +86,7 @@ class ClusterSpec:
 
 def resolve_run(dv: DatasetVersion, run: str | None) -> str:
     """The serialized partition run to serve: ``run``, or the most recently published ``serialize/*``."""
-    man = Manifest.read(dv.manifest_path)
+    man = read_manifest(dv)
     if run:
         man.stage(f"serialize/{run}")  # raises when absent or stale
         return run
@@ -99,7 +99,7 @@ def resolve_run(dv: DatasetVersion, run: str | None) -> str:
 def num_parts_of(dv: DatasetVersion, run: str) -> int:
     """Partition count of a serialized run, from the first partition's meta.json."""
     meta = dv.partition_dir(run, 0) / "meta.json"
-    try:
-        return int(json.loads(meta.read_text())["num_parts"])
-    except FileNotFoundError:
-        raise StageError(f"{meta}: not found; is serialize/{run} published?") from None
+    text = dv.store.read_text(meta)
+    if text is None:
+        raise StageError(f"{meta}: not found; is serialize/{run} published?")
+    return int(json.loads(text)["num_parts"])

@@ -24,6 +24,7 @@ from typing import Any
 
 from glisp_core.config import ServeConfig
 from glisp_core.dataset.layout import DatasetVersion, resolve_dataset
+from glisp_core.dataset.manifest import read_manifest
 from glisp_core.dataset.versions import VersionLease
 from glisp_core.errors import GlispError, StageError
 from glisp_sampling.gather import PartitionSampler
@@ -121,7 +122,7 @@ def resolve_target(current: Served, dataset: str, run: str) -> tuple[DatasetVers
     spec = dataset or str(current.dv.root / current.dv.graph)
     try:
         dv = resolve_dataset(spec, current.dv.root)
-        if not run and (dv.path / "serialize" / current.run).is_dir():
+        if not run and f"serialize/{current.run}" in read_manifest(dv).stages:
             run = current.run
         return dv, resolve_run(dv, run or None)
     except StageError as e:

@@ -432,7 +432,9 @@ def _open_served(dv: DatasetVersion, run: str, part: int, cfg: ServeConfig) -> t
             "a machine; later starts load numba's cache, see docs/reliability.md)",
             flush=True,
         )
-        warm_up_synthetic(dv.partition_dir(run, part), cfg)  # the runtime's memory (JIT, caches) before the partition's
+        warm_up_synthetic(
+            dv.partition_dir(run, part).local, cfg
+        )  # the runtime's memory (JIT, caches) before the partition's
     released = release_clean_library_pages() if cfg.release_compiler_pages else 0
     baseline = snapshot()
     served = open_served(dv, run, part, cfg, warm=cfg.warmup)

@@ -6,7 +6,10 @@ path, checks and statistics as any user's graph. Nothing contacts a service.
 
 from __future__ import annotations
 
+import filecmp
 import importlib.util
+import os
+import shutil
 from pathlib import Path
 from typing import Any
 
@@ -84,3 +87,32 @@ def _policies(base: IngestConfig) -> dict[str, Any]:
     import dataclasses
 
     return {f.name: getattr(base, f.name) for f in dataclasses.fields(base) if f.name not in ("edges", "vertices")}
+
+
+def share_builtin(ing: IngestConfig, into: Path) -> IngestConfig:
+    """``ing`` reading copies of the built-in files under ``into`` instead of the driver's site-packages.
+
+    Ingest's executors read the input files themselves; on a cluster they cannot see the driver's
+    virtualenv, so the files (a few hundred KiB) are copied to the dataset root, which every executor sees.
+    An unchanged copy is kept, so a rerun fingerprints the same inputs.
+    """
+    import dataclasses
+
+    res = resources_dir().resolve()
+    into = into.resolve()
+
+    def moved(path: str) -> str:
+        src = Path(path).resolve()
+        if not src.is_relative_to(res):
+            return path
+        dst = into / src.relative_to(res)
+        if not (dst.exists() and filecmp.cmp(src, dst, shallow=False)):
+            dst.parent.mkdir(parents=True, exist_ok=True)
+            tmp = dst.with_name(f".{dst.name}.{os.getpid()}.tmp")
+            shutil.copy2(src, tmp)
+            os.replace(tmp, dst)
+        return str(dst)
+
+    edges = [dataclasses.replace(e, path=moved(e.path)) for e in ing.edges]
+    vertices = [dataclasses.replace(v, path=moved(v.path)) for v in ing.vertices]
+    return dataclasses.replace(ing, edges=edges, vertices=vertices)

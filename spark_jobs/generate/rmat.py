@@ -26,6 +26,7 @@ import numpy as np
 
 from glisp_core.config import RmatConfig, to_dict
 from glisp_core.errors import ConfigError
+from glisp_core.storage.uri import qualify
 from glisp_spark.session import default_parallelism
 
 if TYPE_CHECKING:
@@ -265,9 +266,9 @@ def default_graph_name(cfg: RmatConfig) -> str:
 def _write(df: DataFrame, path: Path, fmt: str) -> None:
     w = df.write.mode("error")
     if fmt == "csv":
-        w.option("header", "true").csv(str(path))
+        w.option("header", "true").csv(qualify(path))
     else:
-        w.parquet(str(path))
+        w.parquet(qualify(path))
 
 
 def generate_rmat(

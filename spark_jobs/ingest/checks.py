@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from glisp_core.errors import BadInputError
+from glisp_core.storage.uri import qualify
 from spark_jobs.ingest.columns import FID, RCOL, REASON
 
 if TYPE_CHECKING:
@@ -195,7 +196,7 @@ def handle_bad(
         df.filter(F.col(REASON).isNotNull())
         .select(*cols, F.col(REASON).alias("_part"))
         .write.partitionBy("_part")
-        .parquet(str(staging))
+        .parquet(qualify(staging))
     )
     for kind in dict.fromkeys(k for (k, _, _), _ in items):
         os.rename(staging / f"_part={kind}", rejects_dir(kind))

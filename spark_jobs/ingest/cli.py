@@ -8,6 +8,7 @@ import time
 
 from glisp_core.config import Config, EdgeSource, IngestConfig, VertexSource
 from glisp_core.errors import ConfigError
+from glisp_core.storage.uri import parse_uri
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -95,17 +96,20 @@ def ingest_config(args: argparse.Namespace, cfg: Config) -> IngestConfig:
 
 
 def main(args: argparse.Namespace, cfg: Config) -> int:
-    from glisp_spark.session import get_spark
+    from glisp_spark.session import get_spark, is_local_master
+    from spark_jobs.generate.builtin import share_builtin
     from spark_jobs.ingest.job import run_ingest
 
     ing = ingest_config(args, cfg)
     t0 = time.perf_counter()
     spark = get_spark(cfg.spark)
+    if args.builtin and not is_local_master(spark.sparkContext.master):  # executors elsewhere read the inputs
+        ing = share_builtin(ing, parse_uri(cfg.dataset.root).local / "_builtin")
     dv = run_ingest(spark, cfg, ing, force=args.force)
-    from glisp_core.dataset.manifest import Manifest
+    from glisp_core.dataset.manifest import read_manifest
     from glisp_core.dataset.versions import read_latest
 
-    m = Manifest.read(dv.manifest_path)
+    m = read_manifest(dv)
     rec = m.stages["ingest"]
     secs = time.perf_counter() - t0
     e = m.schema.get("num_edges", 0)

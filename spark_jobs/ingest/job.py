@@ -25,14 +25,14 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
-from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from glisp_core.config import Config, IngestConfig, to_dict
 from glisp_core.dataset.layout import DatasetVersion, check_name, list_versions
-from glisp_core.dataset.manifest import Manifest, StageRecord, now_iso
+from glisp_core.dataset.manifest import Manifest, StageRecord, now_iso, read_manifest
 from glisp_core.dataset.paths import confine, confine_all
 from glisp_core.dataset.publish import VersionPublisher, file_fingerprints, fingerprint
+from glisp_core.storage.uri import StoreURI, parse_uri
 from glisp_spark.phases import Phases
 from spark_jobs.ingest.background import Background
 from spark_jobs.ingest.edgefiles import DegreeFreq
@@ -79,16 +79,16 @@ class Built:
     freq: list[DegreeFreq]
 
 
-def _find_existing(root: Path, graph: str, fp: str, version: str) -> DatasetVersion | None:
+def _find_existing(root: StoreURI, graph: str, fp: str, version: str) -> DatasetVersion | None:
     """The published version of ``graph`` whose ingest has fingerprint ``fp`` (only ``version`` if given)."""
     candidates = [version] if version else list(reversed(list_versions(root, graph)))
     for v in candidates:
         dv = DatasetVersion(root, graph, v)
         try:
-            rec = Manifest.read(dv.manifest_path).stages.get("ingest")
+            rec = read_manifest(dv).stages.get("ingest")
         except Exception:  # noqa: BLE001 - an unreadable manifest is simply not a match
             continue
-        if rec is not None and rec.fingerprint == fp and dv.ingest.exists():
+        if rec is not None and rec.fingerprint == fp and dv.store.exists(dv.ingest):
             return dv
     return None
 
@@ -112,7 +112,7 @@ def run_ingest(
     ph = Phases(spark, "ingest")
     with ph("fingerprint"):
         plan = IngestPlan(ing)
-        root = Path(cfg.dataset.root)
+        root = parse_uri(cfg.dataset.root)
         confine(root, cfg.dataset.confine_to, "dataset.root")
         confine_all(plan.all_input_paths(), cfg.dataset.confine_to, "ingest table or feature file")
         inputs = file_fingerprints(plan.all_input_paths(), cfg.dataset.checksum)
@@ -127,7 +127,9 @@ def run_ingest(
     )
     check_name("version", version)
     with VersionPublisher(root, ing.graph, version) as pub:
-        ctx = IngestContext(spark, plan, pub.tmp_dv, pub.tmp_dv.path / "_staging", ph, log, ids_native_long(plan))
+        ctx = IngestContext(
+            spark, plan, pub.tmp_dv, pub.tmp_dv.ingest.local / "_staging", ph, log, ids_native_long(plan)
+        )
         try:
             built = _build_tables(ctx)
         finally:

@@ -42,6 +42,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from glisp_core.errors import BadInputError
+from glisp_core.storage.uri import qualify
 from spark_jobs.partition import kernels
 from spark_jobs.partition.base import PartitionContext, Partitioner, PartitionResult
 from spark_jobs.partition.metrics import quality
@@ -393,7 +394,7 @@ class ExpansionPartitioner(Partitioner):
         st, stats, timings, files = (self._partition_held if held else self._partition_files)(ctx, alloc_dir)
         if not any(alloc_dir.glob("*.parquet")):
             pq.write_table(ALLOC_PA.empty_table(), str(alloc_dir / "empty.parquet"))
-        alloc = ctx.spark.read.parquet(str(alloc_dir))
+        alloc = ctx.spark.read.parquet(qualify(alloc_dir))
         timings.update(
             starts_s=round(stats.get("starts_s", 0.0), 3),
             refine_s=round(stats.get("refine_s", 0.0), 3),

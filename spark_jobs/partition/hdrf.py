@@ -15,6 +15,7 @@ import pyarrow.parquet as pq
 from pyspark.sql import functions as F
 
 from glisp_core.config import to_dict
+from glisp_core.storage.uri import qualify
 from spark_jobs.partition import kernels
 from spark_jobs.partition.base import PartitionContext, Partitioner, PartitionResult
 
@@ -34,7 +35,7 @@ class HDRF(Partitioner):
             ctx.edges.withColumn("k", F.xxhash64(lo, hi, F.lit(ctx.seed)))
             .orderBy("k", lo, hi, "eid")
             .select("eid", "src", "dst")
-            .write.parquet(str(stream_dir))
+            .write.parquet(qualify(stream_dir))
         )
         t_sort = time.perf_counter() - t0
         n, p = ctx.num_vertices, ctx.parts
@@ -54,7 +55,7 @@ class HDRF(Partitioner):
                     w.write_batch(pa.record_batch([eid, src, dst, part], schema=schema))
                     done += len(eid)
                     ctx.log(f"hdrf: {done:,}/{ctx.num_edges:,} edges streamed, sizes {sizes.tolist()}")
-        alloc = ctx.spark.read.parquet(str(out_dir))
+        alloc = ctx.spark.read.parquet(qualify(out_dir))
         return PartitionResult(
             alloc, timings={"stream_sort_s": round(t_sort, 3), "stream_s": round(time.perf_counter() - t0 - t_sort, 3)}
         )

@@ -48,8 +48,10 @@ from pyspark.sql import functions as F
 
 from glisp_core.config import Config, PartitionConfig
 from glisp_core.dataset.layout import DatasetVersion, list_versions
-from glisp_core.dataset.manifest import Manifest, StageRecord
+from glisp_core.dataset.manifest import StageRecord, read_manifest
 from glisp_core.dataset.versions import read_latest
+from glisp_core.storage.store import store_for
+from glisp_core.storage.uri import StoreURI, qualify
 from glisp_spark.worker_heap import freeze_worker_heap
 from spark_jobs.partition import incremental_match
 from spark_jobs.partition.base import PartitionContext
@@ -64,10 +66,10 @@ if TYPE_CHECKING:
 # ---- choosing the base -------------------------------------------------------------------------
 
 
-def _usable_base(root: Path, graph: str, version: str, stage: str, cfg: Config) -> StageRecord | None:
+def _usable_base(root: StoreURI, graph: str, version: str, stage: str, cfg: Config) -> StageRecord | None:
     dv = DatasetVersion(root, graph, version)
     try:
-        m = Manifest.read(dv.manifest_path)
+        m = read_manifest(dv)
         rec = m.stage(stage)
     except Exception:  # missing, stale or unreadable: not a base
         return None
@@ -89,7 +91,7 @@ def find_base(cfg: Config, dv: DatasetVersion, run: str) -> tuple[DatasetVersion
     if pc.incremental_base:
         candidates = [pc.incremental_base]
     else:
-        prev = Manifest.read(dv.manifest_path).stages.get(stage)
+        prev = read_manifest(dv).stages.get(stage)
         recorded = (prev.params.get("incremental") or {}).get("base_version") if prev else None
         candidates = [recorded, read_latest(dv.path.parent), *reversed(list_versions(dv.root, dv.graph))]
     for v in candidates:
@@ -116,7 +118,7 @@ def incremental_params(cfg: Config, base: DatasetVersion, base_rec: StageRecord)
 
 
 def _id_frame(dv: DatasetVersion, as_str: bool) -> pd.DataFrame:
-    schema = Manifest.read(dv.manifest_path).schema
+    schema = read_manifest(dv).schema
     t = pq.read_table(dv.idmap, columns=["vid", "orig_id", "vtype"]).to_pandas()
     names = np.asarray(schema.get("vertex_types") or ["v0"], dtype=object)
     return pd.DataFrame(
@@ -130,8 +132,8 @@ def _id_frame(dv: DatasetVersion, as_str: bool) -> pd.DataFrame:
 
 def vid_map(base: DatasetVersion, new: DatasetVersion) -> np.ndarray:
     """base vid -> new vid of the vertex with the same (vertex type, original id); -1 where it is gone."""
-    sb = Manifest.read(base.manifest_path).schema
-    sn = Manifest.read(new.manifest_path).schema
+    sb = read_manifest(base).schema
+    sn = read_manifest(new).schema
     as_str = sb.get("id_type") != sn.get("id_type")
     ob, on = _id_frame(base, as_str), _id_frame(new, as_str)
     both = ob.merge(on, on=["vt", "orig"], suffixes=("_b", "_n"))
@@ -142,8 +144,8 @@ def vid_map(base: DatasetVersion, new: DatasetVersion) -> np.ndarray:
 
 def etype_map(base: DatasetVersion, new: DatasetVersion) -> np.ndarray:
     """base edge type code -> new code of the same name; -1 where the type is gone."""
-    names_b = Manifest.read(base.manifest_path).schema.get("edge_types") or ["e0"]
-    names_n = list(Manifest.read(new.manifest_path).schema.get("edge_types") or ["e0"])
+    names_b = read_manifest(base).schema.get("edge_types") or ["e0"]
+    names_n = list(read_manifest(new).schema.get("edge_types") or ["e0"])
     return np.array([names_n.index(t) if t in names_n else -1 for t in names_b], np.int64)
 
 
@@ -153,8 +155,8 @@ def _base_rows_in_new_ids(
     """The base's edge rows (eid, src, dst, etype in the new version's ids, part); rows that lost an
     endpoint or their edge type are dropped (they are removed edges)."""
     bc = spark.sparkContext.broadcast((vmap, emap))
-    rows = spark.read.parquet(str(base.edges)).select("eid", "src", "dst", "etype")
-    rows = rows.join(spark.read.parquet(str(base.assignment(run))).select("eid", "part"), "eid")
+    rows = spark.read.parquet(qualify(base.edges)).select("eid", "src", "dst", "etype")
+    rows = rows.join(spark.read.parquet(qualify(base.assignment(run))).select("eid", "part"), "eid")
 
     def remap(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         freeze_worker_heap()
@@ -217,7 +219,7 @@ def match_spark(
     """New edge rows (eid, src, dst, part, how, rows, k) as :func:`incremental_match.match` decides them:
     base and new rows are hashed to tasks by unordered pair, each task runs the match over its pairs."""
     old = _base_rows_in_new_ids(ctx.spark, base, run, vmap, emap).withColumn("side", F.lit(0))
-    cur = ctx.spark.read.parquet(str(new.edges)).select(
+    cur = ctx.spark.read.parquet(qualify(new.edges)).select(
         "eid", "src", "dst", F.col("etype").cast("int"), F.lit(-1).alias("part"), F.lit(1).alias("side")
     )
     tasks = max(1, math.ceil(rows_total / ctx.cfg.incremental_batch_edges))
@@ -260,8 +262,8 @@ def match_local(
     return {"eid": e["eid"][idx], "src": e["src"][idx], "dst": e["dst"][idx], **r}
 
 
-def _read(path: Path, cols: tuple[str, ...]) -> dict[str, np.ndarray]:
-    t = pq.read_table(str(path), columns=list(cols))
+def _read(path: StoreURI, cols: tuple[str, ...]) -> dict[str, np.ndarray]:
+    t = store_for(path).read_table(path, columns=list(cols))
     return {c: t.column(c).to_numpy().astype(np.int64) for c in cols}
 
 
@@ -399,7 +401,7 @@ def _stream_added(
     returns (their allocation, rows without room)."""
     lo, hi = F.least("src", "dst"), F.greatest("src", "dst")
     stream_dir, out_dir = ctx.staging / "inc_stream", ctx.staging / "inc_placed"
-    fresh.orderBy("k", lo, hi, "eid").select("eid", "src", "dst", "rows").write.parquet(str(stream_dir))
+    fresh.orderBy("k", lo, hi, "eid").select("eid", "src", "dst", "rows").write.parquet(qualify(stream_dir))
     out_dir.mkdir(parents=True)
     last = np.array([-1, -1, -1], np.int64)
     unplaced = 0
@@ -410,7 +412,7 @@ def _stream_added(
                 part = place_capped(src, dst, rows, deg, st.bits, st.sizes, cap, ctx.cfg.incremental_lam, last)
                 unplaced += int((part < 0).sum())
                 w.write_batch(pa.record_batch([eid, src, dst, part], schema=ALLOC_PA))
-    return ctx.spark.read.parquet(str(out_dir)), unplaced
+    return ctx.spark.read.parquet(qualify(out_dir)), unplaced
 
 
 def _refresh_local(
@@ -448,9 +450,9 @@ def _refresh_spark(
     """Match in Spark tasks (one job), then stream the fresh rows through the driver's placement."""
     t = time.perf_counter()
     matched_dir = ctx.staging / "inc_matched"
-    match_spark(ctx, base, run, new, vmap, emap, rows_total).write.parquet(str(matched_dir))
+    match_spark(ctx, base, run, new, vmap, emap, rows_total).write.parquet(qualify(matched_dir))
     clock["match"] = time.perf_counter() - t
-    matched = ctx.spark.read.parquet(str(matched_dir))
+    matched = ctx.spark.read.parquet(qualify(matched_dir))
     st = _done_spark(matched, ctx.num_vertices, ctx.parts)
     deg = degree_array(ctx.edges, ctx.num_vertices)
     clock["state"] = time.perf_counter() - t - clock["match"]
@@ -471,7 +473,7 @@ def refresh(
     """
     spark, p, m = ctx.spark, ctx.parts, ctx.num_edges
     t0 = time.perf_counter()
-    base_m = int(Manifest.read(base.manifest_path).schema["num_edges"])
+    base_m = int(read_manifest(base).schema["num_edges"])
     vmap, emap = vid_map(base, new), etype_map(base, new)
     cap = math.ceil((1.0 + ctx.cfg.incremental_epsilon) * m / p)
     local = max(base_m, m) <= ctx.cfg.incremental_local_edges

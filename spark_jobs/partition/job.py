@@ -12,9 +12,10 @@ from typing import TYPE_CHECKING
 
 from glisp_core.config import Config
 from glisp_core.dataset.layout import DatasetVersion, check_name
-from glisp_core.dataset.manifest import Manifest, StageRecord
+from glisp_core.dataset.manifest import StageRecord, read_manifest
 from glisp_core.dataset.publish import StagePublisher
 from glisp_core.dataset.versions import VersionLease
+from glisp_core.storage.uri import qualify
 from glisp_spark.phases import Phases
 from spark_jobs.partition import incremental
 from spark_jobs.partition.base import PartitionContext
@@ -46,25 +47,25 @@ def run_partition(spark: SparkSession, cfg: Config, dv: DatasetVersion, force: b
     base = incremental.find_base(cfg, dv, run) if pcfg.incremental else None
     if base is not None:  # the record names the base it derives from; a new base is a new fingerprint
         params["incremental"] = incremental.incremental_params(cfg, *base)
-    pub = StagePublisher(dv, f"partition/{run}", dv.partition(run), params, depends=["ingest"])
+    pub = StagePublisher(dv, f"partition/{run}", params, depends=["ingest"])
     if pub.is_current() and not force:
         rec = pub.record()
         assert rec is not None
         if pcfg.progress:
             print(f"partition/{run}: up to date (use --force to recompute)", flush=True)
         return rec
-    schema = Manifest.read(dv.manifest_path).schema
+    schema = read_manifest(dv).schema
     n, m = int(schema["num_vertices"]), int(schema["num_edges"])
     clock = Phases(spark, "partition")
     with pub:
-        edges = spark.read.parquet(str(dv.edges)).select("eid", "src", "dst")
-        staging = pub.tmp / "_staging"
+        edges = spark.read.parquet(qualify(dv.edges)).select("eid", "src", "dst")
+        staging = pub.tmp.local / "_staging"
         ctx = PartitionContext(spark=spark, edges=edges, num_vertices=n, num_edges=m, cfg=pcfg, staging=staging)
         if not pcfg.progress:
             ctx.log = lambda s: None
         inc = None
         if pcfg.incremental:
-            inc = _try_refresh(ctx, dv, base, run, pub.tmp, clock)
+            inc = _try_refresh(ctx, dv, base, run, pub.tmp.local, clock)
         if inc is not None and not inc.fallback:
             counts, metrics, result = inc.counts, inc.metrics, None
         else:
@@ -72,7 +73,7 @@ def run_partition(spark: SparkSession, cfg: Config, dv: DatasetVersion, force: b
                 result = algo.partition(ctx)
             with clock("write"):
                 counts, metrics = write_outputs(
-                    spark, result.alloc, pub.tmp, pcfg.parts, m, result.replica_bits, result.edges_per_part
+                    spark, result.alloc, pub.tmp.local, pcfg.parts, m, result.replica_bits, result.edges_per_part
                 )
         shutil.rmtree(staging, ignore_errors=True)
         if result is not None:

@@ -38,6 +38,7 @@ from pyspark.sql import functions as F
 
 from glisp_core.config import PartitionConfig
 from glisp_core.errors import ConfigError, StageError
+from glisp_core.storage.uri import qualify
 from glisp_spark.worker_heap import freeze_worker_heap
 from spark_jobs.partition.base import PartitionContext, Partitioner, PartitionResult
 
@@ -254,7 +255,7 @@ class Metis(Partitioner):
                     f"raise the limit only if one executor has the memory (got {npairs:,} pairs)",
                 )
         t0 = time.perf_counter()
-        owner_path = str(ctx.staging / "metis_owner")
+        owner_path = qualify(ctx.staging / "metis_owner")
         (
             pairs.coalesce(1)
             .mapInArrow(_metis_task(ctx.num_vertices, ctx.parts, ctx.seed, self.ncon), OWNER_SCHEMA)

@@ -17,6 +17,7 @@ import pyarrow.parquet as pq
 from pyspark.sql import functions as F
 
 from glisp_core.errors import StageError
+from glisp_core.storage.uri import qualify
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
@@ -37,8 +38,8 @@ def write_outputs(
     the allocated rows) replicas/ is written by the driver, O(|V|), saving a group-by over every edge
     row; the written assignment is then checked against the algorithm's rows per partition.
     """
-    assignment = str(out / "assignment")
-    replicas = str(out / "replicas")
+    assignment = qualify(out / "assignment")
+    replicas = qualify(out / "replicas")
     if replica_bits is not None:
         alloc.select("eid", "part").write.mode("overwrite").parquet(assignment)
         write_replicas_from_bits(replica_bits, parts, out / "replicas")
@@ -109,8 +110,8 @@ def measure(
 
     ``expect_epp``: the algorithm's own rows per partition, which the written assignment must match.
     """
-    a = spark.read.parquet(str(out / "assignment"))
-    r = spark.read.parquet(str(out / "replicas"))
+    a = spark.read.parquet(qualify(out / "assignment"))
+    r = spark.read.parquet(qualify(out / "replicas"))
     e = a.groupBy("part").count().toArrow()
     epp = np.zeros(parts, np.int64)
     epp[e.column("part").to_numpy()] = e.column("count").to_numpy()

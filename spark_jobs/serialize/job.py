@@ -32,10 +32,11 @@ from glisp_core.dataset.layout import (
     WEIGHT,
     DatasetVersion,
 )
-from glisp_core.dataset.manifest import Manifest, StageRecord
+from glisp_core.dataset.manifest import Manifest, StageRecord, read_manifest
 from glisp_core.dataset.publish import StagePublisher
 from glisp_core.errors import BadInputError, GlispError, StageError
 from glisp_core.partition_format import FIELD_BY_NAME, FORMAT_VERSION
+from glisp_core.storage.uri import qualify
 from spark_jobs.serialize.build import SUMMARY_SCHEMA, BuildContext, build_partition, empty_inputs, make_task
 from spark_jobs.serialize.master import compute_masters
 
@@ -72,8 +73,8 @@ def _check_assignment(
     """
     from pyspark.sql import functions as F
 
-    edges = spark.read.parquet(str(dv.edges))
-    assign = spark.read.parquet(str(dv.assignment(run))).select(EID, F.col(PART).cast("int").alias(PART))
+    edges = spark.read.parquet(qualify(dv.edges))
+    assign = spark.read.parquet(qualify(dv.assignment(run))).select(EID, F.col(PART).cast("int").alias(PART))
     if subset:
         edges = edges.join(assign.select(EID), EID, "left_semi")
     joined = edges.join(assign, EID, "left")
@@ -171,7 +172,7 @@ def run_serialize(
     from pyspark.sql import functions as F
 
     t0 = time.perf_counter()
-    man = Manifest.read(dv.manifest_path)
+    man = read_manifest(dv)
     man.stage("ingest")
     run, num_parts = resolve_run(man, run or cfg.serialize.partition or None)
     sc = cfg.serialize
@@ -182,7 +183,7 @@ def run_serialize(
         "parquet_copy": sc.parquet_copy,
         "format_version": FORMAT_VERSION,
     }
-    pub = StagePublisher(dv, f"serialize/{run}", dv.serialized(run), params, depends=["ingest", f"partition/{run}"])
+    pub = StagePublisher(dv, f"serialize/{run}", params, depends=["ingest", f"partition/{run}"])
     if pub.is_current() and not force:
         rec = pub.record()
         assert rec is not None
@@ -195,7 +196,7 @@ def run_serialize(
     with pub:
         edges, joined = _check_assignment(spark, dv, run, num_parts, num_edges, subset)
         timings["check_s"] = round(time.perf_counter() - t0, 3)
-        vertices = spark.read.parquet(str(dv.vertices))
+        vertices = spark.read.parquet(qualify(dv.vertices))
         flags = vertices.agg(F.count(LABEL).alias("labels"), F.max(SPLIT).alias("split")).collect()[0]
         has_labels = int(schema.get("num_classes", 0) or 0) > 0 or bool(flags["labels"])
         has_split = flags["split"] is not None and int(flags["split"]) >= 0
@@ -211,7 +212,7 @@ def run_serialize(
             + ([TS] if schema.get("timestamped") else [])
         )
         ctx = BuildContext(
-            out_dir=str(pub.tmp),
+            out_dir=str(pub.tmp.local),
             num_parts=num_parts,
             edge_types=list(schema.get("edge_types") or ["e0"]),
             vertex_types=list(schema.get("vertex_types") or ["v0"]),
@@ -234,7 +235,7 @@ def run_serialize(
         timings["build_s"] = round(time.perf_counter() - t, 3)
         masters.df.unpersist()
         check_written(
-            pub.tmp, run, summ, num_edges, sc.parquet_copy, f"partition/{run} assigns" if subset else "ingest has"
+            pub.tmp.local, run, summ, num_edges, sc.parquet_copy, f"partition/{run} assigns" if subset else "ingest has"
         )
         counts, metrics = _counts_and_metrics(summ, num_edges, masters.isolated)
         timings["total_s"] = round(time.perf_counter() - t0, 3)
@@ -259,7 +260,7 @@ def _vertex_rows(
     vrows = vinfo.select(VID, "out_deg", "in_deg", PARTS, MASTER, VTYPE, F.explode(PARTS).alias(PART))
     mrows = masters.select(VID, F.col(MASTER).alias(PART)).join(vertices.select(VID, LABEL, SPLIT), VID)
     if fdim:
-        mrows = mrows.join(spark.read.parquet(str(dv.features)).select(VID, FEAT), VID, "left")
+        mrows = mrows.join(spark.read.parquet(qualify(dv.features)).select(VID, FEAT), VID, "left")
     else:
         mrows = mrows.withColumn(FEAT, F.lit(None).cast("array<float>"))
     return vrows.join(mrows, [VID, PART], "left")

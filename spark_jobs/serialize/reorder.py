@@ -22,9 +22,10 @@ from typing import TYPE_CHECKING
 
 from glisp_core.config import Config
 from glisp_core.dataset.layout import DST, MASTER, PART, POS, SRC, VID, DatasetVersion
-from glisp_core.dataset.manifest import Manifest, StageRecord
+from glisp_core.dataset.manifest import StageRecord, read_manifest
 from glisp_core.dataset.publish import StagePublisher
 from glisp_core.errors import ConfigError
+from glisp_core.storage.uri import qualify
 from spark_jobs.serialize.job import resolve_run
 from spark_jobs.serialize.master import compute_masters
 
@@ -97,19 +98,17 @@ def run_reorders(
     t0 = time.perf_counter()
     for o in orders:
         order_keys(o)
-    man = Manifest.read(dv.manifest_path)
+    man = read_manifest(dv)
     run, num_parts = resolve_run(man, run or cfg.serialize.partition or None)
     pubs = {}
     for o in orders:
         params = {"partition": run, "parts": num_parts, "order": o, "master_rule": cfg.serialize.master_rule}
-        pubs[o] = StagePublisher(
-            dv, f"reorder/{run}/{o}", dv.reorder(run, o), params, depends=["ingest", f"partition/{run}"]
-        )
+        pubs[o] = StagePublisher(dv, f"reorder/{run}/{o}", params, depends=["ingest", f"partition/{run}"])
     todo = [o for o in orders if force or not pubs[o].is_current()]
     if not todo:
         return [_published(pubs[o]) for o in orders]
     masters = compute_masters(spark, dv, run, num_parts, cfg.serialize.master_rule)
-    edges = spark.read.parquet(str(dv.edges))
+    edges = spark.read.parquet(qualify(dv.edges))
     deg = (
         edges.select(F.col(SRC).alias(VID))
         .unionAll(edges.select(F.col(DST).alias(VID)))
@@ -142,10 +141,11 @@ def run_reorders(
             else:
                 ranked = dense_positions(ranked, keys)
             out = ranked.select(VID, PART, POS, F.col("part_pos").cast("long").alias("part_pos"), "degree")
-            out.sortWithinPartitions(POS).write.parquet(str(pub.tmp / "_data"))
-            for f in (pub.tmp / "_data").iterdir():  # the stage directory itself is the Parquet table
-                f.rename(pub.tmp / f.name)
-            (pub.tmp / "_data").rmdir()
+            tmp = pub.tmp.local
+            out.sortWithinPartitions(POS).write.parquet(qualify(tmp / "_data"))
+            for f in (tmp / "_data").iterdir():  # the stage directory itself is the Parquet table
+                f.rename(tmp / f.name)
+            (tmp / "_data").rmdir()
             counts = {
                 "vertices": sum(masters.per_part),
                 "vertices_per_part": masters.per_part,

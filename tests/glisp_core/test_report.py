@@ -11,8 +11,8 @@ import pytest
 from glisp_app.cli import main as glisp
 from glisp_app.report import PLOT_NAME, degree_histograms, partition_rows
 from glisp_app.text_tables import fmt
-from glisp_core.dataset.manifest import Manifest, StageRecord, now_iso
-from glisp_testing.graphs import rmat_edges, write_dataset
+from glisp_core.dataset.manifest import Manifest, StageRecord, now_iso, read_manifest
+from glisp_testing.graphs import rmat_edges, write_dataset, write_records
 from spark_jobs.ingest.stats import log2_histogram
 
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
@@ -48,7 +48,7 @@ def dataset(tmp_path: Path):
     src, dst = rmat_edges(9, edge_factor=8, seed=3)
     n = 1 << 9
     dv = write_dataset(tmp_path / "root", "g", src, dst, num_vertices=n)
-    m = Manifest.read(dv.manifest_path)
+    m = read_manifest(dv)
     ing = m.stages["ingest"]
     ing.metrics = {"degree_histogram_log2": _ingest_hist(src, dst, n), "max_degree": {"total": 99}}
     ing.counts.update({"rejects": {"bad_id": 3, "missing_dst": 0}, "rejected_rows": 3})
@@ -76,7 +76,7 @@ def dataset(tmp_path: Path):
         },
         timings={"total_s": 3.2},
     )
-    m.write(dv.manifest_path)
+    write_records(dv, m.stages.values())
     return dv, len(src)
 
 
@@ -84,9 +84,9 @@ def test_json_round_trips_the_manifest(dataset, capsys):
     dv, _ = dataset
     assert glisp(["report", str(dv.path), "--json"]) == 0
     out = capsys.readouterr().out
-    assert json.loads(out) == json.loads(dv.manifest_path.read_text())
-    assert Manifest.from_dict(json.loads(out)).to_dict() == Manifest.read(dv.manifest_path).to_dict()
-    assert not (dv.path / "report").exists()  # --json alone writes no plot
+    assert json.loads(out) == json.loads(read_manifest(dv).to_json())
+    assert Manifest.from_dict(json.loads(out)).to_dict() == read_manifest(dv).to_dict()
+    assert not (dv.path.local / "report").exists()  # --json alone writes no plot
 
 
 def test_summary_tables_and_plot(dataset, capsys):
@@ -112,7 +112,7 @@ def test_summary_tables_and_plot(dataset, capsys):
     # rejects and stage details
     assert "Rejects" in out and "bad_id=3" in out
     assert "Stage partition/random-p4" in out and "rounds" in out
-    png = dv.path / "report" / PLOT_NAME
+    png = dv.path.local / "report" / PLOT_NAME
     assert f"degree plot: {png}" in out
     data = png.read_bytes()
     assert data[:8] == PNG_MAGIC and len(data) > 5000
@@ -134,14 +134,14 @@ def test_plot_path_and_json_keep_stdout_clean(dataset, tmp_path, capsys):
 
 def test_single_run_and_no_histogram(tmp_path, capsys):
     dv = write_dataset(tmp_path, "small", np.array([0, 1, 2]), np.array([1, 2, 0]))
-    m = Manifest.read(dv.manifest_path)
+    m = read_manifest(dv)
     m.stages["partition/random-p2"] = _partition("random-p2", "random", 2, 1.5, 0.1)
-    m.write(dv.manifest_path)
+    write_records(dv, m.stages.values())
     assert glisp(["report", str(dv.path)]) == 0
     out = capsys.readouterr().out
     assert "Partition runs" not in out and "Stage partition/random-p2" in out
     assert "no degree histogram" in out
-    assert not (dv.path / "report" / PLOT_NAME).exists()
+    assert not (dv.path.local / "report" / PLOT_NAME).exists()
 
 
 def test_missing_dataset_is_a_clear_error(tmp_path, capsys):
@@ -174,9 +174,9 @@ def test_compare_two_versions_side_by_side(dataset, capsys):
     dv, _ = dataset
     src, dst = rmat_edges(9, edge_factor=4, seed=4)
     dv2 = write_dataset(dv.root, "g", src, dst, num_vertices=1 << 9, version="v2")
-    m2 = Manifest.read(dv2.manifest_path)
+    m2 = read_manifest(dv2)
     m2.stages["partition/adadne-p4"] = _partition("adadne-p4", "adadne", 4, 1.62, 5.0)
-    m2.write(dv2.manifest_path)
+    write_records(dv2, m2.stages.values())
     assert glisp(["report", str(dv.path), "--compare", "g/v2", "--root", str(dv.root)]) == 0
     out = capsys.readouterr().out
     assert f"A = g/{dv.version}   B = g/v2" in out

@@ -11,14 +11,14 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from glisp_core.dataset.manifest import Manifest
+from glisp_core.dataset.manifest import read_manifest
 from tests.glisp_infer.conftest import infer_cfg, make_model
 
 ROOT = Path(__file__).resolve().parents[2]
 
 
 def _stage_dirs(g) -> list[str]:
-    d = g.dv.path / "infer"
+    d = g.dv.path.local / "infer"
     return sorted(p.name for p in d.iterdir()) if d.exists() else []
 
 
@@ -33,17 +33,17 @@ def test_a_failed_run_publishes_nothing_and_keeps_the_last_good_one(spark, infer
     before = _stage_dirs(g)
     with pytest.raises(Exception, match="injected failure"):
         run_infer(spark, cfg, g.dv, fault="1:0:1:raise")
-    man = Manifest.read(g.dv.manifest_path)
+    man = read_manifest(g.dv)
     assert "infer/sage-f" not in man.stages and _stage_dirs(g) == before  # no stage, no leftovers
     assert not any((tmp_path / "ext").rglob("zarr.json"))  # the external store of the failed run is gone
     good = run_infer(spark, cfg, g.dv)
     emb = InferenceRun.open(g.dv.path, "sage-f").embeddings([str(i) for i in range(g.n)])
     with pytest.raises(Exception, match="injected failure"):
         run_infer(spark, cfg, g.dv, force=True, fault="2:1:1:raise")
-    after = Manifest.read(g.dv.manifest_path).stage("infer/sage-f")
+    after = read_manifest(g.dv).stage("infer/sage-f")
     assert after.fingerprint == good.fingerprint and after.completed_at == good.completed_at
     np.testing.assert_array_equal(InferenceRun.open(g.dv.path, "sage-f").embeddings([str(i) for i in range(g.n)]), emb)
-    assert not [p for p in (g.dv.path / "infer").iterdir() if p.name.startswith(".")]
+    assert not [p for p in (g.dv.path.local / "infer").iterdir() if p.name.startswith(".")]
     assert len(list((tmp_path / "ext").rglob("layers/zarr.json"))) == 1  # only the published store remains
 
 
@@ -79,7 +79,7 @@ def test_a_killed_task_is_retried_and_leaves_a_correct_array(infer_graph) -> Non
     ]
     r = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=600)
     assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-4000:]
-    rec = Manifest.read(g.dv.manifest_path).stage("infer/sage-r-pds")
+    rec = read_manifest(g.dv).stage("infer/sage-r-pds")
     assert rec.metrics["retried_tasks"] == 1 and rec.metrics["layers"]["layer1"]["attempts_per_part"] == [1, 2, 1]
     emb = InferenceRun.open(g.dv.path, "sage-r-pds").embeddings([str(i) for i in range(g.n)])
     np.testing.assert_allclose(emb, g.reference(model).numpy(), rtol=1e-4, atol=1e-5)

@@ -10,7 +10,7 @@ import pyarrow.parquet as pq
 import pytest
 import torch
 
-from glisp_core.dataset.manifest import Manifest
+from glisp_core.dataset.manifest import read_manifest
 from glisp_core.dataset.stages import run_of
 from glisp_core.errors import GlispError
 from tests.glisp_infer.conftest import infer_cfg, make_model
@@ -58,8 +58,8 @@ def test_full_fanout_equals_full_graph_forward_and_every_vertex_has_one_row(spar
     assert [rec.metrics["layers"][f"layer{i}"]["own_rows_local"] for i in (1, 2)] == [3, 3]
     # layer 0 is the features; the external store is what the stage points to
     np.testing.assert_array_equal(_rows_by_vid(g, rec, 0)[0], g.features)
-    assert json.loads((r.path / "store.json").read_text())["url"].startswith(f"file://{tmp_path}/store/")
-    assert not (r.path / "zarr").exists()
+    assert json.loads((r.path.local / "store.json").read_text())["url"].startswith(f"file://{tmp_path}/store/")
+    assert not (r.path.local / "zarr").exists()
     # predictions and embeddings Parquet, with original ids
     pred = pq.read_table(r.path / "predictions").to_pandas().sort_values("vid")
     ref = g.reference(model).numpy()
@@ -101,7 +101,7 @@ def test_the_halo_exchange_fills_exactly_the_foreign_rows_without_decoding_chunk
         assert on["own_rows_local"] == 3 and on["needs_s"] > 0
     assert pds.metrics["layers"]["layer0"]["halo_rows_written"] == pds.metrics["layers"]["layer1"]["halo_rows"]
     assert pds.params["halo"] and not off.params["halo"] and "plan" in pds.metrics
-    assert not (g.dv.path / pds.path / "exchange").exists()  # the exchange is not published
+    assert not (g.dv.path.local / pds.path / "exchange").exists()  # the exchange is not published
 
 
 def test_sampled_equals_samplewise_over_the_same_samples(infer_graph, sampled) -> None:
@@ -161,7 +161,7 @@ def test_admitting_no_chunk_changes_reads_not_embeddings(spark, infer_graph, sam
         assert lay["dynamic_hits"] == 0 and lay["not_admitted"] == lay["dynamic_misses"] == lay["chunk_reads"]
     with pytest.raises(GlispError, match="cache_admit_window"):
         run_infer(spark, infer_cfg(model="gat-s", run="gat-s-bad", cache_admit_window=-2), g.dv)
-    assert "infer/gat-s-bad" not in Manifest.read(g.dv.manifest_path).stages
+    assert "infer/gat-s-bad" not in read_manifest(g.dv).stages
 
 
 def test_order_changes_layout_and_reads_not_embeddings(infer_graph, sampled) -> None:
@@ -179,7 +179,7 @@ def test_order_changes_layout_and_reads_not_embeddings(infer_graph, sampled) -> 
         assert 0 < lay["bytes_written"] and lay["compression_ratio"] > 0
         assert set(lay["shadow_hit_ratio"]) == {"fifo", "lru", "fifo_all", "lru_all"}
         assert 0 <= lay["not_admitted"] <= lay["dynamic_misses"]
-    man = Manifest.read(g.dv.manifest_path)
+    man = read_manifest(g.dv)
     assert man.stage("infer/gat-s").params["order"] == "pds" and man.stage("infer/gat-s-ns").params["order"] == "ns"
 
 
@@ -221,7 +221,7 @@ def test_glisp_train_then_glisp_infer_equals_the_full_graph_forward(infer_graph,
     args = ["infer", str(g.dv.path), "--model", "trained", "--fanouts", "full", "--set", "infer.chunk_rows=16"]
     assert glisp(args) == 0
     assert "infer/trained-pds: 262 vertices x 2 layers" in capsys.readouterr().out
-    rec = Manifest.read(g.dv.manifest_path).stage("infer/trained-pds")
+    rec = read_manifest(g.dv).stage("infer/trained-pds")
     assert rec.params["direction"] == "in" and rec.params["partition"] == g.run
     got, _, r = _rows_by_vid(g, rec)
     ref = g.reference(trained.eval()).numpy()

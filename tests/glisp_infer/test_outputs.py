@@ -9,6 +9,7 @@ import pyarrow.parquet as pq
 import pytest
 import torch
 
+from glisp_core.dataset.manifest import read_manifest
 from glisp_core.errors import BadInputError, GlispError
 from tests.glisp_infer.conftest import infer_cfg, make_model
 
@@ -40,11 +41,11 @@ def _scores(ref: torch.Tensor, src, dst) -> np.ndarray:
 
 def test_every_edge_is_scored_once_with_original_ids(infer_graph, link, capsys) -> None:
     from glisp_app.cli import main
-    from glisp_core.dataset.manifest import Manifest
+    from glisp_core.dataset.manifest import read_manifest
 
     g = infer_graph
     _, ref = link
-    rec = Manifest.read(g.dv.manifest_path).stage("infer/link-pds")
+    rec = read_manifest(g.dv).stage("infer/link-pds")
     assert rec.counts["scores"] == len(g.src) and rec.params["task"] == "link"
     t = pq.read_table(g.dv.path / rec.path / "scores").to_pandas()
     got = t.sort_values(["src_vid", "dst_vid", "etype", "score"])
@@ -55,7 +56,7 @@ def test_every_edge_is_scored_once_with_original_ids(infer_graph, link, capsys) 
     np.testing.assert_allclose(t["score"].to_numpy(), _scores(ref, t["src_vid"], t["dst_vid"]), rtol=1e-4, atol=1e-5)
     assert main(LINK_ARGS(g)) == 0  # current: nothing recomputed
     assert "current, nothing to do" in capsys.readouterr().out
-    assert Manifest.read(g.dv.manifest_path).stage("infer/link-pds").completed_at == rec.completed_at
+    assert read_manifest(g.dv).stage("infer/link-pds").completed_at == rec.completed_at
 
 
 def test_edge_list_scores_and_bad_ids(spark, infer_graph, link, tmp_path) -> None:
@@ -79,9 +80,8 @@ def test_edge_list_scores_and_bad_ids(spark, infer_graph, link, tmp_path) -> Non
         run_infer(
             spark, infer_cfg(model="link", run="link-bad", edges=str(tmp_path / "bad.parquet"), edges_src="from"), g.dv
         )
-    from glisp_core.dataset.manifest import Manifest
 
-    assert "infer/link-bad" not in Manifest.read(g.dv.manifest_path).stages
+    assert "infer/link-bad" not in read_manifest(g.dv).stages
 
 
 def test_read_helper_by_original_ids(infer_graph, link) -> None:
@@ -101,9 +101,8 @@ def test_read_helper_by_original_ids(infer_graph, link) -> None:
 
 def test_report_shows_inference_runs(infer_graph, link) -> None:
     from glisp_app.report import summary
-    from glisp_core.dataset.manifest import Manifest
 
-    text = summary(Manifest.read(infer_graph.dv.manifest_path), infer_graph.dv)
+    text = summary(read_manifest(infer_graph.dv), infer_graph.dv)
     assert "Inference runs" in text and "link-pds" in text
     assert "fill/model" in text and "hit ratio" in text and "exchange/model" in text and "halo rows" in text
 

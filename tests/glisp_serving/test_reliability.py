@@ -206,12 +206,14 @@ def test_metrics_endpoint_serves_the_counters(tight, graph):
 def dataset_copy(graph, tmp_path) -> Path:
     """A private copy of the served dataset version, whose partition files a test may damage."""
     dst = tmp_path / "rmat9" / "v1"
-    shutil.copytree(graph.dv.path, dst)
+    shutil.copytree(graph.dv.path.local, dst)
     return dst
 
 
 def _part(ds: Path, k: int = 0) -> Path:
-    return ds / "serialize" / VC_RUN / f"part-{k:05d}"
+    from glisp_core.dataset.layout import DatasetVersion
+
+    return DatasetVersion(ds.parent.parent, ds.parent.name, ds.name).partition_dir(VC_RUN, k).local
 
 
 def _poke(path: Path, dtype: str, index: int, value: int) -> None:

@@ -13,7 +13,7 @@ import numpy as np
 import psutil
 import pytest
 
-from glisp_core.dataset.manifest import Manifest
+from glisp_core.dataset.manifest import read_manifest
 from glisp_train.dist import Dist, rank_batches
 from tests.glisp_serving.conftest import ROOT, Cluster
 from tests.glisp_train.conftest import P2
@@ -60,7 +60,7 @@ def test_two_process_gloo_run_with_an_uneven_last_batch_completes(cora, cora_clu
     ]
     r = subprocess.run(cmd, env=_env(), capture_output=True, text=True, timeout=300)
     assert r.returncode == 0, r.stderr[-3000:]
-    rec = Manifest.read(cora.dv.manifest_path).stage("train/gloo-uneven")
+    rec = read_manifest(cora.dv).stage("train/gloo-uneven")
     assert rec.params["world_size"] == 2 and rec.counts["train_vertices"] == 3
     for e in rec.metrics["epochs"]:
         assert e["examples"] == 3 and e["batches"] == 4  # 2 batches per process, one of them empty

@@ -9,7 +9,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from glisp_app.cli import main as glisp
-from glisp_core.dataset.manifest import Manifest
+from glisp_core.dataset.manifest import read_manifest
 from glisp_core.errors import StageError
 from glisp_core.models import load_checkpoint
 from glisp_train.dist import Dist
@@ -68,7 +68,7 @@ def test_glisp_train_publishes_the_run_and_report_shows_the_curve(cora, cora_clu
     assert glisp(args) == 0
     out = capsys.readouterr()
     assert "epoch 1: loss" in out.err and "epoch 2: loss" in out.err  # one line per epoch off a terminal
-    m = Manifest.read(cora.dv.manifest_path)
+    m = read_manifest(cora.dv)
     rec = m.stage("train/gcn-test")
     assert rec.depends == {f"serialize/{P2}": m.stages[f"serialize/{P2}"].fingerprint}
     assert rec.params["partition_fingerprint"] == m.stages[f"serialize/{P2}"].fingerprint
@@ -131,7 +131,7 @@ def _all_neighbours():
 
 
 def test_link_split_holds_out_unordered_pairs(cora):
-    m = Manifest.read(cora.dv.manifest_path)
+    m = read_manifest(cora.dv)
     rec = m.stage(f"partition/{LP}")
     assert rec.params["derived_from"] == P2 and rec.params["edge_subset"] is True
     held = pq.read_table(cora.dv.partition(LP) / "heldout").to_pydict()
@@ -145,7 +145,7 @@ def test_link_split_holds_out_unordered_pairs(cora):
     assert sum(in_pairs) == len(held["src"])
     ser = m.stage(f"serialize/{LP}")
     assert sum(ser.counts["edges_per_part"]) == rec.counts["edges"]
-    assert json.loads((cora.dv.partition_dir(LP, 0) / "meta.json").read_text())["num_parts"] == 2
+    assert json.loads(cora.dv.store.read_bytes(cora.dv.partition_dir(LP, 0) / "meta.json"))["num_parts"] == 2
 
 
 def test_ranking_metrics():

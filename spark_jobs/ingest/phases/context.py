@@ -37,7 +37,9 @@ class IngestContext:
     def handle_bad(self, df: DataFrame, summary: Summary, raw: dict[str, Column]) -> dict[str, int]:
         """Fail on the bad rows of ``df`` or quarantine them, as the config says; rows set aside per kind."""
         ing = self.plan.ing
-        return handle_bad(df, summary, self.plan.files, ing.on_bad_input, raw, self.out.rejects, self.log)
+        return handle_bad(
+            df, summary, self.plan.files, ing.on_bad_input, raw, lambda kind: self.out.rejects(kind).local, self.log
+        )
 
     def cleanup(self) -> None:
         """Unpersist what the phases persisted and remove the staged files, whether the run succeeded or not."""

@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 from functools import partial
 from typing import TYPE_CHECKING
 
+from glisp_core.storage.uri import qualify
 from spark_jobs.ingest.background import Background
 from spark_jobs.ingest.columns import REASON
 from spark_jobs.ingest.dense_index import dense_index
@@ -114,7 +115,7 @@ def _output_files(ctx: IngestContext, rows: int) -> int:
 def _tables_from_rank(ctx: IngestContext, rank: RankMap, vtypes: list[str]) -> VertexCounts:
     """idmap and vertices of a graph without vertex tables, from the rank map alone (one job)."""
     files = _output_files(ctx, rank.n)
-    write_vertex_tables(ctx.spark, rank, str(ctx.out.idmap), str(ctx.out.vertices), files)
+    write_vertex_tables(ctx.spark, rank, str(ctx.out.idmap.local), str(ctx.out.vertices), files)
     return VertexCounts(per_vtype={n: t.n for n, t in zip(vtypes, rank.types, strict=True) if t.n})
 
 
@@ -202,15 +203,15 @@ def _write_dictionary_tables(ctx: IngestContext, idx: DataFrame, nfiles: int, wi
     c = F.col
 
     def write(df: DataFrame, path: Path) -> None:
-        df.coalesce(nfiles).write.mode("overwrite").parquet(str(path))
+        df.coalesce(nfiles).write.mode("overwrite").parquet(qualify(path))
 
-    write(idx.select(c("vid"), c("_k").alias("orig_id"), c("_vtc").cast("int").alias("vtype")), ctx.out.idmap)
+    write(idx.select(c("vid"), c("_k").alias("orig_id"), c("_vtc").cast("int").alias("vtype")), ctx.out.idmap.local)
     write(
         idx.select(c("vid"), c("_vtc").cast("int").alias("vtype"), c("label").cast("long"), c("split").cast("byte")),
-        ctx.out.vertices,
+        ctx.out.vertices.local,
     )
     if with_features:
-        write(idx.filter(c("feat").isNotNull()).select(c("vid"), c("feat")), ctx.out.features)
+        write(idx.filter(c("feat").isNotNull()).select(c("vid"), c("feat")), ctx.out.features.local)
 
 
 def _endpoint_keys(ctx: IngestContext, edges: EdgeRead, types: Types, vcode: dict[str, int]) -> DataFrame:

@@ -7,7 +7,7 @@ from pathlib import Path
 import pandas as pd
 import pyarrow.parquet as pq
 
-from glisp_core.dataset.manifest import Manifest
+from glisp_core.dataset.manifest import Manifest, read_manifest
 
 
 def read_table(path: Path) -> pd.DataFrame:
@@ -19,7 +19,7 @@ def read_table(path: Path) -> pd.DataFrame:
 
 def edges_back(dv) -> list[tuple]:
     """Published edges joined back to the user's ids: [(src, dst, etype name, weight|None, ts|None)]."""
-    m = Manifest.read(dv.manifest_path)
+    m = read_manifest(dv)
     e = read_table(dv.edges)
     idm = read_table(dv.idmap).set_index("vid")["orig_id"]
     et = m.schema["edge_types"]
@@ -32,7 +32,7 @@ def edges_back(dv) -> list[tuple]:
 
 
 def manifest(dv) -> Manifest:
-    return Manifest.read(dv.manifest_path)
+    return read_manifest(dv)
 
 
 def write(path: Path, text: str) -> Path:

@@ -154,4 +154,4 @@ def test_manifest_records_each_phase_with_its_jobs(ingest, tmp_path):
     assert all(t[f"{p}_jobs"] >= 1 for p in ("read_check", "idmap", "map", "sort"))
     assert t["total_jobs"] == sum(t[f"{p}_jobs"] for p in phases) <= 6
     assert t["task_parse_cpu_s"] >= 0 and t["task_sort_cpu_s"] >= 0
-    assert sorted(p.name for p in dv.path.iterdir()) == ["ingest", "manifest.json"]  # no staging left
+    assert sorted(p.name for p in dv.path.local.iterdir()) == ["_records", "_version.json", "ingest"]  # no staging left

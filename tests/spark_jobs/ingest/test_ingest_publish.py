@@ -48,17 +48,18 @@ def test_rerun_is_idempotent_and_force_rebuilds(ingest, tmp_path):
     lines: list[str] = []
     dv = ingest(ing)
     assert dv.version.endswith(manifest(dv).stages["ingest"].fingerprint[:8])
-    stamp = dv.manifest_path.stat().st_mtime_ns
+    stamp = dv.manifest_path.local.stat().st_mtime_ns
     again = ingest(ing, log=lines.append)
-    assert again == dv and dv.manifest_path.stat().st_mtime_ns == stamp
+    assert again == dv and dv.manifest_path.local.stat().st_mtime_ns == stamp
     assert any("is up to date" in x for x in lines)
     # different params: a new version
     other = ingest(ing, self_loops="drop")
     assert other.version != dv.version
-    marker = dv.path / "left-by-the-first-build"
-    marker.write_text("a forced run rebuilds the version, so this file must go")
+    marker = dv.ingest.local / "left-by-the-first-build"
+    marker.write_text("a forced run rebuilds the ingest output, so this file must go")
     forced = ingest(ing, force=True)
     assert forced == dv and not marker.exists()  # rebuilt and swapped in, not skipped
+    assert dv.ingest != marker.parent
     assert manifest(forced).stages["ingest"].fingerprint == manifest(dv).stages["ingest"].fingerprint
     assert len(read_table(forced.edges)) == 3
     # changed input content: not up to date any more

@@ -11,7 +11,7 @@ import pandas as pd
 import pytest
 
 from glisp_core.config import with_values
-from glisp_core.dataset.manifest import Manifest
+from glisp_core.dataset.manifest import read_manifest
 from glisp_testing.graphs import rmat_edges, write_dataset
 from glisp_testing.partitions import publish_partition
 from spark_jobs.partition.job import run_partition
@@ -99,13 +99,13 @@ def refreshed(spark, snapshots):
 def test_record_names_base_and_path(refreshed, snapshots):
     v1, v2, run = snapshots
     _, rec = refreshed
-    base_fp = Manifest.read(v1.manifest_path).stage(f"partition/{run}").fingerprint
+    base_fp = read_manifest(v1).stage(f"partition/{run}").fingerprint
     assert rec.params["incremental"]["base_version"] == "v1"
     assert rec.params["incremental"]["base_fingerprint"] == base_fp
     inc = rec.counts["incremental"]
     assert inc["path"] == "incremental" and inc["base"] == "g/v1"
-    m1 = Manifest.read(v1.manifest_path).schema["num_edges"]
-    m2 = Manifest.read(v2.manifest_path).schema["num_edges"]
+    m1 = read_manifest(v1).schema["num_edges"]
+    m2 = read_manifest(v2).schema["num_edges"]
     assert inc["kept"] + inc["removed"] == m1 and inc["kept"] + inc["added"] == m2
     assert inc["added"] == inc["attached"] + inc["placed"] and inc["attached"] >= 3
 
@@ -113,7 +113,7 @@ def test_record_names_base_and_path(refreshed, snapshots):
 def test_every_edge_once_and_removed_gone(refreshed, snapshots):
     _, v2, run = snapshots
     a = pd.read_parquet(v2.assignment(run))
-    m2 = Manifest.read(v2.manifest_path).schema["num_edges"]
+    m2 = read_manifest(v2).schema["num_edges"]
     assert len(a) == m2 and np.array_equal(np.sort(a.eid.to_numpy()), np.arange(m2))
     assert a.part.between(0, P - 1).all()
 
@@ -168,7 +168,7 @@ def test_drift_bound_runs_a_full_repartition(spark, cfg, snapshots):
     # what was published is the configured algorithm's own result (HDRF keeps EB at 1 here)
     assert rec.metrics["eb"] < inc["incremental_metrics"]["eb"]
     a = pd.read_parquet(v2.assignment(run))
-    assert len(a) == Manifest.read(v2.manifest_path).schema["num_edges"]
+    assert len(a) == read_manifest(v2).schema["num_edges"]
 
 
 def _csv(path, src, dst):
@@ -199,11 +199,11 @@ def test_two_snapshot_refresh_through_the_pipeline(spark, cfg, tmp_path):
         return run_pipeline(spark, dataclasses.replace(cfg, ingest=ing)), dataclasses.replace(cfg, ingest=ing)
 
     dv1, _ = snapshot(1, src, dst)
-    r1 = Manifest.read(dv1.manifest_path).stage("partition/hdrf-p2")
+    r1 = read_manifest(dv1).stage("partition/hdrf-p2")
     assert r1.counts["incremental"]["path"] == "full" and "incremental" not in r1.params  # nothing to refresh from
     dv2, cfg2 = snapshot(2, s2, d2)
     assert dv2.version != dv1.version and read_latest(dv2.path.parent) == dv2.version
-    m2 = Manifest.read(dv2.manifest_path)
+    m2 = read_manifest(dv2)
     rec = m2.stage("partition/hdrf-p2")
     inc = rec.counts["incremental"]
     assert inc["path"] == "incremental" and inc["base"] == f"g/{dv1.version}", inc
@@ -217,7 +217,7 @@ def test_two_snapshot_refresh_through_the_pipeline(spark, cfg, tmp_path):
     assert len(both) == inc["kept"] and (both.part == both.part_old).all()
     # a re-run with latest now at v2 finds the same base and publishes nothing new
     run_pipeline(spark, cfg2)
-    assert Manifest.read(dv2.manifest_path).stages["partition/hdrf-p2"].completed_at == rec.completed_at
+    assert read_manifest(dv2).stages["partition/hdrf-p2"].completed_at == rec.completed_at
 
 
 def test_match_kernel_keeps_attaches_and_leaves_fresh():

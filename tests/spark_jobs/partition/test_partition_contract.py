@@ -3,14 +3,12 @@ contract (CONTRACTS.md, partition output); plus the shapes that break naive expa
 
 from __future__ import annotations
 
-import json
-
 import numpy as np
 import pandas as pd
 import pytest
 
 from glisp_core.config import with_values
-from glisp_core.dataset.manifest import Manifest
+from glisp_core.dataset.manifest import read_manifest
 from glisp_core.dataset.stages import run_of
 from glisp_testing.graphs import rmat_edges, write_dataset
 from spark_jobs.partition.job import run_partition
@@ -29,7 +27,7 @@ def _read(dv, run):
 def check_contract(dv, rec, parts: int) -> pd.DataFrame:
     run = run_of(rec.name)
     e, r = _read(dv, run)
-    m = Manifest.read(dv.manifest_path).schema["num_edges"]
+    m = read_manifest(dv).schema["num_edges"]
     # one partition per edge row, in range
     assert len(e) == m and e["part"].notna().all()
     assert e["part"].between(0, parts - 1).all()
@@ -150,7 +148,7 @@ def test_hdrf_deterministic(spark, cfg, small_rmat, rmat_runs):
 def test_spark_rounds_equal_local_rounds(spark, cfg, small_rmat, rmat_runs, algo):
     """A re-run whose first rounds run as Spark jobs over the staged edge files decides every row exactly
     like the all-in-one-process run (so the result is also deterministic across runs)."""
-    m = Manifest.read(small_rmat.manifest_path).schema["num_edges"]
+    m = read_manifest(small_rmat).schema["num_edges"]
     local = rmat_runs[algo]
     c = with_values(
         cfg,
@@ -218,11 +216,11 @@ def test_idempotent_unless_forced(spark, cfg, small_rmat):
     rec = run_partition(spark, c, small_rmat, force=True)
     again = run_partition(spark, c, small_rmat)
     assert again.completed_at == rec.completed_at and again.fingerprint == rec.fingerprint
-    marker = small_rmat.partition("dbh-p2") / "left-by-the-first-run"
+    marker = small_rmat.partition("dbh-p2").local / "left-by-the-first-run"
     marker.write_text("a forced run rebuilds the stage, so this file must go")
     forced = run_partition(spark, c, small_rmat, force=True)
     assert forced.fingerprint == rec.fingerprint and not marker.exists()  # rebuilt, not skipped
-    man = json.loads(small_rmat.manifest_path.read_text())
+    man = read_manifest(small_rmat).to_dict()
     assert man["stages"]["partition/dbh-p2"]["counts"]["parts"] == 2
 
 

@@ -10,7 +10,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from glisp_core.config import with_values
-from glisp_core.dataset.manifest import Manifest
+from glisp_core.dataset.manifest import read_manifest
 from glisp_core.errors import FormatError
 from glisp_core.partition_format import open_partition
 from glisp_testing.graphs import write_dataset
@@ -155,9 +155,9 @@ def test_manifest_footprint_and_idempotence(typed, spark) -> None:
     dv, _, run, rec, cfg = typed
     on_disk = {}
     for k in range(P):
-        meta = json.loads((dv.partition_dir(run, k) / "meta.json").read_text())
+        meta = json.loads((dv.partition_dir(run, k).local / "meta.json").read_text())
         for name, f in meta["fields"].items():
-            assert (dv.partition_dir(run, k) / f["file"]).stat().st_size == f["nbytes"]
+            assert (dv.partition_dir(run, k).local / f["file"]).stat().st_size == f["nbytes"]
             on_disk[name] = on_disk.get(name, 0) + f["nbytes"]
     m = rec.metrics
     assert m["bytes_per_field"] == on_disk
@@ -166,7 +166,7 @@ def test_manifest_footprint_and_idempotence(typed, spark) -> None:
     assert m["structure_bytes_per_edge"] < m["bytes_per_edge"]
     again = run_serialize(spark, cfg, dv, run=run)  # current: nothing rebuilt
     assert again.completed_at == rec.completed_at and again.fingerprint == rec.fingerprint
-    man = Manifest.read(dv.manifest_path)
+    man = read_manifest(dv)
     assert man.stage(f"serialize/{run}").metrics["bytes_total"] == m["bytes_total"]
 
 
@@ -233,7 +233,7 @@ def test_empty_partition_and_hash_rule(tmp_path: Path, spark, cfg) -> None:
     assert rec.counts["edges_per_part"] == [3, 3, 0]
     seen = np.concatenate([np.asarray(r.master_gids) for r in readers])
     assert np.array_equal(np.sort(seen), np.arange(5))
-    assert not (dv.serialized(run) / "parquet").exists()
+    assert not dv.store.exists(dv.serialized(run) / "parquet")
 
 
 def test_bad_assignment_names_the_file(tmp_path: Path, spark, cfg) -> None:
@@ -244,7 +244,7 @@ def test_bad_assignment_names_the_file(tmp_path: Path, spark, cfg) -> None:
     run = publish_partition(dv, np.array([0, 1, 5]), 2)  # part 5 >= P
     with pytest.raises(BadInputError, match=r"assignment, column 'part': 1 of 3 rows are outside \[0, 2\)"):
         run_serialize(spark, cfg, dv, run=run)
-    assert not dv.serialized(run).exists()
+    assert f"serialize/{run}" not in read_manifest(dv).stages
 
 
 def test_cli_commands_reuse_current_stages(typed, reorders, capsys) -> None:
@@ -253,7 +253,7 @@ def test_cli_commands_reuse_current_stages(typed, reorders, capsys) -> None:
     dv, _, run, rec, _ = typed
     assert main(["serialize", str(dv.path), "--partition", run]) == 0
     assert f"serialize/{run}: {P} partitions" in capsys.readouterr().out
-    assert Manifest.read(dv.manifest_path).stages[f"serialize/{run}"].completed_at == rec.completed_at
+    assert read_manifest(dv).stages[f"serialize/{run}"].completed_at == rec.completed_at
     assert main(["reorder", str(dv.path), "--order", "ps,ds"]) == 0
     out = capsys.readouterr().out
     assert f"reorder/{run}/ps: {N} vertices" in out and f"reorder/{run}/ds" in out

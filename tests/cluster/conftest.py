@@ -1,0 +1,39 @@
+"""Fixtures of the cluster tests: a real standalone cluster (glisp_testing.standalone) and a directory that
+the driver and its workers both see."""
+
+from __future__ import annotations
+
+import shutil
+import tempfile
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from glisp_testing.standalone import Standalone, unavailable
+
+
+@pytest.fixture(scope="session")
+def standalone(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Standalone]:
+    """A master and two isolated workers for the whole session, stopped at its end even after a failure."""
+    reason = unavailable()
+    if reason:
+        pytest.skip(reason)
+    import pyspark
+
+    cluster = Standalone(tmp_path_factory.mktemp("standalone-logs"), str(Path(pyspark.__file__).parent))
+    try:
+        cluster.start()
+        yield cluster
+    finally:
+        cluster.stop()
+
+
+@pytest.fixture(scope="session")
+def shared_dir() -> Iterator[Path]:
+    """A directory the driver and the workers both see (not under /tmp, which each worker has its own of)."""
+    d = Path(tempfile.mkdtemp(prefix="glisp-cluster-", dir="/var/tmp"))
+    try:
+        yield d
+    finally:
+        shutil.rmtree(d, ignore_errors=True)

@@ -1,0 +1,168 @@
+"""The same pipeline on a Spark standalone cluster and on ``local[2]``: equal partitions, equal inference.
+
+Every driver is a subprocess running the real CLI (``glisp pipeline``, then ``glisp infer`` with one small
+model published into both versions), because this pytest process already holds the ``local[2]`` session.
+Both runs set ``spark.hadoop.fs.defaultFS=hdfs://127.0.0.1:1``: a path handed to Spark without a scheme
+would go to that unreachable namenode, so a run that finishes shows every Spark path is qualified. The
+local reference runs in a thread while the cluster runs (the cluster's own runs queue for its two cores).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from collections.abc import Iterator
+from concurrent.futures import Future, ThreadPoolExecutor
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import pyarrow.parquet as pq
+import pytest
+
+from glisp_core.dataset.layout import DatasetVersion
+from glisp_testing.standalone import EXEC_PYTHON, ROOT, Standalone, driver_paths
+
+pytestmark = pytest.mark.slow
+
+GRAPH, VERSION, RUN, MODEL = "cora", "v1", "adadne-p2", "tiny"
+COMMON_CONF = {"spark.hadoop.fs.defaultFS": "hdfs://127.0.0.1:1"}
+CLUSTER_CONF = {
+    "spark.pyspark.python": EXEC_PYTHON,
+    "spark.shuffle.readHostLocalDisk": "false",  # two workers on one host cannot read each other's disks
+    "spark.executor.memory": "1g",
+    "spark.executor.cores": "1",
+    "spark.cores.max": "2",
+    "spark.scheduler.minRegisteredResourcesRatio": "1.0",  # both executors up before the first task
+    "spark.driver.host": "127.0.0.1",
+    "spark.driver.bindAddress": "127.0.0.1",
+}
+TIMEOUT = 420
+
+
+@dataclass
+class Run:
+    root: Path
+    log: str  # every command's output, for a failure's message
+
+    @property
+    def dv_path(self) -> Path:
+        return self.root / GRAPH / VERSION
+
+
+def driver_env() -> dict[str, str]:
+    """This checkout's code, and no Python choice of the executors' inherited from the test process."""
+    env = {k: v for k, v in os.environ.items() if k not in ("PYSPARK_PYTHON", "PYSPARK_DRIVER_PYTHON")}
+    env["PYTHONPATH"] = os.pathsep.join([str(ROOT), *filter(None, [os.environ.get("PYTHONPATH")])])
+    env["SPARK_LOCAL_IP"] = "127.0.0.1"
+    return env
+
+
+def glisp(*args: str) -> subprocess.CompletedProcess[str]:
+    cmd = [sys.executable, "-m", "glisp_app.cli", *args]
+    return subprocess.run(cmd, capture_output=True, text=True, env=driver_env(), cwd=ROOT, timeout=TIMEOUT)
+
+
+def spark_set(conf: dict[str, str]) -> str:
+    """``--set spark.conf={...}`` as a TOML inline table."""
+    return "spark.conf={" + ", ".join(f"{json.dumps(k)} = {json.dumps(v)}" for k, v in conf.items()) + "}"
+
+
+def _dv(dv_path: Path) -> DatasetVersion:
+    return DatasetVersion(dv_path.parent.parent, dv_path.parent.name, dv_path.name)
+
+
+def publish_tiny_model(dv_path: Path) -> None:
+    """One small GraphSAGE with fixed random weights (no training: the outputs only have to agree)."""
+    import torch
+
+    from glisp_core.models import ModelSpec, build_model
+    from glisp_train.publish import publish_model
+
+    torch.manual_seed(7)
+    model = build_model(ModelSpec(arch="sage", in_dim=1433, hidden=16, out_dim=7, layers=2, task="node")).eval()
+    publish_model(DatasetVersion(dv_path.parent.parent, GRAPH, VERSION), MODEL, model, RUN)
+
+
+def run_all(root: Path, master: str, conf: dict[str, str]) -> Run:
+    """``glisp pipeline`` (ingest, partition, serialize, reorder), the model, then ``glisp infer``."""
+    common = ["--root", str(root), "--master", master, "--set", spark_set({**COMMON_CONF, **conf})]
+    log = []
+    r = glisp("pipeline", "--builtin", GRAPH, "--parts", "2", "--set", f"ingest.version={VERSION}", *common)
+    log.append(f"$ glisp pipeline ({master}) -> {r.returncode}\n{r.stdout[-3000:]}\n{r.stderr[-3000:]}")
+    if r.returncode == 0:
+        publish_tiny_model(root / GRAPH / VERSION)
+        r = glisp("infer", f"{GRAPH}/{VERSION}", "--model", MODEL, *common)
+        log.append(f"$ glisp infer ({master}) -> {r.returncode}\n{r.stdout[-3000:]}\n{r.stderr[-3000:]}")
+    if r.returncode != 0:
+        pytest.fail("\n".join(log), pytrace=False)
+    return Run(root, "\n".join(log))
+
+
+@pytest.fixture(scope="session")
+def reference(shared_dir: Path) -> Iterator[Future[Run]]:
+    """The local[2] run, started at once in a thread; a test waits for it with ``.result()``."""
+    with ThreadPoolExecutor(1) as pool:
+        yield pool.submit(run_all, shared_dir / "local", "local[2]", {})
+
+
+def test_executors_run_the_configured_python_and_see_nothing_of_the_driver(reference, standalone: Standalone):
+    """A task on each executor: Python is spark.pyspark.python's, GLISP comes from the shipped zip, and the
+    driver's virtualenv, checkout and editable install are not there."""
+    assert not Path(EXEC_PYTHON).exists()  # a path only the workers have
+    hidden = [str(Path(sys.prefix) / "bin" / "python")]
+    hidden += [str(Path(p) / "glisp_core" / "__init__.py") for p in driver_paths()] + [str(ROOT / "pyproject.toml")]
+    conf = json.dumps({**COMMON_CONF, **CLUSTER_CONF})
+    probe = str(Path(__file__).with_name("executor_probe.py"))
+    r = subprocess.run(
+        [sys.executable, probe, standalone.url, conf, *hidden],
+        capture_output=True,
+        text=True,
+        env=driver_env(),
+        timeout=TIMEOUT,
+    )
+    assert r.returncode == 0, f"{r.stderr[-4000:]}\n{standalone.executor_logs()}"
+    rows = json.loads(r.stdout.strip().splitlines()[-1])
+    assert len(rows) == 4
+    for row in rows:
+        assert row["python"] == EXEC_PYTHON
+        assert not any(row["exists"].values()), row["exists"]
+        assert ".zip" in row["glisp_core"] and row["home"] == "/tmp/home"
+    namespaces = {row["mnt_ns"] for row in rows}
+    assert len(namespaces) == 2 and os.readlink("/proc/self/ns/mnt") not in namespaces  # both workers, not here
+
+
+def test_pipeline_and_inference_on_standalone_equal_local(reference, standalone: Standalone, shared_dir: Path):
+    try:
+        cluster = run_all(shared_dir / "cluster", standalone.url, CLUSTER_CONF)
+    except BaseException:
+        print(standalone.executor_logs())
+        raise
+    local = reference.result(timeout=2 * TIMEOUT)
+    assert (cluster.root / "_builtin" / GRAPH).is_dir()  # the executors read cora from the shared root
+    for stage, sub, key in (
+        (f"partition/{RUN}", "assignment", "eid"),
+        (f"partition/{RUN}", "replicas", "vid"),
+        (f"infer/{MODEL}-pds", "predictions", "vid"),
+        (f"infer/{MODEL}-pds", "embeddings", "vid"),
+    ):
+        a, b = (pq.read_table(_dv(r.dv_path).output(stage) / sub).sort_by(key) for r in (cluster, local))
+        assert a.num_rows > 0 and a.equals(b), f"{sub} differs between the cluster and local[2]"
+    from glisp_infer.read import InferenceRun
+
+    runs = [InferenceRun.open(r.dv_path, f"{MODEL}-pds") for r in (cluster, local)]
+    for layer in range(runs[0].layers + 1):
+        assert np.array_equal(np.asarray(runs[0].layer(layer)[:]), np.asarray(runs[1].layer(layer)[:]))
+
+
+def test_local_root_pipeline_runs_with_an_hdfs_default_fs(reference):
+    """``fs.defaultFS=hdfs://127.0.0.1:1`` (nothing listens there): the local-root pipeline still runs."""
+    from glisp_core.dataset.manifest import read_manifest
+
+    local = reference.result(timeout=2 * TIMEOUT)
+    m = read_manifest(_dv(local.dv_path))
+    for stage in ("ingest", f"partition/{RUN}", f"serialize/{RUN}", f"reorder/{RUN}/pds", f"infer/{MODEL}-pds"):
+        assert (local.dv_path / m.stage(stage).path).is_dir()
+    assert not (local.root / "_builtin").exists()  # a local master reads the built-in files in place

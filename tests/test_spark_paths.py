@@ -1,0 +1,89 @@
+"""Paths and Python that reach Spark: qualified paths, the executors' Python, the shipped code, built-in inputs.
+
+The cluster itself is exercised in tests/cluster/; these are the cheap checks beside it.
+"""
+
+from __future__ import annotations
+
+import ast
+import os
+import sys
+import zipfile
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+PACKAGES = ("glisp_app", "glisp_core", "glisp_spark", "glisp_sampling", "spark_jobs", "glisp_serving", "glisp_train")
+PACKAGES += ("glisp_infer",)
+SPARK_IO = {"parquet", "csv", "json", "text", "orc", "load", "save", "setCheckpointDir", "addPyFile", "addFile"}
+
+
+def _spark_path_calls(tree: ast.AST):
+    """Calls like ``spark.read.parquet(x)``, ``df.write...csv(x)``, ``sc.setCheckpointDir(x)``: their first argument."""
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.args:
+            if node.func.attr in SPARK_IO and any(
+                s in ast.unparse(node.func.value) for s in ("read", "write", "sparkContext", "spark")
+            ):
+                yield node
+
+
+def test_every_spark_path_is_qualified():
+    """A path given to Spark as ``str(...)``, an f-string or a literal has no scheme, so on a cluster whose
+    fs.defaultFS is hdfs:// Spark would look for it on HDFS: each must go through qualify() first."""
+    bad = []
+    for pkg in PACKAGES:
+        for f in sorted((ROOT / pkg).rglob("*.py")):
+            for call in _spark_path_calls(ast.parse(f.read_text(), str(f))):
+                arg = call.args[0]
+                unqualified = isinstance(arg, ast.JoinedStr | ast.Constant) or (
+                    isinstance(arg, ast.Call) and isinstance(arg.func, ast.Name) and arg.func.id == "str"
+                )
+                if unqualified:
+                    bad.append(f"{f.relative_to(ROOT)}:{call.lineno}: {ast.unparse(call)[:100]}")
+    assert not bad, "Spark paths without qualify():\n" + "\n".join(bad)
+
+
+def test_executors_python(monkeypatch):
+    """spark.pyspark.python wins; a local master falls back to this interpreter; a cluster master to the
+    cluster's own (PYSPARK_PYTHON stays unset, so Spark starts the executors' python3)."""
+    from glisp_spark.session import _executor_python, is_local_master
+
+    monkeypatch.delenv("PYSPARK_PYTHON", raising=False)
+    _executor_python("spark://10.0.0.1:7077", None)
+    assert "PYSPARK_PYTHON" not in os.environ
+    _executor_python("yarn", "./environment/bin/python")
+    assert os.environ["PYSPARK_PYTHON"] == "./environment/bin/python"
+    monkeypatch.delenv("PYSPARK_PYTHON")
+    _executor_python("local[2]", None)
+    assert os.environ["PYSPARK_PYTHON"] == sys.executable
+    assert is_local_master("local") and is_local_master("local-cluster[2,1,1024]")
+    assert not is_local_master("spark://h:7077") and not is_local_master("k8s://https://h") and not is_local_master("")
+
+
+def test_code_zip_holds_the_packages_and_is_kept_when_unchanged(tmp_path):
+    from glisp_spark.codezip import PACKAGES as SHIPPED
+    from glisp_spark.codezip import build_zip
+
+    z = build_zip(tmp_path, ROOT)
+    names = set(zipfile.ZipFile(z).namelist())
+    assert {f"{p}/__init__.py" for p in SHIPPED} <= names and "glisp_spark/session.py" in names
+    before = z.stat().st_mtime_ns
+    assert build_zip(tmp_path, ROOT) == z and z.stat().st_mtime_ns == before
+    assert [p.name for p in tmp_path.iterdir()] == [z.name]
+
+
+def test_builtin_inputs_are_copied_to_the_shared_root(tmp_path):
+    pytest.importorskip("graphdatascience")
+    from spark_jobs.generate.builtin import builtin_config, resources_dir, share_builtin
+
+    ing = builtin_config("cora")
+    shared = share_builtin(ing, tmp_path / "_builtin")
+    paths = [Path(s.path) for s in (*shared.edges, *shared.vertices)]
+    assert paths and all(p.is_relative_to(tmp_path) and p.is_file() for p in paths)
+    assert all(p.read_bytes() == (resources_dir() / p.relative_to(tmp_path / "_builtin")).read_bytes() for p in paths)
+    stamps = [p.stat().st_mtime_ns for p in paths]
+    assert share_builtin(ing, tmp_path / "_builtin") == shared  # a rerun fingerprints the same inputs
+    assert [p.stat().st_mtime_ns for p in paths] == stamps
+    assert dict(shared.__dict__, edges=None, vertices=None) == dict(ing.__dict__, edges=None, vertices=None)
