@@ -222,6 +222,7 @@ class ServeConfig:
     chunk: int = 4096  # tasks per kernel chunk; a larger batch is split across the threads
     # partition hashes "background" (after SERVING), "start" or "off"; sizes, version, CSR structure always
     verify: Literal["background", "start", "off"] = "background"
+    cache_dir: str = "~/.cache/glisp/partitions"  # local copies of partitions served from an object store
     warmup: bool = True  # run each kernel once before reporting SERVING
     release_compiler_pages: bool = True  # after warm-up, unmap libLLVM's clean pages (~100 MiB of RSS)
     start_timeout_s: float = 120.0  # serve-cluster: how long to wait for every server to be healthy

@@ -27,6 +27,7 @@ from glisp_core.dataset.layout import DatasetVersion, resolve_dataset
 from glisp_core.dataset.manifest import read_manifest
 from glisp_core.dataset.versions import VersionLease
 from glisp_core.errors import GlispError, StageError
+from glisp_core.storage.uri import StoreError
 from glisp_sampling.gather import PartitionSampler
 from glisp_serving.server.memory import release_free_heap
 from glisp_serving.server.warmup import warm_up
@@ -46,6 +47,7 @@ class Served:
     dv: DatasetVersion
     run: str
     lease: VersionLease | None = None
+    verified: bool = False  # content hashes checked before serving (a cache copy of an object-store partition)
 
     def __post_init__(self) -> None:
         self._active = 0
@@ -90,12 +92,25 @@ class Served:
         threading.Thread(target=run, name="glisp-retire", daemon=True).start()
 
 
-def open_served(dv: DatasetVersion, run: str, part: int, cfg: ServeConfig, warm: bool = True) -> Served:
-    """The partition checked and opened, its kernels warmed, the version leased against retention."""
+def open_served(
+    dv: DatasetVersion,
+    run: str,
+    part: int,
+    cfg: ServeConfig,
+    warm: bool = True,
+    local: tuple[Path, bool] | None = None,
+) -> Served:
+    """The partition checked and opened, its kernels warmed, the version leased against retention.
+
+    ``local`` is the partition's local directory and whether its hashes were checked (``local_partition``),
+    when the caller already has it; an object-store partition is copied to ``serve.cache_dir`` first.
+    """
     from glisp_core.partition_format import open_partition
     from glisp_core.partition_format.integrity import check_structure
+    from glisp_serving.server.partition_cache import local_partition
 
-    reader = open_partition(dv.partition_dir(run, part), verify=cfg.verify == "start")
+    path, hashed = local or local_partition(dv, run, part, cfg)
+    reader = open_partition(path, verify=cfg.verify == "start" and not hashed)
     check_structure(reader)  # the kernels index without bounds checks: nothing out of range may reach them
     engine = PartitionSampler(
         reader,
@@ -109,9 +124,37 @@ def open_served(dv: DatasetVersion, run: str, part: int, cfg: ServeConfig, warm:
     )
     if warm:
         warm_up(engine)
-    # retention skips a leased version; a read-only dataset directory is served without a lease
-    lease = VersionLease(dv, f"glisp serve {run} partition {part}").acquire() if os.access(dv.path, os.W_OK) else None
-    return Served(engine, dv, run, lease)
+    return Served(engine, dv, run, _lease(dv, run, part), verified=hashed)
+
+
+def _lease(dv: DatasetVersion, run: str, part: int) -> VersionLease | None:
+    """A lease retention honours, when this server may write one; None (and, for a store, one line) otherwise.
+
+    A read-only local dataset directory is served without one, as before; on an object store, whether the
+    credentials may write shows only by trying: a refused write means retention cannot see this server.
+    """
+    holder = f"glisp serve {run} partition {part}"
+    if dv.path.is_local:
+        return VersionLease(dv, holder).acquire() if os.access(dv.path.local, os.W_OK) else None
+    try:
+        return VersionLease(dv, holder).acquire()
+    except (OSError, StoreError) as e:
+        if not _access_denied(e):
+            raise
+        print(
+            f"glisp serve: partition {part}: cannot write a lease under {dv.path} ({e}); serving without one, "
+            "so retention cannot see this server and may delete this version while it serves",
+            flush=True,
+        )
+        return None
+
+
+def _access_denied(e: Exception) -> bool:
+    """An object store's refusal to write (its credentials may read only), as pyarrow and boto3 word it."""
+    text = str(e)
+    return isinstance(e, PermissionError) or any(
+        w in text for w in ("AccessDenied", "Access Denied", "Forbidden", "403")
+    )
 
 
 def resolve_target(current: Served, dataset: str, run: str) -> tuple[DatasetVersion, str]:

@@ -35,6 +35,7 @@ from glisp_serving.server.info_stream import heldout_chunks, routing_chunks
 from glisp_serving.server.lifecycle import ServingState, StopDuringStart
 from glisp_serving.server.memory import map_large_allocations, release_clean_library_pages, snapshot
 from glisp_serving.server.metrics import ServerMetrics
+from glisp_serving.server.partition_cache import local_partition
 from glisp_serving.server.reload import Reloader, ReloadError, Served, open_served
 from glisp_serving.server.warmup import warm_up_synthetic
 from glisp_serving.wire import (
@@ -432,12 +433,12 @@ def _open_served(dv: DatasetVersion, run: str, part: int, cfg: ServeConfig) -> t
             "a machine; later starts load numba's cache, see docs/reliability.md)",
             flush=True,
         )
-        warm_up_synthetic(
-            dv.partition_dir(run, part).local, cfg
-        )  # the runtime's memory (JIT, caches) before the partition's
+    local = local_partition(dv, run, part, cfg)  # an object-store partition: its verified local copy
+    if cfg.warmup:
+        warm_up_synthetic(local[0], cfg)  # the runtime's memory (JIT, caches) before the partition's
     released = release_clean_library_pages() if cfg.release_compiler_pages else 0
     baseline = snapshot()
-    served = open_served(dv, run, part, cfg, warm=cfg.warmup)
+    served = open_served(dv, run, part, cfg, warm=cfg.warmup, local=local)
     if cfg.warmup:
         print(f"glisp serve: partition {part}: kernels ready in {time.perf_counter() - t:.1f} s", flush=True)
     if cfg.release_compiler_pages:
@@ -519,6 +520,8 @@ def _serve(
                 print(f"glisp serve: {e}", file=sys.stderr, flush=True)
     _drain(state, servicer, server, cfg)
     servicer.served.engine.close()
+    if servicer.served.lease is not None:  # retention need not wait for a stopped server's lease to lapse
+        servicer.served.lease.release()
     if health_server is not None:
         health_server.stop(0)  # after the drain, so probes saw NOT_SERVING
     print(f"glisp serve: partition {part} stopped", flush=True)
@@ -526,7 +529,9 @@ def _serve(
 
 
 def _start_integrity_check(state: ServingState, served: Served, cfg: ServeConfig) -> None:
-    if cfg.verify == "background":
+    if served.verified and cfg.verify != "off":  # a cache copy hashed before serving: no second read
+        state.integrity = "ok"
+    elif cfg.verify == "background":
         state.verify_in_background(served.engine.r)
     else:
         state.integrity = "ok" if cfg.verify == "start" else "off"
