@@ -34,6 +34,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent  # the checkout (or site-packages) this code runs from
 EXEC_PYTHON_HOME = "/tmp/glisp-python"  # where the workers see the virtualenv; nothing is there on the driver's side
+STAGE = Path("/var/tmp/glisp-venv-mount")  # an empty host directory the workers mount the venv on before /tmp
 EXEC_PYTHON = f"{EXEC_PYTHON_HOME}/bin/python"
 WORKERS = 2
 BASE_ENV_KEYS = ("PATH", "LANG", "LC_ALL", "JAVA_HOME", "TZ")
@@ -63,16 +64,20 @@ def driver_paths() -> list[str]:
 def worker_script(spark_home: str, master_url: str, port: int, ui_port: int) -> str:
     """The shell run inside the worker's new mount namespace: the mounts, then ``exec`` the Worker JVM."""
     venv = str(Path(sys.prefix).resolve())
-    if Path(venv).is_relative_to("/tmp") or not Path(spark_home).resolve().is_relative_to(venv):
-        raise RuntimeError(f"the workers bind-mount the virtualenv {venv} with pyspark inside it, from outside /tmp")
+    if not Path(spark_home).resolve().is_relative_to(venv):
+        raise RuntimeError(f"the workers bind-mount the virtualenv {venv}, which must hold pyspark ({spark_home})")
     rel_home = Path(spark_home).resolve().relative_to(venv)
-    hide = "\n".join(f"mount -t tmpfs -o size=1m,mode=755 glisp-hidden {shlex.quote(p)}" for p in driver_paths())
+    # the venv is held on a mount point outside /tmp first, so it survives the private /tmp even when it lies under it
+    STAGE.mkdir(parents=True, exist_ok=True)
+    hidden = [p for p in driver_paths() if not Path(p).is_relative_to("/tmp")]  # the private /tmp hides the rest
+    hide = "\n".join(f"mount -t tmpfs -o size=1m,mode=755 glisp-hidden {shlex.quote(p)}" for p in hidden)
     return f"""set -eu
 mount --make-rprivate /
+mount --bind {shlex.quote(venv)} {STAGE}
 mount -t tmpfs -o mode=1777,size=4g glisp-worker-tmp /tmp
 mount -t tmpfs -o mode=1777,size=256m glisp-worker-shm /dev/shm
 mkdir -p {EXEC_PYTHON_HOME} /tmp/home /tmp/work /tmp/local
-mount --bind {shlex.quote(venv)} {EXEC_PYTHON_HOME}
+mount --move {STAGE} {EXEC_PYTHON_HOME}
 mount -o remount,bind,ro {EXEC_PYTHON_HOME}
 {hide}
 export SPARK_HOME={EXEC_PYTHON_HOME}/{shlex.quote(str(rel_home))}
