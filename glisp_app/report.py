@@ -9,7 +9,6 @@ histogram becomes a log-log PNG (matplotlib, Agg, imported only when plotting).
 from __future__ import annotations
 
 import argparse
-import json
 import math
 import os
 import sys
@@ -20,7 +19,7 @@ from typing import Any
 from glisp_app.text_tables import as_number, dict_lines, fmt, table
 from glisp_core.config import Config
 from glisp_core.dataset.layout import DatasetVersion, resolve_dataset
-from glisp_core.dataset.manifest import Manifest, StageRecord, _json_default, read_manifest
+from glisp_core.dataset.manifest import Manifest, StageRecord, read_manifest
 from glisp_core.dataset.stages import run_of
 
 PLOT_NAME = "degree_distribution.png"
@@ -48,7 +47,7 @@ def main(args: argparse.Namespace, cfg: Config) -> int:
         print(compare_text(manifest, read_manifest(other)))
         return 0
     if args.json:
-        print(json.dumps(manifest.to_dict(), indent=2, default=_json_default))
+        print(manifest.to_json())
     else:
         print(summary(manifest, dv))
     want_plot = not args.no_plot and (args.plot or not args.json)

@@ -22,7 +22,7 @@ from typing import Any
 import numpy as np
 
 from glisp_core.config import Config
-from glisp_core.dataset.layout import MANIFEST, DatasetVersion, resolve_dataset
+from glisp_core.dataset.layout import DatasetVersion, readable_here, resolve_dataset
 from glisp_core.errors import GlispError, StageError
 from glisp_sampling.cluster_facts import ClusterInfo
 
@@ -98,7 +98,7 @@ def open_cluster(cluster_file: str | Path, cfg: Config) -> GraphSource:
     info = fetch_cluster_info(spec, cfg.client)
     client = SamplingClient(spec, cfg.client, routing_table=info.routing_table(), direction=cfg.train.direction)
     dv = None
-    if (Path(spec.dataset) / MANIFEST).is_file():
+    if readable_here(spec.dataset):
         dv = resolve_dataset(spec.dataset)
     return GraphSource(
         kind="cluster",

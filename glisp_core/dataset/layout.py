@@ -34,7 +34,6 @@ from glisp_core.errors import StageError
 from glisp_core.storage.store import Store, store_for
 from glisp_core.storage.uri import StoreURI, parse_uri
 
-MANIFEST = VERSION_FILE  # the object whose presence makes a version
 LATEST = "LATEST"  # <root>/<graph>/LATEST: the version consumers follow (glisp_core.dataset.versions)
 
 # Canonical column names, shared by every stage.
@@ -204,6 +203,12 @@ def _latest_named(graph_dir: StoreURI) -> str | None:
     text = store.read_text(graph_dir / LATEST)
     v = text.strip() if text else ""
     return v if v and store.exists(graph_dir / v / VERSION_FILE) else None
+
+
+def readable_here(dataset: str | os.PathLike[str]) -> bool:
+    """A dataset version on this machine's disk (a trainer or client reads its files directly, not over RPC)."""
+    u = parse_uri(dataset, "dataset")
+    return u.is_local and os.path.isfile(os.path.join(u.path, VERSION_FILE))
 
 
 def resolve_dataset(spec: str | os.PathLike[str], root: str | os.PathLike[str] = "data") -> DatasetVersion:

@@ -156,6 +156,3 @@ def read_manifest(dv: DatasetVersion) -> Manifest:
 
 def now_iso() -> str:
     return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
-
-
-_json_default = json_default  # the name other modules import

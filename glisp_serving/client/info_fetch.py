@@ -8,14 +8,13 @@ from __future__ import annotations
 
 import json
 import time
-from pathlib import Path
 from typing import Any
 
 import grpc
 import numpy as np
 
 from glisp_core.config import ClientConfig
-from glisp_core.dataset.layout import MANIFEST, resolve_dataset
+from glisp_core.dataset.layout import readable_here, resolve_dataset
 from glisp_core.errors import GlispError, StageError
 from glisp_sampling.cluster_facts import ClusterInfo, PartitionInfo, routing_from_partitions
 from glisp_sampling.routing import RoutingTable
@@ -125,7 +124,7 @@ def routing_source(spec: Any, cfg: ClientConfig) -> str:
     src = getattr(cfg, "routing_source", "auto")
     if src != "auto":
         return src
-    return "files" if (Path(spec.dataset) / MANIFEST).is_file() else "servers"
+    return "files" if readable_here(spec.dataset) else "servers"
 
 
 def load_routing(spec: Any, cfg: ClientConfig, owner_direction: str | None = None, max_mb: int = 256) -> RoutingTable:
