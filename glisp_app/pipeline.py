@@ -148,7 +148,7 @@ def main(args: argparse.Namespace, cfg: Config) -> int:
 def brief(m: Manifest, dv) -> str:
     """One line per published stage; `glisp report` prints everything."""
     lines = [f"dataset {m.graph}/{m.version} at {dv.path}"]
-    for name, rec in m.stages.items():
+    for name, rec in sorted(m.stages.items(), key=lambda kv: kv[1].completed_at):  # in the order they ran
         secs = f"{rec.timings.get('total_s', 0):.1f} s"
         kind = StageName.parse(name).kind
         if kind == "ingest":
