@@ -137,6 +137,18 @@ class Store:
             os.makedirs(os.path.dirname(path), exist_ok=True)
         pq.write_table(table, path, filesystem=self.fs, **kw)
 
+    # ---- streams ----
+    def open_input(self, uri: StoreURI | str) -> Any:
+        """A random-access pyarrow file (Parquet footers, Arrow IPC, ``.npy`` headers read in ranges)."""
+        return self.fs.open_input_file(self.at(uri))
+
+    def open_output(self, uri: StoreURI | str) -> Any:
+        """A pyarrow output stream; on an object store the object appears whole when the stream closes."""
+        path = self.at(uri)
+        if self._as_uri(uri).is_local:
+            os.makedirs(os.path.dirname(path), exist_ok=True)
+        return self.fs.open_output_stream(path)
+
     # ---- listing and removal ----
     def exists(self, uri: StoreURI | str) -> bool:
         return bool(self.fs.get_file_info(self.at(uri)).type != pafs.FileType.NotFound)

@@ -23,6 +23,7 @@ from glisp_serving.proto import sampling_pb2 as pb
 from glisp_serving.proto import sampling_pb2_grpc as pb_grpc
 from glisp_serving.server.partition_cache import cache_entry
 from glisp_serving.wire import from_array, to_array
+from glisp_testing.stores import copy_version
 from tests.glisp_serving.conftest import VC_RUN
 from tests.glisp_serving.test_reliability import Server
 
@@ -30,15 +31,7 @@ SETS = ["serve.drain_s=0", "serve.grace_s=1"]
 
 
 def _upload(graph, root, version: str, created_ns: int | None = None) -> DatasetVersion:
-    """A byte copy of the served graph's version prefix at ``<root>/<graph>/<version>`` (no leases)."""
-    store = Store(root)
-    dst = root / graph.dv.graph / version
-    store.upload(graph.dv.path.local, dst)
-    store.delete(dst / LEASES)  # the local servers' leases are not part of the dataset
-    doc = json.loads(store.read_text(dst / "_version.json") or "{}")
-    doc.update(version=version, created_ns=created_ns or doc["created_ns"])
-    store.write_bytes(dst / "_version.json", json.dumps(doc).encode())
-    return DatasetVersion(root, graph.dv.graph, version)
+    return copy_version(graph.dv, root, version, created_ns)
 
 
 def _samples(addr: str, seeds: np.ndarray) -> tuple[np.ndarray, np.ndarray]:

@@ -1,0 +1,148 @@
+"""Parquet tables of a dataset read and written by Spark on any store, with or without a JVM connector.
+
+Spark's JVM opens local paths and HDFS itself, and S3 or GCS only with a connector jar (hadoop-aws, the GCS
+connector) that not every cluster has. So a table under a URI the JVM cannot open is read and written by
+pyarrow inside the Python tasks instead (``mapInArrow``): each task opens the store with
+:func:`glisp_core.storage.store.store_for`, which reads credentials from the executor's environment exactly
+as on the driver. Which way a URI goes is ``spark.glisp.storage.io``:
+
+- ``auto`` (default): the JVM for local paths and ``hdfs://``/``viewfs://``; pyarrow in the tasks for object
+  stores, so an ``s3://`` root works on a cluster without hadoop-aws (tested here against a real S3 API);
+- ``jvm``: always the JVM (``s3://`` handed to it as ``s3a://``), for a cluster with its connector;
+- ``python``: always pyarrow in the tasks (also on a local root: how tests exercise this path cheaply).
+
+The pyarrow path reads one task per file (Spark's writer made one file per partition, so parallelism
+matches) and writes one ``part-NNNNN.parquet`` per partition, then ``_SUCCESS``; there is no column pruning
+or predicate pushdown, so callers select and filter after reading as they would anyway.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import TYPE_CHECKING, Any, Literal
+
+from glisp_core.errors import GlispError
+from glisp_core.storage.store import store_for
+from glisp_core.storage.uri import StoreURI, parse_uri
+
+if TYPE_CHECKING:
+    import pyarrow
+    from pyspark.sql import DataFrame, SparkSession
+
+IO_KEY = "spark.glisp.storage.io"
+JVM_SCHEMES = ("file", "hdfs", "viewfs")
+Mode = Literal["auto", "jvm", "python"]
+
+
+def io_mode(spark: SparkSession) -> Mode:
+    mode = str(spark.conf.get(IO_KEY, "auto") or "auto")
+    if mode not in ("auto", "jvm", "python"):
+        raise GlispError(f"{IO_KEY}={mode!r}: use auto, jvm or python (glisp_spark/tables.py says what each does)")
+    return mode  # type: ignore[return-value]
+
+
+def jvm_opens(spark: SparkSession, uri: StoreURI | str) -> bool:
+    """Whether Spark's JVM reads and writes ``uri`` itself (else pyarrow does, inside the tasks)."""
+    mode = io_mode(spark)
+    return mode == "jvm" or (mode == "auto" and parse_uri(uri).scheme in JVM_SCHEMES)
+
+
+def spark_path(uri: StoreURI | str) -> str:
+    """The URI as the JVM must see it: fully qualified, ``s3://`` as ``s3a://`` (Hadoop's S3 connector)."""
+    q = parse_uri(uri).qualified
+    return "s3a://" + q[len("s3://") :] if q.startswith("s3://") else q
+
+
+def read_parquet(spark: SparkSession, uri: StoreURI | str) -> DataFrame:
+    """The Parquet file or directory at ``uri`` as a DataFrame (files starting with ``_`` or ``.`` skipped)."""
+    u = parse_uri(uri)
+    if jvm_opens(spark, u):
+        return spark.read.parquet(spark_path(u))
+    import pyarrow.parquet as pq
+    from pyspark.sql.pandas.types import from_arrow_schema
+
+    store = store_for(u)
+    files = parquet_files(u)
+    if not files:
+        raise GlispError(f"{u}: no Parquet files to read (an empty or missing table)")
+    with store.open_input(files[0]) as f:
+        schema = pq.read_schema(f)
+    names = [f.qualified for f in files]
+
+    def read(batches: Iterator[pyarrow.RecordBatch]) -> Iterator[pyarrow.RecordBatch]:
+        for b in batches:
+            for i in b.column(0).to_pylist():
+                yield from _file_batches(names[i], schema)
+
+    return spark.range(0, len(names), 1, len(names)).mapInArrow(read, from_arrow_schema(schema))
+
+
+def parquet_files(uri: StoreURI | str) -> list[StoreURI]:
+    """The data files of a Parquet table (one file, or a directory's ``*.parquet`` not hidden), sorted."""
+    u = parse_uri(uri)
+    store = store_for(u)
+    if not store.is_dir(u):
+        return [u] if store.exists(u) else []
+    return [
+        u.join(rel)
+        for rel, _ in store.files(u)
+        if rel.endswith(".parquet") and not any(p.startswith(("_", ".")) for p in rel.split("/"))
+    ]
+
+
+def _file_batches(name: str, schema: pyarrow.Schema) -> Iterator[pyarrow.RecordBatch]:
+    import pyarrow.parquet as pq
+
+    with store_for(name).open_input(name) as f:
+        pf = pq.ParquetFile(f)
+        if not pf.schema_arrow.equals(schema):
+            raise GlispError(f"{name}: its schema differs from the table's first file ({pf.schema_arrow} vs {schema})")
+        yield from pf.iter_batches()
+
+
+def write_parquet(df: DataFrame, uri: StoreURI | str, mode: Literal["overwrite", "error"] = "overwrite") -> int:
+    """Write ``df`` as a Parquet directory at ``uri``; the rows written (-1 when the JVM wrote them).
+
+    The pyarrow path writes one ``part-NNNNN.parquet`` per partition (named by partition, so a retried or
+    speculative task replaces its own file) and ``_SUCCESS`` last; an object appears whole when its stream
+    closes, so a killed task leaves no partial file.
+    """
+    u = parse_uri(uri)
+    spark = df.sparkSession
+    if jvm_opens(spark, u):
+        df.write.mode("overwrite" if mode == "overwrite" else "errorifexists").parquet(spark_path(u))
+        return -1
+    store = store_for(u)
+    if store.exists(u):
+        if mode != "overwrite":
+            raise GlispError(f"{u}: already exists")
+        store.delete(u)
+    from pyspark.sql.pandas.types import to_arrow_schema
+
+    schema = to_arrow_schema(df.schema)
+    base = u.qualified
+
+    def write(batches: Iterator[pyarrow.RecordBatch]) -> Iterator[pyarrow.RecordBatch]:
+        import pyarrow as pa
+        import pyarrow.parquet as pq
+        from pyspark import TaskContext
+
+        ctx = TaskContext.get()
+        assert ctx is not None, "write_parquet's writer runs inside a Spark task"
+        name = f"{base}/part-{ctx.partitionId():05d}.parquet"
+        rows = 0
+        with store_for(name).open_output(name) as f, pq.ParquetWriter(f, schema) as w:
+            for b in batches:
+                w.write_batch(b.cast(schema) if b.schema != schema else b)
+                rows += b.num_rows
+        yield pa.RecordBatch.from_pydict({"rows": [rows]})
+
+    total = sum(int(r["rows"]) for r in df.mapInArrow(write, "rows long").collect())
+    store.write_bytes(u / "_SUCCESS", b"")
+    return total
+
+
+def read_arrow_table(uri: StoreURI | str, **kw: Any) -> pyarrow.Table:
+    """A Parquet file or directory as one pyarrow Table on this process (driver or task), from any store."""
+    u = parse_uri(uri)
+    return store_for(u).read_table(u, **kw)
