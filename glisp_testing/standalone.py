@@ -41,6 +41,27 @@ BASE_ENV_KEYS = ("PATH", "LANG", "LC_ALL", "JAVA_HOME", "TZ")
 SYSTEM_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 
 
+# what a driver sets for this cluster: the workers' Python, their one host, both executors before the first task
+EXECUTOR_CONF = {
+    "spark.pyspark.python": EXEC_PYTHON,
+    "spark.shuffle.readHostLocalDisk": "false",  # two workers on one host cannot read each other's disks
+    "spark.executor.memory": "1g",
+    "spark.executor.cores": "1",
+    "spark.cores.max": "2",
+    "spark.scheduler.minRegisteredResourcesRatio": "1.0",
+    "spark.driver.host": "127.0.0.1",
+    "spark.driver.bindAddress": "127.0.0.1",
+}
+
+
+def driver_env() -> dict[str, str]:
+    """A driver subprocess's environment: this checkout's code, and no executor Python inherited from here."""
+    env = {k: v for k, v in os.environ.items() if k not in ("PYSPARK_PYTHON", "PYSPARK_DRIVER_PYTHON")}
+    env["PYTHONPATH"] = os.pathsep.join([str(ROOT), *filter(None, [os.environ.get("PYTHONPATH")])])
+    env["SPARK_LOCAL_IP"] = "127.0.0.1"
+    return env
+
+
 def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
@@ -105,6 +126,7 @@ class Standalone:
     ui_port: int = field(default_factory=free_port)
     procs: list[subprocess.Popen[bytes]] = field(default_factory=list)
     namespaces: list[str] = field(default_factory=list)  # each worker's mount namespace (/proc/PID/ns/mnt)
+    worker_env: dict[str, str] = field(default_factory=dict)  # what the hosts' environment gives (store credentials)
 
     @property
     def url(self) -> str:
@@ -128,6 +150,7 @@ class Standalone:
         for i in range(WORKERS):
             script = worker_script(self.spark_home, self.url, free_port(), free_port())
             env = base_env(HOME="/tmp/home", SPARK_WORKER_DIR="/tmp/work", SPARK_LOCAL_DIRS="/tmp/local", TMPDIR="/tmp")
+            env.update(self.worker_env)
             p = self._spawn(f"worker-{i}", ["unshare", "-m", "sh", "-c", script], env)
             self.namespaces.append(_namespace_of(p))
         self._wait_registered(timeout)

@@ -23,22 +23,13 @@ import pyarrow.parquet as pq
 import pytest
 
 from glisp_core.dataset.layout import DatasetVersion
-from glisp_testing.standalone import EXEC_PYTHON, ROOT, Standalone, driver_paths
+from glisp_testing.standalone import EXEC_PYTHON, EXECUTOR_CONF, ROOT, Standalone, driver_env, driver_paths
 
 pytestmark = pytest.mark.slow
 
 GRAPH, VERSION, RUN, MODEL = "cora", "v1", "adadne-p2", "tiny"
 COMMON_CONF = {"spark.hadoop.fs.defaultFS": "hdfs://127.0.0.1:1"}
-CLUSTER_CONF = {
-    "spark.pyspark.python": EXEC_PYTHON,
-    "spark.shuffle.readHostLocalDisk": "false",  # two workers on one host cannot read each other's disks
-    "spark.executor.memory": "1g",
-    "spark.executor.cores": "1",
-    "spark.cores.max": "2",
-    "spark.scheduler.minRegisteredResourcesRatio": "1.0",  # both executors up before the first task
-    "spark.driver.host": "127.0.0.1",
-    "spark.driver.bindAddress": "127.0.0.1",
-}
+CLUSTER_CONF = EXECUTOR_CONF
 TIMEOUT = 420
 
 
@@ -50,14 +41,6 @@ class Run:
     @property
     def dv_path(self) -> Path:
         return self.root / GRAPH / VERSION
-
-
-def driver_env() -> dict[str, str]:
-    """This checkout's code, and no Python choice of the executors' inherited from the test process."""
-    env = {k: v for k, v in os.environ.items() if k not in ("PYSPARK_PYTHON", "PYSPARK_DRIVER_PYTHON")}
-    env["PYTHONPATH"] = os.pathsep.join([str(ROOT), *filter(None, [os.environ.get("PYTHONPATH")])])
-    env["SPARK_LOCAL_IP"] = "127.0.0.1"
-    return env
 
 
 def glisp(*args: str) -> subprocess.CompletedProcess[str]:
