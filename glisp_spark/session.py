@@ -21,6 +21,7 @@ from glisp_core.errors import GlispError
 from glisp_core.storage.uri import is_local, parse_uri, qualify
 
 if TYPE_CHECKING:
+    from pyspark import SparkConf
     from pyspark.sql import SparkSession
 
 MIN_JAVA = 17
@@ -49,7 +50,7 @@ def get_spark(conf: SparkConfig | None = None, checkpoint_dir: str | None = None
         _set_checkpoint(active, conf, checkpoint_dir)
         return active
     check_java()
-    preset = SparkConf()  # picks up spark-submit's settings when launched by it
+    preset = _submitted_conf() or SparkConf()
     master = preset.get("spark.master", None) or conf.master
     _executor_python(master, preset.get("spark.pyspark.python", None) or conf.conf.get("spark.pyspark.python"))
     os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
@@ -79,6 +80,22 @@ def get_spark(conf: SparkConfig | None = None, checkpoint_dir: str | None = None
     _ship_code(spark, master)
     _set_checkpoint(spark, conf, checkpoint_dir)
     return spark
+
+
+def _submitted_conf() -> SparkConf | None:
+    """spark-submit's settings when it launched this process (None otherwise).
+
+    A ``SparkConf()`` made before the JVM gateway is up is an empty Python dict; under spark-submit the gateway
+    already runs (``PYSPARK_GATEWAY_PORT``), and connecting to it first lets SparkConf read what spark-submit
+    set (``--master``, ``--conf``). Outside spark-submit the gateway must not start yet: the driver's memory
+    is only settable when it starts.
+    """
+    if "PYSPARK_GATEWAY_PORT" not in os.environ:
+        return None
+    from pyspark import SparkConf, SparkContext
+
+    SparkContext._ensure_initialized()
+    return SparkConf()
 
 
 def is_local_master(master: str | None) -> bool:

@@ -170,3 +170,35 @@ def test_a_real_local_submit_runs_on_the_checkouts_python(tmp_path):
     assert "|V| = 2,708" in r.stdout and "not the python" not in r.stderr
     assert "--py-files" not in r.stdout.splitlines()[0]  # the checkout runs in place (make installs it editable)
     assert len(list((tmp_path / "data" / "cora").glob("*/_version.json"))) == 1
+
+
+PROBE = """
+import json, sys
+sys.path.insert(0, {root!r})
+from glisp_core.config import SparkConfig
+from glisp_spark.session import get_spark
+spark = get_spark(SparkConfig(master="local[3]", shuffle_partitions=4, app_name="probe"))
+print("PROBE " + json.dumps({{"master": spark.sparkContext.master,
+    "shuffle": spark.conf.get("spark.sql.shuffle.partitions"), "extra": spark.conf.get("spark.glisp.probe", "")}}))
+spark.stop()
+"""
+
+
+def test_spark_submit_settings_win_over_the_config(tmp_path):
+    """Under spark-submit, its --master and --conf are what the session runs with (the config's master and
+    its own defaults apply only where spark-submit set nothing)."""
+    import json
+    import os
+
+    import pyspark
+
+    probe = tmp_path / "probe.py"
+    probe.write_text(PROBE.format(root=str(ROOT)))
+    submit = Path(pyspark.__file__).parent / "bin" / "spark-submit"
+    env = {**os.environ, "PYSPARK_PYTHON": sys.executable, "PYSPARK_DRIVER_PYTHON": sys.executable}
+    cmd = [str(submit), "--master", "local[1]", "--conf", "spark.sql.shuffle.partitions=77"]
+    cmd += ["--conf", "spark.glisp.probe=yes", str(probe)]
+    r = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=300)
+    assert r.returncode == 0, r.stderr[-3000:]
+    line = next(ln for ln in r.stdout.splitlines() if ln.startswith("PROBE "))
+    assert json.loads(line[6:]) == {"master": "local[1]", "shuffle": "77", "extra": "yes"}
