@@ -27,6 +27,7 @@ class SoakResult:
     rss_start: dict[str, int] = field(default_factory=dict)
     rss_end: dict[str, int] = field(default_factory=dict)
     restarted: str = ""
+    failovers: int = 0  # requests another replica answered (the clients' metrics, summed)
 
     def window(self, failover: bool) -> list[float]:
         lo, hi = self.kill_t, (self.back_t or self.kill_t) + 2.0
@@ -91,6 +92,8 @@ def _client_loop(
             except Exception as e:  # noqa: BLE001 - every failure is counted and reported
                 with lock:
                     res.errors.append(f"{type(e).__name__}: {e}")
+    with lock:
+        res.failovers += c.metrics.failovers
 
 
 def soak(
@@ -150,6 +153,7 @@ def report(res: SoakResult, duration_s: float, threads: int) -> str:
         f"| {res.batches} | {len(res.errors)} | {_pct(steady, 50):.1f} | {_pct(steady, 99):.1f} | "
         f"{_pct(failover, 50):.1f} | {_pct(failover, 99):.1f} | {max(drift.values(), default=0):+.1f} |",
         "RSS drift per server (MiB): " + ", ".join(f"{a} {d:+.1f}" for a, d in drift.items()),
+        f"failovers: {res.failovers} requests answered by another replica after one failed",
     ]
     if res.errors:
         lines.append(f"first error: {res.errors[0]}")

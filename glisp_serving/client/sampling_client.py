@@ -11,14 +11,23 @@ server holding part of the frontier, all in parallel, and the loader keeps ``cli
 in flight so the servers never wait on the client's Apply. Every call has a deadline
 (``client.deadline_s``) and is retried on UNAVAILABLE (``client.retries``, exponential backoff, next
 address of the partition when several are listed).
+
+A failover that worked is quiet: it is counted in :attr:`SamplingClient.metrics` and logged once at INFO
+on the ``glisp.client`` logger (the dead address and the replica that took over; later failovers away
+from that address are counted, not logged, until it answers again). A request that failed raises
+:class:`SamplingError`. Every future and task the client makes has its outcome observed, so neither
+shows up as an asyncio traceback on stderr, also when the client is closed with requests in flight
+(they raise SamplingError CANCELLED; a call after close does too).
 """
 
 from __future__ import annotations
 
 import asyncio
+import dataclasses
+import logging
 import threading
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Coroutine, Iterator, Sequence
 from concurrent.futures import Future
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -60,6 +69,8 @@ from glisp_serving.wire import (
 if TYPE_CHECKING:
     from google.protobuf.message import Message
 
+log = logging.getLogger("glisp.client")
+
 # a restarted server is used again within a second or two (gRPC's default reconnect backoff grows to 120 s)
 RECONNECT_OPTIONS = [
     ("grpc.initial_reconnect_backoff_ms", 200),
@@ -74,6 +85,23 @@ def _retryable(code: grpc.StatusCode, details: str) -> bool:
     if code in _FAILOVER:
         return True
     return code == grpc.StatusCode.RESOURCE_EXHAUSTED and "serve.max_" not in (details or "")
+
+
+@dataclasses.dataclass
+class ClientMetrics:
+    """Counters of one client since it opened (:attr:`SamplingClient.metrics`; kept on its event loop)."""
+
+    requests: int = 0  # requests to a partition (Gather, Lookup, Stats), each counted once however often tried
+    retries: int = 0  # attempts that failed with a retryable status and were tried again
+    failovers: int = 0  # requests another replica answered after one failed
+    failed: int = 0  # requests that raised SamplingError
+    version_changes: int = 0  # hot reloads followed: the servers moved to another dataset version
+
+
+def _retrieve(task: asyncio.Future) -> None:
+    """Mark the outcome of a finished task seen (its caller reads it from its own future, if it still wants it)."""
+    if not task.cancelled():
+        task.exception()
 
 
 def _wire_ids(ids: np.ndarray) -> np.ndarray:
@@ -143,6 +171,8 @@ class RemoteBackend:
         self.colocated: ColocatedReader | None = None  # set by SamplingClient when partitions are on this host
         self._streams: dict[tuple[int, int], GatherStream] = {}  # (partition, address index) -> open stream
         self._unary_only: set[tuple[int, int]] = set()
+        self.metrics = ClientMetrics()
+        self._logged_down: set[tuple[int, int]] = set()  # replicas whose failover was logged, until they answer
 
     async def open(self) -> None:
         for addrs in self.spec.addresses:
@@ -165,16 +195,22 @@ class RemoteBackend:
         back-pressure (RESOURCE_EXHAUSTED not about a request's own size) fail over to the next replica,
         at most ``client.retries`` times. ``Gather`` takes encoded request bytes and returns the decoded
         answer (over the replica's Gather stream when ``client.gather_streams``); other methods take and
-        return messages.
+        return messages. A request another replica answered counts as a failover (:class:`ClientMetrics`).
         """
         addrs = self.spec.addresses[part]
         delay, tried = self.cfg.backoff_s, []
+        failed: tuple[int, grpc.StatusCode, str] | None = None  # the last replica that failed this request
+        self.metrics.requests += 1
         for attempt in range(self.cfg.retries + 1):
             i = self._pick(part)
             tried.append(addrs[i])
             try:
                 resp = await self._once(part, i, method, request)
-                self._down.pop((part, i), None)
+                if self._down.pop((part, i), None) is not None and (part, i) in self._logged_down:
+                    self._logged_down.discard((part, i))
+                    log.info("partition %d: %s (replica %d) answers again", part, addrs[i], i)
+                if failed is not None and failed[0] != i:
+                    self._failed_over(part, failed, i)
                 return resp
             except grpc.aio.AioRpcError as e:
                 code, details = e.code(), e.details()
@@ -186,6 +222,8 @@ class RemoteBackend:
                     f"no answer within client.deadline_s={self.cfg.deadline_s}",
                 )
             if _retryable(code, details) and attempt < self.cfg.retries:
+                self.metrics.retries += 1
+                failed = (i, code, details or "")
                 self._mark_down(part, i)
                 if len(addrs) == 1 or all((part, j) in self._down for j in range(len(addrs))):
                     await asyncio.sleep(delay)  # nowhere else to go: wait before trying again
@@ -194,8 +232,28 @@ class RemoteBackend:
             if code == grpc.StatusCode.FAILED_PRECONDITION and (details or "").startswith(VERSION_MISMATCH):
                 raise VersionChanged({details[len(VERSION_MISMATCH) :].split()[0]}, self.version)
             where = addrs[i] if len(set(tried)) == 1 else f"replicas {sorted(set(tried))}"
+            self.metrics.failed += 1
             raise SamplingError(f"partition {part} at {where}: {method} failed with {code.name}: {details}", code)
         raise AssertionError("unreachable")
+
+    def _failed_over(self, part: int, failed: tuple[int, grpc.StatusCode, str], took_over: int) -> None:
+        """Count a failover; log it at INFO when it is the first away from that replica since it last answered."""
+        self.metrics.failovers += 1
+        dead, code, details = failed
+        if (part, dead) in self._logged_down:
+            return
+        self._logged_down.add((part, dead))
+        addrs = self.spec.addresses[part]
+        log.info(
+            "partition %d: %s (replica %d) failed with %s (%s); failed over to %s (replica %d)",
+            part,
+            addrs[dead],
+            dead,
+            code.name,
+            details[:200],
+            addrs[took_over],
+            took_over,
+        )
 
     def _pick(self, part: int) -> int:
         """The next replica of ``part`` in turn, skipping those marked down while one is not."""
@@ -338,9 +396,15 @@ class RemoteBackend:
         spec = ClusterSpec(dataset=path, run=run, num_parts=self.spec.num_parts, addresses=self.spec.addresses)
         loop = asyncio.get_running_loop()
         routing = await loop.run_in_executor(None, load_routing, spec, self.cfg, self.owner_direction, self.max_mb)
-        self.spec, self.routing, self.num_vertices, self.version = spec, routing, routing.num_vertices, version
-        if self.colocated is not None:
-            self.colocated = await loop.run_in_executor(None, open_colocated, spec, routing.master)
+        colocated = self.colocated
+        if colocated is not None:
+            colocated = await loop.run_in_executor(None, open_colocated, spec, routing.master)
+        if version == self.version:
+            return  # another batch followed the servers there meanwhile
+        old, self.version, self.colocated = self.version, version, colocated
+        self.spec, self.routing, self.num_vertices = spec, routing, routing.num_vertices
+        self.metrics.version_changes += 1
+        log.info("the servers moved from %s to %s (run %s): sampling on it", old, version, run)
 
     async def _stub_stats(self, part: int, i: int) -> Any:
         return await self._stubs[part][i].Stats(pb.StatsRequest(), timeout=self.cfg.deadline_s)
@@ -385,6 +449,8 @@ class SamplingClient:
         # from the partition files, or from the servers when this machine has only the cluster file
         routing_table = routing_table or load_routing(self.spec, self.cfg, owner_direction, max_message_mb)
         self.direction = direction
+        self._closed = False
+        self._submit_lock = threading.Lock()  # a request is scheduled before close() begins, or refused
         self._loop = asyncio.new_event_loop()
         self._thread = threading.Thread(target=self._loop.run_forever, name="glisp-client-loop", daemon=True)
         self._thread.start()
@@ -406,24 +472,58 @@ class SamplingClient:
         """``<graph>/<version>`` of the answers so far (None before the first)."""
         return self.backend.version
 
-    # ------------------------------------------------------------------ plumbing
-    def _submit(self, coro: Any) -> Future:
-        return asyncio.run_coroutine_threadsafe(coro, self._loop)
+    @property
+    def metrics(self) -> ClientMetrics:
+        """A copy of the client's counters: requests, retries, failovers, failed requests, version changes."""
+        return dataclasses.replace(self.backend.metrics)
 
-    def _run(self, coro: Any) -> Any:
+    # ------------------------------------------------------------------ plumbing
+    def _submit(self, coro: Coroutine[Any, Any, Any]) -> Future:
+        """Run ``coro`` on the client's loop; SamplingError CANCELLED once the client is closed."""
+        with self._submit_lock:
+            if not self._closed:
+                return asyncio.run_coroutine_threadsafe(self._closable(coro), self._loop)
+        coro.close()  # never started: nothing to await, nothing for Python to warn about
+        raise SamplingError("the client is closed", grpc.StatusCode.CANCELLED)
+
+    async def _closable(self, coro: Coroutine[Any, Any, Any]) -> Any:
+        """``coro``, whose cancellation by :meth:`close` raises SamplingError CANCELLED in the caller.
+
+        Its task's outcome is marked seen when it ends: a caller that cancelled its future (a loader that
+        stopped early) no longer reads it, and close() may still have ended the task with that error."""
+        task = asyncio.current_task()
+        if task is not None:
+            task.add_done_callback(_retrieve)
+        try:
+            return await coro
+        except asyncio.CancelledError:
+            if not self._closed:
+                raise  # the caller cancelled its future (a loader that stopped early)
+            raise SamplingError(
+                "the client was closed while this request was in flight", grpc.StatusCode.CANCELLED
+            ) from None
+
+    def _run(self, coro: Coroutine[Any, Any, Any]) -> Any:
         return self._submit(coro).result()
 
     async def _shutdown(self) -> None:
-        """Close streams and channels, then cancel what is still running (batches a loader prefetched)."""
+        """Close streams and channels, then cancel what is still running (batches a loader prefetched) until
+        nothing is: every task ends here, with its outcome retrieved."""
         await self.backend.close()
-        rest = [t for t in asyncio.all_tasks() if t is not asyncio.current_task()]
-        for t in rest:
-            t.cancel()
-        await asyncio.gather(*rest, return_exceptions=True)
+        while rest := [t for t in asyncio.all_tasks() if t is not asyncio.current_task()]:
+            for t in rest:
+                t.cancel()
+            await asyncio.gather(*rest, return_exceptions=True)
 
     def close(self) -> None:
+        """Close streams and channels. Requests in flight, and any call after this, raise SamplingError
+        CANCELLED."""
+        with self._submit_lock:
+            closed, self._closed = self._closed, True
+        if closed:
+            return
         if self._loop.is_running():
-            self._run(self._shutdown())
+            asyncio.run_coroutine_threadsafe(self._shutdown(), self._loop).result()
             self._loop.call_soon_threadsafe(self._loop.stop)
             self._thread.join()
         self._loop.close()

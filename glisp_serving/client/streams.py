@@ -12,6 +12,10 @@ stream open), and a stream that breaks fails its unanswered requests with UNAVAI
 caller retries (Gather is a pure read) on a new stream, failing over like a unary call. A server
 that does not offer streams (UNIMPLEMENTED) or has too many open (RESOURCE_EXHAUSTED) is asked by
 unary calls instead.
+
+Every request's future has its outcome observed, also when the request leaves without awaiting it (a
+write that failed while the reader failed the stream, a cancelled request): asyncio would otherwise
+print "Future exception was never retrieved" with a traceback for a failure the caller already handled.
 """
 
 from __future__ import annotations
@@ -40,6 +44,14 @@ class StreamFailure(Exception):
 def _expire(fut: asyncio.Future) -> None:
     if not fut.done():
         fut.set_exception(TimeoutError())
+
+
+def _observe(fut: asyncio.Future) -> None:
+    """Settle ``fut`` as seen: cancelled when nothing answered it, its exception retrieved when one did."""
+    if not fut.done():
+        fut.cancel()
+    elif not fut.cancelled():
+        fut.exception()
 
 
 class GatherStream:
@@ -72,6 +84,8 @@ class GatherStream:
             failure = StreamFailure(grpc.StatusCode.INTERNAL, f"undecodable answer on the stream: {e}")
         except asyncio.CancelledError:
             failure = StreamFailure(grpc.StatusCode.CANCELLED, "the client closed the stream")
+        except Exception as e:  # noqa: BLE001 - a bug here fails the waiting requests, never the task unseen
+            failure = StreamFailure(grpc.StatusCode.INTERNAL, f"the stream's reader failed: {e!r}")
         self.failed = failure
         for fut in self._pending.values():
             if not fut.done():
@@ -101,6 +115,7 @@ class GatherStream:
         finally:
             expiry.cancel()
             self._pending.pop(rid, None)
+            _observe(fut)  # the reader may have failed it while this request was leaving another way
         code = m.get("error_code", 0)
         if code:
             raise StreamFailure(CODES.get(code, grpc.StatusCode.UNKNOWN), m.get("error", ""))

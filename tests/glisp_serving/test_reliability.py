@@ -27,6 +27,7 @@ from glisp_serving.client.sampling_client import SamplingClient, SamplingError
 from glisp_serving.proto import sampling_pb2 as pb
 from glisp_serving.proto import sampling_pb2_grpc as pb_grpc
 from glisp_serving.wire import to_array
+from glisp_testing.client_load import ClientLoad, noise
 from tests.glisp_serving.conftest import EC_RUN, ROOT, VC_RUN, Cluster, stop_process
 
 
@@ -402,6 +403,120 @@ def test_every_replica_of_a_partition_dead_fails_within_the_deadline(replicated)
         supervisor.resume()
 
 
+# ------------------------------------------------------------ a client's stderr: failover is quiet, failure loud
+def test_a_stream_write_that_fails_while_the_reader_fails_the_stream_leaves_no_future_unretrieved():
+    """Injected race behind "Future exception was never retrieved" on a replica's death: a request's write
+    fails (the stream broke), and while it asks the call for its status the reader fails every pending
+    request, this one's future too. The request raises; the future's exception must count as seen."""
+    import asyncio
+    import gc
+
+    from glisp_serving.client.streams import GatherStream, StreamFailure
+
+    class BrokenCall:  # a stream to a replica that just died
+        def __init__(self):
+            self.broke = asyncio.Event()
+
+        async def read(self):
+            await self.broke.wait()
+            raise grpc.aio.AioRpcError(
+                grpc.StatusCode.UNAVAILABLE, grpc.aio.Metadata(), grpc.aio.Metadata(), "Connection refused"
+            )
+
+        async def write(self, raw):
+            raise asyncio.InvalidStateError("RPC already finished")
+
+        async def code(self):
+            self.broke.set()  # the reader sees the status first ...
+            for _ in range(5):
+                await asyncio.sleep(0)  # ... and fails the pending requests before the writer learns it
+            return grpc.StatusCode.UNAVAILABLE
+
+        async def details(self):
+            return "Connection refused"
+
+        def cancel(self):
+            return True
+
+    async def go():
+        unseen = []
+        asyncio.get_running_loop().set_exception_handler(lambda loop, ctx: unseen.append(ctx["message"]))
+        stream = GatherStream(BrokenCall)
+        try:
+            await stream.request(b"", timeout=5.0)
+        except StreamFailure as e:
+            code = e.code
+        await stream.aclose()
+        del stream
+        gc.collect()  # asyncio reports an exception nobody retrieved when its future is collected
+        return code, unseen
+
+    code, unseen = asyncio.run(go())
+    assert code == grpc.StatusCode.UNAVAILABLE  # retried on another replica by the caller
+    assert unseen == []
+
+
+def _serving(addr: str) -> tuple[bool, int]:
+    """(SERVING, restarts) of the server at ``addr``; (False, -1) while nothing answers there."""
+    try:
+        st = _stats(addr)
+        return st.serving, st.restarts
+    except grpc.RpcError:
+        return False, -1
+
+
+def _wait_serving(addrs: list[str], restarts: dict[str, int] | None = None, timeout: float = 120) -> None:
+    """Until every address is SERVING (and restarted more often than ``restarts`` says, where it says)."""
+    deadline = time.time() + timeout
+    while True:
+        now = {a: _serving(a) for a in addrs}
+        if all(ok and r > (restarts or {}).get(a, -1) for a, (ok, r) in now.items()):
+            return
+        assert time.time() < deadline, f"not all SERVING (and restarted): {now}"
+        time.sleep(0.1)
+
+
+def test_a_replica_killed_under_load_fails_over_quietly(replicated, tmp_path):
+    """The issue as an operator met it: a replica SIGKILLed under load (and restarted by serve-cluster).
+    Every request succeeds; the client's stderr holds no traceback, only one INFO line per client naming
+    the dead address and the replica that took over; its metrics count the failovers."""
+    addrs = json.loads(replicated.cluster_file.read_text())["addresses"]
+    every = [a for p in addrs for a in p]
+    _wait_serving(every)  # the earlier tests' killed servers are back
+    dead, other = addrs[0]
+    load = ClientLoad(replicated.cluster_file, tmp_path, ROOT)
+    load.wait_ready()
+    before = _serving(dead)[1]
+    time.sleep(0.5)
+    os.kill(_replica_pid(replicated, 0, 0), signal.SIGKILL)
+    _wait_serving([dead], {dead: before})  # load runs while connections to it are refused, and after
+    time.sleep(0.5)
+    res = load.finish("stop")
+    err = load.stderr()
+    print(err)
+    assert noise(err) == [], err[-4000:]
+    assert res["errors"] == [] and res["hung"] == 0 and res["batches"] > 0, res
+    assert res["metrics"]["failovers"] > 0 and res["metrics"]["failed"] == 0, res["metrics"]
+    logged = [line for line in err.splitlines() if "failed over to" in line]
+    assert 1 <= len(logged) <= 2, logged  # once per client, however many requests failed over
+    assert all(line.startswith("INFO glisp.client: partition 0: ") for line in logged), logged
+    assert all(f"{dead} (replica 0) failed with" in line and f"to {other} (replica 1)" in line for line in logged)
+
+
+def test_a_client_closed_with_streams_open_is_quiet(replicated, tmp_path):
+    """Clients closed while their threads sample (streams open, batches prefetched, requests in flight):
+    those requests and any later call raise SamplingError; nothing hangs, nothing is printed."""
+    _wait_serving([a for p in json.loads(replicated.cluster_file.read_text())["addresses"] for a in p])
+    load = ClientLoad(replicated.cluster_file, tmp_path, ROOT)
+    load.wait_ready()
+    time.sleep(0.5)
+    res = load.finish("close")
+    err = load.stderr()
+    assert noise(err) == [], err[-4000:]
+    assert res["errors"] == [] and res["hung"] == 0 and res["batches"] > 0, res
+    assert res["after_close"] and all(e.startswith("SamplingError: ") for e in res["after_close"]), res
+
+
 # ------------------------------------------------------------------------------------------------ fuzz
 FUZZ_CASES = 300
 _OK_CODES = (grpc.StatusCode.INVALID_ARGUMENT, grpc.StatusCode.RESOURCE_EXHAUSTED)
@@ -504,4 +619,5 @@ def test_soak_with_a_replica_killed_and_restarted(replicated):
     assert res.errors == [], res.errors[:3]
     assert res.back_t > res.kill_t > 0  # restarted within the run
     assert res.batches > 100 and res.window(True), "no batch ran during the failover window"
+    assert res.failovers > 0  # the clients counted them
     assert max(res.drift_mib().values()) < 32, res.drift_mib()  # flat: no growth per request

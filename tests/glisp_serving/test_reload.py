@@ -24,6 +24,7 @@ from glisp_core.config import ClientConfig
 from glisp_serving.client.sampling_client import SamplingClient
 from glisp_serving.proto import sampling_pb2 as pb
 from glisp_serving.proto import sampling_pb2_grpc as pb_grpc
+from glisp_testing.client_load import ClientLoad, noise
 from glisp_testing.graphs import write_dataset
 from tests.glisp_serving.conftest import EC_RUN, ROOT, VC_RUN, Cluster
 
@@ -158,6 +159,44 @@ def test_hot_reload_under_load_loses_no_request_and_mixes_no_versions(two_versio
         assert all(_stats(a).dataset == f"{dv1.graph}/v1" for a in addrs)
     finally:
         assert cluster.stop() == 0
+
+
+def test_a_hot_reload_under_load_is_followed_quietly(two_versions, tmp_path):
+    """A client process sampling through ``serve-reload``: every request succeeds, its stderr holds no
+    traceback, and each client says once, at INFO, which version it follows (counted in its metrics)."""
+    dv1, dv2 = two_versions
+    cluster = Cluster(dv1, EC_RUN, tmp_path, ["--threads", "1"])
+    try:
+        load = ClientLoad(cluster.cluster_file, tmp_path, ROOT, threads=4, clients=2)
+        load.wait_ready()
+        r = subprocess.run(
+            [
+                sys.executable,
+                "-m",
+                "glisp_app.cli",
+                "serve-reload",
+                str(dv2.path),
+                "--cluster-file",
+                str(cluster.cluster_file),
+            ],
+            capture_output=True,
+            text=True,
+            timeout=300,
+            env=dict(os.environ, PYTHONPATH=str(ROOT)),
+        )
+        assert r.returncode == 0, r.stdout + r.stderr
+        time.sleep(0.5)
+        res = load.finish("stop")
+    finally:
+        assert cluster.stop() == 0
+    err = load.stderr()
+    assert noise(err) == [], err[-4000:]
+    assert res["errors"] == [] and res["hung"] == 0 and res["batches"] > 0, res
+    assert res["metrics"]["version_changes"] == 2 and res["metrics"]["failed"] == 0, res["metrics"]  # one per client
+    moved = [line for line in err.splitlines() if "the servers moved" in line]
+    assert len(moved) == 2 and all(
+        line.startswith("INFO glisp.client: ") and f"from {dv1.graph}/v1 to {dv2.graph}/v2" in line for line in moved
+    ), err
 
 
 def test_servers_follow_latest(two_versions, tmp_path):
