@@ -46,6 +46,15 @@ def s3_server():
         server.stop()
 
 
+@pytest.fixture(scope="session")
+def new_s3_root(s3_server):
+    """``new_s3_root(name)``: a fresh prefix ``s3://glisp-test/<name>-<uuid>`` (for module-scoped fixtures; tests
+    get the bucket's name only from here, since importing this file again would start a second server's env)."""
+    from glisp_core.storage.uri import parse_uri
+
+    return lambda name: parse_uri(f"s3://{S3_BUCKET}/{name}-{uuid.uuid4().hex[:8]}")
+
+
 @pytest.fixture
 def s3_root(s3_server, request: pytest.FixtureRequest):
     """A fresh prefix of the test bucket, ``s3://glisp-test/<test name>-<uuid>``, as a StoreURI."""

@@ -16,7 +16,6 @@ import signal
 import subprocess
 import sys
 import time
-import uuid
 from pathlib import Path
 
 import numpy as np
@@ -31,7 +30,6 @@ from glisp_core.partition_format import open_partition
 from glisp_core.storage.store import store_for
 from glisp_core.storage.uri import StoreURI, parse_uri
 from glisp_testing.graphs import rmat_edges
-from tests.conftest import S3_BUCKET
 
 pytestmark = pytest.mark.slow
 
@@ -162,8 +160,7 @@ def published(spark, tmp_path_factory, request):
     if request.param == "local":
         root = parse_uri(tmp_path_factory.mktemp("faults") / "root")
     else:
-        request.getfixturevalue("s3_server")
-        root = parse_uri(f"s3://{S3_BUCKET}/faults-{uuid.uuid4().hex[:8]}/root")
+        root = request.getfixturevalue("new_s3_root")("faults") / "root"
     a = _write_edges(root.parent / "in" / "snapshot-a.csv", seed=1)
     b = _write_edges(root.parent / "in" / "snapshot-b.csv", seed=2)
     cfg = with_values(load_config(env={}), "dataset", root=str(root))

@@ -17,7 +17,7 @@ import signal
 import subprocess
 import sys
 import time
-import uuid
+from pathlib import Path
 
 import numpy as np
 import pyarrow as pa
@@ -28,11 +28,10 @@ import pytest
 from glisp_core.dataset.manifest import read_manifest
 from glisp_core.dataset.versions import read_latest
 from glisp_core.storage.store import Store
-from glisp_core.storage.uri import parse_uri
-from tests.conftest import ROOT, S3_BUCKET
 
 pytestmark = pytest.mark.slow
 
+ROOT = Path(__file__).resolve().parent.parent
 STAGES = ("ingest", "partition/adadne-p2", "serialize/adadne-p2", "reorder/adadne-p2/pds", "train/nightly")
 
 
@@ -59,13 +58,13 @@ def _edges(rels: pa.Table, k: int) -> pa.Table:
 
 
 @pytest.fixture(scope="module")
-def s3_refresh(spark, s3_server, tmp_path_factory):
+def s3_refresh(spark, new_s3_root, tmp_path_factory):
     """Two snapshots refreshed on ``s3://glisp-test/pipeline-<uuid>``: (config, [dv1, dv2])."""
     from glisp_app.pipeline import run_pipeline
     from glisp_core.config import EdgeSource, load_config, with_values
     from spark_jobs.generate.builtin import builtin_config
 
-    root = parse_uri(f"s3://{S3_BUCKET}/pipeline-{uuid.uuid4().hex[:8]}")
+    root = new_s3_root("pipeline")
     store = Store(root)
     base = builtin_config("cora")
     rels = pq.read_table(base.edges[0].path, columns=["sourceNodeId", "targetNodeId"])
