@@ -100,8 +100,12 @@ def _file_batches(name: str, schema: pyarrow.Schema) -> Iterator[pyarrow.RecordB
         yield from pf.iter_batches()
 
 
-def write_parquet(df: DataFrame, uri: StoreURI | str, mode: Literal["overwrite", "error"] = "overwrite") -> int:
+def write_parquet(df: DataFrame, uri: StoreURI | str, mode: Literal["overwrite", "error", "into"] = "overwrite") -> int:
     """Write ``df`` as a Parquet directory at ``uri``; the rows written (-1 when the JVM wrote them).
+
+    ``into`` writes the table's files into ``uri`` whatever else it holds and removes nothing: how a stage
+    whose output is the table itself writes its attempt prefix, whose lease object must stay (Spark's
+    ``append`` on the JVM path; ``uri`` must hold no table yet).
 
     The pyarrow path writes one ``part-NNNNN.parquet`` per partition (named by partition, so a retried or
     speculative task replaces its own file) and ``_SUCCESS`` last; an object appears whole when its stream
@@ -110,10 +114,12 @@ def write_parquet(df: DataFrame, uri: StoreURI | str, mode: Literal["overwrite",
     u = parse_uri(uri)
     spark = df.sparkSession
     if jvm_opens(spark, u):
-        df.write.mode("overwrite" if mode == "overwrite" else "errorifexists").parquet(spark_path(u))
+        df.write.mode({"overwrite": "overwrite", "error": "errorifexists", "into": "append"}[mode]).parquet(
+            spark_path(u)
+        )
         return -1
     store = store_for(u)
-    if store.exists(u):
+    if mode != "into" and store.exists(u):
         if mode != "overwrite":
             raise GlispError(f"{u}: already exists")
         store.delete(u)

@@ -3,6 +3,10 @@
 Called inside a Spark task (spark_jobs.serialize.build) with one partition's rows; the driver never
 holds a partition. All work is vectorised: sorts (``np.lexsort``), ``bincount``/``cumsum`` for CSR
 offsets, run-length boundaries for the type index and vertex-type ranges.
+
+The output goes to a local directory or, given a remote :class:`StoreURI`, straight to the store: each
+field's bytes are streamed from the array into its object (hashed on the way), so a task never holds a
+second copy of a partition nor spills one to its disk. Both ways write the same bytes.
 """
 
 from __future__ import annotations
@@ -12,9 +16,10 @@ import json
 import os
 import shutil
 import uuid
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, BinaryIO
 
 import numpy as np
 
@@ -30,6 +35,7 @@ from glisp_core.partition_format.spec import (
     code_dtype,
     index_dtype,
 )
+from glisp_core.storage.uri import StoreURI
 
 
 @dataclass
@@ -43,6 +49,7 @@ class WrittenPartition:
     field_bytes: dict[str, int] = field(default_factory=dict)
     edge_order: np.ndarray | None = None  # edge local id -> row index of the input edge arrays
     vertex_order: np.ndarray | None = None  # local id -> row index of the input vertex arrays
+    meta_sha256: str = ""  # of the meta.json bytes written (which hold every field's hash)
 
     @property
     def total_bytes(self) -> int:
@@ -56,6 +63,7 @@ class WrittenPartition:
             "master": self.num_master,
             "field_bytes": dict(self.field_bytes),
             "total_bytes": self.total_bytes,
+            "meta_sha256": self.meta_sha256,
         }
 
 
@@ -104,7 +112,11 @@ def _partition_bits(n: int, num_parts: int, replica_ptr: np.ndarray, replica_par
     return flat.astype(np.uint8).reshape(n, nb)
 
 
-def _write_array(d: Path, name: str, arr: np.ndarray) -> dict[str, Any]:
+WRITE_BLOCK = 1 << 24  # bytes handed to the output per write (an object store's stream uploads in parts)
+
+
+def _write_array(open_out: Callable[[str], Any], name: str, arr: np.ndarray) -> dict[str, Any]:
+    """Write one field through ``open_out(file name)`` (a binary output), hashing its bytes on the way."""
     spec = FIELD_BY_NAME[name]
     arr = np.ascontiguousarray(arr)
     dt = arr.dtype.newbyteorder("<") if arr.dtype.byteorder == ">" else arr.dtype
@@ -112,11 +124,13 @@ def _write_array(d: Path, name: str, arr: np.ndarray) -> dict[str, Any]:
     if dt.str not in spec.dtypes:
         raise GlispError(f"field {name!r}: dtype {dt.str} is not one of {spec.dtypes} (got {dt.str})")
     h = hashlib.new(CHECKSUM_ALGO)
-    with open(d / spec.file, "wb") as f:
+    with open_out(spec.file) as f:
         if arr.nbytes:
-            buf = arr.reshape(-1).data.cast("B")  # the array's memoryview
-            h.update(buf)
-            f.write(buf)
+            buf = arr.reshape(-1).data.cast("B")  # the array's memoryview: no copy
+            for at in range(0, len(buf), WRITE_BLOCK):
+                block = buf[at : at + WRITE_BLOCK]
+                h.update(block)
+                f.write(block)
     return {
         "file": spec.file,
         "dtype": dt.str,
@@ -127,7 +141,7 @@ def _write_array(d: Path, name: str, arr: np.ndarray) -> dict[str, Any]:
 
 
 def write_partition(
-    out_dir: str | os.PathLike[str],
+    out_dir: str | os.PathLike[str] | StoreURI,
     *,
     part_id: int,
     num_parts: int,
@@ -155,7 +169,8 @@ def write_partition(
     extra: dict[str, Any] | None = None,
     create_parent: bool = True,
 ) -> WrittenPartition:
-    """Write partition ``part_id`` into ``out_dir`` (created; replaced atomically if it exists).
+    """Write partition ``part_id`` into ``out_dir`` (created; replaced atomically if it exists), a local directory
+    or a prefix in a store (each object replaced whole, ``meta.json`` last).
 
     Vertex arrays (``vertex_gids``, degrees, ``replica_ptr``/``replica_parts`` = CSR of each vertex's
     replica set, ``master``, ``vtype``) are row-aligned, in any order. Edge arrays (``src``, ``dst`` as
@@ -214,7 +229,10 @@ def write_partition(
         "edge_id_shift": EDGE_ID_SHIFT,
         "checksum_algo": CHECKSUM_ALGO,
     }
-    fields = _publish(Path(out_dir), part_id, arrays, meta, extra or {}, create_parent)
+    if isinstance(out_dir, StoreURI) and not out_dir.is_local:
+        fields, meta_hash = _publish_to_store(out_dir, arrays, meta, extra or {})
+    else:
+        fields, meta_hash = _publish(Path(out_dir), part_id, arrays, meta, extra or {}, create_parent)
     return WrittenPartition(
         part_id=int(part_id),
         num_vertices=n,
@@ -223,6 +241,7 @@ def write_partition(
         field_bytes={k: v["nbytes"] for k, v in fields.items()},
         edge_order=eorder,
         vertex_order=vorder,
+        meta_sha256=meta_hash,
     )
 
 
@@ -345,6 +364,10 @@ def _master_arrays(
     return int(len(mg))
 
 
+def _meta_bytes(meta: dict[str, Any], fields: dict[str, dict[str, Any]], extra: dict[str, Any]) -> bytes:
+    return json.dumps({**meta, "fields": fields, "extra": extra}, indent=1).encode()
+
+
 def _publish(
     out_dir: Path,
     part_id: int,
@@ -352,9 +375,9 @@ def _publish(
     meta: dict[str, Any],
     extra: dict[str, Any],
     create_parent: bool,
-) -> dict[str, dict[str, Any]]:
+) -> tuple[dict[str, dict[str, Any]], str]:
     """Write the fields and the metadata into a temp sibling, then swap it into place (a retried Spark task
-    replaces its own output); returns the fields' descriptions."""
+    replaces its own output); returns the fields' descriptions and the hash of the meta.json written."""
     if create_parent:
         out_dir.parent.mkdir(parents=True, exist_ok=True)
     elif not out_dir.parent.is_dir():  # a Spark task never recreates a stage's staging directory
@@ -362,12 +385,40 @@ def _publish(
     tmp = out_dir.parent / f".{out_dir.name}.{uuid.uuid4().hex[:8]}"
     tmp.mkdir()
     try:
-        fields = {name: _write_array(tmp, name, arr) for name, arr in arrays.items()}
-        (tmp / META_FILE).write_text(json.dumps({**meta, "fields": fields, "extra": extra}, indent=1))
+
+        def open_out(file: str) -> BinaryIO:
+            return open(tmp / file, "wb")
+
+        fields = {name: _write_array(open_out, name, arr) for name, arr in arrays.items()}
+        raw = _meta_bytes(meta, fields, extra)
+        (tmp / META_FILE).write_bytes(raw)
         if out_dir.exists():
             shutil.rmtree(out_dir)
         os.rename(tmp, out_dir)
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise
-    return fields
+    return fields, hashlib.sha256(raw).hexdigest()
+
+
+def _publish_to_store(
+    out: StoreURI, arrays: dict[str, np.ndarray], meta: dict[str, Any], extra: dict[str, Any]
+) -> tuple[dict[str, dict[str, Any]], str]:
+    """Stream every field into its object, then write ``meta.json``; returns what :func:`_publish` returns.
+
+    An object store has no directory to swap in: each object appears whole when its stream closes, and a
+    retried task rewrites the same names with the same bytes. ``meta.json`` comes last, and the stage checks
+    every partition against the hashes its tasks returned before it publishes (a partial attempt is never
+    named by a record).
+    """
+    from glisp_core.storage.store import store_for
+
+    store = store_for(out)
+
+    def open_out(file: str) -> Any:
+        return store.open_output(out / file)
+
+    fields = {name: _write_array(open_out, name, arr) for name, arr in arrays.items()}
+    raw = _meta_bytes(meta, fields, extra)
+    store.write_bytes(out / META_FILE, raw)
+    return fields, hashlib.sha256(raw).hexdigest()

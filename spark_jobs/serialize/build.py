@@ -1,8 +1,10 @@
 """The per-partition builder that runs inside a Spark task (cogrouped edges + vertices of one partition).
 
 The task turns its Arrow tables into numpy, calls ``glisp_core.partition_format.write_partition`` into
-the stage's temp directory, optionally writes the partition's Parquet copies, and returns one summary
-row. Nothing but that row goes back to the driver.
+the stage's attempt prefix, optionally writes the partition's Parquet copies there, and returns one summary
+row (counts, bytes per field, the hash of the partition's meta.json). Nothing but that row goes back to the
+driver. The task opens the store itself from the prefix's URI (``store_for``), so the attempt may be on a
+local disk, a shared file system or an object store: no path is shared between the driver and a task.
 """
 
 from __future__ import annotations
@@ -10,16 +12,16 @@ from __future__ import annotations
 import json
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
-from pathlib import Path
 from typing import Any
 
 import numpy as np
 import pyarrow as pa
-import pyarrow.parquet as pq
 from numpy.typing import DTypeLike
 
 from glisp_core.errors import GlispError
 from glisp_core.partition_format import write_partition
+from glisp_core.storage.store import store_for
+from glisp_core.storage.uri import parse_uri
 
 SUMMARY_SCHEMA = "part int, summary string"
 
@@ -28,7 +30,7 @@ SUMMARY_SCHEMA = "part int, summary string"
 class BuildContext:
     """What every task needs besides its rows (small, pickled into the task closure)."""
 
-    out_dir: str
+    out_dir: str  # the stage's attempt prefix, a fully qualified URI (file:///..., s3://...)
     num_parts: int
     edge_types: list[str]
     vertex_types: list[str]
@@ -49,10 +51,11 @@ def _col(t: pa.Table, name: str, dtype: DTypeLike) -> np.ndarray:
 def build_partition(ctx: BuildContext, part: int, edges: pa.Table, verts: pa.Table) -> dict[str, Any]:
     """Build and write partition ``part``; returns its summary (sizes, counts).
 
-    The stage's staging directory ``ctx.out_dir`` must exist: a task never recreates it, so a stage
-    whose staging was removed under it fails instead of publishing a partial output.
+    On a local disk the stage's attempt directory ``ctx.out_dir`` must exist: a task never recreates it, so
+    a stage whose attempt was removed under it fails instead of publishing a partial output (on an object
+    store, which has no directories, the stage's commit finds the attempt's lease gone instead).
     """
-    out = Path(ctx.out_dir)
+    out = parse_uri(ctx.out_dir)
     parts_col = verts.column("parts").combine_chunks() if verts.num_rows else pa.array([], pa.list_(pa.int32()))
     lengths = parts_col.value_lengths().to_numpy(zero_copy_only=False) if verts.num_rows else np.zeros(0, np.int64)
     rptr = np.zeros(verts.num_rows + 1, np.int64)
@@ -111,14 +114,12 @@ def build_partition(ctx: BuildContext, part: int, edges: pa.Table, verts: pa.Tab
         et = edges.select(ecols).take(pa.array(wp.edge_order))
         et = et.append_column("part", pa.array(np.full(et.num_rows, part, np.int32)))
         et = et.append_column("leid", pa.array(np.arange(et.num_rows, dtype=np.int64)))
-        (out / "parquet").mkdir(exist_ok=True)
-        (out / "parquet" / "edges").mkdir(exist_ok=True)
-        pq.write_table(et, out / "parquet" / "edges" / f"part-{part:05d}.parquet")
+        store = store_for(out)
+        store.write_table(et, out / "parquet" / "edges" / f"part-{part:05d}.parquet")
         vt = verts.select(["vid", "master", "parts"]).take(pa.array(wp.vertex_order))
         vt = vt.append_column("lid", pa.array(np.arange(vt.num_rows, dtype=np.int64)))
         vt = vt.append_column("part", pa.array(np.full(vt.num_rows, part, np.int32)))
-        (out / "parquet" / "vertices").mkdir(exist_ok=True)
-        pq.write_table(vt, out / "parquet" / "vertices" / f"part-{part:05d}.parquet")
+        store.write_table(vt, out / "parquet" / "vertices" / f"part-{part:05d}.parquet")
     return wp.summary()
 
 

@@ -28,7 +28,8 @@ def main(args: argparse.Namespace, cfg: Config) -> int:
         parquet_copy=False if args.no_parquet else None,
     )
     dv = resolve_dataset(args.dataset, cfg.dataset.root)
-    spark = get_spark(cfg.spark, checkpoint_dir=str(dv.root / "_checkpoints"))
+    # no checkpoint directory: the stage checkpoints nothing reliably, and the JVM cannot open one under s3://
+    spark = get_spark(cfg.spark)
     rec = run_serialize(spark, cfg, dv, force=args.force)
     m = rec.metrics
     print(f"{rec.name}: {rec.counts.get('parts')} partitions at {dv.path / rec.path}")

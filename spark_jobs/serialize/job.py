@@ -2,16 +2,18 @@
 
 Spark computes what needs the whole graph (global degrees, replica sets, masters), routes each edge
 and each vertex replica to its partition, and one cogroup task per partition builds and writes that
-partition's files into the stage's temp directory (spark_jobs.serialize.build). The driver only
-collects one summary row per partition, then publishes the stage with its footprint in the manifest.
-The output directory must be on a file system that the executors and the driver share.
+partition's files into the stage's attempt prefix in the store (spark_jobs.serialize.build). The driver
+only collects one summary row per partition (with the hash of the partition's meta.json), checks what the
+store holds against those rows, then publishes the stage with its footprint in the manifest. The attempt
+may be on any store the tasks can open (a local or shared disk, HDFS, S3): the driver and the tasks share
+no path, only its URI.
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
 import time
-from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from glisp_core.config import Config
@@ -34,9 +36,11 @@ from glisp_core.dataset.layout import (
 )
 from glisp_core.dataset.manifest import Manifest, StageRecord, read_manifest
 from glisp_core.dataset.publish import StagePublisher
-from glisp_core.errors import BadInputError, GlispError, StageError
-from glisp_core.partition_format import FIELD_BY_NAME, FORMAT_VERSION
-from glisp_core.storage.uri import qualify
+from glisp_core.errors import BadInputError, StageError
+from glisp_core.partition_format import FIELD_BY_NAME, FORMAT_VERSION, META_FILE
+from glisp_core.storage.store import Store
+from glisp_core.storage.uri import StoreURI
+from glisp_spark.tables import read_parquet
 from spark_jobs.serialize.build import SUMMARY_SCHEMA, BuildContext, build_partition, empty_inputs, make_task
 from spark_jobs.serialize.master import compute_masters
 
@@ -73,8 +77,8 @@ def _check_assignment(
     """
     from pyspark.sql import functions as F
 
-    edges = spark.read.parquet(qualify(dv.edges))
-    assign = spark.read.parquet(qualify(dv.assignment(run))).select(EID, F.col(PART).cast("int").alias(PART))
+    edges = read_parquet(spark, dv.edges)
+    assign = read_parquet(spark, dv.assignment(run)).select(EID, F.col(PART).cast("int").alias(PART))
     if subset:
         edges = edges.join(assign.select(EID), EID, "left_semi")
     joined = edges.join(assign, EID, "left")
@@ -114,32 +118,53 @@ def _check_assignment(
 
 
 def check_written(
-    out: Path, run: str, summaries: list[dict[str, Any]], num_edges: int, parquet: bool, expected: str = "ingest has"
+    store: Store,
+    out: StoreURI,
+    run: str,
+    summaries: list[dict[str, Any]],
+    num_edges: int,
+    parquet: bool,
+    expected: str = "ingest has",
 ) -> None:
-    """What is on disk, not what the tasks reported, must be complete before the stage is published.
+    """What the store holds, not what the tasks reported, must be complete before the stage is published.
 
-    Opens every partition (sizes and format version checked, no hashing) and compares its edge and
-    vertex counts with its task's summary and the edge total with ``expected`` (ingest's, or the
-    partition run's for an edge subset).
+    One listing of the attempt, and every partition's meta.json read back (small): it must be the one its
+    task wrote (the hash the task returned), every field object must have the size it records, and its edge
+    and vertex counts must match the task's summary; the edge total must match ``expected`` (ingest's, or the
+    partition run's for an edge subset). No field is read here: the content hashes in meta.json are what a
+    server checks its copy against.
     """
-    from glisp_core.partition_format import open_partition
-
+    sizes = dict(store.files(out))
     on_disk = 0
     for k, s in enumerate(summaries):
+        name = f"part-{k:05d}"
         try:
-            r = open_partition(out / f"part-{k:05d}", verify=False)
-        except GlispError as e:
-            raise StageError(f"serialize/{run}: partition {k} is not complete on disk ({e})") from None
-        if (r.num_edges, r.num_vertices) != (s["edges"], s["vertices"]):
+            raw = store.read_bytes(out / name / META_FILE)
+        except FileNotFoundError:
             raise StageError(
-                f"serialize/{run}: partition {k} holds {r.num_edges:,} edges and {r.num_vertices:,} vertices on "
-                f"disk, its task reported {s['edges']:,} and {s['vertices']:,}"
+                f"serialize/{run}: partition {k} is not complete in the store (no {name}/{META_FILE})"
+            ) from None
+        if hashlib.sha256(raw).hexdigest() != s["meta_sha256"]:
+            raise StageError(f"serialize/{run}: {out / name / META_FILE} is not the one partition {k}'s task wrote")
+        meta = json.loads(raw)
+        for field, fm in meta["fields"].items():
+            rel = f"{name}/{fm['file']}"
+            if sizes.get(rel) != fm["nbytes"]:
+                got = "missing" if rel not in sizes else f"{sizes[rel]:,} bytes"
+                raise StageError(
+                    f"serialize/{run}: partition {k} is not complete in the store: {out / rel} ({field}) is {got}, "
+                    f"its meta.json says {fm['nbytes']:,} bytes"
+                )
+        if (meta["num_edges"], meta["num_vertices"]) != (s["edges"], s["vertices"]):
+            raise StageError(
+                f"serialize/{run}: partition {k} holds {meta['num_edges']:,} edges and {meta['num_vertices']:,} "
+                f"vertices in the store, its task reported {s['edges']:,} and {s['vertices']:,}"
             )
-        on_disk += r.num_edges
-        if parquet and s["edges"] and not (out / "parquet" / "edges" / f"part-{k:05d}.parquet").is_file():
+        on_disk += int(meta["num_edges"])
+        if parquet and s["edges"] and f"parquet/edges/{name}.parquet" not in sizes:
             raise StageError(f"serialize/{run}: the Parquet copy of partition {k} is missing")
     if on_disk != num_edges:
-        raise StageError(f"serialize/{run}: partitions hold {on_disk:,} edges on disk, {expected} {num_edges:,}")
+        raise StageError(f"serialize/{run}: partitions hold {on_disk:,} edges in the store, {expected} {num_edges:,}")
 
 
 def footprint(summaries: list[dict[str, Any]], num_edges: int) -> dict[str, Any]:
@@ -196,7 +221,7 @@ def run_serialize(
     with pub:
         edges, joined = _check_assignment(spark, dv, run, num_parts, num_edges, subset)
         timings["check_s"] = round(time.perf_counter() - t0, 3)
-        vertices = spark.read.parquet(qualify(dv.vertices))
+        vertices = read_parquet(spark, dv.vertices)
         flags = vertices.agg(F.count(LABEL).alias("labels"), F.max(SPLIT).alias("split")).collect()[0]
         has_labels = int(schema.get("num_classes", 0) or 0) > 0 or bool(flags["labels"])
         has_split = flags["split"] is not None and int(flags["split"]) >= 0
@@ -212,7 +237,7 @@ def run_serialize(
             + ([TS] if schema.get("timestamped") else [])
         )
         ctx = BuildContext(
-            out_dir=str(pub.tmp.local),
+            out_dir=pub.tmp.qualified,
             num_parts=num_parts,
             edge_types=list(schema.get("edge_types") or ["e0"]),
             vertex_types=list(schema.get("vertex_types") or ["v0"]),
@@ -235,7 +260,13 @@ def run_serialize(
         timings["build_s"] = round(time.perf_counter() - t, 3)
         masters.df.unpersist()
         check_written(
-            pub.tmp.local, run, summ, num_edges, sc.parquet_copy, f"partition/{run} assigns" if subset else "ingest has"
+            dv.store,
+            pub.tmp,
+            run,
+            summ,
+            num_edges,
+            sc.parquet_copy,
+            f"partition/{run} assigns" if subset else "ingest has",
         )
         counts, metrics = _counts_and_metrics(summ, num_edges, masters.isolated)
         timings["total_s"] = round(time.perf_counter() - t0, 3)
@@ -260,7 +291,7 @@ def _vertex_rows(
     vrows = vinfo.select(VID, "out_deg", "in_deg", PARTS, MASTER, VTYPE, F.explode(PARTS).alias(PART))
     mrows = masters.select(VID, F.col(MASTER).alias(PART)).join(vertices.select(VID, LABEL, SPLIT), VID)
     if fdim:
-        mrows = mrows.join(spark.read.parquet(qualify(dv.features)).select(VID, FEAT), VID, "left")
+        mrows = mrows.join(read_parquet(spark, dv.features).select(VID, FEAT), VID, "left")
     else:
         mrows = mrows.withColumn(FEAT, F.lit(None).cast("array<float>"))
     return vrows.join(mrows, [VID, PART], "left")

@@ -25,7 +25,7 @@ from typing import TYPE_CHECKING
 
 from glisp_core.dataset.layout import MASTER, PARTS, VID, DatasetVersion
 from glisp_core.errors import BadInputError, ConfigError
-from glisp_core.storage.uri import qualify
+from glisp_spark.tables import read_parquet
 
 if TYPE_CHECKING:
     from pyspark.sql import Column, DataFrame, SparkSession
@@ -69,8 +69,8 @@ def compute_masters(spark: SparkSession, dv: DatasetVersion, run: str, num_parts
 
     if rule not in ("least_loaded", "hash"):
         raise ConfigError("serialize.master_rule", "master_rule", f"expected 'least_loaded' or 'hash' (got {rule!r})")
-    verts = spark.read.parquet(qualify(dv.vertices)).select(VID)
-    reps = spark.read.parquet(qualify(dv.replicas(run))).select(VID, PARTS)
+    verts = read_parquet(spark, dv.vertices).select(VID)
+    reps = read_parquet(spark, dv.replicas(run)).select(VID, PARTS)
     j = verts.withColumn("_v", F.lit(True)).join(reps.withColumn("_r", F.lit(True)), VID, "full_outer")
     bad_vid = F.col("_v").isNull()
     bad_parts = F.col("_r").isNotNull() & ((F.size(PARTS) == 0) | F.exists(PARTS, lambda p: (p < 0) | (p >= num_parts)))

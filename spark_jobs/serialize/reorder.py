@@ -25,7 +25,7 @@ from glisp_core.dataset.layout import DST, MASTER, PART, POS, SRC, VID, DatasetV
 from glisp_core.dataset.manifest import StageRecord, read_manifest
 from glisp_core.dataset.publish import StagePublisher
 from glisp_core.errors import ConfigError
-from glisp_core.storage.uri import qualify
+from glisp_spark.tables import read_parquet, write_parquet
 from spark_jobs.serialize.job import resolve_run
 from spark_jobs.serialize.master import compute_masters
 
@@ -58,7 +58,12 @@ def order_keys(order: str) -> list[Column]:
 
 
 def dense_positions(df: DataFrame, keys: list[Column]) -> DataFrame:
-    """``df`` sorted by ``keys`` with a dense 0..n-1 ``pos`` column, without a single-partition window."""
+    """``df`` sorted by ``keys`` with a dense 0..n-1 ``pos`` column, without a single-partition window.
+
+    The sorted rows are checkpointed into the executors' block stores (``localCheckpoint``: Spark's own,
+    no directory, so it works on any dataset root) to fix the sort's partitioning between the job that
+    counts rows per partition and the one that numbers them.
+    """
     from pyspark.sql import functions as F
 
     s = df.orderBy(*keys).withColumn("_pid", F.spark_partition_id()).withColumn("_mid", F.monotonically_increasing_id())
@@ -108,7 +113,7 @@ def run_reorders(
     if not todo:
         return [_published(pubs[o]) for o in orders]
     masters = compute_masters(spark, dv, run, num_parts, cfg.serialize.master_rule)
-    edges = spark.read.parquet(qualify(dv.edges))
+    edges = read_parquet(spark, dv.edges)
     deg = (
         edges.select(F.col(SRC).alias(VID))
         .unionAll(edges.select(F.col(DST).alias(VID)))
@@ -141,11 +146,8 @@ def run_reorders(
             else:
                 ranked = dense_positions(ranked, keys)
             out = ranked.select(VID, PART, POS, F.col("part_pos").cast("long").alias("part_pos"), "degree")
-            tmp = pub.tmp.local
-            out.sortWithinPartitions(POS).write.parquet(qualify(tmp / "_data"))
-            for f in (tmp / "_data").iterdir():  # the stage directory itself is the Parquet table
-                f.rename(tmp / f.name)
-            (tmp / "_data").rmdir()
+            # the attempt prefix itself is the Parquet table: its files go in beside the attempt's lease
+            write_parquet(out.sortWithinPartitions(POS), pub.tmp, mode="into")
             counts = {
                 "vertices": sum(masters.per_part),
                 "vertices_per_part": masters.per_part,

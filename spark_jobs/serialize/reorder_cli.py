@@ -25,7 +25,8 @@ def main(args: argparse.Namespace, cfg: Config) -> int:
     cfg = with_values(cfg, "reorder", order=orders[0])
     cfg = with_values(cfg, "serialize", partition=args.partition)
     dv = resolve_dataset(args.dataset, cfg.dataset.root)
-    spark = get_spark(cfg.spark, checkpoint_dir=str(dv.root / "_checkpoints"))
+    # no checkpoint directory: the stage checkpoints nothing reliably, and the JVM cannot open one under s3://
+    spark = get_spark(cfg.spark)
     for rec in run_reorders(spark, cfg, dv, orders, force=args.force):
         print(
             f"{rec.name}: {rec.counts.get('vertices'):,} vertices at {dv.path / rec.path}; per partition "
