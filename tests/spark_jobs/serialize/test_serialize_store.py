@@ -16,14 +16,13 @@ from pathlib import Path
 import numpy as np
 import pyarrow.fs as pafs
 import pytest
-from conftest import S3_BUCKET  # tests/conftest.py, loaded by pytest as 'conftest'
 
 from glisp_core.config import ServeConfig, load_config
 from glisp_core.dataset.layout import DatasetVersion
 from glisp_core.dataset.manifest import read_manifest
 from glisp_core.errors import GlispError, StageError
 from glisp_core.partition_format import open_partition
-from glisp_core.storage.uri import StoreURI, parse_uri
+from glisp_core.storage.uri import StoreURI
 from glisp_serving.server.partition_cache import local_partition
 from glisp_spark.tables import read_arrow_table
 from glisp_testing.graphs import write_dataset
@@ -69,11 +68,11 @@ def _run_both(spark, cfg, dv: DatasetVersion, run: str) -> dict[str, object]:
 
 
 @pytest.fixture(scope="module")
-def both(tmp_path_factory, spark, s3_server):
+def both(tmp_path_factory, spark, new_s3_root):
     """(local version, its S3 copy, run, local records, S3 records): each stage run once on each root."""
     cfg = load_config(env={})
     local, run = _inputs(tmp_path_factory.mktemp("ser-store"))
-    remote = copy_version(local, parse_uri(f"s3://{S3_BUCKET}/ser-store-{uuid.uuid4().hex[:8]}"))
+    remote = copy_version(local, new_s3_root("ser-store"))
     return local, remote, run, _run_both(spark, cfg, local, run), _run_both(spark, cfg, remote, run)
 
 
