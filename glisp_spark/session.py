@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING
 from glisp_core.config import SparkConfig
 from glisp_core.errors import GlispError
 from glisp_core.storage.uri import is_local, parse_uri, qualify
+from glisp_spark.tables import jvm_opens
 
 if TYPE_CHECKING:
     from pyspark import SparkConf
@@ -128,7 +129,14 @@ def _ship_code(spark: SparkSession, master: str) -> None:
 
 
 def _set_checkpoint(spark: SparkSession, conf: SparkConfig, checkpoint_dir: str | None) -> None:
+    """Spark's checkpoint directory, where its JVM can open it.
+
+    Skipped for a URI the JVM cannot open (``s3://`` without a connector: Spark would fail creating it):
+    no stage checkpoints to it (``localCheckpoint`` needs no directory), so there is nothing to lose.
+    """
     d = conf.checkpoint_dir or checkpoint_dir
+    if d and not jvm_opens(spark, d):
+        return
     if d and not spark.sparkContext.getCheckpointDir():
         if is_local(d):
             Path(parse_uri(d).path).mkdir(parents=True, exist_ok=True)

@@ -12,12 +12,12 @@ import sys
 from abc import ABC, abstractmethod
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from glisp_core.config import PartitionConfig
+from glisp_core.storage.uri import StoreURI
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
@@ -25,14 +25,15 @@ if TYPE_CHECKING:
 
 @dataclass
 class PartitionContext:
-    """What a partitioner gets: the edges (eid, src, dst), the graph's size and a scratch directory."""
+    """What a partitioner gets: the edges (eid, src, dst), the graph's size and a scratch prefix in the store."""
 
     spark: SparkSession
     edges: DataFrame  # eid long, src long, dst long
     num_vertices: int
     num_edges: int
     cfg: PartitionConfig
-    staging: Path  # scratch space inside the stage's temporary directory (removed before publishing)
+    staging: StoreURI  # scratch prefix in the attempt, read and written through the store (removed before publishing)
+    source: StoreURI  # the ingested edge table ``edges`` reads: a partitioner holding the graph reads it directly
     log: Callable[[str], None] = field(default=lambda s: print(s, file=sys.stderr, flush=True))
 
     @property

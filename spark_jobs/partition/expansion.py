@@ -34,23 +34,21 @@ import time
 from abc import abstractmethod
 from collections.abc import Callable
 from dataclasses import dataclass
-from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import numpy as np
 import pyarrow as pa
-import pyarrow.parquet as pq
 
 from glisp_core.errors import BadInputError
-from glisp_core.storage.uri import qualify
+from glisp_core.storage.store import store_for
+from glisp_core.storage.uri import StoreURI
+from glisp_spark.tables import read_parquet
 from spark_jobs.partition import kernels
 from spark_jobs.partition.base import PartitionContext, Partitioner, PartitionResult
 from spark_jobs.partition.metrics import quality
 from spark_jobs.partition.rounds import ALLOC_PA, FileRounds
+from spark_jobs.partition.staging import parquet_names, read_columns
 from spark_jobs.partition.state import ExpansionState
-
-if TYPE_CHECKING:
-    from pyspark.sql import DataFrame
 
 FINISH = -2  # plan()'s leftover_to: place the remainder with the finishing pass and end the expansion
 # what ExpansionPartitioner.plan returns: (active, lam, cap, seed_budget, leftover_to)
@@ -389,12 +387,11 @@ class ExpansionPartitioner(Partitioner):
     def partition(self, ctx: PartitionContext) -> PartitionResult:
         t_start = time.perf_counter()
         alloc_dir = ctx.staging / "alloc"
-        alloc_dir.mkdir(parents=True, exist_ok=True)
         held = ctx.num_edges <= ctx.cfg.local_finish_edges
         st, stats, timings, files = (self._partition_held if held else self._partition_files)(ctx, alloc_dir)
-        if not any(alloc_dir.glob("*.parquet")):
-            pq.write_table(ALLOC_PA.empty_table(), str(alloc_dir / "empty.parquet"))
-        alloc = ctx.spark.read.parquet(qualify(alloc_dir))
+        if not parquet_names(alloc_dir):
+            store_for(alloc_dir).write_table(ALLOC_PA.empty_table(), alloc_dir / "empty.parquet")
+        alloc = read_parquet(ctx.spark, alloc_dir)
         timings.update(
             starts_s=round(stats.get("starts_s", 0.0), 3),
             refine_s=round(stats.get("refine_s", 0.0), 3),
@@ -418,18 +415,18 @@ class ExpansionPartitioner(Partitioner):
         )
 
     def _partition_held(
-        self, ctx: PartitionContext, alloc_dir: Path
+        self, ctx: PartitionContext, alloc_dir: StoreURI
     ) -> tuple[ExpansionState, dict[str, Any], dict[str, float], FileRounds | None]:
         """A graph of at most ``local_finish_edges`` rows: fetched once, expanded and refined in the driver."""
         t = time.perf_counter()
-        held = _fetch(ctx.edges)
+        held = read_columns(ctx.source, ("eid", "src", "dst"))  # no Spark job: straight from the store
         timings = {"fetch_s": round(time.perf_counter() - t, 3)}
         st, local, stats = self.expand_held(held, local_degrees(held, ctx.num_vertices), ctx.log, ctx.cfg.progress)
         _write_local(local, alloc_dir)
         return st, stats, timings, None
 
     def _partition_files(
-        self, ctx: PartitionContext, alloc_dir: Path
+        self, ctx: PartitionContext, alloc_dir: StoreURI
     ) -> tuple[ExpansionState, dict[str, Any], dict[str, float], FileRounds | None]:
         """A bigger graph: rounds as Spark jobs over the row files until the remainder fits the driver,
         refinement over the allocation files."""
@@ -561,18 +558,12 @@ class ExpansionPartitioner(Partitioner):
         return out, st.rounds
 
 
-def _write_local(local: LocalRows, alloc_dir: Path) -> None:
-    """The rows the driver allocated, as one file of the allocation."""
+def _write_local(local: LocalRows, alloc_dir: StoreURI) -> None:
+    """The rows the driver allocated, as one file of the allocation (in the store: Spark's tasks read it)."""
     a = local.allocated()
-    pq.write_table(
-        pa.table([a["eid"], a["src"], a["dst"], a["part"]], schema=ALLOC_PA), str(alloc_dir / "local.parquet")
+    store_for(alloc_dir).write_table(
+        pa.table([a["eid"], a["src"], a["dst"], a["part"]], schema=ALLOC_PA), alloc_dir / "local.parquet"
     )
-
-
-def _fetch(df: DataFrame) -> dict[str, np.ndarray]:
-    """Fetch a small edge set (at most partition.local_finish_edges rows) to the driver."""
-    t = df.select("eid", "src", "dst").toArrow()
-    return {c: t.column(c).to_numpy().astype(np.int64) for c in ("eid", "src", "dst")}
 
 
 def local_degrees(e: dict[str, np.ndarray], n: int, source: str = "ingest/edges") -> np.ndarray:

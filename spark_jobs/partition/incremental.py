@@ -36,7 +36,6 @@ import math
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -51,7 +50,8 @@ from glisp_core.dataset.layout import DatasetVersion, list_versions
 from glisp_core.dataset.manifest import StageRecord, read_manifest
 from glisp_core.dataset.versions import read_latest
 from glisp_core.storage.store import store_for
-from glisp_core.storage.uri import StoreURI, qualify
+from glisp_core.storage.uri import StoreURI
+from glisp_spark.tables import read_parquet, write_parquet
 from glisp_spark.worker_heap import freeze_worker_heap
 from spark_jobs.partition import incremental_match
 from spark_jobs.partition.base import PartitionContext
@@ -59,6 +59,7 @@ from spark_jobs.partition.degrees import degree_array
 from spark_jobs.partition.expansion import local_degrees
 from spark_jobs.partition.metrics import write_outputs, write_outputs_local
 from spark_jobs.partition.rounds import ALLOC_PA
+from spark_jobs.partition.staging import read_columns, stream_batches
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
@@ -119,7 +120,7 @@ def incremental_params(cfg: Config, base: DatasetVersion, base_rec: StageRecord)
 
 def _id_frame(dv: DatasetVersion, as_str: bool) -> pd.DataFrame:
     schema = read_manifest(dv).schema
-    t = pq.read_table(dv.idmap, columns=["vid", "orig_id", "vtype"]).to_pandas()
+    t = store_for(dv.idmap).read_table(dv.idmap, columns=["vid", "orig_id", "vtype"]).to_pandas()
     names = np.asarray(schema.get("vertex_types") or ["v0"], dtype=object)
     return pd.DataFrame(
         {
@@ -155,8 +156,8 @@ def _base_rows_in_new_ids(
     """The base's edge rows (eid, src, dst, etype in the new version's ids, part); rows that lost an
     endpoint or their edge type are dropped (they are removed edges)."""
     bc = spark.sparkContext.broadcast((vmap, emap))
-    rows = spark.read.parquet(qualify(base.edges)).select("eid", "src", "dst", "etype")
-    rows = rows.join(spark.read.parquet(qualify(base.assignment(run))).select("eid", "part"), "eid")
+    rows = read_parquet(spark, base.edges).select("eid", "src", "dst", "etype")
+    rows = rows.join(read_parquet(spark, base.assignment(run)).select("eid", "part"), "eid")
 
     def remap(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         freeze_worker_heap()
@@ -219,7 +220,7 @@ def match_spark(
     """New edge rows (eid, src, dst, part, how, rows, k) as :func:`incremental_match.match` decides them:
     base and new rows are hashed to tasks by unordered pair, each task runs the match over its pairs."""
     old = _base_rows_in_new_ids(ctx.spark, base, run, vmap, emap).withColumn("side", F.lit(0))
-    cur = ctx.spark.read.parquet(qualify(new.edges)).select(
+    cur = read_parquet(ctx.spark, new.edges).select(
         "eid", "src", "dst", F.col("etype").cast("int"), F.lit(-1).alias("part"), F.lit(1).alias("side")
     )
     tasks = max(1, math.ceil(rows_total / ctx.cfg.incremental_batch_edges))
@@ -239,13 +240,13 @@ def match_local(
     base: DatasetVersion, run: str, new: DatasetVersion, vmap: np.ndarray, emap: np.ndarray, seed: int
 ) -> dict[str, np.ndarray]:
     """The same match in this process over all rows (both sides at most ``incremental_local_edges``)."""
-    b = _read(base.edges, ("eid", "src", "dst", "etype"))
-    a = _read(base.assignment(run), ("eid", "part"))
+    b = read_columns(base.edges, ("eid", "src", "dst", "etype"))
+    a = read_columns(base.assignment(run), ("eid", "part"))
     bpart = np.full(int(b["eid"].max(initial=-1)) + 1, -1, np.int32)
     bpart[a["eid"]] = a["part"]
     s, d, t = vmap[b["src"]], vmap[b["dst"]], emap[b["etype"]]
     keep = (s >= 0) & (d >= 0) & (t >= 0)
-    e = _read(new.edges, ("eid", "src", "dst", "etype"))
+    e = read_columns(new.edges, ("eid", "src", "dst", "etype"))
     nb, m = int(keep.sum()), len(e["eid"])
     side = np.concatenate([np.zeros(nb, np.int8), np.ones(m, np.int8)])
     part = np.concatenate([bpart[b["eid"][keep]], np.full(m, -1, np.int32)])
@@ -260,11 +261,6 @@ def match_local(
     )
     idx = r.pop("pos") - nb  # new rows come after the base rows: 0..m-1 in order
     return {"eid": e["eid"][idx], "src": e["src"][idx], "dst": e["dst"][idx], **r}
-
-
-def _read(path: StoreURI, cols: tuple[str, ...]) -> dict[str, np.ndarray]:
-    t = store_for(path).read_table(path, columns=list(cols))
-    return {c: t.column(c).to_numpy().astype(np.int64) for c in cols}
 
 
 # ---- placing added edges -------------------------------------------------------------------------
@@ -401,18 +397,17 @@ def _stream_added(
     returns (their allocation, rows without room)."""
     lo, hi = F.least("src", "dst"), F.greatest("src", "dst")
     stream_dir, out_dir = ctx.staging / "inc_stream", ctx.staging / "inc_placed"
-    fresh.orderBy("k", lo, hi, "eid").select("eid", "src", "dst", "rows").write.parquet(qualify(stream_dir))
-    out_dir.mkdir(parents=True)
+    write_parquet(fresh.orderBy("k", lo, hi, "eid").select("eid", "src", "dst", "rows"), stream_dir)
     last = np.array([-1, -1, -1], np.int64)
     unplaced = 0
-    with pq.ParquetWriter(str(out_dir / "part-00000.parquet"), ALLOC_PA) as w:
-        for f in sorted(stream_dir.glob("part-*.parquet")):
-            for b in pq.ParquetFile(f).iter_batches(batch_size=ctx.cfg.incremental_batch_edges):
-                eid, src, dst, rows = (b.column(i).to_numpy() for i in range(4))
-                part = place_capped(src, dst, rows, deg, st.bits, st.sizes, cap, ctx.cfg.incremental_lam, last)
-                unplaced += int((part < 0).sum())
-                w.write_batch(pa.record_batch([eid, src, dst, part], schema=ALLOC_PA))
-    return ctx.spark.read.parquet(qualify(out_dir)), unplaced
+    out = out_dir / "part-00000.parquet"
+    with store_for(out).open_output(out) as sink, pq.ParquetWriter(sink, ALLOC_PA) as w:
+        for b in stream_batches(stream_dir, ctx.cfg.incremental_batch_edges):
+            eid, src, dst, rows = (b.column(i).to_numpy() for i in range(4))
+            part = place_capped(src, dst, rows, deg, st.bits, st.sizes, cap, ctx.cfg.incremental_lam, last)
+            unplaced += int((part < 0).sum())
+            w.write_batch(pa.record_batch([eid, src, dst, part], schema=ALLOC_PA))
+    return read_parquet(ctx.spark, out_dir), unplaced
 
 
 def _refresh_local(
@@ -450,9 +445,9 @@ def _refresh_spark(
     """Match in Spark tasks (one job), then stream the fresh rows through the driver's placement."""
     t = time.perf_counter()
     matched_dir = ctx.staging / "inc_matched"
-    match_spark(ctx, base, run, new, vmap, emap, rows_total).write.parquet(qualify(matched_dir))
+    write_parquet(match_spark(ctx, base, run, new, vmap, emap, rows_total), matched_dir)
     clock["match"] = time.perf_counter() - t
-    matched = ctx.spark.read.parquet(qualify(matched_dir))
+    matched = read_parquet(ctx.spark, matched_dir)
     st = _done_spark(matched, ctx.num_vertices, ctx.parts)
     deg = degree_array(ctx.edges, ctx.num_vertices)
     clock["state"] = time.perf_counter() - t - clock["match"]
@@ -462,9 +457,10 @@ def _refresh_spark(
 
 
 def refresh(
-    ctx: PartitionContext, new: DatasetVersion, base: DatasetVersion, base_rec: StageRecord, run: str, out: Path
+    ctx: PartitionContext, new: DatasetVersion, base: DatasetVersion, base_rec: StageRecord, run: str, out: StoreURI
 ) -> Refresh:
-    """Partition ``new`` from ``base``'s ``partition/<run>``; writes assignment/ and replicas/ under ``out``.
+    """Partition ``new`` from ``base``'s ``partition/<run>``; writes assignment/ and replicas/ under ``out``
+    (the attempt prefix, in any store).
 
     In this process when the base and the new edge set each have at most ``partition.incremental_local_edges``
     rows (the driver then holds both sets: about 130 bytes per row of both at the peak, 1.3 GB at 5M

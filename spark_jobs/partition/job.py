@@ -6,8 +6,6 @@ published with the same parameters and ingest, unless forced.
 
 from __future__ import annotations
 
-import shutil
-from pathlib import Path
 from typing import TYPE_CHECKING
 
 from glisp_core.config import Config
@@ -15,8 +13,9 @@ from glisp_core.dataset.layout import DatasetVersion, check_name
 from glisp_core.dataset.manifest import StageRecord, read_manifest
 from glisp_core.dataset.publish import StagePublisher
 from glisp_core.dataset.versions import VersionLease
-from glisp_core.storage.uri import qualify
+from glisp_core.storage.uri import StoreURI
 from glisp_spark.phases import Phases
+from glisp_spark.tables import read_parquet
 from spark_jobs.partition import incremental
 from spark_jobs.partition.base import PartitionContext
 from spark_jobs.partition.metrics import write_outputs
@@ -58,14 +57,16 @@ def run_partition(spark: SparkSession, cfg: Config, dv: DatasetVersion, force: b
     n, m = int(schema["num_vertices"]), int(schema["num_edges"])
     clock = Phases(spark, "partition")
     with pub:
-        edges = spark.read.parquet(qualify(dv.edges)).select("eid", "src", "dst")
-        staging = pub.tmp.local / "_staging"
-        ctx = PartitionContext(spark=spark, edges=edges, num_vertices=n, num_edges=m, cfg=pcfg, staging=staging)
+        edges = read_parquet(spark, dv.edges).select("eid", "src", "dst")
+        staging = pub.tmp / "_staging"  # tasks and the driver hand files over here, in the store
+        ctx = PartitionContext(
+            spark=spark, edges=edges, num_vertices=n, num_edges=m, cfg=pcfg, staging=staging, source=dv.edges
+        )
         if not pcfg.progress:
             ctx.log = lambda s: None
         inc = None
         if pcfg.incremental:
-            inc = _try_refresh(ctx, dv, base, run, pub.tmp.local, clock)
+            inc = _try_refresh(ctx, dv, base, run, pub.tmp, clock)
         if inc is not None and not inc.fallback:
             counts, metrics, result = inc.counts, inc.metrics, None
         else:
@@ -73,9 +74,9 @@ def run_partition(spark: SparkSession, cfg: Config, dv: DatasetVersion, force: b
                 result = algo.partition(ctx)
             with clock("write"):
                 counts, metrics = write_outputs(
-                    spark, result.alloc, pub.tmp.local, pcfg.parts, m, result.replica_bits, result.edges_per_part
+                    spark, result.alloc, pub.tmp, pcfg.parts, m, result.replica_bits, result.edges_per_part
                 )
-        shutil.rmtree(staging, ignore_errors=True)
+        dv.store.delete(staging)
         if result is not None:
             if result.rounds is not None:
                 counts["rounds"] = result.rounds
@@ -100,7 +101,7 @@ def _try_refresh(
     dv: DatasetVersion,
     base: tuple[DatasetVersion, StageRecord] | None,
     run: str,
-    out: Path,
+    out: StoreURI,
     clock: Phases,
 ) -> incremental.Refresh:
     """The incremental path (``partition.incremental``); ``fallback`` set when a full run must follow."""
@@ -111,7 +112,7 @@ def _try_refresh(
         inc = incremental.refresh(ctx, dv, base[0], base[1], run, out)
     if inc.fallback:
         for d in ("assignment", "replicas"):
-            shutil.rmtree(out / d, ignore_errors=True)
+            dv.store.delete(out / d)
         inc.info["incremental_metrics"] = inc.metrics
         ctx.log(f"partition/{run}: incremental result rejected ({inc.fallback}); re-partitioning from scratch")
     inc.info.update(path="full" if inc.fallback else "incremental", reason=inc.fallback or "within the drift bounds")

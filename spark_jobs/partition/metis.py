@@ -38,7 +38,7 @@ from pyspark.sql import functions as F
 
 from glisp_core.config import PartitionConfig
 from glisp_core.errors import ConfigError, StageError
-from glisp_core.storage.uri import qualify
+from glisp_spark.tables import read_parquet, write_parquet
 from glisp_spark.worker_heap import freeze_worker_heap
 from spark_jobs.partition.base import PartitionContext, Partitioner, PartitionResult
 
@@ -255,15 +255,11 @@ class Metis(Partitioner):
                     f"raise the limit only if one executor has the memory (got {npairs:,} pairs)",
                 )
         t0 = time.perf_counter()
-        owner_path = qualify(ctx.staging / "metis_owner")
-        (
-            pairs.coalesce(1)
-            .mapInArrow(_metis_task(ctx.num_vertices, ctx.parts, ctx.seed, self.ncon), OWNER_SCHEMA)
-            .write.mode("overwrite")
-            .parquet(owner_path)
-        )
+        owner_path = ctx.staging / "metis_owner"
+        task = _metis_task(ctx.num_vertices, ctx.parts, ctx.seed, self.ncon)
+        write_parquet(pairs.coalesce(1).mapInArrow(task, OWNER_SCHEMA), owner_path)
         task_s = time.perf_counter() - t0
-        table = ctx.spark.read.parquet(owner_path)
+        table = read_parquet(ctx.spark, owner_path)
         got = table.count()
         if got != ctx.num_vertices:
             raise StageError(f"metis: the owner table must hold one row per vertex, {ctx.num_vertices:,} (got {got:,})")

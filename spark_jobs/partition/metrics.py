@@ -8,7 +8,7 @@ EB = max_i |E_i| / mean_i |E_i|; interior fraction = share of vertices (with an 
 
 from __future__ import annotations
 
-from pathlib import Path
+import os
 from typing import TYPE_CHECKING
 
 import numpy as np
@@ -17,7 +17,9 @@ import pyarrow.parquet as pq
 from pyspark.sql import functions as F
 
 from glisp_core.errors import StageError
-from glisp_core.storage.uri import qualify
+from glisp_core.storage.store import store_for
+from glisp_core.storage.uri import StoreURI, parse_uri
+from glisp_spark.tables import read_parquet, write_parquet
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
@@ -26,49 +28,43 @@ if TYPE_CHECKING:
 def write_outputs(
     spark: SparkSession,
     alloc: DataFrame,
-    out: Path,
+    out: StoreURI | str | os.PathLike[str],
     parts: int,
     num_edges: int,
     replica_bits: np.ndarray | None = None,
     expect_epp: np.ndarray | None = None,
 ) -> tuple[dict, dict]:
-    """Write ``assignment/`` and ``replicas/`` under ``out``; return (counts, metrics).
+    """Write ``assignment/`` and ``replicas/`` under ``out`` (any store); return (counts, metrics).
 
     With ``replica_bits`` (an expansion's final partition sets, built from exactly the endpoints of
     the allocated rows) replicas/ is written by the driver, O(|V|), saving a group-by over every edge
     row; the written assignment is then checked against the algorithm's rows per partition.
     """
-    assignment = qualify(out / "assignment")
-    replicas = qualify(out / "replicas")
+    out = parse_uri(out)
     if replica_bits is not None:
-        alloc.select("eid", "part").write.mode("overwrite").parquet(assignment)
+        write_parquet(alloc.select("eid", "part"), out / "assignment")
         write_replicas_from_bits(replica_bits, parts, out / "replicas")
         return measure(spark, out, parts, num_edges, expect_epp)
     alloc = alloc.persist()  # written twice (assignment, replicas); computed once
-    alloc.select("eid", "part").write.mode("overwrite").parquet(assignment)
+    write_parquet(alloc.select("eid", "part"), out / "assignment")
     pairs = alloc.select(F.col("src").alias("vid"), "part").unionAll(alloc.select(F.col("dst").alias("vid"), "part"))
-    (
-        pairs.groupBy("vid")
-        .agg(F.sort_array(F.collect_set("part")).alias("parts"))
-        .write.mode("overwrite")
-        .parquet(replicas)
-    )
+    write_parquet(pairs.groupBy("vid").agg(F.sort_array(F.collect_set("part")).alias("parts")), out / "replicas")
     alloc.unpersist()
     return measure(spark, out, parts, num_edges)
 
 
 def write_replicas_from_bits(
-    bits: np.ndarray, parts: int, path: Path, chunk: int = 1 << 20
+    bits: np.ndarray, parts: int, path: StoreURI, chunk: int = 1 << 20
 ) -> tuple[np.ndarray, int, int]:
     """replicas/ (vid, sorted parts) from |V| x W uint64 bitsets, in row groups of ``chunk`` vertices.
 
     Returns what it wrote, measured on the way: (vertices per partition, vertices with a partition,
     vertices with exactly one).
     """
-    path.mkdir(parents=True, exist_ok=True)
     schema = pa.schema([("vid", pa.int64()), ("parts", pa.list_(pa.int32()))])
     vpp, active, interior = np.zeros(parts, np.int64), 0, 0
-    with pq.ParquetWriter(str(path / "part-00000.parquet"), schema) as w:
+    f = path / "part-00000.parquet"
+    with store_for(f).open_output(f) as sink, pq.ParquetWriter(sink, schema) as w:
         for lo in range(0, max(1, bits.shape[0]), chunk):
             b = np.ascontiguousarray(bits[lo : lo + chunk])
             flags = np.unpackbits(b.view(np.uint8), axis=1, bitorder="little")[:, :parts]
@@ -84,7 +80,7 @@ def write_replicas_from_bits(
 
 
 def write_outputs_local(
-    out: Path,
+    out: StoreURI,
     eid: np.ndarray,
     part: np.ndarray,
     parts: int,
@@ -95,23 +91,22 @@ def write_outputs_local(
     """:func:`write_outputs` for an allocation held in this process (at most ``local_finish_edges`` rows):
     assignment/ written by pyarrow, replicas/ from the bitsets, both measured from the arrays written,
     without a Spark job."""
-    (out / "assignment").mkdir(parents=True, exist_ok=True)
     table = pa.table({"eid": np.asarray(eid, np.int64), "part": np.asarray(part, np.int32)})
-    pq.write_table(table, str(out / "assignment" / "part-00000.parquet"))
+    store_for(out).write_table(table, out / "assignment" / "part-00000.parquet")
     vpp, active, interior = write_replicas_from_bits(replica_bits, parts, out / "replicas")
     epp = np.bincount(np.asarray(part, np.int64), minlength=parts)[:parts]
     return summarize(epp, vpp, active, interior, num_edges, expect_epp)
 
 
 def measure(
-    spark: SparkSession, out: Path, parts: int, num_edges: int, expect_epp: np.ndarray | None = None
+    spark: SparkSession, out: StoreURI, parts: int, num_edges: int, expect_epp: np.ndarray | None = None
 ) -> tuple[dict, dict]:
     """Counts and quality metrics of a written partitioning (assignment + replicas).
 
     ``expect_epp``: the algorithm's own rows per partition, which the written assignment must match.
     """
-    a = spark.read.parquet(qualify(out / "assignment"))
-    r = spark.read.parquet(qualify(out / "replicas"))
+    a = read_parquet(spark, out / "assignment")
+    r = read_parquet(spark, out / "replicas")
     e = a.groupBy("part").count().toArrow()
     epp = np.zeros(parts, np.int64)
     epp[e.column("part").to_numpy()] = e.column("count").to_numpy()

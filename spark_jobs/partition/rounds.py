@@ -10,19 +10,17 @@ file and its allocated rows to Parquet under ``alloc/``, and returns only the ag
 delta (vertex, partition, incidences) and rows per partition. Nothing row-level goes through the JVM or
 to the driver.
 
-Files are written under a temporary name and renamed, with names fixed by (round, group): a retried or
+Files are written whole (``staging.write_whole``), with names fixed by (round, group): a retried or
 speculative task rewrites the same content (decisions are a pure function of the broadcast state), so
-the result does not depend on task attempts. The staging directory must be visible to every executor
-(true for ``local[*]``; on a cluster the dataset root must be a shared file system, as the serialized
-partitions already require).
+the result does not depend on task attempts. The files live under the run's staging prefix in the
+dataset's store (:mod:`spark_jobs.partition.staging`): every executor opens the store itself, so a
+cluster needs no shared disk when the root is an object store.
 """
 
 from __future__ import annotations
 
-import os
 import time
 from collections.abc import Callable, Iterator
-from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -30,9 +28,12 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from glisp_core.errors import BadInputError
+from glisp_core.storage.store import store_for
+from glisp_core.storage.uri import StoreURI
 from glisp_spark.tasks import run_tasks
 from glisp_spark.worker_heap import freeze_worker_heap
 from spark_jobs.partition import kernels, relocate
+from spark_jobs.partition.staging import open_input, parquet_names, write_whole
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
@@ -44,24 +45,34 @@ ALLOC_PA = pa.schema([("eid", pa.int64()), ("src", pa.int64()), ("dst", pa.int64
 SPLIT_SCHEMA = "kind int, a long, b long, c long"  # 0: (vid, degree, -); 1: sample (eid, src, dst); 2: bad id
 
 
-def _atomic_write_ipc(path: str, table: pa.Table) -> None:
-    tmp = f"{path}.tmp-{os.getpid()}"
-    with pa.OSFile(tmp, "wb") as f, pa.ipc.new_file(f, EDGE_PA) as w:
-        w.write_table(table)
-    os.replace(tmp, path)
+def _atomic_write_ipc(uri: StoreURI, table: pa.Table) -> None:
+    def write(f: Any) -> None:
+        with pa.ipc.new_file(f, EDGE_PA) as w:
+            w.write_table(table)
+
+    write_whole(uri, write)
 
 
-def _atomic_write_parquet(path: str, table: pa.Table) -> None:
-    tmp = f"{path}.tmp-{os.getpid()}"
-    pq.write_table(table, tmp, compression="snappy")
-    os.replace(tmp, path)
+def _atomic_write_parquet(uri: StoreURI, table: pa.Table) -> None:
+    write_whole(uri, lambda f: pq.write_table(table, f, compression="snappy"))
 
 
-def read_ipc(paths: list[str]) -> dict[str, np.ndarray]:
-    """Memory-map and concatenate edge files (eid, src, dst) into int64 arrays."""
+def _delete(uris: list[StoreURI]) -> None:
+    for u in uris:
+        store_for(u).delete(u)
+
+
+def _drop_rounds(files: list[StoreURI]) -> None:
+    """Remove the round directories holding ``files`` (they hold nothing else): one bulk delete per round."""
+    for d in sorted({f.parent for f in files}, key=str):
+        store_for(d).delete(d)
+
+
+def read_ipc(paths: list[StoreURI]) -> dict[str, np.ndarray]:
+    """Read (memory-map, on a disk) and concatenate edge files (eid, src, dst) into int64 arrays."""
     tabs = []
     for p in paths:
-        with pa.memory_map(p) as src:
+        with open_input(p) as src:
             tabs.append(pa.ipc.open_file(src).read_all())
     t = pa.concat_tables(tabs) if tabs else EDGE_PA.empty_table()
     return {c: t.column(c).to_numpy().astype(np.int64, copy=False) for c in ("eid", "src", "dst")}
@@ -70,13 +81,12 @@ def read_ipc(paths: list[str]) -> dict[str, np.ndarray]:
 class FileRounds:
     """The unallocated remainder as ``tasks`` groups of Arrow IPC files; see the module docstring."""
 
-    def __init__(self, spark: SparkSession, staging: Path, alloc_dir: Path, tasks: int) -> None:
+    def __init__(self, spark: SparkSession, staging: StoreURI, alloc_dir: StoreURI, tasks: int) -> None:
         self.spark = spark
         self.dir = staging / "rest"
-        self.dir.mkdir(parents=True, exist_ok=True)
         self.alloc_dir = alloc_dir
         self.tasks = tasks
-        self.groups: list[list[str]] = [[] for _ in range(tasks)]
+        self.groups: list[list[StoreURI]] = [[] for _ in range(tasks)]
         self.round = 0
         self.stride = 1  # the count sample's stride (split): a round reports which sample rows it allocated
         self.jobs: list[dict[str, Any]] = []  # per Spark job after the split: kind, seconds, broadcast bytes
@@ -91,9 +101,8 @@ class FileRounds:
         The sample (at most ``partition.count_sample_max`` rows by the choice of stride) drives the
         two-hop estimate on the driver, so a round needs no second job.
         """
-        n, tasks, d0 = num_vertices, self.tasks, str(self.dir / "r00000")
+        n, tasks, d0 = num_vertices, self.tasks, self.dir / "r00000"
         self.stride = stride
-        os.makedirs(d0, exist_ok=True)
 
         def fn(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
             freeze_worker_heap()
@@ -112,7 +121,7 @@ class FileRounds:
                 return
             grp = (kernels.pair_keys(src, dst) % np.uint64(tasks)).astype(np.int64)
             for g in range(tasks):  # group = pair hash: all rows of a pair in one group, hubs spread out
-                _atomic_write_ipc(f"{d0}/g{g:05d}-i{pid:05d}.arrow", tab.filter(pa.array(grp == g)))
+                _atomic_write_ipc(d0 / f"g{g:05d}-i{pid:05d}.arrow", tab.filter(pa.array(grp == g)))
             deg = np.bincount(src, minlength=n) + np.bincount(dst, minlength=n)
             nz = np.flatnonzero(deg)
             yield _rows(0, nz, deg[nz], nz)
@@ -137,9 +146,9 @@ class FileRounds:
         s = kind == 1
         o = np.argsort(a[s], kind="stable")
         sample = {"eid": a[s][o], "src": b[s][o], "dst": c[s][o]}
-        files = sorted(os.listdir(d0))
+        files = store_for(d0).names(d0)  # every task wrote one file per group (possibly empty)
         for g in range(tasks):
-            self.groups[g] = [f"{d0}/{f}" for f in files if f.startswith(f"g{g:05d}-") and f.endswith(".arrow")]
+            self.groups[g] = [d0 / f for f in files if f.startswith(f"g{g:05d}-") and f.endswith(".arrow")]
         return deg, sample
 
     # ---- one round ------------------------------------------------------------------------------
@@ -178,8 +187,7 @@ class FileRounds:
         self.round += 1
         r = self.round
         nxt = self.dir / f"r{r:05d}"
-        nxt.mkdir(exist_ok=True)
-        groups, alloc, stride = self.groups, str(self.alloc_dir), self.stride
+        groups, alloc, stride = self.groups, self.alloc_dir, self.stride
         t0, bc = time.perf_counter(), self.spark.sparkContext.broadcast(state)
 
         def task(g: int) -> tuple[tuple, np.ndarray]:
@@ -195,11 +203,11 @@ class FileRounds:
             done = part >= 0
             keep = ~done
             _atomic_write_ipc(
-                f"{nxt}/g{g:05d}.arrow", pa.table({x: e[x][keep] for x in ("eid", "src", "dst")}, schema=EDGE_PA)
+                nxt / f"g{g:05d}.arrow", pa.table({x: e[x][keep] for x in ("eid", "src", "dst")}, schema=EDGE_PA)
             )
             if done.any():
                 _atomic_write_parquet(
-                    f"{alloc}/r{r:05d}-g{g:05d}.parquet",
+                    alloc / f"r{r:05d}-g{g:05d}.parquet",
                     pa.table([e["eid"][done], e["src"][done], e["dst"][done], part[done]], schema=ALLOC_PA),
                 )
             return delta, e["eid"][done & (e["eid"] % stride == 0)]
@@ -208,9 +216,8 @@ class FileRounds:
         self._record(kind if leftover_to < 0 else "leftover", t0, state)
         bc.unpersist()
         old = [p for grp in groups for p in grp]
-        self.groups = [[f"{nxt}/g{g:05d}.arrow"] for g in range(self.tasks)]
-        for p in old:
-            os.remove(p)
+        self.groups = [[nxt / f"g{g:05d}.arrow"] for g in range(self.tasks)]
+        _drop_rounds(old)
         return merge_deltas([o[0] for o in out], parts), np.concatenate([o[1] for o in out])
 
     def _record(self, kind: str, t0: float, state: tuple) -> None:
@@ -221,8 +228,7 @@ class FileRounds:
         """The (bounded) remainder, read once by the driver for the local finish; the files are removed."""
         paths = [p for grp in self.groups for p in grp]
         e = read_ipc(paths)
-        for p in paths:
-            os.remove(p)
+        _drop_rounds(paths)
         return e
 
     # ---- refinement over the allocated rows ---------------------------------------------------------
@@ -235,7 +241,7 @@ class FileRounds:
             s = grp == g
             if s.any():
                 cols = [rows["eid"][s], rows["src"][s], rows["dst"][s], rows["part"][s].astype(np.int32)]
-                _atomic_write_parquet(str(self.alloc_dir / f"local-g{g:05d}.parquet"), pa.table(cols, schema=ALLOC_PA))
+                _atomic_write_parquet(self.alloc_dir / f"local-g{g:05d}.parquet", pa.table(cols, schema=ALLOC_PA))
 
     def relocation_votes(self, state: tuple[np.ndarray, np.ndarray, np.ndarray], parts: int) -> list[tuple]:
         """One read-only Spark job: each group's ``relocate.relocation_votes`` (keys, counts) from the
@@ -265,11 +271,9 @@ class FileRounds:
             new = relocate.evacuate_round(e["src"], e["dst"], e["part"], *bc.value)
             moved = new != e["part"]
             out = pa.table([e["eid"], e["src"], e["dst"], new], schema=ALLOC_PA)
-            target = str(alloc / f"f{r:05d}-g{g:05d}.parquet")
+            target = alloc / f"f{r:05d}-g{g:05d}.parquet"
             _atomic_write_parquet(target, out)
-            for p in paths:
-                if p != target:  # a retried task read the file its first attempt wrote
-                    os.remove(p)
+            _delete([p for p in paths if p != target])  # a retried task read the file its first attempt wrote
             return (
                 kernels.incidence_delta(e["src"][moved], e["dst"][moved], e["part"][moved], parts),
                 kernels.incidence_delta(e["src"][moved], e["dst"][moved], new[moved], parts),
@@ -286,10 +290,11 @@ class FileRounds:
         )
 
 
-def read_allocated(alloc: Path, g: int) -> tuple[list[str], dict[str, np.ndarray]]:
+def read_allocated(alloc: StoreURI, g: int) -> tuple[list[StoreURI], dict[str, np.ndarray]]:
     """Group g's allocation files and their rows (eid, src, dst, part) in canonical order."""
-    paths = sorted(str(p) for p in alloc.glob(f"*-g{g:05d}.parquet"))
-    t = pa.concat_tables([ALLOC_PA.empty_table()] + [pq.read_table(p, schema=ALLOC_PA) for p in paths])
+    paths = [alloc / f for f in parquet_names(alloc) if f.endswith(f"-g{g:05d}.parquet")]
+    store = store_for(alloc)
+    t = pa.concat_tables([ALLOC_PA.empty_table()] + [store.read_table(p, schema=ALLOC_PA) for p in paths])
     e = {c: t.column(c).to_numpy() for c in ("eid", "src", "dst", "part")}
     o = kernels.canonical_order(e["src"], e["dst"], e["eid"])
     return paths, {c: a[o] for c, a in e.items()}
