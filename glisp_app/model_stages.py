@@ -16,7 +16,6 @@ A data platform trains once in a while and re-applies the model on every snapsho
 
 from __future__ import annotations
 
-from pathlib import Path
 from typing import Any
 
 from glisp_core.config import Config, with_values
@@ -52,7 +51,7 @@ def carry_model(dv: DatasetVersion, name: str, run: str) -> None:
             f"infer.model={name!r}: no version of graph {dv.graph!r} holds train/{name}; train it first "
             f"('glisp train') or leave infer.model empty"
         )
-    model, doc = load_checkpoint(Path(src.train(name)))
+    model, doc = load_checkpoint(src.train(name))
     publish_model(
         dv,
         name,

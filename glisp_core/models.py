@@ -25,8 +25,10 @@ This is a leaf module: it imports torch and torch_geometric, so only training an
 from __future__ import annotations
 
 import dataclasses
+import io
 import json
 import os
+import tempfile
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -37,6 +39,8 @@ from torch import Tensor, nn
 from torch_geometric.nn import GATConv, GCNConv, RGCNConv, SAGEConv
 
 from glisp_core.errors import FormatError, GlispError
+from glisp_core.storage.store import store_for
+from glisp_core.storage.uri import StoreURI, parse_uri
 
 ARCHS = ("sage", "gcn", "gat", "rgcn")
 TASKS = ("node", "link")
@@ -200,34 +204,50 @@ def default_device() -> torch.device:
     return torch.device("cuda" if torch.cuda.is_available() else "cpu")
 
 
-def save_checkpoint(directory: str | os.PathLike[str], model: GNN, extra: dict[str, Any] | None = None) -> Path:
-    """Write ``model.json`` (the spec plus ``extra``) and ``weights.pt`` into ``directory``."""
-    directory = Path(directory)
-    directory.mkdir(parents=True, exist_ok=True)
+def save_checkpoint(directory: str | os.PathLike[str], model: GNN, extra: dict[str, Any] | None = None) -> StoreURI:
+    """Write ``model.json`` (the spec plus ``extra``) and ``weights.pt`` into ``directory``: a local directory or a
+    store URI (``s3://...``), each file written whole through the store."""
+    u = parse_uri(directory, "checkpoint")
+    store = store_for(u)
     doc = {"format": SPEC_FORMAT, "format_version": SPEC_VERSION, "spec": model.spec.to_dict(), **(extra or {})}
-    (directory / SPEC_FILE).write_text(json.dumps(doc, indent=2, sort_keys=True))
-    torch.save({k: v.detach().cpu() for k, v in model.state_dict().items()}, directory / WEIGHTS_FILE)
-    return directory
+    store.write_bytes(u / SPEC_FILE, json.dumps(doc, indent=2, sort_keys=True).encode())
+    store.write_bytes(u / WEIGHTS_FILE, _weights_bytes(model))
+    return u
+
+
+def _weights_bytes(model: GNN) -> bytes:
+    """``torch.save``'s bytes of the weights as a file named ``weights.pt`` gets them (the archive inside is named
+    after the file), so a checkpoint is the same bytes in every store."""
+    with tempfile.TemporaryDirectory(prefix="glisp-ckpt-") as d:
+        p = Path(d) / WEIGHTS_FILE
+        torch.save({k: v.detach().cpu() for k, v in model.state_dict().items()}, p)
+        return p.read_bytes()
 
 
 def load_checkpoint(
     directory: str | os.PathLike[str], device: torch.device | str | None = None
 ) -> tuple[GNN, dict[str, Any]]:
-    """The model saved in ``directory`` (in eval mode) and its ``model.json`` document."""
-    directory = Path(directory)
+    """The model saved in ``directory`` (a local directory or a store URI; in eval mode) and its ``model.json``."""
+    u = parse_uri(directory, "checkpoint")
+    store = store_for(u)
+    spec_file = u / SPEC_FILE
     try:
-        doc = json.loads((directory / SPEC_FILE).read_text())
+        doc = json.loads(store.read_bytes(spec_file))
     except FileNotFoundError:
-        raise FormatError(f"{directory / SPEC_FILE}: not found (is this a 'glisp train' checkpoint?)") from None
-    except json.JSONDecodeError as e:
-        raise FormatError(f"{directory / SPEC_FILE}: not valid JSON ({e})") from None
+        raise FormatError(f"{spec_file}: not found (is this a 'glisp train' checkpoint?)") from None
+    except (json.JSONDecodeError, UnicodeDecodeError) as e:
+        raise FormatError(f"{spec_file}: not valid JSON ({e})") from None
     if doc.get("format") != SPEC_FORMAT or doc.get("format_version") != SPEC_VERSION:
         raise FormatError(
-            f"{directory / SPEC_FILE}: expected format {SPEC_FORMAT!r} version {SPEC_VERSION} "
+            f"{spec_file}: expected format {SPEC_FORMAT!r} version {SPEC_VERSION} "
             f"(got {doc.get('format')!r} version {doc.get('format_version')!r})"
         )
     model = build_model(ModelSpec.from_dict(doc["spec"]))
-    state = torch.load(directory / WEIGHTS_FILE, map_location="cpu", weights_only=True)
+    try:
+        weights = store.read_bytes(u / WEIGHTS_FILE)
+    except FileNotFoundError:
+        raise FormatError(f"{u / WEIGHTS_FILE}: not found (the checkpoint is incomplete)") from None
+    state = torch.load(io.BytesIO(weights), map_location="cpu", weights_only=True)
     model.load_state_dict(state)
     model.eval()
     return model.to(device or "cpu"), doc

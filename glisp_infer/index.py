@@ -8,14 +8,14 @@
 from __future__ import annotations
 
 from collections.abc import Iterator
-from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from glisp_core.dataset.layout import ORIG_ID, PART, POS, VID, VTYPE, DatasetVersion
-from glisp_core.storage.uri import qualify
+from glisp_core.storage.uri import StoreURI
 from glisp_infer.store import INDEX_CHUNK, INDEX_POS, INDEX_ROW, INDEX_VID, RowLayout, open_array
+from glisp_spark.tables import read_parquet, write_parquet
 from glisp_spark.worker_heap import freeze_worker_heap
 
 if TYPE_CHECKING:
@@ -59,28 +59,26 @@ def chunk_writer(store: str, key: str, values: dict[str, str], chunk: int, total
 def build_index(
     spark: SparkSession,
     dv: DatasetVersion,
-    reorder_path: Path,
+    reorder_path: StoreURI,
     layout: RowLayout,
     store: str,
-    out: Path,
+    out: StoreURI,
     vertex_types: list[str],
 ) -> dict[str, int]:
-    """Write the Parquet id map to ``out`` and fill the Zarr index arrays of ``store``."""
+    """Write the Parquet id map to ``out`` and fill the Zarr index arrays of ``store`` (from the executors)."""
     from pyspark import StorageLevel
     from pyspark.sql import functions as F
 
     starts = F.array(*[F.lit(s).cast("long") for s in layout.starts])
     r = (
-        spark.read.parquet(qualify(reorder_path))
+        read_parquet(spark, reorder_path)
         .select(VID, PART, POS, F.col("part_pos").cast("long").alias("part_pos"))
         .withColumn(ROW, F.element_at(starts, F.col(PART) + 1) + F.col("part_pos"))
         .persist(StorageLevel.MEMORY_AND_DISK)
     )
     names = F.array(*[F.lit(t) for t in vertex_types]) if vertex_types else F.array(F.lit(""))
-    idmap = spark.read.parquet(qualify(dv.idmap)).select(
-        VID, ORIG_ID, F.element_at(names, F.col(VTYPE) + 1).alias(VTYPE)
-    )
-    r.join(idmap, VID).select(ORIG_ID, VTYPE, VID, PART, ROW).write.parquet(qualify(out))
+    idmap = read_parquet(spark, dv.idmap).select(VID, ORIG_ID, F.element_at(names, F.col(VTYPE) + 1).alias(VTYPE))
+    write_parquet(r.join(idmap, VID).select(ORIG_ID, VTYPE, VID, PART, ROW), out, "error")
     n, c = layout.num_vertices, layout.chunk_rows
     par = max(1, spark.sparkContext.defaultParallelism)
     jobs = [

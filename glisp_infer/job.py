@@ -5,16 +5,22 @@ write the Zarr arrays themselves and return only metrics.
 Stage layout (``infer/<run>/``)::
 
     zarr/          the Zarr v3 group (glisp_infer.store), unless infer.store names another place
-    store.json     where the group lives when infer.store is set (a local directory or an fsspec URL)
+    store.json     where the group lives when infer.store is set (a local directory, s3://... or an fsspec URL)
     index/         Parquet: orig_id, vtype, vid, part, row
     embeddings/    Parquet: orig_id, vtype, vid, embedding (the last layer's rows)
     predictions/   Parquet (node task): orig_id, vtype, vid, prediction, score
     scores/        Parquet (link task): src, src_type, dst, dst_type, etype, score, src_vid, dst_vid
     model.json     the checkpoint's model.json, for the record
+
+The root may be a local disk or an object store: the driver and every task reach the stage, the Zarr group,
+the checkpoint and the halo exchange (``exchange/``, under the attempt until it is published) through the
+dataset's store, each opening it itself; tasks map partitions of an object-store dataset from their host's
+verified copies (``serve.cache_dir``). Nothing passes between driver and tasks through a local path.
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import shutil
@@ -30,11 +36,13 @@ from glisp_core.dataset.layout import DatasetVersion
 from glisp_core.dataset.manifest import Manifest, StageRecord, read_manifest
 from glisp_core.dataset.publish import StagePublisher, file_fingerprints
 from glisp_core.errors import GlispError, StageError
+from glisp_core.storage.store import store_for
+from glisp_core.storage.uri import StoreURI, parse_uri
 from glisp_infer.halo import remove_layer_files
 from glisp_infer.metrics import summarize_layers
 from glisp_infer.plan import InferPlan
 from glisp_infer.sampling import check_fanouts
-from glisp_infer.store import Codec, RowLayout, create_arrays
+from glisp_infer.store import Codec, RowLayout, create_arrays, in_dataset_store
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -65,15 +73,17 @@ def _published_store_url(dv: DatasetVersion, run: str) -> str | None:
     rec = read_manifest(dv).stages.get(f"infer/{run}")
     if rec is None or not dv.store.exists(dv.path / rec.path / STORE_FILE):
         return None
-    return store_url(dv, (dv.path / rec.path).local)
+    return store_url(dv, dv.path / rec.path)
 
 
-def store_url(dv: DatasetVersion, stage_dir: os.PathLike[str]) -> str:
-    """Where a published run's Zarr group is: ``store.json``'s URL, else ``zarr/`` in the stage."""
-    f = Path(stage_dir) / STORE_FILE
-    if f.exists():
-        return str(json.loads(f.read_text())["url"])
-    return str(Path(stage_dir) / ZARR_DIR)
+def store_url(dv: DatasetVersion, stage_dir: StoreURI | os.PathLike[str]) -> str:
+    """Where a published run's Zarr group is: ``store.json``'s URL, else ``zarr/`` in the stage (a local path or a
+    store URI)."""
+    u = parse_uri(stage_dir)
+    text = store_for(u).read_text(u / STORE_FILE)
+    if text is not None:
+        return str(json.loads(text)["url"])
+    return str(u / ZARR_DIR)
 
 
 def _remove_store(url: str, attempts: int = 5) -> None:
@@ -83,10 +93,20 @@ def _remove_store(url: str, attempts: int = 5) -> None:
     run's own."""
     import fsspec
 
-    fs, path = fsspec.core.url_to_fs(url) if "://" in url else (fsspec.filesystem("file"), url)
+    if in_dataset_store(url):
+        store = store_for(url)
+
+        def rm() -> None:
+            store.delete(url)
+    else:
+        fs, path = fsspec.core.url_to_fs(url) if "://" in url else (fsspec.filesystem("file"), url)
+
+        def rm() -> None:
+            fs.rm(path, recursive=True)
+
     for attempt in range(attempts):
         try:
-            fs.rm(path, recursive=True)
+            rm()
             return
         except FileNotFoundError:
             return
@@ -116,6 +136,7 @@ class Inputs:
         man = read_manifest(dv)
         self.model_run = ic.model or latest_train_run(man)
         trec = man.stage(f"train/{self.model_run}")
+        self.dataset = dv.path
         self.checkpoint = dv.path / trec.path
         model, self.doc = load_checkpoint(self.checkpoint)
         self.spec = model.spec
@@ -227,7 +248,7 @@ def run_infer(
     url = None
     try:
         with pub:
-            url = _new_store(dv, ic.store, inp.name, pub.tmp.local)
+            url = _new_store(dv, ic.store, inp.name, pub.tmp)
             rec = _run(spark, cfg, dv, inp, layout, codec, url, pub, fault, log)
     except BaseException:
         if url and ic.store:
@@ -247,12 +268,12 @@ def _edge_files(path: str) -> list[Path]:
     return [p]
 
 
-def _new_store(dv: DatasetVersion, base: str, name: str, tmp: Path) -> str:
+def _new_store(dv: DatasetVersion, base: str, name: str, tmp: StoreURI) -> str:
     """The Zarr group of this attempt: inside the stage, or a fresh prefix under ``base``."""
     if not base:
         return str(tmp / ZARR_DIR)
     url = f"{base.rstrip('/')}/{dv.graph}/{dv.version}/infer/{name}-{uuid.uuid4().hex[:12]}"
-    (tmp / STORE_FILE).write_text(json.dumps({"url": url}, indent=2))
+    dv.store.write_bytes(tmp / STORE_FILE, json.dumps({"url": url}, indent=2).encode())
     return url
 
 
@@ -264,7 +285,7 @@ def _plan(
     codec: Codec,
     url: str,
     fault: str | None,
-    tmp: Path,
+    tmp: StoreURI,
 ) -> InferPlan:
     ic = cfg.infer
     cores = os.cpu_count() or 1
@@ -294,6 +315,9 @@ def _plan(
         threads=threads,
         local_own_rows=ic.local_own_rows,
         exchange_dir=str(tmp / EXCHANGE_DIR) if ic.halo else "",
+        dataset=inp.dataset.qualified,
+        partition_cache=cfg.serve.cache_dir,
+        verify_copies=cfg.serve.verify != "off",
         token=f"{inp.name}-{uuid.uuid4().hex[:12]}",
         fault=fault if fault is not None else os.environ.get("GLISP_INFER_FAULT", ""),
     )
@@ -332,14 +356,20 @@ def _run(
     log: Any,
 ) -> StageRecord:
     t0 = time.perf_counter()
-    plan = _plan(cfg, spark, inp, layout, codec, url, fault, pub.tmp.local)
+    plan = _plan(cfg, spark, inp, layout, codec, url, fault, pub.tmp)
     try:
         return _run_layers(spark, cfg, dv, inp, plan, pub, log, t0)
     finally:
         shutil.rmtree(plan.scratch(), ignore_errors=True)  # this host's leftovers (tasks remove their own)
-        exchange = plan.exchange()
-        if exchange is not None:
-            shutil.rmtree(exchange, ignore_errors=True)
+        _remove_exchange(plan)
+
+
+def _remove_exchange(plan: InferPlan) -> None:
+    """The halo exchange is no part of the published stage; a failed run's is removed with its attempt."""
+    exchange = plan.exchange()
+    if exchange is not None:
+        with contextlib.suppress(OSError):
+            store_for(exchange).delete(exchange)
 
 
 def _run_layers(
@@ -371,9 +401,7 @@ def _run_layers(
     create_arrays(url, layout, list(plan.dims), inp.num_vertices, plan.codec, attrs)
     timings: dict[str, float] = {}
     t = time.perf_counter()
-    idx = build_index(
-        spark, dv, (dv.path / inp.reorder.path).local, layout, url, pub.tmp.local / "index", inp.vertex_types
-    )
+    idx = build_index(spark, dv, dv.path / inp.reorder.path, layout, url, pub.tmp / "index", inp.vertex_types)
     timings["index_s"] = time.perf_counter() - t
     planned: dict[int, dict[str, Any]] = {}
     if exchange is not None:
@@ -399,11 +427,12 @@ def _run_layers(
         per_layer.append(sorted(res, key=lambda r: r["part"]))
         log(f"infer/{inp.name}: layer {layer} done in {wall:.1f}s")
     t = time.perf_counter()
-    out_counts = write_outputs(spark, plan, cfg, dv, pub.tmp.local, inp.vertex_types, inp.edge_types)
+    out_counts = write_outputs(spark, plan, cfg, dv, pub.tmp, inp.vertex_types, inp.edge_types)
     timings["outputs_s"] = time.perf_counter() - t
-    if exchange is not None:
-        shutil.rmtree(exchange, ignore_errors=True)  # not part of the published stage
-    shutil.copy(Path(inp.checkpoint) / "model.json", pub.tmp.local / "model.json")
+    _remove_exchange(plan)  # not part of the published stage
+    from glisp_core.models import SPEC_FILE
+
+    dv.store.write_bytes(pub.tmp / SPEC_FILE, store_for(inp.checkpoint).read_bytes(inp.checkpoint / SPEC_FILE))
     metrics = summarize_layers(per_layer)
     if planned:
         metrics["plan"] = {

@@ -13,7 +13,6 @@ through Spark's executors; the driver only collects counts.
 from __future__ import annotations
 
 from collections.abc import Iterator
-from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -21,9 +20,11 @@ import numpy as np
 from glisp_core.config import Config
 from glisp_core.dataset.layout import ORIG_ID, VID, VTYPE, DatasetVersion
 from glisp_core.errors import BadInputError, GlispError
-from glisp_core.storage.uri import qualify
+from glisp_core.storage.store import store_for
+from glisp_core.storage.uri import StoreURI
 from glisp_infer.plan import InferPlan
 from glisp_infer.store import INDEX_ROW, layer_name, open_array, read_rows
+from glisp_spark.tables import read_parquet, spark_path, write_parquet
 from glisp_spark.worker_heap import freeze_worker_heap
 
 if TYPE_CHECKING:
@@ -87,11 +88,9 @@ def edge_scores(plan: InferPlan) -> Any:
         freeze_worker_heap()
         import pyarrow as pa
 
-        from glisp_core.partition_format import open_partition
-
         for b in batches:
             for part in b.column(0).to_pylist():
-                r = open_partition(plan.partition_dir(part), verify=False)
+                r = plan.open_partition(part)
                 gid = np.asarray(r.global_id, np.int64)
                 for a in range(0, r.num_edges, EDGE_STEP):
                     eids = np.arange(a, min(a + EDGE_STEP, r.num_edges), dtype=np.int64)
@@ -128,7 +127,7 @@ def _idmap(spark: SparkSession, dv: DatasetVersion, vertex_types: list[str]) -> 
     from pyspark.sql import functions as F
 
     names = F.array(*[F.lit(t) for t in vertex_types]) if vertex_types else F.array(F.lit(""))
-    return spark.read.parquet(qualify(dv.idmap)).select(
+    return read_parquet(spark, dv.idmap).select(
         VID, F.col(ORIG_ID).cast("string").alias(ORIG_ID), F.element_at(names, F.col(VTYPE) + 1).alias(VTYPE)
     )
 
@@ -143,11 +142,11 @@ def write_outputs(
     plan: InferPlan,
     cfg: Config,
     dv: DatasetVersion,
-    out: Path,
+    out: StoreURI,
     vertex_types: list[str],
     edge_types: list[str],
 ) -> dict[str, int]:
-    """Write embeddings (and predictions or scores) under ``out``; returns row counts."""
+    """Write embeddings (and predictions or scores) under ``out`` (the stage's attempt prefix); returns row counts."""
     from pyspark import StorageLevel
     from pyspark.sql import functions as F
 
@@ -157,9 +156,9 @@ def write_outputs(
     counts = {"embeddings": plan.layout.num_vertices}
     if plan.task == "node":
         rows = rows.persist(StorageLevel.MEMORY_AND_DISK)
-        rows.select(ORIG_ID, VTYPE, VID, "prediction", "score").write.parquet(qualify(out / "predictions"))
+        write_parquet(rows.select(ORIG_ID, VTYPE, VID, "prediction", "score"), out / "predictions", "error")
         counts["predictions"] = plan.layout.num_vertices
-    rows.select(ORIG_ID, VTYPE, VID, "embedding").write.parquet(qualify(out / "embeddings"))
+    write_parquet(rows.select(ORIG_ID, VTYPE, VID, "embedding"), out / "embeddings", "error")
     rows.unpersist()
     if plan.task == "link":
         if cfg.infer.edges:
@@ -179,24 +178,32 @@ def write_outputs(
                 .select("src", "src_type", "dst", "dst_type", "etype", "score", "src_vid", "dst_vid")
             )
             counts["scores"] = _num_edges(plan)
-        scored.write.parquet(qualify(out / "scores"))
+        write_parquet(scored, out / "scores", "error")
     return counts
 
 
 def _num_edges(plan: InferPlan) -> int:
-    """Edges stored over all partitions (each edge in exactly one): the rows of ``scores/``."""
-    from glisp_core.partition_format import open_partition
+    """Edges stored over all partitions (each edge in exactly one): the rows of ``scores/``, from each partition's
+    ``meta.json`` (the driver maps no partition)."""
+    import json
 
-    return sum(open_partition(plan.partition_dir(k), verify=False).num_edges for k in range(plan.num_parts))
+    from glisp_core.partition_format.spec import META_FILE
+
+    total = 0
+    for k in range(plan.num_parts):
+        meta = plan.partition_dir(k) / META_FILE
+        total += int(json.loads(store_for(meta).read_bytes(meta))["num_edges"])
+    return total
 
 
 def read_table(spark: SparkSession, path: str) -> DataFrame:
-    """A Parquet or CSV (with a header) table, chosen by extension (a directory is Parquet)."""
+    """A Parquet or CSV (with a header) table, chosen by extension (a directory is Parquet; Parquet from any store,
+    CSV where Spark's JVM opens the path)."""
     low = path.lower()
     if low.endswith((".csv", ".csv.gz", ".tsv", ".txt")):
         sep = "\t" if low.endswith(".tsv") else ","
-        return spark.read.option("header", True).option("sep", sep).csv(qualify(path))
-    return spark.read.parquet(qualify(path))
+        return spark.read.option("header", True).option("sep", sep).csv(spark_path(path))
+    return read_parquet(spark, path)
 
 
 def _score_edge_list(spark: SparkSession, plan: InferPlan, cfg: Config, idm: DataFrame) -> tuple[DataFrame, int]:

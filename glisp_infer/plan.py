@@ -8,6 +8,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from glisp_core.storage.uri import StoreURI, parse_uri
 from glisp_infer.store import Codec, RowLayout
 
 SHADOW_FRACTIONS = (0.01, 0.02, 0.05, 0.1, 0.2)  # dynamic cache sizes replayed for the FIFO/LRU comparison
@@ -17,8 +18,8 @@ SHADOW_FRACTIONS = (0.01, 0.02, 0.05, 0.1, 0.2)  # dynamic cache sizes replayed 
 class InferPlan:
     """A small, picklable description of one inference run (no arrays: tasks read what they need)."""
 
-    store: str  # Zarr group: a local directory or an fsspec URL
-    parts_dir: str  # serialize/<run>
+    store: str  # Zarr group: a local directory, an object-store URI or an fsspec URL (glisp_infer.store.open_store)
+    parts_dir: str  # serialize/<run>: a local directory or a store URI
     num_parts: int
     layout: RowLayout
     codec: Codec
@@ -28,7 +29,7 @@ class InferPlan:
     seed: int
     direction: str
     relations: tuple[str, ...]  # rgcn: typed sampling, one slot per relation
-    checkpoint: str  # the train stage directory (model.json + weights.pt)
+    checkpoint: str  # the train stage (model.json + weights.pt): a local directory or a store URI
     task: str  # "node" or "link"
     batch_size: int = 256
     cache_chunk_rows: int = 64
@@ -40,7 +41,10 @@ class InferPlan:
     device: str = "auto"
     threads: int = 1
     local_own_rows: bool = True  # keep each task's output rows on local disk for its next layer's static cache
-    exchange_dir: str = ""  # halo exchange between layers (glisp_infer.halo), shared by every executor; "": none
+    exchange_dir: str = ""  # halo exchange between layers (glisp_infer.halo): a prefix in the store; "": none
+    dataset: str = ""  # the dataset version's URI (names the copies of its partitions)
+    partition_cache: str = ""  # this host's copies of partitions of an object-store dataset (serve.cache_dir)
+    verify_copies: bool = True  # check a reused copy's content hashes (serve.verify != "off")
     token: str = ""  # unique per run: names its files under the scratch directory
     shadow_fractions: tuple[float, ...] = field(default=SHADOW_FRACTIONS)
     fault: str = ""  # test hook "layer:part:chunks[:raise]": the first attempt of that task dies after writing chunks
@@ -49,8 +53,19 @@ class InferPlan:
     def layers(self) -> int:
         return len(self.dims) - 1
 
-    def partition_dir(self, part: int) -> Path:
-        return Path(self.parts_dir) / f"part-{part:05d}"
+    def partition_dir(self, part: int) -> StoreURI:
+        return parse_uri(self.parts_dir) / f"part-{part:05d}"
+
+    def open_partition(self, part: int) -> Any:
+        """Partition ``part`` memory-mapped: in place on a local root, else from this host's verified copy of it
+        (``glisp_serving.server.partition_cache``: the kernels need local files)."""
+        from glisp_core.partition_format import open_partition
+
+        src = self.partition_dir(part)
+        if src.is_local:
+            return open_partition(src.local, verify=False)
+        path = local_copy(src.qualified, self.dataset, self.partition_cache, self.verify_copies)
+        return open_partition(path, verify=False)
 
     def scratch(self) -> Path:
         """This run's directory on the task's local disk (static caches, own rows between layers)."""
@@ -60,13 +75,26 @@ class InferPlan:
         d.mkdir(parents=True, exist_ok=True)
         return d
 
-    def exchange(self) -> Path | None:
-        """The directory of the halo exchange (``glisp_infer.halo``), or None when tasks fill from Zarr."""
-        return Path(self.exchange_dir) if self.exchange_dir else None
+    def exchange(self) -> StoreURI | None:
+        """The prefix of the halo exchange (``glisp_infer.halo``), or None when tasks fill from Zarr."""
+        return parse_uri(self.exchange_dir) if self.exchange_dir else None
 
     def own_rows_file(self, layer: int, part: int) -> Path:
         """Where partition ``part``'s task keeps its rows of layer ``layer`` for its next layer."""
         return self.scratch() / f"own-l{layer}-p{part:05d}.f32"
+
+
+@functools.lru_cache(maxsize=1024)
+def local_copy(src: str, dataset: str, cache_dir: str, verify: bool) -> Path:
+    """The local copy of the partition at store URI ``src`` of version ``dataset`` in ``cache_dir``, checked (or
+    downloaded) once per Python worker: a serialize attempt is never modified, so the check holds for its life."""
+    from glisp_core.config import ServeConfig
+    from glisp_core.dataset.layout import DatasetVersion
+    from glisp_serving.server.partition_cache import cached_copy
+
+    u, v = parse_uri(src), parse_uri(dataset)
+    dv = DatasetVersion(v.parent.parent, v.parent.name, v.name)
+    return cached_copy(dv, u, cache_dir or ServeConfig().cache_dir, verify, f"infer: {u.name}")[0]
 
 
 @functools.lru_cache(maxsize=2)

@@ -23,6 +23,7 @@ import numpy as np
 from glisp_core.dataset.layout import ORIG_ID, VTYPE, DatasetVersion, resolve_dataset
 from glisp_core.dataset.manifest import read_manifest
 from glisp_core.errors import GlispError, StageError
+from glisp_core.storage.store import store_for
 from glisp_infer.store import layer_name, open_array, read_rows
 
 
@@ -36,7 +37,7 @@ class InferenceRun:
         rec = read_manifest(dv).stage(f"infer/{run}")
         self.record = rec
         self.path = dv.path / rec.path
-        self.url = store_url(dv, self.path.local)
+        self.url = store_url(dv, self.path)
         self.layers = int(rec.counts["layers"])
 
     @classmethod
@@ -59,7 +60,9 @@ class InferenceRun:
         import pyarrow.dataset as ds
 
         keys = [str(x) for x in ids]
-        tbl = ds.dataset(str(self.path / "index"), format="parquet")
+        index = self.path / "index"
+        store = store_for(index)
+        tbl = ds.dataset(store.at(index), filesystem=store.fs, format="parquet")
         flt = pc.field(ORIG_ID).cast("string").isin(keys)
         if vtype is not None:
             flt = flt & (pc.field(VTYPE) == vtype)

@@ -61,10 +61,13 @@ class PairsResult(SamplewiseCost):
 
 
 def _readers(dv: DatasetVersion, run: str) -> list[Any]:
+    """Every partition memory-mapped: in place, or from its verified copy in ``serve.cache_dir``'s default."""
+    from glisp_core.config import ServeConfig
     from glisp_core.partition_format import open_partition
+    from glisp_serving.server.partition_cache import local_partition
 
     parts = int(read_manifest(dv).stage(f"partition/{run}").counts["parts"])
-    return [open_partition(dv.partition_dir(run, k), verify=False) for k in range(parts)]
+    return [open_partition(local_partition(dv, run, k, ServeConfig())[0], verify=False) for k in range(parts)]
 
 
 class Samplewise:

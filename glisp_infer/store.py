@@ -1,6 +1,6 @@
 """The Zarr v3 store of an inference run: one array per layer, the row layout, and chunk-aligned I/O.
 
-Layout of the group (a local directory or any fsspec URL)::
+Layout of the group (a local directory, an object-store URI or any fsspec URL: :func:`open_store`)::
 
     layers/0 ... layers/K   float32 (rows, d_i): layer 0 = features, layer K = the model's output
     index/vid               int64 (rows,): the vertex of each row, -1 on padding rows
@@ -23,6 +23,7 @@ from typing import Any, Literal
 import numpy as np
 
 from glisp_core.errors import GlispError
+from glisp_core.storage.uri import SCHEMES
 
 LAYERS = "layers"
 INDEX_VID = "index/vid"
@@ -102,13 +103,25 @@ class Codec:
 
 
 def open_store(url: str, read_only: bool = False) -> Any:
-    """A zarr store for a local directory or an fsspec URL (``file://``, ``s3://``, ``memory://`` ...)."""
+    """A zarr store for a local directory, an object store or HDFS URI (``s3://``, ``gs://``, ``hdfs://``: through
+    the dataset's own pyarrow store, :mod:`glisp_infer.zarr_store`) or another fsspec URL (``file://``,
+    ``memory://`` ...)."""
     from zarr.storage import FsspecStore, LocalStore
 
     if "://" not in url:
         return LocalStore(url, read_only=read_only)
+    if in_dataset_store(url):
+        from glisp_infer.zarr_store import ArrowStore
+
+        return ArrowStore(url, read_only=read_only)
     opts = {"auto_mkdir": True} if url.startswith("file://") else {}
     return FsspecStore.from_url(url, read_only=read_only, storage_options=opts)
+
+
+def in_dataset_store(url: str) -> bool:
+    """Whether ``url`` is reached through the dataset's own store (an object store or HDFS URI), not fsspec."""
+    scheme = url.split("://", 1)[0].lower() if "://" in url else "file"
+    return scheme in SCHEMES and scheme != "file"
 
 
 def open_group(url: str, mode: AccessMode = "r") -> Any:

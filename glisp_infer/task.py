@@ -27,6 +27,7 @@ from typing import Any
 import numpy as np
 
 from glisp_core.errors import GlispError
+from glisp_core.storage.uri import StoreURI
 from glisp_infer import halo as H
 from glisp_infer.cache import ChunkCache, StaticCache, batch_chunks, capacity_of, reread_plan, simulate_hits
 from glisp_infer.plan import InferPlan, load_model, resolve_device, set_threads
@@ -160,10 +161,8 @@ def task_vertices(plan: InferPlan, part: int) -> np.ndarray:
 
 def write_features(plan: InferPlan, part: int, attempt: int = 0) -> dict[str, Any]:
     """Layer 0: the features of the partition's vertices, read from the partition they are stored in."""
-    from glisp_core.partition_format import open_partition
-
     t0, c0 = time.perf_counter(), time.process_time()
-    reader = open_partition(plan.partition_dir(part), verify=False)
+    reader = plan.open_partition(part)
     vids = task_vertices(plan, part)
     if reader.features is None:
         raise GlispError(f"{reader.path}: no features stored; layerwise inference starts from vertex features")
@@ -246,10 +245,8 @@ class _Engines:
         self.engines = {own.part_id: PartitionSampler(own)}
 
     def __call__(self, k: int) -> Any:
-        from glisp_core.partition_format import open_partition
-
         if k not in self.engines:
-            self.engines[k] = self._make(open_partition(self.plan.partition_dir(k), verify=False))
+            self.engines[k] = self._make(self.plan.open_partition(k))
         return self.engines[k]
 
 
@@ -323,7 +320,7 @@ def build_static(
 
 
 def _fill_from_halo(
-    cache: StaticCache, root: Path, rows_layer: int, part: int, num_parts: int, dim: int, expected: int
+    cache: StaticCache, root: StoreURI, rows_layer: int, part: int, num_parts: int, dim: int, expected: int
 ) -> int:
     """Put the rows other partitions pushed into the static cache; they must be exactly its foreign rows."""
     ids, blocks = H.read_halo(root, rows_layer, part, num_parts, dim)
@@ -355,14 +352,11 @@ def layer_sample(
 def plan_exchange(plan: InferPlan, part: int, attempt: int = 0) -> dict[str, Any]:
     """The plan task of a partition (before layer 0): sample every layer's hop for its vertices, keep the
     samples for its layer tasks and write what it needs from every other partition (``glisp_infer.halo``)."""
-    from glisp_core.partition_format import open_partition
-
     t0, c0 = time.perf_counter(), time.process_time()
     ex = plan.exchange()
     if ex is None:
         raise GlispError("plan_exchange: the run has no exchange directory")
-    ex.mkdir(parents=True, exist_ok=True)
-    reader = open_partition(plan.partition_dir(part), verify=False)
+    reader = plan.open_partition(part)
     vids = task_vertices(plan, part)
     engines = _Engines(plan, reader)
     row_index, pos_index = open_array(plan.store, INDEX_ROW), open_array(plan.store, INDEX_POS)
@@ -399,12 +393,10 @@ def plan_exchange(plan: InferPlan, part: int, attempt: int = 0) -> dict[str, Any
 
 def infer_layer(plan: InferPlan, layer: int, part: int, attempt: int = 0) -> dict[str, Any]:
     """Compute layer ``layer`` (>= 1) of the vertices partition ``part`` masters; returns its metrics."""
-    from glisp_core.partition_format import open_partition
-
     t0, c0 = time.perf_counter(), time.process_time()  # CPU: the task's process, zarr's codec threads included
     set_threads(plan.threads)
     i = layer - 1
-    reader = open_partition(plan.partition_dir(part), verify=False)
+    reader = plan.open_partition(part)
     vids = task_vertices(plan, part)
     n = len(vids)
     m: dict[str, Any] = {"part": part, "layer": layer, "attempt": attempt, "vertices": n}

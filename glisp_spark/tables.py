@@ -74,7 +74,21 @@ def read_parquet(spark: SparkSession, uri: StoreURI | str) -> DataFrame:
             for i in b.column(0).to_pylist():
                 yield from _file_batches(names[i], schema)
 
-    return spark.range(0, len(names), 1, len(names)).mapInArrow(read, from_arrow_schema(schema))
+    # every column nullable, as Spark's own Parquet reader gives it: a table read either way has one schema
+    return spark.range(0, len(names), 1, len(names)).mapInArrow(read, as_nullable(from_arrow_schema(schema)))
+
+
+def as_nullable(dt: Any) -> Any:
+    """``dt`` with every field, element and value nullable (what Spark's file sources make of a read schema)."""
+    from pyspark.sql.types import ArrayType, MapType, StructField, StructType
+
+    if isinstance(dt, StructType):
+        return StructType([StructField(f.name, as_nullable(f.dataType), True, f.metadata) for f in dt.fields])
+    if isinstance(dt, ArrayType):
+        return ArrayType(as_nullable(dt.elementType), True)
+    if isinstance(dt, MapType):
+        return MapType(as_nullable(dt.keyType), as_nullable(dt.valueType), True)
+    return dt
 
 
 def parquet_files(uri: StoreURI | str) -> list[StoreURI]:

@@ -26,8 +26,8 @@ from glisp_core.dataset.manifest import StageRecord, read_manifest
 from glisp_core.dataset.publish import StagePublisher
 from glisp_core.dataset.stages import run_of
 from glisp_core.errors import ConfigError
-from glisp_core.storage.uri import qualify
 from glisp_sampling.cluster_facts import HELDOUT_DIR
+from glisp_spark.tables import read_parquet, write_parquet
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -73,17 +73,18 @@ def run_link_split(
     pub = StagePublisher(dv, f"partition/{name}", params, depends=["ingest", f"partition/{run}"])
     if force or not pub.is_current():
         with pub:
-            edges = spark.read.parquet(qualify(dv.edges)).select("eid", "src", "dst", "etype")
+            edges = read_parquet(spark, dv.edges).select("eid", "src", "dst", "etype")
             h = F.xxhash64(F.least("src", "dst"), F.greatest("src", "dst"), F.lit(int(tc.seed)), F.lit("link-split"))
             u = h.bitwiseAND(F.lit(_MASK53)).cast("double") / F.lit(float(1 << 53))
             split = F.when(u < tc.link_test, 2).when(u < tc.link_test + tc.link_val, 1).otherwise(0)
             tagged = edges.withColumn("split", split.cast("byte")).persist()
-            tagged.filter(F.col("split") > 0).write.mode("overwrite").parquet(qualify(pub.tmp.local / HELDOUT_DIR))
-            assign = spark.read.parquet(qualify(dv.assignment(run))).select("eid", "part")
+            write_parquet(tagged.filter(F.col("split") > 0), pub.tmp / HELDOUT_DIR)
+            assign = read_parquet(spark, dv.assignment(run)).select("eid", "part")
             train = tagged.filter(F.col("split") == 0).select("eid", "src", "dst").join(assign, "eid")
             counts_row = tagged.groupBy("split").count().collect()
             by = {int(r["split"]): int(r["count"]) for r in counts_row}
-            counts, metrics = write_outputs(spark, train, pub.tmp.local, parts, by.get(0, 0))
+            out: Any = pub.tmp  # partition's write_outputs takes the attempt's StoreURI (a Path before issue 25)
+            counts, metrics = write_outputs(spark, train, out, parts, by.get(0, 0))
             tagged.unpersist()
             counts.update(heldout_val=by.get(1, 0), heldout_test=by.get(2, 0))
             pub.commit(counts=counts, metrics=metrics)

@@ -14,7 +14,6 @@ prediction; link: the test edges with their score), with ``orig_id`` columns whe
 from __future__ import annotations
 
 import json
-from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -24,6 +23,8 @@ from glisp_core.dataset.layout import DatasetVersion
 from glisp_core.dataset.manifest import StageRecord, read_manifest
 from glisp_core.dataset.publish import StagePublisher
 from glisp_core.models import save_checkpoint
+from glisp_core.storage.store import store_for
+from glisp_core.storage.uri import StoreURI
 from glisp_train.source import GraphSource
 from glisp_train.trainer import TrainResult, hop_fanouts
 
@@ -86,7 +87,7 @@ def publish_model(
     pub = train_publisher(dv, name, partition_run, params)
     with pub:
         save_checkpoint(
-            pub.tmp.local,
+            pub.tmp,
             model,
             extra={
                 "task": model.spec.task,
@@ -121,11 +122,11 @@ def record(result: TrainResult) -> tuple[dict[str, Any], dict[str, Any], dict[st
     return counts, metrics, dict(result.timings)
 
 
-def write_outputs(out: Path, result: TrainResult, cfg: Config, source: GraphSource) -> None:
-    """Checkpoint, split and predictions into ``out`` (a stage's temporary directory or --output)."""
+def write_outputs(out: StoreURI, result: TrainResult, cfg: Config, source: GraphSource) -> None:
+    """Checkpoint, split and predictions into ``out`` (a stage's attempt prefix or --output), through its store."""
     import pyarrow as pa
-    import pyarrow.parquet as pq
 
+    store = store_for(out)
     tc = cfg.train
     extra = {
         "task": tc.task,
@@ -149,11 +150,11 @@ def write_outputs(out: Path, result: TrainResult, cfg: Config, source: GraphSour
         t = result.task
         vids = np.concatenate([t.train_ids, t.val_ids, t.test_ids])
         codes = np.repeat(np.array([0, 1, 2], np.int8), [len(t.train_ids), len(t.val_ids), len(t.test_ids)])
-        pq.write_table(pa.table({"vid": vids, **orig(vids), "split": codes}), out / "split.parquet")
+        store.write_table(pa.table({"vid": vids, **orig(vids), "split": codes}), out / "split.parquet")
         got, pred = result.test["predictions"]
         order = np.argsort(got)
         got, pred = got[order], pred[order]
-        pq.write_table(
+        store.write_table(
             pa.table({"vid": got, **orig(got), "label": t.labels[got], "predicted": pred.astype(np.int64)}),
             out / "predictions.parquet",
         )
@@ -162,7 +163,7 @@ def write_outputs(out: Path, result: TrainResult, cfg: Config, source: GraphSour
         cols: dict[str, Any] = {"src": src, "dst": dst}
         if idmap is not None:
             cols.update(src_orig_id=idmap.to_orig(src), dst_orig_id=idmap.to_orig(dst))
-        pq.write_table(pa.table({**cols, "score": score.astype(np.float32)}), out / "predictions.parquet")
+        store.write_table(pa.table({**cols, "score": score.astype(np.float32)}), out / "predictions.parquet")
 
 
 def _idmap(source: GraphSource):
@@ -173,11 +174,12 @@ def _idmap(source: GraphSource):
     return IdMap.load(source.dv)
 
 
-def write_standalone(out: Path, result: TrainResult, cfg: Config, source: GraphSource, params: dict[str, Any]) -> Path:
-    """--output DIR: the run's files plus run.json (what the manifest record would hold)."""
-    out.mkdir(parents=True, exist_ok=True)
+def write_standalone(
+    out: StoreURI, result: TrainResult, cfg: Config, source: GraphSource, params: dict[str, Any]
+) -> StoreURI:
+    """--output DIR (a local directory or a store URI): the run's files plus run.json (what the record would hold)."""
     write_outputs(out, result, cfg, source)
     counts, metrics, timings = record(result)
     doc = {"params": params, "counts": counts, "metrics": metrics, "timings": timings}
-    (out / "run.json").write_text(json.dumps(doc, indent=2, default=str))
+    store_for(out).write_bytes(out / "run.json", json.dumps(doc, indent=2, default=str).encode())
     return out

@@ -14,12 +14,12 @@ from __future__ import annotations
 import os
 import sys
 from contextlib import AbstractContextManager, nullcontext
-from pathlib import Path
 
 from glisp_core.config import Config
-from glisp_core.dataset.layout import resolve_dataset
+from glisp_core.dataset.layout import DatasetVersion, resolve_dataset
 from glisp_core.dataset.versions import VersionLease
 from glisp_core.errors import GlispError
+from glisp_core.storage.uri import parse_uri
 from glisp_train.dist import Dist, close_dist, init_dist
 from glisp_train.progress import Progress
 from glisp_train.publish import record, run_params, train_publisher, write_outputs, write_standalone
@@ -96,9 +96,10 @@ def _train(cfg: Config, source: GraphSource, d: Dist, progress: Progress, output
         f"{d.device.type}, run {name}"
     )
     # retention never deletes the version a trainer reads (the lease lapses if this process dies)
-    writable = source.dv is not None and os.access(source.dv.path, os.W_OK)
     lease: AbstractContextManager[object] = (
-        VersionLease(source.dv, f"glisp train {name}") if writable and source.dv is not None else nullcontext()
+        VersionLease(source.dv, f"glisp train {name}")
+        if source.dv is not None and _can_lease(source.dv)
+        else nullcontext()
     )
     with lease:
         result = train(cfg, source, d, progress)
@@ -107,15 +108,21 @@ def _train(cfg: Config, source: GraphSource, d: Dist, progress: Progress, output
         return 0
     if pub is not None and source.dv is not None:
         with pub:
-            write_outputs(pub.tmp.local, result, cfg, source)
+            write_outputs(pub.tmp, result, cfg, source)
             counts, metrics, timings = record(result)
             pub.commit(counts=counts, metrics=metrics, timings=timings)
         where: object = source.dv.train(name)
     else:
-        where = write_standalone(Path(str(output)), result, cfg, source, params)
+        where = write_standalone(parse_uri(str(output), "--output"), result, cfg, source, params)
     print(
         f"glisp train: best epoch {result.best_epoch} of {len(result.epochs)}; test {test}; checkpoint {where}",
         file=sys.stdout,
         flush=True,
     )
     return 0
+
+
+def _can_lease(dv: DatasetVersion) -> bool:
+    """Whether this process may hold a lease on ``dv``: a local version it can write, or one in an object store
+    (reached with the credentials that publish the checkpoint there)."""
+    return not dv.path.is_local or os.access(dv.path.local, os.W_OK)

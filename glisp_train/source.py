@@ -24,6 +24,7 @@ import numpy as np
 from glisp_core.config import Config
 from glisp_core.dataset.layout import DatasetVersion, readable_here, resolve_dataset
 from glisp_core.errors import GlispError, StageError
+from glisp_core.storage.uri import parse_uri
 from glisp_sampling.cluster_facts import ClusterInfo
 
 LABEL_CHUNK = 1 << 16  # vertices per label lookup (well under serve.max_batch)
@@ -97,9 +98,7 @@ def open_cluster(cluster_file: str | Path, cfg: Config) -> GraphSource:
     spec = ClusterSpec.read(cluster_file)
     info = fetch_cluster_info(spec, cfg.client)
     client = SamplingClient(spec, cfg.client, routing_table=info.routing_table(), direction=cfg.train.direction)
-    dv = None
-    if readable_here(spec.dataset):
-        dv = resolve_dataset(spec.dataset)
+    dv = _dataset_of(spec.dataset)
     return GraphSource(
         kind="cluster",
         backend=client.backend,
@@ -110,6 +109,21 @@ def open_cluster(cluster_file: str | Path, cfg: Config) -> GraphSource:
         close_fn=client.close,
         description=f"{spec.num_parts} servers of run {spec.run} ({cluster_file})",
     )
+
+
+def _dataset_of(dataset: str) -> DatasetVersion | None:
+    """The version the cluster serves, when this process can read it: on this machine's disk, or in an object store
+    it reaches with the credentials of its environment (where it then publishes the checkpoint). None otherwise:
+    the trainer still trains (routing and labels come from the servers) and writes the run to --output."""
+    if readable_here(dataset):
+        return resolve_dataset(dataset)
+    if parse_uri(dataset, "dataset").is_local:
+        return None
+    try:
+        dv = resolve_dataset(dataset)
+        return dv if dv.store.exists(dv.manifest_path) else None
+    except (OSError, GlispError):
+        return None
 
 
 class _LoopThread:
@@ -138,6 +152,7 @@ def open_in_process(dataset: str | Path, run: str, cfg: Config) -> GraphSource:
     from glisp_sampling.gather import PartitionSampler
     from glisp_sampling.inprocess import LocalBackend
     from glisp_serving.cluster.cluster_file import num_parts_of
+    from glisp_serving.server.partition_cache import local_partition
 
     dv = resolve_dataset(dataset, cfg.dataset.root)
     parts = num_parts_of(dv, run)
@@ -146,7 +161,8 @@ def open_in_process(dataset: str | Path, run: str, cfg: Config) -> GraphSource:
             f"in-process training samples one whole-graph partition: run {run!r} has {parts} partitions "
             f"(partition with --parts 1, or serve the run and train with --cluster)"
         )
-    reader = open_partition(dv.partition_dir(run, 0), verify=False)
+    path, _ = local_partition(dv, run, 0, cfg.serve)  # an object-store partition: its verified local copy
+    reader = open_partition(path, verify=False)
     info = local_cluster_info(dv, run, [reader])
     engine = PartitionSampler(reader, threads=1)
     backend = LocalBackend(engine, num_vertices=info.num_vertices)

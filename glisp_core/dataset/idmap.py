@@ -49,10 +49,9 @@ class IdMap:
     def load(cls, dv: DatasetVersion) -> IdMap:
         """Read ``ingest/idmap`` (vid, orig_id, vtype) of a published dataset version."""
         import pyarrow.compute as pc
-        import pyarrow.parquet as pq
 
         schema = read_manifest(dv).schema
-        t = pq.read_table(dv.idmap, columns=[VID, ORIG_ID, VTYPE]).sort_by(VID)
+        t = dv.store.read_table(dv.idmap, columns=[VID, ORIG_ID, VTYPE]).sort_by(VID)  # any store
         n = len(t)
         vid = t[VID].to_numpy()
         if n and not (vid[0] == 0 and vid[-1] == n - 1):

@@ -44,16 +44,25 @@ def local_partition(dv: DatasetVersion, run: str, part: int, cfg: ServeConfig) -
     src = dv.partition_dir(run, part)
     if src.is_local:
         return src.local, False
-    entry = cache_entry(dv, src, cfg.cache_dir)
+    return cached_copy(dv, src, cfg.cache_dir, cfg.verify != "off", f"partition {part}")
+
+
+def cached_copy(
+    dv: DatasetVersion, src: StoreURI, cache_dir: str | os.PathLike[str], verify: bool, what: str
+) -> tuple[Path, bool]:
+    """The cache entry of the remote partition ``src``: reused when it checks out (content hashes too with
+    ``verify``), else downloaded and verified; and whether its hashes were checked. Inference tasks on an
+    object-store dataset share these entries with the servers of their host."""
+    entry = cache_entry(dv, src, cache_dir)
     listing = dict(dv.store.files(src))
     if not listing:
         raise StageError(f"{src}: no partition files in the store")
     if entry.is_dir():
-        problem = _entry_problem(entry, listing, hashes=cfg.verify != "off")
+        problem = _entry_problem(entry, listing, hashes=verify)
         if problem is None:
-            _say(f"partition {part}: reusing the cached copy {entry}")
-            return entry, cfg.verify != "off"
-        _say(f"partition {part}: discarding the cache entry {entry} ({problem}); downloading it again")
+            _say(f"{what}: reusing the cached copy {entry}")
+            return entry, verify
+        _say(f"{what}: discarding the cache entry {entry} ({problem}); downloading it again")
         _discard(entry)
     _download(dv, src, entry, listing)
     return entry, True
