@@ -83,8 +83,7 @@ def run_link_split(
             train = tagged.filter(F.col("split") == 0).select("eid", "src", "dst").join(assign, "eid")
             counts_row = tagged.groupBy("split").count().collect()
             by = {int(r["split"]): int(r["count"]) for r in counts_row}
-            out: Any = pub.tmp  # partition's write_outputs takes the attempt's StoreURI (a Path before issue 25)
-            counts, metrics = write_outputs(spark, train, out, parts, by.get(0, 0))
+            counts, metrics = write_outputs(spark, train, pub.tmp, parts, by.get(0, 0))
             tagged.unpersist()
             counts.update(heldout_val=by.get(1, 0), heldout_test=by.get(2, 0))
             pub.commit(counts=counts, metrics=metrics)
