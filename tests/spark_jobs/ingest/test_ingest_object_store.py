@@ -16,7 +16,7 @@ import pytest
 from ingest_util import write
 
 from glisp_app.cli import main as glisp
-from glisp_core.config import EdgeSource, IngestConfig, VertexSource, load_config, with_values
+from glisp_core.config import EdgeSource, IngestConfig, RmatConfig, VertexSource, load_config, with_values
 from glisp_core.dataset.layout import DatasetVersion, resolve_dataset
 from glisp_core.dataset.manifest import read_manifest
 from glisp_core.errors import BadInputError, ConfigError
@@ -24,6 +24,7 @@ from glisp_core.storage.store import store_for
 from glisp_core.storage.uri import StoreURI, parse_uri
 from glisp_spark.tables import read_arrow_table
 from spark_jobs.generate.builtin import builtin_config
+from spark_jobs.generate.rmat import generate_rmat
 from spark_jobs.ingest.job import run_ingest
 
 TABLES = ("edges", "idmap", "vertices", "features")
@@ -141,3 +142,17 @@ def test_bad_or_missing_input_in_the_bucket_is_named_by_its_uri(spark, s3_root):
     with pytest.raises(ConfigError, match="no input file matches it") as e2:
         _ingest(spark, s3_root, dataclasses.replace(ing, edges=[EdgeSource(path=gone)]))
     assert gone in str(e2.value)
+
+
+def test_rmat_generated_into_the_bucket_ingests_like_a_local_one(spark, tmp_path, s3_root):
+    cfg = RmatConfig(
+        scale=7, edge_factor=8, seed=5, files=2, features=3, classes=2, splits=[0.5, 0.25, 0.25], weights=True
+    )
+    generate_rmat(spark, cfg, tmp_path / "gen", graph="r")
+    res = generate_rmat(spark, cfg, (s3_root / "gen").qualified, graph="r")
+    assert res["config"] == (s3_root / "gen" / "ingest.toml").qualified
+    toml = write(tmp_path / "s3.toml", store_for(s3_root).read_text(s3_root / "gen" / "ingest.toml") or "")
+    ing = load_config(toml, env={}).ingest
+    assert ing.edges[0].path == (s3_root / "gen" / "edges").qualified
+    local = _ingest(spark, parse_uri(tmp_path / "root"), load_config(tmp_path / "gen" / "ingest.toml", env={}).ingest)
+    _assert_same_output(local, _ingest(spark, s3_root, ing))
