@@ -89,8 +89,9 @@ def run_pipeline(spark, cfg: Config, builtin: str | None = None, force: bool = F
         from spark_jobs.generate.builtin import builtin_config, share_builtin
 
         ingest_cfg = builtin_config(builtin, cfg.ingest)
-        if not is_local_master(spark.sparkContext.master):  # executors elsewhere read the inputs
-            ingest_cfg = share_builtin(ingest_cfg, parse_uri(cfg.dataset.root).local / "_builtin")
+        root = parse_uri(cfg.dataset.root)
+        if not root.is_local or not is_local_master(spark.sparkContext.master):  # executors elsewhere read them
+            ingest_cfg = share_builtin(ingest_cfg, root / "_builtin")
     timings: dict[str, float] = {}
     root = parse_uri(cfg.dataset.root)
     graph = (ingest_cfg or cfg.ingest).graph

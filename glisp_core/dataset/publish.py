@@ -16,7 +16,7 @@ import json
 import os
 import time
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from types import TracebackType
 from typing import Any
@@ -26,7 +26,7 @@ from glisp_core.dataset.manifest import SCHEMA_VERSION, StageRecord, now_iso, re
 from glisp_core.dataset.records import VERSION_FILE, create_record, current_record, current_records, json_default
 from glisp_core.errors import StageError
 from glisp_core.storage.lease import DEFAULT_TTL_S, LeaseKeeper, is_live, read_lease
-from glisp_core.storage.store import Store
+from glisp_core.storage.store import Store, store_for
 from glisp_core.storage.uri import StoreURI
 
 
@@ -35,10 +35,14 @@ def fingerprint(*parts: Any) -> str:
     return hashlib.sha256(blob).hexdigest()
 
 
-def file_fingerprints(paths: list[Path], mode: str = "content") -> list[dict[str, Any]]:
-    """Per-file size and sha256 (mode "content") or size and mtime (mode "stat")."""
+def file_fingerprints(paths: Sequence[Path | StoreURI], mode: str = "content") -> list[dict[str, Any]]:
+    """Per-file size and sha256 (mode "content") or size and mtime (mode "stat"); local files or store URIs."""
     out = []
-    for p in sorted(paths):
+    for p in sorted(paths, key=_input_order):
+        if isinstance(p, StoreURI) and not p.is_local:
+            out.append(_object_fingerprint(p, mode))
+            continue
+        p = Path(p)
         st = p.stat()
         rec: dict[str, Any] = {"path": str(p), "bytes": st.st_size}
         if mode == "content":
@@ -51,6 +55,31 @@ def file_fingerprints(paths: list[Path], mode: str = "content") -> list[dict[str
             rec["mtime_ns"] = st.st_mtime_ns
         out.append(rec)
     return out
+
+
+def _input_order(p: Path | StoreURI) -> tuple[int, Any]:
+    """Local files first, in Path order (as before URIs), then objects by URI."""
+    return (1, p.qualified) if isinstance(p, StoreURI) and not p.is_local else (0, Path(p))
+
+
+def _object_fingerprint(u: StoreURI, mode: str) -> dict[str, Any]:
+    """``file_fingerprints`` of one object in a store: size and sha256 of its bytes, or size and mtime."""
+    import pyarrow.fs as pafs
+
+    store = store_for(u)
+    info = store.fs.get_file_info(store.at(u))
+    if info.type != pafs.FileType.File:
+        raise FileNotFoundError(f"{u}: no such input file")
+    rec: dict[str, Any] = {"path": u.qualified, "bytes": int(info.size)}
+    if mode == "content":
+        h = hashlib.sha256()
+        with store.fs.open_input_stream(store.at(u)) as f:
+            for block in iter(lambda: f.read(1 << 22), b""):
+                h.update(block)
+        rec["sha256"] = h.hexdigest()
+    else:
+        rec["mtime_ns"] = info.mtime_ns
+    return rec
 
 
 ATTEMPT = "@"  # attempt prefixes are "@<UTC time>-<12 hex>"

@@ -6,15 +6,15 @@ path, checks and statistics as any user's graph. Nothing contacts a service.
 
 from __future__ import annotations
 
-import filecmp
 import importlib.util
 import os
-import shutil
 from pathlib import Path
 from typing import Any
 
 from glisp_core.config import EdgeSource, IngestConfig, VertexSource
 from glisp_core.errors import GlispError
+from glisp_core.storage.store import store_for
+from glisp_core.storage.uri import StoreURI, parse_uri
 
 # name -> published counts (for tests and the README)
 BUILTIN_COUNTS: dict[str, dict[str, int]] = {
@@ -89,28 +89,34 @@ def _policies(base: IngestConfig) -> dict[str, Any]:
     return {f.name: getattr(base, f.name) for f in dataclasses.fields(base) if f.name not in ("edges", "vertices")}
 
 
-def share_builtin(ing: IngestConfig, into: Path) -> IngestConfig:
+def share_builtin(ing: IngestConfig, into: StoreURI | str | os.PathLike[str]) -> IngestConfig:
     """``ing`` reading copies of the built-in files under ``into`` instead of the driver's site-packages.
 
     Ingest's executors read the input files themselves; on a cluster they cannot see the driver's
-    virtualenv, so the files (a few hundred KiB) are copied to the dataset root, which every executor sees.
-    An unchanged copy is kept, so a rerun fingerprints the same inputs.
+    virtualenv, so the files (a few hundred KiB) are copied through the store to ``<root>/_builtin``, which
+    every executor reads (a shared disk, or the bucket of an object-store root). An unchanged copy is kept,
+    so a rerun fingerprints the same inputs.
     """
     import dataclasses
 
     res = resources_dir().resolve()
-    into = into.resolve()
+    into = parse_uri(into)
+    if into.is_local:
+        into = parse_uri(str(Path(into.path).resolve()))
+    store = store_for(into)
 
     def moved(path: str) -> str:
         src = Path(path).resolve()
         if not src.is_relative_to(res):
             return path
-        dst = into / src.relative_to(res)
-        if not (dst.exists() and filecmp.cmp(src, dst, shallow=False)):
-            dst.parent.mkdir(parents=True, exist_ok=True)
-            tmp = dst.with_name(f".{dst.name}.{os.getpid()}.tmp")
-            shutil.copy2(src, tmp)
-            os.replace(tmp, dst)
+        dst = into.join(*src.relative_to(res).parts)
+        data = src.read_bytes()
+        try:
+            same = store.read_bytes(dst) == data
+        except FileNotFoundError:
+            same = False
+        if not same:
+            store.write_bytes(dst, data)  # whole or not at all
         return str(dst)
 
     edges = [dataclasses.replace(e, path=moved(e.path)) for e in ing.edges]

@@ -24,7 +24,7 @@ def _splits(text: str) -> list[float]:
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     sub = parser.add_subparsers(dest="source", required=True, metavar="SOURCE")
     p = sub.add_parser("rmat", help="R-MAT / Kronecker power-law graph (Graph500 defaults), written by Spark")
-    p.add_argument("--out", "-o", required=True, help="output directory (edges/, vertices/, ingest.toml)")
+    p.add_argument("--out", "-o", required=True, help="output directory or store URI (edges/, vertices/, ingest.toml)")
     p.add_argument("--format", choices=["csv", "parquet"], default="csv", help="file format (default csv)")
     p.add_argument("--graph", default="", help="graph name written into ingest.toml (default rmat-s<S>-ef<F>-seed<N>)")
     g = p.add_argument_group("rmat (defaults from config section [rmat])")
@@ -82,5 +82,8 @@ def main(args: argparse.Namespace, cfg: Config) -> int:
         f"generate rmat: {r['edges']:,} edges over {r['vertices']:,} vertices written to {r['out']} "
         f"in {r['seconds']:.2f} s ({r['edges'] / max(r['seconds'], 1e-9):,.0f} edges/s)"
     )
-    print(f"ingest it with: glisp ingest --config {r['config']}")
+    if "://" in r["config"]:  # --config reads a local file: fetch the generated one first
+        print(f"ingest it with: glisp ingest --config <a local copy of {r['config']}>")
+    else:
+        print(f"ingest it with: glisp ingest --config {r['config']}")
     return 0

@@ -26,10 +26,15 @@ import numpy as np
 
 from glisp_core.config import RmatConfig, to_dict
 from glisp_core.errors import ConfigError
-from glisp_core.storage.uri import qualify
+from glisp_core.storage.store import store_for
+from glisp_core.storage.uri import StoreURI, parse_uri, qualify
 from glisp_spark.session import default_parallelism
+from glisp_spark.tables import jvm_opens, write_parquet
 
 if TYPE_CHECKING:
+    from collections.abc import Iterator
+
+    import pyarrow as pa
     from pyspark.sql import Column, DataFrame, SparkSession
 
 U32 = 1 << 32
@@ -216,7 +221,7 @@ def vertices_frame(spark: SparkSession, cfg: RmatConfig, num_partitions: int, fm
     return df.select(*cols)
 
 
-def ingest_toml(cfg: RmatConfig, out: Path, fmt: str, graph: str) -> str:
+def ingest_toml(cfg: RmatConfig, out: Path | StoreURI, fmt: str, graph: str) -> str:
     """A GLISP config that ingests exactly what was written (absolute paths, so it works from any cwd)."""
 
     def q(v: Any) -> str:
@@ -283,7 +288,10 @@ def generate_rmat(
     if fmt not in ("csv", "parquet"):
         raise ConfigError("command line", "--format", f"expected 'csv' or 'parquet' (got {fmt!r})")
     check_config(cfg)
-    out = Path(out_dir).resolve()
+    uri = parse_uri(out_dir, "--out")
+    if not jvm_opens(spark, uri):
+        return _generate_to_store(spark, cfg, uri, fmt, graph)
+    out = Path(uri.path).resolve()
     out.mkdir(parents=True, exist_ok=True)
     graph = graph or default_graph_name(cfg)
     parts = cfg.files or default_parallelism(spark)
@@ -322,3 +330,68 @@ def generate_rmat(
         "config": str(out / "ingest.toml"),
         "params": dataclasses.asdict(cfg),
     }
+
+
+def _generate_to_store(spark: SparkSession, cfg: RmatConfig, out: StoreURI, fmt: str, graph: str) -> dict[str, Any]:
+    """``generate_rmat`` into a store the JVM cannot open (``s3://``): pyarrow writes the files in the tasks.
+
+    There is no directory rename in an object store: the old ``ingest.toml`` goes first, the tables are
+    replaced, and the new ``ingest.toml`` is written last, so its presence still means the files are complete.
+    """
+    store = store_for(out)
+    graph = graph or default_graph_name(cfg)
+    parts = cfg.files or default_parallelism(spark)
+    m, n = cfg.edge_factor << cfg.scale, 1 << cfg.scale
+    t0 = time.perf_counter()
+    store.delete(out / "ingest.toml")
+    for name in ("edges", "vertices"):
+        store.delete(out / name)
+    _write_to_store(edges_frame(spark, cfg, parts), out / "edges", fmt)
+    t_edges = time.perf_counter() - t0
+    wrote_vertices = has_vertex_table(cfg)
+    if wrote_vertices:
+        _write_to_store(vertices_frame(spark, cfg, parts, fmt), out / "vertices", fmt)
+    store.write_bytes(out / "ingest.toml", ingest_toml(cfg, out, fmt, graph).encode())
+    seconds = time.perf_counter() - t0
+    return {
+        "graph": graph,
+        "out": str(out),
+        "format": fmt,
+        "edges": m,
+        "vertices": n,
+        "vertex_table": wrote_vertices,
+        "files": parts,
+        "seconds": round(seconds, 3),
+        "edges_seconds": round(t_edges, 3),
+        "edges_per_s": m / t_edges if t_edges > 0 else float("inf"),
+        "config": str(out / "ingest.toml"),
+        "params": dataclasses.asdict(cfg),
+    }
+
+
+def _write_to_store(df: DataFrame, out: StoreURI, fmt: str) -> None:
+    """One file per partition (``part-NNNNN.csv`` with a header, or Parquet), written by the tasks."""
+    if fmt != "csv":
+        write_parquet(df, out)
+        return
+    from pyspark.sql.pandas.types import to_arrow_schema
+
+    base, schema = out.qualified, to_arrow_schema(df.schema)
+
+    def write(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+        import pyarrow as pa
+        import pyarrow.csv as pacsv
+        from pyspark import TaskContext
+
+        ctx = TaskContext.get()
+        assert ctx is not None, "the CSV writer runs inside a Spark task"
+        name = f"{base}/part-{ctx.partitionId():05d}.csv"
+        rows = 0
+        with store_for(name).open_output(name) as f, pacsv.CSVWriter(f, schema) as w:
+            for b in batches:
+                w.write_batch(b.cast(schema) if b.schema != schema else b)
+                rows += b.num_rows
+        yield pa.RecordBatch.from_pydict({"rows": [rows]})
+
+    df.mapInArrow(write, "rows long").collect()
+    store_for(out).write_bytes(out / "_SUCCESS", b"")

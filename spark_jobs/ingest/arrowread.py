@@ -12,6 +12,8 @@ them to Spark with the meaning Spark's readers give:
   skipped; with ``header`` the first other line of every file is the header; '"' quotes with '""'
   inside; an empty field is null; ``.gz``/``.bz2`` files are read whole (one chunk each); a
   multi-character delimiter is replaced by a control character (so it must not occur in quotes);
+- every file is opened through the store (``open_binary``, ``open_parquet``): a local path or a URI such as
+  ``s3://bucket/edges.csv``, opened by the task itself, so inputs in a bucket need no JVM connector;
 - Parquet: the columns typed as Spark reads them (unsigned integers widened, uint64 as
   decimal(20,0), timestamps in microseconds, dictionaries decoded);
 - ``_fid`` is the file's index, ``_rowpos`` = (source << 55) | (chunk << 33) | row, so "first row"
@@ -20,16 +22,20 @@ them to Spark with the meaning Spark's readers give:
 
 from __future__ import annotations
 
+import io
 import os
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from glisp_core.storage.store import store_for
+from glisp_core.storage.uri import StoreURI, parse_uri
 from glisp_spark.worker_heap import freeze_worker_heap
 from spark_jobs.ingest.columns import CORRUPT, FID, ROWPOS
+from spark_jobs.ingest.storeio import read_ipc_file
 
 if TYPE_CHECKING:
     import pyarrow as pa
@@ -41,6 +47,35 @@ _CHUNK_SHIFT = 33
 _MIN_CHUNK = 4 << 20
 _MAX_CHUNK = 128 << 20
 ALT_DELIM = "\x1f"  # stands in for a multi-character delimiter
+_READ_BUFFER = 1 << 20  # one ranged read per MiB on an object store, not one per line
+
+
+InputPath = StoreURI | Path  # an input file: a URI, or a local path (what tests and local tools hand in)
+
+
+def open_binary(path: str | InputPath) -> io.BufferedReader:
+    """A buffered binary reader of an input file (a local path or a URI), through its store."""
+    u = parse_uri(path, "ingest input")
+    return io.BufferedReader(store_for(u).open_input(u), _READ_BUFFER)
+
+
+def open_parquet(path: str | InputPath) -> Any:
+    """A random-access file of a Parquet input (``pq.ParquetFile`` and ``pq.read_schema`` take it)."""
+    u = parse_uri(path, "ingest input")
+    return store_for(u).open_input(u)
+
+
+def file_sizes(files: Sequence[InputPath]) -> list[int]:
+    """The size of each input file (one listing call per file on an object store)."""
+    out = []
+    for f in files:
+        u = parse_uri(f, "ingest input")
+        store = store_for(u)
+        info = store.fs.get_file_info(store.at(u))
+        if info.size is None:
+            raise FileNotFoundError(f"{u}: the input file is gone")
+        out.append(int(info.size))
+    return out
 
 
 @dataclass(frozen=True)
@@ -79,10 +114,10 @@ TableSpec = CsvSpec | ParquetSpec  # how to read a table's chunks
 ReadTask = Sequence[Chunk | RowGroups]  # the chunks one Spark task reads (all of one kind)
 
 
-def header_end(path: Path, comment: str) -> int:
+def header_end(path: InputPath, comment: str) -> int:
     """Byte offset just after the header line: the first line that is neither empty nor a comment."""
     mark = comment.encode()
-    with open(path, "rb") as fh:
+    with open_binary(path) as fh:
         pos = 0
         for line in fh:
             pos += len(line)
@@ -92,12 +127,12 @@ def header_end(path: Path, comment: str) -> int:
 
 
 def plan_chunks(
-    files: list[Path], file_offset: int, header: bool, parallelism: int, comment: str = ""
+    files: Sequence[InputPath], file_offset: int, header: bool, parallelism: int, comment: str = ""
 ) -> list[list[Chunk]]:
     """Byte ranges of the files grouped into tasks: about three tasks per core, chunks of 4-128 MiB.
     The header line is skipped here (its end found on the driver), except in a compressed file, which
     is one chunk that drops its own header."""
-    sizes = [f.stat().st_size for f in files]
+    sizes = file_sizes(files)
     total = sum(sizes)
     target = int(min(_MAX_CHUNK, max(_MIN_CHUNK, total // max(1, 3 * parallelism) + 1)))
     chunks: list[Chunk] = []
@@ -123,16 +158,16 @@ def plan_chunks(
 def read_lines(c: Chunk) -> bytes:
     """The complete lines that start inside the chunk's byte range."""
     if c.end < 0:
+        with open_binary(c.path) as raw:
+            packed = raw.read()
         if c.path.lower().endswith(".gz"):
             import gzip
 
-            with gzip.open(c.path, "rb") as fh:
-                return fh.read()
+            return gzip.decompress(packed)
         import bz2
 
-        with bz2.open(c.path, "rb") as fh:
-            return fh.read()
-    with open(c.path, "rb") as fh:
+        return bz2.decompress(packed)
+    with open_binary(c.path) as fh:
         pos = c.start
         if c.start > 0:
             fh.seek(c.start - 1)
@@ -337,7 +372,7 @@ def _spark_type(t: pa.DataType) -> pa.DataType:
     return t
 
 
-def parquet_spec(files: list[Path], what: str) -> ParquetSpec:
+def parquet_spec(files: Sequence[InputPath], what: str) -> ParquetSpec:
     """The columns of the first file (as Spark without schema merging) and their Spark-compatible types."""
     import pyarrow as pa
     import pyarrow.parquet as pq
@@ -345,7 +380,8 @@ def parquet_spec(files: list[Path], what: str) -> ParquetSpec:
 
     from glisp_core.errors import ConfigError
 
-    schema = pq.read_schema(files[0])
+    with open_parquet(files[0]) as f:
+        schema = pq.read_schema(f)
     fields = []
     for f in schema:
         if f.name.startswith("__index_level_"):
@@ -359,14 +395,15 @@ def parquet_spec(files: list[Path], what: str) -> ParquetSpec:
     return ParquetSpec(columns=tuple(f.name for f in fields), schema=pa.schema(fields))
 
 
-def plan_row_groups(files: list[Path], file_offset: int, parallelism: int) -> list[list[RowGroups]]:
+def plan_row_groups(files: Sequence[InputPath], file_offset: int, parallelism: int) -> list[list[RowGroups]]:
     """Row groups of the files in file order, grouped into about three tasks per core (and tasks of at
     most 128 MiB of compressed data); a row group is never split."""
     import pyarrow.parquet as pq
 
     groups: list[tuple[int, str, int, int]] = []
     for i, f in enumerate(files):
-        md = pq.ParquetFile(f).metadata
+        with open_parquet(f) as fh:
+            md = pq.ParquetFile(fh).metadata
         for g in range(md.num_row_groups):
             groups.append((file_offset + i, str(f), g, md.row_group(g).total_byte_size))
     total = sum(g[3] for g in groups)
@@ -391,8 +428,8 @@ def parquet_chunk(c: RowGroups, spec: ParquetSpec) -> pa.Table:
     import pyarrow as pa
     import pyarrow.parquet as pq
 
-    pf = pq.ParquetFile(c.path)
-    t = pf.read_row_groups(list(c.groups), columns=list(spec.columns), use_threads=False)
+    with open_parquet(c.path) as fh:
+        t = pq.ParquetFile(fh).read_row_groups(list(c.groups), columns=list(spec.columns), use_threads=False)
     cols = []
     for f in spec.schema:
         col = t.column(f.name)
@@ -403,15 +440,13 @@ def parquet_chunk(c: RowGroups, spec: ParquetSpec) -> pa.Table:
 
 
 def ipc_frame(spark: SparkSession, files: list[str], schema: StructType) -> DataFrame:
-    """A DataFrame of Arrow IPC files written by tasks (one Spark partition each)."""
-    import pyarrow as pa
+    """A DataFrame of Arrow IPC files written by tasks (one Spark partition each), read through the store."""
 
     def read(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         freeze_worker_heap()
         for b in batches:
             for i in b.column(0).to_pylist():
-                with pa.memory_map(files[i]) as src:
-                    yield from pa.ipc.open_file(src).read_all().to_batches(max_chunksize=1 << 20)
+                yield from read_ipc_file(files[i]).to_batches(max_chunksize=1 << 20)
 
     return spark.range(0, len(files), 1, max(1, len(files))).mapInArrow(read, schema)
 

@@ -4,25 +4,26 @@ A row's reason is the first rule it breaks (so counts of kinds add up to the row
 "fail" mode the first problem is raised as a ``BadInputError`` naming the file, the column, the count,
 the file's row total, up to three example rows (``limit(3)``; bad rows are never collected) and a
 hint. In "quarantine" mode the bad rows of each kind go to ``ingest/rejects/<kind>/`` as Parquet with
-their file, reason, column and raw fields, the manifest counts them and the same line is printed.
+their file, reason, column and raw fields, the manifest counts them and the same line is printed. The
+rejects are written by Spark's JVM where it opens the store, else by pyarrow in the tasks.
 """
 
 from __future__ import annotations
 
-import os
-import shutil
 import uuid
 from collections import defaultdict
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from glisp_core.errors import BadInputError
-from glisp_core.storage.uri import qualify
+from glisp_core.storage.store import store_for
+from glisp_core.storage.uri import StoreURI
 from spark_jobs.ingest.columns import FID, RCOL, REASON
+from spark_jobs.ingest.storeio import join, open_atomic
 
 if TYPE_CHECKING:
+    import pyarrow as pa
     from pyspark.sql import Column, DataFrame
 
 CountRow = dict[str, Any]  # one group of a scan's counts: the group's columns and "count"
@@ -165,7 +166,7 @@ def handle_bad(
     files: Sequence[str],
     mode: str,
     raw: dict[str, Column],
-    rejects_dir: Callable[[str], Path],
+    rejects_dir: Callable[[str], StoreURI],
     log: Callable[[str], None] = print,
 ) -> dict[str, int]:
     """Raise (fail) or write rejects (quarantine) for the bad rows of ``df``; returns rows per kind."""
@@ -189,18 +190,8 @@ def handle_bad(
     file_col = file_names[F.col(FID)] if file_names is not None else F.lit(None).cast("string")
     cols = [file_col.alias("file"), F.col(REASON).alias("reason"), F.col(RCOL).alias("column")]
     cols += [c.cast("string").alias(k) for k, c in raw.items()]
-    parent = rejects_dir("")
-    parent.mkdir(parents=True, exist_ok=True)
-    staging = parent / f".staging-{uuid.uuid4().hex[:12]}"
-    (
-        df.filter(F.col(REASON).isNotNull())
-        .select(*cols, F.col(REASON).alias("_part"))
-        .write.partitionBy("_part")
-        .parquet(qualify(staging))
-    )
-    for kind in dict.fromkeys(k for (k, _, _), _ in items):
-        os.rename(staging / f"_part={kind}", rejects_dir(kind))
-    shutil.rmtree(staging, ignore_errors=True)
+    bad = df.filter(F.col(REASON).isNotNull()).select(*cols, F.col(REASON).alias("_part"))
+    _write_rejects(bad, rejects_dir(""), list(dict.fromkeys(k for (k, _, _), _ in items)))
     for (kind, fid, column), count in items:
         fname = files[fid] if 0 <= fid < len(files) else None
         examples = _examples_from_rejects(rejects_dir(kind), fname, list(raw))
@@ -208,11 +199,59 @@ def handle_bad(
     return s.kind_counts()
 
 
-def _examples_from_rejects(path: Path, fname: str | None, raw: list[str], n: int = 3) -> list[str]:
+def _write_rejects(bad: DataFrame, parent: StoreURI, kinds: list[str]) -> None:
+    """``bad`` (rows with ``_part`` = their kind) as ``<parent>/<kind>/`` Parquet tables, in one write job."""
+    from glisp_spark.tables import jvm_opens, spark_path
+
+    store = store_for(parent)
+    if not jvm_opens(bad.sparkSession, parent):
+        _write_by_kind(bad, parent)
+        return
+    staging = parent / f".staging-{uuid.uuid4().hex[:12]}"
+    bad.write.partitionBy("_part").parquet(spark_path(staging))
+    for kind in kinds:
+        store.fs.move(store.at(staging / f"_part={kind}"), store.at(parent / kind))
+    store.delete(staging)
+
+
+def _write_by_kind(bad: DataFrame, parent: StoreURI) -> None:
+    """The pyarrow way of :func:`_write_rejects`: each task writes ``<kind>/part-<task>.parquet`` per kind."""
+    from pyspark.sql.pandas.types import to_arrow_schema
+
+    schema = to_arrow_schema(bad.drop("_part").schema)
+    base = str(parent)
+
+    def write(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+        from contextlib import ExitStack
+
+        import pyarrow as pa
+        import pyarrow.compute as pc
+        import pyarrow.parquet as pq
+        from pyspark import TaskContext
+
+        ctx = TaskContext.get()
+        assert ctx is not None, "the rejects writer runs inside a Spark task"
+        writers: dict[str, Any] = {}
+        with ExitStack() as stack:
+            for b in batches:
+                t = pa.Table.from_batches([b])
+                for kind in pc.unique(t.column("_part")).to_pylist():
+                    if kind not in writers:
+                        f = stack.enter_context(open_atomic(join(base, kind, f"part-{ctx.partitionId():05d}.parquet")))
+                        writers[kind] = stack.enter_context(pq.ParquetWriter(f, schema))
+                    rows = t.filter(pc.equal(t.column("_part"), kind)).drop_columns(["_part"])
+                    writers[kind].write_table(rows.cast(schema))
+        yield pa.RecordBatch.from_pydict({"files": [len(writers)]})
+
+    bad.mapInArrow(write, "files long").collect()
+
+
+def _examples_from_rejects(path: StoreURI, fname: str | None, raw: list[str], n: int = 3) -> list[str]:
     """Up to ``n`` example rows of one file, read from the written rejects (a bounded scan, no Spark job)."""
     import pyarrow.dataset as ds
 
-    d = ds.dataset(str(path), format="parquet")
+    store = store_for(path)
+    d = ds.dataset(store.at(path), filesystem=store.fs, format="parquet")
     flt = ds.field("file") == fname if fname is not None else None
     out = []
     for r in d.head(n, columns=raw, filter=flt).to_pylist():

@@ -103,8 +103,9 @@ def main(args: argparse.Namespace, cfg: Config) -> int:
     ing = ingest_config(args, cfg)
     t0 = time.perf_counter()
     spark = get_spark(cfg.spark)
-    if args.builtin and not is_local_master(spark.sparkContext.master):  # executors elsewhere read the inputs
-        ing = share_builtin(ing, parse_uri(cfg.dataset.root).local / "_builtin")
+    root = parse_uri(cfg.dataset.root)
+    if args.builtin and (not root.is_local or not is_local_master(spark.sparkContext.master)):
+        ing = share_builtin(ing, root / "_builtin")  # executors elsewhere read the inputs from the root's store
     dv = run_ingest(spark, cfg, ing, force=args.force)
     from glisp_core.dataset.manifest import read_manifest
     from glisp_core.dataset.versions import read_latest

@@ -1,8 +1,9 @@
 """Staged edge rows -> the published edge table: vids, policies, dense eids and degrees, in numpy tasks.
 
 Why files: a global Spark sort of the edge rows (for dense eids) plus two endpoint joins moved every
-row through three shuffles and the JVM. Here the rows stay as Arrow files in the version's staging
-directory (a shared file system on a cluster) and every step is one Spark job of numpy tasks:
+row through three shuffles and the JVM. Here the rows stay as Arrow files under the version's staging
+prefix in the dataset's store (a shared disk, or an object store the tasks open themselves, ``storeio``)
+and every step is one Spark job of numpy tasks:
 
 1. ``bucket``: per staged file, endpoints -> vids (``RankMap`` lookup, or vids from a join), the
    self-loop and missing-endpoint checks, undirected doubling, then the rows are split by source-vid
@@ -13,26 +14,22 @@ directory (a shared file system on a cluster) and every step is one Spark job of
 3. ``write``: per bucket, the same final write once the sizes after the policy are known.
 
 The result equals a global sort by (src, dst, etype, weight, ts): buckets are vid ranges, in order.
-Files are written under temporary names and renamed, with names fixed by the task, so a retried task
-rewrites the same content.
+Files appear whole (``storeio.open_atomic``), with names fixed by the task, so a retried task rewrites
+the same content.
 """
 
 from __future__ import annotations
 
-import glob
-import os
 import time
-from collections.abc import Callable
 from dataclasses import dataclass, field
-from functools import partial
-from pathlib import Path
 from typing import TYPE_CHECKING
 
 import numpy as np
 import pyarrow as pa
-import pyarrow.parquet as pq
 
 from glisp_spark.tasks import run_tasks
+from spark_jobs.ingest.storeio import join, list_files, make_dirs, read_ipc_file, read_npy, write_ipc, write_npy
+from spark_jobs.ingest.storeio import write_parquet as write_parquet_file
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -53,8 +50,8 @@ def _buckets(values: np.ndarray, bounds: np.ndarray) -> tuple[np.ndarray, np.nda
 class EdgePlan:
     """What the edge tasks need to know (pickled into each task)."""
 
-    stage: str  # staging root
-    out: str  # the edge table's directory (inside the version's temporary directory)
+    stage: str  # staging prefix (a local path or a URI string)
+    out: str  # the edge table's directory (inside the version's attempt), a local path or a URI string
     num_vertices: int
     bounds: tuple[int, ...]  # vid lower bound of each bucket, then num_vertices
     directed: bool
@@ -79,26 +76,6 @@ def bucket_bounds(num_vertices: int, rows: int, parallelism: int, files: int = 0
     nb = files or max(parallelism, -(-rows // _TARGET_BUCKET_ROWS))
     nb = max(1, min(nb, max(1, num_vertices)))
     return tuple(int(x) for x in np.linspace(0, num_vertices, nb + 1).round().astype(np.int64))
-
-
-def _atomic(path: str, write: Callable[[str], object]) -> None:
-    tmp = f"{path}.tmp-{os.getpid()}"
-    write(tmp)
-    os.replace(tmp, path)
-
-
-def _write_ipc(path: str, table: pa.Table) -> None:
-    def w(tmp: str) -> None:
-        with pa.OSFile(tmp, "wb") as f, pa.ipc.new_file(f, table.schema) as wr:
-            wr.write_table(table)
-
-    _atomic(path, w)
-
-
-def read_ipc_file(path: str) -> pa.Table:
-    """One staged Arrow IPC file, memory mapped."""
-    with pa.memory_map(path) as src:
-        return pa.ipc.open_file(src).read_all()
 
 
 def read_ipc(paths: list[str]) -> pa.Table | None:
@@ -196,9 +173,8 @@ def bucket_rows(
     ends = np.cumsum(res.rows)
     for k in np.flatnonzero(res.rows):
         lo, hi = ends[k] - res.rows[k], ends[k]
-        bdir = os.path.join(plan.stage, "buckets", f"b{k:05d}")
-        os.makedirs(bdir, exist_ok=True)
-        _write_ipc(os.path.join(bdir, f"{tag}.arrow"), pa.table({c: v[lo:hi] for c, v in cols.items()}))
+        bucket = pa.table({c: v[lo:hi] for c, v in cols.items()})
+        write_ipc(join(plan.stage, "buckets", f"b{k:05d}", f"{tag}.arrow"), bucket)
     if plan.directed and plan.duplicates == "keep":  # these rows are final: stage their in-degree slices
         _write_dst_slices(cols["dst"], bounds, plan, tag)
     return res
@@ -210,15 +186,8 @@ def _write_dst_slices(dst: np.ndarray, bounds: np.ndarray, plan: EdgePlan, tag: 
     ends = np.cumsum(cnt)
     sd = dst[order]
     for k in np.flatnonzero(cnt):
-        d = os.path.join(plan.stage, "indeg", f"b{k:05d}")
-        os.makedirs(d, exist_ok=True)
         part = (sd[ends[k] - cnt[k] : ends[k]] - bounds[k]).astype(np.int32)
-        _atomic(os.path.join(d, f"{tag}.npy"), partial(_save_npy, a=part))
-
-
-def _save_npy(path: str, a: np.ndarray) -> None:
-    with open(path, "wb") as f:
-        np.save(f, a)
+        write_npy(join(plan.stage, "indeg", f"b{k:05d}", f"{tag}.npy"), part)
 
 
 def _sorted_order(cols: dict[str, np.ndarray], lo: int, n: int, by_rowpos: bool) -> np.ndarray:
@@ -299,13 +268,13 @@ def _finish(cols: dict[str, np.ndarray], k: int, offset: int, plan: EdgePlan) ->
     if plan.has_ts:
         table["ts"] = cols["ts"]
     if n or k == 0:  # bucket 0 always writes, so an empty table still has its schema
-        _write_parquet(os.path.join(plan.out, f"part-{k:05d}.parquet"), pa.table(table))
+        _write_parquet(join(plan.out, f"part-{k:05d}.parquet"), pa.table(table))
     t1 = time.process_time()
     out_deg = np.bincount(cols["src"] - lo, minlength=hi - lo)
     if plan.directed:
         in_deg = np.zeros(hi - lo, dtype=np.int64)
-        for f in sorted(glob.glob(os.path.join(plan.stage, "indeg", f"b{k:05d}", "*.npy"))):
-            in_deg += np.bincount(np.load(f), minlength=hi - lo)
+        for f in list_files(join(plan.stage, "indeg", f"b{k:05d}"), ".npy"):
+            in_deg += np.bincount(read_npy(f), minlength=hi - lo)
     else:
         in_deg = out_deg
     return BucketWritten(
@@ -320,22 +289,18 @@ def _finish(cols: dict[str, np.ndarray], k: int, offset: int, plan: EdgePlan) ->
 
 def _write_parquet(path: str, tab: pa.Table) -> None:
     """The final edge file: eid and src delta-encoded (they ascend), the edge type as a dictionary."""
-    _atomic(
+    write_parquet_file(
         path,
-        lambda tmp: pq.write_table(
-            tab,
-            tmp,
-            compression="snappy",
-            use_dictionary=["etype"],
-            column_encoding={"eid": "DELTA_BINARY_PACKED", "src": "DELTA_BINARY_PACKED"},
-        ),
+        tab,
+        compression="snappy",
+        use_dictionary=["etype"],
+        column_encoding={"eid": "DELTA_BINARY_PACKED", "src": "DELTA_BINARY_PACKED"},
     )
 
 
 def _bucket_cols(k: int, plan: EdgePlan) -> dict[str, np.ndarray]:
     """Bucket ``k``'s rows from every map task's file (empty columns when it got none)."""
-    files = sorted(glob.glob(os.path.join(plan.stage, "buckets", f"b{k:05d}", "*.arrow")))
-    t = read_ipc(files)
+    t = read_ipc(list_files(join(plan.stage, "buckets", f"b{k:05d}"), ".arrow"))
     names = ["src", "dst", *_carried(plan)]
     if t is None:
         dts = {"src": np.int64, "dst": np.int64, "etype": np.int32, "weight": np.float32, "ts": np.int64}
@@ -365,7 +330,7 @@ def sort_bucket(k: int, plan: EdgePlan) -> BucketSorted:
     t0 = time.process_time()
     cols = _sorted_bucket(k, plan)
     sort_s = time.process_time() - t0
-    _write_ipc(os.path.join(plan.stage, "sorted", f"b{k:05d}.arrow"), pa.table(cols))
+    write_ipc(join(plan.stage, "sorted", f"b{k:05d}.arrow"), pa.table(cols))
     if plan.directed:
         _write_dst_slices(cols["dst"], np.asarray(plan.bounds, dtype=np.int64), plan, f"s{k:05d}")
     return BucketSorted(
@@ -375,14 +340,13 @@ def sort_bucket(k: int, plan: EdgePlan) -> BucketSorted:
 
 def write_bucket(k: int, plan: EdgePlan, offset: int) -> BucketWritten:
     """Step 3: the final write of a bucket sorted by step 2."""
-    t = read_ipc_file(os.path.join(plan.stage, "sorted", f"b{k:05d}.arrow"))
+    t = read_ipc_file(join(plan.stage, "sorted", f"b{k:05d}.arrow"))
     return _finish({c: t.column(c).to_numpy() for c in t.column_names}, k, offset, plan)
 
 
 def _prepare_dirs(plan: EdgePlan) -> None:
-    """Made on the driver, so no task races to make them."""
-    os.makedirs(os.path.join(plan.stage, "sorted"), exist_ok=True)
-    Path(plan.out).mkdir(parents=True, exist_ok=True)
+    """The edge table's local directory, made on the driver (an object store has no directories)."""
+    make_dirs(plan.out)
 
 
 def sort_and_write_buckets(spark: SparkSession, plan: EdgePlan, offsets: list[int]) -> list[BucketWritten]:

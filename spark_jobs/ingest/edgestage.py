@@ -18,7 +18,6 @@ ONE Spark job (``stage_edges``):
 
 from __future__ import annotations
 
-import os
 import time
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
@@ -30,6 +29,7 @@ from spark_jobs.ingest import arrowread
 from spark_jobs.ingest.columns import FID, RCOL, REASON, SI
 from spark_jobs.ingest.keys import KeySet
 from spark_jobs.ingest.scan import GroupKey, TaskCounts
+from spark_jobs.ingest.storeio import IpcFiles, join
 from spark_jobs.ingest.textparse import parse_canonical, string_parts
 
 if TYPE_CHECKING:
@@ -62,7 +62,7 @@ class EdgeTable:
 class StageOpts:
     """Where the tasks stage, and what besides the clean rows' columns."""
 
-    dir: str
+    dir: str  # the staging prefix: a local path or a URI string (the tasks open the store themselves)
     keys: bool  # collect integer key sets (no vertex tables)
     fid: bool  # stage the file index (for missing-endpoint reports)
     rowpos: bool  # stage the row position (duplicates = "drop")
@@ -137,32 +137,6 @@ def _split_clean(table: pa.Table, t: EdgeTable) -> tuple[np.ndarray, StagedColum
     return clean, cols
 
 
-class _Files:
-    """One Arrow IPC file per kind of output of a task, written under a temporary name."""
-
-    def __init__(self) -> None:
-        self.open: dict[str, list[Any]] = {}  # path -> [temporary path, sink, writer, rows]
-
-    def write(self, path: str, batch: pa.RecordBatch) -> None:
-        import pyarrow as pa
-
-        if path not in self.open:
-            tmp = f"{path}.tmp-{os.getpid()}"
-            sink = pa.OSFile(tmp, "wb")
-            self.open[path] = [tmp, sink, pa.ipc.new_file(sink, batch.schema), 0]
-        self.open[path][2].write_batch(batch)
-        self.open[path][3] += batch.num_rows
-
-    def close(self) -> dict[str, int]:
-        out = {}
-        for path, (tmp, sink, w, n) in self.open.items():
-            w.close()
-            sink.close()
-            os.replace(tmp, path)
-            out[path] = n
-        return out
-
-
 @dataclass
 class ChunkRows:
     """A chunk split: clean rows as staged columns, the other rows as text (Spark's rules decide)."""
@@ -215,7 +189,7 @@ def _stage_chunk(
     first: int,
     opts: StageOpts,
     acc: _TaskAcc,
-    files: _Files,
+    files: IpcFiles,
 ) -> None:
     """One chunk: clean rows staged, counted and keyed; the other rows set down for Spark's rules."""
     import pyarrow as pa
@@ -233,7 +207,7 @@ def _stage_chunk(
             out["_fid"] = np.full(nc, c.fid, np.int32)
         if opts.rowpos:
             out["_rowpos"] = rows.clean_pos
-        path = os.path.join(opts.dir, "edges", f"c{t.si:03d}-{task:05d}.int.arrow")
+        path = join(opts.dir, "edges", f"c{t.si:03d}-{task:05d}.int.arrow")
         files.write(path, pa.RecordBatch.from_pydict(out))
         if "_et" in out:
             for vc in pc.value_counts(out["_et"]).to_pylist():  # one entry per distinct type
@@ -246,7 +220,7 @@ def _stage_chunk(
             for name, arr in ((t.src_type, out["_s"]), (t.dst_type, out["_d"])):
                 acc.sets.setdefault(name, KeySet()).add(arr)
     if rows.dirty.num_rows or rows.bad:
-        path = os.path.join(opts.dir, "dirty", f"t{t.si:03d}-{task:05d}.arrow")
+        path = join(opts.dir, "dirty", f"t{t.si:03d}-{task:05d}.arrow")
         for b in arrowread.text_batches(rows.dirty, rows.bad, c.fid, rows.dirty_pos, rows.bad_pos):
             files.write(path, b)
     t2 = time.process_time()
@@ -257,15 +231,13 @@ def _stage_chunk(
 def stage_edges(spark: SparkSession, tables: list[EdgeTable], opts: StageOpts) -> StagedEdges:
     """One Spark job over every chunk of the edge tables."""
     work = [(ti, k) for ti, t in enumerate(tables) for k in range(len(t.tasks))]
-    for sub in ("edges", "dirty"):
-        os.makedirs(os.path.join(opts.dir, sub), exist_ok=True)
 
     def task(w: int) -> tuple[TaskCounts, int, list[str], dict[str, float]]:
         ti, k = work[w]
         t = tables[ti]
         first = arrowread.chunk_indices(t.tasks)[k]
         acc = _TaskAcc()
-        files = _Files()
+        files = IpcFiles()
         for j, c in enumerate(t.tasks[k]):
             _stage_chunk(c, j, t, k, first, opts, acc, files)
         written = files.close()

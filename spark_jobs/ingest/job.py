@@ -113,8 +113,8 @@ def run_ingest(
     with ph("fingerprint"):
         plan = IngestPlan(ing)
         root = parse_uri(cfg.dataset.root)
-        confine(root, cfg.dataset.confine_to, "dataset.root")
-        confine_all(plan.all_input_paths(), cfg.dataset.confine_to, "ingest table or feature file")
+        confine(str(root), cfg.dataset.confine_to, "dataset.root")
+        confine_all([str(u) for u in plan.all_input_paths()], cfg.dataset.confine_to, "ingest table or feature file")
         inputs = file_fingerprints(plan.all_input_paths(), cfg.dataset.checksum)
         fp = ingest_fingerprint(ing, inputs)
         existing = _find_existing(root, ing.graph, fp, ing.version)
@@ -127,9 +127,7 @@ def run_ingest(
     )
     check_name("version", version)
     with VersionPublisher(root, ing.graph, version) as pub:
-        ctx = IngestContext(
-            spark, plan, pub.tmp_dv, pub.tmp_dv.ingest.local / "_staging", ph, log, ids_native_long(plan)
-        )
+        ctx = IngestContext(spark, plan, pub.tmp_dv, pub.tmp_dv.ingest / "_staging", ph, log, ids_native_long(plan))
         try:
             built = _build_tables(ctx)
         finally:

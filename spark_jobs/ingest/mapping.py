@@ -13,7 +13,6 @@ fail mode, its rejects table in quarantine mode. Only then is that frame compute
 
 from __future__ import annotations
 
-import os
 import time
 from collections.abc import Iterator
 from typing import TYPE_CHECKING
@@ -31,9 +30,9 @@ from spark_jobs.ingest.edgefiles import (
     column_values,
     etype_codes,
     per_source,
-    read_ipc_file,
 )
 from spark_jobs.ingest.keys import RankMap
+from spark_jobs.ingest.storeio import read_ipc_file
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
@@ -219,9 +218,3 @@ def join_missing_frame(joined: DataFrame, plan: EdgePlan) -> DataFrame:
         (c("_w").cast("string") if "_w" in joined.columns else none).alias("weight"),
         (c("_ts").cast("string") if "_ts" in joined.columns else none).alias("timestamp"),
     )
-
-
-def stage_dirs(stage: str) -> None:
-    """The directories the map and sort tasks write into (made once, on the driver)."""
-    for d in ("buckets", "indeg", "sorted"):
-        os.makedirs(os.path.join(stage, d), exist_ok=True)

@@ -11,6 +11,9 @@ from pathlib import Path
 from glisp_core.config import IngestConfig
 from glisp_core.dataset.layout import check_name
 from glisp_core.errors import ConfigError
+from glisp_core.storage.store import store_for
+from glisp_core.storage.uri import StoreURI, parse_uri
+from spark_jobs.ingest.arrowread import open_parquet
 from spark_jobs.ingest.readers import detect_format, expand_paths
 
 
@@ -38,7 +41,7 @@ class IngestPlan:
     def timestamped(self) -> bool:
         return any(e.timestamp for e in self.ing.edges)
 
-    def all_input_paths(self) -> list[Path]:
+    def all_input_paths(self) -> list[StoreURI]:
         seen = dict.fromkeys([f for fs in self.edge_files + self.vertex_files for f in fs] + self.npy_files)
         return list(seen)
 
@@ -65,16 +68,29 @@ def _typed_endpoints(ing: IngestConfig) -> bool:
     return typed
 
 
-def _npy_files(ing: IngestConfig, vertex_files: list[list[Path]]) -> list[Path]:
+def npy_uri(path: str) -> StoreURI:
+    """A .npy feature file as a URI: a local path resolved (symlinks followed), or the URI as given."""
+    if "://" in path and not path.startswith("file://"):
+        return parse_uri(path, "ingest.vertices.features_npy")
+    return parse_uri(str(Path(path.removeprefix("file://")).resolve()))
+
+
+def _is_file(u: StoreURI) -> bool:
+    store = store_for(u)
+    return store.exists(u) and not store.is_dir(u)
+
+
+def _npy_files(ing: IngestConfig, vertex_files: list[list[StoreURI]]) -> list[StoreURI]:
     """The .npy feature files (inputs too: they are fingerprinted), checked to exist and to align."""
-    out: list[Path] = []
+    out: list[StoreURI] = []
     for i, v in enumerate(ing.vertices):
         for key in ("features_npy", "features_npy_ids"):
             p = getattr(v, key)
             if p:
-                if not Path(p).is_file():
+                u = npy_uri(p)
+                if not _is_file(u):
                     raise ConfigError("ingest", f"vertices[{i}].{key}", f"file not found (got {p!r})")
-                out.append(Path(p).resolve())
+                out.append(u)
         if v.features_npy and not v.features_npy_ids and len(vertex_files[i]) != 1:
             raise ConfigError(
                 "ingest",
@@ -95,14 +111,16 @@ def ids_native_long(plan: IngestPlan) -> bool:
     for i, e in enumerate(plan.ing.edges):
         if detect_format(e, plan.edge_files[i], f"ingest.edges[{i}]") != "parquet":
             return False
-        sch = pq.read_schema(plan.edge_files[i][0])
+        with open_parquet(plan.edge_files[i][0]) as f:
+            sch = pq.read_schema(f)
         for c in (e.src, e.dst):
             if c not in sch.names or not pa.types.is_integer(sch.field(c).type):
                 return False
     for i, v in enumerate(plan.ing.vertices):
         if detect_format(v, plan.vertex_files[i], f"ingest.vertices[{i}]") != "parquet":
             return False
-        sch = pq.read_schema(plan.vertex_files[i][0])
+        with open_parquet(plan.vertex_files[i][0]) as f:
+            sch = pq.read_schema(f)
         if v.id not in sch.names or not pa.types.is_integer(sch.field(v.id).type):
             return False
     return True

@@ -4,19 +4,26 @@ Files are read by the executors with pyarrow (``arrowread``): CSV with every col
 row with the wrong number of fields kept with its raw text in a corrupt-record column (so it is
 reported rather than silently padded or dropped), Parquet typed as Spark would read it. The files
 are expanded on the driver (they are fingerprinted anyway) and each row carries the index of its file.
+A source may be a local path or a store URI (``s3://bucket/dir/edges.csv``, a prefix, a glob): it is
+listed and read through the store, so no JVM connector is needed.
 """
 
 from __future__ import annotations
 
+import fnmatch
 import glob
+import io
 import os
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
+from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, TYPE_CHECKING
 
 from glisp_core.config import EdgeSource, VertexSource
 from glisp_core.errors import BadInputError, ConfigError
+from glisp_core.storage.store import store_for
+from glisp_core.storage.uri import StoreURI, parse_uri
 from spark_jobs.ingest import arrowread
 
 if TYPE_CHECKING:
@@ -27,25 +34,68 @@ _CSV_EXT = (".csv", ".csv.gz", ".csv.bz2")
 _TSV_EXT = (".tsv", ".tsv.gz", ".tsv.bz2", ".txt", ".txt.gz", ".edges", ".el")
 
 
-def expand_paths(spec: str, what: str) -> list[Path]:
-    """Files named by a path, a directory (recursively, skipping hidden/underscore files) or a glob."""
+def _is_glob(text: str) -> bool:
+    return any(ch in text for ch in "*?[")
+
+
+def expand_paths(spec: str, what: str) -> list[StoreURI]:
+    """Files named by a path or URI, a directory or prefix (recursively, skipping hidden/underscore files)
+    or a glob; local files as their resolved paths."""
     if "://" in spec and not spec.startswith("file://"):
-        raise ConfigError(what, "path", f"only local files are supported by ingest (got {spec!r})")
-    spec = spec.removeprefix("file://")
-    p = Path(os.path.expanduser(spec))
-    if any(ch in spec for ch in "*?["):
-        files = [Path(f) for f in glob.glob(os.path.expanduser(spec), recursive=True)]
-    elif p.is_dir():
-        files = [f for f in p.rglob("*") if not any(part.startswith((".", "_")) for part in f.relative_to(p).parts)]
+        files = _expand_remote(parse_uri(spec, f"{what}.path"), what)
     else:
-        files = [p] if p.exists() else []
-    files = sorted(f.resolve() for f in files if f.is_file())
+        files = [parse_uri(str(f)) for f in _expand_local(spec.removeprefix("file://"))]
     if not files:
         raise ConfigError(what, "path", f"no input file matches it (got {spec!r})")
     return files
 
 
-def detect_format(src: EdgeSource | VertexSource, files: list[Path], what: str) -> str:
+def _expand_local(spec: str) -> list[Path]:
+    p = Path(os.path.expanduser(spec))
+    if _is_glob(spec):
+        files = [Path(f) for f in glob.glob(os.path.expanduser(spec), recursive=True)]
+    elif p.is_dir():
+        files = [f for f in p.rglob("*") if not any(part.startswith((".", "_")) for part in f.relative_to(p).parts)]
+    else:
+        files = [p] if p.exists() else []
+    return sorted(f.resolve() for f in files if f.is_file())
+
+
+def _expand_remote(u: StoreURI, what: str) -> list[StoreURI]:
+    """The objects a URI names: one object, every object below a prefix, or those a glob matches
+    (``*`` within a path segment, ``**`` across segments, as ``glob`` with ``recursive=True``)."""
+    store = store_for(u)
+    parts = u.path.strip("/").split("/")
+    first = next((i for i, x in enumerate(parts) if _is_glob(x)), None)
+    try:
+        if first is None:
+            if not store.is_dir(u):
+                return [u] if store.exists(u) else []
+            rels = [r for r, _ in store.files(u) if not any(x.startswith((".", "_")) for x in r.split("/"))]
+            return [u.join(r) for r in sorted(rels)]
+        base = StoreURI(u.scheme, u.authority, "/" + "/".join(parts[:first]))
+        rels = [r for r, _ in store.files(base) if _glob_match(r.split("/"), parts[first:])]
+    except OSError as e:
+        raise ConfigError(what, "path", f"cannot list {u}: {e}") from None
+    return [base.join(r) for r in sorted(rels)]
+
+
+def _glob_match(names: list[str], pattern: list[str]) -> bool:
+    """Whether path segments ``names`` match the glob segments ``pattern`` (hidden names only explicitly)."""
+    if not pattern:
+        return not names
+    if pattern[0] == "**":  # any number of segments, none hidden
+        return any(
+            _glob_match(names[i:], pattern[1:])
+            for i in range(len(names) + 1)
+            if not any(n.startswith(".") for n in names[:i])
+        )
+    if not names or (names[0].startswith(".") and not pattern[0].startswith(".")):
+        return False
+    return fnmatch.fnmatchcase(names[0], pattern[0]) and _glob_match(names[1:], pattern[1:])
+
+
+def detect_format(src: EdgeSource | VertexSource, files: list[StoreURI], what: str) -> str:
     """csv, tsv or parquet: the configured format, or the one every file's name ends with."""
     if src.format != "auto":
         return src.format
@@ -78,7 +128,7 @@ class SourceFrame:
     """A source read as a DataFrame, with the facts later steps need to build messages."""
 
     df: DataFrame  # source columns + _fid + _corrupt (null for Parquet) + _rowpos
-    files: list[Path]
+    files: list[StoreURI]
     fmt: str
     columns: list[str]  # the source's own column names
     spec: arrowread.TableSpec  # how its chunks are read, and the read tasks, for edgestage
@@ -89,7 +139,7 @@ def read_source(
     spark: SparkSession,
     src: EdgeSource | VertexSource,
     what: str,
-    files: list[Path],
+    files: list[StoreURI],
     file_offset: int,
     seq: int = 0,
 ) -> SourceFrame:
@@ -132,20 +182,24 @@ def read_source(
     return SourceFrame(df=df, files=files, fmt=fmt, columns=columns, spec=spec, tasks=tasks)
 
 
-def _open_text(path: Path) -> IO[str]:
+@contextmanager
+def _open_text(path: StoreURI) -> Iterator[IO[str]]:
+    """The file's text (decompressed for .gz/.bz2), read through its store."""
     name = path.name.lower()
-    if name.endswith(".gz"):
-        import gzip
+    with ExitStack() as stack:
+        raw: IO[bytes] = stack.enter_context(arrowread.open_binary(path))
+        if name.endswith(".gz"):
+            import gzip
 
-        return gzip.open(path, "rt", newline="")
-    if name.endswith(".bz2"):
-        import bz2
+            raw = stack.enter_context(gzip.GzipFile(fileobj=raw, mode="rb"))  # type: ignore[arg-type]
+        elif name.endswith(".bz2"):
+            import bz2
 
-        return bz2.open(path, "rt", newline="")
-    return open(path, newline="")
+            raw = stack.enter_context(bz2.BZ2File(raw, "rb"))
+        yield stack.enter_context(io.TextIOWrapper(raw, newline=""))
 
 
-def first_record(files: list[Path], delimiter: str, comment: str) -> list[str]:
+def first_record(files: list[StoreURI], delimiter: str, comment: str) -> list[str]:
     """Fields of the first non-empty, non-comment line of the first non-empty file (the header), on
     the driver: cheaper than a Spark job for one line."""
     import csv

@@ -8,10 +8,10 @@ dense vids.
 
 from __future__ import annotations
 
-from pathlib import Path
 from typing import TYPE_CHECKING
 
 from glisp_core.config import EdgeSource, VertexSource
+from glisp_core.storage.uri import StoreURI
 from spark_jobs.ingest import checks
 from spark_jobs.ingest.checks import Rule
 from spark_jobs.ingest.columns import CORRUPT, FID, RCOL, REASON, ROWPOS, SI
@@ -97,7 +97,7 @@ def _open(
     spark: SparkSession,
     src: EdgeSource | VertexSource,
     what: str,
-    files: list[Path],
+    files: list[StoreURI],
     offset: int,
     cols: dict[str, str],
     seq: int = 0,

@@ -5,9 +5,9 @@ read all come from the same parsed rows. Each Spark task (``mapInArrow``) counts
 (file, reason, column, ...), adds the integer ids of its good rows to per-type ``KeySet``s and, when
 asked, writes its good rows to ``<stage dir>/p<task>.<kind>.arrow`` (uncompressed Arrow IPC, memory
 mapped by the next step). Only the counts and the key sets (per vertex, never per edge) reach the
-driver. A staged file is written under a temporary name and renamed, its name fixed by the task's
-partition, so a retried task rewrites the same content. The stage directory lives inside the
-version's temporary directory under the dataset root: on a cluster it must be a shared file system.
+driver. A staged file appears whole (``storeio``), its name fixed by the task's partition, so a retried
+task rewrites the same content. The stage prefix lives inside the version's attempt in the dataset's
+store (a local disk shared by the executors, or an object store), and the tasks open it themselves.
 
 Ids are staged as int64 when every id of a batch is an integer in canonical form, else with their
 string keys too (``p<task>.str.arrow``); see ``rules.id_parts``.
@@ -15,10 +15,8 @@ string keys too (``p<task>.str.arrow``); see ``rules.id_parts``.
 
 from __future__ import annotations
 
-import os
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -27,6 +25,7 @@ from glisp_spark.tasks import map_partitions
 from spark_jobs.ingest.checks import CountRow
 from spark_jobs.ingest.columns import REASON, SI
 from spark_jobs.ingest.keys import KeyPart, KeySet
+from spark_jobs.ingest.storeio import IpcFiles, join
 
 if TYPE_CHECKING:
     import pyarrow as pa
@@ -49,7 +48,7 @@ class KeySpec:
 class StageSpec:
     """Which good-row columns to stage, and where: {staged name: (input column, arrow type name)}."""
 
-    dir: str
+    dir: str  # a local path or a URI string: the tasks open the store themselves
     keys: tuple[tuple[str, str, str], ...]  # (staged name, int part column, string part column)
     columns: tuple[tuple[str, str, str], ...]  # (staged name, input column, "int16"|"int32"|"int64"|"float32"|"string")
 
@@ -110,33 +109,17 @@ def _stage_batch(t: pa.Table, spec: StageSpec) -> tuple[str, pa.RecordBatch]:
 
 
 class _Writers:
-    """The task's staged files (one per kind), written under temporary names then renamed."""
+    """The task's staged files, one per kind (``p<task>.<kind>.arrow``)."""
 
     def __init__(self, d: str, pid: int) -> None:
         self.dir, self.pid = d, pid
-        self.open: dict[str, tuple[str, str, Any, Any]] = {}  # kind -> (path, temporary path, sink, writer)
-        self.rows: dict[str, int] = {}
+        self.files = IpcFiles()
 
     def write(self, kind: str, batch: pa.RecordBatch) -> None:
-        import pyarrow as pa
-
-        if kind not in self.open:
-            final = os.path.join(self.dir, f"p{self.pid:05d}.{kind}.arrow")
-            tmp = f"{final}.tmp-{os.getpid()}"
-            sink = pa.OSFile(tmp, "wb")
-            self.open[kind] = (final, tmp, sink, pa.ipc.new_file(sink, batch.schema))
-            self.rows[kind] = 0
-        self.open[kind][3].write_batch(batch)
-        self.rows[kind] += batch.num_rows
+        self.files.write(join(self.dir, f"p{self.pid:05d}.{kind}.arrow"), batch)
 
     def close(self) -> list[tuple[str, int]]:
-        out = []
-        for kind, (final, tmp, sink, w) in self.open.items():
-            w.close()
-            sink.close()
-            os.replace(tmp, final)
-            out.append((final, self.rows[kind]))
-        return out
+        return list(self.files.close().items())
 
 
 def scan(
@@ -213,8 +196,6 @@ def scan_payloads(
 ) -> list[TaskCounts]:
     """The pass's per-task results, for merging with others."""
     need = _needed_columns(group, keys, stage)
-    if stage is not None:
-        Path(stage.dir).mkdir(parents=True, exist_ok=True)
     group_cols, key_specs = list(group), list(keys)
 
     def task(pid: int, batches: Iterator[pa.RecordBatch]) -> Iterator[TaskCounts]:

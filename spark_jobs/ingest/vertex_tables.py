@@ -2,12 +2,12 @@
 
 Why not Spark writers: with the rank map every vid is known without a sort, so each task writes its own
 Parquet files straight from the rank map (no vertex tables) or from its good vertex rows, in one job.
-Files are written under a temporary name and renamed, their names fixed by the task.
+The table directories are local paths or URI strings: each task opens the store itself, and a file
+appears whole (``storeio``), its name fixed by the task.
 """
 
 from __future__ import annotations
 
-import os
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
@@ -16,6 +16,7 @@ import numpy as np
 
 from glisp_spark.tasks import map_partitions, run_tasks
 from spark_jobs.ingest.keys import RankMap
+from spark_jobs.ingest.storeio import join, make_dirs, write_parquet
 
 if TYPE_CHECKING:
     import pyarrow as pa
@@ -32,11 +33,7 @@ class VertexRowsWritten:
 
 
 def _write_parquet(path: str, table: pa.Table) -> None:
-    import pyarrow.parquet as pq
-
-    tmp = f"{path}.tmp-{os.getpid()}"
-    pq.write_table(table, tmp, compression="snappy")
-    os.replace(tmp, path)
+    write_parquet(path, table, compression="snappy")
 
 
 def _rank_range(rank: RankMap, lo: int, hi: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -66,15 +63,12 @@ def write_vertex_tables(spark: SparkSession, rank: RankMap, idmap_dir: str, vert
     def task(k: int) -> int:
         v, o, vt = _rank_range(rank, int(bounds[k]), int(bounds[k + 1]))
         labels, splits = pa.nulls(len(v), pa.int64()), pa.array(np.full(len(v), -1, np.int8))
-        _write_parquet(
-            os.path.join(idmap_dir, f"part-{k:05d}.parquet"), pa.table({"vid": v, "orig_id": o, "vtype": vt})
-        )
+        _write_parquet(join(idmap_dir, f"part-{k:05d}.parquet"), pa.table({"vid": v, "orig_id": o, "vtype": vt}))
         vertices = pa.table({"vid": v, "vtype": vt, "label": labels, "split": splits})
-        _write_parquet(os.path.join(vertices_dir, f"part-{k:05d}.parquet"), vertices)
+        _write_parquet(join(vertices_dir, f"part-{k:05d}.parquet"), vertices)
         return k
 
-    for d in (idmap_dir, vertices_dir):
-        os.makedirs(d, exist_ok=True)
+    make_dirs(idmap_dir, vertices_dir)
     run_tasks(spark, files, task)
 
 
@@ -89,17 +83,15 @@ def _write_rows_batch(
     vtc = t.column("_vtc").to_numpy().astype(np.int64)
     vid = rank.vids(vtc, t.column("_k").to_numpy())
     vt = pa.array(vtc.astype(np.int32))
-    _write_parquet(os.path.join(dirs["idmap"], name), pa.table({"vid": vid, "orig_id": t.column("_k"), "vtype": vt}))
+    _write_parquet(join(dirs["idmap"], name), pa.table({"vid": vid, "orig_id": t.column("_k"), "vtype": vt}))
     lab = t.column("label").cast(pa.int64())
     spl = t.column("split").cast(pa.int8())
-    _write_parquet(
-        os.path.join(dirs["vertices"], name), pa.table({"vid": vid, "vtype": vt, "label": lab, "split": spl})
-    )
+    _write_parquet(join(dirs["vertices"], name), pa.table({"vid": vid, "vtype": vt, "label": lab, "split": spl}))
     out = VertexRowsWritten(maxlab=pc.max(lab).as_py())
     if with_features:
         has = pc.is_valid(t.column("feat"))
         feat = t.column("feat").filter(has).cast(pa.list_(pa.float32()))
-        _write_parquet(os.path.join(dirs["features"], name), pa.table({"vid": pa.array(vid).filter(has), "feat": feat}))
+        _write_parquet(join(dirs["features"], name), pa.table({"vid": pa.array(vid).filter(has), "feat": feat}))
         out.nfeat = int(pc.sum(has.cast(pa.int64())).as_py() or 0)
     for code, n in zip(*np.unique(vtc, return_counts=True), strict=True):
         out.per_type[int(code)] = out.per_type.get(int(code), 0) + int(n)
@@ -113,9 +105,7 @@ def write_vertex_rows(
     _k, label, split, feat), vids from the broadcast rank map: one Spark job, each task writes its
     part of the three tables. Returns what each task wrote."""
     b_rank = df.sparkSession.sparkContext.broadcast(rank)
-    for name, d in dirs.items():
-        if with_features or name != "features":
-            os.makedirs(d, exist_ok=True)
+    make_dirs(*[d for name, d in dirs.items() if with_features or name != "features"])
 
     def task(pid: int, batches: Iterator[pa.RecordBatch]) -> Iterator[VertexRowsWritten]:
         total = VertexRowsWritten()

@@ -6,13 +6,12 @@ values of each phase, so a phase's inputs are its arguments.
 
 from __future__ import annotations
 
-import shutil
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import TYPE_CHECKING
 
 from glisp_core.dataset.layout import DatasetVersion
+from glisp_core.storage.uri import StoreURI
 from glisp_spark.phases import Phases
 from spark_jobs.ingest.checks import Summary, handle_bad
 from spark_jobs.ingest.plan import IngestPlan
@@ -28,7 +27,7 @@ class IngestContext:
     spark: SparkSession
     plan: IngestPlan
     out: DatasetVersion  # the version being written (its temporary directory)
-    stage: Path  # staging directory inside it, removed by cleanup
+    stage: StoreURI  # staging prefix inside it (in the store: tasks write it, other tasks read it), removed by cleanup
     ph: Phases
     log: Callable[[str], None]
     id_long: bool  # every id column is an integer column: ids never go through strings
@@ -37,12 +36,13 @@ class IngestContext:
     def handle_bad(self, df: DataFrame, summary: Summary, raw: dict[str, Column]) -> dict[str, int]:
         """Fail on the bad rows of ``df`` or quarantine them, as the config says; rows set aside per kind."""
         ing = self.plan.ing
-        return handle_bad(
-            df, summary, self.plan.files, ing.on_bad_input, raw, lambda kind: self.out.rejects(kind).local, self.log
-        )
+        return handle_bad(df, summary, self.plan.files, ing.on_bad_input, raw, self.out.rejects, self.log)
 
     def cleanup(self) -> None:
         """Unpersist what the phases persisted and remove the staged files, whether the run succeeded or not."""
         for df in self.cached:
             df.unpersist()
-        shutil.rmtree(self.stage, ignore_errors=True)
+        try:
+            self.out.store.delete(self.stage)
+        except OSError as e:  # left inside the attempt: removed with it when the attempt is discarded
+            self.log(f"ingest: could not remove the staged files under {self.stage} ({e})")

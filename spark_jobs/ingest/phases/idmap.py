@@ -12,7 +12,8 @@ from dataclasses import dataclass, field
 from functools import partial
 from typing import TYPE_CHECKING
 
-from glisp_core.storage.uri import qualify
+from glisp_core.storage.uri import StoreURI
+from glisp_spark.tables import write_parquet
 from spark_jobs.ingest.background import Background
 from spark_jobs.ingest.columns import REASON
 from spark_jobs.ingest.dense_index import dense_index
@@ -27,8 +28,6 @@ from spark_jobs.ingest.rules import DEFAULT_VERTEX_TYPE
 from spark_jobs.ingest.vertex_tables import write_vertex_rows, write_vertex_tables
 
 if TYPE_CHECKING:
-    from pathlib import Path
-
     from pyspark.sql import Column, DataFrame
 
 _ROWS_PER_FILE = 4_000_000  # vertex-side tables: one Parquet file per this many rows (output_files = 0)
@@ -115,7 +114,7 @@ def _output_files(ctx: IngestContext, rows: int) -> int:
 def _tables_from_rank(ctx: IngestContext, rank: RankMap, vtypes: list[str]) -> VertexCounts:
     """idmap and vertices of a graph without vertex tables, from the rank map alone (one job)."""
     files = _output_files(ctx, rank.n)
-    write_vertex_tables(ctx.spark, rank, str(ctx.out.idmap.local), str(ctx.out.vertices), files)
+    write_vertex_tables(ctx.spark, rank, str(ctx.out.idmap), str(ctx.out.vertices), files)
     return VertexCounts(per_vtype={n: t.n for n, t in zip(vtypes, rank.types, strict=True) if t.n})
 
 
@@ -197,21 +196,22 @@ def _dictionary(
 
 
 def _write_dictionary_tables(ctx: IngestContext, idx: DataFrame, nfiles: int, with_features: bool) -> None:
-    """idmap, vertices and (``with_features``) features from the dictionary, by Spark's writer."""
+    """idmap, vertices and (``with_features``) features from the dictionary, by Spark's writer (the JVM's,
+    or pyarrow in the tasks for a store the JVM cannot open: ``glisp_spark.tables``)."""
     from pyspark.sql import functions as F
 
     c = F.col
 
-    def write(df: DataFrame, path: Path) -> None:
-        df.coalesce(nfiles).write.mode("overwrite").parquet(qualify(path))
+    def write(df: DataFrame, uri: StoreURI) -> None:
+        write_parquet(df.coalesce(nfiles), uri)
 
-    write(idx.select(c("vid"), c("_k").alias("orig_id"), c("_vtc").cast("int").alias("vtype")), ctx.out.idmap.local)
+    write(idx.select(c("vid"), c("_k").alias("orig_id"), c("_vtc").cast("int").alias("vtype")), ctx.out.idmap)
     write(
         idx.select(c("vid"), c("_vtc").cast("int").alias("vtype"), c("label").cast("long"), c("split").cast("byte")),
-        ctx.out.vertices.local,
+        ctx.out.vertices,
     )
     if with_features:
-        write(idx.filter(c("feat").isNotNull()).select(c("vid"), c("feat")), ctx.out.features.local)
+        write(idx.filter(c("feat").isNotNull()).select(c("vid"), c("feat")), ctx.out.features)
 
 
 def _endpoint_keys(ctx: IngestContext, edges: EdgeRead, types: Types, vcode: dict[str, int]) -> DataFrame:

@@ -62,7 +62,6 @@ def edge_plan(ctx: IngestContext, types: Types, ids: VertexIds, rows_in: int) ->
 
 def map_edges(ctx: IngestContext, edges: EdgeRead, ids: VertexIds, eplan: EdgePlan, types: Types) -> MappedEdges:
     """Every staged row mapped (rank map: numpy tasks; else two joins with the dictionary) and bucketed."""
-    mapping.stage_dirs(str(ctx.stage))
     files = edges.scan.staged_files()
     missing: Callable[[], DataFrame]
     if isinstance(ids.vids, RankMap):
