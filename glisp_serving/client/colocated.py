@@ -28,6 +28,7 @@ from numba import njit
 from glisp_core.dataset.layout import resolve_dataset
 from glisp_core.errors import GlispError
 from glisp_core.partition_format import open_partition
+from glisp_core.storage.uri import parse_uri
 from glisp_serving.cluster.cluster_file import ClusterSpec
 
 log = logging.getLogger("glisp.client")
@@ -114,6 +115,9 @@ def open_colocated(spec: ClusterSpec, master: np.ndarray) -> ColocatedReader | N
     when there is none, and then every lookup is a Lookup RPC."""
     parts = colocated_parts(spec)
     if not parts:
+        return None
+    if not parse_uri(spec.dataset, "dataset").is_local:  # the servers' cached copies are theirs to verify and map
+        log.info("local reads off: %s is in an object store; features go through Lookup", spec.dataset)
         return None
     try:
         dv = resolve_dataset(spec.dataset)

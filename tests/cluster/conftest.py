@@ -3,6 +3,7 @@ the driver and its workers both see."""
 
 from __future__ import annotations
 
+import os
 import shutil
 import tempfile
 from collections.abc import Iterator
@@ -15,13 +16,15 @@ from glisp_testing.standalone import Standalone, unavailable
 
 @pytest.fixture(scope="session")
 def standalone(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Standalone]:
-    """A master and two isolated workers for the whole session, stopped at its end even after a failure."""
+    """A master and two isolated workers for the whole session, stopped at its end even after a failure; their
+    hosts' environment carries the test S3 server's address and credentials (as an instance role would)."""
     reason = unavailable()
     if reason:
         pytest.skip(reason)
     import pyspark
 
-    cluster = Standalone(tmp_path_factory.mktemp("standalone-logs"), str(Path(pyspark.__file__).parent))
+    aws = {k: v for k, v in os.environ.items() if k.startswith("AWS_") or k in ("NO_PROXY", "no_proxy")}
+    cluster = Standalone(tmp_path_factory.mktemp("standalone-logs"), str(Path(pyspark.__file__).parent), worker_env=aws)
     try:
         cluster.start()
         yield cluster

@@ -19,10 +19,10 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
-import pyarrow.parquet as pq
 import pytest
 
 from glisp_core.dataset.layout import DatasetVersion
+from glisp_core.storage.uri import StoreURI, parse_uri
 from glisp_testing.standalone import EXEC_PYTHON, EXECUTOR_CONF, ROOT, Standalone, driver_env, driver_paths
 
 pytestmark = pytest.mark.slow
@@ -35,12 +35,12 @@ TIMEOUT = 420
 
 @dataclass
 class Run:
-    root: Path
+    root: StoreURI
     log: str  # every command's output, for a failure's message
 
     @property
-    def dv_path(self) -> Path:
-        return self.root / GRAPH / VERSION
+    def dv(self) -> DatasetVersion:
+        return DatasetVersion(self.root, GRAPH, VERSION)
 
 
 def glisp(*args: str) -> subprocess.CompletedProcess[str]:
@@ -53,11 +53,7 @@ def spark_set(conf: dict[str, str]) -> str:
     return "spark.conf={" + ", ".join(f"{json.dumps(k)} = {json.dumps(v)}" for k, v in conf.items()) + "}"
 
 
-def _dv(dv_path: Path) -> DatasetVersion:
-    return DatasetVersion(dv_path.parent.parent, dv_path.parent.name, dv_path.name)
-
-
-def publish_tiny_model(dv_path: Path) -> None:
+def publish_tiny_model(root: StoreURI) -> None:
     """One small GraphSAGE with fixed random weights (no training: the outputs only have to agree)."""
     import torch
 
@@ -66,17 +62,17 @@ def publish_tiny_model(dv_path: Path) -> None:
 
     torch.manual_seed(7)
     model = build_model(ModelSpec(arch="sage", in_dim=1433, hidden=16, out_dim=7, layers=2, task="node")).eval()
-    publish_model(DatasetVersion(dv_path.parent.parent, GRAPH, VERSION), MODEL, model, RUN)
+    publish_model(DatasetVersion(root, GRAPH, VERSION), MODEL, model, RUN)
 
 
-def run_all(root: Path, master: str, conf: dict[str, str]) -> Run:
+def run_all(root: StoreURI, master: str, conf: dict[str, str]) -> Run:
     """``glisp pipeline`` (ingest, partition, serialize, reorder), the model, then ``glisp infer``."""
-    common = ["--root", str(root), "--master", master, "--set", spark_set({**COMMON_CONF, **conf})]
+    common = ["--root", root.qualified, "--master", master, "--set", spark_set({**COMMON_CONF, **conf})]
     log = []
     r = glisp("pipeline", "--builtin", GRAPH, "--parts", "2", "--set", f"ingest.version={VERSION}", *common)
     log.append(f"$ glisp pipeline ({master}) -> {r.returncode}\n{r.stdout[-3000:]}\n{r.stderr[-3000:]}")
     if r.returncode == 0:
-        publish_tiny_model(root / GRAPH / VERSION)
+        publish_tiny_model(root)
         r = glisp("infer", f"{GRAPH}/{VERSION}", "--model", MODEL, *common)
         log.append(f"$ glisp infer ({master}) -> {r.returncode}\n{r.stdout[-3000:]}\n{r.stderr[-3000:]}")
     if r.returncode != 0:
@@ -88,7 +84,7 @@ def run_all(root: Path, master: str, conf: dict[str, str]) -> Run:
 def reference(shared_dir: Path) -> Iterator[Future[Run]]:
     """The local[2] run, started at once in a thread; a test waits for it with ``.result()``."""
     with ThreadPoolExecutor(1) as pool:
-        yield pool.submit(run_all, shared_dir / "local", "local[2]", {})
+        yield pool.submit(run_all, parse_uri(shared_dir / "local"), "local[2]", {})
 
 
 def test_executors_run_the_configured_python_and_see_nothing_of_the_driver(reference, standalone: Standalone):
@@ -117,27 +113,44 @@ def test_executors_run_the_configured_python_and_see_nothing_of_the_driver(refer
     assert len(namespaces) == 2 and os.readlink("/proc/self/ns/mnt") not in namespaces  # both workers, not here
 
 
-def test_pipeline_and_inference_on_standalone_equal_local(reference, standalone: Standalone, shared_dir: Path):
-    try:
-        cluster = run_all(shared_dir / "cluster", standalone.url, CLUSTER_CONF)
-    except BaseException:
-        print(standalone.executor_logs())
-        raise
-    local = reference.result(timeout=2 * TIMEOUT)
-    assert (cluster.root / "_builtin" / GRAPH).is_dir()  # the executors read cora from the shared root
+def _equal_results(cluster: Run, local: Run) -> None:
+    """Partition assignment and replicas, inference predictions, embeddings and every layer: equal."""
     for stage, sub, key in (
         (f"partition/{RUN}", "assignment", "eid"),
         (f"partition/{RUN}", "replicas", "vid"),
         (f"infer/{MODEL}-pds", "predictions", "vid"),
         (f"infer/{MODEL}-pds", "embeddings", "vid"),
     ):
-        a, b = (pq.read_table(_dv(r.dv_path).output(stage) / sub).sort_by(key) for r in (cluster, local))
+        a, b = (r.dv.store.read_table(r.dv.output(stage) / sub).sort_by(key) for r in (cluster, local))
         assert a.num_rows > 0 and a.equals(b), f"{sub} differs between the cluster and local[2]"
     from glisp_infer.read import InferenceRun
 
-    runs = [InferenceRun.open(r.dv_path, f"{MODEL}-pds") for r in (cluster, local)]
+    runs = [InferenceRun.open(r.dv.path, f"{MODEL}-pds") for r in (cluster, local)]
     for layer in range(runs[0].layers + 1):
         assert np.array_equal(np.asarray(runs[0].layer(layer)[:]), np.asarray(runs[1].layer(layer)[:]))
+
+
+def test_pipeline_and_inference_on_standalone_equal_local(reference, standalone: Standalone, shared_dir: Path):
+    try:
+        cluster = run_all(parse_uri(shared_dir / "cluster"), standalone.url, CLUSTER_CONF)
+    except BaseException:
+        print(standalone.executor_logs())
+        raise
+    assert (shared_dir / "cluster" / "_builtin" / GRAPH).is_dir()  # the executors read cora from the shared root
+    _equal_results(cluster, reference.result(timeout=2 * TIMEOUT))
+
+
+def test_pipeline_with_its_root_in_a_bucket_on_standalone_equals_local(reference, standalone: Standalone, new_s3_root):
+    """The workers share nothing with the driver but the S3 server: the root, the built-in inputs, every
+    hand-off and the Zarr store are in the bucket (the workers' hosts carry the store's credentials)."""
+    root = new_s3_root("cluster")
+    try:
+        cluster = run_all(root, standalone.url, CLUSTER_CONF)
+    except BaseException:
+        print(standalone.executor_logs())
+        raise
+    assert any(True for _ in cluster.dv.store.files(root / "_builtin" / GRAPH))
+    _equal_results(cluster, reference.result(timeout=2 * TIMEOUT))
 
 
 def test_local_root_pipeline_runs_with_an_hdfs_default_fs(reference):
@@ -145,7 +158,7 @@ def test_local_root_pipeline_runs_with_an_hdfs_default_fs(reference):
     from glisp_core.dataset.manifest import read_manifest
 
     local = reference.result(timeout=2 * TIMEOUT)
-    m = read_manifest(_dv(local.dv_path))
+    m = read_manifest(local.dv)
     for stage in ("ingest", f"partition/{RUN}", f"serialize/{RUN}", f"reorder/{RUN}/pds", f"infer/{MODEL}-pds"):
-        assert (local.dv_path / m.stage(stage).path).is_dir()
-    assert not (local.root / "_builtin").exists()  # a local master reads the built-in files in place
+        assert local.dv.store.is_dir(local.dv.path / m.stage(stage).path)
+    assert not local.dv.store.exists(local.root / "_builtin")  # a local master reads the built-in files in place
