@@ -121,9 +121,9 @@ def write_parquet(df: DataFrame, uri: StoreURI | str, mode: Literal["overwrite",
     whose output is the table itself writes its attempt prefix, whose lease object must stay (Spark's
     ``append`` on the JVM path; ``uri`` must hold no table yet).
 
-    The pyarrow path writes one ``part-NNNNN.parquet`` per partition (named by partition, so a retried or
-    speculative task replaces its own file) and ``_SUCCESS`` last; an object appears whole when its stream
-    closes, so a killed task leaves no partial file.
+    The pyarrow path is :func:`write_files`. An object appears when its stream closes, so a killed task leaves
+    no file; one failing with an exception may leave a partial one (pyarrow's S3 stream cannot abort), which
+    its retry replaces and which a failed job's discarded attempt takes with it.
     """
     u = parse_uri(uri)
     spark = df.sparkSession
@@ -137,28 +137,36 @@ def write_parquet(df: DataFrame, uri: StoreURI | str, mode: Literal["overwrite",
         if mode != "overwrite":
             raise GlispError(f"{u}: already exists")
         store.delete(u)
+    return write_files(df, u, "parquet")
+
+
+def write_files(df: DataFrame, uri: StoreURI | str, fmt: Literal["parquet", "csv"]) -> int:
+    """pyarrow inside the tasks: one ``part-NNNNN.<fmt>`` per partition (CSV with a header), then ``_SUCCESS``;
+    the rows written. Files are named by partition, so a retried or speculative task replaces its own."""
     from pyspark.sql.pandas.types import to_arrow_schema
 
-    schema = to_arrow_schema(df.schema)
-    base = u.qualified
+    u = parse_uri(uri)
+    schema, base = to_arrow_schema(df.schema), u.qualified
 
     def write(batches: Iterator[pyarrow.RecordBatch]) -> Iterator[pyarrow.RecordBatch]:
         import pyarrow as pa
+        import pyarrow.csv as pacsv
         import pyarrow.parquet as pq
         from pyspark import TaskContext
 
         ctx = TaskContext.get()
-        assert ctx is not None, "write_parquet's writer runs inside a Spark task"
-        name = f"{base}/part-{ctx.partitionId():05d}.parquet"
+        assert ctx is not None, "write_files's writer runs inside a Spark task"
+        name = f"{base}/part-{ctx.partitionId():05d}.{fmt}"
         rows = 0
-        with store_for(name).open_output(name) as f, pq.ParquetWriter(f, schema) as w:
-            for b in batches:
-                w.write_batch(b.cast(schema) if b.schema != schema else b)
-                rows += b.num_rows
+        with store_for(name).open_output(name) as f:
+            with pq.ParquetWriter(f, schema) if fmt == "parquet" else pacsv.CSVWriter(f, schema) as w:
+                for b in batches:
+                    w.write_batch(b.cast(schema) if b.schema != schema else b)
+                    rows += b.num_rows
         yield pa.RecordBatch.from_pydict({"rows": [rows]})
 
     total = sum(int(r["rows"]) for r in df.mapInArrow(write, "rows long").collect())
-    store.write_bytes(u / "_SUCCESS", b"")
+    store_for(u).write_bytes(u / "_SUCCESS", b"")
     return total
 
 

@@ -29,12 +29,9 @@ from glisp_core.errors import ConfigError
 from glisp_core.storage.store import store_for
 from glisp_core.storage.uri import StoreURI, parse_uri, qualify
 from glisp_spark.session import default_parallelism
-from glisp_spark.tables import jvm_opens, write_parquet
+from glisp_spark.tables import jvm_opens, write_files
 
 if TYPE_CHECKING:
-    from collections.abc import Iterator
-
-    import pyarrow as pa
     from pyspark.sql import Column, DataFrame, SparkSession
 
 U32 = 1 << 32
@@ -276,6 +273,33 @@ def _write(df: DataFrame, path: Path, fmt: str) -> None:
         w.parquet(qualify(path))
 
 
+def _summary(
+    cfg: RmatConfig,
+    graph: str,
+    out: Path | StoreURI,
+    fmt: str,
+    parts: int,
+    vertices: bool,
+    seconds: float,
+    t_edges: float,
+) -> dict[str, Any]:
+    m = cfg.edge_factor << cfg.scale
+    return {
+        "graph": graph,
+        "out": str(out),
+        "format": fmt,
+        "edges": m,
+        "vertices": 1 << cfg.scale,
+        "vertex_table": vertices,
+        "files": parts,
+        "seconds": round(seconds, 3),
+        "edges_seconds": round(t_edges, 3),
+        "edges_per_s": m / t_edges if t_edges > 0 else float("inf"),
+        "config": str(out / "ingest.toml"),
+        "params": dataclasses.asdict(cfg),
+    }
+
+
 def generate_rmat(
     spark: SparkSession, cfg: RmatConfig, out_dir: str | Path, fmt: str = "csv", graph: str = ""
 ) -> dict[str, Any]:
@@ -295,7 +319,6 @@ def generate_rmat(
     out.mkdir(parents=True, exist_ok=True)
     graph = graph or default_graph_name(cfg)
     parts = cfg.files or default_parallelism(spark)
-    m, n = cfg.edge_factor << cfg.scale, 1 << cfg.scale
     for stale in out.glob(".tmp-rmat-*"):
         shutil.rmtree(stale, ignore_errors=True)
     tmp = out / f".tmp-rmat-{uuid.uuid4().hex[:12]}"
@@ -315,21 +338,7 @@ def generate_rmat(
         (out / "ingest.toml").write_text(ingest_toml(cfg, out, fmt, graph))
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
-    seconds = time.perf_counter() - t0
-    return {
-        "graph": graph,
-        "out": str(out),
-        "format": fmt,
-        "edges": m,
-        "vertices": n,
-        "vertex_table": wrote_vertices,
-        "files": parts,
-        "seconds": round(seconds, 3),
-        "edges_seconds": round(t_edges, 3),
-        "edges_per_s": m / t_edges if t_edges > 0 else float("inf"),
-        "config": str(out / "ingest.toml"),
-        "params": dataclasses.asdict(cfg),
-    }
+    return _summary(cfg, graph, out, fmt, parts, wrote_vertices, time.perf_counter() - t0, t_edges)
 
 
 def _generate_to_store(spark: SparkSession, cfg: RmatConfig, out: StoreURI, fmt: str, graph: str) -> dict[str, Any]:
@@ -341,57 +350,14 @@ def _generate_to_store(spark: SparkSession, cfg: RmatConfig, out: StoreURI, fmt:
     store = store_for(out)
     graph = graph or default_graph_name(cfg)
     parts = cfg.files or default_parallelism(spark)
-    m, n = cfg.edge_factor << cfg.scale, 1 << cfg.scale
     t0 = time.perf_counter()
     store.delete(out / "ingest.toml")
     for name in ("edges", "vertices"):
         store.delete(out / name)
-    _write_to_store(edges_frame(spark, cfg, parts), out / "edges", fmt)
+    write_files(edges_frame(spark, cfg, parts), out / "edges", "csv" if fmt == "csv" else "parquet")
     t_edges = time.perf_counter() - t0
     wrote_vertices = has_vertex_table(cfg)
     if wrote_vertices:
-        _write_to_store(vertices_frame(spark, cfg, parts, fmt), out / "vertices", fmt)
+        write_files(vertices_frame(spark, cfg, parts, fmt), out / "vertices", "csv" if fmt == "csv" else "parquet")
     store.write_bytes(out / "ingest.toml", ingest_toml(cfg, out, fmt, graph).encode())
-    seconds = time.perf_counter() - t0
-    return {
-        "graph": graph,
-        "out": str(out),
-        "format": fmt,
-        "edges": m,
-        "vertices": n,
-        "vertex_table": wrote_vertices,
-        "files": parts,
-        "seconds": round(seconds, 3),
-        "edges_seconds": round(t_edges, 3),
-        "edges_per_s": m / t_edges if t_edges > 0 else float("inf"),
-        "config": str(out / "ingest.toml"),
-        "params": dataclasses.asdict(cfg),
-    }
-
-
-def _write_to_store(df: DataFrame, out: StoreURI, fmt: str) -> None:
-    """One file per partition (``part-NNNNN.csv`` with a header, or Parquet), written by the tasks."""
-    if fmt != "csv":
-        write_parquet(df, out)
-        return
-    from pyspark.sql.pandas.types import to_arrow_schema
-
-    base, schema = out.qualified, to_arrow_schema(df.schema)
-
-    def write(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
-        import pyarrow as pa
-        import pyarrow.csv as pacsv
-        from pyspark import TaskContext
-
-        ctx = TaskContext.get()
-        assert ctx is not None, "the CSV writer runs inside a Spark task"
-        name = f"{base}/part-{ctx.partitionId():05d}.csv"
-        rows = 0
-        with store_for(name).open_output(name) as f, pacsv.CSVWriter(f, schema) as w:
-            for b in batches:
-                w.write_batch(b.cast(schema) if b.schema != schema else b)
-                rows += b.num_rows
-        yield pa.RecordBatch.from_pydict({"rows": [rows]})
-
-    df.mapInArrow(write, "rows long").collect()
-    store_for(out).write_bytes(out / "_SUCCESS", b"")
+    return _summary(cfg, graph, out, fmt, parts, wrote_vertices, time.perf_counter() - t0, t_edges)
