@@ -20,6 +20,7 @@ and spill files count too, and reads served from the page cache do not).
 from __future__ import annotations
 
 import argparse
+import os
 import re
 import shutil
 import statistics
@@ -193,9 +194,10 @@ def main() -> int:
         base = run_pipeline("local", args, parse_uri(work / "local"), str(edges), "local[2]", {}, env, None)
         if "s3" not in args.skip:
             moto = MotoServer().start()
-            moto.create_bucket(BUCKET)
             proxy = CountingProxy(moto.port)
+            use_only(proxy.endpoint, os.environ)  # this process lists the published sizes through it too
             use_only(proxy.endpoint, env)
+            moto.create_bucket(BUCKET)
             s3 = parse_uri(f"s3://{BUCKET}/root")
             Store(s3).write_bytes(f"s3://{BUCKET}/in/edges.parquet", edges.read_bytes())
             other = run_pipeline("s3", args, s3, f"s3://{BUCKET}/in/edges.parquet", "local[2]", {}, env, proxy)
