@@ -24,7 +24,7 @@ from glisp_core.storage.store import store_for
 from glisp_core.storage.uri import StoreURI
 from glisp_infer.plan import InferPlan
 from glisp_infer.store import INDEX_ROW, layer_name, open_array, read_rows
-from glisp_spark.tables import read_parquet, spark_path, write_parquet
+from glisp_spark.tables import read_csv, read_parquet, write_parquet
 from glisp_spark.worker_heap import freeze_worker_heap
 
 if TYPE_CHECKING:
@@ -197,12 +197,10 @@ def _num_edges(plan: InferPlan) -> int:
 
 
 def read_table(spark: SparkSession, path: str) -> DataFrame:
-    """A Parquet or CSV (with a header) table, chosen by extension (a directory is Parquet; Parquet from any store,
-    CSV where Spark's JVM opens the path)."""
+    """A Parquet or CSV (with a header) table from any store, chosen by extension (a directory is Parquet)."""
     low = path.lower()
     if low.endswith((".csv", ".csv.gz", ".tsv", ".txt")):
-        sep = "\t" if low.endswith(".tsv") else ","
-        return spark.read.option("header", True).option("sep", sep).csv(spark_path(path))
+        return read_csv(spark, path, "\t" if low.endswith(".tsv") else ",")
     return read_parquet(spark, path)
 
 

@@ -91,6 +91,43 @@ def as_nullable(dt: Any) -> Any:
     return dt
 
 
+def read_csv(spark: SparkSession, uri: StoreURI | str, sep: str = ",") -> DataFrame:
+    """A CSV file or directory with a header row (``.gz``/``.bz2`` too) as a DataFrame: Spark's reader where
+    the JVM opens the URI, else pyarrow in the tasks, one task per file, types inferred from the first file."""
+    u = parse_uri(uri)
+    if jvm_opens(spark, u):
+        return spark.read.option("header", True).option("sep", sep).csv(spark_path(u))
+    from pyspark.sql.pandas.types import from_arrow_schema
+
+    store = store_for(u)
+    files = [u] if not store.is_dir(u) else [u.join(r) for r, _ in store.files(u) if not r.startswith(("_", "."))]
+    if not files or not store.exists(files[0]):
+        raise GlispError(f"{u}: no CSV files to read")
+    names = [f.qualified for f in files]
+    schema = next(_csv_batches(names[0], sep, None)).schema
+
+    def read(batches: Iterator[pyarrow.RecordBatch]) -> Iterator[pyarrow.RecordBatch]:
+        for b in batches:
+            for i in b.column(0).to_pylist():
+                yield from _csv_batches(names[i], sep, schema)
+
+    return spark.range(0, len(names), 1, len(names)).mapInArrow(read, from_arrow_schema(schema))
+
+
+def _csv_batches(name: str, sep: str, schema: pyarrow.Schema | None) -> Iterator[pyarrow.RecordBatch]:
+    import pyarrow.csv as pacsv
+
+    types = None if schema is None else {f.name: f.type for f in schema}
+    with store_for(name).fs.open_input_stream(store_for(name).at(name), compression="detect") as f:
+        reader = pacsv.open_csv(
+            f, parse_options=pacsv.ParseOptions(delimiter=sep), convert_options=pacsv.ConvertOptions(column_types=types)
+        )
+        for b in reader:
+            if schema is not None and not b.schema.equals(schema):
+                raise GlispError(f"{name}: its columns differ from the first file's ({b.schema} vs {schema})")
+            yield b
+
+
 def parquet_files(uri: StoreURI | str) -> list[StoreURI]:
     """The data files of a Parquet table (one file, or a directory's ``*.parquet`` not hidden), sorted."""
     u = parse_uri(uri)

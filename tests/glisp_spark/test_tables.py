@@ -65,3 +65,18 @@ def test_an_unknown_mode_is_refused(spark):
             jvm_opens(spark, "/x")
     finally:
         spark.conf.unset(IO_KEY)
+
+
+def test_csv_in_a_bucket_is_read_by_the_tasks(spark, s3_root):
+    """CSV files written by the tasks (write_files) read back through pyarrow in the tasks: rows and types."""
+    from glisp_spark.tables import read_csv, write_files
+
+    frame = spark.range(0, 500, 1, 2).selectExpr("id AS src", "id + 1 AS dst", "'x' AS tag")
+    assert write_files(frame, s3_root / "pairs", "csv") == 500
+    back = read_csv(spark, s3_root / "pairs")
+    assert dict(back.dtypes) == {"src": "bigint", "dst": "bigint", "tag": "string"}
+    assert sorted((r["src"], r["dst"]) for r in back.collect()) == [(i, i + 1) for i in range(500)]
+    one = s3_root / "pairs" / "part-00001.csv"
+    assert read_csv(spark, one).count() == 250
+    with pytest.raises(Exception, match="no CSV files"):
+        read_csv(spark, s3_root / "none.csv")
