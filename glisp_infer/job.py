@@ -20,8 +20,8 @@ verified copies (``serve.cache_dir``). Nothing passes between driver and tasks t
 
 from __future__ import annotations
 
-import contextlib
 import json
+import logging
 import os
 import shutil
 import sys
@@ -364,12 +364,17 @@ def _run(
         _remove_exchange(plan)
 
 
+log = logging.getLogger("glisp.infer")
+
+
 def _remove_exchange(plan: InferPlan) -> None:
     """The halo exchange is no part of the published stage; a failed run's is removed with its attempt."""
     exchange = plan.exchange()
     if exchange is not None:
-        with contextlib.suppress(OSError):
+        try:
             store_for(exchange).delete(exchange)
+        except OSError as e:  # garbage in an attempt: retention removes it with the attempt if it is unpublished
+            log.warning("infer: could not remove the halo exchange %s (%s)", exchange, e)
 
 
 def _run_layers(

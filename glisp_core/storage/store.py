@@ -16,9 +16,11 @@ from __future__ import annotations
 import os
 import uuid
 from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
+import pyarrow as pa
 import pyarrow.fs as pafs
 
 from glisp_core.storage.uri import StoreError, StoreURI, parse_uri
@@ -148,6 +150,35 @@ class Store:
         if self._as_uri(uri).is_local:
             os.makedirs(os.path.dirname(path), exist_ok=True)
         return self.fs.open_output_stream(path)
+
+    @contextmanager
+    def open_atomic(self, uri: StoreURI | str) -> Iterator[Any]:
+        """An output stream whose file appears under its name whole, when the block ends, or not at all.
+
+        On a disk a temporary name is renamed over the target. On an object store the object appears when
+        the stream closes; pyarrow's stream cannot abort, so after a failure the object its close uploaded
+        is deleted again.
+        """
+        u = self._as_uri(uri)
+        if not u.is_local:
+            f = self.fs.open_output_stream(self.at(u))
+            try:
+                yield f
+            except BaseException:
+                f.close()
+                self.delete(u)
+                raise
+            f.close()
+            return
+        os.makedirs(os.path.dirname(u.path), exist_ok=True)
+        tmp = f"{u.path}.tmp-{os.getpid()}-{uuid.uuid4().hex[:6]}"
+        try:
+            with pa.OSFile(tmp, "wb") as f:
+                yield f
+            os.replace(tmp, u.path)
+        finally:
+            if os.path.exists(tmp):
+                os.unlink(tmp)
 
     # ---- listing and removal ----
     def exists(self, uri: StoreURI | str) -> bool:

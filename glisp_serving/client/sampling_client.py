@@ -78,6 +78,7 @@ RECONNECT_OPTIONS = [
     ("grpc.max_reconnect_backoff_ms", 2000),
 ]
 _FAILOVER = (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED)
+SHUTDOWN_ROUNDS, SHUTDOWN_WAIT_S = 5, 2.0  # close() cancels what runs at most this often, waiting this long each
 
 
 def _retryable(code: grpc.StatusCode, details: str) -> bool:
@@ -510,10 +511,17 @@ class SamplingClient:
         """Close streams and channels, then cancel what is still running (batches a loader prefetched) until
         nothing is: every task ends here, with its outcome retrieved."""
         await self.backend.close()
-        while rest := [t for t in asyncio.all_tasks() if t is not asyncio.current_task()]:
+        for _ in range(SHUTDOWN_ROUNDS):  # a task that swallows its cancellation must not hang close()
+            rest = [t for t in asyncio.all_tasks() if t is not asyncio.current_task()]
+            if not rest:
+                return
             for t in rest:
                 t.cancel()
-            await asyncio.gather(*rest, return_exceptions=True)
+            await asyncio.wait(rest, timeout=SHUTDOWN_WAIT_S)
+            for t in rest:
+                if t.done() and not t.cancelled():
+                    t.exception()  # retrieved: nothing reaches stderr as "never retrieved"
+        log.warning("close: %d task(s) still running after %d rounds of cancellation", len(rest), SHUTDOWN_ROUNDS)
 
     def close(self) -> None:
         """Close streams and channels. Requests in flight, and any call after this, raise SamplingError

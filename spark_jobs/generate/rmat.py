@@ -29,7 +29,7 @@ from glisp_core.errors import ConfigError
 from glisp_core.storage.store import store_for
 from glisp_core.storage.uri import StoreURI, parse_uri, qualify
 from glisp_spark.session import default_parallelism
-from glisp_spark.tables import jvm_opens, write_files
+from glisp_spark.tables import write_files
 
 if TYPE_CHECKING:
     from pyspark.sql import Column, DataFrame, SparkSession
@@ -313,7 +313,7 @@ def generate_rmat(
         raise ConfigError("command line", "--format", f"expected 'csv' or 'parquet' (got {fmt!r})")
     check_config(cfg)
     uri = parse_uri(out_dir, "--out")
-    if not jvm_opens(spark, uri):
+    if not uri.is_local:  # no directory rename in a store: the files are written by the tasks, ingest.toml last
         return _generate_to_store(spark, cfg, uri, fmt, graph)
     out = Path(uri.path).resolve()
     out.mkdir(parents=True, exist_ok=True)

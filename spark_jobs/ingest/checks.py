@@ -204,7 +204,7 @@ def _write_rejects(bad: DataFrame, parent: StoreURI, kinds: list[str]) -> None:
     from glisp_spark.tables import jvm_opens, spark_path
 
     store = store_for(parent)
-    if not jvm_opens(bad.sparkSession, parent):
+    if not (parent.is_local and jvm_opens(bad.sparkSession, parent)):  # a store cannot move a directory
         _write_by_kind(bad, parent)
         return
     staging = parent / f".staging-{uuid.uuid4().hex[:12]}"

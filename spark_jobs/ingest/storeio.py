@@ -13,9 +13,8 @@ from __future__ import annotations
 import io
 import os
 import posixpath
-import uuid
-from collections.abc import Callable, Iterator
-from contextlib import ExitStack, contextmanager
+from collections.abc import Callable
+from contextlib import ExitStack
 from typing import TYPE_CHECKING, Any
 
 from glisp_core.storage.store import store_for
@@ -36,25 +35,10 @@ def join(base: str, *parts: str) -> str:
     return posixpath.join(base, *parts)
 
 
-@contextmanager
-def open_atomic(uri: str | os.PathLike[str]) -> Iterator[Any]:
+def open_atomic(uri: str | os.PathLike[str]) -> Any:
     """An output stream for ``uri``: the file appears under its name, whole, only when the block ends."""
-    import pyarrow as pa
-
     u = as_uri(uri)
-    if not u.is_local:
-        with store_for(u).open_output(u) as f:
-            yield f
-        return
-    os.makedirs(os.path.dirname(u.path), exist_ok=True)
-    tmp = f"{u.path}.tmp-{os.getpid()}-{uuid.uuid4().hex[:6]}"
-    try:
-        with pa.OSFile(tmp, "wb") as f:
-            yield f
-        os.replace(tmp, u.path)
-    finally:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
+    return store_for(u).open_atomic(u)
 
 
 def write_with(uri: str | os.PathLike[str], write: Callable[[Any], object]) -> None:

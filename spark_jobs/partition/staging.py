@@ -8,7 +8,6 @@ on its own disk.
 
 from __future__ import annotations
 
-import os
 from collections.abc import Callable, Iterator
 from typing import Any
 
@@ -25,17 +24,9 @@ def write_whole(uri: StoreURI, write: Callable[[Any], None]) -> None:
     """Write one file with ``write(stream)`` so that no reader sees part of it.
 
     A retried or speculative task rewrites the same name with the same content; a reader must see the old
-    file or the new one. On a disk: a temporary name renamed over the target. On an object store the
-    object appears whole when its stream closes.
+    file or the new one (:meth:`Store.open_atomic`).
     """
-    if uri.is_local:
-        os.makedirs(os.path.dirname(uri.path), exist_ok=True)
-        tmp = f"{uri.path}.tmp-{os.getpid()}"
-        with pa.OSFile(tmp, "wb") as f:
-            write(f)
-        os.replace(tmp, uri.path)
-        return
-    with store_for(uri).open_output(uri) as f:
+    with store_for(uri).open_atomic(uri) as f:
         write(f)
 
 

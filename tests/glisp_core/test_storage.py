@@ -245,3 +245,17 @@ def test_listing_a_directory_another_writer_is_creating(tmp_path: Path) -> None:
         for t in threads:
             t.join()
     assert not errors, errors[:3]
+
+
+def test_open_atomic_shows_a_file_whole_or_not_at_all(any_root):
+    """A writer that fails half-way leaves nothing under the name (on S3 its stream's upload is deleted again)."""
+    store = Store(any_root)
+    with store.open_atomic(any_root / "a" / "ok.bin") as f:
+        f.write(b"whole")
+    assert store.read_bytes(any_root / "a" / "ok.bin") == b"whole"
+    with pytest.raises(RuntimeError, match="half-way"):
+        with store.open_atomic(any_root / "a" / "bad.bin") as f:
+            f.write(b"part")
+            raise RuntimeError("half-way")
+    assert not store.exists(any_root / "a" / "bad.bin")
+    assert sorted(store.names(any_root / "a")) == ["ok.bin"]
