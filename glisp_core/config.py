@@ -155,8 +155,9 @@ class AdaDNEConfig:
     refine_edge_slack: float = 0.05  # balance moves may fill partitions to refine_capacity + this; a shedding
     # phase then brings every partition back under refine_capacity (the hard bound of the result)
     top_up: float = 0.05  # a boundary yielding under top_up * the round's limit is topped up with seeds
-    starts: int = 4  # a graph the driver holds (<= local_finish_edges rows) is expanded and relocated from
-    # this many first-seed sets; the best is kept (AdaDNE.start_score). The Spark path runs one
+    starts: int = 4  # a graph of at most starts_max_edges rows is expanded and relocated from this many
+    # first-seed sets, in the driver or as Spark jobs; the best is kept (AdaDNE.start_score)
+    starts_max_edges: int = 20_000_000  # above this many rows: one start (each start costs a whole run)
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -21,8 +21,9 @@ vertices. Three rules make the balance hold on graphs it was not tuned on (docs/
   replicas for at most as many new ones in light partitions (filling them up to ``refine_edge_slack``
   past the edge bound, which shedding rounds then restore), so the result keeps EB <= ``refine_capacity``
   and VB <= max(``refine_vb_max``, VB now); at most ``refine_rounds`` rounds plus the shedding;
-* **restarts** (``starts``): a graph the driver holds is expanded and refined from several first-seed sets
-  and the best result kept (``start_score``); where the first seeds land decides most of the RF.
+* **restarts** (``starts``): a graph of at most ``starts_max_edges`` rows is expanded and refined from
+  several first-seed sets, in the driver or as Spark jobs, and the best result kept (``start_score``);
+  where the first seeds land decides most of the RF.
 """
 
 from __future__ import annotations
@@ -82,11 +83,14 @@ class AdaDNE(ExpansionPartitioner):
             int(st.vcount.sum()),
         )
 
-    def starts(self) -> int:
-        n = self.cfg.adadne.starts
-        if n < 1:
-            raise ConfigError("config", "partition.adadne.starts", f"must be at least 1 (got {n}; e.g. 4)")
-        return n
+    def starts(self, rows: int) -> int:
+        """``starts`` up to ``starts_max_edges`` rows, one above: each start costs a whole expansion and
+        relocation (Spark jobs on the Spark path), a constant factor that a graph past that size pays in
+        hours rather than seconds."""
+        a = self.cfg.adadne
+        if a.starts < 1:
+            raise ConfigError("config", "partition.adadne.starts", f"must be at least 1 (got {a.starts}; e.g. 4)")
+        return a.starts if rows <= a.starts_max_edges else 1
 
     def plan(self, st: ExpansionState) -> Plan:
         p = st.parts
@@ -153,14 +157,6 @@ class AdaDNE(ExpansionPartitioner):
     def finish_args(self, st: ExpansionState) -> tuple:
         a = self.cfg.adadne
         return st.deg, self.capacity(st), 1.0, a.finish_vertex_weight, 1.0
-
-    def finish(self, st: ExpansionState, rows: dict[str, np.ndarray]) -> np.ndarray:
-        """The remainder in one sequential pass (``kernels.finish_greedy``) on copies of the state; the
-        caller applies the delta."""
-        deg, cap, lam_e, lam_v, eps = self.finish_args(st)
-        return kernels.finish_greedy(
-            rows["src"], rows["dst"], deg, st.bits.copy(), st.ecount.copy(), st.vcount.copy(), cap, lam_e, lam_v, eps
-        )
 
     def refine_log(self) -> list[dict]:
         return self.relocation.log if hasattr(self, "relocation") else []

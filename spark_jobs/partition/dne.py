@@ -6,7 +6,7 @@ from __future__ import annotations
 import numpy as np
 
 from glisp_core.config import to_dict
-from spark_jobs.partition.expansion import ExpansionPartitioner, Plan, Selection
+from spark_jobs.partition.expansion import FINISH, ExpansionPartitioner, Plan, Selection
 from spark_jobs.partition.state import ExpansionState
 
 
@@ -37,11 +37,23 @@ class DNE(ExpansionPartitioner):
         others_full = bool(np.all(np.delete(st.ecount, small) >= avg)) if p > 1 else False
         if p == 1 or others_full or st.remaining <= self.threshold - st.ecount[small]:
             return np.ones(p, bool), None, None, None, small
+        if st.idle >= st.groups:  # stalled: no partition has room under T for any remaining pair
+            return np.ones(p, bool), None, None, None, FINISH
         active = st.ecount + self.pending_share * st.offer + 1 < self.threshold
         lam = np.full(p, self.cfg.dne.lambda_)
         cap = np.full(p, np.inf)  # no cut of the selection: the quotas stop it at T
         seed_budget = np.ones(p)  # one seed vertex per partition whose boundary is empty
         return active, lam, cap, seed_budget, -1
+
+    def finish_args(self, st: ExpansionState) -> tuple:
+        """A stall ends with the finishing pass under T (fewest rows first, HDRF's replica rule).
+
+        Past p = 64 the threshold's slack (alpha - 1) |E|/p is about one row, less than most pairs hold,
+        so every partition can be a pair short of T with rows left over and no round allocating: the
+        leftover rule would then wait out ``max_rounds`` and give the rest to one partition (R-MAT 11 at
+        p = 128: 10,000 rounds, EB 9.2). A pair no partition has room for goes to the least loaded one.
+        """
+        return st.deg, self.capacity(st), 1.0, 0.0, 1.0
 
     def two_hop_accept(self, st: ExpansionState, sel: Selection) -> np.ndarray:
         """The threshold binds two-hop too: a partition takes at most its room T - |E_k| of the offered rows."""

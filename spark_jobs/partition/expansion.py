@@ -161,8 +161,8 @@ class ExpansionPartitioner(Partitioner):
     def min_select(self) -> int:
         return 1
 
-    def starts(self) -> int:
-        """First-seed sets to expand a graph the driver holds from (the best by ``start_score`` is kept)."""
+    def starts(self, rows: int) -> int:
+        """First-seed sets to expand a graph of ``rows`` edge rows from (the best by ``start_score`` is kept)."""
         return 1
 
     def seed_count(self, st: ExpansionState, k: int) -> int:
@@ -192,8 +192,12 @@ class ExpansionPartitioner(Partitioner):
         return np.maximum(fair - st.ecount.astype(np.float64), 0.01 * fair)
 
     def finish(self, st: ExpansionState, rows: dict[str, np.ndarray]) -> np.ndarray:
-        """The finishing pass over the remaining rows (canonical order): their partitions."""
-        raise NotImplementedError(f"{self.name} has no finishing pass")
+        """The finishing pass over the remaining rows (canonical order), one sequential pass
+        (``kernels.finish_greedy``) on copies of the state: their partitions (the caller applies the delta)."""
+        deg, cap, lam_e, lam_v, eps = self.finish_args(st)
+        return kernels.finish_greedy(
+            rows["src"], rows["dst"], deg, st.bits.copy(), st.ecount.copy(), st.vcount.copy(), cap, lam_e, lam_v, eps
+        )
 
     def finish_args(self, st: ExpansionState) -> tuple:
         """The state of the finishing pass besides the partition sets: (deg, cap, lam_e, lam_v, eps)."""
@@ -389,6 +393,7 @@ class ExpansionPartitioner(Partitioner):
         alloc_dir = ctx.staging / "alloc"
         held = ctx.num_edges <= ctx.cfg.local_finish_edges
         st, stats, timings, files = (self._partition_held if held else self._partition_files)(ctx, alloc_dir)
+        alloc_dir = files.alloc_dir if files is not None else alloc_dir  # the kept start's
         if not parquet_names(alloc_dir):
             store_for(alloc_dir).write_table(ALLOC_PA.empty_table(), alloc_dir / "empty.parquet")
         alloc = read_parquet(ctx.spark, alloc_dir)
@@ -429,25 +434,43 @@ class ExpansionPartitioner(Partitioner):
         self, ctx: PartitionContext, alloc_dir: StoreURI
     ) -> tuple[ExpansionState, dict[str, Any], dict[str, float], FileRounds | None]:
         """A bigger graph: rounds as Spark jobs over the row files until the remainder fits the driver,
-        refinement over the allocation files."""
+        refinement over the allocation files; from ``starts(rows)`` first-seed sets, which share the split
+        (each start has its own rounds and allocation files; the best by ``start_score`` is kept)."""
         spark, cfg, m = ctx.spark, ctx.cfg, ctx.num_edges
         stride = self.sample_stride(m)
         t = time.perf_counter()
         files = FileRounds(spark, ctx.staging, alloc_dir, self.groups(m))
         deg, smp = files.split(ctx.edges, ctx.num_vertices, stride)
         timings = {"split_s": round(time.perf_counter() - t, 3)}
-        st = self.new_state(deg, m)
-        local, stats = self.expand(st, files, smp, stride, cfg.local_finish_edges, ctx.log, cfg.progress)
-        stats["sample_bytes"] = sum(a.nbytes for a in smp.values())
-        t = time.perf_counter()
-        if self.refines:  # the allocated rows live in files per group (the local part joins them)
-            files.write_allocated(local.allocated() if local is not None else None)
-            stats["refine_rounds"] = self.refine(st, files)
-            stats["refine_log"] = self.refine_log()
-        elif local is not None and local.done:
-            _write_local(local, alloc_dir)
-        stats["refine_s"] = time.perf_counter() - t
-        return st, stats, timings, files
+        starts, active = self.starts(m), int((deg > 0).sum())
+        best: tuple[tuple, ExpansionState, dict[str, Any], FileRounds] | None = None
+        tried: list[dict[str, Any]] = []
+        for start in range(starts):
+            run = files if starts == 1 else files.restart(start)
+            st = self.new_state(deg, m, start)
+            local, stats = self.expand(st, run, smp, stride, cfg.local_finish_edges, ctx.log, cfg.progress)
+            stats["sample_bytes"] = sum(a.nbytes for a in smp.values())
+            t = time.perf_counter()
+            if self.refines:  # the allocated rows live in files per group (the local part joins them)
+                run.write_allocated(local.allocated() if local is not None else None)
+                stats["refine_rounds"] = self.refine(st, run)
+                stats["refine_log"] = self.refine_log()
+            elif local is not None and local.done:
+                _write_local(local, run.alloc_dir)
+            stats["refine_s"] = time.perf_counter() - t
+            score = self._tried(st, stats, active, tried, starts, ctx.log)
+            if best is None or score < best[0]:
+                if best is not None:
+                    best[3].discard()
+                best = (score, st, stats, run)
+            else:
+                run.discard()
+        assert best is not None, "starts() is at least 1"
+        _, st, stats, kept = best
+        if starts > 1:
+            files.drop_split()
+            stats["starts"], stats["starts_s"] = tried, sum(x["s"] for x in tried)
+        return st, stats, timings, kept
 
     def expand_held(
         self,
@@ -462,14 +485,14 @@ class ExpansionPartitioner(Partitioner):
 
         The replication a neighbour expansion ends with depends mostly on where its first seeds land (a
         partition that starts in a sparse periphery enters the dense core late, and every vertex it takes
-        there is a replica; tolokers p=4 over seeds 1-8: 0.93-1.20x the reference DNE's RF). Restarts are
-        cheap where the rows are in memory; on the Spark path they would multiply the jobs, so it runs one.
+        there is a replica; tolokers p=4 over seeds 1-8: 0.93-1.20x the reference DNE's RF). The Spark path
+        (``_partition_files``) makes the same starts, each with its Spark jobs.
         Each start is refined before it is scored: a start with few replicas but a vertex balance the
         relocation cannot repair must not win.
         """
         total = len(rows["eid"])
         stride = self.sample_stride(total)
-        starts = self.starts() if total <= self.cfg.local_finish_edges else 1  # as the Spark path (run_local)
+        starts = self.starts(total)
         active = int((deg > 0).sum())
         unallocated = LocalRows(rows)  # sorted into canonical order once for every start
         best: tuple[tuple, ExpansionState, LocalRows, dict[str, Any]] | None = None
@@ -485,12 +508,7 @@ class ExpansionPartitioner(Partitioner):
                 stats["refine_log"] = self.refine_log()
                 local.done = [done]
             stats["refine_s"] = time.perf_counter() - t
-            score, q = self.start_score(st), quality(st.ecount, st.vcount, active)
-            seconds = round(stats["local_rounds_s"] + stats["refine_s"], 3)
-            entry = {"seed": st.seed, "replicas": int(st.vcount.sum()), "rounds": st.rounds, "score": list(score)}
-            tried.append({**entry, "s": seconds, **q})
-            if starts > 1:
-                log(f"{self.name}: start {start} (seed {st.seed}): RF {q['rf']:.3f} VB {q['vb']:.3f} EB {q['eb']:.3f}")
+            score = self._tried(st, stats, active, tried, starts, log)
             if best is None or score < best[0]:
                 best = (score, st, local, stats)
         assert best is not None, "starts() is at least 1"
@@ -498,6 +516,26 @@ class ExpansionPartitioner(Partitioner):
         stats["starts"] = tried
         stats["starts_s"] = sum(t["s"] for t in tried)  # the kept start's rounds_s and refine_s are its own
         return st, local, stats
+
+    def _tried(
+        self,
+        st: ExpansionState,
+        stats: dict[str, Any],
+        active: int,
+        tried: list[dict[str, Any]],
+        starts: int,
+        log: Callable[[str], None],
+    ) -> tuple:
+        """Score a finished start, add it to ``tried`` (the stage's ``counts.starts``) and say so."""
+        score, q = self.start_score(st), quality(st.ecount, st.vcount, active)
+        seconds = round(stats["spark_rounds_s"] + stats["local_rounds_s"] + stats["refine_s"], 3)
+        entry = {"seed": st.seed, "replicas": int(st.vcount.sum()), "rounds": st.rounds, "score": list(score)}
+        tried.append({**entry, "s": seconds, **q})
+        if starts > 1:
+            log(
+                f"{self.name}: start {len(tried) - 1} (seed {st.seed}): RF {q['rf']:.3f} VB {q['vb']:.3f} EB {q['eb']:.3f}"
+            )
+        return score
 
     def start_score(self, st: ExpansionState) -> tuple:
         """Lower is better: how restarts are compared (by replicas; AdaDNE adds its balance bounds)."""

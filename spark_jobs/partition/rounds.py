@@ -90,6 +90,26 @@ class FileRounds:
         self.round = 0
         self.stride = 1  # the count sample's stride (split): a round reports which sample rows it allocated
         self.jobs: list[dict[str, Any]] = []  # per Spark job after the split: kind, seconds, broadcast bytes
+        self.shared: frozenset[StoreURI] = frozenset()  # the split's files while restarts read them: never dropped
+
+    def restart(self, start: int) -> FileRounds:
+        """An expansion of its own over the split's files (kept for every start), with its rounds and its
+        allocation under ``start-<j>/`` of the staging prefix; the Spark jobs are counted with this one's."""
+        base = self.dir.parent / f"start-{start:02d}"
+        fresh = FileRounds(self.spark, base, base / "alloc", self.tasks)
+        fresh.groups = [list(g) for g in self.groups]
+        fresh.stride, fresh.jobs = self.stride, self.jobs
+        fresh.shared = frozenset(p for g in self.groups for p in g)
+        return fresh
+
+    def drop_split(self) -> None:
+        """Remove the split's files once every start has run."""
+        _drop_rounds([p for g in self.groups for p in g])
+
+    def discard(self) -> None:
+        """Remove this start's rounds and allocation (a start that was not kept)."""
+        assert self.shared, "only a restart's own files are discarded"
+        store_for(self.dir.parent).delete(self.dir.parent)
 
     # ---- first pass: split the ingested edges into files, count degrees, take the count sample ------
     def split(
@@ -215,7 +235,7 @@ class FileRounds:
         out = run_tasks(self.spark, self.tasks, task)
         self._record(kind if leftover_to < 0 else "leftover", t0, state)
         bc.unpersist()
-        old = [p for grp in groups for p in grp]
+        old = [p for grp in groups for p in grp if p not in self.shared]
         self.groups = [[nxt / f"g{g:05d}.arrow"] for g in range(self.tasks)]
         _drop_rounds(old)
         return merge_deltas([o[0] for o in out], parts), np.concatenate([o[1] for o in out])
@@ -228,7 +248,7 @@ class FileRounds:
         """The (bounded) remainder, read once by the driver for the local finish; the files are removed."""
         paths = [p for grp in self.groups for p in grp]
         e = read_ipc(paths)
-        _drop_rounds(paths)
+        _drop_rounds([p for p in paths if p not in self.shared])
         return e
 
     # ---- refinement over the allocated rows ---------------------------------------------------------

@@ -294,4 +294,4 @@ def test_restarts_prefer_a_start_within_the_balance_bounds(cfg):
     leaner = ada.start_score(state([108, 102, 100, 95], [100] * 4))  # 405 replicas, VB 1.067
     assert balanced < lean_unbalanced and balanced < over_edges and leaner < balanced
     with pytest.raises(ConfigError, match="partition.adadne.starts"):
-        get_partitioner(with_values(c, "partition.adadne", starts=0).partition).starts()
+        get_partitioner(with_values(c, "partition.adadne", starts=0).partition).starts(1000)
