@@ -40,6 +40,13 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--scales", type=int, nargs="*", default=[16, 17], help="R-MAT scales (R-MAT seed 1)")
     ap.add_argument("--edge-factor", type=int, default=16)
+    ap.add_argument(
+        "--vertex-ids",
+        type=int,
+        default=0,
+        help="spread each R-MAT graph's ids over this many vertex ids (isolated vertices in between): a graph "
+        "whose vertex count dominates, to see what the driver holds per vertex",
+    )
     ap.add_argument("--parts", type=int, nargs="+", default=[4, 8, 16])
     ap.add_argument("--algorithms", nargs="+", default=None, help="default: every registered algorithm")
     ap.add_argument("--real", nargs="*", default=REAL, help=f"real graphs (default: {' '.join(REAL)})")
@@ -49,6 +56,14 @@ def main() -> int:
     ap.add_argument("--master", default="local[2]")
     ap.add_argument("--root", default="", help="dataset root (default: a temporary directory)")
     ap.add_argument("--phases", action="store_true", help="also print each run's timings, jobs and memory")
+    ap.add_argument(
+        "--set",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="configuration override, as glisp's --set (e.g. partition.local_finish_edges=20000: the Spark path)",
+    )
+    ap.add_argument("--references", nargs="*", default=[], help="more reference_partition.py JSON files")
     args = ap.parse_args()
 
     from glisp_core.config import SparkConfig, load_config, with_values
@@ -61,14 +76,20 @@ def main() -> int:
         SparkConfig(master=args.master, log_level="ERROR", driver_memory="6g"), checkpoint_dir=str(root / "_ck")
     )
     cores = int(spark.sparkContext.defaultParallelism)
-    cfg = load_config(env={})
+    cfg = load_config(overrides=args.set, env={})
     algos = args.algorithms or algorithms()
     graphs = []
     for s in args.scales:
         src, dst = rmat_edges(s, args.edge_factor, seed=1)
-        graphs.append((f"rmat{s}", write_dataset(root, f"rmat{s}", src, dst, num_vertices=1 << s)))
+        n, name = 1 << s, f"rmat{s}"
+        if args.vertex_ids > n:
+            stride, n, name = args.vertex_ids // n, args.vertex_ids, f"rmat{s}-ids{args.vertex_ids:.0e}"
+            src, dst = src * stride, dst * stride
+        graphs.append((name, write_dataset(root, name, src, dst, num_vertices=n)))
     graphs += ingest_real(spark, cfg, root, args.real, Path(args.data))
     refs = _load_references(Path(args.reference))
+    for extra in args.references:
+        refs.update(_load_references(Path(extra)))
     print(f"load average {os.getloadavg()[0]:.1f} on {os.cpu_count()} cores (shared machine); {args.master}")
     print(HEADER)
     print("|" + "---|" * HEADER.count(" | ") + "---|")
@@ -91,15 +112,22 @@ def _timed_run(spark, c, dv):
     """run_partition under its own job group: (record, seconds, Spark jobs it started)."""
     from spark_jobs.partition.job import run_partition
 
-    sc = spark.sparkContext
-    group = f"bench-{time.monotonic_ns()}"
-    sc.setJobGroup(group, "bench/partition.py run")
+    before = _probe_job_id(spark)
     t = time.perf_counter()
     rec = run_partition(spark, c, dv, force=True)
     dt = time.perf_counter() - t
-    jobs = len(sc.statusTracker().getJobIdsForGroup(group))
+    return rec, dt, _probe_job_id(spark) - before - 1
+
+
+def _probe_job_id(spark) -> int:
+    """The id of a one-task probe job: Spark numbers jobs in order, so the ids of two probes bracket the
+    jobs in between, whichever thread or job group started them (tasks run from a thread pool)."""
+    sc = spark.sparkContext
+    group = f"bench-probe-{time.monotonic_ns()}"
+    sc.setJobGroup(group, "bench/partition.py job-count probe")
+    sc.parallelize([0], 1).count()
     sc.setLocalProperty("spark.jobGroup.id", None)
-    return rec, dt, jobs
+    return max(sc.statusTracker().getJobIdsForGroup(group))
 
 
 def _print_row(gname, a, p, rec, dt, jobs, cores, refs) -> None:
@@ -140,7 +168,8 @@ def _load_references(path: Path) -> dict:
     out: dict = {}
     if path.exists():
         for r in json.loads(path.read_text()):
-            out.setdefault((r["graph"], r["p"]), {})[r["algo"]] = r["RF"]
+            name = Path(r["graph"]).name.removesuffix(".tsv")  # a file's stem when run on files
+            out.setdefault((name, r["p"]), {})[r["algo"]] = r["RF"]
     return out
 
 

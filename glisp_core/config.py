@@ -157,7 +157,7 @@ class AdaDNEConfig:
     top_up: float = 0.05  # a boundary yielding under top_up * the round's limit is topped up with seeds
     starts: int = 4  # a graph of at most starts_max_edges rows is expanded and relocated from this many
     # first-seed sets, in the driver or as Spark jobs; the best is kept (AdaDNE.start_score)
-    starts_max_edges: int = 20_000_000  # above this many rows: one start (each start costs a whole run)
+    starts_max_edges: int = 8_000_000  # above this many rows: one start (each start costs a whole run)
 
 
 @dataclass(frozen=True, kw_only=True)
