@@ -143,6 +143,7 @@ class AdaDNEConfig:
     accel: float = 0.0  # lam_i *= (remaining/|E|)^-accel: fewer rounds as the remainder shrinks
     seed_scale: float = 1.0  # an empty boundary seeds vertices carrying seed_scale*lam_i*remaining/p rows
     step: float = 0.3  # per round, growth may fill this fraction of the deficit to the fair share
+    alt_step: float = 0.15  # the step of every second restart (0 = all use step): restarts try both speeds
     floor: float = 1.0  # two-hop intake probability at/above the fair share (1: no brake); speed-limit/seed floor
     capacity: float = 1.04  # hard bound: no partition holds more than capacity * |E|/p rows (EB <= capacity)
     finish: float = 0.05  # the last finish * |E| rows are placed by the finishing pass

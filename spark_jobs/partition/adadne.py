@@ -83,6 +83,20 @@ class AdaDNE(ExpansionPartitioner):
             int(st.vcount.sum()),
         )
 
+    def step(self, st: ExpansionState) -> float:
+        """The speed limit of this start: ``step``, and ``alt_step`` for every second start when set.
+
+        How fast a partition may grow decides the replication as much as where it starts: on dense graphs
+        of overlapping communities a slower expansion keeps the partitions inside their communities
+        (synthetic ego-network p = 16: RF 2.91 at 0.3, 2.72 at 0.15), on others the faster one leaves
+        fewer replicas after the relocation (tolokers: 0.15 alone was 1.14-1.22x the reference DNE).
+        Restarts try both and keep the better (docs/partitioning.md, "Cluster scale")."""
+        a = self.cfg.adadne
+        return a.alt_step if st.start % 2 == 1 and a.alt_step > 0 else a.step
+
+    def start_params(self, st: ExpansionState) -> dict[str, Any]:
+        return {"step": self.step(st)}
+
     def starts(self, rows: int) -> int:
         """``starts`` up to ``starts_max_edges`` rows, one above: each start costs a whole expansion and
         relocation (Spark jobs on the Spark path), a constant factor that a graph past that size pays in
@@ -103,7 +117,8 @@ class AdaDNE(ExpansionPartitioner):
             return active, lam, None, None, FINISH
         # per-round speed limit on one-hop growth: a share of the deficit to the fair share
         fair = st.total / p
-        cap = a.step * np.maximum(fair - st.ecount, a.floor * lam * fair)
+        step = self.step(st)
+        cap = step * np.maximum(fair - st.ecount, a.floor * lam * fair)
         # first round: one seed per partition, as DNE; later an emptied boundary seeds in bulk, within the
         # same speed limit (an unbounded seed batch let one partition whose first component ran out take
         # ~its whole share of low-degree vertices in one round: rmat17 p=16 VB 4.0)
@@ -112,7 +127,7 @@ class AdaDNE(ExpansionPartitioner):
         # ... and a vertex limit: seeds are the lowest-degree vertices, each bringing itself and its few
         # neighbours, so a row budget alone lets |V_i| run far ahead (rmat17 p=16: VB 2.4)
         vbar = st.vcount.mean()
-        self._seed_count = np.maximum(1.0, a.step * np.maximum(vbar - st.vcount, a.floor * lam * vbar) / 2.0)
+        self._seed_count = np.maximum(1.0, step * np.maximum(vbar - st.vcount, a.floor * lam * vbar) / 2.0)
         return active, lam, cap, seed_budget, -1
 
     def top_up(self, st: ExpansionState, k: int, onehop: float, cap: float) -> float:
@@ -150,7 +165,7 @@ class AdaDNE(ExpansionPartitioner):
         """
         a = self.cfg.adadne
         fair = st.total / st.parts
-        room = a.step * (fair - st.ecount - sel.onehop)
+        room = self.step(st) * (fair - st.ecount - sel.onehop)
         return np.clip(room / np.maximum(st.offer, 1.0), a.floor, 1.0)
 
     # ---- finishing pass and refinement ------------------------------------------------------------

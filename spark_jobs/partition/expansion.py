@@ -529,13 +529,18 @@ class ExpansionPartitioner(Partitioner):
         """Score a finished start, add it to ``tried`` (the stage's ``counts.starts``) and say so."""
         score, q = self.start_score(st), quality(st.ecount, st.vcount, active)
         seconds = round(stats["spark_rounds_s"] + stats["local_rounds_s"] + stats["refine_s"], 3)
-        entry = {"seed": st.seed, "replicas": int(st.vcount.sum()), "rounds": st.rounds, "score": list(score)}
+        entry = {"seed": st.seed, **self.start_params(st), "replicas": int(st.vcount.sum()), "rounds": st.rounds}
+        entry["score"] = list(score)
         tried.append({**entry, "s": seconds, **q})
         if starts > 1:
             log(
                 f"{self.name}: start {len(tried) - 1} (seed {st.seed}): RF {q['rf']:.3f} VB {q['vb']:.3f} EB {q['eb']:.3f}"
             )
         return score
+
+    def start_params(self, st: ExpansionState) -> dict[str, Any]:
+        """What a start varies besides its seed (reported with it in ``counts.starts``)."""
+        return {}
 
     def start_score(self, st: ExpansionState) -> tuple:
         """Lower is better: how restarts are compared (by replicas; AdaDNE adds its balance bounds)."""
@@ -565,6 +570,7 @@ class ExpansionPartitioner(Partitioner):
             groups=self.groups(total),
             deg=deg,
             counts=np.zeros((len(deg), p), np.int32) if self.refines else None,
+            start=start,
         )
         self.begin(st)
         return st

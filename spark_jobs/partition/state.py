@@ -32,6 +32,7 @@ class ExpansionState:
     pend: np.ndarray | None = None  # int64 [n]: estimated two-hop rows of v in the coming round
     rounds: int = 0
     idle: int = 0  # rounds in a row that allocated nothing
+    start: int = 0  # which restart this state belongs to (a partitioner may vary its rules by start)
 
     def __post_init__(self) -> None:
         self.ecount = np.zeros(self.parts, np.int64)

@@ -175,7 +175,7 @@ def test_spark_rounds_equal_local_rounds(spark, cfg, small_rmat, rmat_runs, algo
 
 def test_restarts_keep_the_best_start(spark, cfg, small_rmat):
     """partition.adadne.starts on a graph the driver holds: each start (the configured seed first, then
-    derived ones) is expanded and refined; the job keeps the best by (VB over refine_vb_max, EB over
+    derived ones, every second one at ``alt_step``) is expanded and refined; the job keeps the best by (VB over refine_vb_max, EB over
     refine_capacity, replicas), reports every start in its counts, and publishes exactly what a one-start
     run with the kept start's seed publishes."""
     c = with_values(cfg, "partition", algorithm="adadne", parts=4, seed=1, progress=False, name="adadne-starts")
@@ -186,8 +186,10 @@ def test_restarts_keep_the_best_start(spark, cfg, small_rmat):
     best = min(tried, key=lambda t: t["score"])
     assert best is not tried[0], tried  # on this graph (seed 1) another start is better: the choice shows
     assert sum(rec.counts["vertices_per_part"]) == best["replicas"] < tried[0]["replicas"]
+    assert [t["step"] for t in tried] == [0.3, 0.15, 0.3, 0.15]  # every second start expands slower
     one = with_values(c, "partition", seed=best["seed"], name="adadne-kept")
-    again = run_partition(spark, with_values(one, "partition.adadne", starts=1), small_rmat, force=True)
+    one = with_values(one, "partition.adadne", starts=1, step=best["step"], alt_step=0.0)
+    again = run_partition(spark, one, small_rmat, force=True)
     a = pd.read_parquet(small_rmat.assignment("adadne-starts")).sort_values("eid")
     b = pd.read_parquet(small_rmat.assignment("adadne-kept")).sort_values("eid")
     assert (a.part.values == b.part.values).all() and again.metrics == rec.metrics
