@@ -182,6 +182,7 @@ class PartitionConfig:
     name: str = ""  # run name; "": <algorithm>-p<parts>
     max_rounds: int = 10_000
     local_finish_edges: int = 2_000_000  # finish a remainder this small in one process
+    driver_finish_edges: int = 16_000_000  # the finishing pass runs in the driver on a remainder this small
     count_sample: int = 1  # estimate the two-hop step per round from rows with eid % stride == 0
     count_sample_max: int = 1_000_000  # most sample rows held by the driver (the stride grows past it)
     groups: int = 0  # expansion: row groups (Spark tasks per round); 0 = max(8, ceil(rows / 4M))

@@ -324,7 +324,7 @@ class ExpansionPartitioner(Partitioner):
         if sel is not None and sel.leftover_to == FINISH:
             log(f"{self.name}: finishing pass over {st.remaining:,} rows")
             return self._finish_rows(st, rows)
-        if sel is None and self.refines:  # out of rounds: the capacity still holds in the finishing pass
+        if self._finishes(sel):  # out of rounds: the capacity still holds in the finishing pass
             log(f"{self.name}: max_rounds {self.cfg.max_rounds} reached, finishing pass over {st.remaining:,} rows")
             return self._finish_rows(st, rows)
         k = sel.leftover_to if sel is not None else int(np.argmin(st.ecount))
@@ -333,6 +333,10 @@ class ExpansionPartitioner(Partitioner):
         if isinstance(rows, LocalRows):
             return rows.settle(np.full(len(rows), k, np.int32), p)
         return rows.run((), p, leftover_to=k)[0]
+
+    def _finishes(self, sel: Selection | None) -> bool:
+        """Whether ``_end`` runs the finishing pass (rather than the leftover rule)."""
+        return (sel is not None and sel.leftover_to == FINISH) or (sel is None and self.refines)
 
     def _finish_rows(self, st: ExpansionState, rows: LocalRows | FileRounds) -> tuple:
         """The finishing pass over the remaining rows, in the driver or as one Spark job; returns its delta."""
@@ -364,6 +368,12 @@ class ExpansionPartitioner(Partitioner):
             self.estimate(st, smp, stride)
             sel = self.select(st) if st.rounds < self.cfg.max_rounds else None
             if sel is None or sel.leftover_to != -1:
+                if (
+                    isinstance(rows, FileRounds)
+                    and self._finishes(sel)
+                    and st.remaining <= self.cfg.driver_finish_edges
+                ):
+                    rows = LocalRows(rows.fetch())  # the finishing pass decides pair after pair in the driver
                 st.apply(self._end(st, sel, rows, log))
                 break
             if on_round is not None:

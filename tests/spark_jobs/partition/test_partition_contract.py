@@ -198,14 +198,17 @@ def test_restarts_keep_the_best_start(spark, cfg, small_rmat):
 def test_spark_path_restarts_equal_held_restarts(spark, cfg, small_rmat):
     """A graph past ``local_finish_edges`` makes the same starts as Spark jobs (each its own rounds and
     relocation over the shared split) and keeps the same best start: its published partition equals the
-    held run's row for row."""
+    held run's row for row. Its finishing pass starts with the rows in Spark and runs in the driver
+    (``driver_finish_edges``), pair after pair as in the held run."""
     m = read_manifest(small_rmat).schema["num_edges"]
     c = with_values(cfg, "partition", algorithm="adadne", parts=4, seed=1, progress=False)
     held = run_partition(spark, with_values(c, "partition", name="held4"), small_rmat, force=True)
-    files = with_values(c, "partition", name="files4", local_finish_edges=m // 4)
+    files = with_values(c, "partition", name="files4", local_finish_edges=m // 100)
     rec = run_partition(spark, files, small_rmat, force=True)
     check_contract(small_rmat, rec, 4)
     assert len(rec.counts["starts"]) == 4 and rec.counts["spark_rounds"] >= 3
+    # the finishing pass began with more rows in Spark than local_finish_edges: fetched, it ran in the driver
+    assert rec.counts["local_rounds"] == 0 and not any(j["kind"] == "finish" for j in rec.counts["spark_jobs"])
     assert [t["seed"] for t in rec.counts["starts"]] == [t["seed"] for t in held.counts["starts"]]
     assert [t["replicas"] for t in rec.counts["starts"]] == [t["replicas"] for t in held.counts["starts"]]
     a = pd.read_parquet(small_rmat.assignment("held4")).sort_values("eid")

@@ -203,11 +203,14 @@ def test_spark_finishing_pass_keeps_the_capacity(spark, cfg, rmat15, tmp_path):
 
     src, dst, n = rmat15
     dv = write_dataset(tmp_path, "rmat15", src, dst, num_vertices=n)
-    c = with_values(cfg, "partition", algorithm="adadne", parts=8, progress=False, local_finish_edges=20_000)
-    c = with_values(c, "partition.adadne", finish=0.6)
+    c = with_values(
+        cfg, "partition", algorithm="adadne", parts=8, progress=False, local_finish_edges=20_000, driver_finish_edges=0
+    )
+    c = with_values(c, "partition.adadne", finish=0.6, starts=1)
     rec = run_partition(spark, c, dv)
     check_contract(dv, rec, 8)
     assert rec.counts["spark_rounds"] >= 1 and rec.counts["local_rounds"] == 0
+    assert any(j["kind"] == "finish" for j in rec.counts["spark_jobs"])
     a = c.partition.adadne
     assert rec.metrics["eb"] <= max(a.capacity, a.refine_capacity) + 1e-9
 
