@@ -160,7 +160,7 @@ def test_spark_rounds_equal_local_rounds(spark, cfg, small_rmat, rmat_runs, algo
         name=f"{algo}-mixed",
         local_finish_edges=m // 4,
     )
-    mixed = run_partition(spark, c, small_rmat, force=True)
+    mixed = run_partition(spark, with_values(c, "partition.adadne", starts=1), small_rmat, force=True)
     check_contract(small_rmat, mixed, 4)
     assert local.counts["spark_rounds"] == 0
     assert mixed.counts["spark_rounds"] >= 3 and mixed.counts["local_rounds"] >= 1
