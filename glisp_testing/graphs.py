@@ -140,6 +140,34 @@ def ego_network_edges(n: int = 3000, hubs: int = 6, core: int = 60, seed: int = 
     return _simple_undirected(np.concatenate(pairs))
 
 
+def ego_circles_edges(seed: int = 0) -> tuple[tuple[np.ndarray, np.ndarray], int]:
+    """A facebook-like social ego-network stand-in: 10 egos with 59-1,045 friends (the sizes of SNAP's
+    ego-Facebook), each friend in about three overlapping dense circles of lognormal size (pairs inside
+    with probability 0.45), sparse links inside each ego net, 3 % of friends shared with earlier nets and
+    300 links between nets: 4,177 vertices, 83,125 pairs at seed 0. Returns ((src, dst), num_vertices),
+    undirected with both directions."""
+    rng = np.random.default_rng(seed)
+    pairs, nxt, members = [], 0, []
+    for size in (1045, 792, 755, 547, 347, 227, 159, 170, 66, 59):
+        ego, own = nxt, np.arange(nxt + 1, nxt + 1 + size)
+        nxt += 1 + size
+        if members:
+            k = int(0.03 * size)
+            own = np.concatenate([own[k:], rng.choice(np.concatenate(members), k, replace=False)])
+        members.append(own)
+        pairs.append(np.stack([np.full(len(own), ego), own], 1))
+        circles = max(2, len(own) // 18)
+        sizes = np.clip(rng.lognormal(3.3, 0.6, circles).astype(int), 5, len(own))
+        for c in range(circles):
+            mem = rng.choice(own, min(sizes[c], len(own)), replace=False)
+            a, b = np.triu_indices(len(mem), 1)
+            keep = rng.random(len(a)) < 0.45
+            pairs.append(np.stack([mem[a[keep]], mem[b[keep]]], 1))
+        pairs.append(np.stack([rng.choice(own, 2 * len(own)), rng.choice(own, 2 * len(own))], 1))
+    pairs.append(np.stack([rng.choice(nxt, 300), rng.choice(nxt, 300)], 1))
+    return _simple_undirected(np.concatenate(pairs)), nxt
+
+
 def chains_edges(chains: int = 1500, long_chains: int = 4, long_len: int = 3000, seed: int = 0):
     """Many small components (paths of 1-12 edges, triangles) plus a few very long chains: the web-crawl
     shape reached only by single-seed expansion. Undirected, both directions of every pair."""
