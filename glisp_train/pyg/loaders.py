@@ -19,6 +19,7 @@ from collections.abc import Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any
 
+import torch
 from torch_geometric.data import Data, HeteroData
 from torch_geometric.loader import LinkNeighborLoader as PygLinkNeighborLoader
 from torch_geometric.loader import NeighborLoader as PygNeighborLoader
@@ -38,9 +39,9 @@ def is_glisp(data: Any) -> bool:
 def _sampler_for(data: Any, num_neighbors: Any, kw: dict[str, Any]) -> Any:
     """GlispSampler for a GLISP pair, the numpy sampler for in-memory data PyG cannot sample, else None (PyG's)."""
     opts = {k: kw[k] for k in ("replace", "weight_attr", "subgraph_type", "disjoint", "time_attr") if k in kw}
+    glisp_only = {k: kw.pop(k) for k in ("max_time", "method") if k in kw}
     if is_glisp(data):
-        return GlispSampler(data, num_neighbors, max_time=kw.pop("max_time", None), **opts)
-    kw.pop("max_time", None)
+        return GlispSampler(data, num_neighbors, **glisp_only, **opts)
     if isinstance(data, (Data, HeteroData)) and not pyg_can_sample():
         return memory_sampler(data, num_neighbors, replace=bool(kw.get("replace", False)))
     return None
@@ -56,6 +57,8 @@ class _Prefetching:
     def _get_iterator(self) -> Iterator[Any]:
         if self.prefetch <= 0 or self.num_workers > 0:
             return super()._get_iterator()  # type: ignore[misc]
+        # the draw torch's own iterator makes first, so a seeded run shuffles alike with and without prefetch
+        torch.empty((), dtype=torch.int64).random_(generator=getattr(self, "generator", None))
         return _prefetched(self, self.prefetch)
 
 
@@ -81,10 +84,17 @@ class NeighborLoader(_Prefetching, PygNeighborLoader):
     def __init__(self, data: Any, num_neighbors: Any, *args: Any, prefetch: int = DEFAULT_PREFETCH, **kw: Any) -> None:
         if kw.get("neighbor_sampler") is None:
             kw["neighbor_sampler"] = _sampler_for(data, num_neighbors, kw)
-        kw.pop("max_time", None)
         sampler = kw["neighbor_sampler"]
         self.prefetch = prefetch if isinstance(sampler, GlispSampler) and is_glisp(data) else 0
         super().__init__(data, num_neighbors, *args, **kw)
+
+
+def _homogeneous_edges(data: Any, edge_label_index: Any) -> Any:
+    """PyG wants ``(edge type, index)`` from a remote backend; a homogeneous GLISP graph takes a bare index too
+    (as an in-memory ``Data`` does), meaning ``(None, index)``."""
+    if is_glisp(data) and not data[1].view.hetero and not isinstance(edge_label_index, (tuple, list)):
+        return (None, edge_label_index)
+    return edge_label_index
 
 
 class LinkNeighborLoader(_Prefetching, PygLinkNeighborLoader):
@@ -94,7 +104,10 @@ class LinkNeighborLoader(_Prefetching, PygLinkNeighborLoader):
     def __init__(self, data: Any, num_neighbors: Any, *args: Any, prefetch: int = DEFAULT_PREFETCH, **kw: Any) -> None:
         if kw.get("neighbor_sampler") is None:
             kw["neighbor_sampler"] = _sampler_for(data, num_neighbors, kw)
-        kw.pop("max_time", None)
         sampler = kw["neighbor_sampler"]
         self.prefetch = prefetch if isinstance(sampler, GlispSampler) and is_glisp(data) else 0
+        if args:
+            args = (_homogeneous_edges(data, args[0]), *args[1:])
+        else:
+            kw["edge_label_index"] = _homogeneous_edges(data, kw.get("edge_label_index"))
         super().__init__(data, num_neighbors, *args, **kw)

@@ -10,6 +10,8 @@ service. ``NeighborLoader`` of :mod:`glisp_train.pyg` uses it only when PyG's sa
 
 from __future__ import annotations
 
+import asyncio
+import threading
 from concurrent.futures import Future
 from typing import Any
 
@@ -88,16 +90,17 @@ class MemoryBackend:
         raise NotImplementedError("in-memory Data: PyG reads its features from the Data object")
 
 
+_LOOPS = threading.local()
+
+
 def _run_now(coro: Any) -> Future:
-    """Run a backend coroutine to completion in the calling thread (numpy only: nothing to overlap)."""
+    """Run a sampler coroutine to completion in the calling thread, on that thread's own event loop (numpy
+    only: nothing to overlap)."""
+    loop = getattr(_LOOPS, "loop", None)
+    if loop is None:
+        loop = _LOOPS.loop = asyncio.new_event_loop()
     fut: Future = Future()
-    try:
-        coro.send(None)
-    except StopIteration as stop:
-        fut.set_result(stop.value)
-    else:  # pragma: no cover - MemoryBackend never awaits anything that suspends
-        coro.close()
-        raise RuntimeError("in-memory sampling suspended")
+    fut.set_result(loop.run_until_complete(coro))
     return fut
 
 
@@ -121,7 +124,8 @@ def memory_view(data: Data | HeteroData) -> GraphView:
         eid.append(np.arange(ei.shape[1]))
         codes.append((ntypes.index(s), rels.index(r), ntypes.index(d)))
     n = sum(sizes)
-    backend = MemoryBackend(*(np.concatenate(x).astype(np.int64) for x in (src, dst, rel, eid)), n, rels)
+    s_all, d_all, r_all, e_all = (np.concatenate(x).astype(np.int64) for x in (src, dst, rel, eid))
+    backend = MemoryBackend(s_all, d_all, r_all, e_all, n, rels)
     vtype = np.repeat(np.arange(len(ntypes)), sizes).astype(np.int64)
     return GraphView(backend, _run_now, n, ntypes, rels, np.asarray(codes, np.int64).reshape(-1, 3), vtype=vtype)
 

@@ -81,7 +81,7 @@ def glisp_remote(
     from glisp_train.source import open_cluster
 
     cfg = cfg or load_config()
-    source = cluster if hasattr(cluster, "backend") else open_cluster(cluster, cfg)
+    source: Any = cluster if hasattr(cluster, "backend") else open_cluster(cluster, cfg)
     try:
         view = view_of_source(source)
         out_deg, in_deg = source.info.degrees()

@@ -15,13 +15,16 @@ relation, so a hop sends one typed Gather per destination type in the frontier, 
 per relation. Link sampling and its negatives (binary and triplet) are PyG's own ``edge_sample`` around
 this node sampling.
 
-Method: ``uniform`` (the service's), ``replace=True`` -> ``replace``, ``weight_attr`` -> ``weighted`` (the
-served edge weights), ``max_time`` -> the service's time bound on every hop.
+Method: ``uniform_exact`` (PyG's: at most the fanout per node and relation, each subset equally likely),
+``replace=True`` -> ``replace``, ``weight_attr`` -> ``weighted`` (the served edge weights), ``max_time`` -> the
+service's time bound on every hop. ``method="uniform"`` asks for the service's quota method instead (what
+``glisp train`` samples with: cheaper on a vertex-cut, the fanout exact only in expectation).
 """
 
 from __future__ import annotations
 
 import asyncio
+import hashlib
 import threading
 from typing import Any
 
@@ -64,6 +67,7 @@ class GlispSampler(BaseSampler):
         subgraph_type: str = "directional",
         disjoint: bool = False,
         time_attr: str | None = None,
+        method: str | None = None,
     ) -> None:
         self.view = _view_of(data)
         if str(getattr(subgraph_type, "value", subgraph_type)) != "directional":
@@ -79,10 +83,11 @@ class GlispSampler(BaseSampler):
             raise GlispError(f"weight_attr={weight_attr!r}: the served dataset has no edge weights")
         if max_time is not None and not self.view.timestamped:
             raise GlispError(f"max_time={max_time}: the served dataset has no edge timestamps")
-        self.method = "replace" if replace else "weighted" if weight_attr is not None else "uniform"
+        self.method = method or ("replace" if replace else "weighted" if weight_attr is not None else "uniform_exact")
         self.max_time, self.edge_ids = max_time, edge_ids
         self.num_neighbors = num_neighbors if isinstance(num_neighbors, NumNeighbors) else NumNeighbors(num_neighbors)
         self._local = threading.local()
+        self._base_seed = int(torch.randint(0, 2**62, (1,)).item())  # torch.manual_seed repeats a run's samples
         if self.view.hetero:
             self._plan = self._typed_plan()
             self.num_hops = len(next(iter(self._plan.values()))) if self._plan else 0
@@ -138,7 +143,16 @@ class GlispSampler(BaseSampler):
     def _sample(self, seed: Any, seed_time: Any = None) -> SamplerOutput | HeteroSamplerOutput:
         if seed_time is not None:
             raise NotImplementedError("per-seed times are not served; sample with max_time=<timestamp> instead")
-        return self.view.submit(self.sample_async(seed, _batch_seed())).result()
+        return self.view.submit(self.sample_async(seed, self._batch_seed(seed))).result()
+
+    def _batch_seed(self, seed: Any) -> int:
+        """The request seed of one batch: the sampler's seed (from torch's generator when it was made) mixed with
+        the batch's seed nodes, so that batches prefetched by several threads are the same in any order."""
+        h = hashlib.blake2b(self._base_seed.to_bytes(8, "little"), digest_size=8)
+        for key, ids in sorted(seed.items()) if isinstance(seed, dict) else [("", seed)]:
+            h.update(str(key).encode())
+            h.update(np.ascontiguousarray(_np(ids), np.int64).tobytes())
+        return int.from_bytes(h.digest(), "little") >> 2
 
     async def sample_async(self, seed: Any, batch_seed: int) -> SamplerOutput | HeteroSamplerOutput:
         """One batch on the backend's event loop: ``seed`` a tensor of node ids, or a dict per node type."""
@@ -289,11 +303,6 @@ def _view_of(data: Any) -> GraphView:
             f"(got {type(data).__name__})"
         )
     return view
-
-
-def _batch_seed() -> int:
-    """A request seed from torch's generator, so torch.manual_seed makes a run's samples repeat."""
-    return int(torch.randint(0, 2**62, (1,)).item())
 
 
 def _np(x: Any) -> np.ndarray:

@@ -1,0 +1,199 @@
+"""What PyG's remote backend costs: a PyG ``NeighborLoader`` over the service against ``glisp train``'s own loader.
+
+R-MAT scale 18 (``bench/train.py``'s dataset: edge factor 8, 128-d features, AdaDNE into 2), served by 2 servers
+(``glisp serve-cluster``, 1 thread each); fanouts [15, 10, 5], batch 1024, prefetch 2, the feature cache holding
+20% of the vertices, on both sides. Configurations alternate, ``--repeats`` times; the table shows medians.
+
+- **loader only**: seeds/s of iterating ``--batches`` batches and touching their input features:
+  ``glisp_train.loader.Loader`` (GLISP's blocks, the service's quota method) against
+  ``glisp_train.pyg.NeighborLoader`` on ``glisp_remote(cluster file)`` with the same quota method
+  (``method="uniform"``) and with PyG's exact fanouts (``uniform_exact``, the backend's default).
+- **epoch**: the same batches with a 3-layer GraphSAGE (hidden 256) and Adam: ``glisp train``'s epoch
+  (``run_epoch``, GLISP's block model) against PyG's ``GraphSAGE`` on the PyG batches, written as a PyG user
+  writes it, trimmed per layer (``num_sampled_nodes_per_hop``) as PyG's hierarchical examples do.
+
+The ratio column is against GLISP's loader measured in the same run.
+
+    .venv/bin/python bench/train.py --root /tmp/glisp-bench-train --graphs rmat --build-only
+    flock /tmp/glisp-bench.lock .venv/bin/python bench/pyg_loader.py --root /tmp/glisp-bench-train
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+
+ROOT = Path(__file__).resolve().parent.parent
+if str(ROOT) not in sys.path:
+    sys.path.insert(0, str(ROOT))
+
+from glisp_serving.cluster.child import stop_cluster  # noqa: E402
+from glisp_testing.servers import serve_in  # noqa: E402
+
+VC = "adadne-p2"
+FANOUTS, BATCH, HIDDEN = [15, 10, 5], 1024, 256
+
+
+def _cfg(**train):
+    from glisp_core.config import load_config, with_values
+
+    base = {"model": "sage", "hidden": HIDDEN, "layers": 3, "fanouts": FANOUTS, "batch_size": BATCH, "prefetch": 2}
+    return with_values(load_config(env={}), "train", **{**base, **train})
+
+
+def dataset(root: Path):
+    from glisp_core.dataset.layout import resolve_dataset
+
+    built = root / "built.json"
+    if not built.exists() or "rmat" not in json.loads(built.read_text()):
+        raise SystemExit(f"no R-MAT dataset under {root}: run bench/train.py --root {root} --graphs rmat --build-only")
+    return resolve_dataset(json.loads(built.read_text())["rmat"])
+
+
+def glisp_loader_pass(source, loader, batches) -> tuple[float, int]:
+    from glisp_train.loader import LoaderTimes
+
+    t, n = time.perf_counter(), 0
+    for b in loader.batches(batches, 11, LoaderTimes()):
+        n += len(b.seeds)
+        assert b.x is not None and b.x.shape[1] > 0
+    return time.perf_counter() - t, n
+
+
+def pyg_loader_pass(remote, seeds, method: str) -> tuple[float, int]:
+    import torch
+
+    from glisp_train.pyg import NeighborLoader
+
+    torch.manual_seed(11)
+    loader = NeighborLoader(remote, FANOUTS, input_nodes=seeds, batch_size=BATCH, method=method, prefetch=2)
+    t, n = time.perf_counter(), 0
+    for b in loader:
+        n += b.batch_size
+        assert b.x.shape[1] > 0
+    return time.perf_counter() - t, n
+
+
+def pyg_epoch(remote, model, opt, seeds, method: str) -> tuple[float, int]:
+    """PyG's mini-batch training loop over the PyG batches (trim_to_layer through the hop counts)."""
+    import torch
+    import torch.nn.functional as F
+
+    from glisp_train.pyg import NeighborLoader
+
+    torch.manual_seed(12)
+    loader = NeighborLoader(remote, FANOUTS, input_nodes=seeds, batch_size=BATCH, method=method, shuffle=True)
+    model.train()
+    t, n = time.perf_counter(), 0
+    for b in loader:
+        opt.zero_grad()
+        out = model(b.x, b.edge_index, num_sampled_nodes_per_hop=b.num_sampled_nodes,
+                    num_sampled_edges_per_hop=b.num_sampled_edges)[: b.batch_size]  # fmt: skip
+        F.cross_entropy(out, b.y[: b.batch_size]).backward()
+        opt.step()
+        n += b.batch_size
+    return time.perf_counter() - t, n
+
+
+def measure(dv, args: argparse.Namespace, workdir: Path) -> list[dict]:
+    import torch
+    from torch_geometric.nn import GraphSAGE
+
+    from glisp_train.dist import Dist, rank_batches
+    from glisp_train.loader import Loader
+    from glisp_train.progress import Progress
+    from glisp_train.pyg import glisp_remote
+    from glisp_train.source import open_cluster
+    from glisp_train.trainer import hop_fanouts, setup
+
+    torch.set_num_threads(1)
+    proc, cf = serve_in(dv, VC, workdir, threads=1)
+    rows: list[dict] = []
+    try:
+        source = open_cluster(cf, _cfg())
+        mb = int(0.2 * source.num_vertices) * 4 * source.feature_dim >> 20  # 20% of the vertices, both sides
+        cfg = _cfg(max_batches=args.batches, feature_cache_mb=mb, dropout=0.5)
+        remote = glisp_remote(open_cluster(cf, cfg), cfg, feature_cache_mb=mb)
+        try:
+            s = setup(cfg, source, Dist())
+            labels, split = source.labels_and_split()
+            seeds = np.random.default_rng(0).permutation(np.flatnonzero(split == 0))[: args.batches * BATCH]
+            batches = rank_batches(seeds, Dist(), BATCH, args.batches)
+            gl = Loader(source, hop_fanouts(cfg.train, source.edge_types), s.cache, 2, "in")
+            tseeds = torch.from_numpy(seeds)
+            model = GraphSAGE(128, HIDDEN, num_layers=3, out_channels=int(labels.max()) + 1, dropout=0.5)
+            opt = torch.optim.Adam(model.parameters(), lr=0.003)
+            _ = remote.feature_store.labels  # fetched once, before timing
+            runs = {
+                ("loader", "glisp"): lambda: glisp_loader_pass(source, gl, batches),
+                ("loader", "pyg uniform"): lambda: pyg_loader_pass(remote, tseeds, "uniform"),
+                ("loader", "pyg uniform_exact"): lambda: pyg_loader_pass(remote, tseeds, "uniform_exact"),
+                ("epoch", "glisp"): lambda: _glisp_epoch(s, Progress),
+                ("epoch", "pyg uniform"): lambda: pyg_epoch(remote, model, opt, tseeds, "uniform"),
+            }
+            for fn in runs.values():  # warm-up: numba, connections, lazy paths
+                fn()
+            for rep in range(args.repeats):
+                for (what, who), fn in runs.items():
+                    cpu = time.process_time()
+                    sec, count = fn()
+                    rows.append({"what": what, "who": who, "rep": rep, "s": sec, "seeds": count,
+                                 "cpu_s": time.process_time() - cpu})  # fmt: skip
+                    print(f"[pyg] rep {rep} {what} {who}: {sec:.2f}s, {count / sec:,.0f} seeds/s", flush=True)
+        finally:
+            remote.close()
+            source.close()
+    finally:
+        stop_cluster(proc)
+    return rows
+
+
+def _glisp_epoch(s, progress_cls) -> tuple[float, int]:
+    from glisp_train.trainer import run_epoch
+
+    t = time.perf_counter()
+    rec = run_epoch(s.ctx, s.task, s.train_loader, s.opt, 1, progress_cls(enabled=False))
+    return time.perf_counter() - t, int(rec["examples"])
+
+
+def table(rows: list[dict]) -> str:
+    lines = [
+        "| measured | loader | s (median) | seeds/s | ratio to GLISP's loader | process CPU s |",
+        "|---" * 6 + "|",
+    ]
+    for what in ("loader", "epoch"):
+        base = float(np.median([r["s"] for r in rows if r["what"] == what and r["who"] == "glisp"]))
+        for who in dict.fromkeys(r["who"] for r in rows if r["what"] == what):
+            rs = [r for r in rows if r["what"] == what and r["who"] == who]
+            sec = float(np.median([r["s"] for r in rs]))
+            seeds = rs[0]["seeds"]
+            cpu = float(np.median([r["cpu_s"] for r in rs]))
+            lines.append(f"| {what} | {who} | {sec:.2f} | {seeds / sec:,.0f} | {sec / base:.2f} | {cpu:.1f} |")
+    return "\n".join(lines)
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--root", default="/tmp/glisp-bench-train", help="bench/train.py's work directory")
+    ap.add_argument("--batches", type=int, default=8)
+    ap.add_argument("--repeats", type=int, default=3)
+    ap.add_argument("--json", help="also write the rows here")
+    args = ap.parse_args()
+    root = Path(args.root)
+    dv = dataset(root)
+    work = root / "pyg-work"
+    work.mkdir(parents=True, exist_ok=True)
+    rows = measure(dv, args, work)
+    print(table(rows))
+    if args.json:
+        Path(args.json).write_text(json.dumps(rows, indent=1))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
