@@ -14,8 +14,14 @@ R-MAT scale 18 (``bench/train.py``'s dataset: edge factor 8, 128-d features, Ada
 
 The ratio column is against GLISP's loader measured in the same run.
 
-    .venv/bin/python bench/train.py --root /tmp/glisp-bench-train --graphs rmat --build-only
+``--accuracy GRAPH ...`` (not timed): the node-classification script of ``glisp_testing/pyg_scripts.py`` (PyG's
+GraphSAGE example, 10 epochs, fanouts [10, 10], all neighbours at test) on the service and on an in-memory
+``Data`` of the same graph (read back through the remote pair: features, labels, every served edge), over
+``--seeds`` seeds; the dataset's split when it has one (tolokers: the first of its ten), else 60/20/20.
+
+    .venv/bin/python bench/train.py --root /tmp/glisp-bench-train --graphs rmat cora tolokers --build-only
     flock /tmp/glisp-bench.lock .venv/bin/python bench/pyg_loader.py --root /tmp/glisp-bench-train
+    .venv/bin/python bench/pyg_loader.py --root /tmp/glisp-bench-train --accuracy cora tolokers
 """
 
 from __future__ import annotations
@@ -46,13 +52,63 @@ def _cfg(**train):
     return with_values(load_config(env={}), "train", **{**base, **train})
 
 
-def dataset(root: Path):
+def dataset(root: Path, graph: str = "rmat"):
     from glisp_core.dataset.layout import resolve_dataset
 
     built = root / "built.json"
-    if not built.exists() or "rmat" not in json.loads(built.read_text()):
-        raise SystemExit(f"no R-MAT dataset under {root}: run bench/train.py --root {root} --graphs rmat --build-only")
-    return resolve_dataset(json.loads(built.read_text())["rmat"])
+    if not built.exists() or graph not in json.loads(built.read_text()):
+        raise SystemExit(
+            f"no {graph} dataset under {root}: run bench/train.py --root {root} --graphs {graph} --build-only"
+        )
+    return resolve_dataset(json.loads(built.read_text())[graph])
+
+
+def accuracy(graph: str, root: Path, seeds: int, workdir: Path) -> dict:
+    """The node script on the service and on the same graph in memory, seeds 0..seeds-1."""
+    import torch
+    from torch_geometric.data import Data
+
+    from glisp_testing.pyg_scripts import node_script
+    from glisp_train.pyg import glisp_remote
+
+    proc, cf = serve_in(dataset(root, graph), VC, workdir, threads=1)
+    res: dict = {"graph": graph, "service": [], "memory": []}
+    try:
+        with glisp_remote(cf) as remote:
+            fs, gs = remote
+            y = fs.get_tensor(None, "y", None)
+            data = Data(x=fs.get_tensor(None, "x", None), y=y, edge_index=torch.stack(gs.get_edge_index(None, "coo")))
+            split = remote.source.labels_and_split()[1]
+            labelled = np.flatnonzero(y.numpy() >= 0)
+            if (split[labelled] >= 0).any():
+                idx = tuple(torch.from_numpy(labelled[split[labelled] == c]) for c in (0, 1, 2))
+            else:
+                perm = np.random.default_rng(0).permutation(labelled)
+                a, b = int(0.6 * len(perm)), int(0.8 * len(perm))
+                idx = (torch.from_numpy(perm[:a]), torch.from_numpy(perm[a:b]), torch.from_numpy(perm[b:]))
+            for seed in range(seeds):
+                for kind, d in (("memory", data), ("service", remote)):
+                    r = node_script(d, remote.num_features, remote.num_classes, idx, seed)
+                    res[kind].append(r)
+                    print(f"[accuracy] {graph} seed {seed} {kind}: {r}", flush=True)
+    finally:
+        stop_cluster(proc)
+    return res
+
+
+def accuracy_table(results: list[dict]) -> str:
+    lines = ["| graph | metric | seeds | in-memory Data mean ± std | service | difference (points) |", "|---" * 6 + "|"]
+    for r in results:
+        for metric in ("acc", "auc"):
+            if metric not in r["memory"][0]:
+                continue
+            m = np.array([x[metric] for x in r["memory"]])
+            s = np.array([x[metric] for x in r["service"]])
+            lines.append(
+                f"| {r['graph']} | {metric} | {len(m)} | {m.mean():.4f} ± {m.std():.4f} | {s.mean():.4f} ± {s.std():.4f} "
+                f"| {100 * (s.mean() - m.mean()):+.2f} |"
+            )
+    return "\n".join(lines)
 
 
 def glisp_loader_pass(source, loader, batches) -> tuple[float, int]:
@@ -182,13 +238,20 @@ def main() -> int:
     ap.add_argument("--root", default="/tmp/glisp-bench-train", help="bench/train.py's work directory")
     ap.add_argument("--batches", type=int, default=8)
     ap.add_argument("--repeats", type=int, default=3)
+    ap.add_argument("--accuracy", nargs="*", help="graphs for the accuracy comparison instead of the timing")
+    ap.add_argument("--seeds", type=int, default=3)
     ap.add_argument("--json", help="also write the rows here")
     args = ap.parse_args()
     root = Path(args.root)
-    dv = dataset(root)
     work = root / "pyg-work"
     work.mkdir(parents=True, exist_ok=True)
-    rows = measure(dv, args, work)
+    if args.accuracy:
+        results = [accuracy(g, root, args.seeds, work) for g in args.accuracy]
+        print(accuracy_table(results))
+        if args.json:
+            Path(args.json).write_text(json.dumps(results, indent=1))
+        return 0
+    rows = measure(dataset(root), args, work)
     print(table(rows))
     if args.json:
         Path(args.json).write_text(json.dumps(rows, indent=1))

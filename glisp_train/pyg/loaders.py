@@ -8,8 +8,9 @@ loaders, with PyG's sampler where pyg-lib or torch-sparse is installed and the n
 
 **Prefetch** (``prefetch``, default ``train.prefetch`` = 2): ``prefetch`` threads each sample a batch and fetch
 its features (``loader(index)``, PyG's collate and filter), so that many batches are in flight on the
-client's event loop while the caller computes; batches come back in order. PyG's worker processes
-(``num_workers > 0``) turn this off: each worker would need its own connection to the servers.
+client's event loop while the caller computes; batches come back in order, the same as without prefetch
+for a seeded run. PyG's worker processes (``num_workers > 0``) are refused on a GLISP pair: the client's
+event loop, channels and feature cache live in this process and do not survive a fork.
 """
 
 from __future__ import annotations
@@ -38,6 +39,11 @@ def is_glisp(data: Any) -> bool:
 
 def _sampler_for(data: Any, num_neighbors: Any, kw: dict[str, Any]) -> Any:
     """GlispSampler for a GLISP pair, the numpy sampler for in-memory data PyG cannot sample, else None (PyG's)."""
+    if is_glisp(data) and int(kw.get("num_workers", 0) or 0) > 0:
+        raise ValueError(
+            f"num_workers: a GLISP remote pair samples on its client's event loop, which worker processes cannot "
+            f"share; use num_workers=0 and prefetch=N threads instead (got num_workers={kw['num_workers']})"
+        )
     opts = {k: kw[k] for k in ("replace", "weight_attr", "subgraph_type", "disjoint", "time_attr") if k in kw}
     glisp_only = {k: kw.pop(k) for k in ("max_time", "method") if k in kw}
     if is_glisp(data):

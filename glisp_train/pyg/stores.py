@@ -45,6 +45,7 @@ class GlispFeatureStore(FeatureStore):
         self.cache = cache  # FeatureCache over view.backend
         self._labels_fn = labels  # () -> int64 label per global id (-1 = none), fetched once
         self._labels: np.ndarray | None = None
+        self._attrs: list[tuple[str | None, str]] | None = None
 
     @property
     def labels(self) -> np.ndarray:
@@ -56,14 +57,18 @@ class GlispFeatureStore(FeatureStore):
         return list(self.view.vertex_types) if self.view.hetero else [None]
 
     def get_all_tensor_attrs(self) -> list[TensorAttr]:
-        attrs = []
-        for g in self._groups():
-            if self.view.feature_dim:
-                attrs.append(TensorAttr(g, "x", None))
-            ids = self.view.to_global(g, np.arange(self.view.num_nodes(g)))
-            if (self.labels[ids] >= 0).any():
-                attrs.append(TensorAttr(g, "y", None))
-        return attrs
+        """``x`` where the schema has features, ``y`` for each group with a labelled vertex (found once: PyG asks
+        for every batch)."""
+        if self._attrs is None:
+            attrs: list[tuple[str | None, str]] = []
+            for g in self._groups():
+                if self.view.feature_dim:
+                    attrs.append((g, "x"))
+                ids = self.view.to_global(g, np.arange(self.view.num_nodes(g)))
+                if (self.labels[ids] >= 0).any():
+                    attrs.append((g, "y"))
+            self._attrs = attrs
+        return [TensorAttr(g, name, None) for g, name in self._attrs]
 
     def _ids(self, attr: TensorAttr) -> np.ndarray:
         n = self.view.num_nodes(attr.group_name)
