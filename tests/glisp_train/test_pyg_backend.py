@@ -230,14 +230,15 @@ def imdb(spark, tmp_path_factory):
         hd[vnames[a], ["ACTED_IN", "DIRECTED_IN"][e], vnames[b]].edge_index = torch.from_numpy(
             np.stack([local[s2[m]], local[d2[m]]])
         )
-    yield cluster, hd
+    yield cluster, hd, vtype
     cluster.stop()
 
 
 def test_typed_graph_batches_and_script_match_in_memory_heterodata(imdb, capsys):
-    cluster, hd = imdb
+    cluster, hd, vtype = imdb
     with glisp_remote(cluster.cluster_file) as remote:
         fs, gs = remote
+        assert np.array_equal(remote.source.info.vertex_types(), vtype)  # from the servers' Routing streams
         assert sorted(remote.metadata()[1]) == sorted(hd.edge_types)
         assert {(a.group_name, a.attr_name) for a in fs.get_all_tensor_attrs() if a.attr_name == "y"} == {
             ("Movie", "y")
