@@ -260,6 +260,16 @@ def test_typed_graph_batches_and_script_match_in_memory_heterodata(imdb, capsys)
             assert all(
                 (x, y) in have for x, y in zip(b[et[0]].n_id[r].tolist(), b[et[2]].n_id[c].tolist(), strict=True)
             )
+        et = ("Actor", "ACTED_IN", "Movie")
+        pairs = hd[et].edge_index[:, :64]
+        torch.manual_seed(0)
+        lb = next(
+            iter(LinkNeighborLoader(remote, [4, 4], edge_label_index=(et, pairs), batch_size=64, neg_sampling="binary"))
+        )
+        pos = torch.stack(
+            [lb["Actor"].n_id[lb[et].edge_label_index[0, :64]], lb["Movie"].n_id[lb[et].edge_label_index[1, :64]]]
+        )
+        assert torch.equal(pos, pairs[:, lb[et].input_id]) and lb[et].edge_label.sum() == 64
         idx = split(n_movie)
         svc = [hetero_script(remote, remote.metadata(), idx, s) for s in HETERO_SEEDS]
     mem = [hetero_script(hd, hd.metadata(), idx, s) for s in HETERO_SEEDS]
