@@ -32,10 +32,35 @@ class PartitionInfo:
     master_in_degree: np.ndarray
     owner_gids: np.ndarray | None = None
     split_owner_vertices: int = 0
+    master_vtype: np.ndarray | None = None  # vertex type code of each master gid (None: a server before them)
+    edge_triples: np.ndarray | None = None  # (k, 3) int64 (src vtype, etype, dst vtype) codes present here
+
+
+def edge_triples(reader: Any) -> np.ndarray:
+    """The distinct (source vertex type, edge type, destination vertex type) codes of a partition's edges.
+
+    A typed graph's edge type names say nothing about the vertex types they join (an undirected ``ACTED_IN``
+    joins actors to movies and movies to actors); PyG's heterogeneous view keys edges by these triples.
+    One pass over the local edges, only when the graph has several vertex or edge types."""
+    m = int(reader.num_edges)
+    if m == 0:
+        return np.empty((0, 3), np.int64)
+    if len(reader.vertex_type_names) <= 1 and len(reader.edge_type_names) <= 1:
+        return np.zeros((1, 3), np.int64)
+    indptr = np.asarray(reader.out_indptr, np.int64)
+    eids = np.arange(m, dtype=np.int64)
+    src = np.repeat(np.arange(len(indptr) - 1, dtype=np.int64), np.diff(indptr))
+    vs = reader.vertex_type(src).astype(np.int64)
+    vd = reader.vertex_type(np.asarray(reader.out_nbr, np.int64)).astype(np.int64)
+    et = reader.edge_type(eids).astype(np.int64)
+    nv, ne = max(1, len(reader.vertex_type_names)), max(1, len(reader.edge_type_names))
+    code = np.unique((vs * ne + et) * nv + vd)
+    return np.stack([code // nv // ne, code // nv % ne, code % nv], axis=1)
 
 
 def partition_info(reader: Any, owner_direction: str | None = None) -> PartitionInfo:
-    """A partition's replica and master gids, master degrees and (optionally) owned gids, from its reader."""
+    """A partition's replica and master gids, master degrees and vertex types, its edge type triples and
+    (optionally) owned gids, from its reader."""
     gid = np.asarray(reader.global_id, np.int64)
     mg = np.asarray(reader.master_gids, np.int64)
     lids = np.asarray(reader.to_local(mg), np.int64) if len(mg) else np.empty(0, np.int64)
@@ -45,6 +70,8 @@ def partition_info(reader: Any, owner_direction: str | None = None) -> Partition
         master_gids=mg,
         master_out_degree=np.asarray(reader.out_degree, np.int64)[lids],
         master_in_degree=np.asarray(reader.in_degree, np.int64)[lids],
+        master_vtype=np.asarray(reader.vertex_type(lids), np.int64),
+        edge_triples=edge_triples(reader),
     )
     if owner_direction:
         indptr = np.asarray(reader.out_indptr if owner_direction == "out" else reader.in_indptr, np.int64)
@@ -74,6 +101,23 @@ class ClusterInfo:
             out[p.master_gids] = p.master_out_degree
             inn[p.master_gids] = p.master_in_degree
         return out, inn
+
+    def vertex_types(self) -> np.ndarray:
+        """Vertex type code of every vertex, indexed by global id (GlispError when a server sent none)."""
+        vt = np.zeros(self.num_vertices, np.int64)
+        for p in self.parts:
+            if p.master_vtype is None:
+                raise GlispError(f"partition {p.part_id} sent no vertex types (a server older than this client)")
+            vt[p.master_gids] = p.master_vtype
+        return vt
+
+    def edge_triples(self) -> np.ndarray:
+        """The distinct (src vtype, etype, dst vtype) codes of the served edges, sorted, as (k, 3) int64."""
+        have = [p.edge_triples for p in self.parts if p.edge_triples is not None]
+        if len(have) < len(self.parts):
+            raise GlispError("a partition sent no edge type triples (a server older than this client)")
+        allt = np.concatenate(have) if have else np.empty((0, 3), np.int64)
+        return np.unique(allt.reshape(-1, 3), axis=0)
 
     def routing_table(self, owner_direction: str | None = None) -> RoutingTable:
         """The client's RoutingTable, exactly as :func:`routing_from_partitions` builds it from the files."""

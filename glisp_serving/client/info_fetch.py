@@ -80,6 +80,8 @@ def fetch_cluster_info(
                 master_in_degree=cat["master_in_degree"],
                 owner_gids=cat.get("owner_gids"),
                 split_owner_vertices=int(h.split_owner_vertices),
+                master_vtype=cat.get("master_vtype"),
+                edge_triples=cat["edge_triples"].reshape(-1, 3) if "edge_triples" in cat else None,
             )
         )
     return ClusterInfo(

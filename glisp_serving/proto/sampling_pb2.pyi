@@ -249,7 +249,7 @@ class RoutingRequest(_message.Message):
     def __init__(self, chunk: _Optional[int] = ..., owners: _Optional[bool] = ..., owner_direction: _Optional[_Union[Direction, str]] = ...) -> None: ...
 
 class RoutingChunk(_message.Message):
-    __slots__ = ("part_id", "num_parts", "num_vertices", "run", "run_fingerprint", "schema_json", "split_owner_vertices", "replica_gids", "master_gids", "master_out_degree", "master_in_degree", "owner_gids")
+    __slots__ = ("part_id", "num_parts", "num_vertices", "run", "run_fingerprint", "schema_json", "split_owner_vertices", "replica_gids", "master_gids", "master_out_degree", "master_in_degree", "owner_gids", "master_vtype", "edge_triples")
     PART_ID_FIELD_NUMBER: _ClassVar[int]
     NUM_PARTS_FIELD_NUMBER: _ClassVar[int]
     NUM_VERTICES_FIELD_NUMBER: _ClassVar[int]
@@ -262,6 +262,8 @@ class RoutingChunk(_message.Message):
     MASTER_OUT_DEGREE_FIELD_NUMBER: _ClassVar[int]
     MASTER_IN_DEGREE_FIELD_NUMBER: _ClassVar[int]
     OWNER_GIDS_FIELD_NUMBER: _ClassVar[int]
+    MASTER_VTYPE_FIELD_NUMBER: _ClassVar[int]
+    EDGE_TRIPLES_FIELD_NUMBER: _ClassVar[int]
     part_id: int
     num_parts: int
     num_vertices: int
@@ -274,7 +276,9 @@ class RoutingChunk(_message.Message):
     master_out_degree: Array
     master_in_degree: Array
     owner_gids: Array
-    def __init__(self, part_id: _Optional[int] = ..., num_parts: _Optional[int] = ..., num_vertices: _Optional[int] = ..., run: _Optional[str] = ..., run_fingerprint: _Optional[str] = ..., schema_json: _Optional[str] = ..., split_owner_vertices: _Optional[int] = ..., replica_gids: _Optional[_Union[Array, _Mapping]] = ..., master_gids: _Optional[_Union[Array, _Mapping]] = ..., master_out_degree: _Optional[_Union[Array, _Mapping]] = ..., master_in_degree: _Optional[_Union[Array, _Mapping]] = ..., owner_gids: _Optional[_Union[Array, _Mapping]] = ...) -> None: ...
+    master_vtype: Array
+    edge_triples: Array
+    def __init__(self, part_id: _Optional[int] = ..., num_parts: _Optional[int] = ..., num_vertices: _Optional[int] = ..., run: _Optional[str] = ..., run_fingerprint: _Optional[str] = ..., schema_json: _Optional[str] = ..., split_owner_vertices: _Optional[int] = ..., replica_gids: _Optional[_Union[Array, _Mapping]] = ..., master_gids: _Optional[_Union[Array, _Mapping]] = ..., master_out_degree: _Optional[_Union[Array, _Mapping]] = ..., master_in_degree: _Optional[_Union[Array, _Mapping]] = ..., owner_gids: _Optional[_Union[Array, _Mapping]] = ..., master_vtype: _Optional[_Union[Array, _Mapping]] = ..., edge_triples: _Optional[_Union[Array, _Mapping]] = ...) -> None: ...
 
 class HeldOutRequest(_message.Message):
     __slots__ = ("chunk",)

@@ -41,6 +41,10 @@ def routing_chunks(info: PartitionInfo, header: dict[str, Any], chunk: int) -> I
     }
     if info.owner_gids is not None:
         arrays["owner_gids"] = info.owner_gids
+    if info.master_vtype is not None:
+        arrays["master_vtype"] = info.master_vtype
+    if info.edge_triples is not None:
+        arrays["edge_triples"] = info.edge_triples.reshape(-1)
     for name, arr in arrays.items():  # empty arrays still travel once, so the client sees the field
         getattr(first, name).CopyFrom(to_array(_narrow(arr[:0])))
     yield first
