@@ -60,7 +60,6 @@ class FullEval:
     """Evaluation at full neighbourhoods, layer by layer (see the module docstring)."""
 
     mode = "full"
-    fanouts: list[Any] = []
 
     def __init__(
         self, source: Any, cache: Any, direction: str, relations: list[str], layers: int, batch_size: int
