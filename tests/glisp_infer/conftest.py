@@ -32,7 +32,7 @@ class InferGraph:
     etype: np.ndarray
     features: np.ndarray
     n: int
-    labels: np.ndarray
+    labels: np.ndarray | None = None  # the vertex labels, where a test reads them
 
     def reference(self, model, direction: str = "in") -> torch.Tensor:
         """The model's in-memory full-graph forward pass (messages from the neighbours in ``direction``)."""
