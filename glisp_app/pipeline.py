@@ -42,6 +42,10 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         default=None,
         help="train the model on the new version before inference (pipeline.train)",
     )
+    p.add_argument(
+        "--model",
+        help="with --train: train.model, a built-in (sage, gcn, gat, rgcn) or 'package.module:factory' (docs/training.md)",
+    )
     p.add_argument("--force", action="store_true", help="re-run stages even when up to date")
 
 
@@ -85,12 +89,13 @@ def run_pipeline(spark, cfg: Config, builtin: str | None = None, force: bool = F
 
     ingest_cfg = None
     if builtin:
-        from glisp_spark.session import is_local_master
+        from glisp_spark.session import is_local_master, planned_master, started
         from spark_jobs.generate.builtin import builtin_config, share_builtin
 
         ingest_cfg = builtin_config(builtin, cfg.ingest)
         root = parse_uri(cfg.dataset.root)
-        if not root.is_local or not is_local_master(spark.sparkContext.master):  # executors elsewhere read them
+        master = spark.sparkContext.master if started(spark) else planned_master(cfg.spark)
+        if not root.is_local or not is_local_master(master):  # executors elsewhere read them
             ingest_cfg = share_builtin(ingest_cfg, root / "_builtin")
     timings: dict[str, float] = {}
     root = parse_uri(cfg.dataset.root)
@@ -128,7 +133,7 @@ def _model_stages(spark, cfg: Config, dv, run: str, force: bool, timings: dict[s
 
 def main(args: argparse.Namespace, cfg: Config) -> int:
     from glisp_core.config import EdgeSource
-    from glisp_spark.session import get_spark
+    from glisp_spark.session import lazy_spark
 
     cfg = with_values(cfg, "ingest", graph=args.graph)
     if args.edges:
@@ -140,7 +145,8 @@ def main(args: argparse.Namespace, cfg: Config) -> int:
     cfg = with_values(cfg, "partition", algorithm=args.algorithm, parts=args.parts, incremental=args.incremental)
     cfg = with_values(cfg, "reorder", order=args.order)
     cfg = with_values(cfg, "pipeline", train=args.train)
-    spark = get_spark(cfg.spark, checkpoint_dir=f"{cfg.dataset.root}/_checkpoints")
+    cfg = with_values(cfg, "train", model=args.model)
+    spark = lazy_spark(cfg.spark, checkpoint_dir=f"{cfg.dataset.root}/_checkpoints")  # none when all is up to date
     dv = run_pipeline(spark, cfg, builtin=args.builtin, force=args.force)
     print(brief(read_manifest(dv), dv))
     return 0

@@ -21,6 +21,7 @@ from glisp_core.config import Config
 from glisp_core.dataset.layout import DatasetVersion, resolve_dataset
 from glisp_core.dataset.manifest import Manifest, StageRecord, read_manifest
 from glisp_core.dataset.stages import run_of
+from glisp_core.errors import GlispError
 
 PLOT_NAME = "degree_distribution.png"
 KINDS = ("out", "in", "total")
@@ -34,6 +35,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument("--no-plot", action="store_true", help="do not write the degree distribution plot")
     parser.add_argument("--compare", metavar="OTHER", help="another version (or graph): both side by side, per stage")
+    parser.add_argument("--stage", metavar="NAME", help="show one stage only, e.g. ingest, train/node-sage-whole")
 
 
 def main(args: argparse.Namespace, cfg: Config) -> int:
@@ -45,6 +47,9 @@ def main(args: argparse.Namespace, cfg: Config) -> int:
 
         other = resolve_dataset(args.compare, cfg.dataset.root)
         print(compare_text(manifest, read_manifest(other)))
+        return 0
+    if args.stage:
+        print(stage_summary(manifest, args.stage))
         return 0
     if args.json:
         print(manifest.to_json())
@@ -82,7 +87,7 @@ def stage_lines(rec: StageRecord) -> list[str]:
     lines = [head + (f"  ({'; '.join(extra)})" if extra else "")]
     for title, d in (
         ("counts", rec.counts),
-        ("metrics", rec.metrics),
+        ("metrics", {k: v for k, v in rec.metrics.items() if k != "epochs"}),  # the epochs: the training table
         ("timings", rec.timings),
         ("params", rec.params),
     ):
@@ -348,16 +353,27 @@ def train_lines(m: Manifest) -> list[str]:
     """Per training run: the per-epoch curve (loss, validation score, waiting share, cache) and the result."""
     lines: list[str] = []
     for rec in m.stages_with_prefix("train/"):
-        epochs = [e for e in rec.metrics.get("epochs", []) if isinstance(e, Mapping)]
-        if not epochs:
-            continue
+        got = train_run_lines(rec)
+        lines += [""] if lines and got else []
+        lines += got
+    return lines
+
+
+def train_run_lines(rec: StageRecord) -> list[str]:
+    """One training run's curve and result (nothing for a run without epochs, e.g. a published model)."""
+    lines: list[str] = []
+    epochs = [e for e in rec.metrics.get("epochs", []) if isinstance(e, Mapping)]
+    if epochs:
         p = rec.params
         cols = [c for c in TRAIN_COLUMNS if any(c[0] in e for e in epochs)]
         rows = [
             [e.get("epoch")] + [None if e.get(k) is None else float(e[k]) * sc for k, _, sc in cols] for e in epochs
         ]
         tests = ", ".join(f"{k} {fmt(v)}" for k, v in rec.metrics.items() if k.startswith("test_"))
-        lines += [""] if lines else []
+        ev = rec.metrics.get("evaluation") or {}
+        if tests and ev:
+            how = "full" if ev.get("mode") == "full" else f"sampled {ev.get('fanouts')}"
+            tests += f" (validation and test at {how} neighbourhoods)"
         lines.append(
             f"Training {rec.name}: {p.get('task', '-')} / {p.get('model', '-')} on run {p.get('partition_run', '-')}"
             f" ({p.get('source', '-')}, {p.get('world_size', 1)} process(es), {p.get('device', '-')})"
@@ -378,12 +394,22 @@ def summary(m: Manifest, dv: DatasetVersion | None = None) -> str:
         lines.append(f"  inputs   {len(m.inputs)} files, {fmt(nbytes)} bytes")
     lines.append(f"  stages   {', '.join(m.stages) or 'none'}")
     lines += [""] + schema_lines(m)
-    for rec in m.stages.values():
-        lines += [""] + stage_lines(rec)
-    for block in (reject_lines(m, dv), partition_table(m), serialize_lines(m), train_lines(m), infer_lines(m)):
+    # the tables a user reads first (results, curves), then every stage's full record
+    for block in (train_lines(m), infer_lines(m), partition_table(m), serialize_lines(m), reject_lines(m, dv)):
         if block:
             lines += [""] + block
+    for rec in m.stages.values():
+        lines += [""] + stage_lines(rec)
     return "\n".join(lines)
+
+
+def stage_summary(m: Manifest, name: str) -> str:
+    """``glisp report --stage NAME``: one stage's record (with its training curve for a train stage)."""
+    if name not in m.stages:
+        raise GlispError(f"{m.graph}/{m.version}: no stage {name!r} (stages: {', '.join(m.stages) or 'none'})")
+    rec = m.stages[name]
+    lines = train_run_lines(rec) if name.startswith("train/") else []
+    return "\n".join(lines + ([""] if lines else []) + stage_lines(rec))
 
 
 # ----------------------------------------------------------------------------------------------

@@ -101,6 +101,7 @@ class IngestConfig:
     self_loops: Literal["keep", "drop"] = "keep"
     on_bad_input: Literal["fail", "quarantine"] = "fail"
     id_type: Literal["auto", "int", "string"] = "auto"
+    label_missing: str = ""  # a label value that means "no label" (e.g. "0", "-1", "unknown"); nulls always do
     edge_types: list[str] = field(default_factory=list)  # allowed edge types; [] = any
     vertex_types: list[str] = field(default_factory=list)
     output_files: int = 0  # Parquet files per table; 0 = let Spark decide
@@ -278,13 +279,14 @@ class TrainConfig:
     """``glisp train`` (glisp_train): the model, the optimisation, the loader and the feature cache."""
 
     task: Literal["node", "link"] = "node"
-    model: Literal["sage", "gcn", "gat", "rgcn"] = "sage"
+    model: str = "sage"  # "sage", "gcn", "gat", "rgcn" or a user's "package.module:factory" (glisp_core.models)
     name: str = ""  # training run name (stage train/<name>); "": <task>-<model>-<partition run>
     hidden: int = 256
     layers: int = 2
     fanouts: list[int] = field(default_factory=lambda: [10, 10])  # per hop, the seeds' hop first; one per layer
     type_fanouts: list[dict[str, int]] = field(default_factory=list)  # per hop per edge type; []: fanouts
-    eval_fanouts: list[int] = field(default_factory=list)  # validation/test sampling; []: fanouts
+    evaluation: Literal["full", "sampled"] = "full"  # validation/test: every neighbour, layerwise; or sampled trees
+    eval_fanouts: list[int] = field(default_factory=list)  # sampled validation/test; []: fanouts
     direction: Literal["in", "out"] = "in"  # "in": a vertex aggregates its in-neighbours (messages follow edges)
     batch_size: int = 1024
     epochs: int = 10

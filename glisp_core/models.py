@@ -19,6 +19,26 @@ rows, of which the first ``num_dst`` are the destinations themselves, and ``edge
     h = model(batch.x, batch.blocks)                     # training / sample-wise inference
     h1 = model.layer(0, x_src, edge_index, num_dst)       # layerwise inference, one slice
 
+**User-defined models.** ``train.model = "package.module:factory"`` (``glisp train --model ...``) builds any
+``torch.nn.Module`` with ``factory(spec: ModelSpec) -> nn.Module``; ``spec`` carries what the served schema and
+the config fix: ``in_dim`` (the feature width), ``out_dim`` (classes for a node task, the embedding width for a
+link task), ``task``, ``layers`` (sampled hops = blocks per batch), ``hidden``, ``dropout``, ``heads`` and
+``relations`` (the graph's edge types in schema order). The checkpoint records ``factory`` and the spec, so
+``load_checkpoint`` (and ``glisp infer``, on every executor) calls the same factory again: the module must be
+importable there. The model is called like the built-ins:
+
+- **training** (the block protocol): ``model(x, blocks, edge_types) -> Tensor``, ``x`` the rows of
+  ``blocks[0]``'s sources, ``blocks`` input layer first, each with ``edge_index`` ([source position, destination
+  position]) and ``num_dst`` (the destinations are the first ``num_dst`` source rows), ``edge_types`` a list of
+  per-edge relation ids per block, or None;
+- **layerwise inference** (the slice protocol, optional): ``model.num_layers`` and
+  ``model.layer(i, x_src, edge_index, num_dst, edge_type=None) -> Tensor``, the output rows of slice ``i``
+  (activation included) for the block's ``num_dst`` destinations, depending only on each destination's own row
+  and the multiset of its in-neighbours' rows (what makes layerwise inference exact); slice ``i`` returns
+  ``hidden`` columns, the last ``out_dim`` (or set ``model.dims`` = the widths of layers 0..L). A model without
+  it is inferred sample-wise (``glisp infer`` says so);
+- ``model.typed = True`` asks for typed sampling (one slot per edge type, the relation id of every edge).
+
 This is a leaf module: it imports torch and torch_geometric, so only training and inference import it.
 """
 
@@ -58,7 +78,7 @@ class ModelSpec:
     ``relations`` names the edge types an R-GCN distinguishes, in relation-id order.
     """
 
-    arch: Literal["sage", "gcn", "gat", "rgcn"]
+    arch: Literal["sage", "gcn", "gat", "rgcn", "custom"]
     in_dim: int
     hidden: int
     out_dim: int
@@ -68,9 +88,12 @@ class ModelSpec:
     heads: int = 4  # gat: attention heads of the hidden layers (concatenated); the last layer has one
     relations: tuple[str, ...] = field(default_factory=tuple)  # rgcn: edge type names
     num_bases: int = 0  # rgcn: basis decomposition (0 = none)
+    factory: str = ""  # "package.module:factory" of a user-defined model (arch "custom")
 
     def __post_init__(self) -> None:
-        if self.arch not in ARCHS:
+        if (self.arch == "custom") != bool(self.factory):
+            raise GlispError(f"model: arch 'custom' goes with a factory (got arch {self.arch!r}, {self.factory!r})")
+        if self.arch not in ARCHS and not self.factory:
             raise GlispError(f"model arch: expected one of {ARCHS} (got {self.arch!r})")
         if self.task not in TASKS:
             raise GlispError(f"model task: expected one of {TASKS} (got {self.task!r})")
@@ -190,8 +213,58 @@ class GNN(nn.Module):
         return h
 
 
-def build_model(spec: ModelSpec) -> GNN:
-    return GNN(spec)
+def build_model(spec: ModelSpec) -> Any:
+    """The model of ``spec``: a built-in :class:`GNN`, or what the spec's factory builds (its ``spec`` set)."""
+    if not spec.factory:
+        return GNN(spec)
+    model = load_factory(spec.factory)(spec)
+    if not isinstance(model, nn.Module):
+        raise GlispError(f"model factory {spec.factory}: returned {type(model).__name__}, not a torch.nn.Module")
+    if getattr(model, "spec", None) is None:
+        object.__setattr__(model, "spec", spec)  # a plain attribute (nn.Module's setattr types it as a submodule)
+    return model
+
+
+def is_factory(name: str) -> bool:
+    """``train.model`` names a factory (``package.module:factory``) rather than a built-in architecture."""
+    return ":" in name
+
+
+def load_factory(path: str) -> Any:
+    """The callable ``package.module:factory`` names (GlispError saying what is wrong otherwise)."""
+    import importlib
+
+    mod, _, attr = path.partition(":")
+    if not mod or not attr:
+        raise GlispError(f"model factory: expected 'package.module:factory' (got {path!r})")
+    try:
+        fn = getattr(importlib.import_module(mod), attr)
+    except ImportError as e:
+        raise GlispError(f"model factory {path}: cannot import {mod!r} ({e}); is it on PYTHONPATH?") from None
+    except AttributeError:
+        raise GlispError(f"model factory {path}: module {mod!r} has no {attr!r}") from None
+    if not callable(fn):
+        raise GlispError(f"model factory {path}: {attr!r} is not callable")
+    return fn
+
+
+def follows_slice_protocol(model: Any) -> bool:
+    """Whether layerwise inference can run ``model``: it has ``num_layers`` and ``layer(i, ...)``."""
+    return callable(getattr(model, "layer", None)) and isinstance(getattr(model, "num_layers", None), int)
+
+
+def typed_relations(model: Any) -> tuple[str, ...]:
+    """The relations a model samples per type (R-GCN, or a user model with ``typed = True``); () when untyped."""
+    spec = model.spec
+    return tuple(spec.relations) if spec.arch == "rgcn" or getattr(model, "typed", False) else ()
+
+
+def layer_widths(model: Any) -> tuple[int, ...]:
+    """Widths of layers 0 (the features) .. L (the output): ``model.dims`` when it says, else the spec's."""
+    dims = getattr(model, "dims", None)
+    if dims is not None:
+        return tuple(int(d) for d in dims)
+    return tuple([d for d, _ in model.spec.dims] + [model.spec.out_dim])
 
 
 def link_scores(h_src: Tensor, h_dst: Tensor) -> Tensor:
@@ -204,18 +277,21 @@ def default_device() -> torch.device:
     return torch.device("cuda" if torch.cuda.is_available() else "cpu")
 
 
-def save_checkpoint(directory: str | os.PathLike[str], model: GNN, extra: dict[str, Any] | None = None) -> StoreURI:
+def save_checkpoint(
+    directory: str | os.PathLike[str], model: nn.Module, extra: dict[str, Any] | None = None
+) -> StoreURI:
     """Write ``model.json`` (the spec plus ``extra``) and ``weights.pt`` into ``directory``: a local directory or a
     store URI (``s3://...``), each file written whole through the store."""
     u = parse_uri(directory, "checkpoint")
     store = store_for(u)
-    doc = {"format": SPEC_FORMAT, "format_version": SPEC_VERSION, "spec": model.spec.to_dict(), **(extra or {})}
+    spec: ModelSpec = model.spec  # type: ignore[assignment]  # set by build_model
+    doc = {"format": SPEC_FORMAT, "format_version": SPEC_VERSION, "spec": spec.to_dict(), **(extra or {})}
     store.write_bytes(u / SPEC_FILE, json.dumps(doc, indent=2, sort_keys=True).encode())
     store.write_bytes(u / WEIGHTS_FILE, _weights_bytes(model))
     return u
 
 
-def _weights_bytes(model: GNN) -> bytes:
+def _weights_bytes(model: nn.Module) -> bytes:
     """``torch.save``'s bytes of the weights as a file named ``weights.pt`` gets them (the archive inside is named
     after the file), so a checkpoint is the same bytes in every store."""
     with tempfile.TemporaryDirectory(prefix="glisp-ckpt-") as d:
@@ -226,7 +302,7 @@ def _weights_bytes(model: GNN) -> bytes:
 
 def load_checkpoint(
     directory: str | os.PathLike[str], device: torch.device | str | None = None
-) -> tuple[GNN, dict[str, Any]]:
+) -> tuple[Any, dict[str, Any]]:
     """The model saved in ``directory`` (a local directory or a store URI; in eval mode) and its ``model.json``."""
     u = parse_uri(directory, "checkpoint")
     store = store_for(u)

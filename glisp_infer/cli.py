@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import time
 
 from glisp_core.config import Config, with_values
 from glisp_core.dataset.layout import resolve_dataset
@@ -33,7 +34,7 @@ def parse_fanouts(text: str | None) -> list[int] | None:
 
 def main(args: argparse.Namespace, cfg: Config) -> int:
     from glisp_infer.job import run_infer
-    from glisp_spark.session import get_spark
+    from glisp_spark.session import lazy_spark
     from spark_jobs.serialize.reorder import check_order
 
     orders = [o.strip() for o in args.order.split(",")] if args.order else [cfg.infer.order]
@@ -43,11 +44,14 @@ def main(args: argparse.Namespace, cfg: Config) -> int:
         cfg, "infer", model=args.model, fanouts=parse_fanouts(args.fanouts), store=args.store, edges=args.edges
     )
     dv = resolve_dataset(args.dataset, cfg.dataset.root)
-    spark = get_spark(cfg.spark, checkpoint_dir=str(dv.root / "_checkpoints"))
+    spark = lazy_spark(cfg.spark, checkpoint_dir=str(dv.root / "_checkpoints"))  # none when up to date
     for o in orders:
         run = args.run or cfg.infer.run
         name = (f"{run}-{o}" if len(orders) > 1 else run) if run else ""
+        t0 = time.time()
         rec = run_infer(spark, with_values(cfg, "infer", order=o, run=name or None), dv, force=args.force)
+        if rec.completed_at < time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(t0)):
+            continue  # up to date: run_infer said so
         met = rec.metrics
         print(
             f"{rec.name}: {rec.counts.get('vertices'):,} vertices x {rec.counts.get('layers')} layers at "
@@ -55,4 +59,16 @@ def main(args: argparse.Namespace, cfg: Config) -> int:
             f"{met.get('dynamic_hit_ratio')}, fill/model {met.get('fill_over_model')} "
             f"({rec.timings.get('total_s')} s)"
         )
+        if "evaluation" in met:
+            print(f"{rec.name}: {describe_scores(met['evaluation'])}")
     return 0
+
+
+def describe_scores(ev: dict) -> str:
+    """The scores line of ``glisp infer``: what was measured, on how many vertices or edges, at which fanouts."""
+    how = "full neighbourhoods" if ev.get("neighbourhoods") == "full" else f"sampled neighbourhoods {ev.get('fanouts')}"
+    if "mrr" in ev:
+        return f"test edges {ev['test_edges']:,}: mrr {ev['mrr']:.4f} auc {ev['auc']:.4f} ({how})"
+    parts = [f"accuracy on {ev['labelled']:,} labelled vertices {ev['acc']:.4f}"]
+    parts += [f"{k} {ev[f'acc_{k}']:.4f}" for k in ("train", "val", "test") if f"acc_{k}" in ev]
+    return ", ".join(parts) + f" (split from the {ev['split_from']}; {how})"

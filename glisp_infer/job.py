@@ -8,7 +8,7 @@ Stage layout (``infer/<run>/``)::
     store.json     where the group lives when infer.store is set (a local directory, s3://... or an fsspec URL)
     index/         Parquet: orig_id, vtype, vid, part, row
     embeddings/    Parquet: orig_id, vtype, vid, embedding (the last layer's rows)
-    predictions/   Parquet (node task): orig_id, vtype, vid, prediction, score
+    predictions/   Parquet (node task): orig_id, vtype, vid, label, prediction, score (layout.PREDICTION_COLUMNS)
     scores/        Parquet (link task): src, src_type, dst, dst_type, etype, score, src_vid, dst_vid
     model.json     the checkpoint's model.json, for the record
 
@@ -34,8 +34,9 @@ from typing import TYPE_CHECKING, Any
 from glisp_core.config import Config
 from glisp_core.dataset.layout import DatasetVersion
 from glisp_core.dataset.manifest import Manifest, StageRecord, read_manifest
-from glisp_core.dataset.publish import StagePublisher, file_fingerprints
+from glisp_core.dataset.publish import StagePublisher, file_fingerprints, up_to_date
 from glisp_core.errors import GlispError, StageError
+from glisp_core.models import follows_slice_protocol, layer_widths, typed_relations
 from glisp_core.storage.store import store_for
 from glisp_core.storage.uri import StoreURI, parse_uri
 from glisp_infer.halo import remove_layer_files
@@ -139,7 +140,9 @@ class Inputs:
         self.dataset = dv.path
         self.checkpoint = dv.path / trec.path
         model, self.doc = load_checkpoint(self.checkpoint)
+        self.model = model
         self.spec = model.spec
+        self.layerwise = follows_slice_protocol(model)  # else sample-wise, in the driver (glisp_infer.samplewise)
         from spark_jobs.serialize.job import resolve_run
 
         trained_on = trec.params.get("partition_run") or trec.params.get("partition") or self.doc.get("partition_run")
@@ -174,7 +177,7 @@ class Inputs:
 
     @property
     def dims(self) -> tuple[int, ...]:
-        return tuple([d for d, _ in self.spec.dims] + [self.spec.out_dim])
+        return layer_widths(self.model)
 
 
 def run_infer(
@@ -242,7 +245,7 @@ def run_infer(
     ]
     pub = StagePublisher(dv, f"infer/{inp.name}", params, depends=depends, extra_inputs=extra)
     if not force and pub.is_current():
-        log(f"infer/{inp.name}: current, nothing to do")
+        log(up_to_date(f"infer/{inp.name}"))
         return pub.record()  # type: ignore[return-value]
     old_url = _published_store_url(dv, inp.name)
     url = None
@@ -301,7 +304,7 @@ def _plan(
         fanouts=tuple(inp.fanouts),
         seed=ic.seed,
         direction=inp.direction,
-        relations=tuple(inp.spec.relations) if inp.spec.arch == "rgcn" else (),
+        relations=typed_relations(inp.model),
         checkpoint=str(inp.checkpoint),
         task=inp.spec.task,
         batch_size=ic.batch_size,
@@ -367,6 +370,22 @@ def _run(
 log = logging.getLogger("glisp.infer")
 
 
+def _scores(spark: SparkSession, dv: DatasetVersion, inp: Inputs, plan: InferPlan, out: StoreURI) -> dict[str, Any]:
+    """The run's scores where the dataset has answers (glisp_infer.evaluate), said with the fanouts they used."""
+    from glisp_infer.evaluate import link_scores_of, node_scores
+
+    if inp.spec.task == "node":
+        if not int(read_manifest(dv).schema.get("num_classes") or 0):
+            return {}
+        got = node_scores(spark, dv, out / "predictions", inp.checkpoint)
+    else:
+        got = link_scores_of(plan, dv, read_manifest(dv).stage(f"train/{inp.model_run}"))
+    if not got:
+        return {}
+    full = all(f == -1 for f in plan.fanouts)
+    return {"neighbourhoods": "full" if full else "sampled", "fanouts": list(plan.fanouts), **got}
+
+
 def _remove_exchange(plan: InferPlan) -> None:
     """The halo exchange is no part of the published stage; a failed run's is removed with its attempt."""
     exchange = plan.exchange()
@@ -390,6 +409,7 @@ def _run_layers(
     from glisp_infer import task as T
     from glisp_infer.index import build_index
     from glisp_infer.outputs import write_outputs
+    from glisp_infer.samplewise import samplewise_last_layer
 
     layout, url = plan.layout, plan.store
     exchange = plan.exchange()
@@ -414,7 +434,14 @@ def _run_layers(
         planned = {r["part"]: r for r in run_tasks(spark, plan, T.plan_exchange, "plan (samples, halo needs)")}
         timings["plan_s"] = time.perf_counter() - t
     per_layer: list[list[dict[str, Any]]] = []
-    for layer in range(plan.layers + 1):
+    extra_metrics: dict[str, Any] = {}
+    if not inp.layerwise:
+        log(
+            f"infer/{inp.name}: model {inp.model_run} ({inp.spec.factory or inp.spec.arch}) has no slice protocol "
+            "(num_layers and layer(i, x_src, edge_index, num_dst, edge_type); docs/inference.md), so it cannot run one "
+            "layer at a time: sample-wise inference instead, every vertex's tree through the whole model, in the driver"
+        )
+    for layer in range(plan.layers + 1 if inp.layerwise else 1):
         t = time.perf_counter()
         if layer == 0:
             res = run_tasks(spark, plan, lambda p, k, a: T.write_features(p, k, a), "layer 0 (features)")
@@ -431,14 +458,23 @@ def _run_layers(
             remove_layer_files(exchange, layer - 1)
         per_layer.append(sorted(res, key=lambda r: r["part"]))
         log(f"infer/{inp.name}: layer {layer} done in {wall:.1f}s")
+    if not inp.layerwise:
+        t = time.perf_counter()
+        extra_metrics["samplewise"] = samplewise_last_layer(plan, dv, inp.partition, inp.model)
+        timings["samplewise_s"] = time.perf_counter() - t
     t = time.perf_counter()
     out_counts = write_outputs(spark, plan, cfg, dv, pub.tmp, inp.vertex_types, inp.edge_types)
     timings["outputs_s"] = time.perf_counter() - t
+    t = time.perf_counter()
+    scores = _scores(spark, dv, inp, plan, pub.tmp)
+    timings["scores_s"] = time.perf_counter() - t
     _remove_exchange(plan)  # not part of the published stage
     from glisp_core.models import SPEC_FILE
 
     dv.store.write_bytes(pub.tmp / SPEC_FILE, store_for(inp.checkpoint).read_bytes(inp.checkpoint / SPEC_FILE))
-    metrics = summarize_layers(per_layer)
+    metrics = {**summarize_layers(per_layer), **extra_metrics, "layerwise": inp.layerwise}
+    if scores:
+        metrics["evaluation"] = scores
     if planned:
         metrics["plan"] = {
             "total_s": round(sum(r["total_s"] for r in planned.values()), 3),

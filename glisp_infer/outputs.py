@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from glisp_core.config import Config
-from glisp_core.dataset.layout import ORIG_ID, VID, VTYPE, DatasetVersion
+from glisp_core.dataset.layout import LABEL, ORIG_ID, PREDICTION_COLUMNS, VID, VTYPE, DatasetVersion
 from glisp_core.errors import BadInputError, GlispError
 from glisp_core.storage.store import store_for
 from glisp_core.storage.uri import StoreURI
@@ -127,9 +127,8 @@ def _idmap(spark: SparkSession, dv: DatasetVersion, vertex_types: list[str]) -> 
     from pyspark.sql import functions as F
 
     names = F.array(*[F.lit(t) for t in vertex_types]) if vertex_types else F.array(F.lit(""))
-    return read_parquet(spark, dv.idmap).select(
-        VID, F.col(ORIG_ID).cast("string").alias(ORIG_ID), F.element_at(names, F.col(VTYPE) + 1).alias(VTYPE)
-    )
+    # the original ids in the user's own type (integers stay integers)
+    return read_parquet(spark, dv.idmap).select(VID, ORIG_ID, F.element_at(names, F.col(VTYPE) + 1).alias(VTYPE))
 
 
 def _parts_df(spark: SparkSession, plan: InferPlan) -> DataFrame:
@@ -156,7 +155,8 @@ def write_outputs(
     counts = {"embeddings": plan.layout.num_vertices}
     if plan.task == "node":
         rows = rows.persist(StorageLevel.MEMORY_AND_DISK)
-        write_parquet(rows.select(ORIG_ID, VTYPE, VID, "prediction", "score"), out / "predictions", "error")
+        labels = read_parquet(spark, dv.vertices).select(VID, LABEL)
+        write_parquet(rows.join(labels, VID, "left").select(*PREDICTION_COLUMNS), out / "predictions", "error")
         counts["predictions"] = plan.layout.num_vertices
     write_parquet(rows.select(ORIG_ID, VTYPE, VID, "embedding"), out / "embeddings", "error")
     rows.unpersist()
@@ -228,7 +228,7 @@ def _score_edge_list(spark: SparkSession, plan: InferPlan, cfg: Config, idm: Dat
         sides.append((side, col, typed, ids))
     out = df.withColumn("_row", F.monotonically_increasing_id())
     for side, col, typed, ids in sides:
-        cond = F.col(col).cast("string") == F.col(f"_{side}_key")
+        cond = F.col(col).cast("string") == F.col(f"_{side}_key").cast("string")
         if typed:
             cond = cond & (F.col(f"{side}_type") == F.col(f"_{side}_vt"))
         out = out.join(ids, cond, "left")

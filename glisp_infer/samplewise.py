@@ -30,6 +30,7 @@ import numpy as np
 
 from glisp_core.dataset.layout import DatasetVersion
 from glisp_core.dataset.manifest import read_manifest
+from glisp_core.models import typed_relations
 from glisp_infer.sampling import check_fanouts, fanout_for, max_degree
 
 
@@ -166,7 +167,7 @@ class Samplewise:
         import torch
 
         spec = model.spec
-        rel = tuple(spec.relations) if spec.arch == "rgcn" else ()
+        rel = typed_relations(model)
         full = max_degree(self.readers, direction)
         fans = [fanout_for(f, rel, full) for f in check_fanouts(fanouts, spec.layers)]
         model.eval()
@@ -195,3 +196,28 @@ def _on(block: Any, device: Any) -> Any:
     from types import SimpleNamespace
 
     return SimpleNamespace(edge_index=block.edge_index.to(device), num_dst=block.num_dst)
+
+
+def samplewise_last_layer(
+    plan: Any, dv: DatasetVersion, run: str, model: Any, batch_size: int = 1024
+) -> dict[str, Any]:
+    """``glisp infer`` of a model without the slice protocol: every vertex's output from its K-hop tree (the plan's
+    fanouts and seed), written to the last layer's rows of the plan's Zarr group, in this process. Returns the
+    cost as metrics."""
+    from glisp_infer.store import INDEX_ROW, layer_name, open_array
+
+    n = int(plan.layout.num_vertices)
+    res = Samplewise.in_process(dv, run).run(
+        model, np.arange(n, dtype=np.int64), list(plan.fanouts), batch_size, plan.seed, plan.direction
+    )
+    rows = np.asarray(open_array(plan.store, INDEX_ROW)[:n], np.int64)
+    arr = open_array(plan.store, layer_name(plan.layers), mode="r+")
+    full = np.zeros((int(plan.layout.rows), res.embeddings.shape[1]), np.float32)
+    full[rows] = res.embeddings
+    arr[:] = full
+    return {
+        "batches": res.batches,
+        "sampled_edges": res.sampled_edges,
+        "sample_s": round(res.sample_s, 3),
+        "model_s": round(res.model_s, 3),
+    }

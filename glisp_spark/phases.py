@@ -15,6 +15,7 @@ from contextlib import contextmanager
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
+    from pyspark import SparkContext
     from pyspark.sql import SparkSession
 
 _PROPS = ("spark.jobGroup.id", "spark.job.description", "spark.job.interruptOnCancel")
@@ -24,28 +25,36 @@ class Phases:
     """``with phases("name"):`` times a phase and puts its Spark jobs in a group of their own."""
 
     def __init__(self, spark: SparkSession | None, stage: str) -> None:
-        self.sc = spark.sparkContext if spark is not None else None
+        self.spark = spark
         self.prefix = f"{stage}-{uuid.uuid4().hex[:8]}"
         self.seconds: dict[str, float] = {}
         self.order: list[str] = []
         self.task_seconds: dict[str, float] = {}
+
+    @property
+    def sc(self) -> SparkContext | None:
+        """The session's context once it runs (a lazy session that no phase used yet has none: no job groups)."""
+        from glisp_spark.session import started
+
+        return self.spark.sparkContext if self.spark is not None and started(self.spark) else None
 
     @contextmanager
     def __call__(self, name: str) -> Iterator[None]:
         if name not in self.seconds:
             self.order.append(name)
             self.seconds[name] = 0.0
-        old = [self.sc.getLocalProperty(p) for p in _PROPS] if self.sc else []
-        if self.sc:
-            self.sc.setJobGroup(f"{self.prefix}:{name}", f"{self.prefix.split('-')[0]}: {name}")
+        sc = self.sc  # a session that starts inside this phase groups nothing of it
+        old = [sc.getLocalProperty(p) for p in _PROPS] if sc else []
+        if sc:
+            sc.setJobGroup(f"{self.prefix}:{name}", f"{self.prefix.split('-')[0]}: {name}")
         t0 = time.perf_counter()
         try:
             yield
         finally:
             self.seconds[name] += time.perf_counter() - t0
-            if self.sc:
+            if sc:
                 for p, v in zip(_PROPS, old, strict=True):
-                    self.sc.setLocalProperty(p, v)  # type: ignore[arg-type]  # None clears the property
+                    sc.setLocalProperty(p, v)  # type: ignore[arg-type]  # None clears the property
 
     def add_task_seconds(self, times: dict[str, float]) -> None:
         for k, v in times.items():

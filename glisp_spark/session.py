@@ -14,7 +14,7 @@ import os
 import shutil
 import sys
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any, cast
 
 from glisp_core.config import SparkConfig
 from glisp_core.errors import GlispError
@@ -26,6 +26,7 @@ if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
 MIN_JAVA = 17
+LOG4J2 = Path(__file__).with_name("log4j2.properties")  # the driver's logging: WARN and up, no start-up notices
 
 
 def check_java() -> None:
@@ -70,7 +71,8 @@ def get_spark(conf: SparkConfig | None = None, checkpoint_dir: str | None = None
         "spark.ui.enabled": str(conf.ui).lower(),
         "spark.ui.showConsoleProgress": str(sys.stderr.isatty()).lower(),  # Spark's stage bars on a terminal
         "spark.sql.session.timeZone": "UTC",
-        "spark.driver.extraJavaOptions": "-Dlog4j2.level=warn",
+        # Spark's start-up notices (loopback hostname, native-hadoop library) stay off the user's terminal
+        "spark.driver.extraJavaOptions": f"-Dlog4j2.configurationFile={LOG4J2.as_uri()}",
     }
     settings.update(conf.conf)
     for k, v in settings.items():
@@ -81,6 +83,39 @@ def get_spark(conf: SparkConfig | None = None, checkpoint_dir: str | None = None
     _ship_code(spark, master)
     _set_checkpoint(spark, conf, checkpoint_dir)
     return spark
+
+
+class LazySpark:
+    """A SparkSession that starts on first use, so that a stage with nothing to do (its record current) says so
+    without starting a JVM. Every attribute is the session's; :func:`started` tells whether it ever started."""
+
+    def __init__(self, conf: SparkConfig | None = None, checkpoint_dir: str | None = None) -> None:
+        self._conf, self._checkpoint_dir = conf, checkpoint_dir
+        self._session: SparkSession | None = None
+
+    def session(self) -> SparkSession:
+        if self._session is None:
+            self._session = get_spark(self._conf, self._checkpoint_dir)
+        return self._session
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.session(), name)
+
+
+def lazy_spark(conf: SparkConfig | None = None, checkpoint_dir: str | None = None) -> SparkSession:
+    """:class:`LazySpark` typed as the session it stands for (the stage functions take a SparkSession)."""
+    return cast("SparkSession", LazySpark(conf, checkpoint_dir))
+
+
+def started(spark: Any) -> bool:
+    """Whether ``spark`` is a running session (a :class:`LazySpark` that nothing used yet is not)."""
+    return not isinstance(spark, LazySpark) or spark._session is not None
+
+
+def planned_master(conf: SparkConfig) -> str:
+    """The master the session gets (spark-submit's, else ``spark.master``), known without starting it."""
+    preset = _submitted_conf()
+    return str((preset.get("spark.master", None) if preset is not None else None) or conf.master)
 
 
 def _submitted_conf() -> SparkConf | None:

@@ -4,6 +4,7 @@ Trains through the sampling service (``--cluster``) or, as the accuracy referenc
 run sampled in this process (``--in-process RUN``). Data-parallel under torchrun::
 
     torchrun --nproc-per-node 2 -m glisp_app.cli train --cluster glisp-cluster.json --task node
+    glisp train --cluster glisp-cluster.json --spark-processes 4 --master spark://host:7077   # as Spark tasks
 
 Publishes stage ``train/<name>`` of the served dataset version; a trainer that cannot read the dataset
 directory (it has only the cluster file) writes the run to ``--output DIR`` instead.
@@ -24,12 +25,28 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     src.add_argument("--in-process", metavar="RUN", help="sample a one-partition run of DATASET in this process")
     src.add_argument("--serve", metavar="RUN", help="start servers of run RUN of DATASET here, train, stop them")
     p.add_argument("--task", choices=["node", "link"], help="train.task")
-    p.add_argument("--model", choices=["sage", "gcn", "gat", "rgcn"], help="train.model")
+    p.add_argument(
+        "--model",
+        help="train.model: sage, gcn, gat, rgcn, or a user-defined model 'package.module:factory' (factory(spec) -> "
+        "torch.nn.Module; see docs/training.md)",
+    )
     p.add_argument("--epochs", type=int, help="train.epochs")
     p.add_argument("--batch-size", type=int, help="train.batch_size")
     p.add_argument("--fanouts", help="train.fanouts, comma-separated, the seeds' hop first (sets train.layers)")
+    p.add_argument(
+        "--eval",
+        choices=["full", "sampled"],
+        dest="evaluation",
+        help="train.evaluation: validation and test at full neighbourhoods (default) or on sampled trees",
+    )
     p.add_argument("--name", help="training run name (train.name)")
     p.add_argument("--output", help="write the run here instead of publishing it into the dataset version")
+    p.add_argument(
+        "--spark-processes",
+        type=int,
+        metavar="N",
+        help="with --cluster: launch N data-parallel trainers as Spark tasks (pyspark's TorchDistributor)",
+    )
     p.add_argument("--force", action="store_true", help="train even when train/<name> is published with these settings")
 
 
@@ -47,6 +64,7 @@ def main(args: argparse.Namespace, cfg: Config) -> int:
         fanouts=fan,
         layers=len(fan) if fan else None,
         name=args.name,
+        evaluation=args.evaluation,
     )
     if (args.in_process or args.serve) and not args.dataset:
         raise GlispError(f"{'--in-process' if args.in_process else '--serve'} RUN needs DATASET")
@@ -54,4 +72,10 @@ def main(args: argparse.Namespace, cfg: Config) -> int:
         return run_training(cfg, args.dataset, args.serve, force=args.force, output=args.output)
     if args.in_process:
         return train_in_process(cfg, args.dataset, args.in_process, output=args.output, force=args.force)
+    if args.spark_processes:
+        from glisp_train.spark_launch import train_on_spark
+
+        if not args.cluster:
+            raise GlispError("--spark-processes launches trainers of a running service: give --cluster FILE")
+        return train_on_spark(cfg, args.cluster, args.spark_processes, output=args.output, force=args.force)
     return train_through_cluster(cfg, args.cluster, args.dataset, output=args.output, force=args.force)

@@ -44,6 +44,8 @@ class Progress:
         if not self.enabled:
             return
         vals = " ".join(f"{k} {rec[k]:.4f}" for k in rec if k.startswith("val_"))
+        if "evaluation" in rec:
+            vals += f" ({rec['evaluation']} neighbourhoods)"
         line = (
             f"epoch {rec['epoch']}: loss {rec['loss']:.4f}"
             + (f" train_acc {rec['train_acc']:.4f}" if "train_acc" in rec else "")

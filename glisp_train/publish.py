@@ -19,10 +19,21 @@ from typing import Any
 import numpy as np
 
 from glisp_core.config import Config, to_dict
-from glisp_core.dataset.layout import DatasetVersion
+from glisp_core.dataset.layout import (
+    DST,
+    LABEL,
+    LINK_SCORE_COLUMNS,
+    ORIG_ID,
+    PREDICTION_COLUMNS,
+    SPLIT,
+    SRC,
+    VID,
+    VTYPE,
+    DatasetVersion,
+)
 from glisp_core.dataset.manifest import StageRecord, read_manifest
 from glisp_core.dataset.publish import StagePublisher
-from glisp_core.models import save_checkpoint
+from glisp_core.models import save_checkpoint, typed_relations
 from glisp_core.storage.store import store_for
 from glisp_core.storage.uri import StoreURI
 from glisp_train.source import GraphSource
@@ -78,7 +89,7 @@ def publish_model(
     fp = read_manifest(dv).stage(f"serialize/{partition_run}").fingerprint
     params = {
         "task": model.spec.task,
-        "model": model.spec.arch,
+        "model": model.spec.factory or model.spec.arch,
         "source": "external",
         "partition_run": partition_run,
         "partition_fingerprint": fp,
@@ -117,6 +128,7 @@ def record(result: TrainResult) -> tuple[dict[str, Any], dict[str, Any], dict[st
         **test,
         "stopped_early": result.stopped_early,
         "split": result.split_source,
+        "evaluation": result.evaluation,
         "epochs": result.epochs,
     }
     return counts, metrics, dict(result.timings)
@@ -128,42 +140,60 @@ def write_outputs(out: StoreURI, result: TrainResult, cfg: Config, source: Graph
 
     store = store_for(out)
     tc = cfg.train
+    typed = bool(typed_relations(result.model))
     extra = {
         "task": tc.task,
         "dataset": str(source.dv.path) if source.dv else "",
         "partition_run": source.run,
         "partition_fingerprint": source.info.run_fingerprint,
         "direction": tc.direction,
-        "fanouts": hop_fanouts(tc, source.edge_types),
-        "eval_fanouts": hop_fanouts(tc, source.edge_types, evaluation=True),
+        "fanouts": hop_fanouts(tc, source.edge_types, typed=typed),
+        "eval_fanouts": hop_fanouts(tc, source.edge_types, evaluation=True, typed=typed),
         "best_epoch": result.best_epoch,
         "val": result.val,
         "test": {k: v for k, v in result.test.items() if k != "predictions"},
+        "evaluation": result.evaluation,
     }
     save_checkpoint(out, result.model, extra=extra)
     idmap = _idmap(source)
-
-    def orig(vids: np.ndarray) -> dict[str, Any]:
-        return {} if idmap is None else {"orig_id": idmap.to_orig(vids)}
-
     if tc.task == "node":
         t = result.task
         vids = np.concatenate([t.train_ids, t.val_ids, t.test_ids])
         codes = np.repeat(np.array([0, 1, 2], np.int8), [len(t.train_ids), len(t.val_ids), len(t.test_ids)])
-        store.write_table(pa.table({"vid": vids, **orig(vids), "split": codes}), out / "split.parquet")
-        got, pred = result.test["predictions"]
+        store.write_table(pa.table({VID: vids, **_orig(idmap, vids), SPLIT: codes}), out / "split.parquet")
+        got, pred, prob = result.test["predictions"]
         order = np.argsort(got)
-        got, pred = got[order], pred[order]
-        store.write_table(
-            pa.table({"vid": got, **orig(got), "label": t.labels[got], "predicted": pred.astype(np.int64)}),
-            out / "predictions.parquet",
-        )
+        got = got[order]
+        labels = pa.array(t.labels[got], pa.int64(), mask=t.labels[got] < 0)  # null: no label
+        cols = {**_orig(idmap, got), VID: got, LABEL: labels, "prediction": pred[order], "score": prob[order]}
+        table = pa.table(cols).cast(_prediction_schema(pa.table(cols).schema))
+        store.write_table(table.select([c for c in PREDICTION_COLUMNS if c in cols]), out / "predictions.parquet")
     else:
         src, dst, score = result.test["predictions"]
-        cols: dict[str, Any] = {"src": src, "dst": dst}
-        if idmap is not None:
-            cols.update(src_orig_id=idmap.to_orig(src), dst_orig_id=idmap.to_orig(dst))
-        store.write_table(pa.table({**cols, "score": score.astype(np.float32)}), out / "predictions.parquet")
+        so, do = _orig(idmap, src).get(ORIG_ID), _orig(idmap, dst).get(ORIG_ID)
+        cols = {
+            SRC: so if so is not None else src,
+            DST: do if do is not None else dst,
+            "score": score.astype(np.float32),
+        }
+        cols.update(src_vid=src, dst_vid=dst)
+        store.write_table(pa.table(cols).select(list(LINK_SCORE_COLUMNS)), out / "predictions.parquet")
+
+
+def _orig(idmap: Any, vids: np.ndarray) -> dict[str, Any]:
+    """The original id and vertex type name of ``vids`` (nothing when the id map is not readable here)."""
+    if idmap is None:
+        return {}
+    names = np.asarray(idmap.vertex_types, dtype=object)
+    return {ORIG_ID: idmap.to_orig(vids), VTYPE: names[idmap.vtype[vids]]}
+
+
+def _prediction_schema(schema: Any) -> Any:
+    """Prediction columns as inference writes them: int32 classes, float32 scores."""
+    import pyarrow as pa
+
+    types = {"prediction": pa.int32(), "score": pa.float32(), VID: pa.int64(), VTYPE: pa.string()}
+    return pa.schema([pa.field(f.name, types.get(f.name, f.type)) for f in schema])
 
 
 def _idmap(source: GraphSource):

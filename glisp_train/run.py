@@ -17,6 +17,7 @@ from contextlib import AbstractContextManager, nullcontext
 
 from glisp_core.config import Config
 from glisp_core.dataset.layout import DatasetVersion, resolve_dataset
+from glisp_core.dataset.publish import up_to_date
 from glisp_core.dataset.versions import VersionLease
 from glisp_core.errors import GlispError
 from glisp_core.storage.uri import parse_uri
@@ -24,7 +25,7 @@ from glisp_train.dist import Dist, close_dist, init_dist
 from glisp_train.progress import Progress
 from glisp_train.publish import record, run_params, train_publisher, write_outputs, write_standalone
 from glisp_train.source import GraphSource, check_dataset_matches, open_cluster, open_in_process
-from glisp_train.trainer import train
+from glisp_train.trainer import describe_evaluation, train
 from glisp_train.with_servers import is_current, run_name, serving
 
 
@@ -38,7 +39,7 @@ def run_training(cfg: Config, dataset: str, run: str, force: bool = False, outpu
     dv = resolve_dataset(dataset, cfg.dataset.root)
     name = run_name(cfg, run)
     if not output and not force and is_current(cfg, dv, name, run):
-        print(f"train/{name}: up to date (use --force to train again)", flush=True)
+        print(up_to_date(f"train/{name}"), flush=True)
         return 0
     with serving(cfg, dv, run) as cluster_file:
         return train_through_cluster(cfg, str(cluster_file), str(dv.path), output=output, force=force)
@@ -54,10 +55,43 @@ def train_through_cluster(
 
 
 def train_in_process(cfg: Config, dataset: str, run: str, output: str | None = None, force: bool = False) -> int:
-    """Train over one-partition run ``run`` of ``dataset`` sampled in this process (the accuracy reference)."""
+    """Train over one-partition run ``run`` of ``dataset`` sampled in this process (the accuracy reference); the run
+    is created first when the dataset has none of that name."""
+    ensure_one_partition_run(cfg, dataset, run)
     d = _init(cfg)
     source = open_in_process(dataset, run, cfg)
     return _train_closing(cfg, source, d, dataset, output, force)
+
+
+def ensure_one_partition_run(cfg: Config, dataset: str, run: str) -> None:
+    """Partition (one partition) and serialize run ``run`` of ``dataset`` unless it is published: what
+    ``glisp partition DATASET --algorithm random --parts 1 --name RUN`` and ``glisp serialize DATASET --partition
+    RUN`` do. An existing run of another size is left alone (the in-process source then says what to do)."""
+    from glisp_core.config import with_values
+    from glisp_core.dataset.manifest import read_manifest
+
+    dv = resolve_dataset(dataset, cfg.dataset.root)
+    man = read_manifest(dv)
+    have = man.has_stage(f"partition/{run}")
+    if man.has_stage(f"serialize/{run}") or int(os.environ.get("RANK", "0")):
+        return
+    if have and int(man.stage(f"partition/{run}").counts.get("parts", 0)) != 1:
+        return
+    from glisp_spark.session import get_spark
+    from spark_jobs.partition.job import run_partition
+    from spark_jobs.serialize.job import run_serialize
+
+    print(
+        f"glisp train: {dv.path} has no run {run!r}; creating it with one partition (glisp partition --algorithm "
+        f"random --parts 1 --name {run}, then glisp serialize --partition {run})",
+        file=sys.stderr,
+        flush=True,
+    )
+    c = with_values(cfg, "partition", algorithm="random", parts=1, name=run, incremental=False, progress=False)
+    spark = get_spark(cfg.spark)
+    if not have:
+        run_partition(spark, c, dv)
+    run_serialize(spark, c, dv, run=run)
 
 
 def _init(cfg: Config) -> Dist:
@@ -78,7 +112,7 @@ def _train_closing(
 
 def _train(cfg: Config, source: GraphSource, d: Dist, progress: Progress, output: str | None, force: bool) -> int:
     tc = cfg.train
-    name = tc.name or f"{tc.task}-{tc.model}-{source.run}"
+    name = tc.name or f"{tc.task}-{tc.model.replace(':', '.')}-{source.run}"
     params = run_params(cfg, source, d.world, d.device.type)
     pub = None
     if not output:
@@ -89,7 +123,7 @@ def _train(cfg: Config, source: GraphSource, d: Dist, progress: Progress, output
             )
         pub = train_publisher(source.dv, name, source.run, params)
         if pub.is_current() and not force:
-            progress.log(f"train/{name}: up to date (use --force to train again)")
+            progress.log(up_to_date(f"train/{name}"))
             return 0
     progress.log(
         f"glisp train: {tc.task} / {tc.model} on {source.description}, {d.world} process(es) on "
@@ -115,7 +149,8 @@ def _train(cfg: Config, source: GraphSource, d: Dist, progress: Progress, output
     else:
         where = write_standalone(parse_uri(str(output), "--output"), result, cfg, source, params)
     print(
-        f"glisp train: best epoch {result.best_epoch} of {len(result.epochs)}; test {test}; checkpoint {where}",
+        f"glisp train: best epoch {result.best_epoch} of {len(result.epochs)}; test {test} "
+        f"({describe_evaluation(result.evaluation)}); checkpoint {where}",
         file=sys.stdout,
         flush=True,
     )

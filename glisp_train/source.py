@@ -159,7 +159,9 @@ def open_in_process(dataset: str | Path, run: str, cfg: Config) -> GraphSource:
     if parts != 1:
         raise StageError(
             f"in-process training samples one whole-graph partition: run {run!r} has {parts} partitions "
-            f"(partition with --parts 1, or serve the run and train with --cluster)"
+            f"(make one: 'glisp partition {dv.path} --algorithm random --parts 1 --name whole' and 'glisp serialize "
+            f"{dv.path} --partition whole', then --in-process whole, which also creates it when missing; or serve "
+            f"run {run!r} and train with --cluster)"
         )
     path, _ = local_partition(dv, run, 0, cfg.serve)  # an object-store partition: its verified local copy
     reader = open_partition(path, verify=False)

@@ -23,6 +23,7 @@ import torch
 from torch import nn
 from torch.nn import functional as F
 
+from glisp_core.metrics import mrr_auc, roc_auc
 from glisp_core.models import link_scores
 from glisp_sampling.khop import HopRequest
 from glisp_train.dist import Dist, all_gather, all_sum, rank_batches
@@ -100,24 +101,35 @@ class NodeTask:
         correct = float((out.argmax(1) == y).sum())
         return loss, len(b.seeds), {"correct": correct}
 
-    def evaluate(self, ctx: Ctx, loader: Loader, which: str, times: LoaderTimes) -> dict[str, Any]:
-        """Accuracy (and ROC-AUC of a binary task, where accuracy alone says little on imbalanced labels)."""
+    def evaluate(self, ctx: Ctx, evaluator: Any, which: str, times: LoaderTimes) -> dict[str, Any]:
+        """Accuracy (and ROC-AUC of a binary task, where accuracy alone says little on imbalanced labels) of the
+        outputs ``evaluator`` gives (glisp_train.full_eval: full neighbourhoods or sampled trees)."""
         ids = self.val_ids if which == "val" else self.test_ids
-        got, out = embed(ctx, loader, ids, times)
+        got, out = evaluator.embed(ctx, ids, times)
         pred = out.argmax(1) if len(out) else np.empty(0, np.int64)
         correct, total = all_sum([float((pred == self.labels[got]).sum()), float(len(got))], ctx.dist)
         res: dict[str, Any] = {"acc": correct / total if total else 0.0}
         binary = self.num_classes == 2
         if which == "test" or binary:
             margin = out[:, 1] - out[:, 0] if binary and len(out) else np.empty(0, np.float32)
-            parts = all_gather((got, pred, margin), ctx.dist)
-            got, pred, margin = (np.concatenate([p[i] for p in parts]) for i in range(3))
+            prob = top_probability(out)
+            parts = all_gather((got, pred, margin, prob), ctx.dist)
+            got, pred, margin, prob = (np.concatenate([p[i] for p in parts]) for i in range(4))
             if binary:
                 y = self.labels[got]
                 res["auc"] = roc_auc(margin[y == 1], margin[y == 0])
             if which == "test":
-                res["predictions"] = (got, pred)
+                res["predictions"] = (got, pred, prob)
         return res
+
+
+def top_probability(out: np.ndarray) -> np.ndarray:
+    """The softmax probability of each row's arg-max class: the ``score`` column of predictions, as inference
+    writes it."""
+    if not len(out):
+        return np.empty(0, np.float32)
+    z = np.exp(out - out.max(axis=1, keepdims=True))
+    return (z.max(axis=1) / z.sum(axis=1)).astype(np.float32)
 
 
 def node_split(labels: np.ndarray, split: np.ndarray, shares: list[float], seed: int) -> tuple[dict, str]:
@@ -149,27 +161,6 @@ def node_split(labels: np.ndarray, split: np.ndarray, shares: list[float], seed:
 
 
 # ---------------------------------------------------------------------------------------------- link
-def roc_auc(pos: np.ndarray, neg: np.ndarray) -> float:
-    """Probability that a positive scores above a negative (ties count half): Mann-Whitney over ranks."""
-    pos, neg = np.asarray(pos, np.float64).ravel(), np.asarray(neg, np.float64).ravel()
-    p, q = len(pos), len(neg)
-    if not p or not q:
-        return 0.0
-    _, inv, cnt = np.unique(np.concatenate([pos, neg]), return_inverse=True, return_counts=True)
-    avg_rank = (np.cumsum(cnt) - (cnt - 1) / 2.0)[inv]  # 1-based, ties averaged
-    return float((avg_rank[:p].sum() - p * (p + 1) / 2.0) / (p * q))
-
-
-def mrr_auc(pos: np.ndarray, neg: np.ndarray) -> dict[str, float]:
-    """MRR of each positive against its row of negatives (ties count half), and the AUC over all scores."""
-    pos = np.asarray(pos, np.float64)
-    neg = np.asarray(neg, np.float64).reshape(len(pos), -1)
-    if len(pos) == 0:
-        return {"mrr": 0.0, "auc": 0.0}
-    rank = 1.0 + (neg > pos[:, None]).sum(1) + 0.5 * (neg == pos[:, None]).sum(1)
-    return {"mrr": float(np.mean(1.0 / rank)), "auc": roc_auc(pos, neg)}
-
-
 @dataclass
 class LinkTask:
     backend: Any
@@ -232,12 +223,12 @@ class LinkTask:
             self._eval_negs[which] = rng.integers(0, self.num_vertices, (int(m.sum()), self.eval_negatives))
         return self._eval_negs[which]
 
-    def evaluate(self, ctx: Ctx, loader: Loader, which: str, times: LoaderTimes) -> dict[str, Any]:
+    def evaluate(self, ctx: Ctx, evaluator: Any, which: str, times: LoaderTimes) -> dict[str, Any]:
         m = self.heldout["split"] == (1 if which == "val" else 2)
         src, dst = self.heldout["src"][m], self.heldout["dst"][m]
         neg = self.eval_negatives_of(which, ctx.seed)
         need = np.unique(np.concatenate([src, dst, neg.ravel()]))
-        got, rows = embed(ctx, loader, need, times)
+        got, rows = evaluator.embed(ctx, need, times)
         parts = all_gather((got, rows), ctx.dist)
         ids = np.concatenate([p[0] for p in parts])
         emb = np.concatenate([p[1] for p in parts if len(p[1])])

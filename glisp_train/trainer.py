@@ -19,10 +19,11 @@ import torch
 
 from glisp_core.config import Config, TrainConfig
 from glisp_core.errors import ConfigError, GlispError
-from glisp_core.models import GNN, ModelSpec, build_model
+from glisp_core.models import ARCHS, ModelSpec, build_model, follows_slice_protocol, is_factory, typed_relations
 from glisp_sampling.khop import Fanout
 from glisp_train.cache import CacheCounters, FeatureCache, hot_degree
 from glisp_train.dist import Dist, all_sum, broadcast_params, reduce_gradients
+from glisp_train.full_eval import FullEval, SampledEval
 from glisp_train.loader import Loader, LoaderTimes
 from glisp_train.progress import Progress
 from glisp_train.source import GraphSource
@@ -31,7 +32,7 @@ from glisp_train.tasks import Ctx, LinkTask, NodeTask, node_split
 
 @dataclass
 class TrainResult:
-    model: GNN
+    model: Any
     task: Any
     epochs: list[dict[str, Any]]
     best_epoch: int
@@ -43,9 +44,12 @@ class TrainResult:
     timings: dict[str, float] = field(default_factory=dict)
     cache_rows: int = 0
     cache_bytes: int = 0
+    evaluation: dict[str, Any] = field(default_factory=dict)  # what val and test were measured on (evaluation_of)
 
 
-def hop_fanouts(tc: TrainConfig, edge_types: list[str], evaluation: bool = False) -> list[Fanout]:
+def hop_fanouts(
+    tc: TrainConfig, edge_types: list[str], evaluation: bool = False, typed: bool | None = None
+) -> list[Fanout]:
     """Per-hop fanouts (the seeds' hop first); per edge type for rgcn or when type_fanouts is set.
 
     R-GCN's relation id is the slot of the per-type fanout, so it samples every edge type of the dataset
@@ -65,7 +69,7 @@ def hop_fanouts(tc: TrainConfig, edge_types: list[str], evaluation: bool = False
             raise ConfigError("train", "type_fanouts", f"unknown edge types {unknown} (the dataset has {edge_types})")
         if not evaluation or not tc.eval_fanouts:
             return [[(t, int(hop.get(t, 0))) for t in edge_types] for hop in tc.type_fanouts]
-    if tc.model == "rgcn":
+    if tc.model == "rgcn" if typed is None else typed:
         return [[(t, int(f)) for t in edge_types] for f in base]
     return [int(f) for f in base]
 
@@ -74,9 +78,13 @@ def model_spec(tc: TrainConfig, source: GraphSource, out_dim: int) -> ModelSpec:
     d = source.feature_dim
     if d <= 0:
         raise GlispError(f"{source.description}: the dataset has no vertex features (schema feature_dim = 0)")
-    rel = tuple(source.edge_types) if tc.model == "rgcn" else ()
+    custom = is_factory(tc.model)
+    if not custom and tc.model not in ARCHS:
+        raise ConfigError("train", "model", f"expected one of {ARCHS} or 'package.module:factory' (got {tc.model!r})")
+    rel = tuple(source.edge_types) if tc.model == "rgcn" or custom else ()
     return ModelSpec(
-        arch=tc.model,
+        arch="custom" if custom else tc.model,  # type: ignore[arg-type]  # checked above
+        factory=tc.model if custom else "",
         in_dim=d,
         hidden=tc.hidden,
         out_dim=out_dim,
@@ -113,11 +121,11 @@ class Session:
     """Everything one training run holds: the task, the model and optimiser, the cache and the loaders."""
 
     task: Any
-    model: GNN
+    model: Any  # a GNN, or what a user's factory built
     opt: torch.optim.Optimizer
     cache: FeatureCache
     train_loader: Loader
-    eval_loader: Loader
+    evaluator: FullEval | SampledEval
     ctx: Ctx
     split_source: str
     counts: dict[str, Any]
@@ -136,6 +144,7 @@ def setup(cfg: Config, source: GraphSource, d: Dist) -> Session:
     task, split_source, counts = make_task(tc, source)
     spec = model_spec(tc, source, task.num_classes if tc.task == "node" else tc.hidden)
     model = build_model(spec).to(d.device)
+    typed = bool(typed_relations(model))
     broadcast_params(model, d)
     opt = torch.optim.Adam(model.parameters(), lr=tc.lr, weight_decay=tc.weight_decay)
     out_deg, in_deg = source.info.degrees()
@@ -147,13 +156,14 @@ def setup(cfg: Config, source: GraphSource, d: Dist) -> Session:
         )
     ).result()
     cache_fill_s = time.perf_counter() - t
-    train_loader = Loader(source, hop_fanouts(tc, source.edge_types), cache, tc.prefetch, tc.direction, task.expand())
-    eval_loader = Loader(source, hop_fanouts(tc, source.edge_types, True), cache, tc.prefetch, tc.direction)
+    fan = hop_fanouts(tc, source.edge_types, typed=typed)
+    train_loader = Loader(source, fan, cache, tc.prefetch, tc.direction, task.expand())
+    evaluator = make_evaluator(tc, source, cache, model, typed)
     ctx = Ctx(
         model,
         cache,
         d.device,
-        tc.model == "rgcn",
+        typed,
         d,
         tc.batch_size,
         tc.eval_batch_size or tc.batch_size,
@@ -161,7 +171,35 @@ def setup(cfg: Config, source: GraphSource, d: Dist) -> Session:
         tc.seed,
     )
     timings = {"setup_s": round(time.perf_counter() - t0, 3), "cache_fill_s": round(cache_fill_s, 3)}
-    return Session(task, model, opt, cache, train_loader, eval_loader, ctx, split_source, counts, timings)
+    return Session(task, model, opt, cache, train_loader, evaluator, ctx, split_source, counts, timings)
+
+
+def make_evaluator(
+    tc: TrainConfig, source: GraphSource, cache: FeatureCache, model: Any, typed: bool
+) -> FullEval | SampledEval:
+    """Validation and test at full neighbourhoods (``train.evaluation = "full"``) or on sampled trees; a model
+    without the slice protocol is evaluated on sampled trees, and the evaluation record says why."""
+    if tc.evaluation == "full" and follows_slice_protocol(model):
+        rel = list(source.edge_types) if typed else []
+        return FullEval(source, cache, tc.direction, rel, tc.layers, tc.eval_batch_size or tc.batch_size)
+    fan = hop_fanouts(tc, source.edge_types, True, typed)
+    why = "" if tc.evaluation == "sampled" else "the model has no slice protocol (num_layers, layer(i, ...))"
+    return SampledEval(Loader(source, fan, cache, tc.prefetch, tc.direction), fan, why)
+
+
+def evaluation_of(evaluator: FullEval | SampledEval) -> dict[str, Any]:
+    """What a reported validation or test score was measured on: ``{"mode": "full"}`` or the sampled fanouts."""
+    if isinstance(evaluator, FullEval):
+        return {"mode": "full"}
+    return {"mode": "sampled", "fanouts": evaluator.fanouts, **({"why": evaluator.why} if evaluator.why else {})}
+
+
+def describe_evaluation(evaluation: dict[str, Any]) -> str:
+    """``evaluation_of``'s record in words, for the lines that report a score."""
+    if evaluation.get("mode") == "sampled":
+        why = f": {evaluation['why']}" if evaluation.get("why") else ""
+        return f"sampled neighbourhoods, fanouts {evaluation.get('fanouts')}{why}"
+    return "full neighbourhoods"
 
 
 def train(cfg: Config, source: GraphSource, d: Dist, progress: Progress | None = None) -> TrainResult:
@@ -169,14 +207,17 @@ def train(cfg: Config, source: GraphSource, d: Dist, progress: Progress | None =
     progress = progress or Progress(enabled=False)
     s = setup(cfg, source, d)
     task, model = s.task, s.model
+    if isinstance(s.evaluator, SampledEval) and s.evaluator.why:
+        progress.log(f"glisp train: validation and test on sampled neighbourhoods: {s.evaluator.why}")
     epochs: list[dict[str, Any]] = []
     best, best_state, best_epoch, bad, stopped = -np.inf, None, 0, 0, False
     for epoch in range(1, cfg.train.epochs + 1):
         rec = run_epoch(s.ctx, task, s.train_loader, s.opt, epoch, progress)
         t = time.perf_counter()
-        val = task.evaluate(s.ctx, s.eval_loader, "val", LoaderTimes())
+        val = task.evaluate(s.ctx, s.evaluator, "val", LoaderTimes())
         rec.update({f"val_{k}": round(float(v), 6) for k, v in val.items() if k != "predictions"})
         rec["eval_s"] = round(time.perf_counter() - t, 3)
+        rec["evaluation"] = s.evaluator.mode
         epochs.append(rec)
         progress.epoch_done(rec, task.metric)
         if val[task.metric] > best:
@@ -190,7 +231,7 @@ def train(cfg: Config, source: GraphSource, d: Dist, progress: Progress | None =
     assert best_state is not None
     model.load_state_dict(best_state)
     t = time.perf_counter()
-    test = task.evaluate(s.ctx, s.eval_loader, "test", LoaderTimes())
+    test = task.evaluate(s.ctx, s.evaluator, "test", LoaderTimes())
     val_best = {k: v for k, v in epochs[best_epoch - 1].items() if k.startswith("val_")}
     timings = {
         **s.timings,
@@ -210,6 +251,7 @@ def train(cfg: Config, source: GraphSource, d: Dist, progress: Progress | None =
         timings,
         len(s.cache.ids),
         s.cache.nbytes,
+        evaluation_of(s.evaluator),
     )
 
 

@@ -29,7 +29,7 @@ TEMP_SERVE = [
 
 def run_name(cfg: Config, run: str) -> str:
     """The training run's name: ``train.name``, else ``<task>-<model>-<partition run>`` (as ``glisp train``)."""
-    return cfg.train.name or f"{cfg.train.task}-{cfg.train.model}-{run}"
+    return cfg.train.name or f"{cfg.train.task}-{cfg.train.model.replace(':', '.')}-{run}"
 
 
 def is_current(cfg: Config, dv: DatasetVersion, name: str, run: str) -> bool:

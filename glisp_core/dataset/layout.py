@@ -54,6 +54,13 @@ PARTS = "parts"
 MASTER = "master"
 POS = "pos"
 
+# Node predictions, as glisp train (its test vertices) and glisp infer (every vertex) write them: the original id
+# in the user's own type, the vertex type's name, the dense id, the dataset's label (null: none), the arg-max class
+# and its softmax probability.
+PREDICTION_COLUMNS = (ORIG_ID, VTYPE, VID, LABEL, "prediction", "score")
+# Link scores: the endpoints' original ids, the dot-product score, the endpoints' dense ids.
+LINK_SCORE_COLUMNS = (SRC, DST, "score", "src_vid", "dst_vid")
+
 SPLIT_CODES = {"train": 0, "val": 1, "test": 2}  # split column: int8, -1 = none
 
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.\-]*$")

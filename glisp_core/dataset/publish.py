@@ -30,6 +30,11 @@ from glisp_core.storage.store import Store, store_for
 from glisp_core.storage.uri import StoreURI
 
 
+def up_to_date(stage: str, where: object = None) -> str:
+    """The one line every stage prints when its record is current (nothing to run; no JVM was started for it)."""
+    return f"{stage}: up to date{f' at {where}' if where else ''} (use --force to run it again)"
+
+
 def fingerprint(*parts: Any) -> str:
     blob = json.dumps(parts, sort_keys=True, default=json_default).encode()
     return hashlib.sha256(blob).hexdigest()

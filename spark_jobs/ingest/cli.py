@@ -96,17 +96,19 @@ def ingest_config(args: argparse.Namespace, cfg: Config) -> IngestConfig:
 
 
 def main(args: argparse.Namespace, cfg: Config) -> int:
-    from glisp_spark.session import get_spark, is_local_master
+    from glisp_spark.session import is_local_master, lazy_spark, planned_master, started
     from spark_jobs.generate.builtin import share_builtin
     from spark_jobs.ingest.job import run_ingest
 
     ing = ingest_config(args, cfg)
     t0 = time.perf_counter()
-    spark = get_spark(cfg.spark)
+    spark = lazy_spark(cfg.spark)  # started only when there is something to ingest
     root = parse_uri(cfg.dataset.root)
-    if args.builtin and (not root.is_local or not is_local_master(spark.sparkContext.master)):
+    if args.builtin and (not root.is_local or not is_local_master(planned_master(cfg.spark))):
         ing = share_builtin(ing, root / "_builtin")  # executors elsewhere read the inputs from the root's store
     dv = run_ingest(spark, cfg, ing, force=args.force)
+    if not started(spark):
+        return 0  # up to date: run_ingest said so
     from glisp_core.dataset.manifest import read_manifest
     from glisp_core.dataset.versions import read_latest
 

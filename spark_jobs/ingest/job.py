@@ -31,7 +31,7 @@ from glisp_core.config import Config, IngestConfig, to_dict
 from glisp_core.dataset.layout import DatasetVersion, check_name, list_versions
 from glisp_core.dataset.manifest import Manifest, StageRecord, now_iso, read_manifest
 from glisp_core.dataset.paths import confine, confine_all
-from glisp_core.dataset.publish import VersionPublisher, file_fingerprints, fingerprint
+from glisp_core.dataset.publish import VersionPublisher, file_fingerprints, fingerprint, up_to_date
 from glisp_core.storage.uri import StoreURI, parse_uri
 from glisp_spark.phases import Phases
 from spark_jobs.ingest.background import Background
@@ -44,7 +44,7 @@ from spark_jobs.ingest.phases.read_check import read_check
 from spark_jobs.ingest.phases.vertex_checks import vertex_checks
 from spark_jobs.ingest.phases.write_edges import write_edges
 from spark_jobs.ingest.plan import IngestPlan, ids_native_long
-from spark_jobs.ingest.stats import degree_metrics, merge_frequencies
+from spark_jobs.ingest.stats import degree_metrics, label_counts, merge_frequencies
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -119,7 +119,7 @@ def run_ingest(
         fp = ingest_fingerprint(ing, inputs)
         existing = _find_existing(root, ing.graph, fp, ing.version)
     if existing is not None and not force:
-        log(f"ingest: {existing.path} is up to date (same inputs and parameters); use --force to rebuild")
+        log(up_to_date("ingest", existing.path))
         return existing
     # --force rebuilds the version that holds these inputs in place instead of adding a duplicate
     version = ing.version or (
@@ -134,8 +134,10 @@ def run_ingest(
             ctx.cleanup()
         with ph("stats"):
             metrics = degree_metrics(merge_frequencies(built.freq), built.n_vertices, built.n_edges)
+            labels = label_counts(spark, pub.tmp_dv.vertices)
         with ph("manifest"):
             manifest = _manifest(ing, pub.tmp_dv, built, metrics)
+            manifest.stages["ingest"].counts.update(labels)
             manifest.inputs = inputs
             manifest.stages["ingest"].fingerprint = fp
         manifest.stages["ingest"].timings.update(_totals(ph, built, t0))
@@ -144,6 +146,11 @@ def run_ingest(
             f"ingest: |V|={built.n_vertices:,} |E|={built.n_edges:,} from {built.edge_rows_in:,} edge rows in "
             f"{t['total_s']:.1f}s ({t['edges_per_s']:,.0f} edges/s)"
         )
+        if labels["labelled_vertices"]:
+            log(
+                f"ingest: {labels['labelled_vertices']:,} labelled vertices (split train "
+                f"{labels['labelled_train']:,}, val {labels['labelled_val']:,}, test {labels['labelled_test']:,})"
+            )
         return pub.commit(manifest)
 
 

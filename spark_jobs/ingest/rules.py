@@ -206,7 +206,7 @@ def vertex_source_frame(
     c = F.col
     id_int, id_str = id_parts(df, src.id, id_long)
     vt = _trimmed(_col(src.vtype)) if src.vtype else F.lit(src.vertex_type or DEFAULT_VERTEX_TYPE)
-    lab_long, lab_raw, lab_str = _label_columns(df, src)
+    lab_long, lab_raw, lab_str = _label_columns(df, src, ing.label_missing)
     spl, spl_raw = _split_columns(src)
     feat, feat_raw = _feature_columns(df, src)
     df = df.select(
@@ -245,8 +245,9 @@ def vertex_source_frame(
     return df, sf
 
 
-def _label_columns(df: DataFrame, src: VertexSource) -> tuple[Column, Column, Column]:
-    """(label as long, its raw text, its trimmed text when the column is a string); nulls without a label."""
+def _label_columns(df: DataFrame, src: VertexSource, missing: str = "") -> tuple[Column, Column, Column]:
+    """(label as long, its raw text, its trimmed text when the column is a string); nulls without a label: an empty
+    cell, a null, or the value ``ingest.label_missing`` names (e.g. "0" or "unknown"), which never becomes a class."""
     from pyspark.sql import functions as F
 
     lab_long, lab_raw, lab_str = F.lit(None).cast("long"), F.lit(None).cast("string"), F.lit(None).cast("string")
@@ -257,6 +258,14 @@ def _label_columns(df: DataFrame, src: VertexSource) -> tuple[Column, Column, Co
             lab_long = lab_str.try_cast("long")
         else:
             lab_long, _ = _to_long(df, src.label)
+        if missing:  # the marker as text ("unknown") or as a number ("0" matches 0 and 0.0)
+            gone = _trimmed(lab_raw) == F.lit(missing.strip())
+            try:
+                gone = gone | (_col(src.label).try_cast("double") == F.lit(float(missing)))
+            except ValueError:
+                pass
+            gone = F.coalesce(gone, F.lit(False))
+            lab_long, lab_raw, lab_str = (F.when(gone, F.lit(None)).otherwise(x) for x in (lab_long, lab_raw, lab_str))
     return lab_long, lab_raw, lab_str
 
 

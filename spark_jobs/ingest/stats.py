@@ -87,3 +87,29 @@ def degree_metrics(freq: dict[str, tuple[np.ndarray, np.ndarray]], num_vertices:
     metrics["power_law"] = power_law_fit(d, c)
     metrics["power_law"]["on"] = "total degree"
     return metrics
+
+
+def label_counts(spark: Any, vertices: Any) -> dict[str, int]:
+    """Labelled vertices and the split of the labelled ones, from the written ``vertices`` table: one aggregation,
+    four numbers to the driver. A label given as null, empty or ``ingest.label_missing`` counts as none."""
+    from pyspark.sql import functions as F
+
+    from glisp_core.dataset.layout import LABEL, SPLIT
+    from glisp_spark.tables import read_parquet
+
+    has = F.col(LABEL).isNotNull()
+
+    def in_split(code: int) -> Any:
+        return F.sum((has & (F.col(SPLIT) == code)).cast("long"))
+
+    row = (
+        read_parquet(spark, vertices)
+        .agg(F.count(LABEL).alias("labelled"), in_split(0).alias("t"), in_split(1).alias("v"), in_split(2).alias("s"))
+        .collect()[0]
+    )
+    return {
+        "labelled_vertices": int(row["labelled"] or 0),
+        "labelled_train": int(row["t"] or 0),
+        "labelled_val": int(row["v"] or 0),
+        "labelled_test": int(row["s"] or 0),
+    }

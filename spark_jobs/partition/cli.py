@@ -26,7 +26,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def main(args: argparse.Namespace, cfg: Config) -> int:
-    from glisp_spark.session import get_spark
+    from glisp_spark.session import lazy_spark
     from spark_jobs.partition.job import run_partition
 
     cfg = with_values(
@@ -39,6 +39,6 @@ def main(args: argparse.Namespace, cfg: Config) -> int:
         incremental=args.incremental,
     )
     dv = resolve_dataset(args.dataset, cfg.dataset.root)
-    spark = get_spark(cfg.spark, checkpoint_dir=f"{cfg.dataset.root}/_checkpoints")
+    spark = lazy_spark(cfg.spark, checkpoint_dir=f"{cfg.dataset.root}/_checkpoints")  # none when up to date
     run_partition(spark, cfg, dv, force=args.force)
     return 0

@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING
 from glisp_core.config import Config
 from glisp_core.dataset.layout import DatasetVersion, check_name
 from glisp_core.dataset.manifest import StageRecord, read_manifest
-from glisp_core.dataset.publish import StagePublisher
+from glisp_core.dataset.publish import StagePublisher, up_to_date
 from glisp_core.dataset.versions import VersionLease
 from glisp_core.storage.uri import StoreURI
 from glisp_spark.phases import Phases
@@ -50,8 +50,7 @@ def run_partition(spark: SparkSession, cfg: Config, dv: DatasetVersion, force: b
     if pub.is_current() and not force:
         rec = pub.record()
         assert rec is not None
-        if pcfg.progress:
-            print(f"partition/{run}: up to date (use --force to recompute)", flush=True)
+        print(up_to_date(f"partition/{run}"), flush=True)  # a result line: printed with progress off too
         return rec
     schema = read_manifest(dv).schema
     n, m = int(schema["num_vertices"]), int(schema["num_edges"])
@@ -87,12 +86,11 @@ def run_partition(spark: SparkSession, cfg: Config, dv: DatasetVersion, force: b
         rec = pub.commit(counts=counts, metrics=metrics, timings=timings)
     if pcfg.progress and inc is not None:
         print(f"partition/{run}: {inc.info['path']} path ({inc.info['reason']})", flush=True)
-    if pcfg.progress:
-        print(
-            f"partition/{run}: RF {metrics['rf']:.3f} VB {metrics['vb']:.3f} EB {metrics['eb']:.3f} "
-            f"interior {metrics['interior_fraction']:.3f} in {rec.timings['total_s']:.1f}s",
-            flush=True,
-        )
+    print(  # the result line, whatever partition.progress says (it hides progress only)
+        f"partition/{run}: RF {metrics['rf']:.3f} VB {metrics['vb']:.3f} EB {metrics['eb']:.3f} "
+        f"interior {metrics['interior_fraction']:.3f} in {rec.timings['total_s']:.1f}s",
+        flush=True,
+    )
     return rec
 
 

@@ -17,7 +17,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def main(args: argparse.Namespace, cfg: Config) -> int:
-    from glisp_spark.session import get_spark
+    from glisp_spark.session import lazy_spark, started
     from spark_jobs.serialize.job import run_serialize
 
     cfg = with_values(
@@ -29,8 +29,10 @@ def main(args: argparse.Namespace, cfg: Config) -> int:
     )
     dv = resolve_dataset(args.dataset, cfg.dataset.root)
     # no checkpoint directory: the stage checkpoints nothing reliably, and the JVM cannot open one under s3://
-    spark = get_spark(cfg.spark)
+    spark = lazy_spark(cfg.spark)  # started only when the stage runs
     rec = run_serialize(spark, cfg, dv, force=args.force)
+    if not started(spark):
+        return 0  # up to date: run_serialize said so
     m = rec.metrics
     print(f"{rec.name}: {rec.counts.get('parts')} partitions at {dv.path / rec.path}")
     print(

@@ -35,7 +35,7 @@ from glisp_core.dataset.layout import (
     DatasetVersion,
 )
 from glisp_core.dataset.manifest import Manifest, StageRecord, read_manifest
-from glisp_core.dataset.publish import StagePublisher
+from glisp_core.dataset.publish import StagePublisher, up_to_date
 from glisp_core.errors import BadInputError, StageError
 from glisp_core.partition_format import FIELD_BY_NAME, FORMAT_VERSION, META_FILE
 from glisp_core.storage.store import Store
@@ -212,6 +212,7 @@ def run_serialize(
     if pub.is_current() and not force:
         rec = pub.record()
         assert rec is not None
+        print(up_to_date(f"serialize/{run}"), flush=True)
         return rec
     schema = man.schema
     prec = man.stage(f"partition/{run}")

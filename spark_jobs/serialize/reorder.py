@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING
 from glisp_core.config import Config
 from glisp_core.dataset.layout import DST, MASTER, PART, POS, SRC, VID, DatasetVersion
 from glisp_core.dataset.manifest import StageRecord, read_manifest
-from glisp_core.dataset.publish import StagePublisher
+from glisp_core.dataset.publish import StagePublisher, up_to_date
 from glisp_core.errors import ConfigError
 from glisp_spark.tables import read_parquet, write_parquet
 from spark_jobs.serialize.job import resolve_run
@@ -102,7 +102,7 @@ def run_reorders(
 
     t0 = time.perf_counter()
     for o in orders:
-        order_keys(o)
+        check_order(o)  # the name only: building its Spark columns would start a session
     man = read_manifest(dv)
     run, num_parts = resolve_run(man, run or cfg.serialize.partition or None)
     pubs = {}
@@ -110,6 +110,9 @@ def run_reorders(
         params = {"partition": run, "parts": num_parts, "order": o, "master_rule": cfg.serialize.master_rule}
         pubs[o] = StagePublisher(dv, f"reorder/{run}/{o}", params, depends=["ingest", f"partition/{run}"])
     todo = [o for o in orders if force or not pubs[o].is_current()]
+    for o in orders:
+        if o not in todo:
+            print(up_to_date(f"reorder/{run}/{o}"), flush=True)
     if not todo:
         return [_published(pubs[o]) for o in orders]
     masters = compute_masters(spark, dv, run, num_parts, cfg.serialize.master_rule)

@@ -16,7 +16,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def main(args: argparse.Namespace, cfg: Config) -> int:
-    from glisp_spark.session import get_spark
+    from glisp_spark.session import lazy_spark, started
     from spark_jobs.serialize.reorder import check_order, run_reorders
 
     orders = [o.strip() for o in args.order.split(",")] if args.order else [cfg.reorder.order]
@@ -26,8 +26,9 @@ def main(args: argparse.Namespace, cfg: Config) -> int:
     cfg = with_values(cfg, "serialize", partition=args.partition)
     dv = resolve_dataset(args.dataset, cfg.dataset.root)
     # no checkpoint directory: the stage checkpoints nothing reliably, and the JVM cannot open one under s3://
-    spark = get_spark(cfg.spark)
-    for rec in run_reorders(spark, cfg, dv, orders, force=args.force):
+    spark = lazy_spark(cfg.spark)  # started only when an order needs building
+    recs = run_reorders(spark, cfg, dv, orders, force=args.force)
+    for rec in recs if started(spark) else []:
         print(
             f"{rec.name}: {rec.counts.get('vertices'):,} vertices at {dv.path / rec.path}; per partition "
             f"{rec.counts.get('vertices_per_part')} ({rec.timings.get('total_s')} s)"

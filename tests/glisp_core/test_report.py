@@ -185,3 +185,19 @@ def test_compare_two_versions_side_by_side(dataset, capsys):
     assert rows[("partition/adadne-p4", "metrics.rf")] == ["1.31", "1.62", "1.237"]
     assert rows[("schema", "num_edges")][2] == "0.5"  # half the edges in B
     assert rows[("serialize/adadne-p4", "published")][:2] == ["yes", "no"]  # only A has it
+
+
+def test_one_stage_with_dash_dash_stage(dataset, capsys):
+    """``--stage NAME`` prints that stage's record alone; an unknown name lists the stages there are."""
+    from glisp_core.errors import GlispError
+
+    dv, _ = dataset
+    name = next(n for n in read_manifest(dv).stages if n.startswith("partition/"))
+    assert glisp(["report", str(dv.path), "--stage", name]) == 0
+    out = capsys.readouterr().out
+    assert out.startswith(f"Stage {name}") and "Stage ingest" not in out and "GLISP dataset" not in out
+    assert "counts:" in out and "params:" in out
+    with pytest.raises(GlispError, match=r"no stage 'train/none' \(stages: ingest, "):
+        from glisp_app.report import stage_summary
+
+        stage_summary(read_manifest(dv), "train/none")

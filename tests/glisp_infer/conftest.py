@@ -32,6 +32,7 @@ class InferGraph:
     etype: np.ndarray
     features: np.ndarray
     n: int
+    labels: np.ndarray | None = None  # the vertex labels, where a test reads them
 
     def reference(self, model, direction: str = "in") -> torch.Tensor:
         """The model's in-memory full-graph forward pass (messages from the neighbours in ``direction``)."""
@@ -56,6 +57,7 @@ def infer_graph(spark, tmp_path_factory) -> InferGraph:
     rng = np.random.default_rng(11)
     etype = rng.integers(0, 2, len(src)).astype(np.int32)
     feats = rng.normal(size=(N, 6)).astype(np.float32)
+    labels = rng.integers(0, 3, N)
     dv = write_dataset(
         root,
         "rmat8",
@@ -65,14 +67,14 @@ def infer_graph(spark, tmp_path_factory) -> InferGraph:
         etype=etype,
         edge_types=list(RELATIONS),
         features=feats,
-        labels=rng.integers(0, 3, N),
+        labels=labels,
     )
     lo, hi = np.minimum(src, dst), np.maximum(src, dst)
     run = publish_partition(dv, ((lo * 7919 + hi * 104729) % 1009) % P, P)
     cfg = with_values(load_config(env={}), "serialize", parquet_copy=False)
     run_serialize(spark, cfg, dv, run=run)
     run_reorders(spark, cfg, dv, list(ORDERS), run=run)
-    return InferGraph(dv, run, src, dst, etype, feats, N)
+    return InferGraph(dv, run, src, dst, etype, feats, N, labels)
 
 
 def make_model(arch: str, layers: int = 2, task: str = "node", seed: int = 0, out_dim: int = 3):

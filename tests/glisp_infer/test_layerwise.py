@@ -220,7 +220,8 @@ def test_glisp_train_then_glisp_infer_equals_the_full_graph_forward(infer_graph,
     assert doc["partition_run"] == g.run and doc["direction"] == "in"
     args = ["infer", str(g.dv.path), "--model", "trained", "--fanouts", "full", "--set", "infer.chunk_rows=16"]
     assert glisp(args) == 0
-    assert "infer/trained-pds: 262 vertices x 2 layers" in capsys.readouterr().out
+    out = capsys.readouterr().out
+    assert "infer/trained-pds: 262 vertices x 2 layers" in out
     rec = read_manifest(g.dv).stage("infer/trained-pds")
     assert rec.params["direction"] == "in" and rec.params["partition"] == g.run
     got, _, r = _rows_by_vid(g, rec)
@@ -229,3 +230,50 @@ def test_glisp_train_then_glisp_infer_equals_the_full_graph_forward(infer_graph,
     assert not np.allclose(got, g.reference(trained, direction="out").numpy(), atol=1e-3)
     pred = pq.read_table(r.path / "predictions").to_pandas().sort_values("vid")
     assert np.array_equal(pred["prediction"].to_numpy(), ref.argmax(1))
+    # accuracy on the labelled vertices, per split of the training run, at full neighbourhoods
+    ev = rec.metrics["evaluation"]
+    right = ref.argmax(1) == g.labels
+    split = pq.read_table(g.dv.train("trained") / "split.parquet").to_pandas()
+    test = split["vid"].to_numpy()[split["split"].to_numpy() == 2]
+    assert ev["labelled"] == g.n and ev["acc"] == pytest.approx(right.mean(), abs=1e-6)
+    assert ev["acc_test"] == pytest.approx(right[test].mean(), abs=1e-6) and ev["test_vertices"] == len(test)
+    assert ev["neighbourhoods"] == "full" and ev["split_from"] == "train run"
+    assert f"infer/trained-pds: accuracy on 262 labelled vertices {right.mean():.4f}" in out
+    # predictions by original id (int or str), with the schema glisp train writes
+    from glisp_core.dataset.layout import PREDICTION_COLUMNS
+    from glisp_infer.read import read_predictions
+
+    got = read_predictions(g.dv.graph, [7, "5"], run="trained-pds", root=str(g.dv.root))
+    assert list(got.columns) == list(PREDICTION_COLUMNS) and got["vid"].tolist() == [7, 5]
+    assert got["label"].tolist() == g.labels[[7, 5]].tolist()
+    assert got["prediction"].tolist() == ref.argmax(1)[[7, 5]].tolist()
+    trained_pred = pq.read_table(g.dv.train("trained") / "predictions.parquet")
+    assert trained_pred.column_names == list(PREDICTION_COLUMNS)
+    infer_pred = pq.read_table(r.path / "predictions").select(list(PREDICTION_COLUMNS))
+    assert [(f.name, f.type) for f in trained_pred.schema] == [(f.name, f.type) for f in infer_pred.schema]
+
+
+def test_a_link_model_scores_the_held_out_test_edges(spark, infer_graph) -> None:
+    """A link model trained on a link-split run: inference over the full run records the MRR and AUC of the held-out
+    test edges against the training run's uniform negatives (seed 0, 100 of them), from the full-graph outputs."""
+    from glisp_core.config import load_config
+    from glisp_core.metrics import mrr_auc
+    from glisp_infer.job import run_infer
+    from glisp_sampling.cluster_facts import read_heldout
+    from glisp_train.link_split import run_link_split
+    from glisp_train.publish import publish_model
+
+    g = infer_graph
+    lp = run_of(run_link_split(spark, load_config(env={}), g.dv, g.run).name)
+    model = make_model("sage", task="link", out_dim=4)
+    publish_model(g.dv, "sage-lp", model, lp)
+    rec = run_infer(spark, infer_cfg(model="sage-lp", run="sage-lp"), g.dv)
+    assert rec.params["partition"] == g.run  # the full run the link-split run was derived from
+    held = read_heldout(g.dv, lp)
+    src, dst = held["src"][held["split"] == 2], held["dst"][held["split"] == 2]
+    h = g.reference(model).numpy()
+    neg = np.random.default_rng([0, 2]).integers(0, g.n, (len(src), 100))
+    want = mrr_auc((h[src] * h[dst]).sum(1), (h[src][:, None, :] * h[neg]).sum(-1))
+    ev = rec.metrics["evaluation"]
+    assert ev["test_edges"] == len(src) > 0 and ev["negatives"] == 100
+    assert ev["mrr"] == pytest.approx(want["mrr"], abs=1e-4) and ev["auc"] == pytest.approx(want["auc"], abs=1e-4)

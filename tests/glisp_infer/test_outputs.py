@@ -55,7 +55,7 @@ def test_every_edge_is_scored_once_with_original_ids(infer_graph, link, capsys) 
     assert set(got["etype"]) == {"cites", "likes"}
     np.testing.assert_allclose(t["score"].to_numpy(), _scores(ref, t["src_vid"], t["dst_vid"]), rtol=1e-4, atol=1e-5)
     assert main(LINK_ARGS(g)) == 0  # current: nothing recomputed
-    assert "current, nothing to do" in capsys.readouterr().out
+    assert "up to date (use --force to run it again)" in capsys.readouterr().out
     assert read_manifest(g.dv).stage("infer/link-pds").completed_at == rec.completed_at
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import subprocess
@@ -127,3 +128,20 @@ def test_killing_the_servers_mid_epoch_ends_training_with_an_error_naming_the_pa
     assert "glisp train: error: partition " in err and ("UNAVAILABLE" in err or "DEADLINE_EXCEEDED" in err), err
     assert "Traceback" not in err
     assert elapsed < deadline, elapsed  # retries with backoff end well inside the RPC deadline
+
+
+def test_trainers_as_spark_tasks_through_torch_distributor(spark, cora, cora_cluster, tmp_path):
+    """``glisp train --cluster FILE --spark-processes 2``: pyspark's TorchDistributor runs two trainers as barrier
+    tasks of the session (``local[2]``), each a torchrun process joining one gloo group; the cluster file's text
+    is their only input. Rank 0 writes the run; both processes took part (world size 2, every training vertex
+    seen once per epoch over the two shares)."""
+    from glisp_train.spark_launch import train_on_spark
+    from tests.glisp_train.conftest import train_cfg
+
+    out = tmp_path / "spark-run"
+    cfg = train_cfg(epochs=1, hidden=16, batch_size=256)
+    assert train_on_spark(cfg, str(cora_cluster.cluster_file), 2, output=str(out), spark=spark) == 0
+    doc = json.loads((out / "run.json").read_text())
+    assert doc["params"]["world_size"] == 2 and doc["params"]["source"] == "cluster"
+    assert doc["metrics"]["epochs"][0]["examples"] == doc["counts"]["train_vertices"]
+    assert (out / "weights.pt").exists() and doc["metrics"]["test_acc"] > 0

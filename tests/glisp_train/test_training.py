@@ -68,6 +68,7 @@ def test_glisp_train_publishes_the_run_and_report_shows_the_curve(cora, cora_clu
     assert glisp(args) == 0
     out = capsys.readouterr()
     assert "epoch 1: loss" in out.err and "epoch 2: loss" in out.err  # one line per epoch off a terminal
+    assert "(full neighbourhoods)" in out.err and "(full neighbourhoods); checkpoint" in out.out
     m = read_manifest(cora.dv)
     rec = m.stage("train/gcn-test")
     assert rec.depends == {f"serialize/{P2}": m.stages[f"serialize/{P2}"].fingerprint}
@@ -83,6 +84,8 @@ def test_glisp_train_publishes_the_run_and_report_shows_the_curve(cora, cora_clu
     assert len(pred["vid"]) == rec.counts["test_vertices"]
     assert pred["orig_id"][0] == f"paper-{cora.node_ids[pred['vid'][0]]}"  # original ids at the edges
     assert np.array_equal(cora.labels[pred["vid"]], pred["label"])
+    assert list(pred) == ["orig_id", "vtype", "vid", "label", "prediction", "score"]  # as glisp infer writes them
+    assert rec.metrics["evaluation"] == {"mode": "full"}
     split = pq.read_table(cora.dv.train("gcn-test") / "split.parquet").to_pydict()
     assert np.bincount(split["split"]).tolist() == [rec.counts[f"{k}_vertices"] for k in ("train", "val", "test")]
     # an unchanged run is a no-op
@@ -184,3 +187,15 @@ def test_typed_and_attention_models_train_in_process(cora, model):
     assert res.model.spec.arch == model and len(res.epochs) == 2
     assert res.model.spec.relations == (("e0",) if model == "rgcn" else ())
     assert res.test["acc"] > 0.5  # well above the largest class (30%)
+
+
+def test_in_process_reference_creates_its_one_partition_run(cora, capsys):
+    """``glisp train DATASET --in-process RUN`` on a dataset without RUN partitions (one partition) and
+    serializes it first, saying so, then trains on it."""
+    args = ["train", str(cora.dv.path), "--in-process", "one", "--epochs", "1", "--name", "ref-one"]
+    assert glisp([*args, "--set", "train.hidden=16", "--set", "train.batch_size=512"]) == 0
+    err = capsys.readouterr().err
+    assert "has no run 'one'; creating it with one partition" in err
+    m = read_manifest(cora.dv)
+    assert m.stage("partition/one").counts["parts"] == 1 and m.has_stage("serialize/one")
+    assert m.stage("train/ref-one").params["source"] == "in-process"

@@ -1,0 +1,79 @@
+"""Scores of an inference run on the vertices and edges the dataset holds answers for, recorded with the stage.
+
+- node task: accuracy of ``predictions/`` on the labelled vertices, overall and per split (the training run's
+  ``split.parquet`` when it wrote one, else the dataset's split column); one Spark aggregation, nothing but
+  counts reaches the driver;
+- link task: MRR and AUC of the held-out test edges of the link-split run the model was trained on, each ranked
+  against ``eval_negatives`` uniform negatives of its source (the training run's setting and seed), scored from
+  the last layer as ``glisp train`` scores them.
+
+Inference computes every neighbour at every layer by default, so these are full-neighbourhood scores
+(``fanouts`` says otherwise when sampled).
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from glisp_core.dataset.layout import LABEL, SPLIT, VID, DatasetVersion
+from glisp_core.dataset.manifest import StageRecord
+from glisp_core.metrics import mrr_auc
+from glisp_core.storage.uri import StoreURI
+from glisp_infer.plan import InferPlan
+from glisp_spark.tables import read_parquet
+
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
+
+SPLIT_FILE = "split.parquet"  # glisp train's split of the labelled vertices (glisp_train.publish)
+
+
+def node_scores(spark: SparkSession, dv: DatasetVersion, predictions: StoreURI, checkpoint: StoreURI) -> dict[str, Any]:
+    """Accuracy on the labelled vertices: ``acc`` over all of them, ``acc_<split>`` per split, with counts."""
+    from pyspark.sql import functions as F
+
+    verts = read_parquet(spark, dv.vertices).select(VID, LABEL, SPLIT).where(F.col(LABEL).isNotNull())
+    source = "dataset"
+    if dv.store.exists(checkpoint / SPLIT_FILE):  # the split the model was selected and tested on
+        split = read_parquet(spark, checkpoint / SPLIT_FILE).select(VID, F.col(SPLIT).cast("int").alias(SPLIT))
+        verts, source = verts.drop(SPLIT).join(split, VID, "left"), "train run"
+    pred = read_parquet(spark, predictions).select(VID, "prediction")
+    rows = (
+        pred.join(verts, VID)
+        .groupBy(SPLIT)
+        .agg(F.count("*").alias("n"), F.sum((F.col("prediction") == F.col(LABEL)).cast("long")).alias("ok"))
+        .collect()
+    )
+    n = sum(int(r["n"]) for r in rows)
+    out: dict[str, Any] = {"labelled": n, "acc": _ratio(sum(int(r["ok"]) for r in rows), n), "split_from": source}
+    for name, code in (("train", 0), ("val", 1), ("test", 2)):
+        got = [r for r in rows if r[SPLIT] is not None and int(r[SPLIT]) == code]
+        if got:
+            out[f"{name}_vertices"] = int(got[0]["n"])
+            out[f"acc_{name}"] = _ratio(int(got[0]["ok"]), int(got[0]["n"]))
+    return out
+
+
+def link_scores_of(plan: InferPlan, dv: DatasetVersion, train: StageRecord) -> dict[str, Any]:
+    """MRR and AUC of the held-out test edges of the model's link-split run (empty when it has none)."""
+    from glisp_infer.outputs import pair_scores
+    from glisp_sampling.cluster_facts import read_heldout
+
+    run = str(train.params.get("partition_run") or "")
+    if not run or not dv.store.is_dir(dv.partition(run) / "heldout"):
+        return {}
+    held = read_heldout(dv, run)
+    test = held["split"] == 2
+    src, dst = held["src"][test], held["dst"][test]
+    tc = train.params.get("train") or {}
+    k, seed = int(tc.get("eval_negatives", 100)), int(tc.get("seed", 0))
+    neg = np.random.default_rng([seed, 2]).integers(0, int(plan.layout.num_vertices), (len(src), k))
+    pos_s = pair_scores(plan, src, dst) if len(src) else np.empty(0, np.float32)
+    neg_s = pair_scores(plan, np.repeat(src, k), neg.ravel()) if len(src) else np.empty(0, np.float32)
+    return {**mrr_auc(pos_s, neg_s.reshape(len(src), k)), "test_edges": int(len(src)), "negatives": k}
+
+
+def _ratio(a: int, b: int) -> float:
+    return round(a / b, 6) if b else 0.0

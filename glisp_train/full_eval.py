@@ -1,0 +1,126 @@
+"""Validation and test at full neighbourhoods: the model's slices one layer at a time, as PyG's ``inference``
+examples evaluate (``train.evaluation = "full"``, the default), or on sampled trees (``"sampled"``).
+
+Full evaluation runs the slice protocol of :mod:`glisp_core.models` (``model.layer(i, x_src, edge_index,
+num_dst, edge_type)``) over the evaluated vertices' L-hop neighbourhoods: ``sets[L]`` are the evaluated
+vertices, ``sets[k-1]`` adds every neighbour of ``sets[k]`` (one Gather hop at the largest degree, which the
+quota kernels answer with every edge), and slice ``i`` maps the rows of ``sets[i]`` to those of ``sets[i+1]``.
+Each vertex's row is computed once per layer instead of once per tree it appears in, and the result equals a
+full-graph forward pass. Full neighbourhoods do not change between epochs, so the blocks and the input
+features of a vertex set are fetched once per run and reused by every evaluation of it.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import torch
+
+from glisp_sampling.khop import KHopSampler
+from glisp_train.loader import Loader, LoaderTimes
+from glisp_train.tasks import embed
+
+REQUEST_EDGES = 8_000_000  # seeds x fanout of one full hop, under the servers' serve.max_request_edges
+FEATURE_CHUNK = 1 << 16  # input rows per feature plan
+
+
+@dataclass
+class _Block:
+    """One batch of destinations of a layer: where its source and destination rows sit in the layer's sets."""
+
+    src_pos: torch.Tensor  # rows of sets[i] (the block's sources, destinations first)
+    dst_pos: torch.Tensor  # rows of sets[i + 1]
+    edge_index: torch.Tensor
+    num_dst: int
+    edge_type: torch.Tensor | None
+
+
+@dataclass
+class _Plan:
+    sets: list[np.ndarray]  # sets[k]: sorted vertices whose layer-k rows are needed; sets[-1]: the evaluated ones
+    blocks: list[list[_Block]]  # blocks[i]: the full one-hop blocks slice i runs on
+    x: torch.Tensor  # input features of sets[0], host memory
+
+
+class SampledEval:
+    """Evaluation on sampled trees (``train.eval_fanouts``, else the training fanouts)."""
+
+    mode = "sampled"
+
+    def __init__(self, loader: Loader, fanouts: list[Any], why: str = "") -> None:
+        self.loader, self.fanouts, self.why = loader, fanouts, why  # why: the reason when full was asked for
+
+    def embed(self, ctx: Any, ids: np.ndarray, times: LoaderTimes) -> tuple[np.ndarray, np.ndarray]:
+        return embed(ctx, self.loader, ids, times)
+
+
+class FullEval:
+    """Evaluation at full neighbourhoods, layer by layer (see the module docstring)."""
+
+    mode = "full"
+
+    def __init__(
+        self, source: Any, cache: Any, direction: str, relations: list[str], layers: int, batch_size: int
+    ) -> None:
+        out_deg, in_deg = source.info.degrees()
+        deg = np.asarray(in_deg if direction == "in" else out_deg)
+        full = max(1, int(deg.max()) if len(deg) else 1)
+        fan: Any = [(t, full) for t in relations] if relations else full
+        self.sampler = KHopSampler(source.backend, [fan], direction=direction, features=False, labels=False)
+        self.source, self.cache, self.layers, self.typed = source, cache, layers, bool(relations)
+        self.batch = max(1, min(batch_size, REQUEST_EDGES // (full * max(1, len(relations)))))
+        self._plans: dict[bytes, _Plan] = {}
+
+    def embed(self, ctx: Any, ids: np.ndarray, times: LoaderTimes) -> tuple[np.ndarray, np.ndarray]:
+        """Outputs of this process's share of ``ids`` (contiguous shares: every process computes its own)."""
+        share = np.unique(np.array_split(np.asarray(ids, np.int64), ctx.dist.world)[ctx.dist.rank])
+        key = share.tobytes()
+        if key not in self._plans:
+            self._plans[key] = self.source.submit(self._build(share)).result()
+        return share, self._forward(ctx, self._plans[key])
+
+    async def _build(self, ids: np.ndarray) -> _Plan:
+        sets: list[np.ndarray] = [np.empty(0, np.int64)] * self.layers + [ids]
+        hops: list[list[Any]] = [[] for _ in range(self.layers)]
+        for k in range(self.layers, 0, -1):
+            for a in range(0, len(sets[k]), self.batch):
+                hops[k - 1].append((await self.sampler.sample(sets[k][a : a + self.batch], 0)).blocks[0])
+            sets[k - 1] = np.unique(np.concatenate([sets[k], *(b.src_ids.numpy() for b in hops[k - 1])]))
+        blocks = [
+            [
+                _Block(
+                    torch.from_numpy(np.searchsorted(sets[i], b.src_ids.numpy())),
+                    torch.from_numpy(np.searchsorted(sets[i + 1], b.dst_ids.numpy())),
+                    b.edge_index,
+                    b.num_dst,
+                    b.edge_type if self.typed else None,
+                )
+                for b in hops[i]
+            ]
+            for i in range(self.layers)
+        ]
+        x = torch.empty((len(sets[0]), self.cache.dim), dtype=torch.float32)
+        for a in range(0, len(sets[0]), FEATURE_CHUNK):
+            plan = await self.cache.plan(sets[0][a : a + FEATURE_CHUNK])
+            x[a : a + FEATURE_CHUNK] = self.cache.assemble(plan, torch.device("cpu"))
+        return _Plan(sets, blocks, x)
+
+    @torch.no_grad()
+    def _forward(self, ctx: Any, plan: _Plan) -> np.ndarray:
+        model, dev = ctx.model, ctx.device
+        model.eval()
+        h = plan.x
+        for i in range(self.layers):
+            out: torch.Tensor | None = None
+            for b in plan.blocks[i]:
+                et = b.edge_type.to(dev) if b.edge_type is not None else None
+                o = model.layer(i, h[b.src_pos].to(dev), b.edge_index.to(dev), b.num_dst, et)
+                if out is None:
+                    out = torch.empty((len(plan.sets[i + 1]), o.shape[1]), dtype=torch.float32)
+                out[b.dst_pos] = o.float().cpu()
+            if out is None:  # nothing to evaluate on this process
+                return np.empty((0, 0), np.float32)
+            h = out
+        return h.numpy()
