@@ -147,7 +147,9 @@ def ego_circles_edges(seed: int = 0) -> tuple[tuple[np.ndarray, np.ndarray], int
     300 links between nets: 4,177 vertices, 83,125 pairs at seed 0. Returns ((src, dst), num_vertices),
     undirected with both directions."""
     rng = np.random.default_rng(seed)
-    pairs, nxt, members = [], 0, []
+    pairs: list[np.ndarray] = []
+    members: list[np.ndarray] = []
+    nxt = 0
     for size in (1045, 792, 755, 547, 347, 227, 159, 170, 66, 59):
         ego, own = nxt, np.arange(nxt + 1, nxt + 1 + size)
         nxt += 1 + size
