@@ -121,7 +121,7 @@ def compute_affected(
     dim = plan.dims[layer]
     sub = np.flatnonzero(todo)
     got = Rows()
-    m = stream(vids[sub], subsample(sample, sub), got) if len(sub) else {}
+    m = stream(vids[sub], subsample(sample, sub), got)  # also with none: the layer's metrics have every key
     out = np.empty((len(vids), dim), np.float32)
     out[sub] = got.result(dim)
     t = time.perf_counter()

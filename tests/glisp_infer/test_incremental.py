@@ -191,3 +191,23 @@ def test_incremental_refresh_on_an_s3_root(spark, two_versions, s3_server, make_
         )
     keys = {rel for rel, _ in new3.store.files(InferenceRun(new3, "s3inc").path)}
     assert not [k for k in keys if k.startswith(("incremental/", "exchange/"))]  # masks removed before publishing
+
+
+def test_an_unchanged_snapshot_copies_every_row(spark, two_versions, make_infer_cfg, new_model) -> None:
+    """A new version with the same graph under the same ids: nothing affected, every row copied, no drift."""
+    from glisp_testing.stores import copy_version
+
+    v = two_versions
+    same = copy_version(v.old, v.old.root, version="v1-again")
+    model = new_model("sage", layers=2)
+    first = _infer(spark, v.old, v.old_run, model, "nochange", make_infer_cfg, fanouts=[3, 4])
+    rec = _infer(spark, same, v.old_run, model, "nochange", make_infer_cfg, fanouts=[3, 4])
+    inc = rec.counts["incremental"]
+    assert inc["path"] == "incremental" and inc["previous"] == "g/v1", inc
+    assert inc["affected_share"] == [0.0, 0.0] and inc["recomputed_share"] == [0.0, 0.0]
+    assert rec.metrics["layers"]["layer2"]["copied"] == 262
+    d = rec.metrics["drift"]
+    assert d["moved_share"] == 0 and d["cos_max"] == 0 and d["knn_changed_share"] == 0
+    for layer in range(3):
+        a, b = _by_orig(v.old, first, layer), _by_orig(same, rec, layer)
+        assert all(np.array_equal(a[k], b[k]) for k in a) and a.keys() == b.keys()
