@@ -27,7 +27,7 @@ from glisp_core.storage.uri import StoreURI, parse_uri
 from glisp_infer import halo as H
 from glisp_infer.plan import InferPlan
 from glisp_infer.stable import feature_signature, neighbour_signature
-from glisp_infer.store import INDEX_KEY, INDEX_SIG, layer_name, open_array, read_rows, write_owned
+from glisp_infer.store import INDEX_FSIG, INDEX_KEY, INDEX_NSIG, layer_name, open_array, read_rows, write_owned
 from glisp_sampling.apply import HopSample
 
 CHANGED = "changed"  # the mask of vertices whose neighbourhood changed (and new ones)
@@ -62,12 +62,18 @@ def vertex_keys(store: str) -> np.ndarray:
     return np.asarray(open_array(store, INDEX_KEY)[:], np.uint64)
 
 
-def write_signatures(plan: InferPlan, part: int, features: np.ndarray, whole: HopSample) -> None:
-    """The partition's rows of ``index/sig``: hashes of each vertex's features and of its neighbourhood."""
+def write_feature_signatures(plan: InferPlan, part: int, features: np.ndarray) -> None:
+    """The partition's rows of ``index/fsig``: a hash of each vertex's features (written by layer 0)."""
+    arr = open_array(plan.store, INDEX_FSIG, mode="r+")
+    write_owned(arr, plan.layout.starts[part], feature_signature(features), plan.layout.chunk_rows)
+
+
+def write_neighbour_signatures(plan: InferPlan, part: int, whole: HopSample) -> None:
+    """The partition's rows of ``index/nsig``: a hash of each vertex's neighbourhood (written where every
+    neighbour is gathered anyway: the plan job, else layer 0)."""
+    arr = open_array(plan.store, INDEX_NSIG, mode="r+")
     nsig = neighbour_signature(whole, vertex_keys(plan.store)[whole.nbrs])
-    sig = np.stack([feature_signature(features), nsig], axis=1)
-    arr = open_array(plan.store, INDEX_SIG, mode="r+")
-    write_owned(arr, plan.layout.starts[part], sig, plan.layout.chunk_rows)
+    write_owned(arr, plan.layout.starts[part], nsig, plan.layout.chunk_rows)
 
 
 def affected(plan: InferPlan, layer: int, vids: np.ndarray, sample: HopSample) -> np.ndarray:

@@ -35,7 +35,16 @@ from glisp_core.dataset.versions import VersionLease, read_latest
 from glisp_core.storage.uri import StoreURI
 from glisp_infer import incremental as I
 from glisp_infer.stable import vertex_keys
-from glisp_infer.store import INDEX_KEY, INDEX_ROW, INDEX_SIG, INDEX_VID, layer_name, open_array, read_rows
+from glisp_infer.store import (
+    INDEX_FSIG,
+    INDEX_KEY,
+    INDEX_NSIG,
+    INDEX_ROW,
+    INDEX_VID,
+    layer_name,
+    open_array,
+    read_rows,
+)
 
 MATCHED_PARAMS = ("fanouts", "seed", "direction", "dims", "arch", "task")  # what makes rows comparable
 INCREMENTAL_DIR = "incremental"
@@ -112,9 +121,9 @@ def prev_row_map(prev: DatasetVersion, dv: DatasetVersion, prev_url: str, n: int
 
 
 def signatures_by_vid(url: str, n: int) -> np.ndarray:
-    """(n, 2) uint64: ``index/sig`` (by row) rearranged by vertex id."""
+    """(n, 2) uint64: ``index/fsig`` and ``index/nsig`` (by row) rearranged by vertex id."""
     vid = np.asarray(open_array(url, INDEX_VID)[:], np.int64)
-    sig = np.asarray(open_array(url, INDEX_SIG)[:], np.uint64)
+    sig = np.stack([np.asarray(open_array(url, a)[:], np.uint64) for a in (INDEX_FSIG, INDEX_NSIG)], axis=1)
     out = np.zeros((n, 2), np.uint64)
     ok = vid >= 0
     out[vid[ok]] = sig[ok]
@@ -188,7 +197,8 @@ class Refresh:
         new = signatures_by_vid(url, self.n)
         old = np.zeros_like(new)
         ok = self.prev_row >= 0
-        old[ok] = np.asarray(open_array(self.prev_url, INDEX_SIG).get_orthogonal_selection(self.prev_row[ok]))
+        for j, name in enumerate((INDEX_FSIG, INDEX_NSIG)):
+            old[ok, j] = np.asarray(open_array(self.prev_url, name).get_orthogonal_selection(self.prev_row[ok]))
         self.mask = ~ok | (new[:, 0] != old[:, 0])
         self.changed = ~ok | (new[:, 1] != old[:, 1])
         prev_n = int(self.prev[1].counts.get("vertices", 0)) if self.prev else 0

@@ -21,6 +21,7 @@ from __future__ import annotations
 from typing import Any
 
 import numpy as np
+from numba import njit
 
 from glisp_sampling.apply import HopSample
 
@@ -55,36 +56,66 @@ def _segments(counts: np.ndarray) -> np.ndarray:
     return np.repeat(np.arange(counts.size, dtype=np.int64), counts.reshape(-1))
 
 
+@njit(inline="always", nogil=True, cache=True)
+def _mix1(x: np.uint64) -> np.uint64:
+    z = x + _G
+    z = (z ^ (z >> np.uint64(30))) * _M1
+    z = (z ^ (z >> np.uint64(27))) * _M2
+    return z ^ (z >> np.uint64(31))
+
+
+@njit(nogil=True, cache=True)
+def _bottom_k(counts, nk, base, nslot, fanout):  # pragma: no cover - compiled
+    """Per segment (vertex, slot) of ``counts``: the positions of its ``fanout`` smallest edge keys, in key order
+    (all of them with ``fanout < 0``); and the kept count per segment."""
+    nseg = len(counts)
+    kept = np.empty(nseg, np.int64)
+    total = 0
+    for s in range(nseg):
+        kept[s] = counts[s] if fanout < 0 else min(counts[s], fanout)
+        total += kept[s]
+    out = np.empty(total, np.int64)
+    a = 0
+    o = 0
+    for s in range(nseg):
+        c = counts[s]
+        if c == 0:
+            continue
+        if c == 1:  # one neighbour: kept, no key to draw
+            if kept[s]:
+                out[o] = a
+            o += kept[s]
+            a += 1
+            continue
+        seg_nk = nk[a : a + c]
+        by_nbr = np.argsort(seg_nk)
+        ek = np.empty(c, np.uint64)
+        occ = np.uint64(0)
+        slot = np.uint64(s % nslot)
+        for j in range(c):
+            p = by_nbr[j]
+            if j > 0 and seg_nk[p] == seg_nk[by_nbr[j - 1]]:
+                occ += np.uint64(1)
+            else:
+                occ = np.uint64(0)
+            ek[p] = _mix1(base[s // nslot] + seg_nk[p] * _C_NBR + occ * _C_OCC + slot * _C_SLOT)
+        order = np.argsort(ek)
+        for j in range(kept[s]):
+            out[o + j] = a + order[j]
+        o += kept[s]
+        a += c
+    return out, kept
+
+
 def stable_sample(full: HopSample, own_keys: np.ndarray, nbr_keys: np.ndarray, hop_seed: int, fanout: int) -> HopSample:
     """Per (vertex, slot) of ``full`` (every neighbour), the ``fanout`` neighbours of smallest edge key, in key
     order (``fanout < 0``: all of them, in key order). ``own_keys[i]`` is vertex i's key, ``nbr_keys`` the key of
-    every entry of ``full.nbrs``."""
+    every entry of ``full.nbrs``. Edge key: ``mix(mix(hop seed ^ key(v)) + key(u)·C1 + occurrence·C2 + slot·C3)``,
+    the occurrence numbering parallel edges to the same neighbour."""
     counts = np.asarray(full.counts, np.int64)
-    nslot = counts.shape[1]
-    seg = _segments(counts)
-    m = len(seg)
-    nk = np.asarray(nbr_keys, np.uint64)
-    # occurrence of a neighbour among equal (segment, neighbour) entries: parallel edges get distinct keys
-    by_nbr = np.lexsort((nk, seg))
-    s_seg, s_nk = seg[by_nbr], nk[by_nbr]
-    first = np.ones(m, bool)
-    first[1:] = (s_seg[1:] != s_seg[:-1]) | (s_nk[1:] != s_nk[:-1])
-    idx = np.arange(m, dtype=np.int64)
-    occ = np.empty(m, np.uint64)
-    occ[by_nbr] = (idx - np.maximum.accumulate(np.where(first, idx, 0))).astype(np.uint64)
-    owner = seg // nslot
-    slot = (seg % nslot).astype(np.uint64)
-    with np.errstate(over="ignore"):
-        base = mix64(np.uint64(hop_seed & 0xFFFFFFFFFFFFFFFF) ^ np.asarray(own_keys, np.uint64))
-        ek = mix64(base[owner] + nk * _C_NBR + occ * _C_OCC + slot * _C_SLOT)
-    order = np.lexsort((ek, seg))  # by segment, then key
-    if fanout < 0:
-        return HopSample(counts=counts, nbrs=np.asarray(full.nbrs, np.int64)[order])
-    seg_start = np.zeros(counts.size + 1, np.int64)
-    np.cumsum(counts.reshape(-1), out=seg_start[1:])
-    rank = idx - seg_start[seg[order]]
-    keep = order[rank < fanout]
-    return HopSample(counts=np.minimum(counts, fanout), nbrs=np.asarray(full.nbrs, np.int64)[keep])
+    base = mix64(np.uint64(hop_seed & 0xFFFFFFFFFFFFFFFF) ^ np.asarray(own_keys, np.uint64))
+    pos, kept = _bottom_k(counts.reshape(-1), np.asarray(nbr_keys, np.uint64), base, counts.shape[1], int(fanout))
+    return HopSample(counts=kept.reshape(counts.shape), nbrs=np.asarray(full.nbrs, np.int64)[pos])
 
 
 def neighbour_signature(full: HopSample, nbr_keys: np.ndarray) -> np.ndarray:

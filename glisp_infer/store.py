@@ -6,8 +6,8 @@ Layout of the group (a local directory, an object-store URI or any fsspec URL: :
     index/vid               int64 (rows,): the vertex of each row, -1 on padding rows
     index/row               int64 (n,): the row of each vertex id
     index/pos               int64 (n,): the vertex's position in the global order (reorder ``pos``)
-    index/key, index/sig    with stable samples (``infer.incremental``): uint64 (n,) the vertex's key;
-                            uint64 (rows, 2) the hashes of each row's features and neighbourhood
+    index/key               with stable samples (``infer.incremental``): uint64 (n,) the vertex's key
+    index/fsig, index/nsig  with stable samples: uint64 (rows,) the hashes of each row's features and neighbourhood
 
 Rows: partition ``k``'s vertices (the ones it masters, hence infers) occupy rows
 ``[start_k, start_k + n_k)`` in the order's within-partition position (``part_pos``), and
@@ -36,7 +36,8 @@ INDEX_VID = "index/vid"
 INDEX_ROW = "index/row"
 INDEX_POS = "index/pos"
 INDEX_KEY = "index/key"  # uint64 (n,): the vertex's key, a hash of its type and original id (glisp_infer.stable)
-INDEX_SIG = "index/sig"  # uint64 (rows, 2): per row, the hashes of its features and of its neighbourhood
+INDEX_FSIG = "index/fsig"  # uint64 (rows,): per row, the hash of its features (glisp_infer.stable)
+INDEX_NSIG = "index/nsig"  # uint64 (rows,): per row, the hash of its neighbourhood
 INDEX_CHUNK = 1 << 20  # entries per chunk of the index arrays (8 MiB of int64)
 LAYOUT_ATTR = "glisp_layout"
 Compressor = Literal["blosclz", "lz4", "lz4hc", "zstd", "zlib"]  # infer.compressor
@@ -189,9 +190,10 @@ def create_arrays(
         g.create_array(
             INDEX_KEY, shape=(n,), chunks=(min(INDEX_CHUNK, max(n, 1)),), dtype="uint64", fill_value=0, config=cfg
         )
-        g.create_array(
-            INDEX_SIG, shape=(layout.rows, 2), chunks=(layout.chunk_rows, 2), dtype="uint64", fill_value=0, config=cfg
-        )
+        for name in (INDEX_FSIG, INDEX_NSIG):
+            g.create_array(
+                name, shape=(layout.rows,), chunks=(layout.chunk_rows,), dtype="uint64", fill_value=0, config=cfg
+            )
 
 
 def open_array(url: str, name: str, mode: AccessMode = "r") -> Any:

@@ -187,9 +187,9 @@ def write_features(plan: InferPlan, part: int, attempt: int = 0) -> dict[str, An
     m = _write_metrics(plan, part, 0, arr, writer, attempt, t0, c0)
     if kept is not None:  # what the next version's refresh compares
         t = time.perf_counter()
-        I.write_signatures(
-            plan, part, kept.result(plan.dims[0]), every_neighbour(plan, reader, vids, _Engines(plan, reader))[0]
-        )
+        I.write_feature_signatures(plan, part, kept.result(plan.dims[0]))
+        if plan.exchange() is None:  # else the plan job wrote them
+            I.write_neighbour_signatures(plan, part, every_neighbour(plan, reader, vids, _Engines(plan, reader))[0])
         m["signature_s"] = time.perf_counter() - t
         m["total_s"], m["cpu_s"] = time.perf_counter() - t0, time.process_time() - c0
     return m
@@ -396,7 +396,10 @@ def plan_exchange(plan: InferPlan, part: int, attempt: int = 0) -> dict[str, Any
     own = np.zeros(pos_index.shape[0], bool)
     own[vids] = True
     sample_s, needs_s, foreign = [], [], []
-    whole = every_neighbour(plan, reader, vids, engines) if plan.stable else None  # gathered once for every layer
+    whole = None
+    if plan.stable:  # every neighbour gathered once: every layer's draw, and the neighbourhood signatures
+        whole = every_neighbour(plan, reader, vids, engines)
+        I.write_neighbour_signatures(plan, part, whole[0])
     for layer in range(1, plan.layers + 1):
         t = time.perf_counter()
         sample, interior, fanout = layer_sample(plan, reader, vids, layer, engines, whole)
