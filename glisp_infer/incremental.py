@@ -27,7 +27,7 @@ from glisp_core.storage.uri import StoreURI, parse_uri
 from glisp_infer import halo as H
 from glisp_infer.plan import InferPlan
 from glisp_infer.stable import feature_signature, neighbour_signature
-from glisp_infer.store import INDEX_FSIG, INDEX_KEY, INDEX_NSIG, layer_name, open_array, read_rows, write_owned
+from glisp_infer.store import INDEX_FSIG, INDEX_KEY, INDEX_NSIG, fill_static, layer_name, open_array, write_owned
 from glisp_sampling.apply import HopSample
 
 CHANGED = "changed"  # the mask of vertices whose neighbourhood changed (and new ones)
@@ -114,9 +114,18 @@ class Rows:
 
 
 def prev_rows(plan: InferPlan, layer: int, vids: np.ndarray) -> tuple[np.ndarray, int]:
-    """The previous version's layer-``layer`` rows of ``vids`` (every one matched), each chunk decoded once."""
+    """The previous version's layer-``layer`` rows of ``vids`` (every one matched), each chunk read whole once
+    (a slice: zarr's orthogonal selection of many scattered rows costs several times more)."""
     rows = load_vector(plan.incremental_dir, PREV_ROW)[vids]
-    return read_rows(open_array(plan.prev_store, layer_name(layer)), rows)
+    arr = open_array(plan.prev_store, layer_name(layer))
+    out = np.empty((len(rows), arr.shape[1]), np.float32)
+    if len(rows) == 0:
+        return out, 0
+
+    def put(j: np.ndarray, vals: np.ndarray) -> None:
+        out[j] = vals
+
+    return out, fill_static(put, arr, rows, int(arr.chunks[0]))
 
 
 def compute_affected(

@@ -239,6 +239,20 @@ def stored_bytes(arr: Any, chunks: range) -> int:
     return int(sync(sizes()))
 
 
+def fill_static(put: Any, arr: Any, rows: np.ndarray, chunk_rows: int) -> int:
+    """``put(j, row)`` the layer row ``rows[j]`` for every j, decoding each global chunk they touch once;
+    returns the number of global chunks read."""
+    order = np.argsort(rows, kind="stable")
+    srt = rows[order]
+    chunk = srt // chunk_rows
+    cuts = np.flatnonzero(np.diff(chunk)) + 1
+    for lo, hi in zip(np.r_[0, cuts].tolist(), np.r_[cuts, len(srt)].tolist(), strict=True):
+        a = int(chunk[lo]) * chunk_rows
+        block = np.asarray(arr[a : a + chunk_rows])
+        put(order[lo:hi], block[srt[lo:hi] - a])
+    return len(cuts) + 1 if len(srt) else 0
+
+
 def read_rows(arr: Any, rows: np.ndarray) -> tuple[np.ndarray, int]:
     """Rows ``rows`` (any order, repeats allowed) of a layer array, reading each chunk they touch once;
     returns the rows and the number of chunks read."""

@@ -34,7 +34,16 @@ from glisp_infer.cache import ChunkCache, StaticCache, batch_chunks, capacity_of
 from glisp_infer.plan import InferPlan, load_model, resolve_device, set_threads
 from glisp_infer.sampling import FULL, edge_slots, hop_of, layer_request, max_degree, sample_masters
 from glisp_infer.stable import stable_sample
-from glisp_infer.store import INDEX_POS, INDEX_ROW, INDEX_VID, layer_name, open_array, stored_bytes, write_owned
+from glisp_infer.store import (
+    INDEX_POS,
+    INDEX_ROW,
+    INDEX_VID,
+    fill_static,
+    layer_name,
+    open_array,
+    stored_bytes,
+    write_owned,
+)
 
 
 class LocalRows:
@@ -271,20 +280,6 @@ def _own_file(plan: InferPlan, layer: int, part: int, rows: int, dim: int) -> Pa
         return None
     f = plan.own_rows_file(layer, part)
     return f if f.exists() and f.stat().st_size == max(rows, 1) * dim * 4 else None
-
-
-def fill_static(put: Any, arr: Any, rows: np.ndarray, chunk_rows: int) -> int:
-    """``put(j, row)`` the layer row ``rows[j]`` for every j, decoding each global chunk they touch once;
-    returns the number of global chunks read."""
-    order = np.argsort(rows, kind="stable")
-    srt = rows[order]
-    chunk = srt // chunk_rows
-    cuts = np.flatnonzero(np.diff(chunk)) + 1
-    for lo, hi in zip(np.r_[0, cuts].tolist(), np.r_[cuts, len(srt)].tolist(), strict=True):
-        a = int(chunk[lo]) * chunk_rows
-        block = np.asarray(arr[a : a + chunk_rows])
-        put(order[lo:hi], block[srt[lo:hi] - a])
-    return len(cuts) + 1 if len(srt) else 0
 
 
 def build_static(
