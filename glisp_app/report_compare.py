@@ -4,6 +4,11 @@ What a scheduled refresh wants to see after each snapshot: did any stage get slo
 quality drift, did the data grow. Every numeric count, metric and timing that either version's stage
 recorded is listed with both values and their ratio (OTHER / DATASET); sizes come from the stages'
 own byte counts, so nothing but the two manifests is read.
+
+Then, for every inference run of OTHER that an incremental refresh (``infer.incremental``) made against
+DATASET's version, the embedding version: the path it took (and why), the share of rows recomputed and affected
+per layer, and the drift of its final embeddings (cosine distance quantiles, top-k neighbours changed,
+predictions changed).
 """
 
 from __future__ import annotations
@@ -60,6 +65,45 @@ def _ratio(x: float | None, y: float | None) -> float | None:
     return round(y / x, 3) if x and y is not None else None
 
 
+DRIFT_KEYS = (
+    ("cos_p50", "cosine distance p50"),
+    ("cos_p90", "cosine distance p90"),
+    ("cos_p99", "cosine distance p99"),
+    ("cos_max", "cosine distance max"),
+    ("moved_share", "share of vertices moved"),
+    ("knn_changed_share", "share with top-k neighbours changed"),
+    ("predictions_changed_share", "share of predictions changed"),
+)
+
+
+def embedding_rows(a: Manifest, b: Manifest) -> list[list[Any]]:
+    """[run, quantity, value] for B's inference runs refreshed against A's version (either way round)."""
+    rows: list[list[Any]] = []
+    for first, second in ((a, b), (b, a)):
+        for name in sorted(second.stages):
+            rec = second.stages[name]
+            inc = rec.counts.get("incremental") if name.startswith("infer/") else None
+            if not inc or inc.get("previous") != f"{first.graph}/{first.version}":
+                continue
+            label = f"{second.version}:{name}"
+            rows.append([label, "path", f"{inc.get('path')}{': ' + inc['reason'] if inc.get('reason') else ''}"])
+            for key in ("recomputed_share", "affected_share"):
+                for i, v in enumerate(inc.get(key) or [], 1):
+                    rows.append([label, f"{key.replace('_', ' ')}, layer {i}", v])
+            drift = rec.metrics.get("drift") or {}
+            for key, what in DRIFT_KEYS:
+                if key in drift:
+                    rows.append([label, what, drift[key]])
+            if "knn_k" in drift:
+                rows.append([label, "top-k sample (k, queries)", f"{drift['knn_k']}, {drift['knn_queries']}"])
+    return rows
+
+
 def compare_text(a: Manifest, b: Manifest) -> str:
     head = [f"Comparison: A = {a.graph}/{a.version}   B = {b.graph}/{b.version}"]
-    return "\n".join(head + table(["stage", "quantity", "A", "B", "B/A"], compare_rows(a, b)))
+    out = head + table(["stage", "quantity", "A", "B", "B/A"], compare_rows(a, b))
+    emb = embedding_rows(a, b)
+    if emb:
+        out += ["", "Embedding versions (incremental refreshes between A and B)"]
+        out += table(["run", "quantity", "value"], emb)
+    return "\n".join(out)

@@ -339,6 +339,10 @@ class InferConfig:
     edges: str = ""  # link task: edge list to score (Parquet or CSV of original ids); "": every edge
     edges_src: str = "src"  # its source id column
     edges_dst: str = "dst"  # its destination id column
+    incremental: bool = (
+        False  # stable samples; recompute only rows whose input changed since the previous version's run
+    )
+    incremental_max_share: float = 0.5  # compute a layer in full once more than this share of its rows is affected
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -1,4 +1,5 @@
-"""``glisp infer DATASET --model TRAIN_RUN [--order pds] [--fanouts 15,10,5|full] [--store URL] [--edges FILE]``."""
+"""``glisp infer DATASET --model TRAIN_RUN [--order pds] [--fanouts 15,10,5|full] [--store URL] [--edges FILE]
+[--incremental]``."""
 
 from __future__ import annotations
 
@@ -18,6 +19,12 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--run", help="inference run name (infer.run; default <model>-<order>)")
     p.add_argument("--store", help="Zarr store: a local directory or an fsspec URL (infer.store; default in the stage)")
     p.add_argument("--edges", help="link task: Parquet/CSV edge list of original ids to score (infer.edges)")
+    p.add_argument(
+        "--incremental",
+        action="store_true",
+        default=None,
+        help="recompute only rows whose input changed since the previous version's run (infer.incremental)",
+    )
     p.add_argument("--force", action="store_true", help="recompute even if the published stage is current")
 
 
@@ -41,7 +48,13 @@ def main(args: argparse.Namespace, cfg: Config) -> int:
     for o in orders:
         check_order(o)  # a bad name fails before Spark starts
     cfg = with_values(
-        cfg, "infer", model=args.model, fanouts=parse_fanouts(args.fanouts), store=args.store, edges=args.edges
+        cfg,
+        "infer",
+        model=args.model,
+        fanouts=parse_fanouts(args.fanouts),
+        store=args.store,
+        edges=args.edges,
+        incremental=args.incremental,
     )
     dv = resolve_dataset(args.dataset, cfg.dataset.root)
     spark = lazy_spark(cfg.spark, checkpoint_dir=str(dv.root / "_checkpoints"))  # none when up to date
@@ -53,6 +66,9 @@ def main(args: argparse.Namespace, cfg: Config) -> int:
         if rec.completed_at < time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(t0)):
             continue  # up to date: run_infer said so
         met = rec.metrics
+        inc = rec.counts.get("incremental")
+        if inc:
+            print(f"{rec.name}: {inc['path']} ({inc.get('reason') or 'rows copied from ' + str(inc.get('previous'))})")
         print(
             f"{rec.name}: {rec.counts.get('vertices'):,} vertices x {rec.counts.get('layers')} layers at "
             f"{dv.path / rec.path}; chunk reads {met.get('chunk_reads'):,}, dynamic-cache hit ratio "

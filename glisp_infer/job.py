@@ -43,13 +43,13 @@ from glisp_infer.halo import remove_layer_files
 from glisp_infer.metrics import summarize_layers
 from glisp_infer.plan import InferPlan
 from glisp_infer.sampling import check_fanouts
-from glisp_infer.store import Codec, RowLayout, create_arrays, in_dataset_store
+from glisp_infer.store import STORE_FILE, ZARR_DIR, Codec, RowLayout, create_arrays, in_dataset_store, store_url
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
-STORE_FILE = "store.json"
-ZARR_DIR = "zarr"
+    from glisp_infer.refresh import Refresh
+
 EXCHANGE_DIR = "exchange"  # the halo exchange between layers (glisp_infer.halo), removed before publishing
 
 
@@ -75,16 +75,6 @@ def _published_store_url(dv: DatasetVersion, run: str) -> str | None:
     if rec is None or not dv.store.exists(dv.path / rec.path / STORE_FILE):
         return None
     return store_url(dv, dv.path / rec.path)
-
-
-def store_url(dv: DatasetVersion, stage_dir: StoreURI | os.PathLike[str]) -> str:
-    """Where a published run's Zarr group is: ``store.json``'s URL, else ``zarr/`` in the stage (a local path or a
-    store URI)."""
-    u = parse_uri(stage_dir)
-    text = store_for(u).read_text(u / STORE_FILE)
-    if text is not None:
-        return str(json.loads(text)["url"])
-    return str(u / ZARR_DIR)
 
 
 def _remove_store(url: str, attempts: int = 5) -> None:
@@ -231,6 +221,8 @@ def run_infer(
         "dims": list(inp.dims),
         "halo": ic.halo,
     }
+    if ic.incremental:  # a different draw than the kernels': not the same result as a run without it
+        params["sampling"] = "stable"
     extra = None
     if ic.edges:  # a local edge list is fingerprinted; a URL is taken as named
         extra = (
@@ -249,14 +241,24 @@ def run_infer(
         return pub.record()  # type: ignore[return-value]
     old_url = _published_store_url(dv, inp.name)
     url = None
+    refresh = None
     try:
         with pub:
+            if ic.incremental and not inp.layerwise:
+                log(f"infer/{inp.name}: a full run: incremental inference needs the slice protocol")
+            elif ic.incremental:
+                from glisp_infer.refresh import Refresh
+
+                refresh = Refresh.resolve(ic, dv, inp.name, params, inp)
             url = _new_store(dv, ic.store, inp.name, pub.tmp)
-            rec = _run(spark, cfg, dv, inp, layout, codec, url, pub, fault, log)
+            rec = _run(spark, cfg, dv, inp, layout, codec, url, pub, fault, log, refresh)
     except BaseException:
         if url and ic.store:
             _remove_store(url)
         raise
+    finally:
+        if refresh is not None:
+            refresh.close()
     if old_url and old_url != url:
         _remove_store(old_url)
     return rec
@@ -357,11 +359,14 @@ def _run(
     pub: StagePublisher,
     fault: str | None,
     log: Any,
+    refresh: Refresh | None = None,
 ) -> StageRecord:
     t0 = time.perf_counter()
     plan = _plan(cfg, spark, inp, layout, codec, url, fault, pub.tmp)
+    if refresh is not None:
+        plan = replace(plan, **refresh.plan_fields(pub.tmp, list(inp.dims)))
     try:
-        return _run_layers(spark, cfg, dv, inp, plan, pub, log, t0)
+        return _run_layers(spark, cfg, dv, inp, plan, pub, log, t0, refresh)
     finally:
         shutil.rmtree(plan.scratch(), ignore_errors=True)  # this host's leftovers (tasks remove their own)
         _remove_exchange(plan)
@@ -387,13 +392,16 @@ def _scores(spark: SparkSession, dv: DatasetVersion, inp: Inputs, plan: InferPla
 
 
 def _remove_exchange(plan: InferPlan) -> None:
-    """The halo exchange is no part of the published stage; a failed run's is removed with its attempt."""
-    exchange = plan.exchange()
-    if exchange is not None:
+    """The halo exchange and the refresh's masks are no part of the published stage; a failed run's are removed
+    with its attempt."""
+    for d in (plan.exchange(), parse_uri(plan.incremental_dir) if plan.incremental_dir else None):
+        if d is None:
+            continue
         try:
-            store_for(exchange).delete(exchange)
+            if store_for(d).exists(d):
+                store_for(d).delete(d)
         except OSError as e:  # garbage in an attempt: retention removes it with the attempt if it is unpublished
-            log.warning("infer: could not remove the halo exchange %s (%s)", exchange, e)
+            log.warning("infer: could not remove %s (%s)", d, e)
 
 
 def _run_layers(
@@ -405,6 +413,7 @@ def _run_layers(
     pub: StagePublisher,
     log: Any,
     t0: float,
+    refresh: Refresh | None = None,
 ) -> StageRecord:
     from glisp_infer import task as T
     from glisp_infer.index import build_index
@@ -423,7 +432,9 @@ def _run_layers(
         "seed": plan.seed,
         "direction": plan.direction,
     }
-    create_arrays(url, layout, list(plan.dims), inp.num_vertices, plan.codec, attrs)
+    create_arrays(url, layout, list(plan.dims), inp.num_vertices, plan.codec, attrs, stable=plan.stable)
+    if refresh is not None:
+        refresh.start(url)
     timings: dict[str, float] = {}
     t = time.perf_counter()
     idx = build_index(spark, dv, dv.path / inp.reorder.path, layout, url, pub.tmp / "index", inp.vertex_types)
@@ -435,6 +446,7 @@ def _run_layers(
         timings["plan_s"] = time.perf_counter() - t
     per_layer: list[list[dict[str, Any]]] = []
     extra_metrics: dict[str, Any] = {}
+    drift: dict[str, Any] = {}
     if not inp.layerwise:
         log(
             f"infer/{inp.name}: model {inp.model_run} ({inp.spec.factory or inp.spec.arch}) has no slice protocol "
@@ -446,7 +458,10 @@ def _run_layers(
         if layer == 0:
             res = run_tasks(spark, plan, lambda p, k, a: T.write_features(p, k, a), "layer 0 (features)")
         else:
-            res = run_tasks(spark, plan, lambda p, k, a, ly=layer: T.infer_layer(p, ly, k, a), f"layer {layer}")
+            mode = refresh.layer_mode(layer) if refresh is not None else ""
+            res = run_tasks(
+                spark, plan, lambda p, k, a, ly=layer, md=mode: T.infer_layer(p, ly, k, a, md), f"layer {layer}"
+            )
         wall = time.perf_counter() - t
         timings[f"layer{layer}_s"] = wall
         for r in res:
@@ -456,6 +471,13 @@ def _run_layers(
                 r["needs_s"] = planned[r["part"]]["needs_s"][layer - 1]
         if layer and exchange is not None:
             remove_layer_files(exchange, layer - 1)
+        if refresh is not None:
+            if layer == 0:
+                refresh.after_features(url)
+            else:
+                refresh.after_layer(layer, res)
+            if layer == plan.layers:
+                drift = refresh.drift(url, res, layer, inp.spec.task)
         per_layer.append(sorted(res, key=lambda r: r["part"]))
         log(f"infer/{inp.name}: layer {layer} done in {wall:.1f}s")
     if not inp.layerwise:
@@ -492,5 +514,10 @@ def _run_layers(
         **idx,
         **out_counts,
     }
+    if refresh is not None:
+        counts["incremental"] = refresh.record()
+        counts["model_digest"] = refresh.digest
+        if drift:
+            metrics["drift"] = drift
     timings["total_s"] = time.perf_counter() - t0
     return pub.commit(counts=counts, metrics=metrics, timings={k: round(v, 3) for k, v in timings.items()})

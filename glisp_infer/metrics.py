@@ -44,6 +44,12 @@ SUMS = (
     "halo_rows_written",
     "halo_write_s",
     "needs_s",
+    "affected",
+    "recomputed",
+    "copied",
+    "copy_s",
+    "copy_chunks",
+    "signature_s",
 )
 
 

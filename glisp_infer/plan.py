@@ -47,6 +47,10 @@ class InferPlan:
     verify_copies: bool = True  # check a reused copy's content hashes (serve.verify != "off")
     token: str = ""  # unique per run: names its files under the scratch directory
     shadow_fractions: tuple[float, ...] = field(default=SHADOW_FRACTIONS)
+    stable: bool = False  # neighbour samples by keys of original ids (glisp_infer.stable): infer.incremental
+    incremental_dir: str = ""  # the refresh's masks and row map (glisp_infer.incremental); "": every row computed
+    prev_store: str = ""  # the previous version's Zarr group of the same run: rows copied and drift measured
+    max_share: float = 1.0  # a task recomputes all its vertices of a layer when more than this share is affected
     fault: str = ""  # test hook "layer:part:chunks[:raise]": the first attempt of that task dies after writing chunks
 
     @property
@@ -98,12 +102,13 @@ def local_copy(src: str, dataset: str, cache_dir: str, verify: bool) -> Path:
 
 
 @functools.lru_cache(maxsize=2)
-def load_model(checkpoint: str, device: str) -> Any:
-    """The checkpoint's model in eval mode on ``device``; loaded once per Python worker."""
+def load_model(checkpoint: str, device: str, double: bool = False) -> Any:
+    """The checkpoint's model in eval mode on ``device`` (in float64 with ``double``); loaded once per Python
+    worker."""
     from glisp_core.models import load_checkpoint
 
     model, _ = load_checkpoint(checkpoint, device=device)
-    return model
+    return model.double() if double else model
 
 
 def resolve_device(name: str) -> Any:

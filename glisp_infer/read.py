@@ -36,7 +36,7 @@ class InferenceRun:
     """A published ``infer/<run>`` stage."""
 
     def __init__(self, dv: DatasetVersion, run: str) -> None:
-        from glisp_infer.job import store_url
+        from glisp_infer.store import store_url
 
         self.dv, self.run = dv, run
         rec = read_manifest(dv).stage(f"infer/{run}")

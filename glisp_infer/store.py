@@ -6,6 +6,8 @@ Layout of the group (a local directory, an object-store URI or any fsspec URL: :
     index/vid               int64 (rows,): the vertex of each row, -1 on padding rows
     index/row               int64 (n,): the row of each vertex id
     index/pos               int64 (n,): the vertex's position in the global order (reorder ``pos``)
+    index/key               with stable samples (``infer.incremental``): uint64 (n,) the vertex's key
+    index/fsig, index/nsig  with stable samples: uint64 (rows,) the hashes of each row's features and neighbourhood
 
 Rows: partition ``k``'s vertices (the ones it masters, hence infers) occupy rows
 ``[start_k, start_k + n_k)`` in the order's within-partition position (``part_pos``), and
@@ -17,18 +19,25 @@ order's global position plus padding; for NS and DS it is that order within each
 from __future__ import annotations
 
 import json
+import os
 from dataclasses import dataclass
 from typing import Any, Literal
 
 import numpy as np
 
 from glisp_core.errors import GlispError
-from glisp_core.storage.uri import SCHEMES
+from glisp_core.storage.store import store_for
+from glisp_core.storage.uri import SCHEMES, StoreURI, parse_uri
 
+STORE_FILE = "store.json"  # in a stage whose group lives elsewhere (infer.store): its URL
+ZARR_DIR = "zarr"  # the group inside the stage otherwise
 LAYERS = "layers"
 INDEX_VID = "index/vid"
 INDEX_ROW = "index/row"
 INDEX_POS = "index/pos"
+INDEX_KEY = "index/key"  # uint64 (n,): the vertex's key, a hash of its type and original id (glisp_infer.stable)
+INDEX_FSIG = "index/fsig"  # uint64 (rows,): per row, the hash of its features (glisp_infer.stable)
+INDEX_NSIG = "index/nsig"  # uint64 (rows,): per row, the hash of its neighbourhood
 INDEX_CHUNK = 1 << 20  # entries per chunk of the index arrays (8 MiB of int64)
 LAYOUT_ATTR = "glisp_layout"
 Compressor = Literal["blosclz", "lz4", "lz4hc", "zstd", "zlib"]  # infer.compressor
@@ -118,6 +127,16 @@ def open_store(url: str, read_only: bool = False) -> Any:
     return FsspecStore.from_url(url, read_only=read_only, storage_options=opts)
 
 
+def store_url(dv: Any, stage_dir: StoreURI | os.PathLike[str]) -> str:
+    """Where a published run's Zarr group is: ``store.json``'s URL, else ``zarr/`` in the stage (a local path or a
+    store URI)."""
+    u = parse_uri(stage_dir)
+    text = store_for(u).read_text(u / STORE_FILE)
+    if text is not None:
+        return str(json.loads(text)["url"])
+    return str(u / ZARR_DIR)
+
+
 def in_dataset_store(url: str) -> bool:
     """Whether ``url`` is reached through the dataset's own store (an object store or HDFS URI), not fsspec."""
     scheme = url.split("://", 1)[0].lower() if "://" in url else "file"
@@ -130,8 +149,11 @@ def open_group(url: str, mode: AccessMode = "r") -> Any:
     return zarr.open_group(store=open_store(url, read_only=mode == "r"), mode=mode)
 
 
-def create_arrays(url: str, layout: RowLayout, dims: list[int], n: int, codec: Codec, attrs: dict) -> None:
-    """Create the group, every layer array and the index arrays (metadata only; tasks fill the chunks)."""
+def create_arrays(
+    url: str, layout: RowLayout, dims: list[int], n: int, codec: Codec, attrs: dict, stable: bool = False
+) -> None:
+    """Create the group, every layer array and the index arrays (metadata only; tasks fill the chunks); with
+    ``stable`` also the vertex keys and the row signatures of an incremental refresh."""
     g = open_group(url, mode="w")
     g.attrs[LAYOUT_ATTR] = json.loads(json.dumps({**attrs, "layout": layout.to_dict(), "dims": dims}))
     cfg = {"write_empty_chunks": True}  # every owned chunk exists once its task has finished
@@ -164,6 +186,14 @@ def create_arrays(url: str, layout: RowLayout, dims: list[int], n: int, codec: C
             fill_value=-1,
             config=cfg,
         )
+    if stable:
+        g.create_array(
+            INDEX_KEY, shape=(n,), chunks=(min(INDEX_CHUNK, max(n, 1)),), dtype="uint64", fill_value=0, config=cfg
+        )
+        for name in (INDEX_FSIG, INDEX_NSIG):
+            g.create_array(
+                name, shape=(layout.rows,), chunks=(layout.chunk_rows,), dtype="uint64", fill_value=0, config=cfg
+            )
 
 
 def open_array(url: str, name: str, mode: AccessMode = "r") -> Any:
@@ -207,6 +237,20 @@ def stored_bytes(arr: Any, chunks: range) -> int:
         return total
 
     return int(sync(sizes()))
+
+
+def fill_static(put: Any, arr: Any, rows: np.ndarray, chunk_rows: int) -> int:
+    """``put(j, row)`` the layer row ``rows[j]`` for every j, decoding each global chunk they touch once;
+    returns the number of global chunks read."""
+    order = np.argsort(rows, kind="stable")
+    srt = rows[order]
+    chunk = srt // chunk_rows
+    cuts = np.flatnonzero(np.diff(chunk)) + 1
+    for lo, hi in zip(np.r_[0, cuts].tolist(), np.r_[cuts, len(srt)].tolist(), strict=True):
+        a = int(chunk[lo]) * chunk_rows
+        block = np.asarray(arr[a : a + chunk_rows])
+        put(order[lo:hi], block[srt[lo:hi] - a])
+    return len(cuts) + 1 if len(srt) else 0
 
 
 def read_rows(arr: Any, rows: np.ndarray) -> tuple[np.ndarray, int]:

@@ -22,17 +22,28 @@ import os
 import time
 import uuid
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 import numpy as np
 
 from glisp_core.errors import GlispError
 from glisp_core.storage.uri import StoreURI
 from glisp_infer import halo as H
+from glisp_infer import incremental as I
 from glisp_infer.cache import ChunkCache, StaticCache, batch_chunks, capacity_of, reread_plan, simulate_hits
 from glisp_infer.plan import InferPlan, load_model, resolve_device, set_threads
 from glisp_infer.sampling import FULL, edge_slots, hop_of, layer_request, max_degree, sample_masters
-from glisp_infer.store import INDEX_POS, INDEX_ROW, INDEX_VID, layer_name, open_array, stored_bytes, write_owned
+from glisp_infer.stable import stable_sample
+from glisp_infer.store import (
+    INDEX_POS,
+    INDEX_ROW,
+    INDEX_VID,
+    fill_static,
+    layer_name,
+    open_array,
+    stored_bytes,
+    write_owned,
+)
 
 
 class LocalRows:
@@ -171,14 +182,26 @@ def write_features(plan: InferPlan, part: int, attempt: int = 0) -> dict[str, An
         raise GlispError(f"{reader.path}: vertices {vids[rows < 0][:3].tolist()} are not mastered here")
     arr = open_array(plan.store, layer_name(0), mode="r+")
     writer = new_writer(plan, arr, 0, part, attempt)
+    kept = I.Rows() if plan.stable else None
     try:
         step = plan.layout.chunk_rows * 8
         for a in range(0, len(vids), step):
-            writer.add(np.asarray(reader.features[rows[a : a + step]], np.float32))
+            block = np.asarray(reader.features[rows[a : a + step]], np.float32)
+            writer.add(block)
+            if kept is not None:
+                kept.add(block)
         writer.close()
     finally:
         writer.abort()
-    return _write_metrics(plan, part, 0, arr, writer, attempt, t0, c0)
+    m = _write_metrics(plan, part, 0, arr, writer, attempt, t0, c0)
+    if kept is not None:  # what the next version's refresh compares
+        t = time.perf_counter()
+        I.write_feature_signatures(plan, part, kept.result(plan.dims[0]))
+        if plan.exchange() is None:  # else the plan job wrote them
+            I.write_neighbour_signatures(plan, part, every_neighbour(plan, reader, vids, _Engines(plan, reader))[0])
+        m["signature_s"] = time.perf_counter() - t
+        m["total_s"], m["cpu_s"] = time.perf_counter() - t0, time.process_time() - c0
+    return m
 
 
 def new_writer(plan: InferPlan, arr: Any, layer: int, part: int, attempt: int) -> OwnedWriter:
@@ -259,20 +282,6 @@ def _own_file(plan: InferPlan, layer: int, part: int, rows: int, dim: int) -> Pa
     return f if f.exists() and f.stat().st_size == max(rows, 1) * dim * 4 else None
 
 
-def fill_static(put: Any, arr: Any, rows: np.ndarray, chunk_rows: int) -> int:
-    """``put(j, row)`` the layer row ``rows[j]`` for every j, decoding each global chunk they touch once;
-    returns the number of global chunks read."""
-    order = np.argsort(rows, kind="stable")
-    srt = rows[order]
-    chunk = srt // chunk_rows
-    cuts = np.flatnonzero(np.diff(chunk)) + 1
-    for lo, hi in zip(np.r_[0, cuts].tolist(), np.r_[cuts, len(srt)].tolist(), strict=True):
-        a = int(chunk[lo]) * chunk_rows
-        block = np.asarray(arr[a : a + chunk_rows])
-        put(order[lo:hi], block[srt[lo:hi] - a])
-    return len(cuts) + 1 if len(srt) else 0
-
-
 def build_static(
     plan: InferPlan, layer: int, part: int, vids: np.ndarray, nbrs: np.ndarray
 ) -> tuple[StaticCache, dict[str, Any]]:
@@ -337,12 +346,31 @@ def _fill_from_halo(
     return len(ids)
 
 
+def every_neighbour(plan: InferPlan, reader: Any, vids: np.ndarray, engines: Any) -> tuple[Any, np.ndarray, int]:
+    """Every neighbour of ``vids`` in the sampling direction (per relation slot): (sample, interior, max degree)."""
+    full = max_degree([reader], plan.direction, reader.to_local(vids))
+    req = layer_request(FULL, plan.relations, full, plan.seed, 0, plan.direction)
+    sample, interior = sample_masters(reader, vids, req, engines)
+    return sample, interior, full
+
+
 def layer_sample(
-    plan: InferPlan, reader: Any, vids: np.ndarray, layer: int, engines: Any
+    plan: InferPlan, reader: Any, vids: np.ndarray, layer: int, engines: Any, whole: Any = None
 ) -> tuple[Any, np.ndarray, int]:
-    """One hop for every vertex the task infers at ``layer``: (sample, interior, the fanout used)."""
+    """One hop for every vertex the task infers at ``layer``: (sample, interior, the fanout used). With stable
+    samples, drawn from ``whole`` (:func:`every_neighbour`, gathered when not given) by keys of original ids."""
+    from glisp_sampling.khop import hop_seed
+
     hop = hop_of(layer - 1, plan.layers)
     f = plan.fanouts[hop]
+    if plan.stable:
+        nb, interior, deg = whole if whole is not None else every_neighbour(plan, reader, vids, engines)
+        keys = I.vertex_keys(plan.store)
+        return (
+            stable_sample(nb, keys[vids], keys[nb.nbrs], hop_seed(plan.seed, hop), f),
+            interior,
+            deg if f == FULL else f,
+        )
     full = max_degree([reader], plan.direction, reader.to_local(vids)) if f == FULL else 0
     req = layer_request(f, plan.relations, full, plan.seed, hop, plan.direction)
     sample, interior = sample_masters(reader, vids, req, engines)
@@ -363,9 +391,13 @@ def plan_exchange(plan: InferPlan, part: int, attempt: int = 0) -> dict[str, Any
     own = np.zeros(pos_index.shape[0], bool)
     own[vids] = True
     sample_s, needs_s, foreign = [], [], []
+    whole = None
+    if plan.stable:  # every neighbour gathered once: every layer's draw, and the neighbourhood signatures
+        whole = every_neighbour(plan, reader, vids, engines)
+        I.write_neighbour_signatures(plan, part, whole[0])
     for layer in range(1, plan.layers + 1):
         t = time.perf_counter()
-        sample, interior, fanout = layer_sample(plan, reader, vids, layer, engines)
+        sample, interior, fanout = layer_sample(plan, reader, vids, layer, engines, whole)
         t1 = time.perf_counter()
         mark = own.copy()  # distinct ids by marking: np.unique would sort every sampled edge
         mark[sample.nbrs] = True
@@ -391,8 +423,10 @@ def plan_exchange(plan: InferPlan, part: int, attempt: int = 0) -> dict[str, Any
     }
 
 
-def infer_layer(plan: InferPlan, layer: int, part: int, attempt: int = 0) -> dict[str, Any]:
-    """Compute layer ``layer`` (>= 1) of the vertices partition ``part`` masters; returns its metrics."""
+def infer_layer(plan: InferPlan, layer: int, part: int, attempt: int = 0, incremental: str = "") -> dict[str, Any]:
+    """Compute layer ``layer`` (>= 1) of the vertices partition ``part`` masters; returns its metrics. With
+    ``incremental = "copy"``, only those whose input changed, the others' rows copied from the previous version
+    (:mod:`glisp_infer.incremental`); ``"measure"``: every one, the affected set only measured."""
     t0, c0 = time.perf_counter(), time.process_time()  # CPU: the task's process, zarr's codec threads included
     set_threads(plan.threads)
     i = layer - 1
@@ -412,6 +446,8 @@ def infer_layer(plan: InferPlan, layer: int, part: int, attempt: int = 0) -> dic
     cache, fill = build_static(plan, layer, part, vids, sample.nbrs)
     m.update(fill)
     m["fill_s"] = time.perf_counter() - t
+    todo = _incremental_todo(plan, layer, vids, sample, m, incremental == "measure") if incremental else None
+    last = I.Rows() if plan.prev_store and layer == plan.layers else None  # the drift against the previous version
     # 3. stream the vertices through the slice, 4. writing the output rows
     out = open_array(plan.store, layer_name(layer), mode="r+")
     writer = None
@@ -420,12 +456,24 @@ def infer_layer(plan: InferPlan, layer: int, part: int, attempt: int = 0) -> dic
         dyn = ChunkCache(
             cache, capacity_of(cache.num_chunks, plan.cache_fraction, plan.cache_chunks), plan.cache_policy
         )
-        m.update(stream(plan, layer, cache, dyn, vids, sample, writer))
+        if todo is None:
+            m.update(stream(plan, layer, cache, dyn, vids, sample, writer if last is None else _Tee(writer, last)))
+        else:
+            rows, mi = I.compute_affected(
+                plan, layer, vids, sample, todo, lambda v, s, w: stream(plan, layer, cache, dyn, v, s, w)
+            )
+            m.update(mi)
+            for a in range(0, n, plan.layout.chunk_rows):
+                writer.add(rows[a : a + plan.layout.chunk_rows])
+            if last is not None:
+                last.add(rows)
         writer.close()
     finally:
         if writer is not None:
             writer.abort()
         cache.close()
+    if last is not None:
+        m["drift"] = I.drift(plan, vids, last.result(plan.dims[layer]), np.ones(n, bool) if todo is None else todo)
     plan.own_rows_file(i, part).unlink(missing_ok=True)  # consumed; a retry reads the own rows from Zarr
     nf = len(cache.ids) - n
     m.update(
@@ -443,8 +491,39 @@ def infer_layer(plan: InferPlan, layer: int, part: int, attempt: int = 0) -> dic
     return m
 
 
+class RowSink(Protocol):
+    """Where a stream's output rows go: a task's writer, or a collector of them."""
+
+    def add(self, rows: np.ndarray) -> None: ...
+
+
+class _Tee:
+    """A writer that also keeps the rows."""
+
+    def __init__(self, writer: OwnedWriter, keep: I.Rows) -> None:
+        self.writer, self.keep = writer, keep
+
+    def add(self, rows: np.ndarray) -> None:
+        self.writer.add(rows)
+        self.keep.add(rows)
+
+
+def _incremental_todo(
+    plan: InferPlan, layer: int, vids: np.ndarray, sample: Any, m: dict[str, Any], every: bool
+) -> np.ndarray | None:
+    """The task's vertices to compute at an incremental layer (None: all of them, when ``every`` or when the
+    affected share passes ``plan.max_share``); records the layer's affected set in ``m``."""
+    aff = I.affected(plan, layer, vids, sample)
+    m["affected"] = int(aff.sum())
+    m["affected_vids"] = vids[aff]
+    full = every or (len(vids) > 0 and aff.mean() > plan.max_share)
+    m["recomputed"] = len(vids) if full else int(aff.sum())
+    m["full"] = bool(full)
+    return None if full else aff
+
+
 def stream(
-    plan: InferPlan, layer: int, cache: StaticCache, dyn: ChunkCache, vids: np.ndarray, sample: Any, writer: OwnedWriter
+    plan: InferPlan, layer: int, cache: StaticCache, dyn: ChunkCache, vids: np.ndarray, sample: Any, writer: RowSink
 ) -> dict[str, Any]:
     """Slice ``layer - 1`` over ``vids`` in order, ``plan.batch_size`` at a time, reading every row through
     the dynamic cache; returns the read and compute seconds and the cache metrics."""
@@ -453,7 +532,10 @@ def stream(
     from glisp_sampling.apply import relabel
 
     device = resolve_device(plan.device)
-    model = load_model(plan.checkpoint, str(device))
+    # stable samples: float64 arithmetic, rounded to float32 rows, so a row does not depend on which other rows
+    # share its batch (a GEMM's rounding does): an incremental refresh computes other batches than a full run
+    model = load_model(plan.checkpoint, str(device), plan.stable)
+    xtype = torch.float64 if plan.stable else torch.float32
     n = len(vids)
     loc_v, loc_n = cache.local_ids(vids), cache.local_ids(sample.nbrs)
     per_vertex = sample.counts.sum(axis=1)
@@ -481,7 +563,7 @@ def stream(
         ei = torch.from_numpy(np.stack([nb_pos, dst_pos])).to(device)
         et = slots[eoff[b] : eoff[e]].to(device) if slots is not None else None
         with torch.no_grad():
-            h = model.layer(layer - 1, torch.from_numpy(x).to(device), ei, e - b, et).to("cpu", torch.float32)
+            h = model.layer(layer - 1, torch.from_numpy(x).to(device, xtype), ei, e - b, et).to("cpu", torch.float32)
         compute_s += time.perf_counter() - tc
         writer.add(h.numpy())  # timed by the writer
     return {

@@ -118,7 +118,8 @@ def incremental_params(cfg: Config, base: DatasetVersion, base_rec: StageRecord)
 # ---- matching by original ids ------------------------------------------------------------------
 
 
-def _id_frame(dv: DatasetVersion, as_str: bool) -> pd.DataFrame:
+def id_frame(dv: DatasetVersion, as_str: bool) -> pd.DataFrame:
+    """vid, vertex type name (`vt`) and original id (`orig`, as text when `as_str`) of every vertex of `dv`."""
     schema = read_manifest(dv).schema
     t = store_for(dv.idmap).read_table(dv.idmap, columns=["vid", "orig_id", "vtype"]).to_pandas()
     names = np.asarray(schema.get("vertex_types") or ["v0"], dtype=object)
@@ -136,7 +137,7 @@ def vid_map(base: DatasetVersion, new: DatasetVersion) -> np.ndarray:
     sb = read_manifest(base).schema
     sn = read_manifest(new).schema
     as_str = sb.get("id_type") != sn.get("id_type")
-    ob, on = _id_frame(base, as_str), _id_frame(new, as_str)
+    ob, on = id_frame(base, as_str), id_frame(new, as_str)
     both = ob.merge(on, on=["vt", "orig"], suffixes=("_b", "_n"))
     out = np.full(int(sb["num_vertices"]), -1, np.int64)
     out[both["vid_b"].to_numpy()] = both["vid_n"].to_numpy()

@@ -95,3 +95,91 @@ def infer_cfg(**infer):
     cfg = load_config(env={})
     base = {"chunk_rows": 16, "batch_size": 24, "cache_chunks": 2}
     return with_values(cfg, "infer", **{**base, **infer})
+
+
+@pytest.fixture
+def make_infer_cfg():
+    """:func:`infer_cfg`, for tests that take helpers as fixtures."""
+    return infer_cfg
+
+
+@pytest.fixture
+def new_model():
+    """:func:`make_model`, for tests that take helpers as fixtures."""
+    return make_model
+
+
+@dataclass
+class Versions:
+    old: object
+    new: object
+    old_run: str
+    new_run: str
+    changed_features: list[str]  # original ids
+
+
+def _publish_version(spark, root, version, orig, src, dst, etype, feats, salt):
+    """One version: ingest contract, a pair-hash partition of its own vids, serialize and the PDS order."""
+    from glisp_core.config import load_config, with_values
+    from glisp_testing.graphs import write_dataset
+    from glisp_testing.partitions import publish_partition
+    from spark_jobs.serialize.job import run_serialize
+    from spark_jobs.serialize.reorder import run_reorders
+
+    dv = write_dataset(
+        root,
+        "g",
+        src,
+        dst,
+        num_vertices=len(orig),
+        etype=etype,
+        edge_types=list(RELATIONS),
+        features=feats,
+        version=version,
+        orig_ids=list(orig),
+    )
+    lo, hi = np.minimum(src, dst), np.maximum(src, dst)
+    run = publish_partition(dv, ((lo * 7919 + hi * 104729 + salt) % 1009) % P, P)
+    cfg = with_values(load_config(env={}), "serialize", parquet_copy=False)
+    run_serialize(spark, cfg, dv, run=run)
+    run_reorders(spark, cfg, dv, ["pds"], run=run)
+    return dv, run
+
+
+@pytest.fixture(scope="session")
+def two_versions(spark, tmp_path_factory) -> Versions:
+    """v1, and v2 = v1 with 6 vertices removed (with their edges), 5 added (with edges), 4% of the edges
+    removed and 4% added, 3 feature rows changed, every vid renumbered and a different partition."""
+    from glisp_testing.graphs import rmat_edges
+
+    root = tmp_path_factory.mktemp("incr")
+    rng = np.random.default_rng(5)
+    src, dst = rmat_edges(8, edge_factor=6, seed=3)
+    n = 262
+    et = rng.integers(0, 2, len(src)).astype(np.int32)
+    feats = rng.normal(size=(n, 6)).astype(np.float32)
+    ids = np.array([f"u{i}" for i in range(n)], object)
+    old, old_run = _publish_version(spark, root, "v1", ids, src, dst, et, feats, 0)
+    gone = rng.choice(n, 6, replace=False)
+    keep_e = ~np.isin(src, gone) & ~np.isin(dst, gone) & (rng.random(len(src)) > 0.04)
+    s2, d2, e2 = [src[keep_e]], [dst[keep_e]], [et[keep_e]]
+    k = int(0.04 * len(src))
+    s2.append(rng.integers(0, n + 5, k))
+    d2.append(rng.integers(0, n + 5, k))
+    e2.append(rng.integers(0, 2, k).astype(np.int32))
+    s, d, e = np.concatenate(s2), np.concatenate(d2), np.concatenate(e2)
+    ok = ~np.isin(s, gone) & ~np.isin(d, gone) & (s != d)
+    s, d, e = s[ok], d[ok], e[ok]
+    ids2 = np.concatenate([ids, np.array([f"new{i}" for i in range(5)], object)])
+    f2 = np.concatenate([feats, rng.normal(size=(5, 6)).astype(np.float32)])
+    changed = rng.choice(np.setdiff1d(np.arange(n), gone), 3, replace=False)
+    f2[changed] += 1.0
+    alive = np.setdiff1d(np.arange(n + 5), gone)  # old index -> new vid by a fresh permutation
+    perm = rng.permutation(len(alive))
+    new_vid = np.full(n + 5, -1, np.int64)
+    new_vid[alive] = perm
+    order = np.argsort(perm)
+    new, new_run = _publish_version(
+        spark, root, "v2", ids2[alive][order], new_vid[s], new_vid[d], e, f2[alive][order], 17
+    )
+    return Versions(old, new, old_run, new_run, [str(x) for x in ids[changed]])

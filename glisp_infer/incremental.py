@@ -1,0 +1,169 @@
+"""The task side of an incremental refresh (``infer.incremental``; the driver side is :mod:`glisp_infer.refresh`).
+
+A vertex's layer-``l`` row is a function of its own layer-``l-1`` row and its sampled neighbours' (the samples
+are a function of (seed, layer, vertex, neighbourhood): :mod:`glisp_infer.stable`). So with
+
+- ``changed``: vertices whose neighbourhood (in-edges in the aggregation direction) differs from the previous
+  version's, and new vertices (the row signatures of layer 0 tell);
+- ``A_0``: vertices whose features differ, and new vertices;
+- ``A_l = A_{l-1} ∪ changed ∪ {v : a sampled neighbour of v at layer l is in A_{l-1}}``,
+
+a task recomputes at layer ``l`` only its vertices in ``A_l`` and copies every other row from the previous
+version's layer ``l`` (matched by original id through the id maps). The driver writes ``changed``, ``A_{l-1}``
+and the new-vid → previous-row map into the refresh's directory in the dataset's store before layer ``l``; each
+task returns its part of ``A_l``. A task whose affected share passes ``infer.incremental_max_share`` computes
+all its vertices (copying most rows would cost more than it saves).
+"""
+
+from __future__ import annotations
+
+import functools
+import time
+from typing import Any
+
+import numpy as np
+
+from glisp_core.storage.uri import StoreURI, parse_uri
+from glisp_infer import halo as H
+from glisp_infer.plan import InferPlan
+from glisp_infer.stable import feature_signature, neighbour_signature
+from glisp_infer.store import INDEX_FSIG, INDEX_KEY, INDEX_NSIG, fill_static, layer_name, open_array, write_owned
+from glisp_sampling.apply import HopSample
+
+CHANGED = "changed"  # the mask of vertices whose neighbourhood changed (and new ones)
+PREV_ROW = "prev_row"  # new vid -> row in the previous version's arrays, -1 for a new vertex
+
+
+def mask_name(layer: int) -> str:
+    """The mask ``A_layer`` (``A_0``: changed features)."""
+    return f"affected-l{layer}"
+
+
+def save_vector(root: StoreURI | str, name: str, values: np.ndarray) -> None:
+    """One array of the refresh's directory, written whole (a local file renamed into place, one PUT)."""
+    H.save_atomic(parse_uri(root) / f"{name}.npz", values=values)
+
+
+@functools.lru_cache(maxsize=8)
+def load_vector(root: str, name: str) -> np.ndarray:
+    """An array the driver wrote (immutable once written: read once per Python worker)."""
+    from glisp_core.errors import GlispError
+
+    z = H._npz(parse_uri(root) / f"{name}.npz")
+    if z is None:
+        raise GlispError(f"{root}/{name}.npz: missing; the driver writes it before the layer's tasks run")
+    with z:
+        return np.asarray(z["values"])
+
+
+@functools.lru_cache(maxsize=4)
+def vertex_keys(store: str) -> np.ndarray:
+    """Every vertex's key (``index/key``, by vid), read once per Python worker and run."""
+    return np.asarray(open_array(store, INDEX_KEY)[:], np.uint64)
+
+
+def write_feature_signatures(plan: InferPlan, part: int, features: np.ndarray) -> None:
+    """The partition's rows of ``index/fsig``: a hash of each vertex's features (written by layer 0)."""
+    arr = open_array(plan.store, INDEX_FSIG, mode="r+")
+    write_owned(arr, plan.layout.starts[part], feature_signature(features), plan.layout.chunk_rows)
+
+
+def write_neighbour_signatures(plan: InferPlan, part: int, whole: HopSample) -> None:
+    """The partition's rows of ``index/nsig``: a hash of each vertex's neighbourhood (written where every
+    neighbour is gathered anyway: the plan job, else layer 0)."""
+    arr = open_array(plan.store, INDEX_NSIG, mode="r+")
+    nsig = neighbour_signature(whole, vertex_keys(plan.store)[whole.nbrs])
+    write_owned(arr, plan.layout.starts[part], nsig, plan.layout.chunk_rows)
+
+
+def affected(plan: InferPlan, layer: int, vids: np.ndarray, sample: HopSample) -> np.ndarray:
+    """Which of ``vids`` (with their samples of ``layer``) are in ``A_layer``."""
+    root = plan.incremental_dir
+    prev = load_vector(root, mask_name(layer - 1))
+    aff = load_vector(root, CHANGED)[vids] | prev[vids]
+    hit = prev[sample.nbrs]
+    if hit.any():
+        owner = np.repeat(np.arange(len(vids), dtype=np.int64), sample.counts.sum(axis=1))
+        aff[owner[hit]] = True
+    return aff
+
+
+def subsample(sample: HopSample, sub: np.ndarray) -> HopSample:
+    """The sample of the vertices at positions ``sub`` (ascending) only."""
+    per = sample.counts.sum(axis=1)
+    off = np.zeros(len(per) + 1, np.int64)
+    np.cumsum(per, out=off[1:])
+    lens = per[sub]
+    before = np.zeros(len(sub) + 1, np.int64)
+    np.cumsum(lens, out=before[1:])
+    idx = np.repeat(off[sub] - before[:-1], lens) + np.arange(before[-1], dtype=np.int64)
+    return HopSample(counts=sample.counts[sub], nbrs=sample.nbrs[idx])
+
+
+class Rows:
+    """Collects a stream's output rows (the writer interface of ``task.stream``)."""
+
+    def __init__(self) -> None:
+        self.parts: list[np.ndarray] = []
+
+    def add(self, rows: np.ndarray) -> None:
+        self.parts.append(np.asarray(rows, np.float32))
+
+    def result(self, dim: int) -> np.ndarray:
+        return np.concatenate(self.parts) if self.parts else np.empty((0, dim), np.float32)
+
+
+def prev_rows(plan: InferPlan, layer: int, vids: np.ndarray) -> tuple[np.ndarray, int]:
+    """The previous version's layer-``layer`` rows of ``vids`` (every one matched), each chunk read whole once
+    (a slice: zarr's orthogonal selection of many scattered rows costs several times more)."""
+    rows = load_vector(plan.incremental_dir, PREV_ROW)[vids]
+    arr = open_array(plan.prev_store, layer_name(layer))
+    out = np.empty((len(rows), arr.shape[1]), np.float32)
+    if len(rows) == 0:
+        return out, 0
+
+    def put(j: np.ndarray, vals: np.ndarray) -> None:
+        out[j] = vals
+
+    return out, fill_static(put, arr, rows, int(arr.chunks[0]))
+
+
+def compute_affected(
+    plan: InferPlan, layer: int, vids: np.ndarray, sample: HopSample, todo: np.ndarray, stream: Any
+) -> tuple[np.ndarray, dict[str, Any]]:
+    """Rows of every vertex of the task: ``stream(vids, sample, writer)`` for the affected ones, the previous
+    version's for the others; returns them in row order and the metrics."""
+    dim = plan.dims[layer]
+    sub = np.flatnonzero(todo)
+    got = Rows()
+    m = stream(vids[sub], subsample(sample, sub), got)  # also with none: the layer's metrics have every key
+    out = np.empty((len(vids), dim), np.float32)
+    out[sub] = got.result(dim)
+    t = time.perf_counter()
+    rest = np.flatnonzero(~todo)
+    vals, chunks = prev_rows(plan, layer, vids[rest])
+    out[rest] = vals
+    return out, {**m, "copy_s": time.perf_counter() - t, "copy_chunks": chunks, "copied": len(rest)}
+
+
+def drift(plan: InferPlan, vids: np.ndarray, rows: np.ndarray, recomputed: np.ndarray) -> dict[str, Any]:
+    """Against the previous version's last layer: the cosine distance of every matched vertex this task
+    recomputed (a copied row's is 0), and for a node task how many predictions changed."""
+    prow = load_vector(plan.incremental_dir, PREV_ROW)[vids]
+    sel = np.flatnonzero(recomputed & (prow >= 0))
+    old, _ = prev_rows(plan, plan.layers, vids[sel])
+    new = rows[sel]
+    dist = cosine_distance(new, old)
+    pred = int((new.argmax(axis=1) != old.argmax(axis=1)).sum()) if plan.task == "node" and len(sel) else 0
+    return {"matched": int((prow >= 0).sum()), "cos_dist": dist.astype(np.float32), "pred_changed": pred}
+
+
+def cosine_distance(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """Row-wise 1 - cos(a, b); two zero rows are at distance 0, a zero and a non-zero row at 1."""
+    na, nb = np.linalg.norm(a, axis=1), np.linalg.norm(b, axis=1)
+    dot = np.einsum("ij,ij->i", a.astype(np.float64), b.astype(np.float64))
+    with np.errstate(invalid="ignore", divide="ignore"):
+        d = 1.0 - dot / (na * nb)
+    d[(na == 0) & (nb == 0)] = 0.0
+    d[(na == 0) ^ (nb == 0)] = 1.0
+    return np.clip(d, 0.0, 2.0)

@@ -1,0 +1,141 @@
+"""Neighbour samples that survive a new version: a function of (seed, layer, vertex, its neighbours) alone.
+
+The service's kernels seed a vertex's draw from its dense vertex id and the partition holding the edges, and
+pick edges by position in that partition's CSR. A new version renumbers vertices (ids are ranks of the original
+ids) and moves edges between partitions, so those samples change for vertices whose neighbourhood did not.
+An incremental refresh (``infer.incremental``) copies such vertices' rows from the previous version, so its
+samples must not change. Here every vertex gets a **key** hashed from (vertex type name, original id), and a
+vertex's sample at hop ``h`` keeps, per slot (relation), the ``f`` in-neighbours (in the aggregation direction)
+with the smallest edge keys ``mix(hop seed, key(v), key(u), occurrence, slot)``, in key order: uniform without
+replacement (bottom-k of random keys), independent of vids, partitions, chunks and task order, and in a
+canonical order, so the aggregation adds the same numbers in the same order in both versions. At full fanout
+every neighbour is kept, in key order.
+
+The **signatures** say whether a vertex's layer-1 input changed between versions: a hash of its feature row,
+and an order-free hash of the multiset of (neighbour key, slot) over its in-edges (a removed or added neighbour
+changes it).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+from numba import njit
+
+from glisp_sampling.apply import HopSample
+
+_G = np.uint64(0x9E3779B97F4A7C15)
+_M1 = np.uint64(0xBF58476D1CE4E5B9)
+_M2 = np.uint64(0x94D049BB133111EB)
+_C_NBR = np.uint64(0xD1B54A32D192ED03)
+_C_OCC = np.uint64(0x8CB92BA72F3D8DD7)
+_C_SLOT = np.uint64(0xA24BAED4963EE407)
+
+
+def mix64(x: np.ndarray) -> np.ndarray:
+    """splitmix64's finalizer, element-wise on uint64 (wrapping arithmetic)."""
+    with np.errstate(over="ignore"):
+        z = np.asarray(x, np.uint64) + _G
+        z = (z ^ (z >> np.uint64(30))) * _M1
+        z = (z ^ (z >> np.uint64(27))) * _M2
+        return z ^ (z >> np.uint64(31))
+
+
+def vertex_keys(vtype_names: Any, orig_ids: Any) -> np.ndarray:
+    """The key of each vertex: a 64-bit hash of its type name and original id (as text, so an id type change
+    between versions keeps the keys). Vectorized by pandas."""
+    import pandas as pd
+
+    text = pd.Series(vtype_names, dtype=object).astype(str) + "\x1f" + pd.Series(orig_ids, dtype=object).astype(str)
+    return np.asarray(pd.util.hash_array(text.to_numpy(object), categorize=False), np.uint64)
+
+
+def _segments(counts: np.ndarray) -> np.ndarray:
+    """The (vertex, slot) segment of every entry of a sample grouped by vertex, then slot."""
+    return np.repeat(np.arange(counts.size, dtype=np.int64), counts.reshape(-1))
+
+
+@njit(inline="always", nogil=True, cache=True)
+def _mix1(x: np.uint64) -> np.uint64:
+    z = x + _G
+    z = (z ^ (z >> np.uint64(30))) * _M1
+    z = (z ^ (z >> np.uint64(27))) * _M2
+    return z ^ (z >> np.uint64(31))
+
+
+@njit(nogil=True, cache=True)
+def _bottom_k(counts, nk, base, nslot, fanout):  # pragma: no cover - compiled
+    """Per segment (vertex, slot) of ``counts``: the positions of its ``fanout`` smallest edge keys, in key order
+    (all of them with ``fanout < 0``); and the kept count per segment."""
+    nseg = len(counts)
+    kept = np.empty(nseg, np.int64)
+    total = 0
+    for s in range(nseg):
+        kept[s] = counts[s] if fanout < 0 else min(counts[s], fanout)
+        total += kept[s]
+    out = np.empty(total, np.int64)
+    a = 0
+    o = 0
+    for s in range(nseg):
+        c = counts[s]
+        if c == 0:
+            continue
+        if c == 1:  # one neighbour: kept, no key to draw
+            if kept[s]:
+                out[o] = a
+            o += kept[s]
+            a += 1
+            continue
+        seg_nk = nk[a : a + c]
+        by_nbr = np.argsort(seg_nk)
+        ek = np.empty(c, np.uint64)
+        occ = np.uint64(0)
+        slot = np.uint64(s % nslot)
+        for j in range(c):
+            p = by_nbr[j]
+            if j > 0 and seg_nk[p] == seg_nk[by_nbr[j - 1]]:
+                occ += np.uint64(1)
+            else:
+                occ = np.uint64(0)
+            ek[p] = _mix1(base[s // nslot] + seg_nk[p] * _C_NBR + occ * _C_OCC + slot * _C_SLOT)
+        order = np.argsort(ek)
+        for j in range(kept[s]):
+            out[o + j] = a + order[j]
+        o += kept[s]
+        a += c
+    return out, kept
+
+
+def stable_sample(full: HopSample, own_keys: np.ndarray, nbr_keys: np.ndarray, hop_seed: int, fanout: int) -> HopSample:
+    """Per (vertex, slot) of ``full`` (every neighbour), the ``fanout`` neighbours of smallest edge key, in key
+    order (``fanout < 0``: all of them, in key order). ``own_keys[i]`` is vertex i's key, ``nbr_keys`` the key of
+    every entry of ``full.nbrs``. Edge key: ``mix(mix(hop seed ^ key(v)) + key(u)·C1 + occurrence·C2 + slot·C3)``,
+    the occurrence numbering parallel edges to the same neighbour."""
+    counts = np.asarray(full.counts, np.int64)
+    base = mix64(np.uint64(hop_seed & 0xFFFFFFFFFFFFFFFF) ^ np.asarray(own_keys, np.uint64))
+    pos, kept = _bottom_k(counts.reshape(-1), np.asarray(nbr_keys, np.uint64), base, counts.shape[1], int(fanout))
+    return HopSample(counts=kept.reshape(counts.shape), nbrs=np.asarray(full.nbrs, np.int64)[pos])
+
+
+def neighbour_signature(full: HopSample, nbr_keys: np.ndarray) -> np.ndarray:
+    """Per vertex, an order-free hash of the multiset of (neighbour key, slot) over every entry of ``full``."""
+    counts = np.asarray(full.counts, np.int64)
+    nslot = counts.shape[1]
+    seg = _segments(counts)
+    with np.errstate(over="ignore"):
+        h = mix64(np.asarray(nbr_keys, np.uint64) + (seg % nslot + 1).astype(np.uint64) * _C_SLOT)
+        cs = np.zeros(len(h) + 1, np.uint64)
+        np.cumsum(h, out=cs[1:])
+        ends = np.zeros(len(counts) + 1, np.int64)
+        np.cumsum(counts.sum(axis=1), out=ends[1:])
+        total = cs[ends[1:]] - cs[ends[:-1]]
+        return mix64(total ^ (np.diff(ends).astype(np.uint64) * _C_OCC))
+
+
+def feature_signature(rows: np.ndarray) -> np.ndarray:
+    """Per row, a hash of its float32 bits."""
+    x = np.ascontiguousarray(rows, np.float32).view(np.uint32).astype(np.uint64)
+    with np.errstate(over="ignore"):
+        cols = mix64(np.arange(x.shape[1], dtype=np.uint64))
+        return mix64(mix64(x ^ cols).sum(axis=1, dtype=np.uint64))

@@ -1,0 +1,213 @@
+"""Incremental refresh (``infer.incremental``): a run over a new version that recomputes only the rows whose
+input changed equals a full run over that version, row for row by original id, at full fanout and with
+sampling, typed, with vertices added and removed, vids renumbered and edges moved between partitions."""
+
+from __future__ import annotations
+
+import numpy as np
+import pyarrow.parquet as pq
+import pytest
+
+from glisp_core.dataset.stages import run_of
+from glisp_infer.stable import stable_sample
+from glisp_sampling.apply import HopSample
+
+pytestmark = pytest.mark.usefixtures("spark")
+
+
+def _infer(spark, dv, part_run, model, name, make_infer_cfg, **infer):
+    from glisp_infer.job import run_infer
+    from glisp_train.publish import publish_model
+
+    publish_model(dv, "m", model, part_run)
+    return run_infer(spark, make_infer_cfg(model="m", run=name, incremental=True, **infer), dv)
+
+
+def _by_orig(dv, rec, layer=-1):
+    """{original id: row} of a layer of a published run."""
+    from glisp_infer.read import InferenceRun
+
+    r = InferenceRun(dv, run_of(rec.name))
+    idx = pq.read_table(r.path / "index").to_pandas()
+    vals = np.asarray(r.layer(layer)[:])[idx["row"].to_numpy()]
+    return dict(zip(idx["orig_id"].astype(str), vals, strict=True))
+
+
+def _refresh_and_reference(spark, v, model, make_infer_cfg, name, **infer):
+    """infer/<name> on v1 then incrementally on v2, and a full run of v2 under another name (no previous run)."""
+    first = _infer(spark, v.old, v.old_run, model, name, make_infer_cfg, **infer)
+    refresh = _infer(spark, v.new, v.new_run, model, name, make_infer_cfg, **infer)
+    ref = _infer(spark, v.new, v.new_run, model, f"{name}-ref", make_infer_cfg, **infer)
+    return first, refresh, ref
+
+
+def _assert_same_rows(v, refresh, ref, layers):
+    for layer in range(layers + 1):
+        a, b = _by_orig(v.new, refresh, layer), _by_orig(v.new, ref, layer)
+        assert a.keys() == b.keys()
+        keys = sorted(a)
+        np.testing.assert_array_equal(np.stack([a[k] for k in keys]), np.stack([b[k] for k in keys]))
+
+
+@pytest.mark.parametrize(
+    "arch,fanouts,direction",
+    [("sage", [3, 4], "in"), ("rgcn", [], "out"), ("gcn", [2, 2], "in")],
+    ids=["sage-sampled", "rgcn-typed-full", "gcn-sampled"],
+)
+def test_incremental_equals_full_run(spark, two_versions, make_infer_cfg, new_model, arch, fanouts, direction) -> None:
+    v = two_versions
+    model = new_model(arch, layers=2)
+    name = f"{arch}-{direction}-{len(fanouts)}"
+    first, refresh, ref = _refresh_and_reference(
+        spark, v, model, make_infer_cfg, name, fanouts=fanouts, direction=direction, incremental_max_share=1.0
+    )
+    assert first.counts["incremental"]["path"] == "full"
+    assert "no earlier version" in first.counts["incremental"]["reason"]
+    inc = refresh.counts["incremental"]
+    assert inc["path"] == "incremental" and inc["previous"] == "g/v1", inc
+    assert inc["added"] == 5 and inc["removed"] == 6 and inc["changed_features"] == 3
+    layers = refresh.metrics["layers"]
+    assert all(layers[f"layer{i}"]["copied"] > 0 for i in (1, 2)), inc  # rows really came from v1
+    assert inc["recomputed_share"] == inc["affected_share"] and all(0 < s < 1 for s in inc["affected_share"])
+    assert inc["affected_share"][0] <= inc["affected_share"][1]
+    _assert_same_rows(v, refresh, ref, 2)
+
+
+def test_full_fanout_stable_samples_equal_the_full_graph_forward(
+    spark, two_versions, make_infer_cfg, new_model
+) -> None:
+    """At full fanout the stable draw keeps every neighbour: the result is the in-memory forward pass."""
+    import torch
+
+    v = two_versions
+    model = new_model("sage", layers=2)
+    rec = _infer(spark, v.new, v.new_run, model, "sage-full", make_infer_cfg)
+    ing = pq.read_table(v.new.edges).to_pandas()
+    feats = np.stack(pq.read_table(v.new.features).to_pandas().sort_values("vid")["feat"].to_numpy()).astype(np.float32)
+    ei = torch.from_numpy(np.stack([ing["src"].to_numpy(), ing["dst"].to_numpy()]))
+    h = torch.from_numpy(feats)
+    with torch.no_grad():
+        for i in range(model.num_layers):
+            h = model.layer(i, h, ei, len(feats), None)
+    idmap = pq.read_table(v.new.idmap).to_pandas().sort_values("vid")
+    got = _by_orig(v.new, rec)
+    np.testing.assert_allclose(np.stack([got[str(k)] for k in idmap["orig_id"]]), h.numpy(), rtol=1e-4, atol=1e-5)
+
+
+def test_fallback_and_drift_are_recorded(spark, two_versions, make_infer_cfg, new_model) -> None:
+    """A bound below the first layer's share computes every layer in full (the reason says so) with the same
+    result; the drift against v1 is recorded: copied rows at distance 0, changed ones moved."""
+    v = two_versions
+    model = new_model("sage", layers=2)
+    first, refresh, ref = _refresh_and_reference(
+        spark, v, model, make_infer_cfg, "fallback", fanouts=[3, 4], incremental_max_share=0.01
+    )
+    inc = refresh.counts["incremental"]
+    assert inc["path"] == "partial" and inc["full_from_layer"] == 1, inc
+    assert "incremental_max_share 0.01" in inc["reason"]
+    assert inc["recomputed_share"] == [1.0, 1.0] and all(s < 1 for s in inc["affected_share"])
+    _assert_same_rows(v, refresh, ref, 2)
+    d = refresh.metrics["drift"]
+    assert d["matched"] == 256 and d["against"] == "v1"
+    assert 0 < d["moved_share"] < 1 and d["cos_max"] > 0 and d["cos_p50"] <= d["cos_p90"] <= d["cos_p99"]
+    assert 0 <= d["predictions_changed_share"] <= d["moved_share"] and 0 <= d["knn_changed_share"] <= 1
+    # exactly the vertices outside the affected set kept their embedding
+    old, new = _by_orig(v.old, first), _by_orig(v.new, refresh)
+    same = [k for k in new if k in old and np.array_equal(new[k], old[k])]
+    assert len(same) == round((1 - d["moved_share"]) * 256)
+    assert not set(v.changed_features) & set(same)
+    # glisp report --compare shows the embedding version
+    from glisp_app.report_compare import compare_text
+    from glisp_core.dataset.manifest import read_manifest
+
+    text = compare_text(read_manifest(v.old), read_manifest(v.new))
+    block = text.split("Embedding versions")[1]
+    assert "v2:infer/fallback" in block and "incremental_max_share 0.01" in block
+    assert f"{d['cos_p99']:g}"[:4] in block and "share with top-k neighbours changed" in block
+
+
+def test_retrained_model_runs_in_full_with_the_reason(spark, two_versions, make_infer_cfg, new_model) -> None:
+    v = two_versions
+    _infer(spark, v.old, v.old_run, new_model("sage", seed=0), "retrained", make_infer_cfg)
+    rec = _infer(spark, v.new, v.new_run, new_model("sage", seed=1), "retrained", make_infer_cfg)
+    inc = rec.counts["incremental"]
+    assert inc["path"] == "full" and "retrained model" in inc["reason"], inc
+    assert rec.metrics["layers"]["layer1"].get("copied", 0) == 0
+
+
+def test_stable_sample_ignores_entry_order_and_vertex_numbering() -> None:
+    """The draw is a function of the keys only: shuffling a vertex's entries (another partition layout or CSR
+    order) gives the same neighbours in the same order; another hop seed gives another draw."""
+    rng = np.random.default_rng(0)
+    keys = rng.integers(0, 2**63, 50, dtype=np.int64).astype(np.uint64)
+    counts = np.array([[7, 3], [0, 5], [12, 1]])
+    nbrs = rng.integers(0, 50, counts.sum())
+    nbrs[:3] = nbrs[0]  # parallel edges
+    s = stable_sample(HopSample(counts=counts, nbrs=nbrs), keys[:3], keys[nbrs], 99, 4)
+    assert s.counts.tolist() == [[4, 3], [0, 4], [4, 1]]
+    bounds = np.r_[0, np.cumsum(counts.reshape(-1))]
+    shuffled = np.concatenate([rng.permutation(nbrs[a:b]) for a, b in zip(bounds[:-1], bounds[1:], strict=True)])
+    s2 = stable_sample(HopSample(counts=counts, nbrs=shuffled), keys[:3], keys[shuffled], 99, 4)
+    assert np.array_equal(s.nbrs, s2.nbrs)
+    s3 = stable_sample(HopSample(counts=counts, nbrs=nbrs), keys[:3], keys[nbrs], 100, 4)
+    assert not np.array_equal(s.nbrs, s3.nbrs)
+    full = stable_sample(HopSample(counts=counts, nbrs=nbrs), keys[:3], keys[nbrs], 99, -1)
+    assert sorted(full.nbrs.tolist()) == sorted(nbrs.tolist())
+
+
+def test_incremental_refresh_on_an_s3_root(spark, two_versions, s3_server, make_infer_cfg, new_model, tmp_path) -> None:
+    """Both versions copied into the bucket: the refresh there reads the previous run, the id maps and the masks
+    through the store, and gives the local refresh's rows bit for bit."""
+    import uuid
+
+    from glisp_core.config import with_values
+    from glisp_core.dataset.versions import set_latest
+    from glisp_core.storage.uri import parse_uri
+    from glisp_infer.job import run_infer
+    from glisp_infer.read import InferenceRun
+    from glisp_testing.stores import copy_version
+    from glisp_train.publish import publish_model
+
+    v = two_versions
+    root = parse_uri(f"s3://glisp-test/incr-{uuid.uuid4().hex[:8]}")
+    old3, new3 = copy_version(v.old, root), copy_version(v.new, root)
+    set_latest(old3)
+    model = new_model("sage", layers=2)
+    cfg = with_values(
+        make_infer_cfg(model="s3m", run="s3inc", incremental=True, fanouts=[3, 4], incremental_max_share=1.0),
+        "serve",
+        cache_dir=str(tmp_path / "cache"),
+    )
+    recs = {}
+    for dv, run in ((old3, v.old_run), (new3, v.new_run), (v.old, v.old_run), (v.new, v.new_run)):
+        publish_model(dv, "s3m", model, run)
+        recs[dv.path.qualified] = run_infer(spark, cfg, dv)
+    inc = recs[new3.path.qualified].counts["incremental"]
+    assert inc["path"] == "incremental" and inc["previous"] == "g/v1" and inc["affected_share"][0] < 1, inc
+    assert recs[v.new.path.qualified].counts["incremental"]["affected_share"] == inc["affected_share"]
+    for i in range(3):
+        np.testing.assert_array_equal(
+            np.asarray(InferenceRun(new3, "s3inc").layer(i)[:]), np.asarray(InferenceRun(v.new, "s3inc").layer(i)[:])
+        )
+    keys = {rel for rel, _ in new3.store.files(InferenceRun(new3, "s3inc").path)}
+    assert not [k for k in keys if k.startswith(("incremental/", "exchange/"))]  # masks removed before publishing
+
+
+def test_an_unchanged_snapshot_copies_every_row(spark, two_versions, make_infer_cfg, new_model) -> None:
+    """A new version with the same graph under the same ids: nothing affected, every row copied, no drift."""
+    from glisp_testing.stores import copy_version
+
+    v = two_versions
+    same = copy_version(v.old, v.old.root, version="v1-again")
+    model = new_model("sage", layers=2)
+    first = _infer(spark, v.old, v.old_run, model, "nochange", make_infer_cfg, fanouts=[3, 4])
+    rec = _infer(spark, same, v.old_run, model, "nochange", make_infer_cfg, fanouts=[3, 4])
+    inc = rec.counts["incremental"]
+    assert inc["path"] == "incremental" and inc["previous"] == "g/v1", inc
+    assert inc["affected_share"] == [0.0, 0.0] and inc["recomputed_share"] == [0.0, 0.0]
+    assert rec.metrics["layers"]["layer2"]["copied"] == 262
+    d = rec.metrics["drift"]
+    assert d["moved_share"] == 0 and d["cos_max"] == 0 and d["knn_changed_share"] == 0
+    for layer in range(3):
+        a, b = _by_orig(v.old, first, layer), _by_orig(same, rec, layer)
+        assert all(np.array_equal(a[k], b[k]) for k in a) and a.keys() == b.keys()
