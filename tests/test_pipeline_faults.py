@@ -120,7 +120,10 @@ def _run_and_kill(cmd: list[str], gdir: StoreURI, stage: str, victim: str, timeo
             assert time.time() < deadline, f"{stage} did not start"
             time.sleep(0.02)
         if victim == "jvm":
-            java = _java_of(proc)
+            java, wait_until = _java_of(proc), time.time() + 60
+            while java is None and time.time() < wait_until and proc.poll() is None:  # a lazy session starts late
+                time.sleep(0.05)
+                java = _java_of(proc)
             assert java is not None, "no Spark JVM under the pipeline process"
             java.kill()
         else:

@@ -126,6 +126,7 @@ def run_ingest(
         existing.version if existing else f"{time.strftime('%Y%m%dT%H%M%S', time.gmtime())}-{fp[:8]}"
     )
     check_name("version", version)
+    spark.sparkContext  # noqa: B018 - start a lazy session here: the phases' background threads inherit its context
     with VersionPublisher(root, ing.graph, version) as pub:
         ctx = IngestContext(spark, plan, pub.tmp_dv, pub.tmp_dv.ingest / "_staging", ph, log, ids_native_long(plan))
         try:
