@@ -25,11 +25,12 @@ from numba import njit
 
 from glisp_sampling.apply import HopSample
 
-_G = np.uint64(0x9E3779B97F4A7C15)
-_M1 = np.uint64(0xBF58476D1CE4E5B9)
-_M2 = np.uint64(0x94D049BB133111EB)
-_C_NBR = np.uint64(0xD1B54A32D192ED03)
-_C_OCC = np.uint64(0x8CB92BA72F3D8DD7)
+# the service's splitmix64 (glisp_sampling.kernels): one set of constants and one finalizer
+from glisp_sampling.kernels import _GAMMA as _G
+from glisp_sampling.kernels import _M1, _M2, _mix
+from glisp_sampling.kernels import _S1 as _C_NBR
+from glisp_sampling.kernels import _S2 as _C_OCC
+
 _C_SLOT = np.uint64(0xA24BAED4963EE407)
 
 
@@ -58,10 +59,7 @@ def _segments(counts: np.ndarray) -> np.ndarray:
 
 @njit(inline="always", nogil=True, cache=True)
 def _mix1(x: np.uint64) -> np.uint64:
-    z = x + _G
-    z = (z ^ (z >> np.uint64(30))) * _M1
-    z = (z ^ (z >> np.uint64(27))) * _M2
-    return z ^ (z >> np.uint64(31))
+    return _mix(x + _G)
 
 
 @njit(nogil=True, cache=True)
