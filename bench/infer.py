@@ -31,7 +31,9 @@ the driver, the JVM and the Python workers; sample-wise: its process and the clu
 4. FIFO against LRU hit ratio at 1-20% of a task's chunks (the same reads replayed);
 5. --sweep B[:C] ...: the batch size / cache chunk trade-off (reads against hits, and the Belady bound of
    the same reads) for one task of layer 1, in process;
-6. --halo-compare N: N pairs of --time-order runs without and with the halo exchange (infer.halo), each
+6. --compare KEY A B (an ``[infer]`` key and two values, e.g. ``scratch_dir /tmp/x ""``) with --compare-runs N:
+   N alternating pairs of --time-order runs, the medians per value (index + layers, CPU, the time split's sums);
+7. --halo-compare N: N pairs of --time-order runs without and with the halo exchange (infer.halo), each
    run's time split and the medians of fill/model and exchange/model.
 
 Counts (chunk reads, hits) are deterministic; timings need the lock::
@@ -197,7 +199,19 @@ def _tree_cpu(pid: int | None = None) -> float:
     return total
 
 
-def layerwise(spark, cfg, info: dict, model_run: str, args: argparse.Namespace, order: str, halo: bool = True) -> dict:
+def layerwise(
+    spark,
+    cfg,
+    info: dict,
+    model_run: str,
+    args: argparse.Namespace,
+    order: str,
+    halo: bool = True,
+    replays=False,
+    extra: dict | None = None,
+) -> dict:
+    """One ``run_infer``; ``replays``: with the FIFO/LRU replays of its chunk reads (``infer.cache_replays``: the
+    policy table; every run but the timed one)."""
     from glisp_core.config import with_values
     from glisp_infer.job import run_infer
 
@@ -212,10 +226,12 @@ def layerwise(spark, cfg, info: dict, model_run: str, args: argparse.Namespace, 
         cache_chunk_rows=args.cache_chunk_rows,
         batch_size=args.batch_size,
         cache_fraction=args.cache_fraction,
-        scratch_dir=str(args.scratch),
         cache_admit_window=args.cache_admit_window,
         halo=halo,
+        cache_replays=replays,
+        scratch_dir=args.scratch_dir,
     )
+    c = with_values(c, "infer", **(extra or {}))
     cpu0, t0 = _tree_cpu(), time.perf_counter()
     rec = run_infer(spark, c, info["dv"], force=True, log=lambda s: None)
     wall, cpu = time.perf_counter() - t0, _tree_cpu() - cpu0
@@ -489,6 +505,50 @@ def time_split(t: dict, what: str) -> str:
     return "\n".join(out)
 
 
+def compare(spark, cfg, info: dict, model_run: str, args: argparse.Namespace) -> list[dict]:
+    """--compare KEY A B: alternating runs of the timed order with ``infer.KEY`` = A, then B (values parsed as
+    JSON where they parse: numbers, booleans, "")."""
+    key, *vals = args.compare
+    parsed = []
+    for v in vals:
+        try:
+            parsed.append(json.loads(v))
+        except json.JSONDecodeError:
+            parsed.append(v)
+    runs = []
+    for _ in range(args.compare_runs):
+        for v in parsed:
+            x = layerwise(spark, cfg, info, model_run, args, args.time_order, extra={key: v})
+            runs.append({**x, "setting": f"{key}={v!r}"})
+    return runs
+
+
+def compare_table(runs: list[dict]) -> str:
+    """Medians per setting of --compare, and the ratio of B's index + layers to A's."""
+    out = [
+        "\n| setting | runs | index + layers s | CPU s | read | slice | write | index s |\n|---|---|---|---|---|---|---|---|"
+    ]
+    meds = []
+    for setting in dict.fromkeys(x["setting"] for x in runs):
+        xs = [x for x in runs if x["setting"] == setting]
+
+        def med(f, xs=xs) -> float:
+            return float(np.median([f(x) for x in xs]))
+
+        def total(x, col) -> float:
+            return sum(d.get(col, 0) for d in x["metrics"]["layers"].values())
+
+        meds.append(med(lambda x: x["layers_s"]))
+        out.append(
+            f"| {setting} | {len(xs)} | {meds[-1]:.1f} | {med(lambda x: x['cpu_s']):.1f} | "
+            f"{med(lambda x: total(x, 'read_s')):.2f} | {med(lambda x: total(x, 'compute_s')):.2f} | "
+            f"{med(lambda x: total(x, 'write_s')):.2f} | {med(lambda x: x['timings']['index_s']):.1f} |"
+        )
+    if len(meds) == 2:
+        out.append(f"\nindex + layers, second setting against the first: {meds[1] / meds[0]:.2f}x (medians)")
+    return "\n".join(out)
+
+
 def halo_table(runs: list[dict]) -> str:
     """Medians of the alternating halo off / on runs."""
     out = [
@@ -523,6 +583,61 @@ def _samplewise_row(sw: dict, layers: int, n: int) -> str:
         f"sample-wise ({sw['backend']}), all vertices: {sw['per_seed_ms']:.2f} ms, {sw['cpu_per_seed_ms']:.2f} "
         f"CPU-ms per seed over {sw['seeds']:,} seeds; {sw['slice_rows_per_seed'] / layers:.1f}x layerwise's "
         "slice rows"
+    )
+
+
+def per_row_table(r: dict) -> str:
+    """Where a layerwise row's time goes (the timed run): each item's seconds, summed over tasks and layers, per
+    row computed (vertices x layers), beside the sample-wise run's CPU per slice row."""
+    t, n = r["timed"], r["n"]
+    lay = {k: d for k, d in t["metrics"]["layers"].items() if "compute_s" in d}
+    rows = n * len(lay)
+
+    def total(col: str, layers=None) -> float:
+        return sum(d.get(col, 0.0) for d in (layers or t["metrics"]["layers"]).values())
+
+    items = [
+        ("index (Spark job; wall x 2 cores)", 2 * t["timings"]["index_s"]),
+        ("sample (plan job)", total("sample_s")),
+        ("halo needs (plan job)", total("needs_s")),
+        ("fill (static cache from the halo)", total("fill_s")),
+        ("read (batch rows through the two-level cache)", total("read_s")),
+        ("slice (the model)", total("compute_s")),
+        ("write (Zarr chunks: copy + waits; layer 0 included)", total("write_s")),
+        ("halo write", total("halo_write_s")),
+    ]
+    out = [
+        f"\nPer layerwise row ({rows:,} rows: {n:,} vertices x {len(lay)} layers):\n",
+        "| item | s | us per row |",
+        "|---|---|---|",
+    ]
+    for name, sec in items:
+        out.append(f"| {name} | {sec:.2f} | {1e6 * sec / rows:.2f} |")
+    listed = sum(sec for _, sec in items[1:])
+    out.append(f"| everything in the tasks (task CPU s) | {total('cpu_s'):.2f} | {1e6 * total('cpu_s') / rows:.2f} |")
+    out.append(f"| listed task items | {listed:.2f} | {1e6 * listed / rows:.2f} |")
+    sw = r.get("samplewise")
+    if sw:
+        per = sw["est_cpu_s"] / (sw["slice_rows_per_seed"] * n)
+        out.append(f"| sample-wise: CPU per slice row (its sampling, gathers and slices) | | {1e6 * per:.2f} |")
+    return "\n".join(out)
+
+
+def bound_line(r: dict) -> str:
+    """The node task's last line, for scripts: layerwise's speedup (index + layers, wall) over the in-process
+    sample-wise run of the same session, the bound of that speedup (the sample-wise slice rows per seed over
+    layerwise's rows per vertex, one per layer) and their ratio; "" without a sample-wise run."""
+    sw = r.get("samplewise")
+    if r.get("task", "node") != "node" or not sw:
+        return ""
+    t = r["timed"]
+    layers = len(t["metrics"]["layers"]) - 1
+    bound = sw["slice_rows_per_seed"] / layers
+    s_wall = sw["est_wall_s"] / t["layers_s"]
+    s_cpu = sw["est_cpu_s"] / (t["cpu_s"] * t["layers_s"] / t["wall_s"])
+    return (
+        f"\nCPU: node speedup {s_cpu:.2f} of bound {bound:.2f} (ratio {s_cpu / bound:.2f})\n"
+        f"node speedup {s_wall:.2f} of bound {bound:.2f} (ratio {s_wall / bound:.2f})"
     )
 
 
@@ -567,6 +682,8 @@ def markdown(res: dict) -> str:
             out.append(time_split(x, f"comparison run {k + 1}, {x['order']}, halo {'on' if x['halo'] else 'off'}"))
         if r.get("halo_compare"):
             out.append(halo_table(r["halo_compare"]))
+        if r.get("compare"):
+            out.append(compare_table(r["compare"]))
         out.append(
             f"\nIndex {t['timings']['index_s']:.1f}s, layer 0 (features) {t['timings']['layer0_s']:.1f}s, "
             f"Parquet outputs {t['timings']['outputs_s']:.1f}s; {m['bytes_written']:,} bytes written, "
@@ -584,15 +701,16 @@ def markdown(res: dict) -> str:
                 f"| {x['order']} | {mm['chunk_reads']:,} | {vs} | {mm['dynamic_hit_ratio']} | "
                 f"{mm['fill_chunks']:,} | {mm['cache_share_max']} |"
             )
-        out.append(
-            "\n| order | policy | "
-            + " | ".join(f"{f}" for f in runs[0]["metrics"]["shadow_hit_ratio"]["fifo"])
-            + " |\n|---|---|"
-            + "---|" * len(runs[0]["metrics"]["shadow_hit_ratio"]["fifo"])
-        )
-        for x in runs:
-            for pol, v in x["metrics"]["shadow_hit_ratio"].items():
-                out.append(f"| {x['order']} | {pol} | " + " | ".join(f"{h:.3f}" for h in v.values()) + " |")
+        replayed = [x for x in [r["cold"], *runs] if x["metrics"]["shadow_hit_ratio"].get("fifo")]
+        replayed = [x for k, x in enumerate(replayed) if x["order"] not in {y["order"] for y in replayed[:k]}]
+        if replayed:  # the timed run does not replay (infer.cache_replays): the other runs' reads, same counts
+            fracs = replayed[0]["metrics"]["shadow_hit_ratio"]["fifo"]
+            out.append(
+                "\n| order | policy | " + " | ".join(f"{f}" for f in fracs) + " |\n|---|---|" + "---|" * len(fracs)
+            )
+            for x in replayed:
+                for pol, v in x["metrics"]["shadow_hit_ratio"].items():
+                    out.append(f"| {x['order']} | {pol} | " + " | ".join(f"{h:.3f}" for h in v.values()) + " |")
         if r.get("sweep"):
             out.append(
                 "\n| order | batch | cache chunk rows | chunk reads | vs NS | FIFO hit ratio | every miss admitted "
@@ -604,6 +722,10 @@ def markdown(res: dict) -> str:
                     f"{x['hit_ratio']:.3f} | {x['every_miss']:.3f} | {x['lru']:.3f} | {x['belady']:.3f} | "
                     f"{x['cache']}/{x['chunks']} | {x['model_s']:.2f} |"
                 )
+        if r.get("task", "node") == "node":
+            out.append(per_row_table(r))
+        if line := bound_line(r):
+            out.append(line)
     return "\n".join(out)
 
 
@@ -656,6 +778,9 @@ def main() -> int:
     )
     ap.add_argument("--build-only", action="store_true")
     ap.add_argument("--root", default="/tmp/glisp-bench-infer")
+    ap.add_argument("--scratch-dir", default="", help="infer.scratch_dir of the runs (default: the config's)")
+    ap.add_argument("--compare", nargs=3, metavar=("KEY", "A", "B"), help="an [infer] key and two values to alternate")
+    ap.add_argument("--compare-runs", type=int, default=3, help="pairs of runs for --compare")
     ap.add_argument("--driver-memory", default="4g")
     ap.add_argument("--json", help="also write the results here")
     args = ap.parse_args()
@@ -687,7 +812,7 @@ def main() -> int:
     for g, info in infos.items():
         print(f"[{g}] load {os.getloadavg()}", flush=True)
         name, model = publish(info, args)
-        runs = [layerwise(spark, cfg, info, name, args, o) for o in orders]
+        runs = [layerwise(spark, cfg, info, name, args, o, replays=k < len(orders) - 1) for k, o in enumerate(orders)]
         r = {
             "n": info["n"],
             "m": info["m"],
@@ -697,6 +822,8 @@ def main() -> int:
             "timed": runs[-1],
             "cold": runs[0],
         }
+        if args.compare:
+            r["compare"] = compare(spark, cfg, info, name, args)
         if args.halo_compare:
             r["halo_compare"] = [
                 layerwise(spark, cfg, info, name, args, args.time_order, halo=h)

@@ -325,13 +325,15 @@ class InferConfig:
     compressor: Literal["blosclz", "lz4", "lz4hc", "zstd", "zlib"] = "blosclz"  # Blosc codec of the arrays
     clevel: int = 9
     shuffle: Literal["noshuffle", "shuffle", "bitshuffle"] = "bitshuffle"
+    intermediate_compressor: Literal["none", "same"] = "none"  # layers 0..K-1: raw ("none") or as the final layer
     batch_size: int = 256  # mastered vertices per slice call: the unit of chunk reads (see docs/inference.md)
     cache_chunk_rows: int = 64  # rows per chunk of the static cache (the dynamic cache's unit); 0 = chunk_rows
     cache_policy: Literal["fifo", "lru"] = "fifo"  # dynamic (memory) cache of static-cache chunks
     cache_admit_window: int = 1  # admit a miss only if one of the next N batches reads it; 0 = always, -1 = never
     cache_fraction: float = 0.05  # dynamic cache size as a fraction of the task's static-cache chunks
+    cache_replays: bool = False  # replay each layer's chunk reads under FIFO/LRU at 1-20% of the chunks (metrics only)
     cache_chunks: int = 0  # dynamic cache size in chunks; 0 = cache_fraction
-    scratch_dir: str = ""  # local disk of the static caches; "": the system temp directory
+    scratch_dir: str = ""  # tasks' local files; "": memory when it has room, else the temp dir (glisp_infer.scratch)
     local_own_rows: bool = True  # keep a task's output rows on local disk as its next layer's own static rows
     halo: bool = True  # push each layer's rows other partitions' next layer samples into per-pair files (else: decode Zarr chunks)
     device: Literal["auto", "cpu", "cuda"] = "auto"  # auto: CUDA when present

@@ -30,13 +30,14 @@ from __future__ import annotations
 import os
 import uuid
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any
 
 import numpy as np
 from numba import njit
 
 from glisp_core.errors import GlispError
 from glisp_core.partition_format.reader import positions_in
+from glisp_infer.scratch import allocate, disk_scratch, in_memory
 
 POLICIES = ("fifo", "lru")
 
@@ -51,12 +52,17 @@ class StaticCache:
         self.dim, self.chunk_rows = int(dim), int(chunk_rows)
         self._sorter = np.argsort(self.ids, kind="stable")
         self._sorted = self.ids[self._sorter]
-        self.path = Path(scratch) / f"static-{uuid.uuid4().hex}.f32"
+        name = f"static-{uuid.uuid4().hex}.f32"
+        self.path = Path(scratch) / name
+        shape = (max(len(self.ids), 1), self.dim)
         if adopt is not None:
             os.replace(adopt, self.path)
-        mode: Literal["r+", "w+"] = "r+" if adopt is not None else "w+"
+        elif not allocate(self.path, shape[0] * shape[1] * 4):  # memory was full: this one goes to the disk
+            self.path = disk_scratch(Path(scratch).name) / name
+            if not allocate(self.path, shape[0] * shape[1] * 4):
+                raise GlispError(f"static cache: no room for {shape[0] * shape[1] * 4:,} bytes in {self.path.parent}")
         self.mm: np.memmap[Any, np.dtype[np.float32]] | None = np.memmap(
-            self.path, dtype=np.float32, mode=mode, shape=(max(len(self.ids), 1), self.dim)
+            self.path, dtype=np.float32, mode="r+", shape=shape
         )
 
     @property
@@ -92,14 +98,19 @@ class ChunkCache:
     (see ``_gather``); :func:`simulate_hits` replays a trace in exactly this order.
     """
 
-    def __init__(self, static: StaticCache, capacity: int, policy: str) -> None:
+    def __init__(self, static: StaticCache, capacity: int, policy: str, resident: bool | None = None) -> None:
+        """``resident``: the static cache's file is in memory (a tmpfs: :func:`glisp_infer.scratch.in_memory`,
+        the default when None); then a chunk load has nothing to move, and the cache keeps its slots, hits,
+        misses and evictions as it would with the data while every row is read from the static cache's pages."""
         if policy not in POLICIES:
             raise GlispError(f"infer.cache_policy: expected one of {POLICIES} (got {policy!r})")
         if capacity < 1:
             raise GlispError(f"dynamic cache: capacity must be at least 1 chunk (got {capacity})")
         self.static, self.lru = static, policy == "lru"
+        self.resident = in_memory(static.path) if resident is None else resident
         self.capacity = int(min(capacity, max(static.num_chunks, 1)))
-        self.pool = np.empty((self.capacity, static.chunk_rows, static.dim), np.float32)
+        shape = (self.capacity, 1, 0) if self.resident else (self.capacity, static.chunk_rows, static.dim)
+        self.pool = np.empty(shape, np.float32)
         self.slot_of = np.full(max(static.num_chunks, 1), -1, np.int64)
         self.slot_chunk = np.full(self.capacity, -1, np.int64)
         self.link = new_links(self.capacity)
@@ -111,6 +122,8 @@ class ChunkCache:
         ``admit``: per distinct chunk of the batch (ascending), whether a miss may enter the cache
         (:func:`reread_plan`); None admits every miss."""
         local = np.asarray(local, np.int64)
+        if self.resident:
+            return self._gather_resident(local, admit)
         order = np.argsort(local // self.static.chunk_rows, kind="stable")
         out = np.empty((len(local), self.static.dim), np.float32)
         touched = np.empty(len(local), np.int64)
@@ -137,6 +150,34 @@ class ChunkCache:
             )
         return out, touched[:k]
 
+    def _gather_resident(self, local: np.ndarray, admit: np.ndarray | None) -> tuple[np.ndarray, np.ndarray]:
+        """The same accesses as :meth:`gather` (one per distinct chunk, in its order), without moving chunk data."""
+        touched = np.unique(local // self.static.chunk_rows)
+        adm = np.ones(len(touched), np.bool_) if admit is None else np.asarray(admit, np.bool_)
+        if len(adm) != len(touched):
+            raise GlispError(
+                f"dynamic cache: the admission plan has {len(adm)} chunks for a batch that reads {len(touched)}"
+            )
+        k = len(touched)
+        _serve(
+            touched,
+            np.zeros(k + 1, np.int64),
+            _NONE,
+            _NONE,
+            _NO_ROWS,
+            self.slot_of,
+            self.slot_chunk,
+            self.link,
+            self.state,
+            self.lru,
+            adm,
+            np.empty((len(self.slot_of), 0), np.float32),
+            len(self.slot_of),
+            self.pool,
+        )
+        assert self.static.mm is not None
+        return np.asarray(self.static.mm)[local], touched
+
     @property
     def hits(self) -> int:
         return int(self.state[2])
@@ -162,6 +203,9 @@ class ChunkCache:
     def hit_ratio(self) -> float:
         return self.hits / self.reads if self.reads else 0.0
 
+
+_NONE = np.empty(0, np.int64)
+_NO_ROWS = np.empty((0, 0), np.float32)
 
 # state: used slots, FIFO head, hits, misses, misses not admitted, LRU least recent slot, LRU most recent
 STATE_LEN = 7

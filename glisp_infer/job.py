@@ -41,8 +41,9 @@ from glisp_core.storage.store import store_for
 from glisp_core.storage.uri import StoreURI, parse_uri
 from glisp_infer.halo import remove_layer_files
 from glisp_infer.metrics import summarize_layers
-from glisp_infer.plan import InferPlan
+from glisp_infer.plan import SHADOW_FRACTIONS, InferPlan
 from glisp_infer.sampling import check_fanouts
+from glisp_infer.scratch import disk_scratch, marker
 from glisp_infer.store import STORE_FILE, ZARR_DIR, Codec, RowLayout, create_arrays, in_dataset_store, store_url
 
 if TYPE_CHECKING:
@@ -195,7 +196,7 @@ def run_infer(
             f"infer.cache_admit_window: expected -1 (never), 0 (always) or N >= 1 batches (got {ic.cache_admit_window})"
         )
     layout = RowLayout(effective_chunk_rows(ic.chunk_rows, counts), tuple(counts))
-    codec = Codec(ic.compressor, ic.clevel, ic.shuffle)
+    codec = Codec(ic.compressor, ic.clevel, ic.shuffle, ic.intermediate_compressor)
     params = {
         "model": inp.model_run,
         "partition": inp.partition,
@@ -208,6 +209,7 @@ def run_infer(
         "compressor": ic.compressor,
         "clevel": ic.clevel,
         "shuffle": ic.shuffle,
+        "intermediate_compressor": ic.intermediate_compressor,
         "batch_size": ic.batch_size,
         "cache_chunk_rows": ic.cache_chunk_rows or layout.chunk_rows,
         "cache_policy": ic.cache_policy,
@@ -315,6 +317,7 @@ def _plan(
         cache_admit_window=ic.cache_admit_window,
         cache_fraction=ic.cache_fraction,
         cache_chunks=ic.cache_chunks,
+        shadow_fractions=SHADOW_FRACTIONS if ic.cache_replays else (),
         scratch_dir=ic.scratch_dir,
         device=ic.device,
         threads=threads,
@@ -369,6 +372,8 @@ def _run(
         return _run_layers(spark, cfg, dv, inp, plan, pub, log, t0, refresh)
     finally:
         shutil.rmtree(plan.scratch(), ignore_errors=True)  # this host's leftovers (tasks remove their own)
+        shutil.rmtree(disk_scratch(plan.token), ignore_errors=True)
+        marker(plan.token).unlink(missing_ok=True)
         _remove_exchange(plan)
 
 

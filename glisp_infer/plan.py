@@ -72,12 +72,12 @@ class InferPlan:
         return open_partition(path, verify=False)
 
     def scratch(self) -> Path:
-        """This run's directory on the task's local disk (static caches, own rows between layers)."""
-        import tempfile
+        """This run's directory for the task's local files (static caches, own rows between layers): ``scratch_dir``,
+        or memory when this host has room for them, else the temp dir (:mod:`glisp_infer.scratch`)."""
+        from glisp_infer.scratch import host_scratch
 
-        d = Path(self.scratch_dir or tempfile.gettempdir()) / "glisp-infer" / (self.token or "run")
-        d.mkdir(parents=True, exist_ok=True)
-        return d
+        need = 3 * max(self.layout.counts, default=0) * max(self.dims) * 4 * (os.cpu_count() or 1)
+        return host_scratch(self.scratch_dir, self.token, need)
 
     def exchange(self) -> StoreURI | None:
         """The prefix of the halo exchange (``glisp_infer.halo``), or None when tasks fill from Zarr."""

@@ -97,17 +97,25 @@ class RowLayout:
 
 @dataclass(frozen=True)
 class Codec:
-    """Blosc settings of the layer arrays (``[infer]`` compressor, clevel, shuffle)."""
+    """Blosc settings of the layer arrays (``[infer]`` compressor, clevel, shuffle). ``intermediate``: the codec
+    of layers 0..K-1, which the run itself reads back (the next layer, a retry, an
+    incremental refresh) and nobody downstream; "none" stores them raw, so a chunk is written as its bytes and a
+    row is a byte range. The final layer, the published product, keeps the Blosc settings."""
 
     cname: Compressor = "blosclz"
     clevel: int = 9
     shuffle: Shuffle = "bitshuffle"
+    intermediate: Literal["none", "same"] = "none"
 
-    def zarr_codec(self) -> Any:
+    def zarr_codec(self, final: bool = True) -> Any:
         from zarr.codecs import BloscCodec
 
         if not 0 <= self.clevel <= 9:
             raise GlispError(f"infer.clevel: expected 0..9 (got {self.clevel})")
+        if self.intermediate not in ("none", "same"):
+            raise GlispError(f"infer.intermediate_compressor: expected 'none' or 'same' (got {self.intermediate!r})")
+        if not final and self.intermediate == "none":
+            return None
         return BloscCodec(cname=self.cname, clevel=self.clevel, shuffle=self.shuffle, typesize=4)
 
 
@@ -163,7 +171,7 @@ def create_arrays(
             shape=(layout.rows, d),
             chunks=(layout.chunk_rows, d),
             dtype="float32",
-            compressors=codec.zarr_codec(),
+            compressors=codec.zarr_codec(final=i == len(dims) - 1),
             fill_value=0.0,
             config=cfg,
         )
@@ -211,14 +219,67 @@ def write_owned(arr: Any, start: int, values: np.ndarray, chunk_rows: int) -> in
     number of chunks written. Every write covers whole chunks, so zarr never reads one back."""
     if start % chunk_rows:
         raise GlispError(f"write at row {start}: not a multiple of the chunk rows {chunk_rows}")
-    n = len(values)
-    if n == 0:
-        return 0
-    pad = -n % chunk_rows
-    if pad:
-        values = np.concatenate([values, np.zeros((pad,) + values.shape[1:], values.dtype)])
-    arr[start : start + len(values)] = values
-    return len(values) // chunk_rows
+    sink = ChunkWriter(arr)
+    for a in range(0, len(values), chunk_rows):
+        block = values[a : a + chunk_rows]
+        if len(block) < chunk_rows:
+            full = np.zeros((chunk_rows,) + values.shape[1:], arr.dtype)
+            full[: len(block)] = block
+            block = full
+        sink.put((start + a) // chunk_rows, block)
+    return -(-len(values) // chunk_rows)
+
+
+class ChunkWriter:
+    """Stores whole row chunks of one array: each encoded here (:func:`chunk_encoder`) and stored in one ``set``
+    of the array's store, or, for codecs it does not know, through zarr."""
+
+    def __init__(self, arr: Any) -> None:
+        from zarr.core.buffer import default_buffer_prototype
+
+        self.arr, self.encode = arr, chunk_encoder(arr)
+        self.rows = int(arr.chunks[0])
+        self.store, self.base = arr.store_path.store, arr.store_path.path
+        self.cols = (0,) * (arr.ndim - 1)
+        self.buffer = default_buffer_prototype().buffer
+
+    def put(self, index: int, block: np.ndarray) -> None:
+        """Chunk ``index`` := ``block`` (exactly one chunk's rows); synchronous, so ``block`` may be reused."""
+        if self.encode is None:
+            self.arr[index * self.rows : (index + 1) * self.rows] = block
+            return
+        from zarr.core.sync import sync
+
+        key = self.arr.metadata.encode_chunk_key((index, *self.cols))
+        data = self.buffer.from_array_like(self.encode(block))
+        sync(self.store.set(f"{self.base}/{key}" if self.base else key, data))
+
+
+def chunk_encoder(arr: Any) -> Any:
+    """``block -> uint8 array``: one whole chunk as the array's own codecs encode it (little-endian bytes, then
+    Blosc if any), or None for codecs it does not know. Why: zarr's pipeline costs about three times a raw write
+    of the same bytes (measured: 0.81 s against 0.26 s for 256 MiB, uncompressed); the bytes stored are the same.
+    A raw chunk is a view of the block, not a copy."""
+    from zarr.codecs import BloscCodec, BytesCodec
+
+    codecs = tuple(arr.metadata.codecs)
+    dtype = np.dtype(arr.dtype).newbyteorder("<")
+    if not codecs or not isinstance(codecs[0], BytesCodec) or len(codecs) > 2:
+        return None
+    if codecs[0].endian is not None and codecs[0].endian.value != "little":
+        return None
+    if len(codecs) == 1:
+        return lambda block: np.ascontiguousarray(block, dtype).reshape(-1).view(np.uint8)
+    c = codecs[1]
+    if not isinstance(c, BloscCodec):
+        return None
+    import numcodecs
+
+    shuffle = {"noshuffle": 0, "shuffle": 1, "bitshuffle": 2}[c.shuffle.value]
+    blosc = numcodecs.Blosc(
+        cname=c.cname.value, clevel=c.clevel, shuffle=shuffle, blocksize=c.blocksize, typesize=c.typesize
+    )
+    return lambda block: np.frombuffer(blosc.encode(np.ascontiguousarray(block, dtype)), np.uint8)
 
 
 def stored_bytes(arr: Any, chunks: range) -> int:

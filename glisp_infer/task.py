@@ -33,23 +33,25 @@ from glisp_infer import incremental as I
 from glisp_infer.cache import ChunkCache, StaticCache, batch_chunks, capacity_of, reread_plan, simulate_hits
 from glisp_infer.plan import InferPlan, load_model, resolve_device, set_threads
 from glisp_infer.sampling import FULL, edge_slots, hop_of, layer_request, max_degree, sample_masters
+from glisp_infer.scratch import allocate
 from glisp_infer.stable import stable_sample
 from glisp_infer.store import (
     INDEX_POS,
     INDEX_ROW,
     INDEX_VID,
+    ChunkWriter,
     fill_static,
     layer_name,
     open_array,
     stored_bytes,
-    write_owned,
 )
 
 
 class LocalRows:
     """A task's output rows kept on the local disk for its next layer: in row order, or (``at``: the local ids of
     its vertices in the next layer's static cache, of ``total`` rows) in place in that cache's file, which the
-    next task then adopts instead of copying them. Written under a temporary name and renamed when complete."""
+    next task then adopts instead of copying them. Written under a temporary name and renamed when complete.
+    Where the scratch has no room (a full tmpfs), the file is dropped and the next task reads its rows from Zarr."""
 
     def __init__(self, path: Path, dim: int, at: np.ndarray | None = None, total: int = 0) -> None:
         self.path, self.k = path, 0
@@ -58,29 +60,41 @@ class LocalRows:
         self.offset = -1  # at is one contiguous run from here (PDS, PS): slice writes
         if at is not None and (len(at) == 0 or int(at[-1]) - int(at[0]) + 1 == len(at)):
             self.offset = int(at[0]) if len(at) else 0
-        self.fh = open(self.tmp, "wb") if at is None else None  # noqa: SIM115 - closed in close()
-        self.mm = np.memmap(self.tmp, np.float32, "w+", shape=(max(total, 1), dim)) if at is not None else None
+        self.fh = self.mm = None
+        shape = (max(total, 1), dim)
+        if at is None:
+            self.fh = open(self.tmp, "wb")  # noqa: SIM115 - closed in close()
+        elif allocate(self.tmp, shape[0] * dim * 4):
+            self.mm = np.memmap(self.tmp, np.float32, "r+", shape=shape)
+        self.dead = self.fh is None and self.mm is None
 
     def add(self, rows: np.ndarray) -> None:
-        if self.fh is not None:
-            self.fh.write(np.ascontiguousarray(rows, np.float32).tobytes())
-        elif self.offset >= 0:
-            assert self.mm is not None
-            self.mm[self.offset + self.k : self.offset + self.k + len(rows)] = rows
-        else:
-            assert self.mm is not None and self.at is not None
-            self.mm[self.at[self.k : self.k + len(rows)]] = rows
+        if self.dead:
+            return
+        try:
+            if self.fh is not None:
+                self.fh.write(np.ascontiguousarray(rows, np.float32).tobytes())
+            elif self.offset >= 0:
+                assert self.mm is not None
+                self.mm[self.offset + self.k : self.offset + self.k + len(rows)] = rows
+            else:
+                assert self.mm is not None and self.at is not None
+                self.mm[self.at[self.k : self.k + len(rows)]] = rows
+        except OSError:  # no room left on the scratch: the next task reads these rows from Zarr
+            self.abort()
+            self.dead = True
         self.k += len(rows)
 
     def _release(self) -> None:
         if self.fh is not None:
             self.fh.close()
-        if self.mm is not None:
-            self.mm.flush()
+        if self.mm is not None:  # no flush (msync): the next task on this host reads it through the page cache
             self.mm._mmap.close()  # type: ignore[attr-defined]
         self.fh = self.mm = None
 
     def close(self) -> None:
+        if self.dead:
+            return
         self._release()
         os.replace(self.tmp, self.path)  # complete, or absent: a reader never sees half of it
 
@@ -91,7 +105,10 @@ class LocalRows:
 
 class OwnedWriter:
     """Streams a task's output rows into its own chunks of a layer array, whole chunks only, and (with
-    ``local``) to the local disk for the task's next static cache, and (with ``halo``) to the other partitions."""
+    ``local``) to the local disk for the task's next static cache, and (with ``halo``) to the other partitions.
+    Rows are copied into a chunk-sized buffer; a full one is stored by a background thread while the task goes on
+    computing (a disk's write-back throttles the writer, not the slice), and the task waits for a buffer only when
+    both are in flight."""
 
     def __init__(
         self,
@@ -102,26 +119,42 @@ class OwnedWriter:
         local: LocalRows | None = None,
         halo: H.HaloWriter | None = None,
     ) -> None:
-        self.arr, self.next_row, self.chunk_rows, self.halo = arr, start, chunk_rows, halo
-        self.buf: list[np.ndarray] = []
-        self.buffered = 0
+        from concurrent.futures import Future, ThreadPoolExecutor
+
+        if start % chunk_rows:
+            raise GlispError(f"write at row {start}: not a multiple of the chunk rows {chunk_rows}")
+        self.sink, self.next_chunk, self.halo = ChunkWriter(arr), start // chunk_rows, halo
+        self.blocks = [np.zeros((chunk_rows, *arr.shape[1:]), np.float32) for _ in range(2)]
+        self.pending: list[Future | None] = [None, None]
+        self.pool = ThreadPoolExecutor(1, thread_name_prefix="glisp-chunk-writer")
+        self.cur = self.filled = 0
         self.chunks = 0
-        self.seconds = 0.0
+        self.seconds = 0.0  # the task's own time in writes: copies into the buffer, waits for a free one
         self.fault = fault  # (chunks, raise instead of exiting): die after writing that many chunks
         self.local = local
 
     def add(self, rows: np.ndarray) -> None:
-        self.buf.append(rows)
-        self.buffered += len(rows)
         if self.local is not None:
             self.local.add(rows)
         if self.halo is not None:
             self.halo.add(rows)
-        if self.buffered >= self.chunk_rows:
-            self._flush(self.buffered - self.buffered % self.chunk_rows)
+        t, a, c = time.perf_counter(), 0, len(self.blocks[0])
+        while a < len(rows):
+            k = min(c - self.filled, len(rows) - a)
+            self.blocks[self.cur][self.filled : self.filled + k] = rows[a : a + k]
+            self.filled, a = self.filled + k, a + k
+            if self.filled == c:
+                self._store()
+        self.seconds += time.perf_counter() - t
 
     def close(self) -> None:
-        self._flush(self.buffered)
+        t = time.perf_counter()
+        if self.filled:
+            self.blocks[self.cur][self.filled :] = 0
+            self._store()
+        self._drain()
+        self.pool.shutdown()
+        self.seconds += time.perf_counter() - t
         if self.halo is not None:
             self.halo.close()
         if self.local is not None:
@@ -129,26 +162,31 @@ class OwnedWriter:
             self.local = None
 
     def abort(self) -> None:
+        self.pool.shutdown(cancel_futures=True)
         if self.halo is not None:
             self.halo.abort()
         if self.local is not None:
             self.local.abort()
             self.local = None
 
-    def _flush(self, n: int) -> None:
-        if n == 0:
-            return
-        t = time.perf_counter()
-        allrows = np.concatenate(self.buf) if len(self.buf) > 1 else self.buf[0]
-        self.chunks += write_owned(self.arr, self.next_row, allrows[:n], self.chunk_rows)
-        self.next_row += n
-        rest = allrows[n:]
-        self.buf, self.buffered = ([rest] if len(rest) else []), len(rest)
-        self.seconds += time.perf_counter() - t
+    def _store(self) -> None:
+        self.pending[self.cur] = self.pool.submit(self.sink.put, self.next_chunk, self.blocks[self.cur])
+        self.next_chunk, self.chunks, self.filled = self.next_chunk + 1, self.chunks + 1, 0
+        self.cur = 1 - self.cur
+        if (f := self.pending[self.cur]) is not None:
+            f.result()  # the other buffer's chunk is stored (or its error raised) before the buffer is reused
+            self.pending[self.cur] = None
         if self.fault is not None and self.chunks >= self.fault[0]:
+            self._drain()
             if self.fault[1]:
                 raise GlispError(f"injected failure after writing {self.chunks} chunks")
             os._exit(17)  # a crash: the Python worker dies mid-task, as a killed executor would
+
+    def _drain(self) -> None:
+        for k, f in enumerate(self.pending):
+            if f is not None:
+                f.result()
+                self.pending[k] = None
 
 
 def parse_fault(plan: InferPlan, layer: int, part: int, attempt: int) -> tuple[int, bool] | None:

@@ -28,10 +28,13 @@ def test_static_cache_local_ids_and_missing(tmp_path) -> None:
     assert not c.path.exists()
 
 
+@pytest.mark.parametrize("resident", [False, True])
 @pytest.mark.parametrize("policy", ["fifo", "lru"])
-def test_dynamic_cache_rows_and_hits_match_the_replay(tmp_path, policy) -> None:
+def test_dynamic_cache_rows_and_hits_match_the_replay(tmp_path, policy, resident) -> None:
+    """Exact rows and the replay's hits, with chunk data moved into the cache, and (``resident``: a static cache
+    in memory) without: the same accesses, slots and counts."""
     c, _, vals = _static(tmp_path)
-    dyn = ChunkCache(c, 3, policy)
+    dyn = ChunkCache(c, 3, policy, resident=resident)
     rng = np.random.default_rng(1)
     trace = []
     for _ in range(60):
@@ -84,7 +87,8 @@ def test_reread_plan_admits_only_chunks_read_again_within_the_window() -> None:
     assert trace.tolist() == [0, 1, 2] and bounds.tolist() == [0, 2, 3]
 
 
-def test_admission_keeps_the_chunks_the_next_batch_reads(tmp_path) -> None:
+@pytest.mark.parametrize("resident", [False, True])
+def test_admission_keeps_the_chunks_the_next_batch_reads(tmp_path, resident) -> None:
     """A hot chunk read by every batch and two chunks read once per batch: plain FIFO with 2 slots loses the
     hot chunk to the one-off chunks every other batch, the planned admission keeps it; rows are exact either way."""
     c, _, vals = _static(tmp_path, n=200, chunk_rows=4)
@@ -93,7 +97,7 @@ def test_admission_keeps_the_chunks_the_next_batch_reads(tmp_path) -> None:
     admit = reread_plan(trace, bounds, c.num_chunks, 1)
     hits = {}
     for plan in (None, admit):
-        dyn = ChunkCache(c, 2, "fifo")
+        dyn = ChunkCache(c, 2, "fifo", resident=resident)
         for k, x in enumerate(batches):
             got, touched = dyn.gather(x, None if plan is None else plan[bounds[k] : bounds[k + 1]])
             np.testing.assert_array_equal(got, vals[x])
@@ -105,8 +109,23 @@ def test_admission_keeps_the_chunks_the_next_batch_reads(tmp_path) -> None:
             assert dyn.bypassed == 40 and dyn.misses == 41  # every one-off chunk went around the cache
     assert hits == {"all": 10, "planned": 19}  # FIFO loses chunk 0 every other batch
     with pytest.raises(GlispError, match="admission plan"):
-        ChunkCache(c, 2, "fifo").gather(batches[0], admit[:1])
+        ChunkCache(c, 2, "fifo", resident=resident).gather(batches[0], admit[:1])
     c.close()
+
+
+def test_a_static_cache_in_memory_is_served_in_place(tmp_path) -> None:
+    """On a tmpfs the dynamic cache moves no chunk data (its pool holds none); on a disk it copies chunks."""
+    from glisp_infer.scratch import SHM
+
+    c, _, _ = _static(tmp_path)
+    assert not ChunkCache(c, 3, "fifo").resident and ChunkCache(c, 3, "fifo").pool.size == 3 * 8 * 3
+    c.close()
+    if SHM.is_dir():
+        m, _, vals = _static(SHM)
+        dyn = ChunkCache(m, 3, "fifo")
+        assert dyn.resident and dyn.pool.size == 0
+        np.testing.assert_array_equal(dyn.gather(np.array([3, 50, 3]))[0], vals[[3, 50, 3]])
+        m.close()
 
 
 def _lru_oracle(trace: np.ndarray, bounds: np.ndarray, capacity: int, admit: np.ndarray) -> int:

@@ -82,7 +82,7 @@ def test_typed_rgcn_at_full_fanout(spark, infer_graph) -> None:
 def sampled(spark, infer_graph):
     """GAT with fanouts [4, 3], in PDS and NS order."""
     g = infer_graph
-    model, pds = _infer(spark, g, "gat", "gat-s", fanouts=[4, 3], seed=5, order="pds")
+    model, pds = _infer(spark, g, "gat", "gat-s", fanouts=[4, 3], seed=5, order="pds", cache_replays=True)
     _, ns = _infer(spark, g, "gat", "gat-s-ns", fanouts=[4, 3], seed=5, order="ns")
     return model, pds, ns
 
@@ -178,6 +178,8 @@ def test_order_changes_layout_and_reads_not_embeddings(infer_graph, sampled) -> 
         assert lay["dynamic_hits"] + lay["dynamic_misses"] == lay["chunk_reads"]
         assert 0 < lay["bytes_written"] and lay["compression_ratio"] > 0
         assert set(lay["shadow_hit_ratio"]) == {"fifo", "lru", "fifo_all", "lru_all"}
+        replayed = {"0.01", "0.02", "0.05", "0.1", "0.2"} if rec is pds else set()  # infer.cache_replays: pds only
+        assert all(set(v) == replayed for v in lay["shadow_hit_ratio"].values())
         assert 0 <= lay["not_admitted"] <= lay["dynamic_misses"]
     man = read_manifest(g.dv)
     assert man.stage("infer/gat-s").params["order"] == "pds" and man.stage("infer/gat-s-ns").params["order"] == "ns"

@@ -46,6 +46,40 @@ def test_owned_writes_and_chunk_counted_reads(tmp_path) -> None:
         Codec("blosclz", 11).zarr_codec()
 
 
+@pytest.mark.parametrize("compressor", ["blosc", "raw"])
+def test_chunks_encoded_here_equal_zarrs_own_writes(tmp_path, compressor) -> None:
+    """``write_owned`` encodes whole chunks itself and stores each in one ``set``: the stored bytes are the ones
+    zarr's own pipeline writes for the same values (Blosc and raw), padding included, and zarr reads them back."""
+    import zarr
+
+    codec = Codec("lz4", 5, "shuffle").zarr_codec(final=compressor == "blosc")
+    vals = np.random.default_rng(1).standard_normal((10, 3)).astype(np.float32)
+    made = [
+        zarr.create_array(store=str(tmp_path / w), shape=(12, 3), chunks=(4, 3), dtype="float32", compressors=codec)
+        for w in ("ours", "zarr")
+    ]
+    assert write_owned(made[0], 0, vals, 4) == 3
+    made[1][:] = np.concatenate([vals, np.zeros((2, 3), np.float32)])
+    for c in range(3):
+        mine, theirs = ((tmp_path / w / "c" / str(c) / "0").read_bytes() for w in ("ours", "zarr"))
+        assert mine == theirs
+    np.testing.assert_array_equal(np.asarray(zarr.open_array(str(tmp_path / "ours"))[:10]), vals)
+    assert (compressor == "raw") == (len(made[0].metadata.codecs) == 1)
+
+
+def test_intermediate_layers_are_raw_and_the_final_one_compressed(tmp_path) -> None:
+    """``infer.intermediate_compressor``: layers 0..K-1 raw by default, the final layer with the Blosc settings;
+    "same" compresses every layer."""
+    lay = RowLayout(4, (6,))
+    for inter, raw_layers in (("none", [True, True, False]), ("same", [False, False, False])):
+        url = str(tmp_path / inter)
+        create_arrays(url, lay, [3, 5, 2], 6, Codec("blosclz", 9, "bitshuffle", inter), {"order": "pds"})
+        got = [len(open_array(url, layer_name(i)).metadata.codecs) == 1 for i in range(3)]
+        assert got == raw_layers
+    with pytest.raises(GlispError, match="intermediate_compressor"):
+        Codec(intermediate="zstd").zarr_codec(final=False)  # type: ignore[arg-type]
+
+
 def test_small_partitions_get_smaller_chunks() -> None:
     from glisp_infer.job import effective_chunk_rows
 

@@ -1,0 +1,122 @@
+"""Where an inference task keeps its local files (static caches, its rows for its next layer).
+
+Why memory when there is room: a layer task writes about three times its rows' bytes to local files (its rows in
+place in the next layer's static cache, the foreign rows it is sent, the halo it sends), and a disk caps those
+writes at its write-back rate: 300 MB/s on the benchmark machine, where a layer of R-MAT 20 at width 256 writes
+2.5 GB. The files are scratch, never read by another host or after the run, so a tmpfs (``/dev/shm``) loses
+nothing. It is used only when it has room for the run's files on that host, and, inside a memory-limited container
+(cgroup v2 or v1: YARN, Kubernetes), when the container's memory has that headroom too (tmpfs pages count against
+it). The choice is made once per host and run, by the first task there, and kept in a marker file, so that a
+layer's task finds the file its previous layer's task left on the same host.
+"""
+
+from __future__ import annotations
+
+import os
+import tempfile
+import uuid
+from pathlib import Path
+
+SHM = Path("/dev/shm")
+
+
+def host_scratch(configured: str, token: str, need: int) -> Path:
+    """The run's scratch directory on this host: ``configured`` when set, else memory or the temp dir (above)."""
+    base = Path(configured) if configured else _chosen_base(token, need)
+    d = base / "glisp-infer" / (token or "run")
+    d.mkdir(parents=True, exist_ok=True)
+    return d
+
+
+def marker(token: str) -> Path:
+    """The file holding this host's choice for the run ``token`` (removed with the run's scratch)."""
+    return Path(tempfile.gettempdir()) / "glisp-infer" / f"{token or 'run'}.scratch"
+
+
+def _chosen_base(token: str, need: int) -> Path:
+    m = marker(token)
+    try:
+        return Path(m.read_text())
+    except FileNotFoundError:
+        pass
+    m.parent.mkdir(parents=True, exist_ok=True)
+    tmp = m.with_name(f".{m.name}.{uuid.uuid4().hex[:8]}")
+    tmp.write_text(str(SHM if memory_has_room(need) else Path(tempfile.gettempdir())))
+    try:
+        os.link(tmp, m)  # the first task on this host decides; the others read its choice
+    except FileExistsError:
+        pass
+    finally:
+        tmp.unlink(missing_ok=True)
+    return Path(m.read_text())
+
+
+def memory_has_room(need: int, shm: Path = SHM) -> bool:
+    """Whether ``shm`` is a writable directory with ``need`` bytes free, and the container's memory (if limited)
+    has ``need`` bytes of headroom."""
+    if not shm.is_dir() or not os.access(shm, os.W_OK):
+        return False
+    st = os.statvfs(shm)
+    if st.f_bavail * st.f_frsize < need:
+        return False
+    headroom = cgroup_headroom()
+    return headroom is None or headroom >= need
+
+
+def cgroup_headroom(root: Path = Path("/sys/fs/cgroup")) -> int | None:
+    """Bytes the container may still use (its memory limit minus its usage), or None when it has no limit."""
+    files = (("memory.max", "memory.current"), ("memory/memory.limit_in_bytes", "memory/memory.usage_in_bytes"))
+    for limit_file, usage_file in files:
+        try:
+            limit = (root / limit_file).read_text().strip()
+            usage = int((root / usage_file).read_text().strip())
+        except (OSError, ValueError):
+            continue
+        if limit == "max" or int(limit) >= 1 << 60:  # v1 writes "no limit" as a huge number
+            return None
+        return int(limit) - usage
+    return None
+
+
+MEMORY_FS = ("tmpfs", "ramfs")
+
+
+def in_memory(path: Path) -> bool:
+    """Whether ``path`` lies on a memory filesystem (the mount with the longest prefix of it, in /proc/mounts)."""
+    try:
+        mounts = Path("/proc/mounts").read_text().splitlines()
+    except OSError:
+        return False
+    p, best, kind = os.path.realpath(path), "", ""
+    for line in mounts:
+        f = line.split()
+        if len(f) < 3:
+            continue
+        mp = f[1].replace("\\040", " ")
+        if (p == mp or p.startswith(mp.rstrip("/") + "/")) and len(mp) > len(best):
+            best, kind = mp, f[2]
+    return kind in MEMORY_FS
+
+
+def allocate(path: Path, nbytes: int) -> bool:
+    """Create ``path`` with ``nbytes`` reserved (not a sparse file), or return False when the filesystem has no
+    room: a memory map over a full tmpfs would die with SIGBUS on its first write to a page it cannot have."""
+    fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_TRUNC, 0o600)
+    try:
+        os.posix_fallocate(fd, 0, max(nbytes, 1))
+        return True
+    except OSError:
+        os.close(fd)
+        fd = -1
+        path.unlink(missing_ok=True)
+        return False
+    finally:
+        if fd >= 0:
+            os.close(fd)
+
+
+def disk_scratch(token: str) -> Path:
+    """The run's directory in the temp dir: where a file goes when memory turned out to be full."""
+    d = Path(tempfile.gettempdir()) / "glisp-infer" / (token or "run")
+    d.mkdir(parents=True, exist_ok=True)
+    return d
