@@ -64,8 +64,11 @@ def build_index(
     store: str,
     out: StoreURI,
     vertex_types: list[str],
-) -> dict[str, int]:
-    """Write the Parquet id map to ``out`` and fill the Zarr index arrays of ``store`` (from the executors)."""
+) -> dict[str, float]:
+    """Write the Parquet id map to ``out`` and fill the Zarr index arrays of ``store`` (from the executors); returns
+    the chunk counts and the seconds of each part (``*_s``)."""
+    import time
+
     from pyspark import StorageLevel
     from pyspark.sql import functions as F
 
@@ -78,7 +81,9 @@ def build_index(
     )
     names = F.array(*[F.lit(t) for t in vertex_types]) if vertex_types else F.array(F.lit(""))
     idmap = read_parquet(spark, dv.idmap).select(VID, ORIG_ID, F.element_at(names, F.col(VTYPE) + 1).alias(VTYPE))
+    t0 = time.perf_counter()
     write_parquet(r.join(idmap, VID).select(ORIG_ID, VTYPE, VID, PART, ROW), out, "error")
+    t1 = time.perf_counter()
     n, c = layout.num_vertices, layout.chunk_rows
     par = max(1, spark.sparkContext.defaultParallelism)
     jobs = [
@@ -94,4 +99,9 @@ def build_index(
         rows = df.mapInArrow(chunk_writer(store, key, values, chunk, total), "chunks long").collect()
         done[key] = sum(int(x["chunks"]) for x in rows)
     r.unpersist()
-    return {"index_chunks_by_vid": done[VID], "index_chunks_by_row": done[ROW]}
+    return {
+        "index_chunks_by_vid": done[VID],
+        "index_chunks_by_row": done[ROW],
+        "index_parquet_s": t1 - t0,
+        "index_arrays_s": time.perf_counter() - t1,
+    }

@@ -444,6 +444,7 @@ def _run_layers(
     t = time.perf_counter()
     idx = build_index(spark, dv, dv.path / inp.reorder.path, layout, url, pub.tmp / "index", inp.vertex_types)
     timings["index_s"] = time.perf_counter() - t
+    timings.update({k: idx.pop(k) for k in ("index_parquet_s", "index_arrays_s")})
     planned: dict[int, dict[str, Any]] = {}
     if exchange is not None:
         t = time.perf_counter()

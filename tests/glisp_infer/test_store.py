@@ -7,9 +7,11 @@ import pytest
 
 from glisp_core.errors import GlispError
 from glisp_infer.store import (
+    ChunkReader,
     Codec,
     RowLayout,
     create_arrays,
+    fill_static,
     layer_name,
     open_array,
     read_rows,
@@ -65,6 +67,16 @@ def test_chunks_encoded_here_equal_zarrs_own_writes(tmp_path, compressor) -> Non
         assert mine == theirs
     np.testing.assert_array_equal(np.asarray(zarr.open_array(str(tmp_path / "ours"))[:10]), vals)
     assert (compressor == "raw") == (len(made[0].metadata.codecs) == 1)
+    reader = ChunkReader(made[0])  # raw chunks read as their bytes, others through zarr: the same rows
+    assert reader.raw == (compressor == "raw")
+    np.testing.assert_array_equal(reader.get(1), vals[4:8])
+    got = np.zeros((3, 3), np.float32)
+    assert fill_static(lambda j, r: got.__setitem__(j, r), made[0], np.array([9, 0, 5]), 4) == 3
+    np.testing.assert_array_equal(got, vals[[9, 0, 5]])
+    empty = zarr.create_array(
+        store=str(tmp_path / "empty"), shape=(8, 3), chunks=(4, 3), dtype="float32", compressors=codec, fill_value=2.5
+    )
+    assert (ChunkReader(empty).get(1) == 2.5).all()  # a chunk never written reads as the fill value
 
 
 def test_intermediate_layers_are_raw_and_the_final_one_compressed(tmp_path) -> None:
