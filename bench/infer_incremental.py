@@ -199,8 +199,11 @@ def main() -> int:
         prepare(spark, cfg, base, None)
     publish_model(base, "m", model, "p")
     from glisp_core.dataset.manifest import read_manifest
+    from glisp_infer.refresh import model_digest
 
-    if not read_manifest(base).has_stage("infer/bench"):  # the previous run every refresh starts from
+    man = read_manifest(base)  # the previous run every refresh starts from, redone when made with another model
+    digest = model_digest(base.train("m"))
+    if not man.has_stage("infer/bench") or man.stage("infer/bench").counts.get("model_digest") != digest:
         infer(spark, cfg, base, "bench", True, fanouts)
     print(f"{args.graph}: {len(feats):,} vertices, {2 * len(src):,} directed edges, {args.layers} layers {fanouts}")
     hdr = "| changed edges | path | affected share per layer | incremental s (CPU) | full s (CPU) | full stable s (CPU) | incr/full wall (CPU) | cos p50/p99 | kNN changed | predictions changed |"
@@ -216,9 +219,10 @@ def main() -> int:
         inc, t_i, c_i = timed(lambda dv=dv: infer(spark, cfg, dv, "bench", True, fanouts))
         if args.shares_only:  # the affected shares and the drift; the seconds are untimed (no lock, no baseline)
             t_f = c_f = t_s = c_s = float("nan")
+            full = stable = None
         else:
-            _, t_f, c_f = timed(lambda dv=dv: infer(spark, cfg, dv, "full", False, fanouts))
-            _, t_s, c_s = timed(lambda dv=dv: infer(spark, cfg, dv, "full-stable", True, fanouts))
+            full, t_f, c_f = timed(lambda dv=dv: infer(spark, cfg, dv, "full", False, fanouts))
+            stable, t_s, c_s = timed(lambda dv=dv: infer(spark, cfg, dv, "full-stable", True, fanouts))
         ic, dr = inc.counts["incremental"], inc.metrics.get("drift", {})
         path = ic["path"] + (f" (from layer {ic['full_from_layer']})" if ic.get("full_from_layer") else "")
         print(
@@ -229,6 +233,9 @@ def main() -> int:
             flush=True,
         )
         print(f"    timings incremental: {inc.timings}; recomputed {ic.get('recomputed_share')}; {ic.get('reason')}")
+        for what, rec in (("full", full), ("full stable", stable)):
+            if rec is not None:
+                print(f"    timings {what}: {rec.timings}")
         if i == len(args.rates) and not args.shares_only:
             first, warm = lookup_ms(dv, len(feats), args.lookup_batch, 50)
             print(f"EmbeddingLookup, {args.lookup_batch} random ids a batch: first {first:.1f} ms, then {warm:.2f} ms")

@@ -151,7 +151,7 @@ def drift(plan: InferPlan, vids: np.ndarray, rows: np.ndarray, recomputed: np.nd
     recomputed (a copied row's is 0), and for a node task how many predictions changed."""
     prow = load_vector(plan.incremental_dir, PREV_ROW)[vids]
     sel = np.flatnonzero(recomputed & (prow >= 0))
-    old, _ = prev_rows(plan, plan.layers, vids[sel])
+    old, _ = prev_rows(plan, plan.prev_last_layer if plan.prev_last_layer >= 0 else plan.layers, vids[sel])
     new = rows[sel]
     dist = cosine_distance(new, old)
     pred = int((new.argmax(axis=1) != old.argmax(axis=1)).sum()) if plan.task == "node" and len(sel) else 0

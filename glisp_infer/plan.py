@@ -50,6 +50,7 @@ class InferPlan:
     stable: bool = False  # neighbour samples by keys of original ids (glisp_infer.stable): infer.incremental
     incremental_dir: str = ""  # the refresh's masks and row map (glisp_infer.incremental); "": every row computed
     prev_store: str = ""  # the previous version's Zarr group of the same run: rows copied and drift measured
+    prev_last_layer: int = -1  # its final layer (drift compares the two final layers; -1: the same as this run's)
     max_share: float = 1.0  # a task recomputes all its vertices of a layer when more than this share is affected
     fault: str = ""  # test hook "layer:part:chunks[:raise]": the first attempt of that task dies after writing chunks
 

@@ -142,6 +142,7 @@ class Refresh:
     prev: tuple[DatasetVersion, StageRecord] | None = None
     prev_url: str = ""
     prev_row: np.ndarray | None = None
+    prev_last: int = -1  # the previous run's final layer
     refused: str = ""  # why no row is copied: no previous run, or one that is not comparable
     reason: str = ""  # why rows are not copied: the refusal, or the fallback from layer full_from
     full_from: int = 0  # the first layer computed in full; 0 = none (K + 1 when incremental throughout)
@@ -173,11 +174,14 @@ class Refresh:
     def plan_fields(self, tmp: StoreURI, dims: list[int]) -> dict[str, Any]:
         """The InferPlan fields of this run."""
         self.root = tmp / INCREMENTAL_DIR
-        same_width = self.prev is not None and list(self.prev[1].params.get("dims", []))[-1:] == list(dims)[-1:]
+        prev_dims = list(self.prev[1].params.get("dims", [])) if self.prev is not None else []
+        same_width = prev_dims[-1:] == list(dims)[-1:] and bool(prev_dims)
+        self.prev_last = len(prev_dims) - 1
         return {
             "stable": True,
             "incremental_dir": str(self.root),
             "prev_store": self.prev_url if same_width else "",
+            "prev_last_layer": self.prev_last if same_width else -1,
             "max_share": self.ic.incremental_max_share,
         }
 
@@ -283,7 +287,7 @@ class Refresh:
             "cos_mean": round(float(d.mean()) if matched else 0.0, 6),
             "moved_share": round(float((d > 1e-6).mean()) if matched else 0.0, 6),
         }
-        share, queries = knn_changed(url, self.prev_url, self.prev_row, layer, self.ic.seed)
+        share, queries = knn_changed(url, self.prev_url, self.prev_row, (layer, self.prev_last), self.ic.seed)
         out.update(knn_k=KNN_K, knn_queries=queries, knn_changed_share=round(share, 6))
         if task == "node":
             out["predictions_changed_share"] = round(sum(int(p["pred_changed"]) for p in parts) / max(matched, 1), 6)
@@ -295,9 +299,11 @@ class Refresh:
             self.lease = None
 
 
-def knn_changed(url: str, prev_url: str, prev_row: np.ndarray, layer: int, seed: int) -> tuple[float, int]:
+def knn_changed(url: str, prev_url: str, prev_row: np.ndarray, layers: tuple[int, int], seed: int) -> tuple[float, int]:
     """The share of a seeded sample of matched vertices whose top-k cosine neighbours (among a seeded pool of
-    at most ``KNN_POOL`` matched vertices) differ between the two versions; and the number of queries."""
+    at most ``KNN_POOL`` matched vertices) differ between the two versions' final layers (``layers``: this run's
+    and the previous one's index, which differ for a retrained model of another depth); and the number of
+    queries."""
     matched = np.flatnonzero(prev_row >= 0)
     rng = np.random.default_rng(seed)
     pool = np.sort(rng.choice(matched, min(KNN_POOL, len(matched)), replace=False))
@@ -306,8 +312,8 @@ def knn_changed(url: str, prev_url: str, prev_row: np.ndarray, layer: int, seed:
         return 0.0, 0
     qs = rng.choice(len(pool), min(KNN_QUERIES, len(pool)), replace=False)
     rows = np.asarray(open_array(url, INDEX_ROW).get_orthogonal_selection(pool), np.int64)
-    new, _ = read_rows(open_array(url, layer_name(layer)), rows)
-    old, _ = read_rows(open_array(prev_url, layer_name(layer)), prev_row[pool])
+    new, _ = read_rows(open_array(url, layer_name(layers[0])), rows)
+    old, _ = read_rows(open_array(prev_url, layer_name(layers[1])), prev_row[pool])
 
     def top(x: np.ndarray) -> np.ndarray:
         x = x.astype(np.float64)

@@ -133,6 +133,10 @@ def test_retrained_model_runs_in_full_with_the_reason(spark, two_versions, make_
     inc = rec.counts["incremental"]
     assert inc["path"] == "full" and "retrained model" in inc["reason"], inc
     assert rec.metrics["layers"]["layer1"].get("copied", 0) == 0
+    # a retrained model of another depth, the same output width: the drift compares the two final layers
+    deeper = _infer(spark, v.old, v.old_run, new_model("sage", layers=3, seed=2), "retrained", make_infer_cfg)
+    assert deeper.counts["incremental"]["path"] == "full"
+    assert deeper.metrics["drift"]["matched"] > 0 and deeper.metrics["drift"]["against"] == v.new.version
 
 
 def test_stable_sample_ignores_entry_order_and_vertex_numbering() -> None:
