@@ -159,6 +159,45 @@ def test_stable_sample_ignores_entry_order_and_vertex_numbering() -> None:
     assert sorted(full.nbrs.tolist()) == sorted(nbrs.tolist())
 
 
+def _reference_draw(own_key, seg_keys, seed, slot, k):
+    """Positions of a segment's k smallest edge keys, in key order, in plain numpy (the kernel's definition)."""
+    from glisp_infer import stable as S
+
+    with np.errstate(over="ignore"):
+        base = S.mix64(np.uint64(seed) ^ np.uint64(own_key))
+        occ = np.array([int((seg_keys[:j] == seg_keys[j]).sum()) for j in range(len(seg_keys))], np.uint64)
+        ek = S.mix64(base + seg_keys * S._C_NBR + occ * S._C_OCC + np.uint64(slot) * S._C_SLOT)
+    return np.argsort(ek, kind="stable")[:k]
+
+
+@pytest.mark.parametrize("size", [12, 33, 200])
+def test_stable_draw_equals_its_definition_for_small_and_large_segments(size) -> None:
+    """The compiled draw (scratch buffers up to 32 entries, select-then-sort above) keeps exactly the k smallest
+    edge keys in key order, parallel edges numbered by occurrence."""
+    rng = np.random.default_rng(size)
+    keys = rng.integers(0, 2**63, 60, dtype=np.int64).astype(np.uint64)
+    nbrs = rng.integers(0, 60, size)
+    nbrs[: size // 3] = nbrs[0]  # many parallel edges to one neighbour
+    counts = np.array([[size, 0]])
+    for k in (1, 5, size, -1):
+        got = stable_sample(HopSample(counts=counts, nbrs=nbrs), keys[:1], keys[nbrs], 11, k)
+        want = _reference_draw(keys[0], keys[nbrs], 11, 0, size if k < 0 else k)
+        assert np.array_equal(got.nbrs, nbrs[want])
+
+
+def test_feature_signature_is_the_defined_hash() -> None:
+    """The compiled signature equals its element-wise definition (earlier versions' stored signatures stay valid)."""
+    from glisp_infer.stable import feature_signature, mix64
+
+    x = np.random.default_rng(3).standard_normal((50, 7)).astype(np.float32)
+    bits = x.view(np.uint32).astype(np.uint64)
+    with np.errstate(over="ignore"):
+        want = mix64(mix64(bits ^ mix64(np.arange(7, dtype=np.uint64))).sum(axis=1, dtype=np.uint64))
+    assert np.array_equal(feature_signature(x), want)
+    x[3, 2] = -x[3, 2]
+    assert (feature_signature(x) != want).sum() == 1
+
+
 def test_incremental_refresh_on_an_s3_root(spark, two_versions, s3_server, make_infer_cfg, new_model, tmp_path) -> None:
     """Both versions copied into the bucket: the refresh there reads the previous run, the id maps and the masks
     through the store, and gives the local refresh's rows bit for bit."""
