@@ -40,6 +40,7 @@ def _chosen_base(token: str, need: int) -> Path:
     except FileNotFoundError:
         pass
     m.parent.mkdir(parents=True, exist_ok=True)
+    sweep_stale([SHM / "glisp-infer", m.parent])
     tmp = m.with_name(f".{m.name}.{uuid.uuid4().hex[:8]}")
     tmp.write_text(str(SHM if memory_has_room(need) else Path(tempfile.gettempdir())))
     try:
@@ -49,6 +50,32 @@ def _chosen_base(token: str, need: int) -> Path:
     finally:
         tmp.unlink(missing_ok=True)
     return Path(m.read_text())
+
+
+STALE_S = 24 * 3600  # a run's scratch untouched this long belongs to a run whose tasks were killed
+
+
+def sweep_stale(dirs: list[Path], now: float | None = None) -> int:
+    """Remove the runs' scratch directories and markers below ``dirs`` untouched for ``STALE_S``: a killed task
+    never removes its files, and in memory they would hold the host's RAM until it reboots. Returns how many."""
+    import shutil
+    import time
+
+    cutoff, gone = (now if now is not None else time.time()) - STALE_S, 0
+    for d in dirs:
+        try:
+            entries = list(d.iterdir())
+        except OSError:
+            continue
+        for e in entries:
+            try:
+                if e.stat().st_mtime >= cutoff:
+                    continue
+                shutil.rmtree(e) if e.is_dir() else e.unlink()
+                gone += 1
+            except OSError:
+                pass
+    return gone
 
 
 def memory_has_room(need: int, shm: Path = SHM) -> bool:

@@ -55,3 +55,16 @@ def test_allocate_reserves_the_bytes_or_says_there_is_no_room(tmp_path) -> None:
     assert S.allocate(f, 1 << 20) and os.stat(f).st_blocks * 512 >= 1 << 20  # reserved, not sparse
     g = tmp_path / "b.f32"
     assert not S.allocate(g, 1 << 60) and not g.exists()
+
+
+def test_stale_scratch_of_killed_runs_is_swept(tmp_path) -> None:
+    old, new = tmp_path / "run-old", tmp_path / "run-new"
+    for d in (old, new):
+        d.mkdir()
+        (d / "static-x.f32").write_bytes(b"x")
+    marker = tmp_path / "run-old.scratch"
+    marker.write_text("/dev/shm")
+    for p in (old, marker):
+        os.utime(p, (0, 0))  # untouched since 1970
+    assert S.sweep_stale([tmp_path, tmp_path / "absent"]) == 2
+    assert not old.exists() and not marker.exists() and (new / "static-x.f32").exists()
