@@ -49,6 +49,7 @@ PER_OCTAVE = 4  # classes per doubling above it
 HASH_SLOTS = 16  # buckets per class, by the top bits of the seeded vertex hash (the tie rule)
 CLASSES = EXACT + PER_OCTAVE * (63 - 5)
 BUCKETS = CLASSES * HASH_SLOTS
+SEED_CLASSES, SEED_SLOTS = 16, 256  # the seed order: degree classes 0..15 (the last one open), 8 hash bits
 DELTA_PA = pa.schema([("vert", pa.int64()), ("vpart", pa.int32()), ("cnt", pa.int64()), ("pcnt", pa.int64())])
 
 
@@ -92,6 +93,13 @@ def key_bucket(score: int, h: np.uint64) -> int:
 
 
 @njit(nogil=True, cache=True)
+def seed_bucket(deg: int, h: np.uint64) -> int:
+    """Bucket of the seed key (degree class, hash): seeds come from the lowest degrees, where a vertex class
+    is large, so the hash splits it finer than the boundary's (``SEED_SLOTS`` < ``BUCKETS`` per class)."""
+    return min(score_class(deg), SEED_CLASSES - 1) * SEED_SLOTS + int(h >> np.uint64(56))
+
+
+@njit(nogil=True, cache=True)
 def _summary(
     score: np.ndarray,
     deg: np.ndarray,
@@ -116,7 +124,7 @@ def _summary(
                 count[k, bsel] += 1
                 weight[k, bsel] += resid[v]
         if not any_part:
-            b = key_bucket(deg[v], hseed[v])
+            b = seed_bucket(deg[v], hseed[v])
             count[parts, b] += 1
             weight[parts, b] += resid[v]
     return count, weight
@@ -197,7 +205,7 @@ def _claims(
                 if bsel < t[k] and (claim[v] < 0 or rank[k] < rank[claim[v]]):
                     claim[v] = k
         if not any_part:
-            b = key_bucket(deg[v], hseed[v])
+            b = seed_bucket(deg[v], hseed[v])
             for k in range(parts):
                 if seeds[k, 0] <= b < seeds[k, 1]:
                     claim[v] = k
