@@ -46,19 +46,10 @@ from spark_jobs.partition import kernels
 from spark_jobs.partition.base import PartitionContext, Partitioner, PartitionResult
 from spark_jobs.partition.metrics import quality
 from spark_jobs.partition.rounds import ALLOC_PA, FileRounds
-from spark_jobs.partition.selection import FINISH, Plan, Selection, bitmask
+from spark_jobs.partition.selection import FINISH, Plan, Selection, bitmask, pack_bits
 from spark_jobs.partition.sharded import ShardedExpansion, use_shards
 from spark_jobs.partition.staging import parquet_names, read_columns
 from spark_jobs.partition.state import ExpansionState
-
-
-def pack_bits(mask: np.ndarray) -> np.ndarray:
-    """[n, p] bool -> [n, ceil(p/64)] uint64 bitsets."""
-    n, p = mask.shape
-    out = np.zeros((n, (p + 63) // 64), np.uint64)
-    for k in range(p):
-        out[:, k // 64] |= mask[:, k].astype(np.uint64) << np.uint64(k % 64)
-    return out
 
 
 class LocalRows:

@@ -44,3 +44,12 @@ def bitmask(active: np.ndarray) -> np.ndarray:
     for k in np.flatnonzero(active):
         out[k // 64] |= np.uint64(1) << np.uint64(k % 64)
     return out
+
+
+def pack_bits(mask: np.ndarray) -> np.ndarray:
+    """[n, p] bool -> [n, ceil(p/64)] uint64 bitsets."""
+    n, p = mask.shape
+    out = np.zeros((n, (p + 63) // 64), np.uint64)
+    for k in range(p):
+        out[:, k // 64] |= mask[:, k].astype(np.uint64) << np.uint64(k % 64)
+    return out

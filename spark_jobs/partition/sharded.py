@@ -41,13 +41,14 @@ from glisp_spark.tasks import map_partitions
 from spark_jobs.partition import kernels
 from spark_jobs.partition.rounds import EDGE_PA, FileRounds, _atomic_write_ipc
 from spark_jobs.partition.selection import FINISH, Plan, Selection, bitmask
+from spark_jobs.partition.sharded_relocate import RelocationFiles, ShardedRelocation
 from spark_jobs.partition.shards import (
+    CellView,
     ShardFiles,
     ShardRanges,
     VertexShards,
     boundary_thresholds,
     seed_ranges,
-    shard_claims,
     write_deltas,
 )
 from spark_jobs.partition.state import ExpansionState
@@ -88,26 +89,8 @@ def cell_shards(shards: int) -> list[tuple[int, int]]:
     return [(a, b) for a in range(shards) for b in range(a, shards)]
 
 
-class CellView:
-    """The two shards of a cell as one local id space (shard a's ids, then shard b's), read in a task."""
-
-    def __init__(self, files: ShardFiles, r: int, sa: int, sb: int) -> None:
-        rg = files.ranges
-        self.size, self.sa, self.lo_a, self.lo_b = rg.size, sa, rg.bounds(sa)[0], rg.bounds(sb)[0]
-        self.states = [files.read(r, sa)] + ([files.read(r, sb)] if sb != sa else [])
-        self.na = len(self.states[0]["resid"])
-
-    def col(self, c: str) -> np.ndarray:
-        return np.concatenate([s[c] for s in self.states])
-
-    def local(self, v: np.ndarray) -> np.ndarray:
-        return np.where(v // self.size == self.sa, v - self.lo_a, self.na + v - self.lo_b)
-
-    def claims(self, t: np.ndarray, rank: np.ndarray, seeds: np.ndarray, round_seed: int, seed: int) -> np.ndarray:
-        los = [self.lo_a, self.lo_b][: len(self.states)]
-        return np.concatenate(
-            [shard_claims(s, lo, t, rank, seeds, round_seed, seed) for s, lo in zip(self.states, los, strict=True)]
-        )
+def _unused(*args: Any, **kw: Any) -> None:
+    """The driver-mode callbacks of ``Relocation.run``, which ``ShardedRelocation`` does not call."""
 
 
 def use_shards(cfg: PartitionConfig, num_vertices: int) -> bool:
@@ -161,7 +144,7 @@ class ShardedExpansion:
         ranges = ShardRanges(ctx.num_vertices, max(1, math.ceil(ctx.num_vertices / max(1, cfg.shard_vertices))))
         self.cells = cell_shards(ranges.shards)
         self.rows = FileRounds(ctx.spark, ctx.staging, alloc_dir, len(self.cells))
-        self.shards = VertexShards(ctx.spark, ShardFiles(ctx.staging / "shards", ranges, p, counts=False))
+        self.shards = VertexShards(ctx.spark, ShardFiles(ctx.staging / "shards", ranges, p, counts=part.refines))
         words = (p + 63) // 64
         self.st = ExpansionState(
             parts=p,
@@ -199,10 +182,14 @@ class ShardedExpansion:
                     f"{self.part.name} round {st.rounds} [sharded]: unallocated {st.remaining:,} rows, "
                     f"E {st.ecount.tolist()}, V {st.vcount.tolist()}, {dt:.2f}s"
                 )
+        stats: dict[str, Any] = {"spark_rounds": n, "local_rounds": 0, "spark_rounds_s": t_rounds}
+        stats.update(local_rounds_s=0.0, shards=self.shards.files.ranges.shards)
         if self.part.refines:
-            log(f"{self.part.name}: the relocation is not sharded yet; partition.state = sharded ends without it")
-        stats = {"spark_rounds": n, "local_rounds": 0, "spark_rounds_s": t_rounds, "local_rounds_s": 0.0}
-        stats["shards"] = self.shards.files.ranges.shards
+            t = time.perf_counter()
+            files = RelocationFiles(self.shards.files, self.rows.alloc_dir, self.cells)
+            reloc = ShardedRelocation(self.part.cfg.adadne, st.total, files, self.shards, self.rows)
+            stats["refine_rounds"] = reloc.run(st, _unused, _unused, _unused)
+            stats.update(refine_log=reloc.log, refine_s=time.perf_counter() - t)
         return st, stats, timings
 
     def _merge(self, r: int) -> None:

@@ -39,6 +39,7 @@ from glisp_core.storage.store import store_for
 from glisp_core.storage.uri import StoreURI
 from glisp_spark.tasks import run_tasks
 from spark_jobs.partition import kernels
+from spark_jobs.partition.selection import pack_bits
 from spark_jobs.partition.staging import open_input, write_whole
 
 if TYPE_CHECKING:
@@ -241,11 +242,30 @@ def shard_claims(
 def write_deltas(d: StoreURI, task: int, ranges: ShardRanges, delta: tuple) -> None:
     """A task's delta (vert, vpart, cnt, pcnt), split by the shard of vert, one file per shard it touches."""
     vert, vpart, cnt, pcnt = (np.asarray(x) for x in delta[:4])
-    sh = ranges.of(vert)
+    write_split(d, task, ranges, {"vert": vert, "vpart": vpart.astype(np.int32), "cnt": cnt, "pcnt": pcnt})
+
+
+def write_split(d: StoreURI, task: int, ranges: ShardRanges, cols: dict[str, np.ndarray]) -> None:
+    """Per-vertex rows (column ``vert`` first) split by shard: ``d/s<shard>-c<task>.arrow``, written whole."""
+    sh = ranges.of(cols["vert"])
     for s in np.unique(sh):
         m = sh == s
-        tab = pa.table([vert[m], vpart[m].astype(np.int32), cnt[m], pcnt[m]], schema=DELTA_PA)
-        _write_ipc(d / f"s{int(s):05d}-c{task:05d}.arrow", tab)
+        _write_ipc(d / f"s{int(s):05d}-c{task:05d}.arrow", pa.table({c: a[m] for c, a in cols.items()}))
+
+
+def read_split(d: StoreURI, names: list[str], s: int) -> list[pa.Table]:
+    """Shard s's files among ``names`` (of :func:`write_split` under d), in name order."""
+    return [_read_ipc(d / n) for n in sorted(n for n in names if n.startswith(f"s{s:05d}-"))]
+
+
+@njit(nogil=True, cache=True)
+def score_classes(x: np.ndarray) -> np.ndarray:
+    """``score_class`` of every element (any shape)."""
+    flat = x.ravel()
+    out = np.empty(flat.shape[0], np.int64)
+    for i in range(flat.shape[0]):
+        out[i] = score_class(flat[i])
+    return out.reshape(x.shape)
 
 
 def _write_ipc(uri: StoreURI, tab: pa.Table) -> None:
@@ -307,21 +327,56 @@ class ShardFiles:
         """Shard s's state after round r (r < 0: before any), inside a task; the driver reads it only in tests."""
         return self.empty(s) if r < 0 else state_arrays(_read_ipc(self.state_uri(r, s)), self.parts, self.counts)
 
-    def merge_shard(self, prev: int, r: int, s: int, names: list[str], round_seed: int, seed: int) -> tuple:
-        """Task s of :meth:`VertexShards.merge`: (replicas added per partition, count, weight)."""
+    def merge_shard(
+        self, prev: int, r: int, s: int, names: list[str], round_seed: int, seed: int, moves: bool = False
+    ) -> tuple:
+        """Task s of :meth:`VertexShards.merge`: (replicas added per partition, count, weight); with ``moves``
+        (the relocation's deltas) the shard's replicas per partition and empty summaries."""
         st, d, lo = self.read(prev, s), self.delta_dir(r), self.ranges.bounds(s)[0]
         gain = np.zeros(self.parts, np.int64)
-        for name in sorted(n for n in names if n.startswith(f"s{s:05d}-")):
-            t = _read_ipc(d / name)
+        for t in read_split(d, names, s):
             vert, vpart, cnt, pcnt = (t.column(c).to_numpy() for c in ("vert", "vpart", "cnt", "pcnt"))
             loc, deg = vert - lo, vpart < 0
+            if moves:  # relocation: pairs leave (pcnt < 0) and enter partitions; residual degrees stay 0
+                kernels.add_counts(st["counts"], loc, vpart, pcnt, 1)
+                continue
             np.add.at(st["deg"], loc[deg], cnt[deg])
             np.add.at(st["resid"], loc[deg], cnt[deg])
             kernels.apply_delta(st["bits"], st["resid"], gain, loc[~deg], vpart[~deg], cnt[~deg])
             if "counts" in st:
                 kernels.add_counts(st["counts"], loc[~deg], vpart[~deg], pcnt[~deg], 1)
+        if moves:
+            st["bits"] = pack_bits(st["counts"] > 0)
+            gain = (st["counts"] > 0).sum(axis=0).astype(np.int64)  # the shard's |V_k| part, not a gain
         _write_ipc(self.state_uri(r, s), state_table(st))
+        if moves:
+            return gain, np.zeros((self.parts + 1, 0), np.int64), np.zeros((self.parts + 1, 0), np.int64)
         return gain, *shard_summary(st, lo, self.parts, round_seed, seed)
+
+
+class CellView:
+    """The two shards of a cell as one local id space (shard a's ids, then shard b's), read in a task."""
+
+    def __init__(self, files: ShardFiles, r: int, sa: int, sb: int) -> None:
+        rg = files.ranges
+        self.size, self.sa, self.lo_a, self.lo_b = rg.size, sa, rg.bounds(sa)[0], rg.bounds(sb)[0]
+        self.states = [files.read(r, sa)] + ([files.read(r, sb)] if sb != sa else [])
+        self.na = len(self.states[0]["resid"])
+
+    def col(self, c: str) -> np.ndarray:
+        return np.concatenate([s[c] for s in self.states])
+
+    def local(self, v: np.ndarray) -> np.ndarray:
+        return np.where(v // self.size == self.sa, v - self.lo_a, self.na + v - self.lo_b)
+
+    def globals(self, loc: np.ndarray) -> np.ndarray:
+        return np.where(loc < self.na, loc + self.lo_a, loc - self.na + self.lo_b)
+
+    def claims(self, t: np.ndarray, rank: np.ndarray, seeds: np.ndarray, round_seed: int, seed: int) -> np.ndarray:
+        los = [self.lo_a, self.lo_b][: len(self.states)]
+        return np.concatenate(
+            [shard_claims(s, lo, t, rank, seeds, round_seed, seed) for s, lo in zip(self.states, los, strict=True)]
+        )
 
 
 class VertexShards:
@@ -331,7 +386,9 @@ class VertexShards:
         self.spark, self.files = spark, files
         self.round = -1  # no state written yet; merge(0) builds round 0 from the degree deltas
 
-    def merge(self, r: int, round_seed: int, seed: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    def merge(
+        self, r: int, round_seed: int, seed: int, moves: bool = False
+    ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """One Spark job: every shard applies round r's deltas to its state after the previous round and
         writes its state after round r; returns the replicas added per partition and the summed selection
         summary (count, weight [p + 1, BUCKETS]) for the round seeded ``round_seed``. Drops the previous
@@ -339,9 +396,11 @@ class VertexShards:
         f, prev = self.files, self.round
         d = f.delta_dir(r)
         names = store_for(d).names(d)
-        out = run_tasks(self.spark, f.ranges.shards, lambda s: f.merge_shard(prev, r, s, names, round_seed, seed))
+        out = run_tasks(
+            self.spark, f.ranges.shards, lambda s: f.merge_shard(prev, r, s, names, round_seed, seed, moves)
+        )
         gain = np.zeros(f.parts, np.int64)
-        count = np.zeros((f.parts + 1, BUCKETS), np.int64)
+        count = np.zeros((f.parts + 1, 0 if moves else BUCKETS), np.int64)
         weight = np.zeros_like(count)
         for g, c, w in out:  # O(p x buckets) each
             gain += g
