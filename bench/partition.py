@@ -99,10 +99,11 @@ def main() -> int:
         for p in args.parts:
             for a in algos:
                 c = with_values(cfg, "partition", algorithm=a, parts=p, progress=False)
+                before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024  # the graph's own share
                 rec, dt, jobs = _timed_run(spark, c, dv)
                 _print_row(gname, a, p, rec, dt, jobs, cores, refs)
                 if args.phases:
-                    _print_phases(rec)
+                    _print_phases(rec, before)
     if not args.root:
         shutil.rmtree(root, ignore_errors=True)
     return 0
@@ -148,7 +149,7 @@ def _print_row(gname, a, p, rec, dt, jobs, cores, refs) -> None:
     )
 
 
-def _print_phases(rec) -> None:
+def _print_phases(rec, before: float) -> None:
     k = rec.counts
     spark_jobs = k.get("spark_jobs", [])
     per_round = [j["s"] for j in spark_jobs if j["kind"] == "round"]
@@ -157,7 +158,7 @@ def _print_phases(rec) -> None:
     phases = {x: v for x, v in rec.timings.items() if x != "total_s"}
     print(
         f"    phases {phases}; Spark round s {per_round}; broadcast max {bc / 1e6:.1f} MB; "
-        f"driver state {k.get('driver_state_bytes', 0) / 1e6:.1f} MB; driver peak RSS {rss:.0f} MB; "
+        f"driver state {k.get('driver_state_bytes', 0) / 1e6:.1f} MB; driver peak RSS {rss:.0f} MB (before the run {before:.0f} MB); "
         f"load {os.getloadavg()[0]:.1f}",
         flush=True,
     )

@@ -147,12 +147,12 @@ class RelocationFiles:
             return {n: np.stack([t.column(f"{n}{k}").to_numpy() for k in range(p)], axis=1) for n in VOTES}
         lo, hi = self.shards.ranges.bounds(s)
         p = self.shards.parts
-        out = {n: np.zeros((hi - lo) * p, np.int32) for n in VOTES}
+        out = {n: np.zeros((hi - lo) * p, np.int64) for n in VOTES}
         for t in read_split(self.votes_dir(r), names, s):
             key = (t.column("vert").to_numpy() - lo) * p + t.column("vpart").to_numpy()
             for n in VOTES:
-                np.add.at(out[n], key, t.column(n).to_numpy())
-        dense = {n: a.reshape(hi - lo, p) for n, a in out.items()}
+                out[n] += np.bincount(key, weights=t.column(n).to_numpy(), minlength=len(out[n])).astype(np.int64)
+        dense = {n: a.astype(np.int32).reshape(hi - lo, p) for n, a in out.items()}
         _write_ipc(self.dense_uri(r, s), pa.table({f"{n}{k}": dense[n][:, k] for n in VOTES for k in range(p)}))
         return dense
 

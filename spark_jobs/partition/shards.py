@@ -340,8 +340,9 @@ class ShardFiles:
             if moves:  # relocation: pairs leave (pcnt < 0) and enter partitions; residual degrees stay 0
                 kernels.add_counts(st["counts"], loc, vpart, pcnt, 1)
                 continue
-            np.add.at(st["deg"], loc[deg], cnt[deg])
-            np.add.at(st["resid"], loc[deg], cnt[deg])
+            add = np.bincount(loc[deg], weights=cnt[deg], minlength=len(st["deg"])).astype(np.int64)
+            st["deg"] += add
+            st["resid"] += add
             kernels.apply_delta(st["bits"], st["resid"], gain, loc[~deg], vpart[~deg], cnt[~deg])
             if "counts" in st:
                 kernels.add_counts(st["counts"], loc[~deg], vpart[~deg], pcnt[~deg], 1)

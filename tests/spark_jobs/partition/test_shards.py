@@ -168,3 +168,23 @@ def test_merge_equals_the_driver_state_and_retries_write_the_same(spark, rows, t
     assert driver.resid.sum() == 0 and shards.driver_bytes() == 0
     assert not (tmp_path / "vstate" / "r00001").exists()  # the previous round's state is dropped
     assert _read_ipc(files.state_uri(2, 0)).num_rows == files.ranges.size
+
+
+def test_relocation_cuts_bound_vb_and_the_balance_excess():
+    from spark_jobs.partition.sharded_relocate import balance_bounds, trim_classes
+
+    vcount = np.array([100, 100, 96, 100])
+    count = np.zeros((4, 8), np.int64)
+    count[2] = [5, 5, 5, 5, 0, 0, 0, 5]  # the lightest partition plans 25 removals over five classes
+    count[0, 0] = 3
+    cost = count.copy()
+    cut = trim_classes(count, cost, vcount, 1.05)
+    v = vcount - np.array([cost[k, : cut[k]].sum() for k in range(4)])
+    assert v.max() / v.mean() <= 1.05 + 1e-9 and cut[0] == 8  # partition 2 trimmed, 0 untouched
+    assert cut[2] == 2  # its two cheapest classes stay (10 removals): the dearest went first
+    assert (trim_classes(count, cost, vcount, 2.0) == 8).all()  # a loose bound drops nothing
+    cand = np.zeros((4, 5), np.int64)
+    cand[1] = [2, 2, 2, 2, 2]
+    heavy = np.array([False, True, False, False])
+    b = balance_bounds(cand, np.array([100, 116, 100, 100]), heavy, 1.05)  # excess 7: three buckets of 2
+    assert b[1] == 3 and b[0] == 0
