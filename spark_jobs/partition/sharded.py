@@ -165,7 +165,6 @@ class ShardedExpansion:
         self.part.begin(st)
         self._merge(0)
         timings = {"split_s": round(time.perf_counter() - t, 3)}
-        self.active = int(self.count[st.parts].sum())
         t_rounds, n = 0.0, 0
         while st.remaining > 0:
             t0 = time.perf_counter()
