@@ -188,3 +188,20 @@ def test_relocation_cuts_bound_vb_and_the_balance_excess():
     heavy = np.array([False, True, False, False])
     b = balance_bounds(cand, np.array([100, 116, 100, 100]), heavy, 1.05)  # excess 7: three buckets of 2
     assert b[1] == 3 and b[0] == 0
+
+
+def test_cells_and_the_state_switch(cfg):
+    from glisp_core.config import with_values
+    from spark_jobs.partition.sharded import cell_of, cell_shards, use_shards
+
+    s = 5
+    pairs = cell_shards(s)
+    a, b = np.meshgrid(np.arange(s), np.arange(s))
+    idx = cell_of(a.ravel(), b.ravel(), s)
+    assert len(pairs) == 15 and set(idx.tolist()) == set(range(15))
+    assert all(pairs[i] == (min(x, y), max(x, y)) for i, x, y in zip(idx, a.ravel(), b.ravel(), strict=True))
+    p = cfg.partition
+    assert not use_shards(p, 10**9)  # the default is the driver mode, whatever the size
+    auto = with_values(cfg, "partition", state="auto").partition
+    assert use_shards(auto, auto.state_auto_vertices) and not use_shards(auto, auto.state_auto_vertices - 1)
+    assert use_shards(with_values(cfg, "partition", state="sharded").partition, 10)
