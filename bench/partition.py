@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import multiprocessing
 import os
 import resource
 import shutil
@@ -67,25 +68,26 @@ def main() -> int:
     args = ap.parse_args()
 
     from glisp_core.config import SparkConfig, load_config, with_values
+    from glisp_core.dataset.layout import resolve_dataset
     from glisp_spark.session import get_spark
-    from glisp_testing.graphs import rmat_edges, write_dataset
     from spark_jobs.partition.registry import algorithms
 
     root = Path(args.root or tempfile.mkdtemp(prefix="glisp-bench-partition-"))
+    graphs = []
+    for s in args.scales:  # written by a forked child before Spark starts: the driver's peak RSS is the runs'
+        name = f"rmat{s}" if args.vertex_ids <= 1 << s else f"rmat{s}-ids{args.vertex_ids:.0e}"
+        child = multiprocessing.get_context("fork").Process(target=_write_rmat, args=(root, name, s, args))
+        child.start()
+        child.join()
+        if child.exitcode != 0:
+            raise SystemExit(f"writing {name} failed (exit {child.exitcode})")
+        graphs.append((name, resolve_dataset(root / name)))
     spark = get_spark(
         SparkConfig(master=args.master, log_level="ERROR", driver_memory="6g"), checkpoint_dir=str(root / "_ck")
     )
     cores = int(spark.sparkContext.defaultParallelism)
     cfg = load_config(overrides=args.set, env={})
     algos = args.algorithms or algorithms()
-    graphs = []
-    for s in args.scales:
-        src, dst = rmat_edges(s, args.edge_factor, seed=1)
-        n, name = 1 << s, f"rmat{s}"
-        if args.vertex_ids > n:
-            stride, n, name = args.vertex_ids // n, args.vertex_ids, f"rmat{s}-ids{args.vertex_ids:.0e}"
-            src, dst = src * stride, dst * stride
-        graphs.append((name, write_dataset(root, name, src, dst, num_vertices=n)))
     graphs += ingest_real(spark, cfg, root, args.real, Path(args.data))
     refs = _load_references(Path(args.reference))
     for extra in args.references:
@@ -99,13 +101,27 @@ def main() -> int:
         for p in args.parts:
             for a in algos:
                 c = with_values(cfg, "partition", algorithm=a, parts=p, progress=False)
+                before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024  # the graph's own share
                 rec, dt, jobs = _timed_run(spark, c, dv)
                 _print_row(gname, a, p, rec, dt, jobs, cores, refs)
                 if args.phases:
-                    _print_phases(rec)
+                    _print_phases(rec, before)
     if not args.root:
         shutil.rmtree(root, ignore_errors=True)
     return 0
+
+
+def _write_rmat(root: Path, name: str, scale: int, args: argparse.Namespace) -> None:
+    """R-MAT ``scale`` (seed 1), its ids spread over ``--vertex-ids`` when that is more (the writer holds
+    the id map as Python strings: 1.5 GB at 10^7 ids, which must not count as the partition's)."""
+    from glisp_testing.graphs import rmat_edges, write_dataset
+
+    src, dst = rmat_edges(scale, args.edge_factor, seed=1)
+    n = 1 << scale
+    if args.vertex_ids > n:
+        stride, n = args.vertex_ids // n, args.vertex_ids
+        src, dst = src * stride, dst * stride
+    write_dataset(root, name, src, dst, num_vertices=n)
 
 
 def _timed_run(spark, c, dv):
@@ -148,7 +164,7 @@ def _print_row(gname, a, p, rec, dt, jobs, cores, refs) -> None:
     )
 
 
-def _print_phases(rec) -> None:
+def _print_phases(rec, before: float) -> None:
     k = rec.counts
     spark_jobs = k.get("spark_jobs", [])
     per_round = [j["s"] for j in spark_jobs if j["kind"] == "round"]
@@ -157,7 +173,7 @@ def _print_phases(rec) -> None:
     phases = {x: v for x, v in rec.timings.items() if x != "total_s"}
     print(
         f"    phases {phases}; Spark round s {per_round}; broadcast max {bc / 1e6:.1f} MB; "
-        f"driver state {k.get('driver_state_bytes', 0) / 1e6:.1f} MB; driver peak RSS {rss:.0f} MB; "
+        f"driver state {k.get('driver_state_bytes', 0) / 1e6:.1f} MB; driver peak RSS {rss:.0f} MB (before the run {before:.0f} MB); "
         f"load {os.getloadavg()[0]:.1f}",
         flush=True,
     )

@@ -187,6 +187,9 @@ class PartitionConfig:
     count_sample: int = 1  # estimate the two-hop step per round from rows with eid % stride == 0
     count_sample_max: int = 1_000_000  # most sample rows held by the driver (the stride grows past it)
     groups: int = 0  # expansion: row groups (Spark tasks per round); 0 = max(8, ceil(rows / 4M))
+    state: Literal["driver", "sharded", "auto"] = "driver"  # expansion state: driver arrays or vertex-id-range shards
+    state_auto_vertices: int = 50_000_000  # "auto": sharded from this many vertex ids
+    shard_vertices: int = 4_000_000  # sharded: vertex ids per shard (S = ceil(|V| / this); rows in S(S+1)/2 cells)
     progress: bool = True
     metis_max_edges: int = 200_000_000  # metis: most undirected pairs one process partitions
     incremental: bool = False  # apply the edge changes since the base version to its partitioning

@@ -33,7 +33,6 @@ import math
 import time
 from abc import abstractmethod
 from collections.abc import Callable
-from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -47,53 +46,10 @@ from spark_jobs.partition import kernels
 from spark_jobs.partition.base import PartitionContext, Partitioner, PartitionResult
 from spark_jobs.partition.metrics import quality
 from spark_jobs.partition.rounds import ALLOC_PA, FileRounds
+from spark_jobs.partition.selection import FINISH, Plan, Selection, bitmask, pack_bits
+from spark_jobs.partition.sharded import ShardedExpansion, use_shards
 from spark_jobs.partition.staging import parquet_names, read_columns
 from spark_jobs.partition.state import ExpansionState
-
-FINISH = -2  # plan()'s leftover_to: place the remainder with the finishing pass and end the expansion
-# what ExpansionPartitioner.plan returns: (active, lam, cap, seed_budget, leftover_to)
-Plan = tuple[np.ndarray, np.ndarray | None, np.ndarray | None, np.ndarray | None, int]
-
-
-@dataclass
-class Selection:
-    """One round's plan: claimed vertices (in state.claim), partitions open for two-hop, ranks."""
-
-    claimed: np.ndarray
-    open_bits: np.ndarray
-    weight: np.ndarray  # float64 [p]: share of contested edges a partition draws (light = heavy weight)
-    onehop: np.ndarray  # float64 [p]: residual rows of the vertices each partition claimed
-    round_seed: int = 0
-    leftover_to: int = -1  # >= 0: every remaining edge to this partition; FINISH: the finishing pass
-    accept: np.ndarray | None = None  # float64 [p]: probability that partition k takes a two-hop edge
-    take: np.ndarray | None = None  # float64 [p]: probability that partition k takes a one-hop edge
-    quota: np.ndarray | None = None  # int64 [G, p]: most rows partition k takes from group g (hard capacity)
-
-    def args(self, st: ExpansionState) -> tuple:
-        """The broadcast state of the round kernel (kernels.edge_round after src, dst)."""
-        p = len(self.weight)
-        ones = np.ones(p)
-        accept = self.accept if self.accept is not None else ones
-        take = self.take if self.take is not None else ones
-        quota = self.quota if self.quota is not None else np.full((1, p), 1 << 62, np.int64)
-        return (st.claim, st.bits, self.open_bits, self.weight, accept, self.round_seed, take, quota)
-
-
-def bitmask(active: np.ndarray) -> np.ndarray:
-    words = (len(active) + 63) // 64
-    out = np.zeros(words, np.uint64)
-    for k in np.flatnonzero(active):
-        out[k // 64] |= np.uint64(1) << np.uint64(k % 64)
-    return out
-
-
-def pack_bits(mask: np.ndarray) -> np.ndarray:
-    """[n, p] bool -> [n, ceil(p/64)] uint64 bitsets."""
-    n, p = mask.shape
-    out = np.zeros((n, (p + 63) // 64), np.uint64)
-    for k in range(p):
-        out[:, k // 64] |= mask[:, k].astype(np.uint64) << np.uint64(k % 64)
-    return out
 
 
 class LocalRows:
@@ -402,7 +358,9 @@ class ExpansionPartitioner(Partitioner):
         t_start = time.perf_counter()
         alloc_dir = ctx.staging / "alloc"
         held = ctx.num_edges <= ctx.cfg.local_finish_edges
-        st, stats, timings, files = (self._partition_held if held else self._partition_files)(ctx, alloc_dir)
+        sharded = use_shards(ctx.cfg, ctx.num_vertices)
+        run = self._partition_sharded if sharded else self._partition_held if held else self._partition_files
+        st, stats, timings, files = run(ctx, alloc_dir)
         alloc_dir = files.alloc_dir if files is not None else alloc_dir  # the kept start's
         if not parquet_names(alloc_dir):
             store_for(alloc_dir).write_table(ALLOC_PA.empty_table(), alloc_dir / "empty.parquet")
@@ -424,10 +382,21 @@ class ExpansionPartitioner(Partitioner):
             "driver_state_bytes": st.nbytes() + stats.get("sample_bytes", 0),
             "spark_jobs": files.jobs if files is not None else [],
         }
-        bits = st.bits if st.counts is None else pack_bits(st.counts > 0)
+        if sharded:
+            counts["shards"] = stats["shards"]
+        bits = None if sharded else st.bits if st.counts is None else pack_bits(st.counts > 0)
         return PartitionResult(
             alloc, rounds=st.rounds, timings=timings, counts=counts, replica_bits=bits, edges_per_part=st.ecount
         )
+
+    def _partition_sharded(
+        self, ctx: PartitionContext, alloc_dir: StoreURI
+    ) -> tuple[ExpansionState, dict[str, Any], dict[str, float], FileRounds | None]:
+        """``partition.state`` = sharded: the per-vertex state in vertex-id-range shards (``sharded.py``), one
+        start, every round a Spark job; the relocation is not sharded yet and does not run."""
+        run = ShardedExpansion(self, ctx, alloc_dir)
+        st, stats, timings = run.run()
+        return st, stats, timings, run.rows
 
     def _partition_held(
         self, ctx: PartitionContext, alloc_dir: StoreURI

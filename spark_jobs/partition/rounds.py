@@ -202,8 +202,12 @@ class FileRounds:
         state: tuple,
         leftover_to: int,
         kind: str = "round",
+        sink: Callable[[int, dict[str, np.ndarray], np.ndarray, tuple], Any] | None = None,
     ) -> tuple[tuple, np.ndarray]:
-        """One Spark job over every group: decide each unallocated row, write the rest and the allocated."""
+        """One Spark job over every group: decide each unallocated row, write the rest and the allocated.
+
+        With ``sink`` (the sharded state, ``sharded.py``) each task hands its delta to ``sink(g, rows, part,
+        delta)`` instead of returning it; the job then returns the sinks' results, one per group."""
         self.round += 1
         r = self.round
         nxt = self.dir / f"r{r:05d}"
@@ -230,6 +234,8 @@ class FileRounds:
                     alloc / f"r{r:05d}-g{g:05d}.parquet",
                     pa.table([e["eid"][done], e["src"][done], e["dst"][done], part[done]], schema=ALLOC_PA),
                 )
+            if sink is not None:
+                return sink(g, e, part, delta), np.empty(0, np.int64)
             return delta, e["eid"][done & (e["eid"] % stride == 0)]
 
         out = run_tasks(self.spark, self.tasks, task)
@@ -238,6 +244,8 @@ class FileRounds:
         old = [p for grp in groups for p in grp if p not in self.shared]
         self.groups = [[nxt / f"g{g:05d}.arrow"] for g in range(self.tasks)]
         _drop_rounds(old)
+        if sink is not None:
+            return tuple(o[0] for o in out), np.empty(0, np.int64)
         return merge_deltas([o[0] for o in out], parts), np.concatenate([o[1] for o in out])
 
     def _record(self, kind: str, t0: float, state: tuple) -> None:

@@ -140,6 +140,32 @@ def test_pipeline_and_inference_on_standalone_equal_local(reference, standalone:
     _equal_results(cluster, reference.result(timeout=2 * TIMEOUT))
 
 
+def test_sharded_partition_on_standalone_equals_local(reference, standalone: Standalone, shared_dir: Path):
+    """``partition.state = "sharded"`` (cora in 2 shards, 3 cells, p = 2, six rounds, the finishing pass and two
+    relocation rounds) on the cluster's and the local run's cora, both at once: the same assignment (every decision is made in tasks from shard files and O(p)
+    thresholds)."""
+    cluster_root = shared_dir / "cluster"
+    if not (cluster_root / GRAPH / VERSION).is_dir():
+        pytest.skip("needs the cluster's pipeline run (test_pipeline_and_inference_on_standalone_equal_local)")
+    local = Path(reference.result(timeout=2 * TIMEOUT).root.path)
+    sets = ["partition.state=sharded", "partition.shard_vertices=1400", "partition.adadne.refine_rounds=2"]
+    sets.append("partition.max_rounds=6")  # then the finishing pass: fewer cluster jobs, every kind still runs
+
+    def run(root: Path, master: str, conf: dict[str, str]) -> subprocess.CompletedProcess[str]:
+        args = [f"{GRAPH}/{VERSION}", "--parts", "2", "--name", "sharded-p2", "--root", parse_uri(root).qualified]
+        args += ["--master", master, "--set", spark_set({**COMMON_CONF, **conf})]
+        return glisp("partition", *args, *(x for kv in sets for x in ("--set", kv)))
+
+    with ThreadPoolExecutor(2) as pool:
+        done = [pool.submit(run, cluster_root, standalone.url, CLUSTER_CONF), pool.submit(run, local, "local[2]", {})]
+        for f in done:
+            r = f.result()
+            assert r.returncode == 0, f"{r.stdout[-3000:]}\n{r.stderr[-3000:]}\n{standalone.executor_logs()}"
+    dvs = [DatasetVersion(parse_uri(root), GRAPH, VERSION) for root in (cluster_root, local)]
+    a, b = (dv.store.read_table(dv.output("partition/sharded-p2") / "assignment").sort_by("eid") for dv in dvs)
+    assert a.num_rows > 0 and a.equals(b), "the sharded partition differs between the cluster and local[2]"
+
+
 def test_pipeline_with_its_root_in_a_bucket_on_standalone_equals_local(reference, standalone: Standalone, new_s3_root):
     """The workers share nothing with the driver but the S3 server: the root, the built-in inputs, every
     hand-off and the Zarr store are in the bucket (the workers' hosts carry the store's credentials)."""

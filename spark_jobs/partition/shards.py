@@ -1,0 +1,418 @@
+"""The expansion's per-vertex state in vertex-id-range shards, read and rewritten by executor tasks (issue 26,
+item 2; the sharded form of ``state.ExpansionState``).
+
+Why: ``ExpansionState`` keeps O(|V|) arrays on the driver and broadcasts O(|V|) bytes every round (66 B of
+state, 24 B of broadcast and 300 B of peak RSS per vertex id measured at 10^7 ids), so 10^8 ids need about
+30 GB of driver memory. Here vertex ids 0..n-1 are cut into S ranges of ``ceil(n / S)`` ids
+(:class:`ShardRanges`); shard s's state (residual degree, degree, partition bitsets and, for a refining
+partitioner, pair counts) is one Arrow IPC file per round in the staging store, ``vstate/r<round>/s<s>``.
+
+* **Deltas** (``kernels.incidence_delta``'s (vert, vpart, cnt, pcnt)) are written by the task that made them,
+  split by shard, as ``vdelta/r<round>/s<s>-c<task>.arrow`` (:func:`write_deltas`); a row with vpart < 0 adds
+  cnt to the vertex's degree and residual degree (how the split's degrees enter: the first round's deltas).
+* **Merge** (:meth:`VertexShards.merge`): one Spark job of S tasks; task s reads its shard's previous state
+  and its delta files, applies them (``kernels.apply_delta``, ``kernels.add_counts``: sums and bitwise ORs, so
+  the order of the files does not matter) and writes the next state whole. Names are fixed by (round,
+  shard, task), so a retried or speculative task rewrites the same content.
+* **Summaries**: each merge task returns O(p x buckets) numbers, never per-vertex ones: the replicas it
+  added per partition and, per partition, a histogram of its boundary vertices over :func:`key_bucket` of
+  the selection key (score, seeded vertex hash) with their residual rows; row p is the seed order's
+  (degree, seeded hash) histogram of the untouched vertices. The driver sums them over the shards and
+  turns them into per-partition bucket thresholds (:func:`boundary_thresholds`, :func:`seed_ranges`); the
+  claims are then a pure function of a shard's state and those thresholds (:func:`shard_claims`), which
+  any task that reads the shard computes alike.
+
+The driver keeps the ranges, the paths and the round number: nothing that grows with |V|. See
+docs/partitioning.md ("Vertex state off the driver") for what is wired and what is not.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+import numpy as np
+import pyarrow as pa
+from numba import njit
+
+from glisp_core.storage.store import store_for
+from glisp_core.storage.uri import StoreURI
+from glisp_spark.tasks import run_tasks
+from spark_jobs.partition import kernels
+from spark_jobs.partition.selection import pack_bits
+from spark_jobs.partition.staging import open_input, write_whole
+
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
+
+EXACT = 32  # scores below this have a class of their own
+PER_OCTAVE = 4  # classes per doubling above it
+HASH_SLOTS = 16  # buckets per class, by the top bits of the seeded vertex hash (the tie rule)
+CLASSES = EXACT + PER_OCTAVE * (63 - 5)
+BUCKETS = CLASSES * HASH_SLOTS
+SEED_CLASSES, SEED_SLOTS = 16, 256  # the seed order: degree classes 0..15 (the last one open), 8 hash bits
+DELTA_PA = pa.schema([("vert", pa.int64()), ("vpart", pa.int32()), ("cnt", pa.int64()), ("pcnt", pa.int64())])
+
+
+@dataclass(frozen=True)
+class ShardRanges:
+    """Vertex ids 0..n-1 in S ranges of ``size`` ids (the last one shorter)."""
+
+    n: int
+    shards: int
+
+    @property
+    def size(self) -> int:
+        return max(1, -(-self.n // max(1, self.shards)))
+
+    def bounds(self, s: int) -> tuple[int, int]:
+        return min(self.n, s * self.size), min(self.n, (s + 1) * self.size)
+
+    def of(self, v: np.ndarray) -> np.ndarray:
+        return np.asarray(v, np.int64) // self.size
+
+
+@njit(nogil=True, cache=True)
+def score_class(score: int) -> int:
+    """The score's class: itself below ``EXACT``, then ``PER_OCTAVE`` classes per doubling. The sharded
+    selection orders by (class, seeded vertex hash): ties within a class go by the hash, as ties of equal
+    scores do in the driver's selection."""
+    s = max(score, 0)
+    if s < EXACT:
+        return s
+    top = 63
+    while (s >> top) & 1 == 0:
+        top -= 1
+    return EXACT + PER_OCTAVE * (top - 5) + ((s >> (top - 2)) & 3)
+
+
+@njit(nogil=True, cache=True)
+def key_bucket(score: int, h: np.uint64) -> int:
+    """Bucket of the selection key (class, hash), monotone in it: ``HASH_SLOTS`` buckets per class by the
+    hash's top bits."""
+    return score_class(score) * HASH_SLOTS + int(h >> np.uint64(60))
+
+
+@njit(nogil=True, cache=True)
+def seed_bucket(deg: int, h: np.uint64) -> int:
+    """Bucket of the seed key (degree class, hash): seeds come from the lowest degrees, where a vertex class
+    is large, so the hash splits it finer than the boundary's (``SEED_SLOTS`` < ``BUCKETS`` per class)."""
+    return min(score_class(deg), SEED_CLASSES - 1) * SEED_SLOTS + int(h >> np.uint64(56))
+
+
+@njit(nogil=True, cache=True)
+def _summary(
+    score: np.ndarray,
+    deg: np.ndarray,
+    resid: np.ndarray,
+    bits: np.ndarray,
+    hsel: np.ndarray,
+    hseed: np.ndarray,
+    parts: int,
+) -> tuple:
+    """count/weight [p + 1, BUCKETS]: boundary vertices of each partition by (score, hsel) bucket, and in row
+    p the untouched vertices with edges by (deg, hseed) bucket; weights are residual rows."""
+    count = np.zeros((parts + 1, BUCKETS), np.int64)
+    weight = np.zeros((parts + 1, BUCKETS), np.int64)
+    for v in range(resid.shape[0]):
+        if resid[v] <= 0:
+            continue
+        any_part = False
+        bsel = key_bucket(score[v], hsel[v])
+        for k in range(parts):
+            if kernels._bit(bits, v, k):
+                any_part = True
+                count[k, bsel] += 1
+                weight[k, bsel] += resid[v]
+        if not any_part:
+            b = seed_bucket(deg[v], hseed[v])
+            count[parts, b] += 1
+            weight[parts, b] += resid[v]
+    return count, weight
+
+
+def shard_summary(state: dict[str, np.ndarray], lo: int, parts: int, round_seed: int, seed: int) -> tuple:
+    """A shard's O(p x buckets) selection summary (see ``_summary``); the score is the residual degree."""
+    ids = np.arange(lo, lo + len(state["resid"]), dtype=np.int64)
+    return _summary(
+        state["resid"],
+        state["deg"],
+        state["resid"],
+        state["bits"],
+        kernels.vertex_hash(ids, round_seed),
+        kernels.vertex_hash(ids, seed),
+        parts,
+    )
+
+
+def boundary_thresholds(count: np.ndarray, weight: np.ndarray, nsel: np.ndarray, cap: np.ndarray) -> np.ndarray:
+    """Per partition k the bucket bound t_k: k claims its boundary vertices in buckets < t_k.
+
+    The bucket holding the nsel-th lowest key is included whole (the selection is nsel vertices rounded up
+    to a bucket), then cut where the residual rows pass ``cap`` (finite caps), keeping at least the first
+    non-empty bucket, as the driver's selection keeps one vertex."""
+    parts = len(nsel)
+    t = np.zeros(parts, np.int64)
+    for k in range(parts):
+        cc = np.cumsum(count[k])
+        if cc[-1] == 0 or nsel[k] <= 0:
+            continue
+        t[k] = int(np.searchsorted(cc, min(nsel[k], cc[-1]))) + 1
+        if np.isfinite(cap[k]):
+            first = int(np.searchsorted(cc, 1)) + 1
+            cut = int(np.searchsorted(np.cumsum(weight[k]), cap[k], side="right"))
+            t[k] = max(first, min(t[k], cut))
+    return t
+
+
+def seed_ranges(
+    count: np.ndarray, weight: np.ndarray, order: np.ndarray, budget: np.ndarray, most: np.ndarray
+) -> np.ndarray:
+    """[p, 2] bucket ranges [lo, hi) of the seed histogram (row p of the summary) for the partitions in
+    ``order`` (rank order), one after the other: each takes whole buckets until its seeds' residual rows reach
+    ``budget[k]`` or their number ``most[k]`` (at least one non-empty bucket while any is left)."""
+    out = np.zeros((len(budget), 2), np.int64)
+    pos = 0
+    for k in order:
+        lo, got, n = pos, 0, 0
+        while pos < len(count) and (got < budget[k] and n < most[k] or (n == 0 and got == 0)):
+            got, n, pos = got + int(weight[pos]), n + int(count[pos]), pos + 1
+        out[k] = lo, pos
+    return out
+
+
+@njit(nogil=True, cache=True)
+def _claims(
+    score: np.ndarray,
+    deg: np.ndarray,
+    resid: np.ndarray,
+    bits: np.ndarray,
+    hsel: np.ndarray,
+    hseed: np.ndarray,
+    t: np.ndarray,
+    rank: np.ndarray,
+    seeds: np.ndarray,
+) -> np.ndarray:
+    parts = t.shape[0]
+    claim = np.full(resid.shape[0], -1, np.int32)
+    for v in range(resid.shape[0]):
+        if resid[v] <= 0:
+            continue
+        bsel = key_bucket(score[v], hsel[v])
+        any_part = False
+        for k in range(parts):
+            if kernels._bit(bits, v, k):
+                any_part = True
+                if bsel < t[k] and (claim[v] < 0 or rank[k] < rank[claim[v]]):
+                    claim[v] = k
+        if not any_part:
+            b = seed_bucket(deg[v], hseed[v])
+            for k in range(parts):
+                if seeds[k, 0] <= b < seeds[k, 1]:
+                    claim[v] = k
+    return claim
+
+
+def shard_claims(
+    state: dict[str, np.ndarray],
+    lo: int,
+    t: np.ndarray,
+    rank: np.ndarray,
+    seeds: np.ndarray,
+    round_seed: int,
+    seed: int,
+) -> np.ndarray:
+    """int32 claim per vertex of the shard: the best-ranked partition whose threshold its key is under, or
+    the partition whose seed range holds an untouched vertex; a pure function of the shard and the
+    O(p) thresholds, so every task reading the shard computes the same claims."""
+    ids = np.arange(lo, lo + len(state["resid"]), dtype=np.int64)
+    return _claims(
+        state["resid"],
+        state["deg"],
+        state["resid"],
+        state["bits"],
+        kernels.vertex_hash(ids, round_seed),
+        kernels.vertex_hash(ids, seed),
+        np.asarray(t, np.int64),
+        np.asarray(rank, np.int32),
+        np.asarray(seeds, np.int64),
+    )
+
+
+def write_deltas(d: StoreURI, task: int, ranges: ShardRanges, delta: tuple) -> None:
+    """A task's delta (vert, vpart, cnt, pcnt), split by the shard of vert, one file per shard it touches."""
+    vert, vpart, cnt, pcnt = (np.asarray(x) for x in delta[:4])
+    write_split(d, task, ranges, {"vert": vert, "vpart": vpart.astype(np.int32), "cnt": cnt, "pcnt": pcnt})
+
+
+def write_split(d: StoreURI, task: int, ranges: ShardRanges, cols: dict[str, np.ndarray]) -> None:
+    """Per-vertex rows (column ``vert`` first) split by shard: ``d/s<shard>-c<task>.arrow``, written whole."""
+    sh = ranges.of(cols["vert"])
+    for s in np.unique(sh):
+        m = sh == s
+        _write_ipc(d / f"s{int(s):05d}-c{task:05d}.arrow", pa.table({c: a[m] for c, a in cols.items()}))
+
+
+def read_split(d: StoreURI, names: list[str], s: int) -> list[pa.Table]:
+    """Shard s's files among ``names`` (of :func:`write_split` under d), in name order."""
+    return [_read_ipc(d / n) for n in sorted(n for n in names if n.startswith(f"s{s:05d}-"))]
+
+
+@njit(nogil=True, cache=True)
+def score_classes(x: np.ndarray) -> np.ndarray:
+    """``score_class`` of every element (any shape)."""
+    flat = x.ravel()
+    out = np.empty(flat.shape[0], np.int64)
+    for i in range(flat.shape[0]):
+        out[i] = score_class(flat[i])
+    return out.reshape(x.shape)
+
+
+def _write_ipc(uri: StoreURI, tab: pa.Table) -> None:
+    def write(f: object) -> None:
+        with pa.ipc.new_file(f, tab.schema) as w:
+            w.write_table(tab)
+
+    write_whole(uri, write)
+
+
+def _read_ipc(uri: StoreURI) -> pa.Table:
+    with open_input(uri) as src:
+        return pa.ipc.open_file(src).read_all()
+
+
+def state_table(st: dict[str, np.ndarray]) -> pa.Table:
+    """A shard's state as a table: resid, deg, bits words ``b<w>``, pair counts ``c<k>`` (when kept)."""
+    cols = {"resid": st["resid"], "deg": st["deg"]}
+    cols.update({f"b{w}": st["bits"][:, w] for w in range(st["bits"].shape[1])})
+    if "counts" in st:
+        cols.update({f"c{k}": st["counts"][:, k] for k in range(st["counts"].shape[1])})
+    return pa.table(cols)
+
+
+def state_arrays(t: pa.Table, parts: int, counts: bool) -> dict[str, np.ndarray]:
+    """The inverse of :func:`state_table` (writable copies)."""
+    words = (parts + 63) // 64
+    st = {c: t.column(c).to_numpy().astype(np.int64) for c in ("resid", "deg")}
+    st["bits"] = np.stack([t.column(f"b{w}").to_numpy() for w in range(words)], axis=1).astype(np.uint64)
+    if counts:
+        st["counts"] = np.stack([t.column(f"c{k}").to_numpy() for k in range(parts)], axis=1).astype(np.int32)
+    return st
+
+
+@dataclass(frozen=True)
+class ShardFiles:
+    """Where a sharded state lives and its shape; picklable (what a task needs to read or write a shard)."""
+
+    root: StoreURI
+    ranges: ShardRanges
+    parts: int
+    counts: bool
+
+    def delta_dir(self, r: int) -> StoreURI:
+        return self.root / "vdelta" / f"r{r:05d}"
+
+    def state_uri(self, r: int, s: int) -> StoreURI:
+        return self.root / "vstate" / f"r{r:05d}" / f"s{s:05d}.arrow"
+
+    def empty(self, s: int) -> dict[str, np.ndarray]:
+        lo, hi = self.ranges.bounds(s)
+        st = {"resid": np.zeros(hi - lo, np.int64), "deg": np.zeros(hi - lo, np.int64)}
+        st["bits"] = np.zeros((hi - lo, (self.parts + 63) // 64), np.uint64)
+        if self.counts:
+            st["counts"] = np.zeros((hi - lo, self.parts), np.int32)
+        return st
+
+    def read(self, r: int, s: int) -> dict[str, np.ndarray]:
+        """Shard s's state after round r (r < 0: before any), inside a task; the driver reads it only in tests."""
+        return self.empty(s) if r < 0 else state_arrays(_read_ipc(self.state_uri(r, s)), self.parts, self.counts)
+
+    def merge_shard(
+        self, prev: int, r: int, s: int, names: list[str], round_seed: int, seed: int, moves: bool = False
+    ) -> tuple:
+        """Task s of :meth:`VertexShards.merge`: (replicas added per partition, count, weight); with ``moves``
+        (the relocation's deltas) the shard's replicas per partition and empty summaries."""
+        st, d, lo = self.read(prev, s), self.delta_dir(r), self.ranges.bounds(s)[0]
+        gain = np.zeros(self.parts, np.int64)
+        for t in read_split(d, names, s):
+            vert, vpart, cnt, pcnt = (t.column(c).to_numpy() for c in ("vert", "vpart", "cnt", "pcnt"))
+            loc, deg = vert - lo, vpart < 0
+            if moves:  # relocation: pairs leave (pcnt < 0) and enter partitions; residual degrees stay 0
+                kernels.add_counts(st["counts"], loc, vpart, pcnt, 1)
+                continue
+            add = np.bincount(loc[deg], weights=cnt[deg], minlength=len(st["deg"])).astype(np.int64)
+            st["deg"] += add
+            st["resid"] += add
+            kernels.apply_delta(st["bits"], st["resid"], gain, loc[~deg], vpart[~deg], cnt[~deg])
+            if "counts" in st:
+                kernels.add_counts(st["counts"], loc[~deg], vpart[~deg], pcnt[~deg], 1)
+        if moves:
+            st["bits"] = pack_bits(st["counts"] > 0)
+            gain = (st["counts"] > 0).sum(axis=0).astype(np.int64)  # the shard's |V_k| part, not a gain
+        _write_ipc(self.state_uri(r, s), state_table(st))
+        if moves:
+            return gain, np.zeros((self.parts + 1, 0), np.int64), np.zeros((self.parts + 1, 0), np.int64)
+        return gain, *shard_summary(st, lo, self.parts, round_seed, seed)
+
+
+class CellView:
+    """The two shards of a cell as one local id space (shard a's ids, then shard b's), read in a task."""
+
+    def __init__(self, files: ShardFiles, r: int, sa: int, sb: int) -> None:
+        rg = files.ranges
+        self.size, self.sa, self.lo_a, self.lo_b = rg.size, sa, rg.bounds(sa)[0], rg.bounds(sb)[0]
+        self.states = [files.read(r, sa)] + ([files.read(r, sb)] if sb != sa else [])
+        self.na = len(self.states[0]["resid"])
+
+    def col(self, c: str) -> np.ndarray:
+        return np.concatenate([s[c] for s in self.states])
+
+    def local(self, v: np.ndarray) -> np.ndarray:
+        return np.where(v // self.size == self.sa, v - self.lo_a, self.na + v - self.lo_b)
+
+    def globals(self, loc: np.ndarray) -> np.ndarray:
+        return np.where(loc < self.na, loc + self.lo_a, loc - self.na + self.lo_b)
+
+    def claims(self, t: np.ndarray, rank: np.ndarray, seeds: np.ndarray, round_seed: int, seed: int) -> np.ndarray:
+        los = [self.lo_a, self.lo_b][: len(self.states)]
+        return np.concatenate(
+            [shard_claims(s, lo, t, rank, seeds, round_seed, seed) for s, lo in zip(self.states, los, strict=True)]
+        )
+
+
+class VertexShards:
+    """The sharded state of one expansion on the driver: where it lives and the round (no per-vertex array)."""
+
+    def __init__(self, spark: SparkSession, files: ShardFiles) -> None:
+        self.spark, self.files = spark, files
+        self.round = -1  # no state written yet; merge(0) builds round 0 from the degree deltas
+
+    def merge(
+        self, r: int, round_seed: int, seed: int, moves: bool = False
+    ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """One Spark job: every shard applies round r's deltas to its state after the previous round and
+        writes its state after round r; returns the replicas added per partition and the summed selection
+        summary (count, weight [p + 1, BUCKETS]) for the round seeded ``round_seed``. Drops the previous
+        round's state and round r's deltas once every task has run."""
+        f, prev = self.files, self.round
+        d = f.delta_dir(r)
+        names = store_for(d).names(d)
+        out = run_tasks(
+            self.spark, f.ranges.shards, lambda s: f.merge_shard(prev, r, s, names, round_seed, seed, moves)
+        )
+        gain = np.zeros(f.parts, np.int64)
+        count = np.zeros((f.parts + 1, 0 if moves else BUCKETS), np.int64)
+        weight = np.zeros_like(count)
+        for g, c, w in out:  # O(p x buckets) each
+            gain += g
+            count += c
+            weight += w
+        if prev >= 0:
+            store_for(f.root).delete(f.root / "vstate" / f"r{prev:05d}")
+        store_for(d).delete(d)
+        self.round = r
+        return gain, count, weight
+
+    def driver_bytes(self) -> int:
+        """Bytes of numpy arrays this object holds on the driver (none; a test keeps it so)."""
+        return sum(v.nbytes for v in vars(self).values() if isinstance(v, np.ndarray))
