@@ -24,7 +24,7 @@ demo: $(STAMP) java-check
 	$(VENV)/bin/glisp pipeline --builtin cora --root data/demo --parts 4 --train
 
 test: $(STAMP) java-check check
-	$(PY) -m pytest -q tests
+	$(PY) -m pytest -q --durations=40 tests
 
 # the static gate CI runs before the tests: lint, layout, import layers and circles, types
 check: $(STAMP)
