@@ -63,6 +63,7 @@ class GatherStream:
         self._write_lock = asyncio.Lock()
         self._next_id = 1
         self.failed: StreamFailure | None = None
+        self._closing = False
         self._reader = asyncio.get_running_loop().create_task(self._read())
 
     async def _read(self) -> None:
@@ -83,7 +84,11 @@ class GatherStream:
         except WireError as e:
             failure = StreamFailure(grpc.StatusCode.INTERNAL, f"undecodable answer on the stream: {e}")
         except asyncio.CancelledError:
-            failure = StreamFailure(grpc.StatusCode.CANCELLED, "the client closed the stream")
+            task = asyncio.current_task()
+            if self._closing or (task is not None and task.cancelling()):
+                failure = StreamFailure(grpc.StatusCode.CANCELLED, "the client closed the stream")
+            else:  # the call was cancelled from the server's side (a reload, a drain): another replica may answer
+                failure = StreamFailure(grpc.StatusCode.UNAVAILABLE, "the server cancelled the stream")
         except Exception as e:  # noqa: BLE001 - a bug here fails the waiting requests, never the task unseen
             failure = StreamFailure(grpc.StatusCode.INTERNAL, f"the stream's reader failed: {e!r}")
         self.failed = failure
@@ -135,5 +140,6 @@ class GatherStream:
         return StreamFailure(grpc.StatusCode.UNAVAILABLE, f"stream broke while sending: {e}")
 
     async def aclose(self) -> None:
+        self._closing = True
         self._call.cancel()
         await asyncio.gather(self._reader, return_exceptions=True)

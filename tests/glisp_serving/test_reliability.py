@@ -456,6 +456,49 @@ def test_a_stream_write_that_fails_while_the_reader_fails_the_stream_leaves_no_f
     assert unseen == []
 
 
+def test_a_stream_the_server_cancels_fails_over_and_one_the_client_closes_does_not():
+    """grpc.aio ends a read with asyncio.CancelledError when the call is cancelled from either side. A server
+    that cancels its streams (a reload, a drain) must leave the pending requests retryable (UNAVAILABLE: the
+    caller fails over); only the client's own close makes them CANCELLED."""
+    import asyncio
+
+    from glisp_serving.client.streams import GatherStream, StreamFailure
+
+    class CancelledCall:
+        def __init__(self):
+            self.cancelled = asyncio.Event()
+
+        async def read(self):
+            await self.cancelled.wait()
+            raise asyncio.CancelledError()  # what grpc.aio raises for a cancelled call
+
+        async def write(self, raw):
+            return None
+
+        def cancel(self):
+            self.cancelled.set()
+            return True
+
+    async def go(client_closes: bool):
+        calls = []
+        stream = GatherStream(lambda: calls.append(CancelledCall()) or calls[-1])
+        pending = asyncio.ensure_future(stream.request(b"", timeout=5.0))
+        await asyncio.sleep(0)
+        if client_closes:
+            await stream.aclose()
+        else:
+            calls[0].cancelled.set()  # the server's side cancels the call
+        try:
+            await pending
+        except StreamFailure as e:
+            code = e.code
+        await stream.aclose()
+        return code
+
+    assert asyncio.run(go(client_closes=False)) == grpc.StatusCode.UNAVAILABLE
+    assert asyncio.run(go(client_closes=True)) == grpc.StatusCode.CANCELLED
+
+
 def _serving(addr: str) -> tuple[bool, int]:
     """(SERVING, restarts) of the server at ``addr``; (False, -1) while nothing answers there."""
     try:
