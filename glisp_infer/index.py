@@ -7,7 +7,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -64,13 +64,17 @@ def build_index(
     store: str,
     out: StoreURI,
     vertex_types: list[str],
-) -> dict[str, float]:
-    """Write the Parquet id map to ``out`` and fill the Zarr index arrays of ``store`` (from the executors); returns
-    the chunk counts and the seconds of each part (``*_s``)."""
+) -> tuple[dict[str, float], Callable[[], dict[str, float]]]:
+    """Fill the Zarr index arrays of ``store`` (from the executors) and start writing the Parquet id map to
+    ``out`` in the background: no layer task reads it, so its join and write overlap the plan and layer jobs.
+    Returns the arrays' chunk counts and seconds, and ``finish()``: waits for the id map (re-raising its error)
+    and returns its seconds; the caller calls it before the outputs, which read it."""
     import time
 
     from pyspark import StorageLevel
     from pyspark.sql import functions as F
+
+    from glisp_spark.background import Background
 
     starts = F.array(*[F.lit(s).cast("long") for s in layout.starts])
     r = (
@@ -81,9 +85,34 @@ def build_index(
     )
     names = F.array(*[F.lit(t) for t in vertex_types]) if vertex_types else F.array(F.lit(""))
     idmap = read_parquet(spark, dv.idmap).select(VID, ORIG_ID, F.element_at(names, F.col(VTYPE) + 1).alias(VTYPE))
+
+    def id_map() -> float:
+        t = time.perf_counter()
+        write_parquet(r.join(idmap, VID).select(ORIG_ID, VTYPE, VID, PART, ROW), out, "error")
+        return time.perf_counter() - t
+
     t0 = time.perf_counter()
-    write_parquet(r.join(idmap, VID).select(ORIG_ID, VTYPE, VID, PART, ROW), out, "error")
-    t1 = time.perf_counter()
+    background = Background(id_map)
+    try:
+        counts = _index_arrays(spark, r, layout, store)
+    except BaseException:
+        background.wait()
+        r.unpersist()
+        raise
+
+    def finish() -> dict[str, float]:
+        try:
+            return {"index_parquet_s": background.result()}
+        finally:
+            r.unpersist()
+
+    return {**counts, "index_arrays_s": time.perf_counter() - t0}, finish
+
+
+def _index_arrays(spark: SparkSession, r: Any, layout: RowLayout, store: str) -> dict[str, float]:
+    """``index/row`` and ``index/pos`` by vertex id, ``index/vid`` by row: each chunk written whole by one task."""
+    from pyspark.sql import functions as F
+
     n, c = layout.num_vertices, layout.chunk_rows
     par = max(1, spark.sparkContext.defaultParallelism)
     jobs = [
@@ -98,10 +127,4 @@ def build_index(
         )
         rows = df.mapInArrow(chunk_writer(store, key, values, chunk, total), "chunks long").collect()
         done[key] = sum(int(x["chunks"]) for x in rows)
-    r.unpersist()
-    return {
-        "index_chunks_by_vid": done[VID],
-        "index_chunks_by_row": done[ROW],
-        "index_parquet_s": t1 - t0,
-        "index_arrays_s": time.perf_counter() - t1,
-    }
+    return {"index_chunks_by_vid": done[VID], "index_chunks_by_row": done[ROW]}

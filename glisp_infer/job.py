@@ -20,6 +20,7 @@ verified copies (``serve.cache_dir``). Nothing passes between driver and tasks t
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import os
@@ -442,54 +443,62 @@ def _run_layers(
         refresh.start(url)
     timings: dict[str, float] = {}
     t = time.perf_counter()
-    idx = build_index(spark, dv, dv.path / inp.reorder.path, layout, url, pub.tmp / "index", inp.vertex_types)
+    idx, id_map_done = build_index(
+        spark, dv, dv.path / inp.reorder.path, layout, url, pub.tmp / "index", inp.vertex_types
+    )
     timings["index_s"] = time.perf_counter() - t
-    timings.update({k: idx.pop(k) for k in ("index_parquet_s", "index_arrays_s")})
-    planned: dict[int, dict[str, Any]] = {}
-    if exchange is not None:
-        t = time.perf_counter()
-        planned = {r["part"]: r for r in run_tasks(spark, plan, T.plan_exchange, "plan (samples, halo needs)")}
-        timings["plan_s"] = time.perf_counter() - t
-    per_layer: list[list[dict[str, Any]]] = []
-    extra_metrics: dict[str, Any] = {}
-    drift: dict[str, Any] = {}
-    if not inp.layerwise:
-        log(
-            f"infer/{inp.name}: model {inp.model_run} ({inp.spec.factory or inp.spec.arch}) has no slice protocol "
-            "(num_layers and layer(i, x_src, edge_index, num_dst, edge_type); docs/inference.md), so it cannot run one "
-            "layer at a time: sample-wise inference instead, every vertex's tree through the whole model, in the driver"
-        )
-    for layer in range(plan.layers + 1 if inp.layerwise else 1):
-        t = time.perf_counter()
-        if layer == 0:
-            res = run_tasks(spark, plan, lambda p, k, a: T.write_features(p, k, a), "layer 0 (features)")
-        else:
-            mode = refresh.layer_mode(layer) if refresh is not None else ""
-            res = run_tasks(
-                spark, plan, lambda p, k, a, ly=layer, md=mode: T.infer_layer(p, ly, k, a, md), f"layer {layer}"
+    timings["index_arrays_s"] = idx.pop("index_arrays_s")
+    try:  # the id map is written meanwhile (build_index); its wait, if any, counts in the layers' time
+        planned: dict[int, dict[str, Any]] = {}
+        if exchange is not None:
+            t = time.perf_counter()
+            planned = {r["part"]: r for r in run_tasks(spark, plan, T.plan_exchange, "plan (samples, halo needs)")}
+            timings["plan_s"] = time.perf_counter() - t
+        per_layer: list[list[dict[str, Any]]] = []
+        extra_metrics: dict[str, Any] = {}
+        drift: dict[str, Any] = {}
+        if not inp.layerwise:
+            log(
+                f"infer/{inp.name}: model {inp.model_run} ({inp.spec.factory or inp.spec.arch}) has no slice protocol "
+                "(num_layers and layer(i, x_src, edge_index, num_dst, edge_type); docs/inference.md), so it cannot run one "
+                "layer at a time: sample-wise inference instead, every vertex's tree through the whole model, in the driver"
             )
-        wall = time.perf_counter() - t
-        timings[f"layer{layer}_s"] = wall
-        for r in res:
-            r["wall_s"] = wall
-            if layer and planned:  # the layer's sampling and needs ran in the plan job
-                r["sample_s"] += planned[r["part"]]["sample_s"][layer - 1]
-                r["needs_s"] = planned[r["part"]]["needs_s"][layer - 1]
-        if layer and exchange is not None:
-            remove_layer_files(exchange, layer - 1)
-        if refresh is not None:
+        for layer in range(plan.layers + 1 if inp.layerwise else 1):
+            t = time.perf_counter()
             if layer == 0:
-                refresh.after_features(url)
+                res = run_tasks(spark, plan, lambda p, k, a: T.write_features(p, k, a), "layer 0 (features)")
             else:
-                refresh.after_layer(layer, res)
-            if layer == plan.layers:
-                drift = refresh.drift(url, res, layer, inp.spec.task)
-        per_layer.append(sorted(res, key=lambda r: r["part"]))
-        log(f"infer/{inp.name}: layer {layer} done in {wall:.1f}s")
-    if not inp.layerwise:
-        t = time.perf_counter()
-        extra_metrics["samplewise"] = samplewise_last_layer(plan, dv, inp.partition, inp.model)
-        timings["samplewise_s"] = time.perf_counter() - t
+                mode = refresh.layer_mode(layer) if refresh is not None else ""
+                res = run_tasks(
+                    spark, plan, lambda p, k, a, ly=layer, md=mode: T.infer_layer(p, ly, k, a, md), f"layer {layer}"
+                )
+            wall = time.perf_counter() - t
+            timings[f"layer{layer}_s"] = wall
+            for r in res:
+                r["wall_s"] = wall
+                if layer and planned:  # the layer's sampling and needs ran in the plan job
+                    r["sample_s"] += planned[r["part"]]["sample_s"][layer - 1]
+                    r["needs_s"] = planned[r["part"]]["needs_s"][layer - 1]
+            if layer and exchange is not None:
+                remove_layer_files(exchange, layer - 1)
+            if refresh is not None:
+                if layer == 0:
+                    refresh.after_features(url)
+                else:
+                    refresh.after_layer(layer, res)
+                if layer == plan.layers:
+                    drift = refresh.drift(url, res, layer, inp.spec.task)
+            per_layer.append(sorted(res, key=lambda r: r["part"]))
+            log(f"infer/{inp.name}: layer {layer} done in {wall:.1f}s")
+        if not inp.layerwise:
+            t = time.perf_counter()
+            extra_metrics["samplewise"] = samplewise_last_layer(plan, dv, inp.partition, inp.model)
+            timings["samplewise_s"] = time.perf_counter() - t
+    except BaseException:
+        with contextlib.suppress(BaseException):
+            id_map_done()
+        raise
+    timings.update(id_map_done())
     t = time.perf_counter()
     out_counts = write_outputs(spark, plan, cfg, dv, pub.tmp, inp.vertex_types, inp.edge_types)
     timings["outputs_s"] = time.perf_counter() - t

@@ -33,8 +33,8 @@ from glisp_core.dataset.manifest import Manifest, StageRecord, now_iso, read_man
 from glisp_core.dataset.paths import confine, confine_all
 from glisp_core.dataset.publish import VersionPublisher, file_fingerprints, fingerprint, up_to_date
 from glisp_core.storage.uri import StoreURI, parse_uri
+from glisp_spark.background import Background
 from glisp_spark.phases import Phases
-from spark_jobs.ingest.background import Background
 from spark_jobs.ingest.edgefiles import DegreeFreq
 from spark_jobs.ingest.phases.context import IngestContext
 from spark_jobs.ingest.phases.decide import decide_types

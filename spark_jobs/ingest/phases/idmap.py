@@ -13,8 +13,8 @@ from functools import partial
 from typing import TYPE_CHECKING
 
 from glisp_core.storage.uri import StoreURI
+from glisp_spark.background import Background
 from glisp_spark.tables import write_parquet
-from spark_jobs.ingest.background import Background
 from spark_jobs.ingest.columns import REASON
 from spark_jobs.ingest.dense_index import dense_index
 from spark_jobs.ingest.keys import KeyPart, RankMap, build_rank_map, part_size

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from glisp_core.errors import BadInputError
-from spark_jobs.ingest.background import Background
+from glisp_spark.background import Background
 from spark_jobs.ingest.checks import Summary, no_edges_error, summary_of
 from spark_jobs.ingest.columns import CORRUPT, FID, RCOL, REASON, ROWPOS, SI
 from spark_jobs.ingest.edgestage import GROUP, EdgeTable, StageOpts, dirty_frame, stage_edges
