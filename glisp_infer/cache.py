@@ -135,11 +135,7 @@ class ChunkCache:
             np.asarray(st.mm),
             len(st.ids),
             self.pool,
-            self.slot_of,
-            self.slot_chunk,
-            self.link,
-            self.state,
-            self.lru,
+            *self._slots(),
             adm,
             out,
             touched,
@@ -149,6 +145,11 @@ class ChunkCache:
                 f"dynamic cache: the admission plan has {len(adm)} chunks for a batch that reads more or fewer"
             )
         return out, touched[:k]
+
+    def _slots(self) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, bool]:
+        """The cache's bookkeeping as the compiled code takes it: slot of each chunk, chunk of each slot, the LRU
+        list, the counters, the policy."""
+        return self.slot_of, self.slot_chunk, self.link, self.state, self.lru
 
     def _gather_resident(self, local: np.ndarray, admit: np.ndarray | None) -> tuple[np.ndarray, np.ndarray]:
         """The same accesses as :meth:`gather` (one per distinct chunk, in its order), without moving chunk data."""
@@ -165,11 +166,7 @@ class ChunkCache:
             _NONE,
             _NONE,
             _NO_ROWS,
-            self.slot_of,
-            self.slot_chunk,
-            self.link,
-            self.state,
-            self.lru,
+            *self._slots(),
             adm,
             np.empty((len(self.slot_of), 0), np.float32),
             len(self.slot_of),

@@ -133,16 +133,17 @@ def _summary(
 
 def shard_summary(state: dict[str, np.ndarray], lo: int, parts: int, round_seed: int, seed: int) -> tuple:
     """A shard's O(p x buckets) selection summary (see ``_summary``); the score is the residual degree."""
+    return _summary(*_vertex_inputs(state, lo, round_seed, seed), parts)
+
+
+def _vertex_inputs(
+    state: dict[str, np.ndarray], lo: int, round_seed: int, seed: int
+) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """What the selection kernels read of a shard's vertices: score (the residual degree), degree, residual
+    degree, bitsets, and the round's and the seed order's vertex hashes."""
     ids = np.arange(lo, lo + len(state["resid"]), dtype=np.int64)
-    return _summary(
-        state["resid"],
-        state["deg"],
-        state["resid"],
-        state["bits"],
-        kernels.vertex_hash(ids, round_seed),
-        kernels.vertex_hash(ids, seed),
-        parts,
-    )
+    hsel, hseed = kernels.vertex_hash(ids, round_seed), kernels.vertex_hash(ids, seed)
+    return state["resid"], state["deg"], state["resid"], state["bits"], hsel, hseed
 
 
 def boundary_thresholds(count: np.ndarray, weight: np.ndarray, nsel: np.ndarray, cap: np.ndarray) -> np.ndarray:
@@ -225,14 +226,8 @@ def shard_claims(
     """int32 claim per vertex of the shard: the best-ranked partition whose threshold its key is under, or
     the partition whose seed range holds an untouched vertex; a pure function of the shard and the
     O(p) thresholds, so every task reading the shard computes the same claims."""
-    ids = np.arange(lo, lo + len(state["resid"]), dtype=np.int64)
     return _claims(
-        state["resid"],
-        state["deg"],
-        state["resid"],
-        state["bits"],
-        kernels.vertex_hash(ids, round_seed),
-        kernels.vertex_hash(ids, seed),
+        *_vertex_inputs(state, lo, round_seed, seed),
         np.asarray(t, np.int64),
         np.asarray(rank, np.int32),
         np.asarray(seeds, np.int64),
