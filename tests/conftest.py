@@ -48,20 +48,27 @@ def s3_server():
 
 @pytest.fixture(scope="session")
 def new_s3_root(s3_server):
-    """``new_s3_root(name)``: a fresh prefix ``s3://glisp-test/<name>-<uuid>`` (for module-scoped fixtures; tests
-    get the bucket's name only from here, since importing this file again would start a second server's env)."""
+    """``new_s3_root(name)``: ``s3://glisp-test-<uuid>/<name>`` in a bucket of its own: moto lists a prefix by
+    walking every key of its bucket, so in one shared bucket a listing's cost would grow with every earlier
+    test's files."""
+    import boto3
+
     from glisp_core.storage.uri import parse_uri
 
-    return lambda name: parse_uri(f"s3://{S3_BUCKET}/{name}-{uuid.uuid4().hex[:8]}")
+    client = boto3.client("s3", endpoint_url=s3_server)
+
+    def new(name: str):
+        bucket = f"{S3_BUCKET}-{uuid.uuid4().hex[:12]}"
+        client.create_bucket(Bucket=bucket)
+        return parse_uri(f"s3://{bucket}/{name}")
+
+    return new
 
 
 @pytest.fixture
-def s3_root(s3_server, request: pytest.FixtureRequest):
-    """A fresh prefix of the test bucket, ``s3://glisp-test/<test name>-<uuid>``, as a StoreURI."""
-    from glisp_core.storage.uri import parse_uri
-
-    name = re.sub(r"[^A-Za-z0-9_.-]+", "-", request.node.name).strip("-")[:80]
-    return parse_uri(f"s3://{S3_BUCKET}/{name}-{uuid.uuid4().hex[:8]}")
+def s3_root(new_s3_root, request: pytest.FixtureRequest):
+    """A root in a fresh bucket, ``s3://glisp-test-<uuid>/<test name>``, as a StoreURI."""
+    return new_s3_root(re.sub(r"[^A-Za-z0-9_.-]+", "-", request.node.name).strip("-")[:80])
 
 
 @pytest.fixture(params=["local", "s3"])

@@ -45,11 +45,11 @@ from spark_jobs.partition.shards import (
     CellView,
     ShardFiles,
     VertexShards,
-    _read_ipc,
-    _write_ipc,
+    read_rows,
     read_split,
     score_classes,
     write_deltas,
+    write_rows,
     write_split,
 )
 from spark_jobs.partition.state import ExpansionState
@@ -141,19 +141,18 @@ class RelocationFiles:
 
     def dense(self, sr: int, r: int, s: int, names: list[str] | None = None) -> dict[str, np.ndarray]:
         """Shard s's votes [n, p] int32: summed from the cells' files (job 2), else read back (job 4)."""
-        if names is None:
-            t = _read_ipc(self.dense_uri(r, s))
-            p = self.shards.parts
-            return {n: np.stack([t.column(f"{n}{k}").to_numpy() for k in range(p)], axis=1) for n in VOTES}
         lo, hi = self.shards.ranges.bounds(s)
         p = self.shards.parts
+        if names is None:
+            cols = read_rows(self.dense_uri(r, s), hi - lo)
+            return {n: np.stack([cols[f"{n}{k}"] for k in range(p)], axis=1) for n in VOTES}
         out = {n: np.zeros((hi - lo) * p, np.int64) for n in VOTES}
         for t in read_split(self.votes_dir(r), names, s):
             key = (t.column("vert").to_numpy() - lo) * p + t.column("vpart").to_numpy()
             for n in VOTES:
                 out[n] += np.bincount(key, weights=t.column(n).to_numpy(), minlength=len(out[n])).astype(np.int64)
         dense = {n: a.astype(np.int32).reshape(hi - lo, p) for n, a in out.items()}
-        _write_ipc(self.dense_uri(r, s), pa.table({f"{n}{k}": dense[n][:, k] for n in VOTES for k in range(p)}))
+        write_rows(self.dense_uri(r, s), {f"{n}{k}": dense[n][:, k] for n in VOTES for k in range(p)})
         return dense
 
     def vote_shard(self, sr: int, r: int, s: int, names: list[str], heavy: np.ndarray, slack: int, seed: int) -> tuple:

@@ -5,7 +5,9 @@ Why: ``ExpansionState`` keeps O(|V|) arrays on the driver and broadcasts O(|V|) 
 state, 24 B of broadcast and 300 B of peak RSS per vertex id measured at 10^7 ids), so 10^8 ids need about
 30 GB of driver memory. Here vertex ids 0..n-1 are cut into S ranges of ``ceil(n / S)`` ids
 (:class:`ShardRanges`); shard s's state (residual degree, degree, partition bitsets and, for a refining
-partitioner, pair counts) is one Arrow IPC file per round in the staging store, ``vstate/r<round>/s<s>``.
+partitioner, pair counts) is one Arrow IPC file per round in the staging store, ``vstate/r<round>/s<s>``,
+holding only the ids with a nonzero value (:func:`write_rows`): its size follows the vertices with edges, not
+the id range.
 
 * **Deltas** (``kernels.incidence_delta``'s (vert, vpart, cnt, pcnt)) are written by the task that made them,
   split by shard, as ``vdelta/r<round>/s<s>-c<task>.arrow`` (:func:`write_deltas`); a row with vpart < 0 adds
@@ -276,22 +278,46 @@ def _read_ipc(uri: StoreURI) -> pa.Table:
         return pa.ipc.open_file(src).read_all()
 
 
-def state_table(st: dict[str, np.ndarray]) -> pa.Table:
-    """A shard's state as a table: resid, deg, bits words ``b<w>``, pair counts ``c<k>`` (when kept)."""
+def write_rows(uri: StoreURI, cols: dict[str, np.ndarray]) -> None:
+    """Per-id columns (equal lengths) written sparse: only the rows with a nonzero value, with their row
+    number ``_row``. Why: a shard spans an id range, and where the ids outnumber the vertices with edges
+    (isolated vertices, a sparse id space) a dense file is mostly zeros that every round rewrites."""
+    n = len(next(iter(cols.values())))
+    nz = np.zeros(n, np.bool_)
+    for a in cols.values():
+        nz |= a != 0
+    rows = np.flatnonzero(nz)
+    _write_ipc(uri, pa.table({"_row": rows.astype(np.int64), **{c: a[rows] for c, a in cols.items()}}))
+
+
+def read_rows(uri: StoreURI, n: int) -> dict[str, np.ndarray]:
+    """The dense columns of :func:`write_rows`' file, ``n`` rows (absent rows zero; writable)."""
+    t = _read_ipc(uri)
+    rows = t.column("_row").to_numpy()
+    out = {}
+    for c in t.column_names[1:]:
+        a = t.column(c).to_numpy()
+        out[c] = np.zeros(n, a.dtype)
+        out[c][rows] = a
+    return out
+
+
+def state_columns(st: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+    """A shard's state as columns: resid, deg, bits words ``b<w>``, pair counts ``c<k>`` (when kept)."""
     cols = {"resid": st["resid"], "deg": st["deg"]}
     cols.update({f"b{w}": st["bits"][:, w] for w in range(st["bits"].shape[1])})
     if "counts" in st:
         cols.update({f"c{k}": st["counts"][:, k] for k in range(st["counts"].shape[1])})
-    return pa.table(cols)
+    return cols
 
 
-def state_arrays(t: pa.Table, parts: int, counts: bool) -> dict[str, np.ndarray]:
-    """The inverse of :func:`state_table` (writable copies)."""
+def state_arrays(cols: dict[str, np.ndarray], parts: int, counts: bool) -> dict[str, np.ndarray]:
+    """The inverse of :func:`state_columns`."""
     words = (parts + 63) // 64
-    st = {c: t.column(c).to_numpy().astype(np.int64) for c in ("resid", "deg")}
-    st["bits"] = np.stack([t.column(f"b{w}").to_numpy() for w in range(words)], axis=1).astype(np.uint64)
+    st = {c: cols[c].astype(np.int64, copy=False) for c in ("resid", "deg")}
+    st["bits"] = np.stack([cols[f"b{w}"] for w in range(words)], axis=1).astype(np.uint64, copy=False)
     if counts:
-        st["counts"] = np.stack([t.column(f"c{k}").to_numpy() for k in range(parts)], axis=1).astype(np.int32)
+        st["counts"] = np.stack([cols[f"c{k}"] for k in range(parts)], axis=1).astype(np.int32, copy=False)
     return st
 
 
@@ -320,7 +346,10 @@ class ShardFiles:
 
     def read(self, r: int, s: int) -> dict[str, np.ndarray]:
         """Shard s's state after round r (r < 0: before any), inside a task; the driver reads it only in tests."""
-        return self.empty(s) if r < 0 else state_arrays(_read_ipc(self.state_uri(r, s)), self.parts, self.counts)
+        if r < 0:
+            return self.empty(s)
+        lo, hi = self.ranges.bounds(s)
+        return state_arrays(read_rows(self.state_uri(r, s), hi - lo), self.parts, self.counts)
 
     def merge_shard(
         self, prev: int, r: int, s: int, names: list[str], round_seed: int, seed: int, moves: bool = False
@@ -344,7 +373,7 @@ class ShardFiles:
         if moves:
             st["bits"] = pack_bits(st["counts"] > 0)
             gain = (st["counts"] > 0).sum(axis=0).astype(np.int64)  # the shard's |V_k| part, not a gain
-        _write_ipc(self.state_uri(r, s), state_table(st))
+        write_rows(self.state_uri(r, s), state_columns(st))
         if moves:
             return gain, np.zeros((self.parts + 1, 0), np.int64), np.zeros((self.parts + 1, 0), np.int64)
         return gain, *shard_summary(st, lo, self.parts, round_seed, seed)

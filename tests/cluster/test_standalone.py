@@ -1,4 +1,4 @@
-"""The same pipeline on a Spark standalone cluster and on ``local[2]``: equal partitions, equal inference.
+"""The pipeline on a Spark standalone cluster and on ``local[2]``: equal partitions, equal inference.
 
 Every driver is a subprocess running the real CLI (``glisp pipeline``, then ``glisp infer`` with one small
 model published into both versions), because this pytest process already holds the ``local[2]`` session.
@@ -130,40 +130,36 @@ def _equal_results(cluster: Run, local: Run) -> None:
         assert np.array_equal(np.asarray(runs[0].layer(layer)[:]), np.asarray(runs[1].layer(layer)[:]))
 
 
-def test_pipeline_and_inference_on_standalone_equal_local(reference, standalone: Standalone, shared_dir: Path):
-    try:
-        cluster = run_all(parse_uri(shared_dir / "cluster"), standalone.url, CLUSTER_CONF)
-    except BaseException:
-        print(standalone.executor_logs())
-        raise
-    assert (shared_dir / "cluster" / "_builtin" / GRAPH).is_dir()  # the executors read cora from the shared root
-    _equal_results(cluster, reference.result(timeout=2 * TIMEOUT))
-
-
-def test_sharded_partition_on_standalone_equals_local(reference, standalone: Standalone, shared_dir: Path):
-    """``partition.state = "sharded"`` (cora in 2 shards, 3 cells, p = 2, six rounds, the finishing pass and two
-    relocation rounds) on the cluster's and the local run's cora, both at once: the same assignment (every decision is made in tasks from shard files and O(p)
-    thresholds)."""
-    cluster_root = shared_dir / "cluster"
-    if not (cluster_root / GRAPH / VERSION).is_dir():
-        pytest.skip("needs the cluster's pipeline run (test_pipeline_and_inference_on_standalone_equal_local)")
-    local = Path(reference.result(timeout=2 * TIMEOUT).root.path)
+def test_sharded_pipeline_on_a_shared_root_on_standalone_equals_local(
+    reference, standalone: Standalone, shared_dir: Path
+):
+    """``glisp pipeline`` on the cluster with its root on a disk that the workers share (the executors read
+    cora from it) and ``partition.state = "sharded"`` (cora in 2 shards, 3 cells, p = 2, six rounds, the
+    finishing pass and two relocation rounds), against the same partition run on the local reference's ingest,
+    both at once: the same assignment (every decision is made in tasks from shard files and O(p) thresholds)."""
     sets = ["partition.state=sharded", "partition.shard_vertices=1400", "partition.adadne.refine_rounds=2"]
-    sets.append("partition.max_rounds=6")  # then the finishing pass: fewer cluster jobs, every kind still runs
+    sets += ["partition.max_rounds=6", "partition.name=sharded-p2"]  # then the finishing pass: every kind runs
+    cluster_root, local = shared_dir / "cluster", Path(reference.result(timeout=2 * TIMEOUT).root.path)
 
-    def run(root: Path, master: str, conf: dict[str, str]) -> subprocess.CompletedProcess[str]:
-        args = [f"{GRAPH}/{VERSION}", "--parts", "2", "--name", "sharded-p2", "--root", parse_uri(root).qualified]
-        args += ["--master", master, "--set", spark_set({**COMMON_CONF, **conf})]
-        return glisp("partition", *args, *(x for kv in sets for x in ("--set", kv)))
+    def run(*args: str, root: Path, master: str, conf: dict[str, str]) -> subprocess.CompletedProcess[str]:
+        args += ("--parts", "2", "--root", parse_uri(root).qualified, "--master", master)
+        return glisp(*args, "--set", spark_set({**COMMON_CONF, **conf}), *(x for kv in sets for x in ("--set", kv)))
 
     with ThreadPoolExecutor(2) as pool:
-        done = [pool.submit(run, cluster_root, standalone.url, CLUSTER_CONF), pool.submit(run, local, "local[2]", {})]
+        cmd = ("pipeline", "--builtin", GRAPH, "--set", f"ingest.version={VERSION}")
+        done = [
+            pool.submit(run, *cmd, root=cluster_root, master=standalone.url, conf=CLUSTER_CONF),
+            pool.submit(run, "partition", f"{GRAPH}/{VERSION}", root=local, master="local[2]", conf={}),
+        ]
         for f in done:
             r = f.result()
             assert r.returncode == 0, f"{r.stdout[-3000:]}\n{r.stderr[-3000:]}\n{standalone.executor_logs()}"
+    assert (cluster_root / "_builtin" / GRAPH).is_dir()  # the executors read cora from the shared root
     dvs = [DatasetVersion(parse_uri(root), GRAPH, VERSION) for root in (cluster_root, local)]
     a, b = (dv.store.read_table(dv.output("partition/sharded-p2") / "assignment").sort_by("eid") for dv in dvs)
     assert a.num_rows > 0 and a.equals(b), "the sharded partition differs between the cluster and local[2]"
+    for stage in ("serialize/sharded-p2", "reorder/sharded-p2/pds"):  # the later stages ran on the cluster too
+        assert dvs[0].store.is_dir(dvs[0].output(stage)), stage
 
 
 def test_pipeline_with_its_root_in_a_bucket_on_standalone_equals_local(reference, standalone: Standalone, new_s3_root):

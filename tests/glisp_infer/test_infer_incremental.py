@@ -198,22 +198,22 @@ def test_feature_signature_is_the_defined_hash() -> None:
     assert (feature_signature(x) != want).sum() == 1
 
 
-def test_incremental_refresh_on_an_s3_root(spark, two_versions, s3_server, make_infer_cfg, new_model, tmp_path) -> None:
+def test_incremental_refresh_on_an_s3_root(
+    spark, two_versions, new_s3_root, make_infer_cfg, new_model, tmp_path
+) -> None:
     """Both versions copied into the bucket: the refresh there reads the previous run, the id maps and the masks
     through the store, and gives the local refresh's rows bit for bit."""
-    import uuid
 
     from glisp_core.config import with_values
     from glisp_core.dataset.versions import set_latest
-    from glisp_core.storage.uri import parse_uri
     from glisp_infer.job import run_infer
     from glisp_infer.read import InferenceRun
     from glisp_testing.stores import copy_version
     from glisp_train.publish import publish_model
 
     v = two_versions
-    root = parse_uri(f"s3://glisp-test/incr-{uuid.uuid4().hex[:8]}")
-    old3, new3 = copy_version(v.old, root), copy_version(v.new, root)
+    root = new_s3_root("incr")
+    old3, new3 = (copy_version(dv, root, skip=("infer", "train")) for dv in (v.old, v.new))
     set_latest(old3)
     model = new_model("sage", layers=2)
     cfg = with_values(

@@ -8,7 +8,6 @@ Parquet outputs into the bucket, from the tasks themselves, and gives exactly th
 from __future__ import annotations
 
 import json
-import uuid
 from dataclasses import dataclass
 from typing import Any
 
@@ -22,7 +21,6 @@ from glisp_testing.partitions import publish_partition
 from glisp_testing.stores import copy_version
 from tests.glisp_infer.conftest import RELATIONS, InferGraph, infer_cfg, make_model
 
-BUCKET = "glisp-test"  # the bucket tests/conftest.py's s3_server creates
 P = 2
 N = 70  # R-MAT scale 6 (vids 0..63) plus isolated vertices 64..69
 
@@ -72,14 +70,14 @@ def _cfg(cache, **infer):
 
 
 @pytest.fixture(scope="module")
-def runs(spark, small, s3_server, tmp_path_factory) -> Runs:
+def runs(spark, small, new_s3_root, tmp_path_factory) -> Runs:
     """GAT at fanouts [4, 3] with the halo exchange, on the local root and on its S3 copy (same model, seed)."""
     from glisp_infer.job import run_infer
     from glisp_infer.read import InferenceRun
     from glisp_train.publish import publish_model
 
     g = small
-    s3 = copy_version(g.dv, parse_uri(f"s3://{BUCKET}/infer-{uuid.uuid4().hex[:8]}"))
+    s3 = copy_version(g.dv, new_s3_root("infer"))
     model = make_model("gat")
     cache = tmp_path_factory.mktemp("partition-cache")
     cfg = _cfg(cache, model="gat", run="gat", fanouts=[4, 3], seed=5)
@@ -98,7 +96,7 @@ def test_the_s3_run_equals_the_local_run_and_its_chunks_are_in_the_bucket(runs) 
     from glisp_infer.store import INDEX_POS, INDEX_ROW, INDEX_VID, open_array
 
     loc, rem = runs.local, runs.remote
-    assert rem.url == (rem.path / "zarr").qualified and rem.url.startswith(f"s3://{BUCKET}/")
+    assert rem.url == (rem.path / "zarr").qualified and rem.url.startswith(rem.dv.root.qualified + "/")
     for i in range(3):  # features, hidden layer, output: bit for bit
         np.testing.assert_array_equal(np.asarray(rem.layer(i)[:]), np.asarray(loc.layer(i)[:]))
     for name in (INDEX_VID, INDEX_ROW, INDEX_POS):
@@ -134,7 +132,7 @@ def test_read_embeddings_opens_the_s3_run(runs) -> None:
     )
 
 
-def test_a_link_run_in_an_external_s3_store_without_the_halo_matches_the_full_graph(spark, runs) -> None:
+def test_a_link_run_in_an_external_s3_store_without_the_halo_matches_the_full_graph(spark, runs, new_s3_root) -> None:
     """Full fanout, foreign rows decoded from the bucket's chunks, the group under infer.store = s3://..., and the
     edge scores from partitions mapped in the tasks: equal to an in-memory forward pass."""
     from glisp_infer import job
@@ -145,7 +143,7 @@ def test_a_link_run_in_an_external_s3_store_without_the_halo_matches_the_full_gr
     g, s3 = runs.g, runs.s3
     model = make_model("sage", task="link", out_dim=4)
     publish_model(s3, "link", model, g.run)
-    ext = f"s3://{BUCKET}/ext-{uuid.uuid4().hex[:8]}"
+    ext = new_s3_root("ext").qualified
     run_infer(spark, _cfg(runs.cache, model="link", run="link", halo=False, store=ext), s3)
     r = InferenceRun(s3, "link")
     assert r.url.startswith(f"{ext}/rmat6/") and json.loads(s3.store.read_bytes(r.path / "store.json"))["url"] == r.url

@@ -9,26 +9,23 @@ predictions as the run over the local original with the same seed.
 from __future__ import annotations
 
 import json
-import uuid
 
 import numpy as np
 import pytest
 
 from glisp_core.dataset.manifest import read_manifest
 from glisp_core.models import load_checkpoint
-from glisp_core.storage.uri import parse_uri
 from glisp_testing.graphs import rmat_edges, write_dataset
 from glisp_testing.partitions import publish_partition
 from glisp_testing.stores import copy_version
 from tests.glisp_train.conftest import train_cfg
 
-BUCKET = "glisp-test"  # the bucket tests/conftest.py's s3_server creates
 RUN = "whole"
 FILES = ("weights.pt", "split.parquet", "predictions.parquet")
 
 
 @pytest.fixture(scope="module")
-def graphs(spark, s3_server, tmp_path_factory):
+def graphs(spark, new_s3_root, tmp_path_factory):
     """(local version, its S3 copy): 128 vertices with 8-d features and 3 labels, one serialized partition."""
     from glisp_core.config import load_config, with_values
     from spark_jobs.serialize.job import run_serialize
@@ -52,7 +49,7 @@ def graphs(spark, s3_server, tmp_path_factory):
     )
     publish_partition(dv, np.zeros(len(s2), np.int32), 1, run=RUN)
     run_serialize(spark, with_values(load_config(env={}), "serialize", parquet_copy=False), dv, run=RUN)
-    return dv, copy_version(dv, parse_uri(f"s3://{BUCKET}/train-{uuid.uuid4().hex[:8]}"))
+    return dv, copy_version(dv, new_s3_root("train"))
 
 
 def _cfg(tmp_path):
@@ -70,7 +67,7 @@ def test_in_process_training_on_s3_publishes_the_local_runs_checkpoint_in_the_bu
     for dv in (local, s3):
         assert train_in_process(cfg, str(dv.path), RUN) == 0
     a, b = local.train("sage-os"), s3.train("sage-os")
-    assert b.qualified.startswith(f"s3://{BUCKET}/")
+    assert b.qualified.startswith(s3.root.qualified + "/")
     assert {rel for rel, _ in s3.store.files(b)} == {"model.json", *FILES}
     for name in FILES:  # the same bytes, written through the store
         assert s3.store.read_bytes(b / name) == local.store.read_bytes(a / name), name
@@ -87,24 +84,24 @@ def test_in_process_training_on_s3_publishes_the_local_runs_checkpoint_in_the_bu
     assert not list(s3.store.files(s3.path / "_leases"))  # the trainer's lease on the version was released
 
 
-def test_output_may_be_an_s3_prefix(graphs, tmp_path) -> None:
+def test_output_may_be_an_s3_prefix(graphs, new_s3_root, tmp_path) -> None:
     """--output s3://...: the run's files and run.json go to the bucket, nothing into the dataset."""
     from glisp_train.run import train_in_process
 
     local, s3 = graphs
-    out = parse_uri(f"s3://{BUCKET}/runs-{uuid.uuid4().hex[:8]}/sage")
+    out = new_s3_root("runs") / "sage"
     assert train_in_process(_cfg(tmp_path), str(local.path), RUN, output=out.qualified) == 0
     assert {rel for rel, _ in s3.store.files(out)} == {"model.json", "run.json", *FILES}
     run = json.loads(s3.store.read_bytes(out / "run.json"))
     assert run["params"]["partition_run"] == RUN and run["counts"]["train_vertices"] > 0
 
 
-def test_a_cluster_trainer_publishes_into_a_bucket_it_reaches(graphs) -> None:
+def test_a_cluster_trainer_publishes_into_a_bucket_it_reaches(graphs, new_s3_root) -> None:
     """The version a cluster serves from a bucket is where the trainer publishes, when its credentials reach it."""
     from glisp_train.source import _dataset_of
 
     _, s3 = graphs
     found = _dataset_of(s3.path.qualified)
     assert found is not None and found.path == s3.path
-    assert _dataset_of(f"s3://{BUCKET}/nothing-{uuid.uuid4().hex[:8]}/rmat7/v1") is None  # not a version
+    assert _dataset_of((new_s3_root("nothing") / "rmat7/v1").qualified) is None  # not a version
     assert _dataset_of("/nonexistent/rmat7/v1") is None

@@ -279,7 +279,7 @@ def test_calibration_sweep_reports_the_rounds_spark_would_run():
 def test_restarts_prefer_a_start_within_the_balance_bounds(cfg):
     """A start with fewer replicas but a vertex or edge balance over the refinement's bounds loses to one
     within them (the relocation could not repair it); among starts within the bounds, fewer replicas win;
-    partition.adadne.starts below 1 is a configuration error."""
+    partition.adadne.starts below 1 is a configuration error; a graph past starts_max_edges gets one start."""
     from glisp_core.errors import ConfigError
     from spark_jobs.partition.state import ExpansionState
 
@@ -298,3 +298,5 @@ def test_restarts_prefer_a_start_within_the_balance_bounds(cfg):
     assert balanced < lean_unbalanced and balanced < over_edges and leaner < balanced
     with pytest.raises(ConfigError, match="partition.adadne.starts"):
         get_partitioner(with_values(c, "partition.adadne", starts=0).partition).starts(1000)
+    capped = get_partitioner(with_values(c, "partition.adadne", starts=4, starts_max_edges=1000).partition)
+    assert (capped.starts(1000), capped.starts(1001)) == (4, 1)  # past starts_max_edges: one start
