@@ -28,6 +28,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
+from bench.proc_memory import PeakRSS  # noqa: E402
 from bench.real_graphs import REAL, REFERENCE_JSON, ingest_real  # noqa: E402
 
 REFERENCE_SCRIPT = Path("/work/shared/tools/reference_partition.py")
@@ -83,7 +84,8 @@ def main() -> int:
             raise SystemExit(f"writing {name} failed (exit {child.exitcode})")
         graphs.append((name, resolve_dataset(root / name)))
     spark = get_spark(
-        SparkConfig(master=args.master, log_level="ERROR", driver_memory="6g"), checkpoint_dir=str(root / "_ck")
+        SparkConfig(master=args.master, log_level="ERROR", driver_memory="6g", ui=True),
+        checkpoint_dir=str(root / "_ck"),
     )
     cores = int(spark.sparkContext.defaultParallelism)
     cfg = load_config(overrides=args.set, env={})
@@ -102,18 +104,21 @@ def main() -> int:
             for a in algos:
                 c = with_values(cfg, "partition", algorithm=a, parts=p, progress=False)
                 before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024  # the graph's own share
-                rec, dt, jobs = _timed_run(spark, c, dv)
+                shuffled = _shuffle_bytes(spark)
+                with PeakRSS() as peak:
+                    rec, dt, jobs = _timed_run(spark, c, dv)
                 _print_row(gname, a, p, rec, dt, jobs, cores, refs)
                 if args.phases:
                     _print_phases(rec, before)
+                    _print_resources(rec, peak, _shuffle_bytes(spark) - shuffled)
     if not args.root:
         shutil.rmtree(root, ignore_errors=True)
     return 0
 
 
 def _write_rmat(root: Path, name: str, scale: int, args: argparse.Namespace) -> None:
-    """R-MAT ``scale`` (seed 1), its ids spread over ``--vertex-ids`` when that is more (the writer holds
-    the id map as Python strings: 1.5 GB at 10^7 ids, which must not count as the partition's)."""
+    """R-MAT ``scale`` (seed 1), its ids spread over ``--vertex-ids`` when that is more (the writer's id map
+    and vertex table, 2 GB at 10^8 ids, must not count as the partition's)."""
     from glisp_testing.graphs import rmat_edges, write_dataset
 
     src, dst = rmat_edges(scale, args.edge_factor, seed=1)
@@ -175,6 +180,37 @@ def _print_phases(rec, before: float) -> None:
         f"    phases {phases}; Spark round s {per_round}; broadcast max {bc / 1e6:.1f} MB; "
         f"driver state {k.get('driver_state_bytes', 0) / 1e6:.1f} MB; driver peak RSS {rss:.0f} MB (before the run {before:.0f} MB); "
         f"load {os.getloadavg()[0]:.1f}",
+        flush=True,
+    )
+
+
+def _shuffle_bytes(spark) -> int:
+    """Shuffle bytes written by every stage so far (Spark's REST API; -1 without the UI)."""
+    import urllib.request
+
+    sc = spark.sparkContext
+    if not sc.uiWebUrl:
+        return -1
+    with urllib.request.urlopen(f"{sc.uiWebUrl}/api/v1/applications/{sc.applicationId}/stages", timeout=30) as r:
+        return sum(int(st.get("shuffleWriteBytes", 0)) for st in json.load(r))
+
+
+def _print_resources(rec, peak: PeakRSS, shuffled: int) -> None:
+    """What item 4 of issue 26 asks per run: the executors' peak memory, the bytes moved per round."""
+    import numpy as np
+
+    jobs = rec.counts.get("spark_jobs", [])
+    by: dict[str, list[int]] = {}
+    for j in jobs:
+        by.setdefault(j["kind"], []).append(j.get("staged_bytes", 0))
+    staged = "; ".join(
+        f"{k} x{len(v)}: median {np.median(v) / 1e6:.0f} MB, max {max(v) / 1e6:.0f} MB" for k, v in by.items()
+    )
+    bc = [j["broadcast_bytes"] for j in jobs] or [0]
+    print(
+        f"    executor side: JVM peak RSS {peak.jvm_mb:,.0f} MB, Python workers peak {peak.workers_mb:,.0f} MB "
+        f"(one worker {peak.worker_mb:,.0f} MB); Spark shuffle {shuffled / 1e6:,.1f} MB; broadcast per job median "
+        f"{np.median(bc) / 1e6:.1f} MB, max {max(bc) / 1e6:.1f} MB; rows staged per job ({staged})",
         flush=True,
     )
 

@@ -84,7 +84,11 @@ def write_dataset(
         store.write_table(pa.table(vcols), tmp.vertices / "part-00000.parquet")
         store.write_table(
             pa.table(
-                {"vid": np.arange(n, dtype=np.int64), "orig_id": orig_ids or [str(i) for i in range(n)], "vtype": vtype}
+                {
+                    "vid": np.arange(n, dtype=np.int64),
+                    "orig_id": orig_ids or pa.array(np.arange(n)).cast(pa.string()),
+                    "vtype": vtype,
+                }
             ),
             tmp.idmap / "part-00000.parquet",
         )

@@ -308,11 +308,18 @@ class Votes:
     @classmethod
     def merge(cls, parts_out: list[tuple], shape: tuple[int, int]) -> Votes:
         """Add up the groups' sparse (keys, counts) into dense int32 arrays (12 B x p per vertex)."""
-        out = [np.zeros(shape[0] * shape[1], np.int32) for _ in range(3)]
+        out = np.zeros((3, shape[0] * shape[1]), np.int32)
         for keys, val in parts_out:
-            for c in range(3):
-                np.add.at(out[c], keys, val[:, c])
+            _add_votes(out, keys, val)
         return cls(*(o.reshape(shape) for o in out))
+
+
+@njit(nogil=True, cache=True)
+def _add_votes(out: np.ndarray, keys: np.ndarray, val: np.ndarray) -> None:
+    """out[c, keys[i]] += val[i, c] (``np.add.at`` took seconds per relocation round on the driver)."""
+    for i in range(keys.shape[0]):
+        for c in range(3):
+            out[c, keys[i]] += val[i, c]
 
 
 def keep_one(rem: np.ndarray, counts: np.ndarray) -> np.ndarray:

@@ -226,20 +226,19 @@ class FileRounds:
             delta = kernels.incidence_delta(e["src"], e["dst"], part, parts)
             done = part >= 0
             keep = ~done
-            _atomic_write_ipc(
-                nxt / f"g{g:05d}.arrow", pa.table({x: e[x][keep] for x in ("eid", "src", "dst")}, schema=EDGE_PA)
-            )
+            rest = pa.table({x: e[x][keep] for x in ("eid", "src", "dst")}, schema=EDGE_PA)
+            _atomic_write_ipc(nxt / f"g{g:05d}.arrow", rest)
+            staged = _nbytes(e) + rest.nbytes
             if done.any():
-                _atomic_write_parquet(
-                    alloc / f"r{r:05d}-g{g:05d}.parquet",
-                    pa.table([e["eid"][done], e["src"][done], e["dst"][done], part[done]], schema=ALLOC_PA),
-                )
+                out = pa.table([e["eid"][done], e["src"][done], e["dst"][done], part[done]], schema=ALLOC_PA)
+                _atomic_write_parquet(alloc / f"r{r:05d}-g{g:05d}.parquet", out)
+                staged += out.nbytes
             if sink is not None:
-                return sink(g, e, part, delta), np.empty(0, np.int64)
-            return delta, e["eid"][done & (e["eid"] % stride == 0)]
+                return sink(g, e, part, delta), np.empty(0, np.int64), staged
+            return delta, e["eid"][done & (e["eid"] % stride == 0)], staged
 
         out = run_tasks(self.spark, self.tasks, task)
-        self._record(kind if leftover_to < 0 else "leftover", t0, state)
+        self._record(kind if leftover_to < 0 else "leftover", t0, state, sum(o[2] for o in out))
         bc.unpersist()
         old = [p for grp in groups for p in grp if p not in self.shared]
         self.groups = [[nxt / f"g{g:05d}.arrow"] for g in range(self.tasks)]
@@ -248,9 +247,19 @@ class FileRounds:
             return tuple(o[0] for o in out), np.empty(0, np.int64)
         return merge_deltas([o[0] for o in out], parts), np.concatenate([o[1] for o in out])
 
-    def _record(self, kind: str, t0: float, state: tuple) -> None:
+    def _record(self, kind: str, t0: float, state: tuple, staged: int) -> None:
+        """A job's record: kind, seconds, bytes broadcast, and the bytes of edge rows its tasks read and wrote
+        in the staging store (rows pass between rounds through files there, not through a Spark shuffle;
+        in-memory sizes, an upper bound of a compressed file's; the sharded mode's shard files not counted)."""
         nbytes = sum(a.nbytes for a in state if isinstance(a, np.ndarray))
-        self.jobs.append({"kind": kind, "s": round(time.perf_counter() - t0, 3), "broadcast_bytes": int(nbytes)})
+        self.jobs.append(
+            {
+                "kind": kind,
+                "s": round(time.perf_counter() - t0, 3),
+                "broadcast_bytes": int(nbytes),
+                "staged_bytes": int(staged),
+            }
+        )
 
     def fetch(self) -> dict[str, np.ndarray]:
         """The (bounded) remainder, read once by the driver for the local finish; the files are removed."""
@@ -279,12 +288,12 @@ class FileRounds:
         def task(g: int) -> tuple:
             e = read_allocated(alloc, g)[1]
             bits, leaf, light = bc.value
-            return relocate.relocation_votes(e["src"], e["dst"], e["part"], bits, leaf, light, parts)
+            return relocate.relocation_votes(e["src"], e["dst"], e["part"], bits, leaf, light, parts), _nbytes(e)
 
         out = run_tasks(self.spark, self.tasks, task)
-        self._record("relocation_votes", t0, state)
+        self._record("relocation_votes", t0, state, sum(o[1] for o in out))
         bc.unpersist()
-        return out
+        return [o[0] for o in out]
 
     def evacuate(self, state: tuple, parts: int) -> tuple[tuple, tuple, int]:
         """One relocation move pass as one Spark job: each group re-reads its allocated rows, moves some with
@@ -306,16 +315,21 @@ class FileRounds:
                 kernels.incidence_delta(e["src"][moved], e["dst"][moved], e["part"][moved], parts),
                 kernels.incidence_delta(e["src"][moved], e["dst"][moved], new[moved], parts),
                 int(moved.sum()),
+                _nbytes(e) + out.nbytes,
             )
 
         out = run_tasks(self.spark, self.tasks, task)
-        self._record("relocate", t0, state)
+        self._record("relocate", t0, state, sum(o[3] for o in out))
         bc.unpersist()
         return (
             merge_deltas([o[0] for o in out], parts),
             merge_deltas([o[1] for o in out], parts),
             sum(o[2] for o in out),
         )
+
+
+def _nbytes(cols: dict[str, np.ndarray]) -> int:
+    return int(sum(a.nbytes for a in cols.values()))
 
 
 def read_allocated(alloc: StoreURI, g: int) -> tuple[list[StoreURI], dict[str, np.ndarray]]:

@@ -128,8 +128,8 @@ class RelocationFiles:
     def view(self, sr: int, c: int) -> CellView:
         return CellView(self.shards, sr, *self.cells[c])
 
-    def vote_cell(self, sr: int, r: int, c: int, light: np.ndarray) -> None:
-        """Job 1, task c: the cell's votes, by shard."""
+    def vote_cell(self, sr: int, r: int, c: int, light: np.ndarray) -> int:
+        """Job 1, task c: the cell's votes, by shard; the bytes of the rows it read."""
         e = read_allocated(self.alloc, c)[1]
         view, p = self.view(sr, c), self.shards.parts
         counts = view.col("counts")
@@ -138,6 +138,7 @@ class RelocationFiles:
         cols = {"vert": view.globals(keys // p), "vpart": (keys % p).astype(np.int32)}
         cols.update({n: val[:, i] for i, n in enumerate(("free", "repair", "leaves"))})
         write_split(self.votes_dir(r), c, self.shards.ranges, cols)
+        return sum(a.nbytes for a in e.values())
 
     def dense(self, sr: int, r: int, s: int, names: list[str] | None = None) -> dict[str, np.ndarray]:
         """Shard s's votes [n, p] int32: summed from the cells' files (job 2), else read back (job 4)."""
@@ -209,12 +210,12 @@ class ShardedRelocation(Relocation):
         seed, sr, vr = st.seed * 1_000_003 + 500_000 + r, self.shards.round, self.fr.round + 1
         slack = self.slack  # the tasks' closures must not hold self (its FileRounds holds the session)
         t0 = time.perf_counter()
-        run_tasks(self.fr.spark, len(f.cells), lambda c: f.vote_cell(sr, vr, c, light))
+        staged = sum(run_tasks(self.fr.spark, len(f.cells), lambda c: f.vote_cell(sr, vr, c, light)))
         names = store_for(f.votes_dir(vr)).names(f.votes_dir(vr))
         hists = run_tasks(
             self.fr.spark, f.shards.ranges.shards, lambda s: f.vote_shard(sr, vr, s, names, heavy, slack, seed)
         )
-        self.fr._record("relocation_votes", t0, (light, heavy))
+        self.fr._record("relocation_votes", t0, (light, heavy), staged)
         count, cost, cand = (np.sum([h[i] for h in hists], axis=0) for i in range(3))
         cut = np.full(p, CLASSES, np.int64)
         if phase != "remove":
@@ -265,7 +266,7 @@ class ShardedRelocation(Relocation):
         ecount, vcount, slack = st.ecount.copy(), st.vcount.copy(), plan[1] if plan is not None else 0
         t0 = time.perf_counter()
 
-        def task(c: int) -> tuple[np.ndarray, int]:
+        def task(c: int) -> tuple[np.ndarray, int, int]:
             paths, e = read_allocated(f.alloc, c)
             view = f.view(sr, c)
             counts = view.col("counts")
@@ -277,17 +278,20 @@ class ShardedRelocation(Relocation):
                 quota[one], vroom[one], vout[one], ecount, vcount, slack, None if shed is None else shed[one],
             )  # fmt: skip
             target = f.alloc / f"f{r:05d}-g{c:05d}.parquet"
-            _atomic_write_parquet(target, pa.table([e["eid"], e["src"], e["dst"], new], schema=ALLOC_PA))
+            rows = pa.table([e["eid"], e["src"], e["dst"], new], schema=ALLOC_PA)
+            _atomic_write_parquet(target, rows)
             _delete([q for q in paths if q != target])
             mv = new != old
             out = kernels.incidence_delta(e["src"][mv], e["dst"][mv], old[mv], parts)
             into = kernels.incidence_delta(e["src"][mv], e["dst"][mv], new[mv], parts)
             both = tuple(np.concatenate([x, y]) for x, y in zip(out[:3], into[:3], strict=True))
             write_deltas(f.shards.delta_dir(r), c, f.shards.ranges, (*both, np.concatenate([-out[3], into[3]])))
-            return into[4] - out[4], int(mv.sum())
+            return into[4] - out[4], int(mv.sum()), sum(a.nbytes for a in e.values()) + rows.nbytes
 
         res = run_tasks(fr.spark, len(f.cells), task)
-        fr._record("relocate" if shed is None else "shed", t0, (light, heavy, quota, vroom, vout))
+        fr._record(
+            "relocate" if shed is None else "shed", t0, (light, heavy, quota, vroom, vout), sum(x[2] for x in res)
+        )
         st.ecount += np.sum([x[0] for x in res], axis=0).astype(np.int64)
         st.vcount = self.shards.merge(r, 0, st.seed, moves=True)[0]
         return sum(x[1] for x in res)
