@@ -323,13 +323,31 @@ def _add_votes(out: np.ndarray, keys: np.ndarray, val: np.ndarray) -> None:
 
 
 def keep_one(rem: np.ndarray, counts: np.ndarray) -> np.ndarray:
-    """Never remove every replica of a vertex: where all would go, the one with most pairs stays."""
-    rep = counts > 0
-    nrep = rep.sum(1)
-    rem &= (nrep >= 2)[:, None]
-    every = np.flatnonzero(rem.sum(1) >= nrep)
-    rem[every, np.argmax(np.where(rep, counts, -1), axis=1)[every]] = False
+    """Never remove every replica of a vertex: where all would go, the one with most pairs stays (the first
+    such partition); a vertex with one replica keeps it. In place; returns ``rem``."""
+    _keep_one(rem, counts)
     return rem
+
+
+@njit(nogil=True, cache=True)
+def _keep_one(rem: np.ndarray, counts: np.ndarray) -> None:
+    """One pass over the rows (the [n, p] temporaries of a numpy form took seconds per round on the driver)."""
+    n, p = counts.shape
+    for v in range(n):
+        nrep, gone, best = 0, 0, -1
+        for k in range(p):
+            if counts[v, k] > 0:
+                nrep += 1
+                if best < 0 or counts[v, k] > counts[v, best]:
+                    best = k
+        if nrep < 2:
+            for k in range(p):
+                rem[v, k] = False
+            continue
+        for k in range(p):
+            gone += rem[v, k]
+        if gone >= nrep:
+            rem[v, best] = False
 
 
 def trim_to_vb(
@@ -337,25 +355,43 @@ def trim_to_vb(
 ) -> np.ndarray:
     """Drop planned removals, lightest partitions and dearest replicas first, until the VB they would give
     is at most max(bound, VB now) (removals thin light partitions, which raises VB). A removal takes its
-    replica and the ``leaves`` that go with its pairs out of the partition."""
+    replica and the ``leaves`` that go with its pairs out of the partition. Within a partition the planned
+    removals go by pair count, most first (ties by vertex), half of those left at a time."""
     v = vcount.astype(np.float64)
     lim = max(bound, v.max() / max(v.mean(), 1e-12)) + 1e-12
-    cost = 1.0 + (leaves if leaves is not None else np.zeros_like(counts)).astype(np.float64)
-    r = (rem * cost).sum(0)
+    lv = leaves if leaves is not None else np.zeros((0, rem.shape[1]), np.int32)
+    r = _removal_cost(rem, lv).astype(np.float64)
 
     def vb() -> float:
         nv = v - r
         return nv.max() / max(nv.mean(), 1e-12)
 
     for h in np.argsort(v, kind="stable"):
-        while vb() > lim and r[h] > 0:
+        if vb() > lim and r[h] > 0:
             cand = np.flatnonzero(rem[:, h])
-            drop = cand[np.argsort(-counts[cand, h], kind="stable")[: max(1, len(cand) // 2)]]
-            rem[drop, h] = False
-            r[h] = max(r[h] - cost[drop, h].sum(), 0.0) if rem[:, h].any() else 0.0
+            cand = cand[np.argsort(-counts[cand, h], kind="stable")]
+            cost = 1.0 + (lv[cand, h] if leaves is not None else np.zeros(len(cand))).astype(np.float64)
+            i = 0
+            while vb() > lim and r[h] > 0:
+                k = max(1, (len(cand) - i) // 2)
+                rem[cand[i : i + k], h] = False
+                r[h] = max(r[h] - cost[i : i + k].sum(), 0.0) if i + k < len(cand) else 0.0
+                i += k
         if vb() <= lim:
             break
     return rem
+
+
+@njit(nogil=True, cache=True)
+def _removal_cost(rem: np.ndarray, leaves: np.ndarray) -> np.ndarray:
+    """Per partition: the replicas ``rem`` removes plus their ``leaves`` (none when ``leaves`` has no rows)."""
+    n, p = rem.shape
+    out = np.zeros(p, np.int64)
+    for v in range(n):
+        for k in range(p):
+            if rem[v, k]:
+                out[k] += 1 + (leaves[v, k] if leaves.shape[0] > 0 else 0)
+    return out
 
 
 def balance_moves(

@@ -157,6 +157,55 @@ def test_keep_one_and_trim_to_vb():
     assert out.sum() < cand.sum()
 
 
+def _keep_one_reference(rem, counts):
+    """keep_one's definition in numpy (the compiled form must give the same)."""
+    rep = counts > 0
+    nrep = rep.sum(1)
+    rem &= (nrep >= 2)[:, None]
+    every = np.flatnonzero(rem.sum(1) >= nrep)
+    rem[every, np.argmax(np.where(rep, counts, -1), axis=1)[every]] = False
+    return rem
+
+
+def _trim_reference(rem, counts, vcount, bound, leaves=None):
+    """trim_to_vb's definition in numpy: half of a partition's planned removals at a time, most pairs first."""
+    v = vcount.astype(np.float64)
+    lim = max(bound, v.max() / max(v.mean(), 1e-12)) + 1e-12
+    cost = 1.0 + (leaves if leaves is not None else np.zeros_like(counts)).astype(np.float64)
+    r = (rem * cost).sum(0)
+
+    def vb():
+        nv = v - r
+        return nv.max() / max(nv.mean(), 1e-12)
+
+    for h in np.argsort(v, kind="stable"):
+        while vb() > lim and r[h] > 0:
+            cand = np.flatnonzero(rem[:, h])
+            drop = cand[np.argsort(-counts[cand, h], kind="stable")[: max(1, len(cand) // 2)]]
+            rem[drop, h] = False
+            r[h] = max(r[h] - cost[drop, h].sum(), 0.0) if rem[:, h].any() else 0.0
+        if vb() <= lim:
+            break
+    return rem
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_compiled_keep_one_and_trim_equal_their_definitions(seed):
+    rng = np.random.default_rng(seed)
+    n, p = 3000, 8
+    c = np.where(rng.random((n, p)) < 0.3, rng.integers(1, 6, (n, p)), 0).astype(np.int32)
+    rem = (c > 0) & (rng.random((n, p)) < 0.7)
+    assert np.array_equal(keep_one(rem.copy(), c), _keep_one_reference(rem.copy(), c))
+    rem = keep_one(rem, c)
+    vcount = (c > 0).sum(0) + rng.integers(0, 300, p)
+    leaves = rng.integers(0, 3, (n, p)).astype(np.int32)
+    for lv in (None, leaves):
+        for bound in (1.0, 1.05, 1.2):
+            got = trim_to_vb(rem.copy(), c, vcount, bound, lv)
+            assert np.array_equal(got, _trim_reference(rem.copy(), c, vcount, bound, lv)), (lv is None, bound)
+            assert got.sum() < rem.sum() or bound > 1.1
+
+
 def test_leaf_pairs_leave_a_heavy_partition_for_no_net_replica(state):
     """With nothing selected, the balance moves out of the heavy partition only pairs holding a leaf's only
     edge there, each adding at most the replicas it takes out, and h loses at most vout vertices; into it
