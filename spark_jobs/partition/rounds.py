@@ -214,7 +214,7 @@ class FileRounds:
         groups, alloc, stride = self.groups, self.alloc_dir, self.stride
         t0, bc = time.perf_counter(), self.spark.sparkContext.broadcast(state)
 
-        def task(g: int) -> tuple[tuple, np.ndarray]:
+        def task(g: int) -> tuple[Any, np.ndarray, int]:
             e = read_ipc(groups[g])
             if r == 1:  # the split wrote the group in input order; later rounds keep canonical order
                 o = kernels.canonical_order(e["src"], e["dst"], e["eid"])
@@ -303,7 +303,7 @@ class FileRounds:
         r, alloc = self.round, self.alloc_dir
         t0, bc = time.perf_counter(), self.spark.sparkContext.broadcast(state)
 
-        def task(g: int) -> tuple[tuple, tuple, int]:
+        def task(g: int) -> tuple[tuple, tuple, int, int]:
             paths, e = read_allocated(alloc, g)
             new = relocate.evacuate_round(e["src"], e["dst"], e["part"], *bc.value)
             moved = new != e["part"]
