@@ -26,9 +26,10 @@ def copy_version(
     store = Store(root)
     dst = root / src.graph / version
     local = Path(src.path.local)
+    children = [c for c in sorted(local.iterdir()) if c.name not in skip] if skip else []
     if not skip:
         store.upload(local, dst)
-    for child in (c for c in sorted(local.iterdir()) if skip and c.name not in skip):
+    for child in children:
         if child.name == "_records":
             for family in (c for c in sorted(child.iterdir()) if c.name not in skip):
                 store.upload(family, dst / "_records" / family.name)
