@@ -37,7 +37,7 @@ from glisp_core.storage.uri import StoreURI
 from glisp_spark.tasks import run_tasks
 from spark_jobs.partition import kernels
 from spark_jobs.partition.relocate import Relocation, evacuate_round, keep_one, relocation_votes
-from spark_jobs.partition.rounds import ALLOC_PA, FileRounds, _atomic_write_parquet, _delete, read_allocated
+from spark_jobs.partition.rounds import ALLOC_PA, FileRounds, _atomic_write_parquet, _delete, _nbytes, read_allocated
 from spark_jobs.partition.selection import pack_bits
 from spark_jobs.partition.shards import (
     CLASSES,
@@ -138,7 +138,7 @@ class RelocationFiles:
         cols = {"vert": view.globals(keys // p), "vpart": (keys % p).astype(np.int32)}
         cols.update({n: val[:, i] for i, n in enumerate(("free", "repair", "leaves"))})
         write_split(self.votes_dir(r), c, self.shards.ranges, cols)
-        return sum(a.nbytes for a in e.values())
+        return _nbytes(e)
 
     def dense(self, sr: int, r: int, s: int, names: list[str] | None = None) -> dict[str, np.ndarray]:
         """Shard s's votes [n, p] int32: summed from the cells' files (job 2), else read back (job 4)."""
@@ -286,7 +286,7 @@ class ShardedRelocation(Relocation):
             into = kernels.incidence_delta(e["src"][mv], e["dst"][mv], new[mv], parts)
             both = tuple(np.concatenate([x, y]) for x, y in zip(out[:3], into[:3], strict=True))
             write_deltas(f.shards.delta_dir(r), c, f.shards.ranges, (*both, np.concatenate([-out[3], into[3]])))
-            return into[4] - out[4], int(mv.sum()), sum(a.nbytes for a in e.values()) + rows.nbytes
+            return into[4] - out[4], int(mv.sum()), _nbytes(e) + rows.nbytes
 
         res = run_tasks(fr.spark, len(f.cells), task)
         fr._record(
