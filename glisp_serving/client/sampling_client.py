@@ -283,9 +283,10 @@ class RemoteBackend:
             try:
                 return await s.request(request, self.cfg.deadline_s)
             except StreamFailure as e:
-                if e.code not in NO_STREAM:
+                if e.code not in NO_STREAM and not e.sending:
                     raise
-                self._unary_only.add((part, i))  # no streams there: unary calls from now on
+                if not e.sending:
+                    self._unary_only.add((part, i))  # no streams there: unary calls from now on
         raw = await stub.Gather(request, timeout=self.cfg.deadline_s)
         with profile.stage("client.decode"):
             return decode(GATHER_RESPONSE, raw)

@@ -36,8 +36,8 @@ REFUSED = (grpc.StatusCode.UNAUTHENTICATED, grpc.StatusCode.PERMISSION_DENIED)  
 class StreamFailure(Exception):
     """A request on a stream got no answer (``code``: why; UNAVAILABLE when the stream broke)."""
 
-    def __init__(self, code: grpc.StatusCode, details: str) -> None:
-        self.code, self.details = code, details
+    def __init__(self, code: grpc.StatusCode, details: str, sending: bool = False) -> None:
+        self.code, self.details, self.sending = code, details, sending
         super().__init__(f"{code.name}: {details}")
 
 
@@ -129,7 +129,9 @@ class GatherStream:
     async def _write_failure(self, e: Exception) -> StreamFailure:
         """Why a write failed. The server may have ended the call (a refused token) before the reader saw
         its status: the call's final status decides, so a refusal is not reported as a broken stream
-        (UNAVAILABLE, which the caller would retry on another replica)."""
+        (UNAVAILABLE, which the caller would retry on another replica). gRPC may have replaced that status
+        with its own INTERNAL "execute_batch" failure (seen under load): then the failure says ``sending``
+        and the caller asks the same server once by a unary call, whose status is the server's own."""
         try:
             code = await asyncio.wait_for(self._call.code(), 1.0)
             details = await self._call.details()
@@ -137,7 +139,7 @@ class GatherStream:
             code, details = None, ""
         if code in NO_STREAM + REFUSED:
             return StreamFailure(code, details or "")
-        return StreamFailure(grpc.StatusCode.UNAVAILABLE, f"stream broke while sending: {e}")
+        return StreamFailure(grpc.StatusCode.UNAVAILABLE, f"stream broke while sending: {e}", sending=True)
 
     async def aclose(self) -> None:
         self._closing = True

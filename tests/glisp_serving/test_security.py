@@ -226,6 +226,19 @@ def test_token_refuses_missing_and_wrong_accepts_right(token_cluster, graph, cer
     _samples_correctly(token_cluster, graph, _cfg(gather_streams=streams, routing_source="servers"))
 
 
+def test_a_stream_that_broke_while_sending_asks_the_server_once_by_a_unary_call(token_cluster, monkeypatch):
+    """Under load gRPC may report a refused stream's failed write as its own INTERNAL error, hiding the
+    server's UNAUTHENTICATED: the client then asks by a unary call, whose status is the server's (seen in CI)."""
+    from glisp_serving.client import streams
+
+    async def broke(self, raw, timeout):
+        raise streams.StreamFailure(UNAVAILABLE, "stream broke while sending: injected", sending=True)
+
+    monkeypatch.setattr(streams.GatherStream, "request", broke)
+    e = _refused(token_cluster, _cfg(gather_streams=True))
+    assert e.code == UNAUTH and "no bearer token" in str(e), e
+
+
 def test_token_checked_on_every_sampling_rpc_health_open(token_cluster):
     """Unary, server-streaming and bidirectional RPCs all need the token; grpc.health.v1 does not."""
     addr = json.loads(token_cluster.cluster_file.read_text())["addresses"][0][0]
