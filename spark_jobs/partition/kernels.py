@@ -223,12 +223,25 @@ def canonical_order(src: np.ndarray, dst: np.ndarray, eid: np.ndarray) -> np.nda
     eid = np.asarray(eid, np.int64)
     if len(src) == 0:
         return np.zeros(0, np.int64)
+    if in_canonical_order(src, dst, eid):  # a file the relocation wrote: read every round, sorted once
+        return np.arange(len(src), dtype=np.int64)
     lo, hi = np.minimum(src, dst), np.maximum(src, dst)
     n = int(hi.max()) + 1
     if int(lo.min()) < 0 or n > _MAX_KEY_IDS:
         return np.lexsort((eid, hi, lo))
     key = lo * n + hi
     return _ties_by_eid(key, eid, np.argsort(key).astype(np.int64, copy=False))
+
+
+@njit(nogil=True, cache=True)
+def in_canonical_order(src: np.ndarray, dst: np.ndarray, eid: np.ndarray) -> bool:
+    """The rows are in ``canonical_order`` already (one pass)."""
+    for i in range(1, src.shape[0]):
+        a0, b0 = min(src[i - 1], dst[i - 1]), max(src[i - 1], dst[i - 1])
+        a1, b1 = min(src[i], dst[i]), max(src[i], dst[i])
+        if a1 < a0 or (a1 == a0 and (b1 < b0 or (b1 == b0 and eid[i] < eid[i - 1]))):
+            return False
+    return True
 
 
 _MAX_KEY_IDS = 3_037_000_499  # n * n < 2**63: the pair key min * n + max fits in int64
@@ -423,6 +436,37 @@ def finish_greedy(
     return out
 
 
+RADIX_BITS = 11  # digits of the LSD radix sort: 2,048 counters stay in L1; 16-bit digits measured 25 % slower
+
+
+@njit(nogil=True, cache=True)
+def radix_sort(keys: np.ndarray) -> np.ndarray:
+    """A sorted copy of non-negative int64 ``keys``: LSD radix sort, as many passes as the largest key has
+    11-bit digits. Why not ``np.sort``: numba's quicksort took 3.8 s for 16.7M keys that this sorts in
+    0.5-0.8 s (the keys of the per-vertex sums below have at most 28-35 bits)."""
+    m = keys.shape[0]
+    k = keys.copy()
+    if m < 2:
+        return k
+    top = k.max()
+    tmp = np.empty(m, np.int64)
+    nb = 1 << RADIX_BITS
+    shift = 0
+    while (top >> shift) > 0:
+        cnt = np.zeros(nb + 1, np.int64)
+        for i in range(m):
+            cnt[((k[i] >> shift) & (nb - 1)) + 1] += 1
+        for d in range(nb):
+            cnt[d + 1] += cnt[d]
+        for i in range(m):
+            d = (k[i] >> shift) & (nb - 1)
+            tmp[cnt[d]] = k[i]
+            cnt[d] += 1
+        k, tmp = tmp, k
+        shift += RADIX_BITS
+    return k
+
+
 @njit(nogil=True, cache=True)
 def _bit(bits: np.ndarray, v: int, k: int) -> int:
     return int((bits[v, k // 64] >> np.uint64(k % 64)) & np.uint64(1))
@@ -458,7 +502,7 @@ def incidence_delta(src: np.ndarray, dst: np.ndarray, part: np.ndarray, parts: i
             keys[j + 1] = (dst[i] * parts + k) * 2 + again
             j += 2
             rows[k] += 1
-    keys.sort()
+    keys = radix_sort(keys)
     nu = 0
     for i in range(keys.shape[0]):
         if i == 0 or keys[i] >> 1 != keys[i - 1] >> 1:

@@ -35,7 +35,7 @@ import numpy as np
 from numba import njit
 
 from glisp_core.config import AdaDNEConfig
-from spark_jobs.partition.kernels import _bit, group_quota, pair_group, pair_run
+from spark_jobs.partition.kernels import _bit, group_quota, pair_group, pair_run, radix_sort
 from spark_jobs.partition.state import ExpansionState
 
 MAX_SHED_ROUNDS = 32  # shedding rounds past refine_rounds at most (one suffices unless a group lacks rows)
@@ -53,55 +53,135 @@ def relocation_votes(
     light: np.ndarray,
     parts: int,
 ) -> tuple:
-    """Per replica (v, h) of this batch's rows (canonical order): (keys v * parts + h, free, repair, leaves).
+    """Per replica (v, h) of this batch's rows (canonical order): (keys v * parts + h ascending, counts
+    [free, repair, leaves] int32).
 
     free: pairs of v in h with another partition holding both endpoints; repair: pairs without one but
     with a light partition holding v (the other endpoint would gain a replica there); leaves: pairs whose
     other endpoint has no other pair in h (it leaves h with the pair).
+
+    Why the two sides are summed apart: the rows come sorted by their smaller endpoint a, so a's replicas
+    are summed run by run as they come; only the larger endpoints' flags (3 bits packed under the key) need
+    a sort, a radix sort. One argsort of both sides' keys took 90 % of the kernel (8.4M rows: 3.8 of 4.2 s).
     """
     m = src.shape[0]
-    keys = np.empty(2 * m, np.int64)
-    val = np.zeros((2 * m, 3), np.int32)
-    n = 0
+    ka, va, na = np.empty(m, np.int64), np.zeros((m, 3), np.int32), 0
+    kb, nb = np.empty(m, np.int64), 0
+    acc = np.zeros((parts, 3), np.int32)  # a's counts per partition, for the current run of a
+    seen = np.zeros(bits.shape[1], np.uint64)  # the partitions of the run, as bitset words
+    cur = -1
+    lightw = np.zeros(bits.shape[1], np.uint64)
+    for t in range(parts):
+        if light[t]:
+            lightw[t // 64] |= np.uint64(1) << np.uint64(t % 64)
     i = 0
     while i < m:
         a, b, j = pair_run(src, dst, i)
-        h = part[i]
-        free = False
-        for t in range(parts):
-            if t != h and _bit(bits, a, t) and _bit(bits, b, t):
-                free = True
-                break
-        for e in range(2 if b != a else 1):
-            v, u = (a, b) if e == 0 else (b, a)
-            keys[n] = v * parts + h
-            if free:
-                val[n, 0] = 1
-            else:
-                for t in range(parts):
-                    if t != h and light[t] and _bit(bits, v, t):
-                        val[n, 1] = 1
-                        break
-            if u != v and _bit(leaf, u, h):
-                val[n, 2] = 1
-            n += 1
+        if a != cur:
+            na = _flush_run(cur, parts, acc, seen, ka, va, na)
+            cur = a
+        h = np.int64(part[i])
+        hw, hm = int(h >> 6), np.uint64(1) << np.uint64(h & 63)  # h's bitset word and bit
+        fa, fb = _pair_flags(bits, leaf, lightw, a, b, hw, hm)
+        seen[hw] |= hm
+        acc[h, 0] += fa & 1
+        acc[h, 1] += (fa >> 1) & 1
+        acc[h, 2] += (fa >> 2) & 1
+        if b != a:
+            kb[nb] = ((b * parts + h) << 3) | fb
+            nb += 1
         i = j
-    return _sum_by_key(keys[:n], val[:n])
+    na = _flush_run(cur, parts, acc, seen, ka, va, na)
+    kb_u, vb = _count_flags(radix_sort(kb[:nb]))
+    return _merge_sums(ka[:na], va[:na], kb_u, vb)
 
 
 @njit(nogil=True, cache=True)
-def _sum_by_key(keys: np.ndarray, val: np.ndarray) -> tuple:
-    o = np.argsort(keys)
-    uk = np.empty(keys.shape[0], np.int64)
-    out = np.zeros((keys.shape[0], val.shape[1]), np.int32)
+def _pair_flags(bits, leaf, lightw, a: int, b: int, hw: int, hm: np.uint64) -> tuple:
+    """The vote flags of a and of b for their pair in h (bit ``hm`` of word ``hw``): bit 0 free (another
+    partition holds both), bit 1 repair (not free; a light partition other than h holds the vertex), bit 2
+    leaves (the other endpoint's only pair in h). One pass over the words without branches: a loop that
+    stopped at the first hit cost twice as much."""
+    free, la, lb = np.uint64(0), np.uint64(0), np.uint64(0)
+    for w in range(bits.shape[1]):
+        keep = ~hm if w == hw else ~np.uint64(0)
+        x, y = bits[a, w] & keep, bits[b, w] & keep
+        free |= x & y
+        la |= x & lightw[w]
+        lb |= y & lightw[w]
+    if free != 0:
+        fa = fb = 1
+    else:
+        fa = 2 if la != 0 else 0
+        fb = 2 if lb != 0 else 0
+    if b != a:
+        fa |= 4 if (leaf[b, hw] & hm) != 0 else 0
+        fb |= 4 if (leaf[a, hw] & hm) != 0 else 0
+    return fa, fb
+
+
+@njit(nogil=True, cache=True)
+def _flush_run(v: int, parts: int, acc, seen, keys, val, n: int) -> int:
+    """Append v's replicas of the run (the bits of ``seen``, ascending) and clear them; the new length."""
+    if v < 0:
+        return n
+    for w in range(seen.shape[0]):
+        x = seen[w]
+        while x != 0:
+            low = x & (~x + np.uint64(1))  # the lowest set bit
+            h = w * 64 + _log2(low)
+            keys[n] = v * parts + h
+            val[n] = acc[h]
+            acc[h] = 0
+            n += 1
+            x ^= low
+        seen[w] = 0
+    return n
+
+
+@njit(nogil=True, cache=True)
+def _log2(x: np.uint64) -> int:
+    """The index of the one set bit of x."""
+    k = 0
+    while x > np.uint64(1):
+        x >>= np.uint64(1)
+        k += 1
+    return k
+
+
+@njit(nogil=True, cache=True)
+def _count_flags(packed: np.ndarray) -> tuple:
+    """Sorted (key << 3 | flags) entries -> (unique keys, [free, repair, leaves] counts)."""
+    keys = np.empty(packed.shape[0], np.int64)
+    val = np.zeros((packed.shape[0], 3), np.int32)
     u = -1
-    for r in range(o.shape[0]):
-        k = keys[o[r]]
-        if u < 0 or uk[u] != k:
+    for r in range(packed.shape[0]):
+        k, f = packed[r] >> 3, packed[r] & 7
+        if u < 0 or keys[u] != k:
             u += 1
-            uk[u] = k
-        out[u] += val[o[r]]
-    return uk[: u + 1], out[: u + 1]
+            keys[u] = k
+        val[u, 0] += f & 1
+        val[u, 1] += (f >> 1) & 1
+        val[u, 2] += (f >> 2) & 1
+    return keys[: u + 1], val[: u + 1]
+
+
+@njit(nogil=True, cache=True)
+def _merge_sums(k1: np.ndarray, v1: np.ndarray, k2: np.ndarray, v2: np.ndarray) -> tuple:
+    """Two (ascending unique keys, counts) lists as one, counts of a key in both added."""
+    keys = np.empty(k1.shape[0] + k2.shape[0], np.int64)
+    val = np.zeros((keys.shape[0], v1.shape[1]), np.int32)
+    i = j = n = 0
+    while i < k1.shape[0] or j < k2.shape[0]:
+        take1 = j >= k2.shape[0] or (i < k1.shape[0] and k1[i] <= k2[j])
+        take2 = i >= k1.shape[0] or (j < k2.shape[0] and k2[j] <= k1[i])
+        keys[n] = k1[i] if take1 else k2[j]
+        for c in range(val.shape[1]):  # element by element: row slices cost a view each
+            val[n, c] = (v1[i, c] if take1 else 0) + (v2[j, c] if take2 else 0)
+        i += take1
+        j += take2
+        n += 1
+    return keys[:n], val[:n]
 
 
 @njit(nogil=True, cache=True)

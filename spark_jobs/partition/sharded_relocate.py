@@ -71,10 +71,10 @@ def planned(
     return rem, keep_one(ok | rem, counts) & ~rem
 
 
-def net_buckets(votes: dict[str, np.ndarray], lo: int, seed: int) -> np.ndarray:
-    """[n, p] bucket of each balance candidate: (net replicas, seeded vertex hash), cheapest first."""
+def net_buckets(votes: dict[str, np.ndarray], ids: np.ndarray, seed: int) -> np.ndarray:
+    """[n, p] bucket of each balance candidate (vertex ``ids``): (net replicas, seeded vertex hash), cheapest first."""
     net = np.clip(votes["repair"] - votes["leaves"], NET_MIN, NET_MAX).astype(np.int64) - NET_MIN
-    h = kernels.vertex_hash(np.arange(lo, lo + len(net), dtype=np.int64), seed) >> np.uint64(60)
+    h = kernels.vertex_hash(ids, seed) >> np.uint64(60)
     return net * HASH_SLOTS + h.astype(np.int64)[:, None]
 
 
@@ -140,32 +140,32 @@ class RelocationFiles:
         write_split(self.votes_dir(r), c, self.shards.ranges, cols)
         return _nbytes(e)
 
-    def dense(self, sr: int, r: int, s: int, names: list[str] | None = None) -> dict[str, np.ndarray]:
-        """Shard s's votes [n, p] int32: summed from the cells' files (job 2), else read back (job 4)."""
-        lo, hi = self.shards.ranges.bounds(s)
-        p = self.shards.parts
+    def dense(self, r: int, s: int, ids: np.ndarray, names: list[str] | None = None) -> dict[str, np.ndarray]:
+        """Shard s's votes [n, p] int32 (a row per vertex of ``ids``, the shard's): summed from the cells'
+        files (job 2), else read back (job 4)."""
+        p, n = self.shards.parts, len(ids)
         if names is None:
-            cols = read_rows(self.dense_uri(r, s), hi - lo)
-            return {n: np.stack([cols[f"{n}{k}"] for k in range(p)], axis=1) for n in VOTES}
-        out = {n: np.zeros((hi - lo) * p, np.int64) for n in VOTES}
+            cols = read_rows(self.dense_uri(r, s), n)
+            return {v: np.stack([cols[f"{v}{k}"] for k in range(p)], axis=1) for v in VOTES}
+        out = {v: np.zeros(n * p, np.int64) for v in VOTES}
         for t in read_split(self.votes_dir(r), names, s):
-            key = (t.column("vert").to_numpy() - lo) * p + t.column("vpart").to_numpy()
-            for n in VOTES:
-                out[n] += np.bincount(key, weights=t.column(n).to_numpy(), minlength=len(out[n])).astype(np.int64)
-        dense = {n: a.astype(np.int32).reshape(hi - lo, p) for n, a in out.items()}
+            key = np.searchsorted(ids, t.column("vert").to_numpy()) * p + t.column("vpart").to_numpy()
+            for v in VOTES:
+                out[v] += np.bincount(key, weights=t.column(v).to_numpy(), minlength=len(out[v])).astype(np.int64)
+        dense = {v: a.astype(np.int32).reshape(n, p) for v, a in out.items()}
         write_rows(self.dense_uri(r, s), {f"{n}{k}": dense[n][:, k] for n in VOTES for k in range(p)})
         return dense
 
     def vote_shard(self, sr: int, r: int, s: int, names: list[str], heavy: np.ndarray, slack: int, seed: int) -> tuple:
         """Job 2, task s: the dense votes written; (removals by pair-count class: count, cost; candidates)."""
-        counts, p = self.shards.read(sr, s)["counts"], self.shards.parts
-        votes = self.dense(sr, r, s, names)
+        st, p = self.shards.read(sr, s), self.shards.parts
+        counts, votes = st["counts"], self.dense(r, s, st["ids"], names)
         rem, ok = planned(counts, votes, heavy, slack, bool(heavy.any()))
         cls = np.minimum(score_classes(counts), CLASSES - 1)
         cost = 1 + votes["leaves"].astype(np.int64)
         count, costs = np.zeros((p, CLASSES), np.int64), np.zeros((p, CLASSES), np.int64)
         cand = np.zeros((p, NET_BUCKETS), np.int64)
-        nb = net_buckets(votes, self.shards.ranges.bounds(s)[0], seed)
+        nb = net_buckets(votes, st["ids"], seed)
         for k in range(p):
             count[k] = np.bincount(cls[rem[:, k], k], minlength=CLASSES)
             costs[k] = np.bincount(cls[rem[:, k], k], weights=cost[rem[:, k], k], minlength=CLASSES)
@@ -175,14 +175,14 @@ class RelocationFiles:
     def removals(self, sr: int, r: int, c: int, plan: tuple) -> np.ndarray:
         """The cell's view of the round's removals [n, p] bool (job 4)."""
         heavy, slack, seed, cut, bound = plan
-        view, rg = self.view(sr, c), self.shards.ranges
+        view = self.view(sr, c)
         out = []
         for s in sorted({*self.cells[c]}):
-            counts = self.shards.read(sr, s)["counts"]
-            votes = self.dense(sr, r, s)
+            st = self.shards.read(sr, s)
+            counts, votes = st["counts"], self.dense(r, s, st["ids"])
             rem, ok = planned(counts, votes, heavy, slack, bool(heavy.any()))
             rem &= np.minimum(score_classes(counts), CLASSES - 1) < cut[None, :]
-            out.append(rem | (ok & (net_buckets(votes, rg.bounds(s)[0], seed) < bound[None, :])))
+            out.append(rem | (ok & (net_buckets(votes, st["ids"], seed) < bound[None, :])))
         assert sum(len(o) for o in out) == len(view.col("resid"))
         return np.concatenate(out)
 

@@ -4,10 +4,11 @@ item 2; the sharded form of ``state.ExpansionState``).
 Why: ``ExpansionState`` keeps O(|V|) arrays on the driver and broadcasts O(|V|) bytes every round (66 B of
 state, 24 B of broadcast and 300 B of peak RSS per vertex id measured at 10^7 ids), so 10^8 ids need about
 30 GB of driver memory. Here vertex ids 0..n-1 are cut into S ranges of ``ceil(n / S)`` ids
-(:class:`ShardRanges`); shard s's state (residual degree, degree, partition bitsets and, for a refining
-partitioner, pair counts) is one Arrow IPC file per round in the staging store, ``vstate/r<round>/s<s>``,
-holding only the ids with a nonzero value (:func:`write_rows`): its size follows the vertices with edges, not
-the id range.
+(:class:`ShardRanges`); shard s's state (its vertex ids, residual degree, degree, partition bitsets and, for
+a refining partitioner, pair counts) is one Arrow IPC file per round in the staging store,
+``vstate/r<round>/s<s>``. A shard holds only the vertices with edges (ascending ``ids``; a task finds a
+vertex's row by binary search): in files and in a task's memory its size follows those vertices, not the
+id range (10^8 ids over 262k vertices with edges: dense shard arrays took a relocation task to 12.8 GB).
 
 * **Deltas** (``kernels.incidence_delta``'s (vert, vpart, cnt, pcnt)) are written by the task that made them,
   split by shard, as ``vdelta/r<round>/s<s>-c<task>.arrow`` (:func:`write_deltas`); a row with vpart < 0 adds
@@ -133,17 +134,17 @@ def _summary(
     return count, weight
 
 
-def shard_summary(state: dict[str, np.ndarray], lo: int, parts: int, round_seed: int, seed: int) -> tuple:
+def shard_summary(state: dict[str, np.ndarray], parts: int, round_seed: int, seed: int) -> tuple:
     """A shard's O(p x buckets) selection summary (see ``_summary``); the score is the residual degree."""
-    return _summary(*_vertex_inputs(state, lo, round_seed, seed), parts)
+    return _summary(*_vertex_inputs(state, round_seed, seed), parts)
 
 
 def _vertex_inputs(
-    state: dict[str, np.ndarray], lo: int, round_seed: int, seed: int
+    state: dict[str, np.ndarray], round_seed: int, seed: int
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
     """What the selection kernels read of a shard's vertices: score (the residual degree), degree, residual
     degree, bitsets, and the round's and the seed order's vertex hashes."""
-    ids = np.arange(lo, lo + len(state["resid"]), dtype=np.int64)
+    ids = state["ids"]
     hsel, hseed = kernels.vertex_hash(ids, round_seed), kernels.vertex_hash(ids, seed)
     return state["resid"], state["deg"], state["resid"], state["bits"], hsel, hseed
 
@@ -218,7 +219,6 @@ def _claims(
 
 def shard_claims(
     state: dict[str, np.ndarray],
-    lo: int,
     t: np.ndarray,
     rank: np.ndarray,
     seeds: np.ndarray,
@@ -229,7 +229,7 @@ def shard_claims(
     the partition whose seed range holds an untouched vertex; a pure function of the shard and the
     O(p) thresholds, so every task reading the shard computes the same claims."""
     return _claims(
-        *_vertex_inputs(state, lo, round_seed, seed),
+        *_vertex_inputs(state, round_seed, seed),
         np.asarray(t, np.int64),
         np.asarray(rank, np.int32),
         np.asarray(seeds, np.int64),
@@ -303,8 +303,8 @@ def read_rows(uri: StoreURI, n: int) -> dict[str, np.ndarray]:
 
 
 def state_columns(st: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
-    """A shard's state as columns: resid, deg, bits words ``b<w>``, pair counts ``c<k>`` (when kept)."""
-    cols = {"resid": st["resid"], "deg": st["deg"]}
+    """A shard's state as columns: ids, resid, deg, bits words ``b<w>``, pair counts ``c<k>`` (when kept)."""
+    cols = {"ids": st["ids"], "resid": st["resid"], "deg": st["deg"]}
     cols.update({f"b{w}": st["bits"][:, w] for w in range(st["bits"].shape[1])})
     if "counts" in st:
         cols.update({f"c{k}": st["counts"][:, k] for k in range(st["counts"].shape[1])})
@@ -314,7 +314,7 @@ def state_columns(st: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
 def state_arrays(cols: dict[str, np.ndarray], parts: int, counts: bool) -> dict[str, np.ndarray]:
     """The inverse of :func:`state_columns`."""
     words = (parts + 63) // 64
-    st = {c: cols[c].astype(np.int64, copy=False) for c in ("resid", "deg")}
+    st = {c: cols[c].astype(np.int64, copy=False) for c in ("ids", "resid", "deg")}
     st["bits"] = np.stack([cols[f"b{w}"] for w in range(words)], axis=1).astype(np.uint64, copy=False)
     if counts:
         st["counts"] = np.stack([cols[f"c{k}"] for k in range(parts)], axis=1).astype(np.int32, copy=False)
@@ -336,31 +336,45 @@ class ShardFiles:
     def state_uri(self, r: int, s: int) -> StoreURI:
         return self.root / "vstate" / f"r{r:05d}" / f"s{s:05d}.arrow"
 
-    def empty(self, s: int) -> dict[str, np.ndarray]:
-        lo, hi = self.ranges.bounds(s)
-        st = {"resid": np.zeros(hi - lo, np.int64), "deg": np.zeros(hi - lo, np.int64)}
-        st["bits"] = np.zeros((hi - lo, (self.parts + 63) // 64), np.uint64)
+    def empty(self, n: int = 0) -> dict[str, np.ndarray]:
+        """A state of n vertices, every value zero (ids too: the caller sets them)."""
+        st = {"ids": np.zeros(n, np.int64), "resid": np.zeros(n, np.int64), "deg": np.zeros(n, np.int64)}
+        st["bits"] = np.zeros((n, (self.parts + 63) // 64), np.uint64)
         if self.counts:
-            st["counts"] = np.zeros((hi - lo, self.parts), np.int32)
+            st["counts"] = np.zeros((n, self.parts), np.int32)
         return st
 
     def read(self, r: int, s: int) -> dict[str, np.ndarray]:
         """Shard s's state after round r (r < 0: before any), inside a task; the driver reads it only in tests."""
         if r < 0:
-            return self.empty(s)
-        lo, hi = self.ranges.bounds(s)
-        return state_arrays(read_rows(self.state_uri(r, s), hi - lo), self.parts, self.counts)
+            return self.empty()
+        t = _read_ipc(self.state_uri(r, s))  # copied: a task updates its state in place
+        return state_arrays({c: t.column(c).to_numpy().copy() for c in t.column_names}, self.parts, self.counts)
+
+    def grown(self, st: dict[str, np.ndarray], verts: list[np.ndarray]) -> dict[str, np.ndarray]:
+        """``st`` with a zero row for each vertex of ``verts`` it lacks (the split's degrees add them)."""
+        ids = np.unique(np.concatenate([st["ids"], *verts]))
+        if len(ids) == len(st["ids"]):
+            return st
+        out = self.empty(len(ids))
+        out["ids"] = ids
+        at = np.searchsorted(ids, st["ids"])
+        for c, a in st.items():
+            if c != "ids":
+                out[c][at] = a
+        return out
 
     def merge_shard(
         self, prev: int, r: int, s: int, names: list[str], round_seed: int, seed: int, moves: bool = False
     ) -> tuple:
         """Task s of :meth:`VertexShards.merge`: (replicas added per partition, count, weight); with ``moves``
         (the relocation's deltas) the shard's replicas per partition and empty summaries."""
-        st, d, lo = self.read(prev, s), self.delta_dir(r), self.ranges.bounds(s)[0]
+        tabs = read_split(self.delta_dir(r), names, s)
+        st = self.grown(self.read(prev, s), [t.column("vert").to_numpy() for t in tabs])
         gain = np.zeros(self.parts, np.int64)
-        for t in read_split(d, names, s):
+        for t in tabs:
             vert, vpart, cnt, pcnt = (t.column(c).to_numpy() for c in ("vert", "vpart", "cnt", "pcnt"))
-            loc, deg = vert - lo, vpart < 0
+            loc, deg = np.searchsorted(st["ids"], vert), vpart < 0
             if moves:  # relocation: pairs leave (pcnt < 0) and enter partitions; residual degrees stay 0
                 kernels.add_counts(st["counts"], loc, vpart, pcnt, 1)
                 continue
@@ -373,35 +387,36 @@ class ShardFiles:
         if moves:
             st["bits"] = pack_bits(st["counts"] > 0)
             gain = (st["counts"] > 0).sum(axis=0).astype(np.int64)  # the shard's |V_k| part, not a gain
-        write_rows(self.state_uri(r, s), state_columns(st))
+        _write_ipc(self.state_uri(r, s), pa.table(state_columns(st)))
         if moves:
             return gain, np.zeros((self.parts + 1, 0), np.int64), np.zeros((self.parts + 1, 0), np.int64)
-        return gain, *shard_summary(st, lo, self.parts, round_seed, seed)
+        return gain, *shard_summary(st, self.parts, round_seed, seed)
 
 
 class CellView:
-    """The two shards of a cell as one local id space (shard a's ids, then shard b's), read in a task."""
+    """The two shards of a cell as one local id space (shard a's rows, then shard b's), read in a task."""
 
     def __init__(self, files: ShardFiles, r: int, sa: int, sb: int) -> None:
-        rg = files.ranges
-        self.size, self.sa, self.lo_a, self.lo_b = rg.size, sa, rg.bounds(sa)[0], rg.bounds(sb)[0]
+        assert sa <= sb, (sa, sb)  # so the two shards' ids, one after the other, ascend
         self.states = [files.read(r, sa)] + ([files.read(r, sb)] if sb != sa else [])
-        self.na = len(self.states[0]["resid"])
+        self.ids = self.col("ids")
 
     def col(self, c: str) -> np.ndarray:
         return np.concatenate([s[c] for s in self.states])
 
     def local(self, v: np.ndarray) -> np.ndarray:
-        return np.where(v // self.size == self.sa, v - self.lo_a, self.na + v - self.lo_b)
+        """The rows of vertex ids ``v`` (each must be a vertex with edges of one of the two shards)."""
+        v = np.asarray(v, np.int64)
+        loc = np.searchsorted(self.ids, v)
+        if len(v) and not np.array_equal(self.ids[np.minimum(loc, len(self.ids) - 1)], v):
+            raise ValueError("a vertex of the cell's rows is not in its shards (the shard state is stale)")
+        return loc
 
     def globals(self, loc: np.ndarray) -> np.ndarray:
-        return np.where(loc < self.na, loc + self.lo_a, loc - self.na + self.lo_b)
+        return self.ids[loc]
 
     def claims(self, t: np.ndarray, rank: np.ndarray, seeds: np.ndarray, round_seed: int, seed: int) -> np.ndarray:
-        los = [self.lo_a, self.lo_b][: len(self.states)]
-        return np.concatenate(
-            [shard_claims(s, lo, t, rank, seeds, round_seed, seed) for s, lo in zip(self.states, los, strict=True)]
-        )
+        return np.concatenate([shard_claims(s, t, rank, seeds, round_seed, seed) for s in self.states])
 
 
 class VertexShards:

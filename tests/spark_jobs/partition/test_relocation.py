@@ -74,6 +74,49 @@ def test_votes_count_the_pairs_that_could_move(state):
     assert got.free.sum() > 0 and got.repair.sum() > 0 and got.leaves.sum() > 0
 
 
+@pytest.mark.parametrize("p", [3, 70])
+def test_votes_with_self_loops_parallel_rows_and_two_bitset_words(p):
+    """The kernel sums a pair's smaller endpoint run by run and sorts only the larger ones' flags: its
+    (key, counts) rows equal a direct per-row definition, ascending and unique, for self-loops, parallel
+    rows of one pair (one decision per pair) and p > 64 (two bitset words)."""
+    rng = np.random.default_rng(p)
+    n = 200
+    s, d = rng.integers(0, n, 3000), rng.integers(0, n, 3000)
+    s[:40] = d[:40]  # self-loops
+    s, d = np.r_[s, s[100:300]], np.r_[d, d[100:300]]  # parallel rows
+    o = kernels.canonical_order(s, d, np.arange(len(s)))
+    s, d = s[o], d[o]
+    lo, hi = np.minimum(s, d), np.maximum(s, d)
+    _, inv = np.unique(lo * n + hi, return_inverse=True)
+    part = rng.integers(0, p, inv.max() + 1)[inv].astype(np.int32)
+    rep, single = rng.random((n, p)) < 0.2, rng.random((n, p)) < 0.1
+    light = rng.random(p) < 0.5
+    keys, got = relocation_votes(s, d, part, pack_bits(rep), pack_bits(single & rep), light, p)
+    want: dict[int, np.ndarray] = {}
+    first = np.r_[True, (lo[1:] != lo[:-1]) | (hi[1:] != hi[:-1])]
+    for i in np.flatnonzero(first):
+        a, b, h = lo[i], hi[i], part[i]
+        free = any(t != h and rep[a, t] and rep[b, t] for t in range(p))
+        for v, u in ((a, b),) if a == b else ((a, b), (b, a)):
+            w = want.setdefault(int(v * p + h), np.zeros(3, np.int32))
+            w += [
+                free,
+                (not free) and any(t != h and light[t] and rep[v, t] for t in range(p)),
+                u != v and single[u, h] and rep[u, h],
+            ]
+    assert np.array_equal(keys, np.array(sorted(want), np.int64))
+    assert np.array_equal(got, np.array([want[k] for k in sorted(want)], np.int32))
+    assert got[:, 0].sum() > 0 and got[:, 1].sum() > 0 and got[:, 2].sum() > 0
+
+
+def test_radix_sort_equals_np_sort():
+    rng = np.random.default_rng(3)
+    for top in (1, 2**11, 2**35, 2**62):
+        x = rng.integers(0, top, 10_000)
+        assert np.array_equal(kernels.radix_sort(x), np.sort(x))
+    assert kernels.radix_sort(np.zeros(0, np.int64)).shape == (0,)
+
+
 def test_removal_moves_add_no_replica_and_keep_the_edge_bound(state):
     s, d, part = state
     c = counts_of(s, d, part)

@@ -38,7 +38,7 @@ def random_state(seed: int = 3) -> dict[str, np.ndarray]:
     bits = np.zeros((N, 1), np.uint64)
     for k in range(P):
         bits[:, 0] |= mask[:, k].astype(np.uint64) << np.uint64(k)
-    return {"resid": resid.astype(np.int64), "deg": deg.astype(np.int64), "bits": bits}
+    return {"ids": np.arange(N), "resid": resid.astype(np.int64), "deg": deg.astype(np.int64), "bits": bits}
 
 
 def cut(st: dict[str, np.ndarray], lo: int, hi: int) -> dict[str, np.ndarray]:
@@ -57,26 +57,24 @@ def test_key_bucket_is_monotone_in_the_key():
 
 def test_summaries_add_over_shards_and_claims_do_not_depend_on_them():
     st = random_state()
-    whole = shard_summary(st, 0, P, 11, 5)
+    whole = shard_summary(st, P, 11, 5)
     ranges = ShardRanges(N, 3)
-    parts = [shard_summary(cut(st, *ranges.bounds(s)), ranges.bounds(s)[0], P, 11, 5) for s in range(3)]
+    parts = [shard_summary(cut(st, *ranges.bounds(s)), P, 11, 5) for s in range(3)]
     assert whole[0].shape == (P + 1, BUCKETS)
     np.testing.assert_array_equal(whole[0], sum(p[0] for p in parts))
     np.testing.assert_array_equal(whole[1], sum(p[1] for p in parts))
     t = boundary_thresholds(*whole, np.full(P, 40), np.full(P, np.inf))
     rank = np.array([2, 0, 4, 1, 3], np.int32)
     seeds = seed_ranges(whole[0][P], whole[1][P], np.argsort(rank), np.full(P, 500), np.full(P, 10))
-    one = shard_claims(st, 0, t, rank, seeds, 11, 5)
-    sharded = np.concatenate(
-        [shard_claims(cut(st, *ranges.bounds(s)), ranges.bounds(s)[0], t, rank, seeds, 11, 5) for s in range(3)]
-    )
+    one = shard_claims(st, t, rank, seeds, 11, 5)
+    sharded = np.concatenate([shard_claims(cut(st, *ranges.bounds(s)), t, rank, seeds, 11, 5) for s in range(3)])
     np.testing.assert_array_equal(one, sharded)
     assert (one >= 0).sum() > 0
 
 
 def test_thresholds_cover_the_lowest_keys_and_the_cap():
     st = random_state(4)
-    count, weight = shard_summary(st, 0, P, 7, 2)
+    count, weight = shard_summary(st, P, 7, 2)
     ids = np.arange(N)
     bsel = np.array([key_bucket(int(r), h) for r, h in zip(st["resid"], kernels.vertex_hash(ids, 7), strict=True)])
     nsel = np.array([1, 10, 50, 200, 10_000])
@@ -160,16 +158,18 @@ def test_merge_equals_the_driver_state_and_retries_write_the_same(spark, rows, t
         replicas += gain
         assert count.shape == (P + 1, BUCKETS) and first[0].shape == (P,)
     back = [files.read(2, i) for i in range(3)]
-    np.testing.assert_array_equal(np.concatenate([b["resid"] for b in back]), driver.resid)
-    np.testing.assert_array_equal(np.concatenate([b["bits"] for b in back]), driver.bits)
-    np.testing.assert_array_equal(np.concatenate([b["counts"] for b in back]), driver.counts)
-    np.testing.assert_array_equal(np.concatenate([b["deg"] for b in back]), deg)
+    ids = np.concatenate([b["ids"] for b in back])  # a shard holds the vertices with edges, in memory too
+    np.testing.assert_array_equal(ids, np.flatnonzero(deg > 0))
+    np.testing.assert_array_equal(np.concatenate([b["resid"] for b in back]), driver.resid[ids])
+    np.testing.assert_array_equal(np.concatenate([b["bits"] for b in back]), driver.bits[ids])
+    np.testing.assert_array_equal(np.concatenate([b["counts"] for b in back]), driver.counts[ids])
+    np.testing.assert_array_equal(np.concatenate([b["deg"] for b in back]), deg[ids])
     np.testing.assert_array_equal(replicas, driver.vcount)
     assert driver.resid.sum() == 0 and shards.driver_bytes() == 0
     assert not (tmp_path / "vstate" / "r00001").exists()  # the previous round's state is dropped
-    for i in range(3):  # a file holds the ids with a nonzero value only: the isolated ids are not written
+    for i in range(3):  # the isolated ids are neither written nor held
         lo, hi = files.ranges.bounds(i)
-        assert _read_ipc(files.state_uri(2, i)).num_rows == (deg[lo:hi] > 0).sum()
+        assert _read_ipc(files.state_uri(2, i)).num_rows == len(back[i]["ids"]) == (deg[lo:hi] > 0).sum()
     assert (deg == 0).sum() > 0
 
 
