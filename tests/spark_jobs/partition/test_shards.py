@@ -13,6 +13,7 @@ from glisp_testing.graphs import rmat_edges
 from spark_jobs.partition import kernels
 from spark_jobs.partition.shards import (
     BUCKETS,
+    CellView,
     ShardFiles,
     ShardRanges,
     VertexShards,
@@ -170,6 +171,12 @@ def test_merge_equals_the_driver_state_and_retries_write_the_same(spark, rows, t
     for i in range(3):  # the isolated ids are neither written nor held
         lo, hi = files.ranges.bounds(i)
         assert _read_ipc(files.state_uri(2, i)).num_rows == len(back[i]["ids"]) == (deg[lo:hi] > 0).sum()
+    view = CellView(files, 2, 0, 2)  # a cell's local rows: shard 0's vertices, then shard 2's
+    v = np.concatenate([back[2]["ids"][::7], back[0]["ids"][::5]])
+    np.testing.assert_array_equal(view.globals(view.local(v)), v)
+    np.testing.assert_array_equal(view.col("deg")[view.local(v)], deg[v])
+    with pytest.raises(ValueError, match="not in its shards"):
+        view.local(np.flatnonzero(deg == 0)[:1])  # an isolated id has no row
     assert (deg == 0).sum() > 0
 
 
