@@ -223,8 +223,6 @@ def canonical_order(src: np.ndarray, dst: np.ndarray, eid: np.ndarray) -> np.nda
     eid = np.asarray(eid, np.int64)
     if len(src) == 0:
         return np.zeros(0, np.int64)
-    if in_canonical_order(src, dst, eid):  # a file the relocation wrote: read every round, sorted once
-        return np.arange(len(src), dtype=np.int64)
     lo, hi = np.minimum(src, dst), np.maximum(src, dst)
     n = int(hi.max()) + 1
     if int(lo.min()) < 0 or n > _MAX_KEY_IDS:
@@ -330,6 +328,16 @@ def two_hop_pending(
 
 
 @njit(nogil=True, cache=True)
+def bit_index(x: np.uint64) -> int:
+    """The index of the one set bit of x."""
+    k = 0
+    while x > np.uint64(1):
+        x >>= np.uint64(1)
+        k += 1
+    return k
+
+
+@njit(nogil=True, cache=True)
 def _shared_open_parts(bits: np.ndarray, open_bits: np.ndarray, a: int, b: int, cand: np.ndarray) -> int:
     """Write into cand the open partitions holding both a and b (the two-hop candidates); return how many."""
     nc = 0
@@ -337,12 +345,7 @@ def _shared_open_parts(bits: np.ndarray, open_bits: np.ndarray, a: int, b: int, 
         c = bits[a, w] & bits[b, w] & open_bits[w]
         while c != 0:
             low = c & (~c + np.uint64(1))
-            t = 0
-            x = low
-            while x > np.uint64(1):
-                x >>= np.uint64(1)
-                t += 1
-            cand[nc] = w * 64 + t
+            cand[nc] = w * 64 + bit_index(low)
             nc += 1
             c ^= low
     return nc

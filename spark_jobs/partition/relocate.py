@@ -35,7 +35,7 @@ import numpy as np
 from numba import njit
 
 from glisp_core.config import AdaDNEConfig
-from spark_jobs.partition.kernels import _bit, group_quota, pair_group, pair_run, radix_sort
+from spark_jobs.partition.kernels import _bit, bit_index, group_quota, pair_group, pair_run, radix_sort
 from spark_jobs.partition.state import ExpansionState
 
 MAX_SHED_ROUNDS = 32  # shedding rounds past refine_rounds at most (one suffices unless a group lacks rows)
@@ -129,7 +129,7 @@ def _flush_run(v: int, parts: int, acc, seen, keys, val, n: int) -> int:
         x = seen[w]
         while x != 0:
             low = x & (~x + np.uint64(1))  # the lowest set bit
-            h = w * 64 + _log2(low)
+            h = w * 64 + bit_index(low)
             keys[n] = v * parts + h
             val[n] = acc[h]
             acc[h] = 0
@@ -137,16 +137,6 @@ def _flush_run(v: int, parts: int, acc, seen, keys, val, n: int) -> int:
             x ^= low
         seen[w] = 0
     return n
-
-
-@njit(nogil=True, cache=True)
-def _log2(x: np.uint64) -> int:
-    """The index of the one set bit of x."""
-    k = 0
-    while x > np.uint64(1):
-        x >>= np.uint64(1)
-        k += 1
-    return k
 
 
 @njit(nogil=True, cache=True)
