@@ -279,9 +279,9 @@ def _read_ipc(uri: StoreURI) -> pa.Table:
 
 
 def write_rows(uri: StoreURI, cols: dict[str, np.ndarray]) -> None:
-    """Per-id columns (equal lengths) written sparse: only the rows with a nonzero value, with their row
-    number ``_row``. Why: a shard spans an id range, and where the ids outnumber the vertices with edges
-    (isolated vertices, a sparse id space) a dense file is mostly zeros that every round rewrites."""
+    """Per-row columns (equal lengths) written sparse: only the rows with a nonzero value, with their row
+    number ``_row``. Why: a shard's dense votes have a row per vertex with edges, most of them all zero in
+    a round (no pair of the vertex could move)."""
     n = len(next(iter(cols.values())))
     nz = np.zeros(n, np.bool_)
     for a in cols.values():
@@ -312,9 +312,9 @@ def state_columns(st: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
 
 
 def state_arrays(cols: dict[str, np.ndarray], parts: int, counts: bool) -> dict[str, np.ndarray]:
-    """The inverse of :func:`state_columns`."""
+    """The inverse of :func:`state_columns`; every array a new, writable one (a task updates its state in place)."""
     words = (parts + 63) // 64
-    st = {c: cols[c].astype(np.int64, copy=False) for c in ("ids", "resid", "deg")}
+    st = {c: cols[c].astype(np.int64) for c in ("ids", "resid", "deg")}
     st["bits"] = np.stack([cols[f"b{w}"] for w in range(words)], axis=1).astype(np.uint64, copy=False)
     if counts:
         st["counts"] = np.stack([cols[f"c{k}"] for k in range(parts)], axis=1).astype(np.int32, copy=False)
@@ -348,14 +348,18 @@ class ShardFiles:
         """Shard s's state after round r (r < 0: before any), inside a task; the driver reads it only in tests."""
         if r < 0:
             return self.empty()
-        t = _read_ipc(self.state_uri(r, s))  # copied: a task updates its state in place
-        return state_arrays({c: t.column(c).to_numpy().copy() for c in t.column_names}, self.parts, self.counts)
+        t = _read_ipc(self.state_uri(r, s))
+        return state_arrays({c: t.column(c).to_numpy() for c in t.column_names}, self.parts, self.counts)
 
     def grown(self, st: dict[str, np.ndarray], verts: list[np.ndarray]) -> dict[str, np.ndarray]:
-        """``st`` with a zero row for each vertex of ``verts`` it lacks (the split's degrees add them)."""
-        ids = np.unique(np.concatenate([st["ids"], *verts]))
-        if len(ids) == len(st["ids"]):
+        """``st`` with a zero row for each vertex of ``verts`` it lacks (the split's degrees add them; after
+        round 0 every delta names known vertices, checked by binary search without a sort)."""
+        new = np.concatenate([np.zeros(0, np.int64), *verts])
+        if len(st["ids"]):
+            new = new[st["ids"][np.minimum(np.searchsorted(st["ids"], new), len(st["ids"]) - 1)] != new]
+        if not len(new):
             return st
+        ids = np.union1d(st["ids"], new)
         out = self.empty(len(ids))
         out["ids"] = ids
         at = np.searchsorted(ids, st["ids"])
