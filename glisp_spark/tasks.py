@@ -1,4 +1,4 @@
-"""Spark jobs of Python tasks that send back small Python results (counts, key sets, rows per bucket).
+"""Spark jobs of Python tasks that send back Python results (counts, key sets, rows per bucket).
 
 - :func:`run_tasks`: n tasks over an index, ``fn(i)`` each.
 - :func:`map_partitions`: one task per partition of a DataFrame, ``fn(partition id, its Arrow batches)``.
@@ -16,6 +16,8 @@ from __future__ import annotations
 import pickle
 from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING, Any, TypeVar
+
+import numpy as np
 
 from glisp_spark.worker_heap import freeze_worker_heap
 
@@ -39,8 +41,10 @@ def run_tasks(spark: SparkSession, n: int, fn: Callable[[int], Any]) -> list[Any
 
     if n <= 0:
         return []
-    rows = spark.range(0, n, 1, n).mapInArrow(task, "i long, payload binary").collect()
-    return [pickle.loads(r["payload"]) for r in sorted(rows, key=lambda r: r["i"])]
+    # as Arrow, not Rows: half the time for large results (the relocation's votes: 640 MB 6.9 -> 3.2 s)
+    t = spark.range(0, n, 1, n).mapInArrow(task, "i long, payload binary").toArrow()
+    pay = t.column("payload")
+    return [pickle.loads(pay[int(k)].as_buffer()) for k in np.argsort(t.column("i").to_numpy(), kind="stable")]
 
 
 def map_partitions(df: DataFrame, fn: Callable[[int, Iterator[pyarrow.RecordBatch]], Iterator[T]]) -> list[T]:

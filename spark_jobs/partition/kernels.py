@@ -126,6 +126,9 @@ def edge_round(
     i = 0
     while i < m:
         a, b, j = pair_run(src, dst, i)
+        if claim[a] < 0 and claim[b] < 0 and not _share_open(bits, open_bits, a, b):
+            i = j  # no claimant, no shared open partition: stays (most pairs of a round; 5x cheaper checked here)
+            continue
         g = pair_group(a, b, groups)
         k = _decide(a, b, j - i, q, g, claim, bits, open_bits, weight, accept, seed, take, cand)
         if k >= 0:
@@ -335,6 +338,15 @@ def bit_index(x: np.uint64) -> int:
         x >>= np.uint64(1)
         k += 1
     return k
+
+
+@njit(nogil=True, cache=True)
+def _share_open(bits: np.ndarray, open_bits: np.ndarray, a: int, b: int) -> bool:
+    """a and b share an open partition (``_shared_open_parts`` would find a two-hop candidate)."""
+    for w in range(bits.shape[1]):
+        if bits[a, w] & bits[b, w] & open_bits[w]:
+            return True
+    return False
 
 
 @njit(nogil=True, cache=True)

@@ -60,6 +60,11 @@ def relocation_votes(
     with a light partition holding v (the other endpoint would gain a replica there); leaves: pairs whose
     other endpoint has no other pair in h (it leaves h with the pair).
 
+    Exact only for replicas that can move: a pair neither free nor repair (blocked) keeps its replica in h,
+    so a replica with one may be left out or carry partial counts; its free + repair stays below its pair
+    count, the one thing every decision reads of it (``keep_one``, ``balance_moves``, the sharded plan).
+    Why: most pairs are blocked, and their rows were most of the sort and of the rows pickled to the driver.
+
     Why the two sides are summed apart: the rows come sorted by their smaller endpoint a, so a's replicas
     are summed run by run as they come; only the larger endpoints' flags (3 bits packed under the key) need
     a sort, a radix sort. One argsort of both sides' keys took 90 % of the kernel (8.4M rows: 3.8 of 4.2 s).
@@ -69,6 +74,7 @@ def relocation_votes(
     kb, nb = np.empty(m, np.int64), 0
     acc = np.zeros((parts, 3), np.int32)  # a's counts per partition, for the current run of a
     seen = np.zeros(bits.shape[1], np.uint64)  # the partitions of the run, as bitset words
+    blocked = np.zeros(bits.shape[1], np.uint64)  # those where a has a blocked pair (left out at the flush)
     cur = -1
     lightw = np.zeros(bits.shape[1], np.uint64)
     for t in range(parts):
@@ -78,20 +84,22 @@ def relocation_votes(
     while i < m:
         a, b, j = pair_run(src, dst, i)
         if a != cur:
-            na = _flush_run(cur, parts, acc, seen, ka, va, na)
+            na = _flush_run(cur, parts, acc, seen, blocked, ka, va, na)
             cur = a
         h = np.int64(part[i])
         hw, hm = int(h >> 6), np.uint64(1) << np.uint64(h & 63)  # h's bitset word and bit
         fa, fb = _pair_flags(bits, leaf, lightw, a, b, hw, hm)
         seen[hw] |= hm
+        if fa & 3 == 0:
+            blocked[hw] |= hm
         acc[h, 0] += fa & 1
         acc[h, 1] += (fa >> 1) & 1
         acc[h, 2] += (fa >> 2) & 1
-        if b != a:
+        if b != a and fb & 3 != 0:
             kb[nb] = ((b * parts + h) << 3) | fb
             nb += 1
         i = j
-    na = _flush_run(cur, parts, acc, seen, ka, va, na)
+    na = _flush_run(cur, parts, acc, seen, blocked, ka, va, na)
     kb_u, vb = _count_flags(radix_sort(kb[:nb]))
     return _merge_sums(ka[:na], va[:na], kb_u, vb)
 
@@ -121,8 +129,9 @@ def _pair_flags(bits, leaf, lightw, a: int, b: int, hw: int, hm: np.uint64) -> t
 
 
 @njit(nogil=True, cache=True)
-def _flush_run(v: int, parts: int, acc, seen, keys, val, n: int) -> int:
-    """Append v's replicas of the run (the bits of ``seen``, ascending) and clear them; the new length."""
+def _flush_run(v: int, parts: int, acc, seen, blocked, keys, val, n: int) -> int:
+    """Append v's replicas of the run (the bits of ``seen`` not ``blocked``, ascending) and clear them; the
+    new length."""
     if v < 0:
         return n
     for w in range(seen.shape[0]):
@@ -130,12 +139,14 @@ def _flush_run(v: int, parts: int, acc, seen, keys, val, n: int) -> int:
         while x != 0:
             low = x & (~x + np.uint64(1))  # the lowest set bit
             h = w * 64 + bit_index(low)
-            keys[n] = v * parts + h
-            val[n] = acc[h]
+            if blocked[w] & low == 0:
+                keys[n] = v * parts + h
+                val[n] = acc[h]
+                n += 1
             acc[h] = 0
-            n += 1
             x ^= low
         seen[w] = 0
+        blocked[w] = 0
     return n
 
 

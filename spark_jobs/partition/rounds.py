@@ -234,17 +234,18 @@ class FileRounds:
                 part = decide(e, bc.value, g)
             delta = kernels.incidence_delta(e["src"], e["dst"], part, parts)
             done = part >= 0
-            keep = ~done
-            rest = pa.table({x: e[x][keep] for x in ("eid", "src", "dst")}, schema=EDGE_PA)
+            di, ri = np.flatnonzero(done), np.flatnonzero(~done)  # one mask pass, not one per column
+            rest = pa.table({x: e[x][ri] for x in ("eid", "src", "dst")}, schema=EDGE_PA)
             _atomic_write_ipc(nxt / f"g{g:05d}.arrow", rest)
             staged = _nbytes(e) + rest.nbytes
-            if done.any():
-                out = pa.table([e["eid"][done], e["src"][done], e["dst"][done], part[done]], schema=ALLOC_PA)
+            eid = e["eid"][di]
+            if len(di):
+                out = pa.table([eid, e["src"][di], e["dst"][di], part[di]], schema=ALLOC_PA)
                 _atomic_write_parquet(alloc / f"r{r:05d}-g{g:05d}.parquet", out)
                 staged += out.nbytes
             if sink is not None:
                 return sink(g, e, part, delta), np.empty(0, np.int64), staged
-            return delta, e["eid"][done & (e["eid"] % stride == 0)], staged
+            return delta, eid[eid % stride == 0], staged
 
         out = run_tasks(self.spark, self.tasks, task)
         self._record(kind if leftover_to < 0 else "leftover", t0, state, sum(o[2] for o in out))

@@ -70,15 +70,19 @@ def test_votes_count_the_pairs_that_could_move(state):
             want[0, v, h] += free
             want[1, v, h] += (not free) and any(t != h and light[t] and rep[v, t] for t in range(P))
             want[2, v, h] += c[u, h] == 1
-    assert (got.free == want[0]).all() and (got.repair == want[1]).all() and (got.leaves == want[2]).all()
-    assert got.free.sum() > 0 and got.repair.sum() > 0 and got.leaves.sum() > 0
+    movable = rep & (want[0] + want[1] == c)  # no blocked pair: counts exact
+    for g, w in zip((got.free, got.repair, got.leaves), want, strict=True):
+        assert (g[movable] == w[movable]).all()
+    assert (got.free + got.repair < c)[rep & ~movable].all()  # a blocked replica never looks movable
+    assert got.free.sum() > 0 and got.repair.sum() > 0 and got.leaves.sum() > 0 and (rep & ~movable).any()
 
 
 @pytest.mark.parametrize("p", [3, 70])
 def test_votes_with_self_loops_parallel_rows_and_two_bitset_words(p):
     """The kernel sums a pair's smaller endpoint run by run and sorts only the larger ones' flags: its
     (key, counts) rows equal a direct per-row definition, ascending and unique, for self-loops, parallel
-    rows of one pair (one decision per pair) and p > 64 (two bitset words)."""
+    rows of one pair (one decision per pair) and p > 64 (two bitset words), on every replica without a
+    blocked pair; a replica with one is left out or shows free + repair under its pairs."""
     rng = np.random.default_rng(p)
     n = 200
     s, d = rng.integers(0, n, 3000), rng.integers(0, n, 3000)
@@ -92,20 +96,27 @@ def test_votes_with_self_loops_parallel_rows_and_two_bitset_words(p):
     rep, single = rng.random((n, p)) < 0.2, rng.random((n, p)) < 0.1
     light = rng.random(p) < 0.5
     keys, got = relocation_votes(s, d, part, pack_bits(rep), pack_bits(single & rep), light, p)
-    want: dict[int, np.ndarray] = {}
+    want: dict[int, np.ndarray] = {}  # per replica: free, repair, leaves, pairs
     first = np.r_[True, (lo[1:] != lo[:-1]) | (hi[1:] != hi[:-1])]
     for i in np.flatnonzero(first):
         a, b, h = lo[i], hi[i], part[i]
         free = any(t != h and rep[a, t] and rep[b, t] for t in range(p))
         for v, u in ((a, b),) if a == b else ((a, b), (b, a)):
-            w = want.setdefault(int(v * p + h), np.zeros(3, np.int32))
+            w = want.setdefault(int(v * p + h), np.zeros(4, np.int32))
             w += [
                 free,
                 (not free) and any(t != h and light[t] and rep[v, t] for t in range(p)),
                 u != v and single[u, h] and rep[u, h],
+                1,
             ]
-    assert np.array_equal(keys, np.array(sorted(want), np.int64))
-    assert np.array_equal(got, np.array([want[k] for k in sorted(want)], np.int32))
+    assert np.all(np.diff(keys) > 0)
+    movable = sorted(k for k, w in want.items() if w[0] + w[1] == w[3])
+    at = dict(zip(keys.tolist(), got, strict=True))
+    assert np.array_equal(np.array([at[k] for k in movable]), np.array([want[k][:3] for k in movable]))
+    blocked = [k for k in at if k not in set(movable)]
+    assert all(at[k][0] + at[k][1] < want[k][3] for k in blocked)
+    stuck = [k for k, w in want.items() if w[0] + w[1] == 0]  # every pair blocked: left out
+    assert not set(stuck) & set(at) and (len(stuck) > 0 or p > 64)
     assert got[:, 0].sum() > 0 and got[:, 1].sum() > 0 and got[:, 2].sum() > 0
 
 
