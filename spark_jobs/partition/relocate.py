@@ -488,15 +488,29 @@ def balance_moves(
     replicas as the move removes (the replica itself and the leaving leaves; ``slack`` more when VB is
     past its bound and nothing else moves), at most each partition's excess over ``target`` x mean,
     cheapest first."""
-    net = votes.repair - votes.leaves  # replicas added minus the other endpoints leaving with their pairs
-    ok = (counts > 0) & (votes.free + votes.repair == counts) & (net <= 1 + slack) & heavy[None, :] & ~taken
-    ok = keep_one(ok | taken, counts) & ~taken
+    ok = keep_one(_balance_ok(votes.free, votes.repair, votes.leaves, counts, heavy, taken, slack), counts) & ~taken
     mean = vcount.mean()
     for h in np.flatnonzero(heavy):
         cand = np.flatnonzero(ok[:, h])
         excess = int(vcount[h] - target * mean) + 1
         if len(cand) > excess:
-            ok[cand[np.argsort(net[cand, h], kind="stable")[excess:]], h] = False
+            net = votes.repair[cand, h] - votes.leaves[cand, h]  # replicas added minus the endpoints leaving
+            ok[cand[np.argsort(net, kind="stable")[excess:]], h] = False
+    return ok
+
+
+@njit(nogil=True, cache=True)
+def _balance_ok(free, repair, leaves, counts, heavy, taken, slack: int) -> np.ndarray:
+    """``taken`` or a balance candidate (every pair free or repair, net added replicas at most 1 + ``slack``,
+    in a heavy partition), per replica in one pass: five [n, p] temporaries took 10 s of R-MAT 20 p = 32."""
+    n, p = counts.shape
+    ok = np.zeros((n, p), np.bool_)
+    for v in range(n):
+        for k in range(p):
+            c = counts[v, k]
+            ok[v, k] = taken[v, k] or (
+                heavy[k] and c > 0 and free[v, k] + repair[v, k] == c and repair[v, k] - leaves[v, k] <= 1 + slack
+            )
     return ok
 
 

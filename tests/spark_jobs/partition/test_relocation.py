@@ -243,6 +243,38 @@ def _trim_reference(rem, counts, vcount, bound, leaves=None):
     return rem
 
 
+def _balance_reference(votes, counts, vcount, heavy, target, taken, slack):
+    net = votes.repair - votes.leaves
+    ok = (counts > 0) & (votes.free + votes.repair == counts) & (net <= 1 + slack) & heavy[None, :] & ~taken
+    ok = _keep_one_reference(ok | taken, counts) & ~taken
+    for h in np.flatnonzero(heavy):
+        cand = np.flatnonzero(ok[:, h])
+        excess = int(vcount[h] - target * vcount.mean()) + 1
+        if len(cand) > excess:
+            ok[cand[np.argsort(net[cand, h], kind="stable")[excess:]], h] = False
+    return ok
+
+
+@pytest.mark.parametrize("seed", range(3))
+def test_compiled_balance_moves_and_pack_bits_equal_their_definitions(seed):
+    rng = np.random.default_rng(seed)
+    n, p = 3000, 70
+    c = np.where(rng.random((n, p)) < 0.3, rng.integers(1, 4, (n, p)), 0).astype(np.int32)
+    free = np.minimum(rng.integers(0, 4, (n, p)), c).astype(np.int32)
+    votes = Votes(free, (c - free) * (rng.random((n, p)) < 0.8), rng.integers(0, 3, (n, p)).astype(np.int32))
+    vcount = (c > 0).sum(0).astype(np.float64) + rng.integers(0, 300, p)
+    heavy, taken = rng.random(p) < 0.4, (c > 0) & (rng.random((n, p)) < 0.1)
+    for slack in (0, 1):
+        got = balance_moves(votes, c, vcount, heavy, 1.05, taken, slack)
+        assert np.array_equal(got, _balance_reference(votes, c, vcount, heavy, 1.05, taken, slack))
+        assert got.any() and not (got & taken).any()
+    mask = c > 0
+    want = np.zeros((n, 2), np.uint64)
+    for k in range(p):
+        want[:, k // 64] |= mask[:, k].astype(np.uint64) << np.uint64(k % 64)
+    assert np.array_equal(pack_bits(mask), want)
+
+
 @pytest.mark.parametrize("seed", range(6))
 def test_compiled_keep_one_and_trim_equal_their_definitions(seed):
     rng = np.random.default_rng(seed)
