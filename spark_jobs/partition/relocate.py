@@ -28,7 +28,7 @@ edge bound is hard). The measured effect is in docs/partitioning.md ("Relocation
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -387,7 +387,7 @@ class Votes:
     leaves: np.ndarray
 
     @classmethod
-    def merge(cls, parts_out: list[tuple], shape: tuple[int, int]) -> Votes:
+    def merge(cls, parts_out: Iterable[tuple], shape: tuple[int, int]) -> Votes:
         """Add up the groups' sparse (keys, counts) into dense int32 arrays (12 B x p per vertex)."""
         out = np.zeros((3, shape[0] * shape[1]), np.int32)
         for keys, val in parts_out:

@@ -30,7 +30,7 @@ import pyarrow.parquet as pq
 from glisp_core.errors import BadInputError
 from glisp_core.storage.store import store_for
 from glisp_core.storage.uri import StoreURI
-from glisp_spark.tasks import run_tasks
+from glisp_spark.tasks import iter_tasks, run_tasks
 from glisp_spark.worker_heap import freeze_worker_heap
 from spark_jobs.partition import kernels, relocate
 from spark_jobs.partition.staging import open_input, parquet_names, write_whole
@@ -93,6 +93,7 @@ class FileRounds:
     def __init__(self, spark: SparkSession, staging: StoreURI, alloc_dir: StoreURI, tasks: int) -> None:
         self.spark = spark
         self.dir = staging / "rest"
+        self.results = staging / "results"  # the jobs' task results, spilled (``iter_tasks``): they grow with |V|
         self.alloc_dir = alloc_dir
         self.tasks = tasks
         self.groups: list[list[StoreURI]] = [[] for _ in range(tasks)]
@@ -247,7 +248,7 @@ class FileRounds:
                 return sink(g, e, part, delta), np.empty(0, np.int64), staged
             return delta, eid[eid % stride == 0], staged
 
-        out = run_tasks(self.spark, self.tasks, task)
+        out = run_tasks(self.spark, self.tasks, task, self.results)
         self._record(kind if leftover_to < 0 else "leftover", t0, state, sum(o[2] for o in out))
         bc.unpersist()
         old = [p for grp in groups for p in grp if p not in self.shared]
@@ -290,9 +291,9 @@ class FileRounds:
                 cols = [rows["eid"][s], rows["src"][s], rows["dst"][s], rows["part"][s].astype(np.int32)]
                 _atomic_write_parquet(self.alloc_dir / f"local-g{g:05d}.parquet", pa.table(cols, schema=ALLOC_PA))
 
-    def relocation_votes(self, state: tuple[np.ndarray, np.ndarray, np.ndarray], parts: int) -> list[tuple]:
+    def relocation_votes(self, state: tuple[np.ndarray, np.ndarray, np.ndarray], parts: int) -> Iterator[tuple]:
         """One read-only Spark job: each group's ``relocate.relocation_votes`` (keys, counts) from the
-        broadcast (bits, leaf, light)."""
+        broadcast (bits, leaf, light), yielded group by group (the driver adds them up as they come)."""
         t0, bc, alloc = time.perf_counter(), self.spark.sparkContext.broadcast(state), self.alloc_dir
 
         def task(g: int) -> tuple:
@@ -300,10 +301,12 @@ class FileRounds:
             bits, leaf, light = bc.value
             return relocate.relocation_votes(e["src"], e["dst"], e["part"], bits, leaf, light, parts), _nbytes(e)
 
-        out = run_tasks(self.spark, self.tasks, task)
-        self._record("relocation_votes", t0, state, sum(o[1] for o in out))
+        staged = 0
+        for votes, nbytes in iter_tasks(self.spark, self.tasks, task, self.results):
+            staged += nbytes
+            yield votes
+        self._record("relocation_votes", t0, state, staged)
         bc.unpersist()
-        return [o[0] for o in out]
 
     def evacuate(self, state: tuple, parts: int) -> tuple[tuple, tuple, int]:
         """One relocation move pass as one Spark job: each group re-reads its allocated rows, moves some with
@@ -328,7 +331,7 @@ class FileRounds:
                 _nbytes(e) + out.nbytes,
             )
 
-        out = run_tasks(self.spark, self.tasks, task)
+        out = run_tasks(self.spark, self.tasks, task, self.results)
         self._record("relocate", t0, state, sum(o[3] for o in out))
         bc.unpersist()
         return (
