@@ -113,7 +113,7 @@ def test_votes_with_self_loops_parallel_rows_and_two_bitset_words(p):
     movable = sorted(k for k, w in want.items() if w[0] + w[1] == w[3])
     at = dict(zip(keys.tolist(), got, strict=True))
     assert np.array_equal(np.array([at[k] for k in movable]), np.array([want[k][:3] for k in movable]))
-    blocked = [k for k in at if k not in set(movable)]
+    blocked = set(at) - set(movable)
     assert all(at[k][0] + at[k][1] < want[k][3] for k in blocked)
     stuck = [k for k, w in want.items() if w[0] + w[1] == 0]  # every pair blocked: left out
     assert not set(stuck) & set(at) and (len(stuck) > 0 or p > 64)
