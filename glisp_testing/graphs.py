@@ -193,6 +193,21 @@ def chains_edges(chains: int = 1500, long_chains: int = 4, long_len: int = 3000,
     return _simple_undirected(np.concatenate(pairs))
 
 
+def giant_and_small_components_edges(
+    seed: int = 2, scale: int = 10, pairs: int = 400, triangles: int = 40
+) -> tuple[tuple[np.ndarray, np.ndarray], int]:
+    """An R-MAT giant component (edge factor 4) beside many two-vertex components and triangles: citeseer's
+    shape (438 components), on which replica moves leave the vertex balance high at large p. Returns
+    ((src, dst), num_vertices), undirected with both directions."""
+    s, d = rmat_edges(scale, 4, seed=seed)
+    n0 = 1 << scale
+    a = n0 + 2 * np.arange(pairs)
+    t = n0 + 2 * pairs + 3 * np.arange(triangles)
+    src = np.concatenate([s, a, t, t + 1, t])
+    dst = np.concatenate([d, a + 1, t + 1, t + 2, t + 2])
+    return _simple_undirected(np.stack([src, dst], 1)), n0 + 2 * pairs + 3 * triangles
+
+
 def _simple_undirected(pairs: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     pairs = pairs[pairs[:, 0] != pairs[:, 1]]
     lo, hi = pairs.min(1), pairs.max(1)

@@ -35,6 +35,7 @@ import numpy as np
 from glisp_core.config import AdaDNEConfig, to_dict
 from glisp_core.errors import ConfigError
 from spark_jobs.partition import kernels
+from spark_jobs.partition.components import balance_components
 from spark_jobs.partition.expansion import FINISH, ExpansionPartitioner, Plan, Selection, pack_bits
 from spark_jobs.partition.relocate import Relocation, Votes, evacuate_round, relocation_votes
 from spark_jobs.partition.rounds import FileRounds
@@ -200,22 +201,47 @@ class AdaDNE(ExpansionPartitioner):
                 )
 
             def evacuate(*args: Any) -> tuple:
-                new = evacuate_round(rows["src"], rows["dst"], rows["part"], *args)
-                mv = new != rows["part"]
-                out = kernels.incidence_delta(rows["src"][mv], rows["dst"][mv], rows["part"][mv], p)
-                into = kernels.incidence_delta(rows["src"][mv], rows["dst"][mv], new[mv], p)
-                rows["part"] = new
-                return out, into, int(mv.sum())
+                return _reassign(rows, evacuate_round(rows["src"], rows["dst"], rows["part"], *args), p)
 
         def move(*args: np.ndarray, slack: int = 0, shed: np.ndarray | None = None) -> int:
             out, into, moved = evacuate(*args, st.ecount, st.vcount, slack, shed)
-            kernels.add_counts(counts, out[0], out[1], out[3], -1)
-            kernels.add_counts(counts, into[0], into[1], into[3], 1)
-            st.ecount += into[4] - out[4]
-            st.vcount = (counts > 0).sum(axis=0).astype(np.int64)
+            _apply_deltas(st, counts, out, into)
             return moved
 
         self.relocation = Relocation(self.cfg.adadne, st.total)
         done = self.relocation.run(st, votes, move, pack_bits)
+        if not isinstance(alloc, FileRounds):
+            self._whole_components(st, alloc, counts)
         st.bits = pack_bits(counts > 0)
         return done
+
+    def _whole_components(self, st: ExpansionState, rows: dict[str, np.ndarray], counts: np.ndarray) -> None:
+        """Move whole components off partitions the relocation left above ``refine_vb_max`` (``components``): the
+        replication factor stays as it is. Only past the bound, where the replica moves stalled; on the rows held
+        in memory (the file rounds of a bigger graph do not run it: docs/partitioning.md)."""
+        vcap = int(np.floor(self.cfg.adadne.refine_vb_max * st.vcount.mean()))
+        new, moved = balance_components(
+            rows["src"], rows["dst"], rows["part"], st.vcount, st.ecount, vcap, int(self.relocation.cap)
+        )
+        if moved:
+            out, into, rows_moved = _reassign(rows, new, st.parts)
+            _apply_deltas(st, counts, out, into)
+            self.relocation.record(st, "components", moved, rows_moved)
+
+
+def _reassign(rows: dict[str, np.ndarray], new: np.ndarray, parts: int) -> tuple:
+    """Set ``rows["part"] = new``; the moved rows' incidences out of their old partitions and into their new
+    ones (``kernels.incidence_delta``) and how many rows moved."""
+    mv = new != rows["part"]
+    out = kernels.incidence_delta(rows["src"][mv], rows["dst"][mv], rows["part"][mv], parts)
+    into = kernels.incidence_delta(rows["src"][mv], rows["dst"][mv], new[mv], parts)
+    rows["part"] = new
+    return out, into, int(mv.sum())
+
+
+def _apply_deltas(st: ExpansionState, counts: np.ndarray, out: tuple, into: tuple) -> None:
+    """A round's moves applied to the exact per-vertex pair counts and the per-partition totals."""
+    kernels.add_counts(counts, out[0], out[1], out[3], -1)
+    kernels.add_counts(counts, into[0], into[1], into[3], 1)
+    st.ecount += into[4] - out[4]
+    st.vcount = (counts > 0).sum(axis=0).astype(np.int64)

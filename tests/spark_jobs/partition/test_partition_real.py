@@ -97,5 +97,6 @@ def test_balance_with_edge_slack_ends_under_the_edge_bound(cfg, cora, rounds):
     m = local_metrics(e["src"], e["dst"], part, 16)
     assert any(r["phase"] == "edges" and r["moved"] > 0 for r in log), log
     assert m["eb"] <= c.partition.adadne.refine_capacity + 1e-9, m
-    if rounds == 3:
-        assert len(log) > 3 and log[-1]["phase"] == "edges", log
+    if rounds == 3:  # whole-component moves may follow the rounds (they keep the edge bound)
+        rounds_run = [r["phase"] for r in log if r["phase"] != "components"]
+        assert len(rounds_run) > 3 and rounds_run[-1] == "edges", log
