@@ -35,7 +35,7 @@ import numpy as np
 from glisp_core.config import AdaDNEConfig, to_dict
 from glisp_core.errors import ConfigError
 from spark_jobs.partition import kernels
-from spark_jobs.partition.components import balance_components
+from spark_jobs.partition.components import candidates, plan_components, reassign
 from spark_jobs.partition.expansion import FINISH, ExpansionPartitioner, Plan, Selection, pack_bits
 from spark_jobs.partition.relocate import Relocation, Votes, evacuate_round, relocation_votes
 from spark_jobs.partition.rounds import FileRounds
@@ -210,23 +210,35 @@ class AdaDNE(ExpansionPartitioner):
 
         self.relocation = Relocation(self.cfg.adadne, st.total)
         done = self.relocation.run(st, votes, move, pack_bits)
-        if not isinstance(alloc, FileRounds):
-            self._whole_components(st, alloc, counts)
+        self._whole_components(st, alloc, counts)
         st.bits = pack_bits(counts > 0)
         return done
 
-    def _whole_components(self, st: ExpansionState, rows: dict[str, np.ndarray], counts: np.ndarray) -> None:
+    def _whole_components(
+        self, st: ExpansionState, alloc: dict[str, np.ndarray] | FileRounds, counts: np.ndarray
+    ) -> None:
         """Move whole components off partitions the relocation left above ``refine_vb_max`` (``components``): the
-        replication factor stays as it is. Only past the bound, where the replica moves stalled; on the rows held
-        in memory (the file rounds of a bigger graph do not run it: docs/partitioning.md)."""
+        replication factor stays as it is. Only past the bound, where the replica moves stalled. Over files, the
+        rows touching a candidate vertex are read by one job (at most ``driver_finish_edges``, else the pass
+        is left out and the log says so) and the moves are one more; the plan is the one the held rows give."""
         vcap = int(np.floor(self.cfg.adadne.refine_vb_max * st.vcount.mean()))
-        new, moved = balance_components(
-            rows["src"], rows["dst"], rows["part"], st.vcount, st.ecount, vcap, int(self.relocation.cap)
-        )
-        if moved:
-            out, into, rows_moved = _reassign(rows, new, st.parts)
-            _apply_deltas(st, counts, out, into)
-            self.relocation.record(st, "components", moved, rows_moved)
+        if st.vcount.max() <= vcap:
+            return
+        cand = candidates(counts)
+        rows = alloc if not isinstance(alloc, FileRounds) else alloc.candidate_rows(cand, self.cfg.driver_finish_edges)
+        if rows is None:
+            self.relocation.record(st, "components-left-out", 0, 0)
+            return
+        ecap = int(self.relocation.cap)
+        vertices, dest = plan_components(rows["src"], rows["dst"], rows["part"], cand, st.vcount, st.ecount, vcap, ecap)
+        if not len(vertices):
+            return
+        if isinstance(alloc, FileRounds):
+            out, into, moved = alloc.move_components(vertices, dest, st.parts)
+        else:
+            out, into, moved = _reassign(alloc, reassign(alloc["src"], alloc["part"], vertices, dest), st.parts)
+        _apply_deltas(st, counts, out, into)
+        self.relocation.record(st, "components", len(vertices), moved)
 
 
 def _reassign(rows: dict[str, np.ndarray], new: np.ndarray, parts: int) -> tuple:

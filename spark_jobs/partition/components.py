@@ -7,8 +7,9 @@ time would first add replicas. Moving the whole component adds none (its vertice
 elsewhere), so the replication factor stays exactly as it is while the vertex counts change. citeseer at
 p = 64 (438 components, 71 pairs per partition) ends the relocation at VB 1.190: its vertex-heavy
 partitions hold a dozen two-vertex components each, its light ones the giant component up to the edge
-bound. The pass runs on the rows held in memory (the in-process and driver paths); see
-docs/partitioning.md for what the file-round path does instead.
+bound. The pass plans on the rows held in memory, or, in the Spark path's file rounds, on the rows that
+touch a candidate vertex (``candidates``: one replica, fewer than ``SMALL`` pairs), read by one job:
+both give the same components and so the same plan. The sharded state (``sharded_relocate``) does not run it.
 """
 
 from __future__ import annotations
@@ -43,6 +44,15 @@ def row_components(src: np.ndarray, dst: np.ndarray, n: int) -> np.ndarray:
     return out
 
 
+SMALL = 32  # a component moved whole has every vertex at fewer pairs than this (it bounds what is fetched)
+
+
+def candidates(counts: np.ndarray) -> np.ndarray:
+    """Vertices a whole-component move may carry: one replica, fewer than ``SMALL`` pairs (from the exact
+    per-vertex pair counts [n, p] the relocation keeps)."""
+    return ((counts > 0).sum(axis=1) == 1) & (counts.sum(axis=1) < SMALL)
+
+
 @dataclass
 class Whole:
     """The components held whole by one partition: id (smallest vertex), partition, rows, vertices."""
@@ -53,21 +63,35 @@ class Whole:
     verts: np.ndarray
 
 
-def whole_components(src: np.ndarray, dst: np.ndarray, part: np.ndarray, comp: np.ndarray) -> Whole:
-    """Every component whose rows all lie in one partition (so its vertices have no replica elsewhere)."""
+def whole_components(
+    src: np.ndarray, dst: np.ndarray, part: np.ndarray, comp: np.ndarray, cand: np.ndarray | None = None
+) -> Whole:
+    """Every component whose rows all lie in one partition (so its vertices have no replica elsewhere) and,
+    with ``cand``, whose vertices are all candidates. Rows given must hold every row of each candidate
+    vertex; a component with a vertex outside ``cand`` may be cut short and is left out."""
     ids, inv, rows = np.unique(comp, return_inverse=True, return_counts=True)
     lo = np.full(len(ids), np.iinfo(np.int64).max)
     hi = np.full(len(ids), -1)
     np.minimum.at(lo, inv, part)
     np.maximum.at(hi, inv, part)
+    v, vcomp = vertex_components(src, dst, comp)
+    at = np.searchsorted(ids, vcomp)
+    verts = np.bincount(at, minlength=len(ids))
+    keep = lo == hi
+    if cand is not None:
+        bad = np.zeros(len(ids), bool)
+        bad[at[~cand[v]]] = True
+        keep &= ~bad
+    return Whole(ids[keep], lo[keep].astype(np.int64), rows[keep], verts[keep])
+
+
+def vertex_components(src: np.ndarray, dst: np.ndarray, comp: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """The vertices of the rows (sorted) and the component of each (that of any of its rows: all agree)."""
     v = np.unique(np.concatenate([src, dst]))
-    # a vertex's component: that of any of its rows (all agree)
     vcomp = np.empty(len(v), np.int64)
     vcomp[np.searchsorted(v, src)] = comp
     vcomp[np.searchsorted(v, dst)] = comp
-    verts = np.bincount(np.searchsorted(ids, vcomp), minlength=len(ids))
-    keep = lo == hi
-    return Whole(ids[keep], lo[keep].astype(np.int64), rows[keep], verts[keep])
+    return v, vcomp
 
 
 def plan_moves(w: Whole, vcount: np.ndarray, ecount: np.ndarray, vcap: int, ecap: int) -> dict[int, int]:
@@ -133,24 +157,43 @@ def _swap(held: dict, size: dict, a: int, v: np.ndarray, e: np.ndarray, vcap: in
     return [(c, a, b), (d, b, a)]
 
 
-def balance_components(
-    src: np.ndarray, dst: np.ndarray, part: np.ndarray, vcount: np.ndarray, ecount: np.ndarray, vcap: int, ecap: int
-) -> tuple[np.ndarray, int]:
-    """The rows' partitions after whole-component moves toward ``vcount <= vcap`` (rows within ``ecap``), and
-    the number of components moved. The replication factor is unchanged by construction."""
+def plan_components(
+    src: np.ndarray,
+    dst: np.ndarray,
+    part: np.ndarray,
+    cand: np.ndarray,
+    vcount: np.ndarray,
+    ecount: np.ndarray,
+    vcap: int,
+    ecap: int,
+) -> tuple[np.ndarray, np.ndarray]:
+    """The vertices to move (sorted) and their new partitions, toward ``vcount <= vcap`` with rows within
+    ``ecap``, over the components of candidate vertices (``candidates``) held whole. The rows are every row
+    of the graph, or (the file rounds) every row that touches a candidate: the plan is the same."""
+    none = np.empty(0, np.int64)
     if vcount.max() <= vcap or len(src) == 0:
-        return part, 0
-    n = int(max(src.max(), dst.max())) + 1
-    comp = row_components(src, dst, n)
-    moves = plan_moves(whole_components(src, dst, part, comp), vcount, ecount, vcap, ecap)
+        return none, none
+    comp = row_components(src, dst, len(cand))
+    moves = plan_moves(whole_components(src, dst, part, comp, cand), vcount, ecount, vcap, ecap)
     if not moves:
-        return part, 0
+        return none, none
     ids = np.fromiter(moves, np.int64, len(moves))
     dest = np.fromiter(moves.values(), np.int64, len(moves))
-    order = np.argsort(ids)
-    ids, dest = ids[order], dest[order]
-    hit = np.searchsorted(ids, comp).clip(0, len(ids) - 1)
-    sel = ids[hit] == comp
+    o = np.argsort(ids)
+    ids, dest = ids[o], dest[o]
+    v, vcomp = vertex_components(src, dst, comp)
+    hit = np.searchsorted(ids, vcomp).clip(0, len(ids) - 1)
+    sel = ids[hit] == vcomp
+    return v[sel], dest[hit[sel]]
+
+
+def reassign(src: np.ndarray, part: np.ndarray, vertices: np.ndarray, dest: np.ndarray) -> np.ndarray:
+    """The rows' partitions with every row of a moved component (its source is one of ``vertices``, sorted)
+    sent to that vertex's ``dest``."""
+    if len(vertices) == 0:
+        return part
+    at = np.searchsorted(vertices, src).clip(0, len(vertices) - 1)
+    sel = vertices[at] == src
     out = part.copy()
-    out[sel] = dest[hit[sel]].astype(part.dtype)
-    return out, len(moves)
+    out[sel] = dest[at[sel]].astype(part.dtype)
+    return out

@@ -291,7 +291,9 @@ def shed_rows(
     are the light ones the balance filled (user-item graph VB 1.075 -> 1.139). Updates ``out`` in place."""
     m = src.shape[0]
     groups, parts = q.shape
-    vadd = np.zeros(parts, np.int64)  # replicas this group added per partition (x groups: the global estimate)
+    # replicas each group added per partition (x groups: the global estimate); per group, so a group decides
+    # alike whether it runs alone (a Spark task over its file) or with every other group (the held rows)
+    vadd = np.zeros((groups, parts), np.int64)
     for level in range(5):
         i = 0
         while i < m:
@@ -305,14 +307,14 @@ def shed_rows(
                     add = _ends_missing(bits, a, b, t)
                     if _shed_level(add, gone) != level or (level < 4 and add > vr[g, t]):
                         continue
-                    k = vcount[t] + vadd[t] * groups if add > 0 else -q[g, t]
+                    k = vcount[t] + vadd[g, t] * groups if add > 0 else -q[g, t]
                     if k < bk:
                         best, bk, badd = t, k, add
                 if best >= 0:
                     q[g, best] -= r
                     shed[g, h] -= r
                     vr[g, best] -= badd
-                    vadd[best] += badd
+                    vadd[g, best] += badd
                     for t in range(i, j):
                         out[t] = best
             i = j

@@ -32,7 +32,7 @@ from glisp_core.storage.store import store_for
 from glisp_core.storage.uri import StoreURI
 from glisp_spark.tasks import iter_tasks, run_tasks
 from glisp_spark.worker_heap import freeze_worker_heap
-from spark_jobs.partition import kernels, relocate
+from spark_jobs.partition import components, kernels, relocate
 from spark_jobs.partition.staging import open_input, parquet_names, write_whole
 
 if TYPE_CHECKING:
@@ -312,13 +312,33 @@ class FileRounds:
         """One relocation move pass as one Spark job: each group re-reads its allocated rows, moves some with
         ``relocate.evacuate_round`` (broadcast state) and rewrites them as one file. Returns the deltas of
         the moved rows (taken out, put in) and how many rows moved."""
+
+        def decide(e: dict[str, np.ndarray], b: tuple) -> np.ndarray:
+            return relocate.evacuate_round(e["src"], e["dst"], e["part"], *b)
+
+        return self._rewrite("relocate", state, decide, parts)
+
+    def move_components(self, vertices: np.ndarray, dest: np.ndarray, parts: int) -> tuple[tuple, tuple, int]:
+        """Every row of a moved component (its source among ``vertices``) into that vertex's ``dest``, as
+        ``evacuate`` does (``components.reassign``); the broadcast is the moved vertices only."""
+
+        def decide(e: dict[str, np.ndarray], b: tuple) -> np.ndarray:
+            return components.reassign(e["src"], e["part"], *b)
+
+        return self._rewrite("components", (vertices, dest), decide, parts)
+
+    def _rewrite(
+        self, kind: str, state: tuple, decide: Callable[[dict[str, np.ndarray], tuple], np.ndarray], parts: int
+    ) -> tuple[tuple, tuple, int]:
+        """One Spark job: each group's allocated rows get ``decide(rows, broadcast state)`` as their partitions
+        and are rewritten as one file; the moved rows' deltas (out, in) and their number come back."""
         self.round += 1
         r, alloc = self.round, self.alloc_dir
         t0, bc = time.perf_counter(), self.spark.sparkContext.broadcast(state)
 
         def task(g: int) -> tuple[tuple, tuple, int, int]:
             paths, e = read_allocated(alloc, g)
-            new = relocate.evacuate_round(e["src"], e["dst"], e["part"], *bc.value)
+            new = decide(e, bc.value)
             moved = new != e["part"]
             out = pa.table([e["eid"], e["src"], e["dst"], new], schema=ALLOC_PA)
             target = alloc / f"f{r:05d}-g{g:05d}.parquet"
@@ -332,13 +352,38 @@ class FileRounds:
             )
 
         out = run_tasks(self.spark, self.tasks, task, self.results)
-        self._record("relocate", t0, state, sum(o[3] for o in out))
+        self._record(kind, t0, state, sum(o[3] for o in out))
         bc.unpersist()
         return (
             merge_deltas([o[0] for o in out], parts),
             merge_deltas([o[1] for o in out], parts),
             sum(o[2] for o in out),
         )
+
+    def candidate_rows(self, cand: np.ndarray, limit: int) -> dict[str, np.ndarray] | None:
+        """Every allocated row touching a vertex of ``cand`` (src, dst, part), read by one Spark job, or None
+        once they pass ``limit`` rows (the whole-component pass is then left out)."""
+        t0, bc, alloc = time.perf_counter(), self.spark.sparkContext.broadcast(np.packbits(cand)), self.alloc_dir
+        n = len(cand)
+
+        def task(g: int) -> tuple[dict[str, np.ndarray], int]:
+            e = read_allocated(alloc, g)[1]
+            mask = np.unpackbits(bc.value, count=n).astype(bool)
+            keep = mask[e["src"]] | mask[e["dst"]]
+            return {c: e[c][keep] for c in ("src", "dst", "part")}, _nbytes(e)
+
+        got: list[dict[str, np.ndarray]] = []
+        rows = staged = 0
+        for part_rows, nbytes in iter_tasks(self.spark, self.tasks, task, self.results):
+            staged += nbytes
+            rows += len(part_rows["src"])
+            if rows <= limit:
+                got.append(part_rows)
+        self._record("component_rows", t0, (bc.value,), staged)
+        bc.unpersist()
+        if rows > limit:
+            return None
+        return {c: np.concatenate([x[c] for x in got]) for c in ("src", "dst", "part")}
 
 
 def _nbytes(cols: dict[str, np.ndarray]) -> int:

@@ -1,15 +1,18 @@
 """Whole-component moves after the relocation (spark_jobs/partition/components.py): components found
-exactly, only whole components moved, swaps where no partition has room, and on a citeseer-shaped graph
-the vertex balance the replica moves leave at 1.47 brought under 1.10 at the same replication factor."""
+exactly, only whole components of candidate vertices moved, swaps where no partition has room; on a
+citeseer-shaped graph the vertex balance the replica moves leave at 1.47 brought under 1.10 at the same
+replication factor, and the Spark path's file rounds making the same moves as the held rows."""
 
 from __future__ import annotations
 
 import numpy as np
+import pandas as pd
 
 from glisp_core.config import load_config, with_values
-from glisp_testing.graphs import giant_and_small_components_edges
+from glisp_testing.graphs import giant_and_small_components_edges, write_dataset
 from spark_jobs.partition import adadne
-from spark_jobs.partition.components import Whole, plan_moves, row_components, whole_components
+from spark_jobs.partition.components import Whole, candidates, plan_moves, row_components, whole_components
+from spark_jobs.partition.job import run_partition
 from spark_jobs.partition.registry import get_partitioner
 from tests.spark_jobs.partition.test_partition_rules import local_metrics
 
@@ -42,6 +45,15 @@ def test_only_components_held_by_one_partition_are_whole():
     w = whole_components(src, dst, part, row_components(src, dst, 7))
     assert w.comp.tolist() == [0, 5] and w.part.tolist() == [0, 1]
     assert w.rows.tolist() == [2, 2] and w.verts.tolist() == [2, 2]
+    counts = np.zeros((7, 2), np.int32)  # pairs per vertex and partition
+    for a, b, k in zip(src, dst, part, strict=True):
+        if a < b:
+            counts[a, k] += 1
+            counts[b, k] += 1
+    cand = candidates(counts)
+    assert cand.tolist() == [True, True, True, False, True, True, True]  # 3 has replicas in 0 and 1
+    cand[6] = False  # a component with a vertex outside the candidates stays
+    assert whole_components(src, dst, part, row_components(src, dst, 7), cand).comp.tolist() == [0]
 
 
 def test_a_swap_where_no_partition_has_room_for_a_move():
@@ -72,3 +84,23 @@ def test_citeseer_shaped_graph_meets_the_vertex_bound_at_the_same_rf(monkeypatch
     assert before["vb"] > 1.3 and m["vb"] <= cfg.partition.adadne.refine_vb_max, (before, m)
     assert m["rf"] == before["rf"] and m["eb"] <= cfg.partition.adadne.refine_capacity + 1e-9, (before, m)
     assert log[-1]["phase"] == "components" and log[-1]["selected"] > 0, log
+
+
+def test_spark_file_rounds_make_the_held_rows_moves(spark, cfg, tmp_path_factory):
+    """Past ``local_finish_edges`` the relocation runs over allocation files: the pass reads the rows touching
+    a candidate vertex (one job), plans as the held run does and moves them (one job): the same partition.
+    The relocation sheds rows here ('edges'), which once differed between the two (``shed_rows`` estimated
+    the replicas added over all groups in one process, per group in a task; now per group in both)."""
+    (src, dst), n = giant_and_small_components_edges(seed=2, scale=8, pairs=120, triangles=10)
+    dv = write_dataset(tmp_path_factory.mktemp("components"), "comps", src, dst, num_vertices=n)
+    c = with_values(cfg, "partition", algorithm="adadne", parts=16, seed=1, progress=False)
+    c = with_values(c, "partition.adadne", starts=1, refine_rounds=8)
+    held = run_partition(spark, with_values(c, "partition", name="held"), dv, force=True)
+    files = run_partition(spark, with_values(c, "partition", name="files", local_finish_edges=len(src) // 2), dv)
+    kinds = [j["kind"] for j in files.counts["spark_jobs"]]
+    assert "component_rows" in kinds and "components" in kinds, kinds
+    log = held.counts["refine_log"]
+    assert log[-1]["phase"] == "components" and log[-1]["vb"] < log[-2]["vb"] - 0.05, log
+    a = pd.read_parquet(dv.assignment("held")).sort_values("eid")
+    b = pd.read_parquet(dv.assignment("files")).sort_values("eid")
+    assert (a.part.values == b.part.values).all() and held.metrics == files.metrics
