@@ -90,7 +90,8 @@ def test_spark_file_rounds_make_the_held_rows_moves(spark, cfg, tmp_path_factory
     """Past ``local_finish_edges`` the relocation runs over allocation files: the pass reads the rows touching
     a candidate vertex (one job), plans as the held run does and moves them (one job): the same partition.
     The relocation sheds rows here ('edges'), which once differed between the two (``shed_rows`` estimated
-    the replicas added over all groups in one process, per group in a task; now per group in both)."""
+    the replicas added over all groups in one process, per group in a task; now per group in both). With more
+    candidate rows than ``driver_finish_edges`` the pass is left out and the log says so."""
     (src, dst), n = giant_and_small_components_edges(seed=2, scale=8, pairs=120, triangles=10)
     dv = write_dataset(tmp_path_factory.mktemp("components"), "comps", src, dst, num_vertices=n)
     c = with_values(cfg, "partition", algorithm="adadne", parts=16, seed=1, progress=False)
@@ -104,3 +105,8 @@ def test_spark_file_rounds_make_the_held_rows_moves(spark, cfg, tmp_path_factory
     a = pd.read_parquet(dv.assignment("held")).sort_values("eid")
     b = pd.read_parquet(dv.assignment("files")).sort_values("eid")
     assert (a.part.values == b.part.values).all() and held.metrics == files.metrics
+    # more candidate rows than the driver may hold (driver_finish_edges): the pass is left out, and says so
+    small = with_values(c, "partition", name="bounded", local_finish_edges=len(src) // 2, driver_finish_edges=50)
+    bounded = run_partition(spark, small, dv)
+    assert bounded.counts["refine_log"][-1]["phase"] == "components-left-out", bounded.counts["refine_log"]
+    assert "components" not in [j["kind"] for j in bounded.counts["spark_jobs"]]
