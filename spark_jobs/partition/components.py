@@ -64,17 +64,23 @@ class Whole:
 
 
 def whole_components(
-    src: np.ndarray, dst: np.ndarray, part: np.ndarray, comp: np.ndarray, cand: np.ndarray | None = None
+    src: np.ndarray,
+    dst: np.ndarray,
+    part: np.ndarray,
+    comp: np.ndarray,
+    cand: np.ndarray | None = None,
+    vc: tuple[np.ndarray, np.ndarray] | None = None,
 ) -> Whole:
     """Every component whose rows all lie in one partition (so its vertices have no replica elsewhere) and,
     with ``cand``, whose vertices are all candidates. Rows given must hold every row of each candidate
-    vertex; a component with a vertex outside ``cand`` may be cut short and is left out."""
+    vertex; a component with a vertex outside ``cand`` may be cut short and is left out. ``vc``: the rows'
+    ``vertex_components`` where the caller has them."""
     ids, inv, rows = np.unique(comp, return_inverse=True, return_counts=True)
     lo = np.full(len(ids), np.iinfo(np.int64).max)
     hi = np.full(len(ids), -1)
     np.minimum.at(lo, inv, part)
     np.maximum.at(hi, inv, part)
-    v, vcomp = vertex_components(src, dst, comp)
+    v, vcomp = vc if vc is not None else vertex_components(src, dst, comp)
     at = np.searchsorted(ids, vcomp)
     verts = np.bincount(at, minlength=len(ids))
     keep = lo == hi
@@ -174,14 +180,14 @@ def plan_components(
     if vcount.max() <= vcap or len(src) == 0:
         return none, none
     comp = row_components(src, dst, len(cand))
-    moves = plan_moves(whole_components(src, dst, part, comp, cand), vcount, ecount, vcap, ecap)
+    v, vcomp = vertex_components(src, dst, comp)
+    moves = plan_moves(whole_components(src, dst, part, comp, cand, (v, vcomp)), vcount, ecount, vcap, ecap)
     if not moves:
         return none, none
     ids = np.fromiter(moves, np.int64, len(moves))
     dest = np.fromiter(moves.values(), np.int64, len(moves))
     o = np.argsort(ids)
     ids, dest = ids[o], dest[o]
-    v, vcomp = vertex_components(src, dst, comp)
     hit = np.searchsorted(ids, vcomp).clip(0, len(ids) - 1)
     sel = ids[hit] == vcomp
     return v[sel], dest[hit[sel]]
