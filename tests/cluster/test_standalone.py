@@ -31,10 +31,10 @@ GRAPH, VERSION, RUN, MODEL = "cora", "v1", "adadne-p2", "tiny"
 COMMON_CONF = {"spark.hadoop.fs.defaultFS": "hdfs://127.0.0.1:1"}
 CLUSTER_CONF = EXECUTOR_CONF
 TIMEOUT = 420
-# the partition's vertex state in executor tasks (cora in 2 shards, 3 cells, p = 2: six rounds, the finishing
-# pass and two relocation rounds): with the driver's state a graph of cora's size is partitioned in the driver
-SHARDED = ("partition.state=sharded", "partition.shard_vertices=1400", "partition.adadne.refine_rounds=2")
-SHARDED += ("partition.max_rounds=6",)
+# the partition's vertex state in executor tasks (cora in 2 shards, 3 cells, p = 2: three rounds, the finishing
+# pass and one relocation round): with the driver's state a graph of cora's size is partitioned in the driver
+SHARDED = ("partition.state=sharded", "partition.shard_vertices=1400", "partition.adadne.refine_rounds=1")
+SHARDED += ("partition.max_rounds=3",)
 
 
 @dataclass
