@@ -7,7 +7,8 @@ Every graph goes through the real ``run_ingest`` as ``glisp ingest --undirected 
 * cora, lastfm, imdb: the built-ins (``--builtin NAME``);
 * soc-Slashdot0902: the SNAP file (first two columns, ``#`` lines skipped);
 * tolokers: the ``edges`` array of ``tolokers.npz``;
-* citeseer: the adjacency dict of Planetoid's ``ind.citeseer.graph``.
+* citeseer: the adjacency dict of Planetoid's ``ind.citeseer.graph``;
+* ego-circles, ego-dense: synthetic ego-network stand-ins (``glisp_testing.graphs``), only when named.
 
 The files under ``/work/shared/data`` are optional: a graph whose file is missing is skipped with a note.
 ``dump`` writes the ingested rows as ``.npz`` (eid, src, dst, n) for the in-process sweep.
@@ -31,6 +32,8 @@ sys.path.insert(0, str(ROOT))
 DATA = Path("/work/shared/data")
 REAL = ["soc-Slashdot0902", "tolokers", "citeseer", "cora", "lastfm", "imdb"]
 BUILTIN = ("cora", "lastfm", "imdb")
+# synthetic stand-ins, by name (not in REAL): the ego-network shapes of issue 26 item 5
+STAND_INS = {"ego-circles": "ego_circles_edges", "ego-dense": "ego_dense_edges"}
 REFERENCE_JSON = Path("/work/shared/tools/reference_partitions.json")
 
 
@@ -52,6 +55,11 @@ def _pairs(name: str, data: Path) -> np.ndarray | None:
         with open(f, "rb") as fh:
             adj = pickle.load(fh, encoding="latin1")
         return np.array([(a, b) for a, nb in adj.items() for b in nb], np.int64).reshape(-1, 2)
+    if name in STAND_INS:
+        from glisp_testing import graphs
+
+        (src, dst), _ = getattr(graphs, STAND_INS[name])()
+        return np.stack([src, dst], 1)
     raise ValueError(f"unknown file graph {name!r} (expected one of {REAL})")
 
 

@@ -174,6 +174,62 @@ def ego_circles_edges(seed: int = 0) -> tuple[tuple[np.ndarray, np.ndarray], int
     return _simple_undirected(np.concatenate(pairs)), nxt
 
 
+# SNAP ego-Facebook's ten ego nets as published on its page: (friends, pairs among the friends). Their density
+# differs 12-fold (ego 1912: 755 friends, 30,025 pairs; ego 3437: 547 friends, 4,813 pairs).
+FACEBOOK_EGOS = (
+    (1045, 26749),
+    (792, 14024),
+    (755, 30025),
+    (547, 4813),
+    (347, 2519),
+    (227, 3192),
+    (159, 1693),
+    (170, 1656),
+    (66, 270),
+    (59, 146),
+)
+
+
+def ego_dense_edges(seed: int = 0, q: float = 0.85) -> tuple[tuple[np.ndarray, np.ndarray], int]:
+    """A second ego-network stand-in, closer to ego-Facebook than :func:`ego_circles_edges`: each ego net
+    reaches its own published pair count with near-cliques (circles of lognormal size, pairs inside with
+    probability ``q``; friends join circles with a skewed affinity, so a few are in many), so the nets' densities
+    differ as the real ones do (the vertex and edge balance then pull against each other), and clustering is
+    high. 3 % of friends are shared with earlier nets, 300 links join nets. Returns ((src, dst), n)."""
+    rng = np.random.default_rng(seed)
+    pairs: list[np.ndarray] = []
+    members: list[np.ndarray] = []
+    nxt = 0
+    for size, target in FACEBOOK_EGOS:
+        ego, own = nxt, np.arange(nxt + 1, nxt + 1 + size)
+        nxt += 1 + size
+        if members:
+            k = int(0.03 * size)
+            own = np.concatenate([own[k:], rng.choice(np.concatenate(members), k, replace=False)])
+        members.append(own)
+        pairs.append(np.stack([np.full(len(own), ego), own], 1))
+        pairs.append(_circles(rng, own, target, q))
+    pairs.append(np.stack([rng.choice(nxt, 300), rng.choice(nxt, 300)], 1))
+    return _simple_undirected(np.concatenate(pairs)), nxt
+
+
+def _circles(rng: np.random.Generator, own: np.ndarray, target: int, q: float) -> np.ndarray:
+    """Near-cliques over ``own`` until they hold ``target`` distinct pairs (then trimmed to it)."""
+    w = rng.pareto(1.5, len(own)) + 1.0
+    w /= w.sum()
+    got = np.zeros(0, np.int64)
+    n = int(own.max()) + 1
+    while len(got) < target:
+        size = int(np.clip(rng.lognormal(3.0, 0.7), 4, len(own)))
+        mem = rng.choice(own, size, replace=False, p=w)
+        a, b = np.triu_indices(size, 1)
+        keep = rng.random(len(a)) < q
+        lo, hi = np.minimum(mem[a[keep]], mem[b[keep]]), np.maximum(mem[a[keep]], mem[b[keep]])
+        got = np.union1d(got, lo * n + hi)
+    got = rng.permutation(got)[:target]  # the last circle overshoots: a random subset of the pairs
+    return np.stack([got // n, got % n], 1)
+
+
 def chains_edges(chains: int = 1500, long_chains: int = 4, long_len: int = 3000, seed: int = 0):
     """Many small components (paths of 1-12 edges, triangles) plus a few very long chains: the web-crawl
     shape reached only by single-seed expansion. Undirected, both directions of every pair."""

@@ -9,7 +9,8 @@ p = 64 (438 components, 71 pairs per partition) ends the relocation at VB 1.190:
 partitions hold a dozen two-vertex components each, its light ones the giant component up to the edge
 bound. The pass plans on the rows held in memory, or, in the Spark path's file rounds, on the rows that
 touch a candidate vertex (``candidates``: one replica, fewer than ``SMALL`` pairs), read by one job:
-both give the same components and so the same plan. The sharded state (``sharded_relocate``) does not run it.
+both give the same components and so the same plan. The sharded state (``sharded_relocate``) reads the same
+rows, each cell's candidates from its shards, and plans on them in compact vertex ids.
 """
 
 from __future__ import annotations

@@ -372,18 +372,27 @@ class FileRounds:
             keep = mask[e["src"]] | mask[e["dst"]]
             return {c: e[c][keep] for c in ("src", "dst", "part")}, _nbytes(e)
 
-        got: list[dict[str, np.ndarray]] = []
-        rows = staged = 0
-        for part_rows, nbytes in iter_tasks(self.spark, self.tasks, task, self.results):
-            staged += nbytes
-            rows += len(part_rows["src"])
-            if rows <= limit:
-                got.append(part_rows)
+        got, staged = collect_rows(iter_tasks(self.spark, self.tasks, task, self.results), limit)
         self._record("component_rows", t0, (bc.value,), staged)
         bc.unpersist()
-        if rows > limit:
-            return None
-        return {c: np.concatenate([x[c] for x in got]) for c in ("src", "dst", "part")}
+        return got
+
+
+def collect_rows(
+    results: Iterator[tuple[dict[str, np.ndarray], int]], limit: int
+) -> tuple[dict[str, np.ndarray] | None, int]:
+    """The tasks' row columns concatenated (None once they pass ``limit`` rows: the rest are read and dropped,
+    never held) and the bytes the tasks staged."""
+    got: list[dict[str, np.ndarray]] = []
+    rows = staged = 0
+    for part_rows, nbytes in results:
+        staged += nbytes
+        rows += len(part_rows["src"])
+        if rows <= limit:
+            got.append(part_rows)
+    if rows > limit:
+        return None, staged
+    return {c: np.concatenate([x[c] for x in got]) for c in got[0]}, staged  # one result per task, at least one
 
 
 def _nbytes(cols: dict[str, np.ndarray]) -> int:

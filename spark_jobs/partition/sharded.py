@@ -21,7 +21,9 @@ O(p x buckets) summaries of the last merge; every broadcast is O(p x cells).
   (``shards.seed_ranges``). Differences to the driver mode: no per-vertex two-hop estimate (the score is
   the residual degree), ties and the cap cut at bucket granularity, hashes over the cell's local ids,
   one start, and the finishing pass as one cell job (each cell places its rows from the same state).
-* **Not yet sharded: the relocation.** A refining partitioner (AdaDNE) ends without it in this mode.
+* **The relocation** (AdaDNE) runs over the shards too (``sharded_relocate``: vote, merge and move jobs per
+  round on O(p x buckets) thresholds), then, where it ends above ``refine_vb_max``, the whole-component
+  moves (``components``) on the rows that touch a candidate vertex.
 """
 
 from __future__ import annotations
@@ -188,6 +190,7 @@ class ShardedExpansion:
             files = RelocationFiles(self.shards.files, self.rows.alloc_dir, self.cells)
             reloc = ShardedRelocation(self.part.cfg.adadne, st.total, files, self.shards, self.rows)
             stats["refine_rounds"] = reloc.run(st, _unused, _unused, _unused)
+            reloc.components(st, self.part.cfg.driver_finish_edges)
             stats.update(refine_log=reloc.log, refine_s=time.perf_counter() - t)
         return st, stats, timings
 

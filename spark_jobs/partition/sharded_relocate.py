@@ -34,10 +34,19 @@ import pyarrow as pa
 from glisp_core.config import AdaDNEConfig
 from glisp_core.storage.store import store_for
 from glisp_core.storage.uri import StoreURI
-from glisp_spark.tasks import run_tasks
+from glisp_spark.tasks import iter_tasks, run_tasks
 from spark_jobs.partition import kernels
+from spark_jobs.partition.components import candidates, plan_components, reassign
 from spark_jobs.partition.relocate import Relocation, evacuate_round, keep_one, relocation_votes
-from spark_jobs.partition.rounds import ALLOC_PA, FileRounds, _atomic_write_parquet, _delete, _nbytes, read_allocated
+from spark_jobs.partition.rounds import (
+    ALLOC_PA,
+    FileRounds,
+    _atomic_write_parquet,
+    _delete,
+    _nbytes,
+    collect_rows,
+    read_allocated,
+)
 from spark_jobs.partition.selection import pack_bits
 from spark_jobs.partition.shards import (
     CLASSES,
@@ -260,38 +269,93 @@ class ShardedRelocation(Relocation):
         shed: np.ndarray | None,
     ) -> int:
         """Job 4 and the merge: every cell moves its rows (``evacuate_round``); the counts follow."""
-        f, fr, sr = self.files, self.fr, self.shards.round
-        fr.round += 1
-        r, parts, vr = fr.round, st.parts, fr.round
+        f, sr, parts = self.files, self.shards.round, st.parts
         ecount, vcount, slack = st.ecount.copy(), st.vcount.copy(), plan[1] if plan is not None else 0
-        t0 = time.perf_counter()
 
-        def task(c: int) -> tuple[np.ndarray, int, int]:
-            paths, e = read_allocated(f.alloc, c)
+        def decide(c: int, e: dict[str, np.ndarray], r: int) -> np.ndarray:
             view = f.view(sr, c)
             counts = view.col("counts")
-            rem = f.removals(sr, vr, c, plan) if plan is not None else np.zeros_like(counts, bool)
+            rem = f.removals(sr, r, c, plan) if plan is not None else np.zeros_like(counts, bool)
             src, dst, old = view.local(e["src"]), view.local(e["dst"]), e["part"]
             one = slice(c, c + 1)
-            new = evacuate_round(
+            return evacuate_round(
                 src, dst, old, pack_bits(counts > 0), pack_bits(rem), pack_bits(counts == 1), light, heavy,
                 quota[one], vroom[one], vout[one], ecount, vcount, slack, None if shed is None else shed[one],
             )  # fmt: skip
+
+        kind = "relocate" if shed is None else "shed"
+        return self._rewrite(st, kind, decide, (light, heavy, quota, vroom, vout), parts)
+
+    def components(self, st: ExpansionState, limit: int) -> None:
+        """``components``' whole-component moves where the relocation ended above ``refine_vb_max`` (as
+        ``AdaDNE._whole_components`` runs them): one job reads the rows touching a candidate vertex, each cell's
+        candidates from its shard state; the driver plans on those rows in compact ids (so nothing it holds
+        grows with |V|: at most ``limit`` rows, else the pass is left out and the log says so); one job moves
+        the components' rows and the shards merge the deltas."""
+        vcap = int(np.floor(self.cfg.refine_vb_max * st.vcount.mean()))
+        if st.vcount.max() <= vcap:
+            return
+        f, sr, t0 = self.files, self.shards.round, time.perf_counter()
+
+        def task(c: int) -> tuple[dict[str, np.ndarray], int]:
+            e = read_allocated(f.alloc, c)[1]
+            view = f.view(sr, c)
+            cand = candidates(view.col("counts"))
+            cs, cd = cand[view.local(e["src"])], cand[view.local(e["dst"])]
+            keep = cs | cd
+            return {
+                "src": e["src"][keep],
+                "dst": e["dst"][keep],
+                "part": e["part"][keep],
+                "cs": cs[keep],
+                "cd": cd[keep],
+            }, _nbytes(e)
+
+        rows, staged = collect_rows(iter_tasks(self.fr.spark, len(f.cells), task, self.fr.results), limit)
+        self.fr._record("component_rows", t0, (), staged)
+        if rows is None:
+            self.record(st, "components-left-out", 0, 0)
+            return
+        m = len(rows["src"])
+        ids, loc = np.unique(np.concatenate([rows["src"], rows["dst"]]), return_inverse=True)
+        cand = np.zeros(len(ids), np.bool_)
+        cand[loc[:m]], cand[loc[m:]] = rows["cs"], rows["cd"]
+        args = (st.vcount, st.ecount, vcap, int(self.cap))
+        moving, dest = plan_components(loc[:m], loc[m:], rows["part"], cand, *args)
+        if not len(moving):
+            return
+        vertices = ids[moving]  # ascending, as ``reassign`` needs: compact ids keep the order
+
+        def decide(c: int, e: dict[str, np.ndarray], r: int) -> np.ndarray:
+            return reassign(e["src"], e["part"], vertices, dest)
+
+        moved = self._rewrite(st, "components", decide, (vertices, dest), st.parts)
+        self.record(st, "components", len(vertices), moved)
+
+    def _rewrite(self, st: ExpansionState, kind: str, decide: Any, state: tuple, parts: int) -> int:
+        """One job: every cell's rows get ``decide(cell, rows, round)`` as their partitions and are rewritten as
+        one file, the moved rows' pair-count deltas go to the shards; then the merge (|V_k| summed over shards).
+        ``decide`` must not hold ``self`` (its FileRounds holds the session). Returns the rows moved."""
+        f, fr = self.files, self.fr
+        fr.round += 1
+        r, t0 = fr.round, time.perf_counter()
+
+        def task(c: int) -> tuple[np.ndarray, int, int]:
+            paths, e = read_allocated(f.alloc, c)
+            new = decide(c, e, r)
             target = f.alloc / f"f{r:05d}-g{c:05d}.parquet"
             rows = pa.table([e["eid"], e["src"], e["dst"], new], schema=ALLOC_PA)
             _atomic_write_parquet(target, rows)
             _delete([q for q in paths if q != target])
-            mv = new != old
-            out = kernels.incidence_delta(e["src"][mv], e["dst"][mv], old[mv], parts)
+            mv = new != e["part"]
+            out = kernels.incidence_delta(e["src"][mv], e["dst"][mv], e["part"][mv], parts)
             into = kernels.incidence_delta(e["src"][mv], e["dst"][mv], new[mv], parts)
             both = tuple(np.concatenate([x, y]) for x, y in zip(out[:3], into[:3], strict=True))
             write_deltas(f.shards.delta_dir(r), c, f.shards.ranges, (*both, np.concatenate([-out[3], into[3]])))
             return into[4] - out[4], int(mv.sum()), _nbytes(e) + rows.nbytes
 
         res = run_tasks(fr.spark, len(f.cells), task)
-        fr._record(
-            "relocate" if shed is None else "shed", t0, (light, heavy, quota, vroom, vout), sum(x[2] for x in res)
-        )
+        fr._record(kind, t0, state, sum(x[2] for x in res))
         st.ecount += np.sum([x[0] for x in res], axis=0).astype(np.int64)
         st.vcount = self.shards.merge(r, 0, st.seed, moves=True)[0]
         return sum(x[1] for x in res)
