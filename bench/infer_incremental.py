@@ -15,7 +15,8 @@ workers; each run under --lock):
 
 and prints the affected share per layer (the K-hop closure of the change), the recomputed share, the path
 (incremental, or the fallback and its reason) and the drift. A 2-layer GraphSAGE (hidden 256, fanouts 15,10,
-random weights); --layers 1 for a 1-layer model (fanout 15). Versions prepared by an earlier run under the same
+random weights); --layers 1 for a 1-layer model (fanout 15), --arch gat --hidden 1024 for one whose slices
+dominate the run. Versions prepared by an earlier run under the same
 --root are reused (the inference runs are redone). At the end, ``EmbeddingLookup`` ms per batch of
 --lookup-batch random ids (the first batch after opening, then warm batches).
 
@@ -160,6 +161,7 @@ def main() -> int:
     ap.add_argument("--parts", type=int, default=4)
     ap.add_argument("--layers", type=int, default=2)
     ap.add_argument("--hidden", type=int, default=256)
+    ap.add_argument("--arch", choices=["sage", "gcn", "gat"], default="sage", help="gat: 4 heads in the hidden layers")
     ap.add_argument("--rates", type=float, nargs="+", default=[0.001, 0.01, 0.05])
     ap.add_argument("--max-share", type=float, default=1.0, help="infer.incremental_max_share (1: never fall back)")
     ap.add_argument("--lookup-batch", type=int, default=1000)
@@ -190,7 +192,7 @@ def main() -> int:
     src, dst, feats = base_graph(args)
     torch.manual_seed(0)
     model = build_model(
-        ModelSpec(arch="sage", in_dim=feats.shape[1], hidden=args.hidden, out_dim=8, layers=args.layers, dropout=0.0)
+        ModelSpec(arch=args.arch, in_dim=feats.shape[1], hidden=args.hidden, out_dim=8, layers=args.layers, dropout=0.0)
     ).eval()
     rng = np.random.default_rng(1)
     base = reuse(root, "v00")
@@ -205,14 +207,17 @@ def main() -> int:
     digest = model_digest(base.train("m"))
     if not man.has_stage("infer/bench") or man.stage("infer/bench").counts.get("model_digest") != digest:
         infer(spark, cfg, base, "bench", True, fanouts)
-    print(f"{args.graph}: {len(feats):,} vertices, {2 * len(src):,} directed edges, {args.layers} layers {fanouts}")
+    shape = f"{args.layers} layers {fanouts}, {args.arch} hidden {args.hidden}"
+    print(f"{args.graph}: {len(feats):,} vertices, {2 * len(src):,} directed edges, {shape}")
     hdr = "| changed edges | path | affected share per layer | incremental s (CPU) | full s (CPU) | full stable s (CPU) | incr/full wall (CPU) | cos p50/p99 | kNN changed | predictions changed |"
     print(hdr + "\n|" + "---|" * (hdr.count("|") - 1))
     for i, r in enumerate(args.rates, 1):
+        name = f"v01-{round(r * 1e5):06d}"  # the change rate names the snapshot (in 1e-5): reused only for its rate
+        rng = np.random.default_rng([1, round(r * 1e5)])
         s2, d2 = change(src, dst, r, rng)
-        dv = reuse(root, f"v{i:02d}")
+        dv = reuse(root, name)
         if dv is None:
-            dv = snapshot(root, f"v{i:02d}", s2, d2, feats, rng)
+            dv = snapshot(root, name, s2, d2, feats, rng)
             prepare(spark, cfg, dv, "v00")
         publish_model(dv, "m", model, "p")
         set_latest(base)
