@@ -6,7 +6,7 @@ exactly the graph shape it needs (a hub, several components, typed and weighted 
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import asdict
 from pathlib import Path
 
@@ -151,10 +151,30 @@ def ego_circles_edges(seed: int = 0) -> tuple[tuple[np.ndarray, np.ndarray], int
     300 links between nets: 4,177 vertices, 83,125 pairs at seed 0. Returns ((src, dst), num_vertices),
     undirected with both directions."""
     rng = np.random.default_rng(seed)
+
+    def inner(own: np.ndarray, _: int) -> list[np.ndarray]:
+        out = []
+        circles = max(2, len(own) // 18)
+        sizes = np.clip(rng.lognormal(3.3, 0.6, circles).astype(int), 5, len(own))
+        for c in range(circles):
+            mem = rng.choice(own, min(sizes[c], len(own)), replace=False)
+            a, b = np.triu_indices(len(mem), 1)
+            keep = rng.random(len(a)) < 0.45
+            out.append(np.stack([mem[a[keep]], mem[b[keep]]], 1))
+        return [*out, np.stack([rng.choice(own, 2 * len(own)), rng.choice(own, 2 * len(own))], 1)]
+
+    return _ego_nets(rng, [size for size, _ in FACEBOOK_EGOS], inner)
+
+
+def _ego_nets(
+    rng: np.random.Generator, sizes: list[int], inner: Callable[[np.ndarray, int], list[np.ndarray]]
+) -> tuple[tuple[np.ndarray, np.ndarray], int]:
+    """Ego nets of the given friend counts (each ego linked to its friends, 3 % of a net's friends taken from
+    earlier nets), ``inner(friends, net)``'s pairs inside each, 300 random links between nets."""
     pairs: list[np.ndarray] = []
     members: list[np.ndarray] = []
     nxt = 0
-    for size in (1045, 792, 755, 547, 347, 227, 159, 170, 66, 59):
+    for i, size in enumerate(sizes):
         ego, own = nxt, np.arange(nxt + 1, nxt + 1 + size)
         nxt += 1 + size
         if members:
@@ -162,14 +182,7 @@ def ego_circles_edges(seed: int = 0) -> tuple[tuple[np.ndarray, np.ndarray], int
             own = np.concatenate([own[k:], rng.choice(np.concatenate(members), k, replace=False)])
         members.append(own)
         pairs.append(np.stack([np.full(len(own), ego), own], 1))
-        circles = max(2, len(own) // 18)
-        sizes = np.clip(rng.lognormal(3.3, 0.6, circles).astype(int), 5, len(own))
-        for c in range(circles):
-            mem = rng.choice(own, min(sizes[c], len(own)), replace=False)
-            a, b = np.triu_indices(len(mem), 1)
-            keep = rng.random(len(a)) < 0.45
-            pairs.append(np.stack([mem[a[keep]], mem[b[keep]]], 1))
-        pairs.append(np.stack([rng.choice(own, 2 * len(own)), rng.choice(own, 2 * len(own))], 1))
+        pairs += inner(own, i)
     pairs.append(np.stack([rng.choice(nxt, 300), rng.choice(nxt, 300)], 1))
     return _simple_undirected(np.concatenate(pairs)), nxt
 
@@ -197,20 +210,9 @@ def ego_dense_edges(seed: int = 0, q: float = 0.85) -> tuple[tuple[np.ndarray, n
     differ as the real ones do (the vertex and edge balance then pull against each other), and clustering is
     high. 3 % of friends are shared with earlier nets, 300 links join nets. Returns ((src, dst), n)."""
     rng = np.random.default_rng(seed)
-    pairs: list[np.ndarray] = []
-    members: list[np.ndarray] = []
-    nxt = 0
-    for size, target in FACEBOOK_EGOS:
-        ego, own = nxt, np.arange(nxt + 1, nxt + 1 + size)
-        nxt += 1 + size
-        if members:
-            k = int(0.03 * size)
-            own = np.concatenate([own[k:], rng.choice(np.concatenate(members), k, replace=False)])
-        members.append(own)
-        pairs.append(np.stack([np.full(len(own), ego), own], 1))
-        pairs.append(_circles(rng, own, target, q))
-    pairs.append(np.stack([rng.choice(nxt, 300), rng.choice(nxt, 300)], 1))
-    return _simple_undirected(np.concatenate(pairs)), nxt
+    return _ego_nets(
+        rng, [size for size, _ in FACEBOOK_EGOS], lambda own, i: [_circles(rng, own, FACEBOOK_EGOS[i][1], q)]
+    )
 
 
 def _circles(rng: np.random.Generator, own: np.ndarray, target: int, q: float) -> np.ndarray:
