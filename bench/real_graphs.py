@@ -8,7 +8,7 @@ Every graph goes through the real ``run_ingest`` as ``glisp ingest --undirected 
 * soc-Slashdot0902: the SNAP file (first two columns, ``#`` lines skipped);
 * tolokers: the ``edges`` array of ``tolokers.npz``;
 * citeseer: the adjacency dict of Planetoid's ``ind.citeseer.graph``;
-* ego-circles, ego-dense: synthetic ego-network stand-ins (``glisp_testing.graphs``), only when named.
+* ego-circles, ego-dense, ego-separable: synthetic ego-network stand-ins (``glisp_testing.graphs``), only when named.
 
 The files under ``/work/shared/data`` are optional: a graph whose file is missing is skipped with a note.
 ``dump`` writes the ingested rows as ``.npz`` (eid, src, dst, n) for the in-process sweep.
@@ -33,7 +33,7 @@ DATA = Path("/work/shared/data")
 REAL = ["soc-Slashdot0902", "tolokers", "citeseer", "cora", "lastfm", "imdb"]
 BUILTIN = ("cora", "lastfm", "imdb")
 # synthetic stand-ins, by name (not in REAL): the ego-network shapes of issue 26 item 5
-STAND_INS = {"ego-circles": "ego_circles_edges", "ego-dense": "ego_dense_edges"}
+STAND_INS = {"ego-circles": "ego_circles_edges", "ego-dense": "ego_dense_edges", "ego-separable": "ego_separable_edges"}
 REFERENCE_JSON = Path("/work/shared/tools/reference_partitions.json")
 
 

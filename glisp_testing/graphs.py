@@ -215,6 +215,29 @@ def ego_dense_edges(seed: int = 0, q: float = 0.85) -> tuple[tuple[np.ndarray, n
     )
 
 
+def ego_separable_edges(
+    seed: int = 0, q: float = 0.85, second: float = 0.1
+) -> tuple[tuple[np.ndarray, np.ndarray], int]:
+    """A third ego-network stand-in: each net's friends split into disjoint circles (a tenth of a circle's size
+    joins it from elsewhere in the net), near-cliques sized so the net reaches its published pair count: nets
+    whose circles can be cut apart cheaply, as a partitioner that ignores vertex balance would. Returns
+    ((src, dst), n)."""
+    rng = np.random.default_rng(seed)
+
+    def inner(own: np.ndarray, i: int) -> list[np.ndarray]:
+        size = max(4, round(2 * FACEBOOK_EGOS[i][1] / (len(own) * q)))
+        perm, out = rng.permutation(own), []
+        for a in range(0, len(own), size):
+            extra = rng.choice(own, int(second * len(perm[a : a + size])), replace=False)
+            mem = np.unique(np.concatenate([perm[a : a + size], extra]))
+            x, y = np.triu_indices(len(mem), 1)
+            keep = rng.random(len(x)) < q
+            out.append(np.stack([mem[x[keep]], mem[y[keep]]], 1))
+        return out
+
+    return _ego_nets(rng, [size for size, _ in FACEBOOK_EGOS], inner)
+
+
 def _circles(rng: np.random.Generator, own: np.ndarray, target: int, q: float) -> np.ndarray:
     """Near-cliques over ``own`` until they hold ``target`` distinct pairs (then trimmed to it)."""
     w = rng.pareto(1.5, len(own)) + 1.0
