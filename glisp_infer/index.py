@@ -113,18 +113,23 @@ def _index_arrays(spark: SparkSession, r: Any, layout: RowLayout, store: str) ->
     """``index/row`` and ``index/pos`` by vertex id, ``index/vid`` by row: each chunk written whole by one task."""
     from pyspark.sql import functions as F
 
+    from glisp_spark.background import Background
+
     n, c = layout.num_vertices, layout.chunk_rows
     par = max(1, spark.sparkContext.defaultParallelism)
-    jobs = [
-        (VID, {ROW: INDEX_ROW, POS: INDEX_POS}, INDEX_CHUNK, n),
-        (ROW, {VID: INDEX_VID}, c, layout.rows),
-    ]
-    done = {}
-    for key, values, chunk, total in jobs:
+
+    def job(key: str, values: dict[str, str], chunk: int, total: int) -> int:
         nchunks = -(-total // chunk)
         df = r.select(key, *[col for col in values if col != key]).repartition(
             min(nchunks, 4 * par), F.floor(F.col(key) / chunk)
         )
         rows = df.mapInArrow(chunk_writer(store, key, values, chunk, total), "chunks long").collect()
-        done[key] = sum(int(x["chunks"]) for x in rows)
-    return {"index_chunks_by_vid": done[VID], "index_chunks_by_row": done[ROW]}
+        return sum(int(x["chunks"]) for x in rows)
+
+    # the two jobs at once: each is mostly its shuffle's fixed costs, so together they share the cores
+    by_vid = Background(lambda: job(VID, {ROW: INDEX_ROW, POS: INDEX_POS}, INDEX_CHUNK, n))
+    try:
+        by_row = job(ROW, {VID: INDEX_VID}, c, layout.rows)
+    finally:
+        by_vid.wait()
+    return {"index_chunks_by_vid": by_vid.result(), "index_chunks_by_row": by_row}
