@@ -129,5 +129,6 @@ def test_sharded_state_moves_components_from_its_shards(spark, cfg, tmp_path_fac
     check_contract(dv, rec, 16)
     log, jobs = rec.counts["refine_log"], rec.counts["spark_jobs"]
     assert log[-1]["phase"] == "components" and log[-1]["vb"] < log[-2]["vb"] - 0.05, log
-    assert {"component_rows", "components"} <= {j["kind"] for j in jobs}
+    shipped = {j["kind"]: j["broadcast_bytes"] for j in jobs}
+    assert shipped["component_rows"] == 0 and shipped["components"] == 16 * log[-1]["selected"]  # moved ids, parts
     assert rec.counts["shards"] == 2 and rec.counts["driver_state_bytes"] == 0
