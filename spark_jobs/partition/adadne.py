@@ -35,7 +35,7 @@ import numpy as np
 from glisp_core.config import AdaDNEConfig, to_dict
 from glisp_core.errors import ConfigError
 from spark_jobs.partition import kernels
-from spark_jobs.partition.components import candidates, plan_components, reassign
+from spark_jobs.partition.components import candidates, plan_components, reassign, vertex_cap
 from spark_jobs.partition.expansion import FINISH, ExpansionPartitioner, Plan, Selection, pack_bits
 from spark_jobs.partition.relocate import Relocation, Votes, evacuate_round, relocation_votes
 from spark_jobs.partition.rounds import FileRounds
@@ -221,8 +221,8 @@ class AdaDNE(ExpansionPartitioner):
         replication factor stays as it is. Only past the bound, where the replica moves stalled. Over files, the
         rows touching a candidate vertex are read by one job (at most ``driver_finish_edges``, else the pass
         is left out and the log says so) and the moves are one more; the plan is the one the held rows give."""
-        vcap = int(np.floor(self.cfg.adadne.refine_vb_max * st.vcount.mean()))
-        if st.vcount.max() <= vcap:
+        vcap = vertex_cap(st.vcount, self.cfg.adadne.refine_vb_max)
+        if vcap is None:
             return
         cand = candidates(counts)
         rows = alloc if not isinstance(alloc, FileRounds) else alloc.candidate_rows(cand, self.cfg.driver_finish_edges)

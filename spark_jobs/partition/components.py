@@ -45,6 +45,13 @@ def row_components(src: np.ndarray, dst: np.ndarray, n: int) -> np.ndarray:
     return out
 
 
+def vertex_cap(vcount: np.ndarray, vb_max: float) -> int | None:
+    """The vertex bound the pass works toward (``floor(vb_max x mean)``), or None where every partition is
+    within it and the pass is not run (no job is spent on it)."""
+    cap = int(np.floor(vb_max * vcount.mean()))
+    return None if vcount.max() <= cap else cap
+
+
 SMALL = 32  # a component moved whole has every vertex at fewer pairs than this (it bounds what is fetched)
 
 

@@ -25,6 +25,7 @@ removals planned before trimming; ties of the balance go by a seeded hash, not t
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -36,7 +37,7 @@ from glisp_core.storage.store import store_for
 from glisp_core.storage.uri import StoreURI
 from glisp_spark.tasks import iter_tasks, run_tasks
 from spark_jobs.partition import kernels
-from spark_jobs.partition.components import candidates, plan_components, reassign
+from spark_jobs.partition.components import candidates, plan_components, reassign, vertex_cap
 from spark_jobs.partition.relocate import Relocation, evacuate_round, keep_one, relocation_votes
 from spark_jobs.partition.rounds import (
     ALLOC_PA,
@@ -197,6 +198,7 @@ class RelocationFiles:
 
 
 VOTES = ("free", "repair", "leaves")
+Decide = Callable[[int, dict[str, np.ndarray], int], np.ndarray]  # (cell, its rows, round) -> new partitions
 
 
 class ShardedRelocation(Relocation):
@@ -292,8 +294,8 @@ class ShardedRelocation(Relocation):
         candidates from its shard state; the driver plans on those rows in compact ids (so nothing it holds
         grows with |V|: at most ``limit`` rows, else the pass is left out and the log says so); one job moves
         the components' rows and the shards merge the deltas."""
-        vcap = int(np.floor(self.cfg.refine_vb_max * st.vcount.mean()))
-        if st.vcount.max() <= vcap:
+        vcap = vertex_cap(st.vcount, self.cfg.refine_vb_max)
+        if vcap is None:
             return
         f, sr, t0 = self.files, self.shards.round, time.perf_counter()
 
@@ -332,7 +334,7 @@ class ShardedRelocation(Relocation):
         moved = self._rewrite(st, "components", decide, (vertices, dest), st.parts)
         self.record(st, "components", len(vertices), moved)
 
-    def _rewrite(self, st: ExpansionState, kind: str, decide: Any, state: tuple, parts: int) -> int:
+    def _rewrite(self, st: ExpansionState, kind: str, decide: Decide, state: tuple, parts: int) -> int:
         """One job: every cell's rows get ``decide(cell, rows, round)`` as their partitions and are rewritten as
         one file, the moved rows' pair-count deltas go to the shards; then the merge (|V_k| summed over shards).
         ``decide`` must not hold ``self`` (its FileRounds holds the session). Returns the rows moved."""
