@@ -14,7 +14,8 @@ workers; each run under --lock):
   runs today; and ``full stable``: a full run with stable samples (the same work as the refresh minus the copy);
 
 and prints the affected share per layer (the K-hop closure of the change), the recomputed share, the path
-(incremental, or the fallback and its reason) and the drift. A 2-layer GraphSAGE (hidden 256, fanouts 15,10,
+(incremental, or the fallback and its reason), the drift, and the floors the affected shares put under any
+refresh, as a share of the full run (``floors``: what the graph allows, whatever the refresh's own costs). A 2-layer GraphSAGE (hidden 256, fanouts 15,10,
 random weights); --layers 1 for a 1-layer model (fanout 15), --arch gat --hidden 1024 for one whose slices
 dominate the run. Versions prepared by an earlier run under the same
 --root are reused (the inference runs are redone). At the end, ``EmbeddingLookup`` ms per batch of
@@ -137,6 +138,16 @@ def infer(spark, cfg, dv, name: str, incremental: bool, fanouts: list[int]):
     return run_infer(spark, c, dv, force=True, log=lambda s: None)
 
 
+def floors(t: dict[str, float], shares: list[float], total: float) -> tuple[float, float]:
+    """The least a refresh computing only the affected rows could take, as a share of the full run ``t`` (its
+    ``timings``) lasting ``total`` s: copies, signatures and stable samples free. ``complete``: only layers 1..K
+    shrink (each to its affected share; a version's arrays and outputs are still whole); ``delta``: layer 0 free
+    too and the outputs shrunk to the last layer's share (versions stored as deltas, not built)."""
+    saved = sum((1 - a) * t.get(f"layer{i}_s", 0.0) for i, a in enumerate(shares, 1))
+    delta = saved + t.get("layer0_s", 0.0) + (1 - shares[-1]) * t.get("outputs_s", 0.0)
+    return 1 - saved / total, 1 - delta / total
+
+
 def lookup_ms(dv, n: int, batch: int, batches: int) -> tuple[float, float]:
     """EmbeddingLookup: ms of the first batch after opening (chunks decoded), then the median warm batch."""
     from glisp_infer.lookup import EmbeddingLookup
@@ -209,7 +220,7 @@ def main() -> int:
         infer(spark, cfg, base, "bench", True, fanouts)
     shape = f"{args.layers} layers {fanouts}, {args.arch} hidden {args.hidden}"
     print(f"{args.graph}: {len(feats):,} vertices, {2 * len(src):,} directed edges, {shape}")
-    hdr = "| changed edges | path | affected share per layer | incremental s (CPU) | full s (CPU) | full stable s (CPU) | incr/full wall (CPU) | cos p50/p99 | kNN changed | predictions changed |"
+    hdr = "| changed edges | path | affected share per layer | incremental s (CPU) | full s (CPU) | full stable s (CPU) | incr/full wall (CPU) | floor complete / delta | cos p50/p99 | kNN changed | predictions changed |"
     print(hdr + "\n|" + "---|" * (hdr.count("|") - 1))
     for i, r in enumerate(args.rates, 1):
         name = f"v01-{round(r * 1e5):06d}"  # the change rate names the snapshot (in 1e-5): reused only for its rate
@@ -229,11 +240,12 @@ def main() -> int:
             full, t_f, c_f = timed(lambda dv=dv: infer(spark, cfg, dv, "full", False, fanouts))
             stable, t_s, c_s = timed(lambda dv=dv: infer(spark, cfg, dv, "full-stable", True, fanouts))
         ic, dr = inc.counts["incremental"], inc.metrics.get("drift", {})
+        fl = floors(full.timings, ic["affected_share"], t_f) if full is not None else (float("nan"),) * 2
         path = ic["path"] + (f" (from layer {ic['full_from_layer']})" if ic.get("full_from_layer") else "")
         print(
             f"| {r:.1%} | {path} | {', '.join(f'{x:.3f}' for x in ic.get('affected_share', []))} "
             f"| {t_i:.1f} ({c_i:.1f}) | {t_f:.1f} ({c_f:.1f}) | {t_s:.1f} ({c_s:.1f}) | {t_i / t_f:.2f} ({c_i / c_f:.2f}) "
-            f"| {dr.get('cos_p50', 0):.2g}/{dr.get('cos_p99', 0):.2g} | {dr.get('knn_changed_share', 0):.3f} "
+            f"| {fl[0]:.2f} / {fl[1]:.2f} | {dr.get('cos_p50', 0):.2g}/{dr.get('cos_p99', 0):.2g} | {dr.get('knn_changed_share', 0):.3f} "
             f"| {dr.get('predictions_changed_share', 0):.4f} |",
             flush=True,
         )

@@ -160,6 +160,9 @@ class AdaDNEConfig:
     starts: int = 4  # a graph of at most starts_max_edges rows is expanded and relocated from this many
     # first-seed sets, in the driver or as Spark jobs; the best is kept (AdaDNE.start_score)
     starts_max_edges: int = 8_000_000  # above this many rows: one start (each start costs a whole run)
+    cluster_start: bool = True  # one more start (graphs the driver holds): dense clusters packed whole first
+    cluster_hub_factor: float = 10.0  # clustered start: vertices above this x the mean degree join no cluster
+    cluster_fill: float = 0.9  # clustered start: whole clusters fill partitions to this share of rows and vertices
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -187,7 +190,7 @@ class PartitionConfig:
     count_sample: int = 1  # estimate the two-hop step per round from rows with eid % stride == 0
     count_sample_max: int = 1_000_000  # most sample rows held by the driver (the stride grows past it)
     groups: int = 0  # expansion: row groups (Spark tasks per round); 0 = max(8, ceil(rows / 4M))
-    state: Literal["driver", "sharded", "auto"] = "driver"  # expansion state: driver arrays or vertex-id-range shards
+    state: Literal["driver", "sharded", "auto"] = "auto"  # expansion state: driver arrays or vertex-id-range shards
     state_auto_vertices: int = 50_000_000  # "auto": sharded from this many vertex ids
     shard_vertices: int = 4_000_000  # sharded: vertex ids per shard (S = ceil(|V| / this); rows in S(S+1)/2 cells)
     progress: bool = True

@@ -216,16 +216,16 @@ def ego_dense_edges(seed: int = 0, q: float = 0.85) -> tuple[tuple[np.ndarray, n
 
 
 def ego_separable_edges(
-    seed: int = 0, q: float = 0.85, second: float = 0.1
+    seed: int = 0, q: float = 0.85, second: float = 0.1, egos: tuple[tuple[int, int], ...] = FACEBOOK_EGOS
 ) -> tuple[tuple[np.ndarray, np.ndarray], int]:
     """A third ego-network stand-in: each net's friends split into disjoint circles (a tenth of a circle's size
     joins it from elsewhere in the net), near-cliques sized so the net reaches its published pair count: nets
-    whose circles can be cut apart cheaply, as a partitioner that ignores vertex balance would. Returns
-    ((src, dst), n)."""
+    whose circles can be cut apart cheaply, as a partitioner that ignores vertex balance would; ``egos`` (friends,
+    pairs) per net, ego-Facebook's by default. Returns ((src, dst), n)."""
     rng = np.random.default_rng(seed)
 
     def inner(own: np.ndarray, i: int) -> list[np.ndarray]:
-        size = max(4, round(2 * FACEBOOK_EGOS[i][1] / (len(own) * q)))
+        size = max(4, round(2 * egos[i][1] / (len(own) * q)))
         perm, out = rng.permutation(own), []
         for a in range(0, len(own), size):
             extra = rng.choice(own, int(second * len(perm[a : a + size])), replace=False)
@@ -235,7 +235,7 @@ def ego_separable_edges(
             out.append(np.stack([mem[x[keep]], mem[y[keep]]], 1))
         return out
 
-    return _ego_nets(rng, [size for size, _ in FACEBOOK_EGOS], inner)
+    return _ego_nets(rng, [size for size, _ in egos], inner)
 
 
 def _circles(rng: np.random.Generator, own: np.ndarray, target: int, q: float) -> np.ndarray:

@@ -23,18 +23,24 @@ vertices. Three rules make the balance hold on graphs it was not tuned on (docs/
   and VB <= max(``refine_vb_max``, VB now); at most ``refine_rounds`` rounds plus the shedding;
 * **restarts** (``starts``): a graph of at most ``starts_max_edges`` rows is expanded and refined from
   several first-seed sets, in the driver or as Spark jobs, and the best result kept (``start_score``);
-  where the first seeds land decides most of the RF.
+  where the first seeds land decides most of the RF;
+* **a packed start** (``cluster_start``, ``clusters.py``): one more start, from dense clusters (label
+  propagation, hubs left out) packed whole into the partitions by rows and vertices before the first round;
+  on ego networks of separable circles it is the start kept (ego-separable p = 16: RF 1.95 -> 1.34).
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
+from pyspark.sql import DataFrame
 
 from glisp_core.config import AdaDNEConfig, to_dict
 from glisp_core.errors import ConfigError
 from spark_jobs.partition import kernels
+from spark_jobs.partition.clusters import cluster_weights, held_labels, homes, hub_mask, spark_labels, spark_weights
 from spark_jobs.partition.components import candidates, plan_components, reassign, vertex_cap
 from spark_jobs.partition.expansion import FINISH, ExpansionPartitioner, Plan, Selection, pack_bits
 from spark_jobs.partition.relocate import Relocation, Votes, evacuate_round, relocation_votes
@@ -106,6 +112,33 @@ class AdaDNE(ExpansionPartitioner):
         if a.starts < 1:
             raise ConfigError("config", "partition.adadne.starts", f"must be at least 1 (got {a.starts}; e.g. 4)")
         return a.starts if rows <= a.starts_max_edges else 1
+
+    def packed_starts(self, rows: int) -> int:
+        """One start from whole clusters (``clusters.py``) where restarts run and the driver holds the rows."""
+        a = self.cfg.adadne
+        if a.cluster_start and not (0 < a.cluster_fill <= 1 and a.cluster_hub_factor > 0):
+            bad = "cluster_fill" if not 0 < a.cluster_fill <= 1 else "cluster_hub_factor"
+            raise ConfigError(
+                "config",
+                f"partition.adadne.{bad}",
+                f"cluster_fill must be in (0, 1] and cluster_hub_factor > 0 "
+                f"(got {a.cluster_fill}, {a.cluster_hub_factor}; e.g. 0.9 and 10)",
+            )
+        return 1 if a.cluster_start and self.starts(rows) > 1 else 0
+
+    def packed_homes(
+        self, st: ExpansionState, rows: dict[str, np.ndarray] | DataFrame, log: Callable[[str], None]
+    ) -> np.ndarray:
+        a = self.cfg.adadne
+        assert st.deg is not None, "new_state keeps the degrees"
+        hub = hub_mask(st.deg, a.cluster_hub_factor)
+        if isinstance(rows, dict):
+            label = held_labels(rows["src"], rows["dst"], st.deg, hub)
+            weights = cluster_weights(rows["src"], rows["dst"], label)
+        else:
+            label = spark_labels(rows, st.deg, hub, st.groups, log)
+            weights = spark_weights(rows, label)
+        return homes(label, weights, st.total, st.parts, a.cluster_fill)
 
     def plan(self, st: ExpansionState) -> Plan:
         p = st.parts

@@ -37,6 +37,7 @@ from typing import Any
 
 import numpy as np
 import pyarrow as pa
+from pyspark.sql import DataFrame
 
 from glisp_core.errors import BadInputError
 from glisp_core.storage.store import store_for
@@ -44,6 +45,7 @@ from glisp_core.storage.uri import StoreURI
 from glisp_spark.tables import read_parquet
 from spark_jobs.partition import kernels
 from spark_jobs.partition.base import PartitionContext, Partitioner, PartitionResult
+from spark_jobs.partition.clusters import packed_rows
 from spark_jobs.partition.metrics import quality
 from spark_jobs.partition.rounds import ALLOC_PA, FileRounds
 from spark_jobs.partition.selection import FINISH, Plan, Selection, bitmask, pack_bits
@@ -393,7 +395,7 @@ class ExpansionPartitioner(Partitioner):
         self, ctx: PartitionContext, alloc_dir: StoreURI
     ) -> tuple[ExpansionState, dict[str, Any], dict[str, float], FileRounds | None]:
         """``partition.state`` = sharded: the per-vertex state in vertex-id-range shards (``sharded.py``), one
-        start, every round a Spark job; the relocation is not sharded yet and does not run."""
+        start, every round a Spark job, the relocation from the shards too (``sharded_relocate.py``)."""
         run = ShardedExpansion(self, ctx, alloc_dir)
         st, stats, timings = run.run()
         return st, stats, timings, run.rows
@@ -421,13 +423,18 @@ class ExpansionPartitioner(Partitioner):
         files = FileRounds(spark, ctx.staging, alloc_dir, self.groups(m))
         deg, smp = files.split(ctx.edges, ctx.num_vertices, stride)
         timings = {"split_s": round(time.perf_counter() - t, 3)}
-        starts, active = self.starts(m), int((deg > 0).sum())
+        starts, active = self.starts(m) + self.packed_starts(m), int((deg > 0).sum())
         best: tuple[tuple, ExpansionState, dict[str, Any], FileRounds] | None = None
         tried: list[dict[str, Any]] = []
         for start in range(starts):
             run = files if starts == 1 else files.restart(start)
             st = self.new_state(deg, m, start)
-            local, stats = self.expand(st, run, smp, stride, cfg.local_finish_edges, ctx.log, cfg.progress)
+            sample = smp
+            if start >= self.starts(m):  # the rounds go on from a packing of whole clusters (one job places it)
+                delta, placed = run.place(self.packed_homes(st, ctx.edges, ctx.log), st.parts)
+                st.apply(delta)
+                sample = {c: a[~np.isin(smp["eid"], placed)] for c, a in smp.items()}
+            local, stats = self.expand(st, run, sample, stride, cfg.local_finish_edges, ctx.log, cfg.progress)
             stats["sample_bytes"] = sum(a.nbytes for a in smp.values())
             t = time.perf_counter()
             if self.refines:  # the allocated rows live in files per group (the local part joins them)
@@ -471,7 +478,7 @@ class ExpansionPartitioner(Partitioner):
         """
         total = len(rows["eid"])
         stride = self.sample_stride(total)
-        starts = self.starts(total)
+        starts = self.starts(total) + self.packed_starts(total)
         active = int((deg > 0).sum())
         unallocated = LocalRows(rows)  # sorted into canonical order once for every start
         best: tuple[tuple, ExpansionState, LocalRows, dict[str, Any]] | None = None
@@ -479,6 +486,9 @@ class ExpansionPartitioner(Partitioner):
         for start in range(starts):
             st = self.new_state(deg, total, start)
             local = unallocated.restart()  # the expansion settles the rows in place
+            if start >= self.starts(total):  # the rounds go on from a packing of whole clusters
+                home = self.packed_homes(st, local.rest, log)
+                st.apply(local.settle(packed_rows(local.rest["src"], local.rest["dst"], home), st.parts))
             stats = self.expand(st, local, {}, stride, total, log, progress, on_round)[1]
             t = time.perf_counter()
             if self.refines:
@@ -527,6 +537,17 @@ class ExpansionPartitioner(Partitioner):
 
     def begin(self, st: ExpansionState) -> None:
         """Hook: called once before the first round."""
+
+    def packed_starts(self, rows: int) -> int:
+        """Hook: starts after ``starts(rows)`` that a graph the driver holds makes from ``packed_start``."""
+        return 0
+
+    def packed_homes(
+        self, st: ExpansionState, rows: dict[str, np.ndarray] | DataFrame, log: Callable[[str], None]
+    ) -> np.ndarray:
+        """Hook: a home partition per vertex (-1: none) for a packed start, from the rows the driver holds or
+        the rows' table; the rows both of whose endpoints share a home are placed before the first round."""
+        raise NotImplementedError(f"{self.name}: no packed start")
 
     def start_seed(self, start: int) -> int:
         """The seed of restart ``start``: the configured seed for the first, derived ones after it."""

@@ -33,6 +33,7 @@ from glisp_core.storage.uri import StoreURI
 from glisp_spark.tasks import iter_tasks, run_tasks
 from glisp_spark.worker_heap import freeze_worker_heap
 from spark_jobs.partition import components, kernels, relocate
+from spark_jobs.partition.clusters import packed_rows
 from spark_jobs.partition.staging import open_input, parquet_names, write_whole
 
 if TYPE_CHECKING:
@@ -187,6 +188,11 @@ class FileRounds:
         delta (vert, vpart, row incidences, pair incidences, rows per partition) and the eids of the
         count-sample rows it allocated (so the driver's sample stays exactly in step)."""
         return self._pass(parts, lambda e, st, g: kernels.edge_round(e["src"], e["dst"], *st), state, leftover_to)
+
+    def place(self, home: np.ndarray, parts: int) -> tuple[tuple, np.ndarray]:
+        """A packed start as one job: every row both of whose endpoints have the same ``home`` goes there
+        (``clusters.packed_rows``); returns the delta and the count-sample eids placed, as ``run`` does."""
+        return self._pass(parts, lambda e, b, g: packed_rows(e["src"], e["dst"], b[0]), (home,), -1, kind="packed")
 
     def finish(self, st: ExpansionState, finish_args: tuple) -> tuple:
         """The finishing pass as one Spark job: each group places its rows with ``kernels.finish_greedy``

@@ -179,6 +179,8 @@ def test_restarts_keep_the_best_start(spark, cfg, small_rmat):
     refine_capacity, replicas), reports every start in its counts, and publishes exactly what a one-start
     run with the kept start's seed publishes."""
     c = with_values(cfg, "partition", algorithm="adadne", parts=4, seed=1, progress=False, name="adadne-starts")
+    # the expansion's starts alone (the packed start, one more: tests/spark_jobs/partition/test_clusters.py)
+    c = with_values(c, "partition.adadne", cluster_start=False)
     rec = run_partition(spark, with_values(c, "partition.adadne", starts=4), small_rmat, force=True)
     check_contract(small_rmat, rec, 4)
     tried = rec.counts["starts"]
@@ -202,7 +204,7 @@ def test_spark_path_restarts_equal_held_restarts(spark, cfg, small_rmat):
     (``driver_finish_edges``), pair after pair as in the held run."""
     m = read_manifest(small_rmat).schema["num_edges"]
     c = with_values(cfg, "partition", algorithm="adadne", parts=4, seed=1, progress=False)
-    c = with_values(c, "partition.adadne", starts=2)
+    c = with_values(c, "partition.adadne", starts=2, cluster_start=False)  # the packed start: test_clusters.py
     held = run_partition(spark, with_values(c, "partition", name="held4"), small_rmat, force=True)
     files = with_values(c, "partition", name="files4", local_finish_edges=m // 100)
     rec = run_partition(spark, files, small_rmat, force=True)

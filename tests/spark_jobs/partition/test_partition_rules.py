@@ -93,6 +93,7 @@ def test_quality_published_by_spark_run(spark, cfg, rmat15, tmp_path):
     src, dst, n = rmat15
     dv = write_dataset(tmp_path, "rmat15", src, dst, num_vertices=n)
     c = with_values(cfg, "partition", algorithm="adadne", parts=8, progress=False, local_finish_edges=60_000)
+    c = with_values(c, "partition.adadne", cluster_start=False)  # its Spark jobs: test_clusters.py
     rec = run_partition(spark, c, dv)
     want = local_metrics(src, dst, run_local(c, "adadne", 8, src, dst, n)[0], 8)  # one start: as in Spark
     assert rec.counts["spark_rounds"] >= 1

@@ -210,8 +210,8 @@ def test_cells_and_the_state_switch(cfg):
     idx = cell_of(a.ravel(), b.ravel(), s)
     assert len(pairs) == 15 and set(idx.tolist()) == set(range(15))
     assert all(pairs[i] == (min(x, y), max(x, y)) for i, x, y in zip(idx, a.ravel(), b.ravel(), strict=True))
-    p = cfg.partition
-    assert not use_shards(p, 10**9)  # the default is the driver mode, whatever the size
-    auto = with_values(cfg, "partition", state="auto").partition
+    auto = cfg.partition  # the default is auto: the shards from state_auto_vertices ids, the driver below
+    assert auto.state == "auto" and use_shards(auto, 10**9)
     assert use_shards(auto, auto.state_auto_vertices) and not use_shards(auto, auto.state_auto_vertices - 1)
+    assert not use_shards(with_values(cfg, "partition", state="driver").partition, 10**9)
     assert use_shards(with_values(cfg, "partition", state="sharded").partition, 10)
