@@ -1,4 +1,4 @@
-"""A clustered start for the neighbour expansion: dense clusters found by label propagation, packed whole into
+"""A packed start for the neighbour expansion: dense clusters found by label propagation, packed whole into
 the partitions by rows and vertices, their inner rows placed before the first round.
 
 Why: on graphs of many dense circles around hubs (social ego networks) an expansion grows each partition as one
@@ -19,6 +19,8 @@ import pyarrow as pa
 from numba import njit
 from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
+
+from glisp_spark.worker_heap import freeze_worker_heap
 
 
 @njit(nogil=True, cache=True)
@@ -189,6 +191,7 @@ def spark_labels(
         bc = spark.sparkContext.broadcast(old)
 
         def fn(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+            freeze_worker_heap()
             got = [b for b in batches if b.num_rows]
             if got:
                 tb = pa.Table.from_batches(got)
@@ -216,6 +219,7 @@ def spark_weights(edges: DataFrame, label: np.ndarray) -> tuple[np.ndarray, np.n
     bc = edges.sparkSession.sparkContext.broadcast(label)
 
     def fn(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+        freeze_worker_heap()
         lab = bc.value
         for b in batches:
             ids, w = _row_weights(lab[b.column("src").to_numpy()], lab[b.column("dst").to_numpy()])
