@@ -102,7 +102,7 @@ class AdaDNE(ExpansionPartitioner):
         return a.alt_step if st.start % 2 == 1 and a.alt_step > 0 else a.step
 
     def start_params(self, st: ExpansionState) -> dict[str, Any]:
-        return {"step": self.step(st)}
+        return {"step": self.step(st), "packed": st.start >= self.starts(st.total)}
 
     def starts(self, rows: int) -> int:
         """``starts`` up to ``starts_max_edges`` rows, one above: each start costs a whole expansion and
@@ -114,7 +114,7 @@ class AdaDNE(ExpansionPartitioner):
         return a.starts if rows <= a.starts_max_edges else 1
 
     def packed_starts(self, rows: int) -> int:
-        """One start from whole clusters (``clusters.py``) where restarts run and the driver holds the rows."""
+        """One start from whole clusters (``clusters.py``) where restarts run, held rows or Spark path alike."""
         a = self.cfg.adadne
         if a.cluster_start and not (0 < a.cluster_fill <= 1 and a.cluster_hub_factor > 0):
             bad = "cluster_fill" if not 0 < a.cluster_fill <= 1 else "cluster_hub_factor"

@@ -539,7 +539,7 @@ class ExpansionPartitioner(Partitioner):
         """Hook: called once before the first round."""
 
     def packed_starts(self, rows: int) -> int:
-        """Hook: starts after ``starts(rows)`` that a graph the driver holds makes from ``packed_start``."""
+        """Hook: starts after ``starts(rows)`` that begin from ``packed_homes`` (held rows or Spark path)."""
         return 0
 
     def packed_homes(

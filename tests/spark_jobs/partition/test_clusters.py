@@ -86,6 +86,7 @@ def test_ego_networks_keep_the_packed_start(spark, cfg, tmp_path_factory):
     off = run_partition(spark, off_cfg, dv)
     starts = on.counts["starts"]
     assert len(starts) == 3 and len(off.counts["starts"]) == 2
+    assert [t["packed"] for t in starts] == [False, False, True], starts
     assert on.metrics["rf"] == min(s["rf"] for s in starts) == starts[2]["rf"], starts
     assert on.metrics["rf"] < 0.8 * off.metrics["rf"], (on.metrics, off.metrics)
     assert on.metrics["vb"] <= 1.10 and on.metrics["eb"] <= 1.05, on.metrics
