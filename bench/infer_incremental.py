@@ -15,8 +15,8 @@ workers; each run under --lock):
 
 and prints the affected share per layer (the K-hop closure of the change), the recomputed share, the path
 (incremental, or the fallback and its reason), the drift, and the floors the affected shares put under any
-refresh, as a share of the full run (``floors``: what the graph allows, whatever the refresh's own costs). A 2-layer GraphSAGE (hidden 256, fanouts 15,10,
-random weights); --layers 1 for a 1-layer model (fanout 15), --arch gat --hidden 1024 for one whose slices
+refresh, as a share of the full run (``floors``: what the graph allows, whatever the refresh's own costs).
+A 2-layer GraphSAGE (hidden 256, fanouts 15,10, random weights); --layers 1 for a 1-layer model (fanout 15), --arch gat --hidden 1024 for one whose slices
 dominate the run. Versions prepared by an earlier run under the same
 --root are reused (the inference runs are redone). At the end, ``EmbeddingLookup`` ms per batch of
 --lookup-batch random ids (the first batch after opening, then warm batches).

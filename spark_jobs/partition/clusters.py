@@ -22,6 +22,8 @@ from pyspark.sql import functions as F
 
 from glisp_spark.worker_heap import freeze_worker_heap
 
+ROUNDS = 20  # label propagation rounds at most, on both paths (both stop after two quiet rounds)
+
 
 @njit(nogil=True, cache=True)
 def _relabel(
@@ -106,9 +108,6 @@ def _pack(ce: np.ndarray, cv: np.ndarray, order: np.ndarray, ecap: float, vcap: 
     return part
 
 
-ROUNDS = 20  # label propagation rounds at most (both paths; the held one stops early once nothing changes)
-
-
 def hub_mask(deg: np.ndarray, factor: float) -> np.ndarray:
     """Vertices above ``factor`` x the mean degree of the vertices with edges: they join no cluster (a hub's
     circles are packed apart and the hub replicated to each, as a vertex-cut should)."""
@@ -158,10 +157,10 @@ def homes(
     clustered = max(float(cv.sum()), 1.0)
     order = np.lexsort((ids, -(ce / max(rows, 1) + cv / clustered)))
     part = _pack(ce, cv, order, fill * rows / parts, fill * clustered / parts, parts)
-    pos = np.searchsorted(ids, np.maximum(label, 0))
-    pos = np.minimum(pos, max(len(ids) - 1, 0))
-    ok = (label >= 0) & (len(ids) > 0)
-    return np.where(ok & (ids[pos] == label), part[pos], -1) if len(ids) else np.full(len(label), -1)
+    home = np.full(len(label), -1, np.int64)
+    c = label >= 0  # every clustered vertex has a row, so its label is one of ``ids``
+    home[c] = part[np.searchsorted(ids, label[c])]
+    return home
 
 
 def packed_rows(src: np.ndarray, dst: np.ndarray, home: np.ndarray) -> np.ndarray:
