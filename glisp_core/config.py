@@ -219,6 +219,9 @@ class SerializeConfig:
 @dataclass(frozen=True, kw_only=True)
 class ReorderConfig:
     order: Literal["pds", "ns", "ds", "ps"] = "pds"
+    # the lookup arrays of a graph this small are filled in the driver (32 B per vertex) instead of by two
+    # shuffles, whose fixed costs dominate there
+    index_in_driver_vertices: int = 65_536
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -1,135 +1,88 @@
-"""The row index of an inference run, built by Spark from the reorder table (nothing reaches the driver).
+"""The row index of an inference run: the reorder stage's lookup arrays (:mod:`glisp_core.dataset.order_index`)
+in the run's own rows, so that the published store answers without the reorder stage.
 
-- ``index/`` (Parquet, in the stage): ``orig_id, vtype, vid, part, row``: the user's ids to rows.
-- Zarr ``index/vid`` (by row), ``index/row`` and ``index/pos`` (by vertex id): what tasks look up.
-  Rows are grouped by Zarr chunk before the write, so each chunk is written whole by one Spark task.
+- ``index/`` (Parquet, in the stage): ``orig_id, vtype, vid, part, row``: the user's ids to rows, written by one
+  map-only Spark job over the ingest id map in the background while the layers run.
+- Zarr ``index/vid`` (by row), ``index/row`` and ``index/pos`` (by vertex id): written by layer 0's tasks, a
+  few chunks each; no task of the run reads them (tasks ask the order's arrays), the outputs and a later
+  refresh do.
 """
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from glisp_core.dataset.layout import ORIG_ID, PART, POS, VID, VTYPE, DatasetVersion
+from glisp_core.dataset.layout import ORIG_ID, PART, VID, VTYPE, DatasetVersion
 from glisp_core.storage.uri import StoreURI
-from glisp_infer.store import INDEX_CHUNK, INDEX_POS, INDEX_ROW, INDEX_VID, RowLayout, open_array
+from glisp_infer.store import INDEX_CHUNK, INDEX_POS, INDEX_ROW, INDEX_VID, open_array
 from glisp_spark.tables import read_parquet, write_parquet
 from glisp_spark.worker_heap import freeze_worker_heap
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
+    from glisp_infer.plan import InferPlan
+
 ROW = "row"
 
 
-def chunk_writer(store: str, key: str, values: dict[str, str], chunk: int, total: int) -> Any:
-    """A mapInArrow function writing whole chunks of 1-d index arrays: ``values[col] = array name``,
-    the array element at ``key`` gets that column's value; absent elements stay -1."""
-
-    def write(batches: Iterator[Any]) -> Iterator[Any]:
-        freeze_worker_heap()
-        import pyarrow as pa
-
-        got = list(batches)
-        tbl = pa.Table.from_batches(got) if got else None
-        written = 0
-        if tbl is not None and tbl.num_rows:
-            keys = tbl.column(key).to_numpy()
-            order = np.argsort(keys, kind="stable")
-            keys = keys[order]
-            cols = {name: tbl.column(col).to_numpy()[order] for col, name in values.items()}
-            arrays = {name: open_array(store, name, mode="r+") for name in cols}
-            cid = keys // chunk
-            cuts = np.flatnonzero(np.diff(cid)) + 1
-            for a, b in zip(np.r_[0, cuts], np.r_[cuts, len(keys)], strict=True):
-                lo = int(cid[a]) * chunk
-                hi = min(lo + chunk, total)
-                for name, col in cols.items():
-                    buf = np.full(hi - lo, -1, np.int64)
-                    buf[keys[a:b] - lo] = col[a:b]
-                    arrays[name][lo:hi] = buf
-                written += 1
-        yield pa.RecordBatch.from_arrays([pa.array([written], pa.int64())], ["chunks"])
-
-    return write
+def write_run_index(plan: InferPlan, part: int, vids: np.ndarray) -> int:
+    """Layer 0's share of the run's own index (no job of its own): partition ``part``'s rows of ``index/vid``
+    (whole chunks: its rows start on a chunk boundary) and the by-vertex-id chunks ``j`` of ``index/row`` and
+    ``index/pos`` with ``j % num_parts == part``, from the reorder stage's arrays. Returns the chunks written."""
+    layout, oi = plan.layout, plan.order_index()
+    start, padded = layout.starts[part], layout.padded[part]
+    buf = np.full(padded, -1, np.int64)
+    buf[: len(vids)] = vids
+    if padded:
+        open_array(plan.store, INDEX_VID, mode="r+")[start : start + padded] = buf
+    row_arr, pos_arr = open_array(plan.store, INDEX_ROW, mode="r+"), open_array(plan.store, INDEX_POS, mode="r+")
+    n, written = layout.num_vertices, padded // layout.chunk_rows
+    starts = np.asarray(layout.starts, np.int64)
+    for j in range(part, -(-n // INDEX_CHUNK), plan.num_parts):
+        lo, hi = j * INDEX_CHUNK, min((j + 1) * INDEX_CHUNK, n)
+        row_arr[lo:hi] = starts[oi.chunk("part", j)] + oi.chunk("part_pos", j)
+        pos_arr[lo:hi] = oi.chunk("pos", j)
+        written += 2
+    return written
 
 
-def build_index(
-    spark: SparkSession,
-    dv: DatasetVersion,
-    reorder_path: StoreURI,
-    layout: RowLayout,
-    store: str,
-    out: StoreURI,
-    vertex_types: list[str],
-) -> tuple[dict[str, float], Callable[[], dict[str, float]]]:
-    """Fill the Zarr index arrays of ``store`` (from the executors) and start writing the Parquet id map to
-    ``out`` in the background: no layer task reads it, so its join and write overlap the plan and layer jobs.
-    Returns the arrays' chunk counts and seconds, and ``finish()``: waits for the id map (re-raising its error)
-    and returns its seconds; the caller calls it before the outputs, which read it."""
-    import time
-
-    from pyspark import StorageLevel
+def start_id_map(
+    spark: SparkSession, dv: DatasetVersion, plan: InferPlan, out: StoreURI, vertex_types: list[str]
+) -> Callable[[], dict[str, float]]:
+    """Start writing the Parquet id map to ``out`` in the background: no layer task reads it, so its write
+    overlaps the plan and layer jobs. One map-only job over the ingest id map: each batch's partitions and rows
+    come from the order's lookup arrays (no join, no shuffle). Returns ``finish()``: waits for it (re-raising its
+    error) and returns its seconds; the caller calls it before the outputs, which read it."""
     from pyspark.sql import functions as F
+    from pyspark.sql.types import IntegerType, LongType, StructField, StructType
 
     from glisp_spark.background import Background
 
-    starts = F.array(*[F.lit(s).cast("long") for s in layout.starts])
-    r = (
-        read_parquet(spark, reorder_path)
-        .select(VID, PART, POS, F.col("part_pos").cast("long").alias("part_pos"))
-        .withColumn(ROW, F.element_at(starts, F.col(PART) + 1) + F.col("part_pos"))
-        .persist(StorageLevel.MEMORY_AND_DISK)
-    )
     names = F.array(*[F.lit(t) for t in vertex_types]) if vertex_types else F.array(F.lit(""))
-    idmap = read_parquet(spark, dv.idmap).select(VID, ORIG_ID, F.element_at(names, F.col(VTYPE) + 1).alias(VTYPE))
+    idmap = read_parquet(spark, dv.idmap).select(ORIG_ID, F.element_at(names, F.col(VTYPE) + 1).alias(VTYPE), VID)
+    schema = StructType([*idmap.schema.fields, StructField(PART, IntegerType()), StructField(ROW, LongType())])
+    oi, starts = plan.order_index(), plan.layout.starts
+
+    def locate(batches: Iterator[Any]) -> Iterator[Any]:
+        import pyarrow as pa
+
+        freeze_worker_heap()
+        for b in batches:
+            part, row = oi.locate(b.column(VID).to_numpy(), starts)
+            yield pa.RecordBatch.from_arrays(
+                [*b.columns, pa.array(part.astype(np.int32)), pa.array(row)],
+                schema=pa.schema([*b.schema, (PART, pa.int32()), (ROW, pa.int64())]),
+            )
 
     def id_map() -> float:
         t = time.perf_counter()
-        write_parquet(r.join(idmap, VID).select(ORIG_ID, VTYPE, VID, PART, ROW), out, "error")
+        write_parquet(idmap.mapInArrow(locate, schema), out, "error")
         return time.perf_counter() - t
 
-    t0 = time.perf_counter()
     background = Background(id_map)
-    try:
-        counts = _index_arrays(spark, r, layout, store)
-    except BaseException:
-        background.wait()
-        r.unpersist()
-        raise
-
-    def finish() -> dict[str, float]:
-        try:
-            return {"index_parquet_s": background.result()}
-        finally:
-            r.unpersist()
-
-    return {**counts, "index_arrays_s": time.perf_counter() - t0}, finish
-
-
-def _index_arrays(spark: SparkSession, r: Any, layout: RowLayout, store: str) -> dict[str, float]:
-    """``index/row`` and ``index/pos`` by vertex id, ``index/vid`` by row: each chunk written whole by one task."""
-    from pyspark.sql import functions as F
-
-    from glisp_spark.background import Background
-
-    n, c = layout.num_vertices, layout.chunk_rows
-    par = max(1, spark.sparkContext.defaultParallelism)
-
-    def job(key: str, values: dict[str, str], chunk: int, total: int) -> int:
-        nchunks = -(-total // chunk)
-        df = r.select(key, *[col for col in values if col != key]).repartition(
-            min(nchunks, 4 * par), F.floor(F.col(key) / chunk)
-        )
-        rows = df.mapInArrow(chunk_writer(store, key, values, chunk, total), "chunks long").collect()
-        return sum(int(x["chunks"]) for x in rows)
-
-    # the two jobs at once: each is mostly its shuffle's fixed costs, so together they share the cores
-    by_vid = Background(lambda: job(VID, {ROW: INDEX_ROW, POS: INDEX_POS}, INDEX_CHUNK, n))
-    try:
-        by_row = job(ROW, {VID: INDEX_VID}, c, layout.rows)
-    finally:
-        by_vid.wait()
-    return {"index_chunks_by_vid": by_vid.result(), "index_chunks_by_row": by_row}
+    return lambda: {"index_parquet_s": background.result()}

@@ -35,17 +35,19 @@ from typing import TYPE_CHECKING, Any
 from glisp_core.config import Config
 from glisp_core.dataset.layout import DatasetVersion
 from glisp_core.dataset.manifest import Manifest, StageRecord, read_manifest
+from glisp_core.dataset.order_index import INDEX_DIR, index_url
 from glisp_core.dataset.publish import StagePublisher, file_fingerprints, up_to_date
 from glisp_core.errors import GlispError, StageError
 from glisp_core.models import follows_slice_protocol, layer_widths, typed_relations
 from glisp_core.storage.store import store_for
 from glisp_core.storage.uri import StoreURI, parse_uri
+from glisp_core.storage.zarr_arrays import in_dataset_store
 from glisp_infer.halo import remove_layer_files
 from glisp_infer.metrics import summarize_layers
 from glisp_infer.plan import SHADOW_FRACTIONS, InferPlan
 from glisp_infer.sampling import check_fanouts
 from glisp_infer.scratch import disk_scratch, marker
-from glisp_infer.store import STORE_FILE, ZARR_DIR, Codec, RowLayout, create_arrays, in_dataset_store, store_url
+from glisp_infer.store import STORE_FILE, ZARR_DIR, Codec, RowLayout, create_arrays, store_url
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -162,6 +164,12 @@ class Inputs:
         self.direction = ic.direction or str(self.doc.get("direction") or "in")  # glisp train's default
         rcfg = replace(cfg, reorder=replace(cfg.reorder, order=ic.order))
         self.reorder = run_reorder(spark, rcfg, dv, order=ic.order, run=self.partition)
+        order_index = dv.path / self.reorder.path / INDEX_DIR
+        if not dv.store.exists(order_index / "zarr.json"):
+            raise StageError(
+                f"{order_index.qualified}: the reorder stage's lookup arrays are missing (the tasks read them); "
+                f"run `glisp reorder {dv.path.qualified} --order {ic.order} --partition {self.partition} --force`"
+            )
         self.num_vertices = int(schema.get("num_vertices", 0))
         self.vertex_types = list(schema.get("vertex_types", []))
         self.edge_types = list(schema.get("edge_types", []))
@@ -301,6 +309,7 @@ def _plan(
     return InferPlan(
         store=url,
         parts_dir=str(inp.parts_dir),
+        order_url=index_url(inp.dataset / inp.reorder.path),
         num_parts=inp.num_parts,
         layout=layout,
         codec=codec,
@@ -422,7 +431,7 @@ def _run_layers(
     refresh: Refresh | None = None,
 ) -> StageRecord:
     from glisp_infer import task as T
-    from glisp_infer.index import build_index
+    from glisp_infer.index import start_id_map
     from glisp_infer.outputs import write_outputs
     from glisp_infer.samplewise import samplewise_last_layer
 
@@ -443,12 +452,10 @@ def _run_layers(
         refresh.start(url)
     timings: dict[str, float] = {}
     t = time.perf_counter()
-    idx, id_map_done = build_index(
-        spark, dv, dv.path / inp.reorder.path, layout, url, pub.tmp / "index", inp.vertex_types
-    )
+    # no index job: tasks read the reorder stage's lookup arrays, and layer 0 writes the run's own index arrays
+    id_map_done = start_id_map(spark, dv, plan, pub.tmp / "index", inp.vertex_types)
     timings["index_s"] = time.perf_counter() - t
-    timings["index_arrays_s"] = idx.pop("index_arrays_s")
-    try:  # the id map is written meanwhile (build_index); its wait, if any, counts in the layers' time
+    try:  # the id map is written meanwhile; its wait, if any, counts in the layers' time
         planned: dict[int, dict[str, Any]] = {}
         if exchange is not None:
             t = time.perf_counter()
@@ -526,7 +533,6 @@ def _run_layers(
         "layers": plan.layers,
         "dims": list(plan.dims),
         "chunks_per_layer": layout.rows // layout.chunk_rows,
-        **idx,
         **out_counts,
     }
     if refresh is not None:

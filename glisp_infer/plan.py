@@ -8,6 +8,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from glisp_core.dataset.order_index import OrderIndex
 from glisp_core.storage.uri import StoreURI, parse_uri
 from glisp_infer.store import Codec, RowLayout
 
@@ -18,8 +19,9 @@ SHADOW_FRACTIONS = (0.01, 0.02, 0.05, 0.1, 0.2)  # dynamic cache sizes replayed 
 class InferPlan:
     """A small, picklable description of one inference run (no arrays: tasks read what they need)."""
 
-    store: str  # Zarr group: a local directory, an object-store URI or an fsspec URL (glisp_infer.store.open_store)
+    store: str  # Zarr group: a local directory, an object-store URI or an fsspec URL (zarr_arrays.open_store)
     parts_dir: str  # serialize/<run>: a local directory or a store URI
+    order_url: str  # the reorder stage's lookup arrays (glisp_core.dataset.order_index): the run's vertices and rows
     num_parts: int
     layout: RowLayout
     codec: Codec
@@ -57,6 +59,10 @@ class InferPlan:
     @property
     def layers(self) -> int:
         return len(self.dims) - 1
+
+    def order_index(self) -> OrderIndex:
+        """Each partition's vertices, and any vertex's row and global position (no index job in the run)."""
+        return OrderIndex(self.order_url, self.layout.counts)
 
     def partition_dir(self, part: int) -> StoreURI:
         return parse_uri(self.parts_dir) / f"part-{part:05d}"

@@ -1,6 +1,7 @@
 """The Zarr v3 store of an inference run: one array per layer, the row layout, and chunk-aligned I/O.
 
-Layout of the group (a local directory, an object-store URI or any fsspec URL: :func:`open_store`)::
+Layout of the group (a local directory, an object-store URI or any fsspec URL:
+:func:`glisp_core.storage.zarr_arrays.open_store`)::
 
     layers/0 ... layers/K   float32 (rows, d_i): layer 0 = features, layer K = the model's output
     index/vid               int64 (rows,): the vertex of each row, -1 on padding rows
@@ -25,9 +26,12 @@ from typing import Any, Literal
 
 import numpy as np
 
+from glisp_core.dataset.order_index import CHUNK as INDEX_CHUNK  # the by-vertex-id arrays chunk as the order's
 from glisp_core.errors import GlispError
 from glisp_core.storage.store import store_for
-from glisp_core.storage.uri import SCHEMES, StoreURI, parse_uri
+from glisp_core.storage.uri import StoreURI, parse_uri
+from glisp_core.storage.zarr_arrays import open_array as open_array  # re-exported: the run's modules open arrays here
+from glisp_core.storage.zarr_arrays import open_group
 
 STORE_FILE = "store.json"  # in a stage whose group lives elsewhere (infer.store): its URL
 ZARR_DIR = "zarr"  # the group inside the stage otherwise
@@ -38,11 +42,9 @@ INDEX_POS = "index/pos"
 INDEX_KEY = "index/key"  # uint64 (n,): the vertex's key, a hash of its type and original id (glisp_infer.stable)
 INDEX_FSIG = "index/fsig"  # uint64 (rows,): per row, the hash of its features (glisp_infer.stable)
 INDEX_NSIG = "index/nsig"  # uint64 (rows,): per row, the hash of its neighbourhood
-INDEX_CHUNK = 1 << 18  # entries per chunk of the index arrays (2 MiB of int64): one writer task per chunk
 LAYOUT_ATTR = "glisp_layout"
 Compressor = Literal["blosclz", "lz4", "lz4hc", "zstd", "zlib"]  # infer.compressor
 Shuffle = Literal["noshuffle", "shuffle", "bitshuffle"]  # infer.shuffle
-AccessMode = Literal["r", "r+", "a", "w", "w-"]  # zarr's open modes
 
 
 @dataclass(frozen=True)
@@ -119,22 +121,6 @@ class Codec:
         return BloscCodec(cname=self.cname, clevel=self.clevel, shuffle=self.shuffle, typesize=4)
 
 
-def open_store(url: str, read_only: bool = False) -> Any:
-    """A zarr store for a local directory, an object store or HDFS URI (``s3://``, ``gs://``, ``hdfs://``: through
-    the dataset's own pyarrow store, :mod:`glisp_infer.zarr_store`) or another fsspec URL (``file://``,
-    ``memory://`` ...)."""
-    from zarr.storage import FsspecStore, LocalStore
-
-    if "://" not in url:
-        return LocalStore(url, read_only=read_only)
-    if in_dataset_store(url):
-        from glisp_infer.zarr_store import ArrowStore
-
-        return ArrowStore(url, read_only=read_only)
-    opts = {"auto_mkdir": True} if url.startswith("file://") else {}
-    return FsspecStore.from_url(url, read_only=read_only, storage_options=opts)
-
-
 def store_url(dv: Any, stage_dir: StoreURI | os.PathLike[str]) -> str:
     """Where a published run's Zarr group is: ``store.json``'s URL, else ``zarr/`` in the stage (a local path or a
     store URI)."""
@@ -143,18 +129,6 @@ def store_url(dv: Any, stage_dir: StoreURI | os.PathLike[str]) -> str:
     if text is not None:
         return str(json.loads(text)["url"])
     return str(u / ZARR_DIR)
-
-
-def in_dataset_store(url: str) -> bool:
-    """Whether ``url`` is reached through the dataset's own store (an object store or HDFS URI), not fsspec."""
-    scheme = url.split("://", 1)[0].lower() if "://" in url else "file"
-    return scheme in SCHEMES and scheme != "file"
-
-
-def open_group(url: str, mode: AccessMode = "r") -> Any:
-    import zarr
-
-    return zarr.open_group(store=open_store(url, read_only=mode == "r"), mode=mode)
 
 
 def create_arrays(
@@ -202,12 +176,6 @@ def create_arrays(
             g.create_array(
                 name, shape=(layout.rows,), chunks=(layout.chunk_rows,), dtype="uint64", fill_value=0, config=cfg
             )
-
-
-def open_array(url: str, name: str, mode: AccessMode = "r") -> Any:
-    import zarr
-
-    return zarr.open_array(store=open_store(url, read_only=mode == "r"), path=name, mode=mode)
 
 
 def layer_name(i: int) -> str:

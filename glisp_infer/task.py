@@ -31,14 +31,12 @@ from glisp_core.storage.uri import StoreURI
 from glisp_infer import halo as H
 from glisp_infer import incremental as I
 from glisp_infer.cache import ChunkCache, StaticCache, batch_chunks, capacity_of, reread_plan, simulate_hits
+from glisp_infer.index import write_run_index
 from glisp_infer.plan import InferPlan, load_model, resolve_device, set_threads
 from glisp_infer.sampling import FULL, edge_slots, hop_of, layer_request, max_degree, sample_masters
 from glisp_infer.scratch import allocate
 from glisp_infer.stable import stable_sample
 from glisp_infer.store import (
-    INDEX_POS,
-    INDEX_ROW,
-    INDEX_VID,
     ChunkWriter,
     fill_static,
     layer_name,
@@ -200,12 +198,8 @@ def parse_fault(plan: InferPlan, layer: int, part: int, attempt: int) -> tuple[i
 
 
 def task_vertices(plan: InferPlan, part: int) -> np.ndarray:
-    """The vertices partition ``part`` infers, in row order (its slice of ``index/vid``)."""
-    start, n = plan.layout.starts[part], plan.layout.counts[part]
-    vids = np.asarray(open_array(plan.store, INDEX_VID)[start : start + n], np.int64)
-    if (vids < 0).any():
-        raise GlispError(f"{plan.store}/{INDEX_VID}: padding inside partition {part}'s rows (the index is incomplete)")
-    return vids
+    """The vertices partition ``part`` infers, in row order (from the reorder stage's lookup arrays)."""
+    return plan.order_index().vertices(part)
 
 
 def write_features(plan: InferPlan, part: int, attempt: int = 0) -> dict[str, Any]:
@@ -215,6 +209,7 @@ def write_features(plan: InferPlan, part: int, attempt: int = 0) -> dict[str, An
     vids = task_vertices(plan, part)
     if reader.features is None:
         raise GlispError(f"{reader.path}: no features stored; layerwise inference starts from vertex features")
+    index_chunks = write_run_index(plan, part, vids)
     rows = reader.feature_rows(vids)
     if (rows < 0).any():
         raise GlispError(f"{reader.path}: vertices {vids[rows < 0][:3].tolist()} are not mastered here")
@@ -231,7 +226,7 @@ def write_features(plan: InferPlan, part: int, attempt: int = 0) -> dict[str, An
         writer.close()
     finally:
         writer.abort()
-    m = _write_metrics(plan, part, 0, arr, writer, attempt, t0, c0)
+    m = {**_write_metrics(plan, part, 0, arr, writer, attempt, t0, c0), "index_chunks": index_chunks}
     if kept is not None:  # what the next version's refresh compares
         t = time.perf_counter()
         I.write_feature_signatures(plan, part, kept.result(plan.dims[0]))
@@ -335,7 +330,7 @@ def build_static(
         ids = planned[0]
     else:
         ids = np.unique(np.concatenate([vids, nbrs]))
-        ids = ids[np.argsort(open_array(plan.store, INDEX_POS).get_orthogonal_selection(ids), kind="stable")]
+        ids = ids[np.argsort(plan.order_index().pos(ids), kind="stable")]
     arr = open_array(plan.store, layer_name(i))
     c, n = plan.layout.chunk_rows, len(vids)
     in_place = _own_file(plan, i, part, len(ids), d_in) if planned is not None else None
@@ -358,7 +353,7 @@ def build_static(
         if ex is not None:
             m["halo_rows"] = _fill_from_halo(cache, ex, i, part, plan.num_parts, d_in, len(foreign))
         else:
-            rows = np.asarray(open_array(plan.store, INDEX_ROW).get_orthogonal_selection(ids[foreign]), np.int64)
+            rows = plan.order_index().rows(ids[foreign], plan.layout.starts)
             m["fill_chunks"] += fill_static(lambda j, r: cache.put(foreign[j], r), arr, rows, c)
     except BaseException:
         cache.close()
@@ -425,8 +420,8 @@ def plan_exchange(plan: InferPlan, part: int, attempt: int = 0) -> dict[str, Any
     reader = plan.open_partition(part)
     vids = task_vertices(plan, part)
     engines = _Engines(plan, reader)
-    row_index, pos_index = open_array(plan.store, INDEX_ROW), open_array(plan.store, INDEX_POS)
-    own = np.zeros(pos_index.shape[0], bool)
+    oi, starts = plan.order_index(), plan.layout.starts
+    own = np.zeros(plan.layout.num_vertices, bool)
     own[vids] = True
     sample_s, needs_s, foreign = [], [], []
     whole = None
@@ -440,14 +435,10 @@ def plan_exchange(plan: InferPlan, part: int, attempt: int = 0) -> dict[str, Any
         mark = own.copy()  # distinct ids by marking: np.unique would sort every sampled edge
         mark[sample.nbrs] = True
         ids = np.flatnonzero(mark)  # the static cache's, then in the order's global position
-        ids = ids[np.argsort(pos_index.get_orthogonal_selection(ids), kind="stable")]
+        ids = ids[np.argsort(oi.pos(ids), kind="stable")]
         H.save_sample(ex, layer, part, sample, interior, fanout, ids, vids)
         mark[vids] = False
-        foreign.append(
-            H.write_needs(
-                ex, layer - 1, part, np.flatnonzero(mark), row_index.get_orthogonal_selection, plan.layout.starts
-            )
-        )
+        foreign.append(H.write_needs(ex, layer - 1, part, np.flatnonzero(mark), lambda v: oi.rows(v, starts), starts))
         sample_s.append(t1 - t)
         needs_s.append(time.perf_counter() - t1)
     return {

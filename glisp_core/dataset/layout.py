@@ -14,7 +14,8 @@ the accessors below resolve a stage's published output through that record::
     partition/<run>/@A/replicas/     vid, parts (array<int>), master
     serialize/<run>/@A/part-NNNNN/   raw arrays + meta.json             (glisp_core.partition_format)
     serialize/<run>/@A/parquet/      edges/ and vertices/ per partition
-    reorder/<run>/<order>/@A/        vid, part, pos                     (Parquet)
+    reorder/<run>/<order>/@A/        vid, part, pos, part_pos, degree   (Parquet)
+    reorder/<run>/<order>/@A/_index/ by vertex id and by partition      (Zarr, glisp_core.dataset.order_index)
     train/<run>/@A/                  model.json + weights.pt            (glisp_core.models checkpoint)
     infer/<run>/@A/                  per-layer Zarr arrays, id map and outputs (glisp_infer)
 

@@ -12,7 +12,8 @@ implementation both stages call), so an isolated vertex goes to its master too. 
 
 ``pos`` is the vertex's position in the global order (dense 0..n-1): the row of the vertex in the
 per-layer embedding array. ``part_pos`` is its position among the vertices of its own inference
-partition, in the same order (dense 0..n_part-1).
+partition, in the same order (dense 0..n_part-1). Beside the table, ``_index/`` holds the same as Zarr
+arrays by vertex id and by partition (:mod:`glisp_core.dataset.order_index`): what inference tasks look up.
 """
 
 from __future__ import annotations
@@ -23,11 +24,13 @@ from typing import TYPE_CHECKING
 from glisp_core.config import Config
 from glisp_core.dataset.layout import DST, MASTER, PART, POS, SRC, VID, DatasetVersion
 from glisp_core.dataset.manifest import StageRecord, read_manifest
+from glisp_core.dataset.order_index import INDEX_DIR, index_url
 from glisp_core.dataset.publish import StagePublisher, up_to_date
 from glisp_core.errors import ConfigError
 from glisp_spark.tables import read_parquet, write_parquet
 from spark_jobs.serialize.job import resolve_run
 from spark_jobs.serialize.master import compute_masters
+from spark_jobs.serialize.order_index import write_order_index
 
 if TYPE_CHECKING:
     from pyspark.sql import Column, DataFrame, SparkSession
@@ -108,6 +111,7 @@ def run_reorders(
     pubs = {}
     for o in orders:
         params = {"partition": run, "parts": num_parts, "order": o, "master_rule": cfg.serialize.master_rule}
+        params["index"] = INDEX_DIR  # stages published before the lookup arrays are not current
         pubs[o] = StagePublisher(dv, f"reorder/{run}/{o}", params, depends=["ingest", f"partition/{run}"])
     todo = [o for o in orders if force or not pubs[o].is_current()]
     for o in orders:
@@ -149,14 +153,28 @@ def run_reorders(
             else:
                 ranked = dense_positions(ranked, keys)
             out = ranked.select(VID, PART, POS, F.col("part_pos").cast("long").alias("part_pos"), "degree")
-            # the attempt prefix itself is the Parquet table: its files go in beside the attempt's lease
-            write_parquet(out.sortWithinPartitions(POS), pub.tmp, mode="into")
+            out = out.persist(StorageLevel.MEMORY_AND_DISK)  # the table and its lookup arrays
+            try:
+                # the attempt prefix itself is the Parquet table: its files go in beside the attempt's lease
+                write_parquet(out.sortWithinPartitions(POS), pub.tmp, mode="into")
+                idx = write_order_index(
+                    out, index_url(pub.tmp), list(masters.per_part), cfg.reorder.index_in_driver_vertices
+                )
+            finally:
+                out.unpersist()
             counts = {
                 "vertices": sum(masters.per_part),
                 "vertices_per_part": masters.per_part,
                 "isolated_vertices": masters.isolated,
+                "index_chunks_by_vid": idx["chunks_by_vid"],
+                "index_chunks_by_part": idx["chunks_by_part"],
+                "index_written_by": idx["written_by"],
             }
-            timings = {"masters_s": round(t_masters, 3), "total_s": round(time.perf_counter() - t1 + t_masters, 3)}
+            timings = {
+                "masters_s": round(t_masters, 3),
+                "index_s": idx["index_s"],
+                "total_s": round(time.perf_counter() - t1 + t_masters, 3),
+            }
             recs[o] = pub.commit(counts=counts, timings=timings)
     t.unpersist()
     masters.df.unpersist()

@@ -53,6 +53,11 @@ def test_full_fanout_equals_full_graph_forward_and_every_vertex_has_one_row(spar
     assert ((row >= np.take(starts, part)) & (row < np.take(starts, part) + np.take(counts, part))).all()
     vid_of_row = np.asarray(open_array(r.url, "index/vid")[:])
     assert np.array_equal(np.sort(vid_of_row[vid_of_row >= 0]), np.arange(g.n))
+    # the run's own index (layer 0's tasks write it from the order's arrays): row and position of every vertex
+    row_of_vid = np.asarray(open_array(r.url, "index/row")[:])
+    assert np.array_equal(row_of_vid[idx["vid"].to_numpy()], row) and np.array_equal(vid_of_row[row_of_vid], idx["vid"])
+    order = pq.read_table(g.dv.reorder(g.run, "pds")).to_pandas().sort_values("vid")
+    assert np.array_equal(np.asarray(open_array(r.url, "index/pos")[:]), order["pos"].to_numpy())
     assert starts[0] == 0 and all(s % 16 == 0 for s in starts)
     # own rows of every layer came from the local files the previous tasks wrote
     assert [rec.metrics["layers"][f"layer{i}"]["own_rows_local"] for i in (1, 2)] == [3, 3]
@@ -67,6 +72,20 @@ def test_full_fanout_equals_full_graph_forward_and_every_vertex_has_one_row(spar
     assert (pred["orig_id"].to_numpy() == np.arange(g.n).astype(str)).all()
     emb = pq.read_table(r.path / "embeddings").to_pandas().sort_values("vid")
     np.testing.assert_allclose(np.stack(emb["embedding"].to_numpy()), ref, rtol=1e-4, atol=1e-5)
+
+
+def test_an_order_without_its_lookup_arrays_is_named(spark, infer_graph) -> None:
+    """The tasks read the reorder stage's ``_index``; a stage that lacks it fails in the driver, naming it."""
+    from glisp_core.dataset.order_index import INDEX_DIR
+
+    g = infer_graph
+    d = g.dv.reorder(g.run, "pds").local / INDEX_DIR
+    d.rename(d.with_name("_moved"))
+    try:
+        with pytest.raises(GlispError, match=r"_index: the reorder stage's lookup arrays are missing.*--force"):
+            _infer(spark, g, "sage", "sage-no-index")
+    finally:
+        d.with_name("_moved").rename(d)
 
 
 def test_typed_rgcn_at_full_fanout(spark, infer_graph) -> None:

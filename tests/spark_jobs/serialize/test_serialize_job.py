@@ -219,6 +219,35 @@ def test_reorder_tables(typed, reorders, order: str) -> None:
         assert np.array_equal(pp, np.arange(len(pp)))
 
 
+@pytest.mark.parametrize(("order", "where"), [("pds", "driver"), ("ds", "driver"), ("pds", "executors")])
+def test_reorder_lookup_arrays(typed, reorders, spark, tmp_path, order: str, where: str) -> None:
+    """The stage's ``_index`` arrays (filled in the driver at this size) and the executors' (the path of large
+    graphs, written here from the same table) answer what the table says."""
+    from glisp_core.dataset.order_index import OrderIndex, index_url
+    from glisp_spark.tables import read_parquet
+    from spark_jobs.serialize.order_index import write_order_index
+
+    dv, _, run, _, _ = typed
+    rec = reorders[order]
+    counts = tuple(int(c) for c in rec.counts["vertices_per_part"])
+    url = index_url(dv.reorder(run, order))
+    assert rec.counts["index_written_by"] == "driver"
+    if where == "executors":
+        url = str(tmp_path / "index")
+        got = write_order_index(read_parquet(spark, dv.reorder(run, order)), url, list(counts), in_driver=0)
+        assert got["written_by"] == "executors" and got["chunks_by_vid"] == got["chunks_by_part"] == 1
+    oi = OrderIndex(url, counts)
+    t = pq.read_table(dv.reorder(run, order)).to_pandas()
+    probe = np.random.default_rng(0).permutation(t["vid"].to_numpy())
+    at = t.set_index("vid").loc[probe]
+    assert np.array_equal(oi.pos(probe), at["pos"].to_numpy())
+    starts = np.arange(P) * 1000  # another layout's partition starts: row = start + part_pos
+    assert np.array_equal(oi.rows(probe, starts), starts[at["part"].to_numpy()] + at["part_pos"].to_numpy())
+    for k in range(P):
+        mine = t[t["part"] == k].sort_values("part_pos")["vid"].to_numpy()
+        assert np.array_equal(oi.vertices(k), mine)
+
+
 def test_empty_partition_and_hash_rule(tmp_path: Path, spark, cfg) -> None:
     """A partition that receives no edge and no vertex is still written (empty), and 'hash' masters work."""
     from spark_jobs.serialize.job import run_serialize
