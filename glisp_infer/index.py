@@ -42,11 +42,10 @@ def write_run_index(plan: InferPlan, part: int, vids: np.ndarray) -> int:
         open_array(plan.store, INDEX_VID, mode="r+")[start : start + padded] = buf
     row_arr, pos_arr = open_array(plan.store, INDEX_ROW, mode="r+"), open_array(plan.store, INDEX_POS, mode="r+")
     n, written = layout.num_vertices, padded // layout.chunk_rows
-    starts = np.asarray(layout.starts, np.int64)
     for j in range(part, -(-n // INDEX_CHUNK), plan.num_parts):
         lo, hi = j * INDEX_CHUNK, min((j + 1) * INDEX_CHUNK, n)
-        row_arr[lo:hi] = starts[oi.chunk("part", j)] + oi.chunk("part_pos", j)
-        pos_arr[lo:hi] = oi.chunk("pos", j)
+        row_arr[lo:hi] = oi.rows(np.arange(lo, hi), layout.starts)
+        pos_arr[lo:hi] = oi.pos(np.arange(lo, hi))
         written += 2
     return written
 

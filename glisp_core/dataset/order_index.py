@@ -36,6 +36,11 @@ def index_url(stage_dir: StoreURI) -> str:
     return str(stage_dir / INDEX_DIR)
 
 
+def partition_starts(counts: list[int] | tuple[int, ...]) -> np.ndarray:
+    """Where each partition's vertices begin in ``vid`` (int64)."""
+    return np.r_[0, np.cumsum(counts, dtype=np.int64)[:-1]].astype(np.int64) if len(counts) else np.zeros(0, np.int64)
+
+
 def create_index(url: str, n: int, counts: list[int]) -> None:
     """The group and its four arrays (metadata only: the writer's tasks fill the chunks)."""
     g = open_group(url, mode="w")
@@ -70,7 +75,7 @@ class OrderIndex:
     @property
     def starts(self) -> tuple[int, ...]:
         """Where each partition's vertices begin in ``vid``."""
-        return tuple(int(x) for x in np.r_[0, np.cumsum(self.counts)[:-1]]) if self.counts else ()
+        return tuple(int(x) for x in partition_starts(self.counts))
 
     def vertices(self, part: int) -> np.ndarray:
         """Partition ``part``'s vertices in the order (its rows, first to last)."""
@@ -93,10 +98,6 @@ class OrderIndex:
         part = self._get("part", vids)
         return part, np.asarray(np.asarray(row_starts, np.int64)[part] + self._get("part_pos", vids), np.int64)
 
-    def chunk(self, name: str, j: int) -> np.ndarray:
-        """Chunk ``j`` of a by-vertex-id array, whole (the last one may be short)."""
-        return _chunk(self.url, name, j, sum(self.counts))
-
     def _get(self, name: str, vids: np.ndarray) -> np.ndarray:
         """``name`` at ``vids``: from this process's copies of the chunks they fall in when those are few (the
         arrays are immutable once published; tasks of a run ask the same chunks again and again), else one
@@ -109,9 +110,7 @@ class OrderIndex:
             raise GlispError(f"{self.url}/{name}: vertex ids outside [0, {n}) asked for")
         cid = vids // CHUNK
         chunks = np.flatnonzero(np.bincount(cid))
-        if len(chunks) == 1:
-            out = np.asarray(_chunk(self.url, name, int(chunks[0]), n)[vids - int(chunks[0]) * CHUNK], np.int64)
-        elif len(chunks) <= CACHED_CHUNKS:
+        if len(chunks) <= CACHED_CHUNKS:
             out = np.empty(len(vids), np.int64)
             for j in chunks:
                 sel = cid == j

@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from glisp_core.dataset.layout import PART, POS, VID
-from glisp_core.dataset.order_index import BY_PART, BY_VID, CHUNK, create_index
+from glisp_core.dataset.order_index import BY_PART, BY_VID, CHUNK, create_index, partition_starts
 from glisp_core.storage.zarr_arrays import open_array
 from glisp_spark.worker_heap import freeze_worker_heap
 
@@ -86,7 +86,7 @@ def _by_executors(df: DataFrame, url: str, counts: list[int]) -> dict[str, Any]:
     from glisp_spark.background import Background
 
     n = int(sum(counts))
-    starts = F.array(*[F.lit(int(s)).cast("long") for s in np.r_[0, np.cumsum(counts)[:-1]]])
+    starts = F.array(*[F.lit(int(s)).cast("long") for s in partition_starts(counts)])
     t = df.select(VID, PART, POS, "part_pos").withColumn(
         PPOS, F.element_at(starts, F.col(PART) + 1) + F.col("part_pos")
     )
@@ -109,7 +109,7 @@ def _in_driver(df: DataFrame, url: str, counts: list[int]) -> dict[str, Any]:
         full[vid] = col
         arr[:] = full
     by_part = np.full(n, -1, np.int64)
-    by_part[np.r_[0, np.cumsum(counts)[:-1]].astype(np.int64)[cols["part"]] + cols["part_pos"]] = vid
+    by_part[partition_starts(counts)[cols["part"]] + cols["part_pos"]] = vid
     open_array(url, BY_PART, mode="r+")[:] = by_part
     chunks = -(-n // CHUNK)
     return {"chunks_by_vid": chunks, "chunks_by_part": chunks, "written_by": "driver"}
