@@ -18,7 +18,7 @@ import numpy as np
 
 from glisp_core.dataset.layout import ORIG_ID, PART, VID, VTYPE, DatasetVersion
 from glisp_core.storage.uri import StoreURI
-from glisp_infer.store import INDEX_CHUNK, INDEX_POS, INDEX_ROW, INDEX_VID, open_array
+from glisp_infer.store import INDEX_CHUNK, INDEX_POS, INDEX_ROW, INDEX_VID, open_array, write_owned
 from glisp_spark.tables import read_parquet, write_parquet
 from glisp_spark.worker_heap import freeze_worker_heap
 
@@ -35,13 +35,10 @@ def write_run_index(plan: InferPlan, part: int, vids: np.ndarray) -> int:
     (whole chunks: its rows start on a chunk boundary) and the by-vertex-id chunks ``j`` of ``index/row`` and
     ``index/pos`` with ``j % num_parts == part``, from the reorder stage's arrays. Returns the chunks written."""
     layout, oi = plan.layout, plan.order_index()
-    start, padded = layout.starts[part], layout.padded[part]
-    buf = np.full(padded, -1, np.int64)
-    buf[: len(vids)] = vids
-    if padded:
-        open_array(plan.store, INDEX_VID, mode="r+")[start : start + padded] = buf
+    vid_arr = open_array(plan.store, INDEX_VID, mode="r+")
+    written = write_owned(vid_arr, layout.starts[part], np.asarray(vids, np.int64), layout.chunk_rows, fill=-1)
     row_arr, pos_arr = open_array(plan.store, INDEX_ROW, mode="r+"), open_array(plan.store, INDEX_POS, mode="r+")
-    n, written = layout.num_vertices, padded // layout.chunk_rows
+    n = layout.num_vertices
     for j in range(part, -(-n // INDEX_CHUNK), plan.num_parts):
         lo, hi = j * INDEX_CHUNK, min((j + 1) * INDEX_CHUNK, n)
         row_arr[lo:hi] = oi.rows(np.arange(lo, hi), layout.starts)
@@ -74,8 +71,7 @@ def start_id_map(
         for b in batches:
             part, row = oi.locate(b.column(VID).to_numpy(), starts)
             yield pa.RecordBatch.from_arrays(
-                [*b.columns, pa.array(part.astype(np.int32)), pa.array(row)],
-                schema=pa.schema([*b.schema, (PART, pa.int32()), (ROW, pa.int64())]),
+                [*b.columns, pa.array(part.astype(np.int32)), pa.array(row)], names=[*b.schema.names, PART, ROW]
             )
 
     def id_map() -> float:

@@ -182,8 +182,8 @@ def layer_name(i: int) -> str:
     return f"{LAYERS}/{i}"
 
 
-def write_owned(arr: Any, start: int, values: np.ndarray, chunk_rows: int) -> int:
-    """Write ``values`` from row ``start`` (a chunk boundary), zero-padding the last chunk; returns the
+def write_owned(arr: Any, start: int, values: np.ndarray, chunk_rows: int, fill: float = 0) -> int:
+    """Write ``values`` from row ``start`` (a chunk boundary), padding the last chunk with ``fill``; returns the
     number of chunks written. Every write covers whole chunks, so zarr never reads one back."""
     if start % chunk_rows:
         raise GlispError(f"write at row {start}: not a multiple of the chunk rows {chunk_rows}")
@@ -191,7 +191,7 @@ def write_owned(arr: Any, start: int, values: np.ndarray, chunk_rows: int) -> in
     for a in range(0, len(values), chunk_rows):
         block = values[a : a + chunk_rows]
         if len(block) < chunk_rows:
-            full = np.zeros((chunk_rows,) + values.shape[1:], arr.dtype)
+            full = np.full((chunk_rows,) + values.shape[1:], fill, arr.dtype)
             full[: len(block)] = block
             block = full
         sink.put((start + a) // chunk_rows, block)
