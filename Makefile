@@ -4,8 +4,9 @@ PYTHON ?= $(shell command -v python3.11 || command -v python3)
 VENV   ?= .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.glisp-installed
+COV    := $(foreach p,glisp_app glisp_core glisp_spark glisp_sampling spark_jobs glisp_serving glisp_train glisp_infer glisp_testing,--cov=$(p))
 
-.PHONY: demo test check bench-partition bench-serialize bench-sampling clean java-check
+.PHONY: demo test test-fast test-rest coverage check bench-partition bench-serialize bench-sampling clean java-check
 
 $(STAMP): pyproject.toml
 	@$(PYTHON) -c 'import sys; sys.exit(0 if sys.version_info >= (3, 11) else "GLISP needs Python 3.11 or newer")'
@@ -23,8 +24,21 @@ java-check:
 demo: $(STAMP) java-check
 	$(VENV)/bin/glisp pipeline --builtin cora --root data/demo --parts 4 --train
 
-test: $(STAMP) java-check check
-	$(PY) -m pytest -q --durations=40 tests
+# The gate, then the fast lane (no JVM, no server subprocess: a broken change fails in minutes), then the rest.
+# Tiers come from the fixtures a test uses (tests/tiers.py); each run prints its time per tier.
+test: $(STAMP) java-check check test-fast test-rest
+
+test-fast: $(STAMP)
+	$(PY) -m pytest -q -m fast tests
+
+# two workers: each test group runs whole on one (docs/testing.md)
+test-rest: $(STAMP) java-check
+	$(PY) -m pytest -q -m "not fast" -n 2 --dist loadgroup --durations=25 tests
+
+# line coverage of the library by the whole suite (both lanes, in-process code only)
+coverage: $(STAMP) java-check
+	$(PY) -m pytest -q -m fast $(COV) --cov-report= tests
+	$(PY) -m pytest -q -m "not fast" -n 2 --dist loadgroup $(COV) --cov-append --cov-report=term tests
 
 # the static gate CI runs before the tests: lint, layout, import layers and circles, types
 check: $(STAMP)

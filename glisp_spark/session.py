@@ -74,6 +74,11 @@ def get_spark(conf: SparkConfig | None = None, checkpoint_dir: str | None = None
         # Spark's start-up notices (loopback hostname, native-hadoop library) stay off the user's terminal
         "spark.driver.extraJavaOptions": f"-Dlog4j2.configurationFile={LOG4J2.as_uri()}",
     }
+    if not is_local_master(master):
+        from glisp_core.numba_cache import LOCATORS
+
+        # executors import GLISP from the shipped zip: numba's kernel cache keyed by its content, not its path
+        settings["spark.executorEnv.NUMBA_CACHE_LOCATOR_CLASSES"] = LOCATORS
     settings.update(conf.conf)
     for k, v in settings.items():
         if not preset.contains(k):

@@ -51,6 +51,8 @@ EXECUTOR_CONF = {
     "spark.scheduler.minRegisteredResourcesRatio": "1.0",
     "spark.driver.host": "127.0.0.1",
     "spark.driver.bindAddress": "127.0.0.1",
+    # each worker's private /tmp lives as long as the cluster: kernels compiled by one application serve the next
+    "spark.executorEnv.NUMBA_CACHE_DIR": "/tmp/glisp-numba-cache",
 }
 
 

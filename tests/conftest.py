@@ -21,7 +21,13 @@ ROOT = Path(__file__).resolve().parent.parent
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
+pytest.register_assert_rewrite("tests.tiers")  # imported here for `needs`, and loaded as a plugin below
+from glisp_testing.jvm_opts import use_test_jvm_options  # noqa: E402
+from glisp_testing.processes import Processes  # noqa: E402
 from glisp_testing.s3server import MotoServer, free_port, use_only  # noqa: E402
+from tests.tiers import needs  # noqa: E402
+
+pytest_plugins = ["tests.tiers"]
 
 # ---- the S3 server's environment, set at import time ---------------------------------------------
 
@@ -33,8 +39,11 @@ S3_BUCKET = "glisp-test"
 
 use_only(S3_ENDPOINT, os.environ)
 
+use_test_jvm_options(os.environ)  # every JVM the tests start: see glisp_testing.jvm_opts
+
 
 @pytest.fixture(scope="session")
+@needs("s3")
 def s3_server():
     """moto_server on 127.0.0.1:S3_PORT with the bucket S3_BUCKET; yields the endpoint URL."""
     server = MotoServer(port=S3_PORT)
@@ -85,6 +94,7 @@ def any_root(request: pytest.FixtureRequest, tmp_path: Path):
 
 
 @pytest.fixture(scope="session")
+@needs("spark")
 def spark(tmp_path_factory: pytest.TempPathFactory):
     from glisp_core.config import SparkConfig
     from glisp_spark.session import get_spark
@@ -109,3 +119,24 @@ def cfg():
     from glisp_core.config import load_config
 
     return load_config(env={})
+
+
+# ---- subprocesses --------------------------------------------------------------------------------------------
+
+
+@pytest.fixture
+@needs("subprocess_jvm")
+def jvm_processes():
+    """For a test that runs a Spark stage in a subprocess (a CLI with its own JVM); reaped at the end."""
+    procs = Processes()
+    yield procs
+    procs.reap()
+
+
+@pytest.fixture
+@needs("servers")
+def server_processes():
+    """For a test that starts sampling servers in subprocesses; reaped at the end."""
+    procs = Processes()
+    yield procs
+    procs.reap()

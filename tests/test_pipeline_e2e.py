@@ -68,7 +68,7 @@ def test_changed_parameters_add_a_run(spark, cora):
     assert m.has_stage("partition/adadne-p2")  # nothing already published is lost
 
 
-def test_serve_cluster_and_sample(cora, tmp_path):
+def test_serve_cluster_and_sample(cora, tmp_path, server_processes):
     from glisp_serving.client.sampling_client import SamplingClient
 
     cfg, dv = cora

@@ -31,8 +31,6 @@ from glisp_core.storage.store import store_for
 from glisp_core.storage.uri import StoreURI, parse_uri
 from glisp_testing.graphs import rmat_edges
 
-pytestmark = pytest.mark.slow
-
 STAGES = {  # where a stage's attempts appear, relative to the graph directory
     "ingest": re.compile(r"^[^/]+/ingest/@[^/]+/"),
     "partition": re.compile(r"^[^/]+/partition/[^/]+/@[^/]+/"),
@@ -108,7 +106,7 @@ def _java_of(proc: subprocess.Popen) -> psutil.Process | None:
 def _run_and_kill(cmd: list[str], gdir: StoreURI, stage: str, victim: str, timeout: float = 600) -> tuple[int, str]:
     """Start the pipeline, wait until ``stage`` writes into a new attempt, then SIGKILL the JVM or the driver."""
     env = dict(os.environ, PYTHONUNBUFFERED="1")
-    earlier = _attempts(gdir, stage)
+    earlier, tree = _attempts(gdir, stage), []
     proc = subprocess.Popen(
         cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env, start_new_session=True
     )
@@ -125,8 +123,10 @@ def _run_and_kill(cmd: list[str], gdir: StoreURI, stage: str, victim: str, timeo
                 time.sleep(0.05)
                 java = _java_of(proc)
             assert java is not None, "no Spark JVM under the pipeline process"
+            tree = _tree(proc)  # Python workers leave the group (PySpark's daemon makes its own): killed below too
             java.kill()
         else:
+            tree = _tree(proc)
             proc.kill()
         out, _ = proc.communicate(timeout=180)
         return proc.returncode, out
@@ -135,6 +135,25 @@ def _run_and_kill(cmd: list[str], gdir: StoreURI, stage: str, victim: str, timeo
             os.killpg(proc.pid, signal.SIGKILL)  # leave no orphan JVM behind
         except ProcessLookupError:
             pass
+        _kill_all(tree)
+
+
+def _tree(proc: subprocess.Popen) -> list[psutil.Process]:
+    try:
+        return psutil.Process(proc.pid).children(recursive=True)
+    except psutil.NoSuchProcess:
+        return []
+
+
+def _kill_all(procs: list[psutil.Process]) -> None:
+    """The killed run ends whole: a Python worker it left behind would still write into its attempt while the
+    re-run removes it, and leave litter the re-run cannot know about."""
+    for p in procs:
+        try:
+            p.kill()
+        except psutil.NoSuchProcess:
+            pass
+    psutil.wait_procs(procs, timeout=30)
 
 
 def _check_consistent(gdir: StoreURI) -> None:
@@ -173,7 +192,7 @@ def published(spark, tmp_path_factory, request):
     return root / "g", dv_a, b
 
 
-def test_killed_jvm_or_driver_in_every_stage_loses_nothing_and_a_rerun_completes(published):
+def test_killed_jvm_or_driver_in_every_stage_loses_nothing_and_a_rerun_completes(published, jvm_processes):
     gdir, dv_a, snapshot_b = published
     before_a = _digest(dv_a.path)
     cmd = _cmd(snapshot_b, gdir.parent)
@@ -240,7 +259,7 @@ def _own_lines(lines: list[str]) -> list[str]:
     return keep
 
 
-def test_full_disk_ends_with_a_clean_error_and_no_corrupt_version(tmp_path):
+def test_full_disk_ends_with_a_clean_error_and_no_corrupt_version(tmp_path, jvm_processes):
     """A 2 MiB file system: a small graph fits, the next snapshot does not."""
     if shutil.which("unshare") is None:
         pytest.skip("needs unshare(1) to mount a small private tmpfs")
@@ -258,7 +277,6 @@ def test_full_disk_ends_with_a_clean_error_and_no_corrupt_version(tmp_path):
     disk = tmp_path / "disk"
     disk.mkdir()
     root = disk / "root"
-    base = [sys.executable, "-m", "glisp_app.cli"]
     common = ["--root", str(root), "--master", "local[2]", "--set", "spark.driver_memory=1g"]
     repo = str(Path(__file__).resolve().parent.parent)
     check = (
@@ -269,16 +287,22 @@ def test_full_disk_ends_with_a_clean_error_and_no_corrupt_version(tmp_path):
         "import pyarrow.parquet as pq; assert pq.read_table(str(dv.edges)).num_rows == 200\n"
         "print('versions', list_versions(dv.root, 'small'), list_versions(dv.root, 'big'))\n"
     )
+    # both ingests in one process (one JVM), each through the CLI's own entry point and exit code
+    ingests = (
+        f"import sys; sys.path.insert(0, {repo!r}); from glisp_app.cli import main\n"
+        f"assert main(['ingest', '--edges', {str(small)!r}, '--graph', 'small', *{common!r}]) == 0\n"
+        f"rc = main(['ingest', '--edges', {str(big)!r}, '--graph', 'big', *{common!r}])\n"
+        "sys.stdout.flush(); sys.stderr.flush(); print(f'big-rc={rc}', flush=True)\n"
+    )
     script = " && ".join(
         [
             f"mount -t tmpfs -o size=1m none {disk}",
-            " ".join(base + ["ingest", "--edges", str(small), "--graph", "small"] + common),
-            "(" + " ".join(base + ["ingest", "--edges", str(big), "--graph", "big"] + common) + "; echo big-rc=$?)",
+            f'{sys.executable} -c "$INGESTS"',
             f'{sys.executable} -c "$CHECK"',
             f"find {root}/big -name '@*' | sed 's/^/leftover /'",
         ]
     )
-    env = dict(os.environ, PYTHONUNBUFFERED="1", CHECK=check)
+    env = dict(os.environ, PYTHONUNBUFFERED="1", CHECK=check, INGESTS=ingests)
     res = subprocess.run(["unshare", "-rm", "sh", "-c", script], capture_output=True, text=True, env=env, timeout=600)
     out = res.stdout + res.stderr
     assert res.returncode == 0, out[-4000:]

@@ -9,8 +9,6 @@ import pytest
 from glisp_core.dataset.manifest import read_manifest
 from glisp_core.dataset.versions import read_latest
 
-pytestmark = pytest.mark.slow
-
 
 def test_refresh_carries_the_model_and_infers_before_latest_moves(spark, tmp_path):
     from glisp_app.pipeline import run_pipeline

@@ -29,8 +29,6 @@ from glisp_core.dataset.manifest import read_manifest
 from glisp_core.dataset.versions import read_latest
 from glisp_core.storage.store import Store
 
-pytestmark = pytest.mark.slow
-
 ROOT = Path(__file__).resolve().parent.parent
 STAGES = ("ingest", "partition/adadne-p2", "serialize/adadne-p2", "reorder/adadne-p2/pds", "train/nightly")
 
@@ -106,7 +104,7 @@ def test_every_stage_of_both_snapshots_is_in_the_bucket(s3_refresh):
     assert read_manifest(dv2).stage("ingest").fingerprint != read_manifest(dv1).stage("ingest").fingerprint
 
 
-def test_serve_cluster_serves_the_bucket_and_reloads_to_the_second_snapshot(s3_refresh, tmp_path):
+def test_serve_cluster_serves_the_bucket_and_reloads_to_the_second_snapshot(s3_refresh, tmp_path, server_processes):
     from glisp_serving.client.sampling_client import SamplingClient
 
     cfg, (dv1, dv2) = s3_refresh

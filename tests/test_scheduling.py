@@ -77,7 +77,7 @@ def _run(steps) -> None:
         assert rc == 0, f"step {s.task_id} ({' '.join(s.argv)}) exited with {rc}"
 
 
-def test_refresh_commands_run_for_real(spark, tmp_path):
+def test_refresh_commands_run_for_real(spark, tmp_path, server_processes):
     import numpy as np
     import pyarrow.parquet as pq
 

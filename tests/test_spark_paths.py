@@ -87,3 +87,43 @@ def test_builtin_inputs_are_copied_to_the_shared_root(tmp_path):
     assert share_builtin(ing, tmp_path / "_builtin") == shared  # a rerun fingerprints the same inputs
     assert [p.stat().st_mtime_ns for p in paths] == stamps
     assert dict(shared.__dict__, edges=None, vertices=None) == dict(ing.__dict__, edges=None, vertices=None)
+
+
+_KERNEL = "from numba import njit\n\n@njit(cache=True)\ndef plus_one(x):\n    return x + 1\n"
+_USE = (
+    "import sys; sys.path.insert(0, sys.argv[1]); from kmod.k import plus_one; assert plus_one(41) == 42; "
+    "print(sum(plus_one.stats.cache_hits.values()), sum(plus_one.stats.cache_misses.values()))"
+)
+
+
+def _run_from_zip_at(z: Path, where: Path, cache: Path, locators: str | None) -> tuple[int, int]:
+    """Import a cached kernel from a copy of the zip ``z`` at ``where`` (a new directory, as Spark gives each
+    application) in a fresh process; numba's (cache hits, misses) for it."""
+    import shutil
+    import subprocess
+
+    where.mkdir(parents=True)
+    shutil.copy(z, where / z.name)  # a new path and a new modification time
+    env = {k: v for k, v in os.environ.items() if not k.startswith("NUMBA_")}
+    env.update(PYTHONPATH=str(ROOT), NUMBA_CACHE_DIR=str(cache))
+    if locators:
+        env["NUMBA_CACHE_LOCATOR_CLASSES"] = locators
+    r = subprocess.run([sys.executable, "-c", _USE, str(where / z.name)], capture_output=True, text=True, env=env)
+    assert r.returncode == 0, r.stderr
+    hits, misses = map(int, r.stdout.split())
+    return hits, misses
+
+
+def test_kernels_from_the_code_zip_are_compiled_once_across_applications(tmp_path):
+    """With the session's locators a kernel imported from the zip at a new path (the next application) loads
+    from the cache; with numba's own it compiles again: the cache followed the zip's path."""
+    from glisp_core.numba_cache import LOCATORS
+
+    z = tmp_path / "glisp-0.0.zip"
+    with zipfile.ZipFile(z, "w") as f:
+        f.writestr("kmod/__init__.py", "")
+        f.writestr("kmod/k.py", _KERNEL)
+    for name, locators, second in (("content", LOCATORS, (1, 0)), ("numba", None, (0, 1))):
+        cache = tmp_path / f"cache-{name}"
+        assert _run_from_zip_at(z, tmp_path / name / "app-1", cache, locators) == (0, 1)
+        assert _run_from_zip_at(z, tmp_path / name / "app-2", cache, locators) == second, name

@@ -134,7 +134,7 @@ def test_cron_line_runs_real_commands():
         parser.parse_args(rest)  # SystemExit (a failed test) on an unknown or missing argument
 
 
-def test_a_real_local_submit_runs_on_the_checkouts_python(tmp_path):
+def test_a_real_local_submit_runs_on_the_checkouts_python(tmp_path, jvm_processes):
     """spark-submit of a stage, for real (local[1]), with a ``python3`` on PATH that has none of GLISP's packages:
     the driver and the Python workers must run on the checkout's Python, not on whatever ``python3`` is."""
     import os
@@ -184,7 +184,7 @@ spark.stop()
 """
 
 
-def test_spark_submit_settings_win_over_the_config(tmp_path):
+def test_spark_submit_settings_win_over_the_config(tmp_path, jvm_processes):
     """Under spark-submit, its --master and --conf are what the session runs with (the config's master and
     its own defaults apply only where spark-submit set nothing)."""
     import json

@@ -12,9 +12,11 @@ from pathlib import Path
 import pytest
 
 from glisp_testing.standalone import Standalone, unavailable
+from tests.tiers import needs
 
 
 @pytest.fixture(scope="session")
+@needs("standalone")
 def standalone(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Standalone]:
     """A master and two isolated workers for the whole session, stopped at its end even after a failure; their
     hosts' environment carries the test S3 server's address and credentials (as an instance role would)."""
@@ -24,6 +26,7 @@ def standalone(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Standalone]
     import pyspark
 
     aws = {k: v for k, v in os.environ.items() if k.startswith("AWS_") or k in ("NO_PROXY", "no_proxy")}
+    aws["SPARK_DAEMON_JAVA_OPTS"] = os.environ.get("SPARK_DAEMON_JAVA_OPTS", "")  # the tests' JVM options
     cluster = Standalone(tmp_path_factory.mktemp("standalone-logs"), str(Path(pyspark.__file__).parent), worker_env=aws)
     try:
         cluster.start()

@@ -23,13 +23,13 @@ import pytest
 
 from glisp_core.dataset.layout import DatasetVersion
 from glisp_core.storage.uri import StoreURI, parse_uri
+from glisp_testing.jvm_opts import TEST_JVM_OPTS
 from glisp_testing.standalone import EXEC_PYTHON, EXECUTOR_CONF, ROOT, Standalone, driver_env, driver_paths
-
-pytestmark = pytest.mark.slow
+from tests.tiers import needs
 
 GRAPH, VERSION, RUN, MODEL = "cora", "v1", "adadne-p2", "tiny"
 COMMON_CONF = {"spark.hadoop.fs.defaultFS": "hdfs://127.0.0.1:1"}
-CLUSTER_CONF = EXECUTOR_CONF
+CLUSTER_CONF = {**EXECUTOR_CONF, "spark.executor.extraJavaOptions": TEST_JVM_OPTS}
 TIMEOUT = 420
 # the partition's vertex state in executor tasks (cora in 2 shards, 3 cells, p = 2: three rounds, the finishing
 # pass and one relocation round): with the driver's state a graph of cora's size is partitioned in the driver
@@ -86,6 +86,7 @@ def run_all(root: StoreURI, master: str, conf: dict[str, str]) -> Run:
 
 
 @pytest.fixture(scope="session")
+@needs("subprocess_jvm")
 def reference(shared_dir: Path) -> Iterator[Future[Run]]:
     """The local[2] run, started at once in a thread; a test waits for it with ``.result()``."""
     with ThreadPoolExecutor(1) as pool:

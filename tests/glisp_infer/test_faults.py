@@ -47,8 +47,7 @@ def test_a_failed_run_publishes_nothing_and_keeps_the_last_good_one(spark, infer
     assert len(list((tmp_path / "ext").rglob("layers/zarr.json"))) == 1  # only the published store remains
 
 
-@pytest.mark.slow
-def test_a_killed_task_is_retried_and_leaves_a_correct_array(infer_graph) -> None:
+def test_a_killed_task_is_retried_and_leaves_a_correct_array(infer_graph, jvm_processes) -> None:
     """``glisp infer`` in its own Spark (local[2,2]: one retry per task); the first attempt of partition 1's
     layer-1 task kills its Python worker after writing one chunk."""
     from glisp_infer.read import InferenceRun

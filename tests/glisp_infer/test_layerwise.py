@@ -204,7 +204,9 @@ def test_order_changes_layout_and_reads_not_embeddings(infer_graph, sampled) -> 
     assert man.stage("infer/gat-s").params["order"] == "pds" and man.stage("infer/gat-s-ns").params["order"] == "ns"
 
 
-def test_glisp_train_then_glisp_infer_equals_the_full_graph_forward(infer_graph, tmp_path, capsys) -> None:
+def test_glisp_train_then_glisp_infer_equals_the_full_graph_forward(
+    infer_graph, tmp_path, capsys, server_processes
+) -> None:
     """The real chain: ``glisp train`` through a served cluster publishes train/<name>; ``glisp infer`` reads
     that checkpoint and its partition run and writes every vertex's output, equal to the trained model's
     in-memory full-graph forward pass (along the in-edges the model was trained on: the graph is directed)."""

@@ -28,6 +28,7 @@ import numpy as np
 import pytest
 
 from glisp_testing.graphs import rmat_edges, write_dataset
+from tests.tiers import needs
 
 ROOT = Path(__file__).resolve().parents[2]
 MAX_BATCH = 2000  # serve.max_batch of the test clusters (a bigger request must be INVALID_ARGUMENT)
@@ -140,6 +141,7 @@ def stop_process(proc: subprocess.Popen, timeout: float) -> int:
 
 
 @pytest.fixture(scope="module")
+@needs("servers")
 def vc_cluster(graph, tmp_path_factory):
     c = Cluster(graph.dv, VC_RUN, tmp_path_factory.mktemp("vc"), ["--set", f"serve.max_batch={MAX_BATCH}"])
     yield c
@@ -147,6 +149,7 @@ def vc_cluster(graph, tmp_path_factory):
 
 
 @pytest.fixture(scope="module")
+@needs("servers")
 def ec_cluster(graph, tmp_path_factory):
     c = Cluster(graph.dv, EC_RUN, tmp_path_factory.mktemp("ec"))
     yield c

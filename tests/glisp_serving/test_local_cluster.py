@@ -23,7 +23,7 @@ time.sleep(600)
 """
 
 
-def test_a_killed_job_takes_its_servers_with_it(graph, tmp_path):
+def test_a_killed_job_takes_its_servers_with_it(graph, tmp_path, server_processes):
     job = subprocess.Popen(
         [sys.executable, "-c", _JOB, str(graph.dv.path), VC_RUN, str(tmp_path / "c.json")],
         stdout=subprocess.PIPE,
@@ -47,7 +47,7 @@ def test_a_killed_job_takes_its_servers_with_it(graph, tmp_path):
                 break
 
 
-def test_a_cluster_that_cannot_start_is_a_clear_error(graph, tmp_path):
+def test_a_cluster_that_cannot_start_is_a_clear_error(graph, tmp_path, server_processes):
     from glisp_core.errors import StageError
     from glisp_serving.cluster.child import start_cluster
 

@@ -29,6 +29,7 @@ from glisp_serving.proto import sampling_pb2_grpc as pb_grpc
 from glisp_serving.wire import to_array
 from glisp_testing.client_load import ClientLoad, noise
 from tests.glisp_serving.conftest import EC_RUN, ROOT, VC_RUN, Cluster, stop_process
+from tests.tiers import needs
 
 
 class Server:
@@ -88,6 +89,7 @@ def _stats(addr: str) -> pb.StatsResponse:
 
 # ---------------------------------------------------------------------------------------------- limits
 @pytest.fixture(scope="module")
+@needs("servers")
 def tight(graph, tmp_path_factory):
     """A server with small budgets: 1 MiB messages, 20,000 sampled-edge slots, 3 concurrent RPCs."""
     s = Server(
@@ -309,6 +311,7 @@ def test_sigterm_during_warm_up_exits_zero(graph, tmp_path):
 
 # -------------------------------------------------------------------------------------------- replicas
 @pytest.fixture(scope="module")
+@needs("servers")
 def replicated(graph, tmp_path_factory):
     c = Cluster(graph.dv, EC_RUN, tmp_path_factory.mktemp("replicated"), ["--replicas", "2", "--threads", "1"])
     yield c
@@ -652,7 +655,6 @@ def test_fuzzed_requests_never_crash_leak_or_answer_garbage(tight, graph):
     assert drift < 48 << 20, f"anonymous memory grew {drift >> 20} MiB over {FUZZ_CASES} fuzz cases"
 
 
-@pytest.mark.slow
 def test_soak_with_a_replica_killed_and_restarted(replicated):
     """bench/soak.py for 15 s: 3 client threads, one replica SIGKILLed at 5 s and restarted by serve-cluster
     (about 3.5 s later; bench/soak.py runs it for longer)."""

@@ -73,7 +73,7 @@ def _version_of(batch, graph) -> set[str]:
     return out
 
 
-def test_hot_reload_under_load_loses_no_request_and_mixes_no_versions(two_versions, graph, tmp_path):
+def test_hot_reload_under_load_loses_no_request_and_mixes_no_versions(two_versions, graph, tmp_path, server_processes):
     dv1, dv2 = two_versions
     cluster = Cluster(dv1, EC_RUN, tmp_path, ["--threads", "1"])
     try:
@@ -161,7 +161,7 @@ def test_hot_reload_under_load_loses_no_request_and_mixes_no_versions(two_versio
         assert cluster.stop() == 0
 
 
-def test_a_hot_reload_under_load_is_followed_quietly(two_versions, tmp_path):
+def test_a_hot_reload_under_load_is_followed_quietly(two_versions, tmp_path, server_processes):
     """A client process sampling through ``serve-reload``: every request succeeds, its stderr holds no
     traceback, and each client says once, at INFO, which version it follows (counted in its metrics)."""
     dv1, dv2 = two_versions
@@ -199,7 +199,7 @@ def test_a_hot_reload_under_load_is_followed_quietly(two_versions, tmp_path):
     ), err
 
 
-def test_servers_follow_latest(two_versions, tmp_path):
+def test_servers_follow_latest(two_versions, tmp_path, server_processes):
     """serve.follow_latest_s: every server polls the graph's latest and hot-reloads when it moves."""
     from glisp_core.dataset.versions import set_latest
 

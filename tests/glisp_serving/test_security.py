@@ -28,6 +28,7 @@ from glisp_serving.proto import sampling_pb2 as pb
 from glisp_serving.proto import sampling_pb2_grpc as pb_grpc
 from glisp_serving.security import TOKEN_ENV, check_own_client, exposure_warning, open_channel, read_token
 from tests.glisp_serving.conftest import EC_RUN, ROOT, Cluster
+from tests.tiers import needs
 
 TOKEN = "s3cr3t-token-4f1c9a"
 UNAUTH, UNAVAILABLE = grpc.StatusCode.UNAUTHENTICATED, grpc.StatusCode.UNAVAILABLE
@@ -129,6 +130,7 @@ def _start(graph, tmp_path_factory, name: str, sets: dict[str, str], env: dict[s
 
 
 @pytest.fixture(scope="module")
+@needs("servers")
 def token_cluster(graph, tmp_path_factory):
     """Plaintext on loopback, the token from the servers' environment (GLISP_TOKEN)."""
     c = _start(graph, tmp_path_factory, "token", {}, env={TOKEN_ENV: TOKEN})
@@ -137,6 +139,7 @@ def token_cluster(graph, tmp_path_factory):
 
 
 @pytest.fixture(scope="module")
+@needs("servers")
 def tls_cluster(graph, certs, tmp_path_factory):
     """Server-side TLS and a token from serve.token_file."""
     sets = {
@@ -151,6 +154,7 @@ def tls_cluster(graph, certs, tmp_path_factory):
 
 
 @pytest.fixture(scope="module")
+@needs("servers")
 def mtls_cluster(graph, certs, tmp_path_factory):
     """Mutual TLS: clients must present a certificate signed by the CA."""
     sets = {
@@ -310,7 +314,7 @@ def test_exposure_warning_rules():
         assert exposure_warning(host, tls=True, token=False) is None, host
 
 
-def test_all_interfaces_without_security_warns_and_health_port_serves_health_only(graph, tmp_path):
+def test_all_interfaces_without_security_warns_and_health_port_serves_health_only(graph, tmp_path, server_processes):
     """One plaintext server on 0.0.0.0: the warning on stderr; its serve.health_port answers health, no Sampling."""
     cmd = [
         sys.executable,

@@ -312,7 +312,7 @@ def test_gather_stream_answers_equal_unary_calls(vc_cluster, client, graph):
 
 
 @pytest.mark.parametrize("streams", [True, False], ids=["stream", "unary"])
-def test_retries_fail_over_and_deadlines(vc_cluster, graph, tmp_path, streams):
+def test_retries_fail_over_and_deadlines(vc_cluster, graph, tmp_path, streams, server_processes):
     """UNAVAILABLE is retried on the partition's next address; a request past client.deadline_s fails."""
     from glisp_core.config import ClientConfig
     from glisp_serving.cluster.cluster_file import ClusterSpec
@@ -499,7 +499,7 @@ def _health(ch: grpc.Channel) -> int:
     return health_pb2_grpc.HealthStub(ch).Check(health_pb2.HealthCheckRequest(service=""), timeout=5).status
 
 
-def test_serve_sigterm_clean_shutdown(graph, tmp_path):
+def test_serve_sigterm_clean_shutdown(graph, tmp_path, server_processes):
     """SIGTERM: NOT_SERVING visible for serve.drain_s while a request is in flight (Stats.in_flight), that
     request answered, idle streams closed, nothing new accepted after the drain, exit 0."""
     from grpc_health.v1 import health_pb2

@@ -18,6 +18,7 @@ import pytest
 
 from glisp_testing.graphs import write_dataset
 from tests.glisp_serving.conftest import Cluster
+from tests.tiers import needs
 
 P2, WHOLE, LP = "rnd-p2", "whole", "rnd-p2-lp"
 
@@ -79,6 +80,7 @@ def cora(spark, tmp_path_factory) -> Cora:
 
 
 @pytest.fixture(scope="module")
+@needs("servers")
 def cora_cluster(cora, tmp_path_factory):
     c = Cluster(cora.dv, P2, tmp_path_factory.mktemp("cora-p2"))
     yield c
@@ -86,6 +88,7 @@ def cora_cluster(cora, tmp_path_factory):
 
 
 @pytest.fixture(scope="module")
+@needs("servers")
 def lp_cluster(cora, tmp_path_factory):
     c = Cluster(cora.dv, LP, tmp_path_factory.mktemp("cora-lp"))
     yield c

@@ -18,6 +18,7 @@ from glisp_core.dataset.manifest import read_manifest
 from glisp_train.dist import Dist, rank_batches
 from tests.glisp_serving.conftest import ROOT, Cluster
 from tests.glisp_train.conftest import P2
+from tests.tiers import needs
 
 
 @pytest.mark.parametrize("n,world,batch", [(3, 2, 1), (101, 2, 50), (7, 3, 2), (0, 2, 4), (1000, 4, 64)])
@@ -69,6 +70,7 @@ def test_two_process_gloo_run_with_an_uneven_last_batch_completes(cora, cora_clu
 
 
 @pytest.fixture
+@needs("servers")
 def doomed_cluster(cora, tmp_path):
     c = Cluster(cora.dv, P2, tmp_path)
     yield c

@@ -19,6 +19,7 @@ from torch_geometric.sampler import NegativeSampling
 from glisp_testing.pyg_scripts import hetero_script, link_script, node_script
 from glisp_train.pyg import GlispSampler, LinkNeighborLoader, NeighborLoader, ReadOnlyError, glisp_remote
 from tests.glisp_serving.conftest import Cluster
+from tests.tiers import needs
 
 SEEDS = (0, 1, 2)
 HETERO_SEEDS = (0, 1, 2, 3, 4)  # IMDB's genres move more from seed to seed: averaged over five
@@ -171,6 +172,7 @@ def test_link_prediction_script_matches_in_memory_data(cora, lp_cluster, capsys)
 
 # ---------------------------------------------------------------------------------------------- typed: IMDB
 @pytest.fixture(scope="module")
+@needs("servers")
 def imdb(spark, tmp_path_factory):
     """IMDB (the graphdatascience copy) published in the ingest contract, undirected, 4 vertex types (vids by
     node id, so the types interleave), a random vertex-cut into 2, served."""

@@ -149,7 +149,7 @@ def test_missing_edges_in_the_bucket_name_the_uri(spark, graph, s3_root):
     assert not [n for n in s3.store.names(s3.stage_dir("partition/gone")) if n.startswith("@")]
 
 
-def test_glisp_partition_on_an_s3_root_in_a_fresh_process(spark, graph, s3_root):
+def test_glisp_partition_on_an_s3_root_in_a_fresh_process(spark, graph, s3_root, jvm_processes):
     """``glisp partition --root s3://...`` end to end: its new Spark session gets no checkpoint directory in the
     bucket (the JVM has no s3 connector: setting one would fail the command before it starts), and the run
     is published there, equal to the same run on the local root."""
