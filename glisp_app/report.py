@@ -36,6 +36,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--no-plot", action="store_true", help="do not write the degree distribution plot")
     parser.add_argument("--compare", metavar="OTHER", help="another version (or graph): both side by side, per stage")
     parser.add_argument("--stage", metavar="NAME", help="show one stage only, e.g. ingest, train/node-sage-whole")
+    parser.add_argument(
+        "--verify", action="store_true", help="also hash every partition file against its record (reads them all)"
+    )
 
 
 def main(args: argparse.Namespace, cfg: Config) -> int:
@@ -68,7 +71,22 @@ def main(args: argparse.Namespace, cfg: Config) -> int:
                 print(f"degree plot: {target}", file=msg_out)
             except OSError as e:
                 print(f"degree plot: cannot write {target} ({e})", file=sys.stderr)
-    return 0
+    return _report_problems(dv, manifest, args.verify, sys.stderr if args.json else sys.stdout)
+
+
+def _report_problems(dv: DatasetVersion, manifest: Manifest, verify: bool, out: Any) -> int:
+    """The artifact check (glisp_app.report_verify): 1 and one line per problem, else 0 and one line."""
+    from glisp_app.report_verify import problems
+
+    found = problems(dv, manifest, verify)
+    what = "records, files, sizes" + (" and content hashes" if verify else "")
+    if not found:
+        print(f"Integrity: ok ({what} checked)", file=out)
+        return 0
+    print(f"Integrity: {len(found)} problem(s) ({what} checked)", file=sys.stderr)
+    for line in found:
+        print(f"  {line}", file=sys.stderr)
+    return 1
 
 
 # ----------------------------------------------------------------------------------------------

@@ -247,6 +247,7 @@ class ServeConfig:
     max_fanout: int = 100_000  # one hop's / edge type's fanout; more is INVALID_ARGUMENT
     max_request_edges: int = 16_000_000  # seeds x sum of fanouts per Gather; more is RESOURCE_EXHAUSTED
     max_concurrent_rpcs: int = 256  # RPCs in progress (an open stream counts); more is RESOURCE_EXHAUSTED
+    max_inflight_mb: int = 1024  # memory all requests in progress may hold together; beyond, they wait or are refused
     drain_s: float = 1.0  # SIGTERM: NOT_SERVING but still answering this long, then drain for grace_s
     # security (glisp_serving.security): files, never secrets on the command line; "" = off
     tls_cert: str = ""  # PEM certificate chain: the server speaks TLS

@@ -21,6 +21,7 @@ from numpy.typing import NDArray
 from glisp_core.errors import GlispError
 from glisp_sampling import kernels as K
 from glisp_sampling import profile
+from glisp_sampling.budget import OverBudget, WorkBudget
 
 # Public method names -> kernel method. "uniform" is the paper's quota method when the global
 # degree is known (untyped, no time bound) and the exact-count keyed form otherwise.
@@ -108,6 +109,7 @@ class PartitionSampler:
         max_fanout: int = 100_000,
         max_request_edges: int = 16_000_000,
         max_response_bytes: int = 256 << 20,
+        budget: WorkBudget | None = None,
     ) -> None:
         """``max_fanout`` bounds one fanout, ``max_request_edges`` the sampled-edge slots a request may
         allocate (seeds x sum of fanouts: every method's buffers are sized by it) and
@@ -116,6 +118,7 @@ class PartitionSampler:
         self.max_fanout = int(max_fanout)
         self.max_request_edges = int(max_request_edges)
         self.max_response_bytes = int(max_response_bytes)
+        self.budget = budget or WorkBudget()  # shared by the requests in progress (serve.max_inflight_mb)
         self.part = int(reader.part_id)
         self.num_parts = int(reader.num_parts)
         self.chunk = max(1, int(chunk))
@@ -220,6 +223,14 @@ class PartitionSampler:
                 f"serve.max_request_edges={self.max_request_edges:,}; split the batch"
             )
 
+    def _reserve(self, nbytes: int, what: str) -> None:
+        """Hold the buffers a request is about to allocate (output, compaction and encoding copies) in the
+        server's budget; RequestTooCostly when it cannot be had within the request's deadline."""
+        try:
+            self.budget.reserve(nbytes, what)
+        except OverBudget as e:
+            raise RequestTooCostly(str(e)) from None
+
     # ------------------------------------------------------------------ Gather
     def _kernel_method(
         self,
@@ -303,6 +314,8 @@ class PartitionSampler:
             starts, ends = self._type_ranges(lids, type_ids, is_in) if typed else (self._no_i64, self._no_i64)
             caps = self._seed_caps(lids, fans, kmethod, is_in, starts, ends)
             self._check_cost(len(seeds), fans, int(caps.sum()))
+            per_edge = self.gid_out.itemsize + (8 if edge_ids else 0) + (4 if kmethod != K.QUOTA else 0)
+            self._reserve(3 * (per_edge * int(caps.sum()) + 4 * n * nslot) + 16 * n, "request")
         has_time = max_time is not None
         args: _TaskArgs = (
             kmethod,
@@ -387,7 +400,8 @@ class PartitionSampler:
         """Features/labels/split of vertices mastered here; RequestError when one is not."""
         t0 = time.perf_counter()
         gids = self._check_batch(gids, "vertices")
-        self._check_lookup_bytes(len(gids), want_features, want_labels)
+        row = self._check_lookup_bytes(len(gids), want_features, want_labels)
+        self._reserve(2 * row * len(gids) + 16 * len(gids), "vertices")
         with profile.stage("server.lookup_rows"):
             rows = np.asarray(self.r.feature_rows(gids.astype(np.int64, copy=False)))
         bad = rows < 0
@@ -407,8 +421,8 @@ class PartitionSampler:
         self._account(len(gids), 0, time.perf_counter() - t0)
         return out
 
-    def _check_lookup_bytes(self, n: int, want_features: bool, want_labels: bool) -> None:
-        """A Lookup answer (rows are copied, repeated ids included) within serve.max_message_mb."""
+    def _check_lookup_bytes(self, n: int, want_features: bool, want_labels: bool) -> int:
+        """A Lookup answer (rows are copied, repeated ids included) within serve.max_message_mb; bytes per row."""
         row = 0
         if want_features and self.r.features is not None:
             row += int(np.prod(self.r.features.shape[1:], dtype=np.int64)) * 4
@@ -419,6 +433,7 @@ class PartitionSampler:
                 f"vertices: {n:,} rows x {row} bytes = {n * row:,} bytes, over serve.max_message_mb="
                 f"{self.max_response_bytes >> 20}; split the lookup"
             )
+        return row
 
     def vertex_info(self, gids: np.ndarray) -> dict[str, np.ndarray]:
         """Global out/in degree, replica bitmask rows and master partition of vertices held here."""

@@ -297,7 +297,10 @@ def _simple_undirected(pairs: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
 
 
 def write_records(dv: DatasetVersion, records: Iterable[StageRecord]) -> None:
-    """Publish hand-made stage records into ``dv`` (tests of readers of the manifest), each as its stage's next."""
+    """Publish hand-made stage records into ``dv`` (tests of readers of the manifest), each as its stage's next,
+    with the output it names (an empty marker where there is none: a record never names nothing)."""
     for rec in records:
+        if not dv.store.exists(dv.path / rec.path):
+            dv.store.write_bytes(dv.path / rec.path / "_SUCCESS", b"")
         cur = current_record(dv.store, dv.path, rec.name)
         assert create_record(dv.store, dv.path, rec.name, (cur[0] if cur else 0) + 1, asdict(rec))

@@ -89,6 +89,7 @@ def _object_fingerprint(u: StoreURI, mode: str) -> dict[str, Any]:
 
 ATTEMPT = "@"  # attempt prefixes are "@<UTC time>-<12 hex>"
 LEASE = "_lease.json"  # inside an attempt while its writer lives
+RUNNING = "_running"  # <version>/_running/<stage>.json: the claim of the run doing a stage now
 COMMIT_TRIES = 20
 
 
@@ -247,7 +248,41 @@ class StagePublisher:
         self.depends = {d: manifest.stage(d).fingerprint for d in (depends or [])}
         self.fingerprint = fingerprint(stage, params, self.depends, extra_inputs)
         self._attempt: Attempt | None = None
+        self._claim: LeaseKeeper | None = None  # held from claim() until commit or abort
         self._t0 = time.perf_counter()
+
+    def claim(self, poll_s: float = 1.0) -> bool:
+        """Claim this run of the stage before doing its work: True when this process does it (the claim is
+        held until commit or abort); False when an identical run (same fingerprint) held it and published
+        while this one waited, so there is nothing to redo. A run of the stage with other parameters does
+        not wait (it publishes a record of its own, as before)."""
+        store, uri = self.dv.store, self.dv.path / RUNNING / f"{self.stage.replace('/', '--')}.json"
+        while True:
+            keeper = LeaseKeeper(store, uri, f"glisp {self.stage}", fingerprint=self.fingerprint)
+            if keeper.write(create=True):
+                self._claim = keeper.start()
+                return True
+            doc = read_lease(store, uri)
+            if not is_live(doc):
+                store.delete(uri)  # its holder died: create_exclusive decides who claims it next
+                continue
+            assert doc is not None
+            if doc.get("fingerprint") != self.fingerprint:
+                return True
+            print(
+                f"{self.stage}: an identical run is in progress ({doc.get('holder')} on {doc.get('host')}, pid "
+                f"{doc.get('pid')}); waiting for it instead of doing the work twice",
+                flush=True,
+            )
+            while is_live(read_lease(store, uri)):
+                time.sleep(poll_s)
+            if self.is_current():
+                return False
+
+    def _release_claim(self) -> None:
+        if self._claim is not None:
+            self._claim.release()
+            self._claim = None
 
     def record(self) -> StageRecord | None:
         cur = current_record(self.dv.store, self.dv.path, self.stage)
@@ -281,6 +316,7 @@ class StagePublisher:
         if self._attempt is not None:
             self._attempt.discard(up_to=self.dv.path)
             self._attempt = None
+        self._release_claim()
 
     def commit(
         self,
@@ -312,6 +348,7 @@ class StagePublisher:
         )
         now = _commit(self.dv, att, rec)[0]
         self._attempt = None  # published (or superseded and gone): nothing left for abort to remove
+        self._release_claim()  # after the record: a waiting identical run finds it published
         return now
 
 

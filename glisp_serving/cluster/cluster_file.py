@@ -4,7 +4,8 @@ JSON, written by ``glisp serve-cluster`` (or by the templates in ``submit/servin
 
     {"format": "glisp-cluster", "format_version": 1,
      "dataset": "/data/glisp/twitter/v1", "run": "adadne-p4", "num_parts": 4,
-     "addresses": [["10.0.0.5:7000"], ["10.0.0.6:7000"], ...]}   # per partition, first = preferred
+     "addresses": [["10.0.0.5:7000"], ["10.0.0.6:7000"], ...],   # per partition, first = preferred
+     "admin": "unix:/tmp/glisp-cluster-x/admin.sock"}            # serve-cluster's admin socket, if any
 
 Each partition may list several addresses (replicated servers); the client fails over on UNAVAILABLE.
 """
@@ -31,6 +32,7 @@ class ClusterSpec:
     run: str
     num_parts: int
     addresses: list[list[str]]
+    admin: str = ""  # serve-cluster's admin socket ("unix:/..."): where glisp serve-reload asks it to move
 
     @property
     def dv(self) -> DatasetVersion:
@@ -44,6 +46,7 @@ class ClusterSpec:
             "run": self.run,
             "num_parts": self.num_parts,
             "addresses": self.addresses,
+            **({"admin": self.admin} if self.admin else {}),
         }
 
     def write(self, path: str | os.PathLike[str]) -> Path:
@@ -73,7 +76,13 @@ class ClusterSpec:
             )
         try:
             addrs = [[a] if isinstance(a, str) else list(a) for a in d["addresses"]]
-            spec = cls(dataset=str(d["dataset"]), run=str(d["run"]), num_parts=int(d["num_parts"]), addresses=addrs)
+            spec = cls(
+                dataset=str(d["dataset"]),
+                run=str(d["run"]),
+                num_parts=int(d["num_parts"]),
+                addresses=addrs,
+                admin=str(d.get("admin", "")),
+            )
         except (KeyError, TypeError, ValueError) as e:
             raise FormatError(f"{path}: malformed cluster file ({e!r})") from None
         if len(spec.addresses) != spec.num_parts or any(not a for a in spec.addresses):
@@ -87,6 +96,11 @@ class ClusterSpec:
 def resolve_run(dv: DatasetVersion, run: str | None) -> str:
     """The serialized partition run to serve: ``run``, or the most recently published ``serialize/*``."""
     man = read_manifest(dv)
+    if "ingest" not in man.stages:  # every later stage reads its output: name it, not a symptom
+        raise StageError(
+            f"{dv}: the ingest stage's record is missing, so nothing of this version can be served "
+            f"('glisp report {dv.path}' lists what is missing or damaged)"
+        )
     if run:
         man.stage(f"serialize/{run}")  # raises when absent or stale
         return run

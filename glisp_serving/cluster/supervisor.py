@@ -6,7 +6,9 @@ waits until all report SERVING over grpc.health.v1, writes the cluster file (eve
 no secrets) and stays in the foreground. A server that dies after it was SERVING is restarted on the
 same port (so cluster files and clients stay valid) after a backoff of 0.5 s doubling to 30 s, reset
 once it has stayed up a minute; the others keep serving. Restarts are logged and reported by the
-server's Stats (``restarts``). A server that fails while the cluster starts is a configuration error:
+server's Stats (``restarts``). Restarts use the version the cluster serves now: :class:`ClusterState`
+is the one record of it, moved by a reload (SIGHUP, or ``glisp serve-reload`` through the admin socket
+the cluster file names) as one transaction with the servers. A server that fails while the cluster starts is a configuration error:
 everything stops, exit 1. SIGTERM/SIGINT stops every child (SIGTERM, the drain, then SIGKILL what is
 left), removes the cluster file and exits 0.
 """
@@ -22,9 +24,12 @@ import threading
 import time
 from pathlib import Path
 
+import grpc
+
 from glisp_core.config import ClientConfig, Config, with_values
 from glisp_core.dataset.layout import resolve_dataset
-from glisp_core.errors import StageError
+from glisp_core.errors import GlispError, StageError
+from glisp_serving.admin import admin_address
 from glisp_serving.cluster.cluster_file import ClusterSpec
 
 
@@ -68,6 +73,7 @@ def wait_healthy(
 def _child_args(
     args: argparse.Namespace, dataset: str, run: str, part: int, port_file: Path, port: int = 0, restarts: int = 0
 ) -> list[str]:
+    """A server's command line; its admin socket sits beside its port file (a directory only we can open)."""
     cmd = [
         sys.executable,
         "-m",
@@ -86,6 +92,8 @@ def _child_args(
         args.host,
         "--restarts",
         str(restarts),
+        "--admin-socket",
+        str(port_file.with_suffix(".sock")),
     ]
     if args.threads:
         cmd += ["--threads", str(args.threads)]
@@ -93,7 +101,7 @@ def _child_args(
         cmd += ["--config", args.config]
     for s in args.set:
         cmd += ["--set", s]
-    return cmd
+    return cmd + ["--set", "serve.follow_latest_s=0"]  # the supervisor follows latest, for the whole cluster
 
 
 def stop_children(procs: list[subprocess.Popen], grace_s: float) -> list[int | None]:
@@ -115,8 +123,9 @@ class Slot:
 
     BACKOFF_S, BACKOFF_MAX_S, STABLE_S = 0.5, 30.0, 60.0
 
-    def __init__(self, part: int, replica: int, port_file: Path, cmd: list[str]) -> None:
+    def __init__(self, part: int, replica: int, port_file: Path, cmd: list[str], serves: tuple[str, str]) -> None:
         self.part, self.replica, self.port_file, self.cmd = part, replica, port_file, cmd
+        self.serves = serves  # (dataset, run) this process was started on
         self.proc = subprocess.Popen(cmd)
         self.port = 0
         self.restarts = 0
@@ -127,6 +136,12 @@ class Slot:
     @property
     def name(self) -> str:
         return f"partition {self.part} replica {self.replica}"
+
+    @property
+    def admin(self) -> str:
+        from glisp_serving.admin import admin_address
+
+        return admin_address(self.port_file.with_suffix(".sock"))
 
     def supervise(self, args: argparse.Namespace, dataset: str, run: str) -> None:
         """Schedule a restart of a dead server, and start it when its backoff has passed."""
@@ -147,6 +162,7 @@ class Slot:
             self.restarts += 1
             self.restart_at, self.started = None, now
             self.cmd = _child_args(args, dataset, run, self.part, self.port_file, self.port, self.restarts)
+            self.serves = (dataset, run)
             self.proc = subprocess.Popen(self.cmd)
             print(
                 f"glisp serve-cluster: restarted {self.name} on port {self.port} (restart {self.restarts})",
@@ -173,17 +189,121 @@ def _wait_started(
     return [[f"{host}:{s.port}" for s in slots if s.part == k] for k in range(parts)]
 
 
-def _reload(spec: ClusterSpec, cluster_file: Path, client: ClientConfig) -> ClusterSpec:
-    """SIGHUP: every server to the graph's latest, two-phase; the cluster file names it after."""
-    from glisp_serving.cluster.reload import ClusterReloadError, reload_cluster
+class ClusterState:
+    """What the cluster serves: the one record a restart, a reload and the cluster file all follow.
 
-    try:
-        new = reload_cluster(spec, client=client)
-    except ClusterReloadError as e:
-        print(f"glisp serve-cluster: {e}", file=sys.stderr, flush=True)
-        return spec
-    new.write(cluster_file)
-    return new
+    A reload (SIGHUP, or ``glisp serve-reload`` through the admin socket) is one transaction: every server
+    prepares, then the new version is recorded here and in the cluster file, then every server commits.
+    A server that dies or fails to commit after the record is killed and restarted on the new version.
+    """
+
+    def __init__(
+        self, spec: ClusterSpec, slots: list[Slot], cluster_file: Path, client: ClientConfig, host: str
+    ) -> None:
+        self.spec, self.slots, self.cluster_file, self.client, self.host = spec, slots, cluster_file, client, host
+        self._lock = threading.Lock()  # guards spec
+        self._reloading = threading.Lock()  # one reload at a time
+
+    def current(self) -> ClusterSpec:
+        with self._lock:
+            return self.spec
+
+    def _decide(self, new: ClusterSpec) -> None:
+        with self._lock:
+            self.spec = new
+            new.write(self.cluster_file)
+
+    def reload(self, dataset: str = "", run: str = "", timeout: float = 600.0) -> tuple[ClusterSpec, ClusterSpec]:
+        """(before, after); ClusterReloadError when nothing switched."""
+        from glisp_serving.cluster.reload import reload_cluster
+
+        with self._reloading:
+            before = self.current()
+            live = self._settled(time.time() + timeout)
+            new, failed = reload_cluster(
+                before, dataset, run, timeout, self.client, [s.admin for s in live], decide=self._decide
+            )
+            with self._lock:
+                target = (new.dataset, new.run)
+                for s in self.slots:
+                    if s in live and s.admin not in failed:
+                        s.serves = target
+                    elif s.serves != target and s.proc.poll() is None:  # missed the commit: on the old version
+                        print(
+                            f"glisp serve-cluster: {s.name} did not switch; restarting it", file=sys.stderr, flush=True
+                        )
+                        s.proc.kill()
+            return before, new
+
+    def _settled(self, deadline: float) -> list[Slot]:
+        """The servers that are up, once those still starting have answered health (or died): a reload
+        moves them all; one that is dead or waiting for its restart is restarted on the new version."""
+        with self._lock:
+            slots = [(s, s.proc) for s in self.slots if s.proc.poll() is None and s.restart_at is None]
+        live = []
+        for s, proc in slots:
+            try:
+                wait_healthy(f"{self.host}:{s.port}", deadline, proc, self.client)
+                live.append(s)
+            except StageError:
+                pass  # it died meanwhile: supervise() restarts it on what the cluster serves by then
+        return live
+
+    def supervise(self, args: argparse.Namespace) -> None:
+        """Restart dead servers on the version the cluster serves now (ordered with a reload's record)."""
+        with self._lock:
+            for s in self.slots:
+                s.supervise(args, self.spec.dataset, self.spec.run)
+
+    def reload_latest(self, only_if_moved: bool = False) -> None:
+        """SIGHUP (and serve.follow_latest_s): every server to the graph's latest."""
+        from glisp_serving.cluster.reload import ClusterReloadError
+
+        if only_if_moved:
+            dv = self.current().dv
+            try:
+                if str(resolve_dataset(str(dv.root / dv.graph)).path) == self.current().dataset:
+                    return
+            except (GlispError, OSError) as e:
+                print(f"glisp serve-cluster: cannot read the graph's latest ({e})", file=sys.stderr, flush=True)
+                return
+        try:
+            self.reload()
+        except ClusterReloadError as e:
+            print(f"glisp serve-cluster: {e}", file=sys.stderr, flush=True)
+
+    def admin_server(self, path: Path) -> grpc.Server:
+        """``glisp serve-reload``'s way in: Reload on a Unix socket only this user can open."""
+        from concurrent.futures import ThreadPoolExecutor
+
+        from glisp_serving.admin import bind_admin_socket
+        from glisp_serving.cluster.reload import ADMIN_SERVICE, ClusterReloadError
+        from glisp_serving.proto import sampling_pb2 as pb
+
+        def handle(req: pb.ReloadRequest, context: grpc.ServicerContext) -> pb.ReloadResponse:
+            try:
+                before, after = self.reload(req.dataset, req.run)
+            except ClusterReloadError as e:
+                context.abort(grpc.StatusCode.FAILED_PRECONDITION, str(e))
+                raise AssertionError("unreachable") from None
+            name = f"{after.dv.graph}/{after.dv.version}"
+            return pb.ReloadResponse(
+                version=name,
+                previous=f"{before.dv.graph}/{before.dv.version}",
+                run=after.run,
+                dataset_path=after.dataset,
+            )
+
+        server = grpc.server(ThreadPoolExecutor(max_workers=2, thread_name_prefix="glisp-admin"))
+        handler = grpc.unary_unary_rpc_method_handler(
+            handle,
+            request_deserializer=pb.ReloadRequest.FromString,
+            response_serializer=pb.ReloadResponse.SerializeToString,
+        )
+        server.add_generic_rpc_handlers((grpc.method_handlers_generic_handler(ADMIN_SERVICE, {"Reload": handler}),))
+        bind_admin_socket(server, path)
+        server.start()
+        return server
 
 
 def main(args: argparse.Namespace, cfg: Config) -> int:
@@ -200,6 +320,7 @@ def main(args: argparse.Namespace, cfg: Config) -> int:
     signal.signal(signal.SIGINT, lambda *_: stop.set())
     hup = threading.Event()  # SIGHUP: hot reload to the graph's latest (glisp_serving.cluster.reload)
     signal.signal(signal.SIGHUP, lambda *_: hup.set())
+    admin: grpc.Server | None = None
     slots: list[Slot] = []
     tmpdir = Path(tempfile.mkdtemp(prefix="glisp-cluster-"))
     cluster_file = Path(args.cluster_file).resolve()
@@ -210,21 +331,30 @@ def main(args: argparse.Namespace, cfg: Config) -> int:
         for k in range(parts):
             for r in range(replicas):
                 pf = tmpdir / f"part-{k:05d}-r{r}.port"
-                slots.append(Slot(k, r, pf, _child_args(args, str(dv.path), run, k, pf)))
+                slots.append(Slot(k, r, pf, _child_args(args, str(dv.path), run, k, pf), (str(dv.path), run)))
         addrs = _wait_started(slots, args.host, time.time() + cfg.serve.start_timeout_s, stop, cfg.client)
-        spec = ClusterSpec(dataset=str(dv.path), run=run, num_parts=parts, addresses=addrs)
+        spec = ClusterSpec(str(dv.path), run, parts, addrs, admin=admin_address(tmpdir / "admin.sock"))
+        state = ClusterState(spec, slots, cluster_file, cfg.client, args.host)
+        admin = state.admin_server(tmpdir / "admin.sock")
         spec.write(cluster_file)
         print(
             f"glisp serve-cluster: {parts} partitions x {replicas} replicas SERVING; cluster file {cluster_file}",
             flush=True,
         )
+        follow, polled = cfg.serve.follow_latest_s, time.monotonic()
+        reloading: threading.Thread | None = None
         while not stop.wait(0.2):
-            if hup.is_set():
+            due = follow > 0 and time.monotonic() - polled >= follow
+            if (hup.is_set() or due) and (reloading is None or not reloading.is_alive()):
+                polled = time.monotonic()
+                kw = {"only_if_moved": not hup.is_set()}
                 hup.clear()
-                spec = _reload(spec, cluster_file, cfg.client)
-            for s in slots:
-                s.supervise(args, spec.dataset, spec.run)  # a restart serves the version the cluster serves now
+                reloading = threading.Thread(target=state.reload_latest, kwargs=kw, name="glisp-reload", daemon=True)
+                reloading.start()
+            state.supervise(args)  # a restart serves the version the cluster serves now
     finally:
+        if admin is not None:
+            admin.stop(0)
         live = [s for s in slots if s.proc.poll() is None]  # a server waiting for its restart is not a failure
         codes = stop_children([s.proc for s in live], cfg.serve.grace_s)
         if cluster_file.exists():

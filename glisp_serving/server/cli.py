@@ -16,6 +16,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--run", help="serialized partition run (default: the latest published)")
     p.add_argument("--threads", type=int, help="kernel and RPC threads (serve.threads)")
     p.add_argument("--port-file", help="write the bound port here once serving (used by serve-cluster)")
+    p.add_argument("--admin-socket", help="also listen on this Unix socket for admin calls (Reload)")
     p.add_argument("--restarts", type=int, default=0, help=argparse.SUPPRESS)  # serve-cluster's restart count
 
 
@@ -31,4 +32,12 @@ def main(args: argparse.Namespace, cfg: Config) -> int:
         from glisp_core.errors import StageError
 
         raise StageError(f"--partition: run {run} has partitions 0..{parts - 1} (got {args.partition})")
-    return serve(dv, run, args.partition, cfg.serve, port_file=args.port_file, restarts=args.restarts)
+    return serve(
+        dv,
+        run,
+        args.partition,
+        cfg.serve,
+        port_file=args.port_file,
+        restarts=args.restarts,
+        admin_socket=args.admin_socket,
+    )

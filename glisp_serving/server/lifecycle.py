@@ -31,7 +31,8 @@ class ServingState:
         self.stop = threading.Event()
         self.reload_requested = threading.Event()  # SIGHUP: move to the graph's latest version
         self.restarts = restarts  # times serve-cluster restarted this partition's server before this process
-        self.integrity = "pending"  # "pending", "ok", "off", "failed: <files>"
+        self.integrity = "pending"  # "pending", "ok", "off", "failed: <files>"; set through set_integrity
+        self._generation = 0  # bumped at each switch of version: a check of a retired version changes nothing
         self._lock = threading.Lock()
         self._in_flight = 0
         self._health: Any = None
@@ -58,7 +59,7 @@ class ServingState:
         self._starting = False
         if self.stop.is_set():
             raise StopDuringStart("stop requested during start")
-        self._set_health("SERVING")
+        self._set_health("NOT_SERVING" if self.integrity.startswith("failed") else "SERVING")
         self.served_once = True
 
     def _set_health(self, status: str) -> None:
@@ -67,6 +68,22 @@ class ServingState:
         code = getattr(health_pb2.HealthCheckResponse, status)
         for name in self._services:
             self._health.set(name, code)
+
+    def switched(self) -> int:
+        """A new version is served from now on: its integrity is unknown until checked; the new generation."""
+        with self._lock:
+            self._generation += 1
+            return self._generation
+
+    def set_integrity(self, status: str, generation: int | None = None) -> None:
+        """Record the served version's integrity and keep health in step with it: NOT_SERVING exactly while
+        it failed, SERVING otherwise (unless stopping). A result for a retired ``generation`` is dropped."""
+        with self._lock:
+            if generation is not None and generation != self._generation:
+                return
+            self.integrity = status
+        if self._health is not None and not self.stop.is_set():
+            self._set_health("NOT_SERVING" if status.startswith("failed") else "SERVING")
 
     def draining(self) -> None:
         """NOT_SERVING for probes and load balancers; RPCs are still answered until the drain ends."""
@@ -96,22 +113,25 @@ class ServingState:
 
     # ------------------------------------------------------------------ integrity
     def verify_in_background(self, reader: Any, interval_s: float = 0.0) -> threading.Thread:
-        """Hash every partition file after SERVING (and every ``interval_s`` when > 0); NOT_SERVING on a mismatch."""
+        """Hash every partition file after SERVING (and every ``interval_s`` when > 0); NOT_SERVING on a mismatch.
+
+        The result counts only while ``reader``'s version is still the one served (a reload moves on)."""
         from glisp_core.partition_format.integrity import verify_checksums
 
+        generation = self._generation
+
         def run() -> None:
-            while not self.stop.is_set():
+            while not self.stop.is_set() and generation == self._generation:
                 t = time.perf_counter()
-                bad = verify_checksums(reader, stop=self.stop.is_set)
-                if self.stop.is_set():
+                bad = verify_checksums(reader, stop=lambda: self.stop.is_set() or generation != self._generation)
+                if self.stop.is_set() or generation != self._generation:
                     return
                 if bad:
-                    self.integrity = f"failed: {', '.join(bad)} no longer match their recorded hashes"
-                    log.error("partition %s: %s", reader.path, self.integrity)
-                    if self._health is not None:
-                        self._set_health("NOT_SERVING")
+                    status = f"failed: {', '.join(bad)} no longer match their recorded hashes"
+                    log.error("partition %s: %s", reader.path, status)
+                    self.set_integrity(status, generation)
                     return
-                self.integrity = "ok"
+                self.set_integrity("ok", generation)
                 log.info("partition %s: content hashes verified in %.1f s", reader.path, time.perf_counter() - t)
                 if interval_s <= 0 or self.stop.wait(interval_s):
                     return

@@ -26,8 +26,9 @@ from glisp_core.config import ServeConfig
 from glisp_core.dataset.layout import DatasetVersion, resolve_dataset
 from glisp_core.dataset.manifest import read_manifest
 from glisp_core.dataset.versions import VersionLease
-from glisp_core.errors import GlispError, StageError
+from glisp_core.errors import GlispError
 from glisp_core.storage.uri import StoreError
+from glisp_sampling.budget import WorkBudget
 from glisp_sampling.gather import PartitionSampler
 from glisp_serving.server.memory import release_free_heap
 from glisp_serving.server.warmup import warm_up
@@ -99,6 +100,7 @@ def open_served(
     cfg: ServeConfig,
     warm: bool = True,
     local: tuple[Path, bool] | None = None,
+    budget: WorkBudget | None = None,
 ) -> Served:
     """The partition checked and opened, its kernels warmed, the version leased against retention.
 
@@ -121,6 +123,7 @@ def open_served(
         max_fanout=cfg.max_fanout,
         max_request_edges=cfg.max_request_edges,
         max_response_bytes=cfg.max_message_mb << 20,
+        budget=budget or WorkBudget(cfg.max_inflight_mb << 20),  # one per server: a reload passes it on
     )
     if warm:
         warm_up(engine)
@@ -168,8 +171,26 @@ def resolve_target(current: Served, dataset: str, run: str) -> tuple[DatasetVers
         if not run and f"serialize/{current.run}" in read_manifest(dv).stages:
             run = current.run
         return dv, resolve_run(dv, run or None)
-    except StageError as e:
-        raise ReloadError(f"reload: {e}") from None
+    except (GlispError, OSError, KeyError) as e:  # a path that is not a dataset, unreadable, or half-written
+        raise ReloadError(f"reload: cannot serve {spec!r}: {e}") from None
+
+
+def _verified(served: Served, cfg: ServeConfig) -> Served:
+    """``served`` once every file matches its recorded hash (unless serve.verify=off); a ReloadError naming
+    the files that do not, before anything switches: a damaged version never reaches clients."""
+    from glisp_core.partition_format.integrity import verify_checksums
+
+    if served.verified or cfg.verify == "off":
+        return served
+    bad = verify_checksums(served.engine.r)
+    if bad:
+        served.retire()
+        raise ReloadError(
+            f"reload: {served.version} run {served.run} partition {served.engine.part}: {', '.join(bad)} do not "
+            "match their recorded hashes; still serving the current version"
+        )
+    served.verified = True
+    return served
 
 
 class Reloader:
@@ -188,6 +209,7 @@ class Reloader:
             cur = self.servicer.served
             dv, run = resolve_target(cur, dataset, run)
             if (dv.path, run) == (cur.dv.path, cur.run):
+                self._drop_pending()  # preparing what is served aborts a prepared switch (glisp serve-reload)
                 return cur
             if self._pending is not None and (self._pending.dv.path, self._pending.run) == (dv.path, run):
                 return self._pending
@@ -197,14 +219,19 @@ class Reloader:
                     f"reload: {dv.graph}/{dv.version} run {run} has {parts} partitions, this cluster serves "
                     f"{cur.engine.num_parts}; a different partition count needs a new cluster (serve-cluster)"
                 )
-            if self._pending is not None:
-                self._pending.retire()
+            self._drop_pending()
             try:
-                self._pending = open_served(dv, run, self.part, self.cfg)
+                pending = open_served(dv, run, self.part, self.cfg, budget=cur.engine.budget)
             except (GlispError, OSError) as e:
                 raise ReloadError(f"reload: cannot open {dv.graph}/{dv.version} run {run}: {e}") from None
+            self._pending = _verified(pending, self.cfg)
             log.info("prepared %s run %s beside %s", self._pending.version, run, cur.version)
             return self._pending
+
+    def _drop_pending(self) -> None:
+        if self._pending is not None:
+            self._pending.retire()
+            self._pending = None
 
     def commit(self) -> tuple[Served, Served]:
         """Switch to the prepared version in one assignment; (previous, now served)."""

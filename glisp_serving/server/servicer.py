@@ -15,6 +15,7 @@ import threading
 import time
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
+from contextlib import contextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -26,6 +27,7 @@ from glisp_core.config import ServeConfig
 from glisp_core.dataset.layout import DatasetVersion
 from glisp_core.errors import StageError
 from glisp_sampling import profile
+from glisp_sampling.budget import OverBudget
 from glisp_sampling.cluster_facts import dataset_facts, partition_info, read_heldout
 from glisp_sampling.gather import VERSION_MISMATCH, PartitionSampler, RequestError, RequestTooCostly, VersionMismatch
 from glisp_serving.proto import sampling_pb2 as pb
@@ -115,6 +117,7 @@ class SamplingServicer(pb_grpc.SamplingServicer):
         self._stream_lock = threading.Lock()
         self._streams: dict[int, tuple[grpc.ServicerContext, list[bool]]] = {}
         self._stopping = False
+        self.token_required = False  # every call carries a checked bearer token (serve.token_file)
 
     @staticmethod
     def _invalid(context: grpc.ServicerContext, e: Exception) -> None:
@@ -156,6 +159,18 @@ class SamplingServicer(pb_grpc.SamplingServicer):
                 version=cur.version,
             )
 
+    @contextmanager
+    def _held(self, raw: bytes, context: grpc.ServicerContext) -> Iterator[None]:
+        """Around one request: its message and the buffers it reserves count against the server's budget
+        (serve.max_inflight_mb) until its answer is built; waits no longer than the caller's deadline."""
+        budget = self.served.engine.budget
+        with budget.request(context.time_remaining()):
+            try:
+                budget.reserve(2 * len(raw), "the request message")  # the wire bytes and their decoded arrays
+            except OverBudget as e:
+                raise RequestTooCostly(str(e)) from None
+            yield
+
     def _refuse_if_out_of_service(self, context: grpc.ServicerContext) -> None:
         why = self.state.refusal()
         if why is not None:
@@ -167,7 +182,8 @@ class SamplingServicer(pb_grpc.SamplingServicer):
         err = None
         with self.state.request(), self.metrics.observe("Gather") as obs:
             try:
-                return self._answer(raw)
+                with self._held(raw, context):
+                    return self._answer(raw)
             except (RequestError, WireError) as e:
                 err, obs["code"] = e, status_of(e).name
         self._invalid(context, err)
@@ -197,7 +213,8 @@ class SamplingServicer(pb_grpc.SamplingServicer):
                     self._refuse_if_out_of_service(context)  # ends the stream: the client fails over
                     with self.state.request(), self.metrics.observe("GatherStream") as obs:
                         try:
-                            out = self._answer(raw)
+                            with self._held(raw, context):
+                                out = self._answer(raw)
                         except (RequestError, WireError) as e:
                             obs["code"] = status_of(e).name
                             raise
@@ -236,7 +253,7 @@ class SamplingServicer(pb_grpc.SamplingServicer):
                     ids = _ids(m, "vertices")
                 cur = self.served
                 _check_version(m, cur)
-                with self.state.request(), cur as engine:
+                with self.state.request(), self._held(raw, context), cur as engine:
                     out = engine.features(ids, m.get("features", False), m.get("labels", False))
                     out["version"] = cur.version
                 self.metrics.vertices.inc(len(ids))
@@ -324,6 +341,11 @@ class SamplingServicer(pb_grpc.SamplingServicer):
         return pb.ReloadResponse(version=now.version, previous=prev.version, run=now.run, dataset_path=str(now.dv.path))
 
     def Reload(self, request: pb.ReloadRequest, context: grpc.ServicerContext) -> pb.ReloadResponse:
+        """An admin call (glisp_serving.admin): from the admin socket, or over the network with a token."""
+        from glisp_serving.admin import ADMIN_HELP, is_local_admin
+
+        if not (self.token_required or is_local_admin(context)):
+            context.abort(grpc.StatusCode.PERMISSION_DENIED, ADMIN_HELP)
         err = None
         try:
             return self.reload(request.dataset, request.run, request.prepare_only)
@@ -405,13 +427,14 @@ def serve(
     port: int | None = None,
     port_file: str | None = None,
     restarts: int = 0,
+    admin_socket: str | None = None,
 ) -> int:
     """Serve partition ``part`` of ``run`` until SIGTERM/SIGINT; returns the exit code (0 on a clean stop,
-    also when the stop arrives during warm-up)."""
+    also when the stop arrives during warm-up). ``admin_socket``: a Unix socket for admin calls (Reload)."""
     state = ServingState(restarts)
     state.install_signals()
     try:
-        return _serve(dv, run, part, cfg, port, port_file, state)
+        return _serve(dv, run, part, cfg, port, port_file, state, admin_socket)
     except StopDuringStart as e:
         print(f"glisp serve: partition {part} stopped before serving ({e})", flush=True)
         return 0
@@ -449,13 +472,19 @@ def _open_served(dv: DatasetVersion, run: str, part: int, cfg: ServeConfig) -> t
     return served, baseline, rss_import
 
 
+def request_limit(cfg: ServeConfig) -> int:
+    """The largest request message a server reads: serve.max_batch ids of 8 bytes, plus 1 MiB for the other
+    fields. gRPC refuses a longer one (RESOURCE_EXHAUSTED) from its length prefix, before buffering it."""
+    return min(cfg.max_message_mb << 20, cfg.max_batch * 8 + (1 << 20))
+
+
 def _grpc_server(cfg: ServeConfig, interceptors: list) -> grpc.Server:
     mb = cfg.max_message_mb * 1024 * 1024
     return grpc.server(  # a Gather stream holds a worker thread while open: one each, plus the unary RPCs'
         ThreadPoolExecutor(max_workers=max(2, cfg.threads) + cfg.max_streams, thread_name_prefix="glisp-rpc"),
         options=[
             ("grpc.max_send_message_length", mb),
-            ("grpc.max_receive_message_length", mb),
+            ("grpc.max_receive_message_length", request_limit(cfg)),
             ("grpc.so_reuseport", 0),
         ],
         maximum_concurrent_rpcs=cfg.max_concurrent_rpcs or None,
@@ -471,18 +500,24 @@ def _serve(
     port: int | None,
     port_file: str | None,
     state: ServingState,
+    admin_socket: str | None = None,
 ) -> int:
     served, baseline, rss_import = _open_served(dv, run, part, cfg)
     interceptors = server_interceptors(cfg)  # the bearer token check, when one is configured
     server = _grpc_server(cfg, interceptors)
     servicer = SamplingServicer(served, baseline, rss_import, cfg.max_streams, state)
     servicer.reloader = Reloader(servicer, part, cfg)
+    servicer.token_required = bool(interceptors)
     add_servicer(servicer, server)
     health_servicer = health.HealthServicer()
     health_pb2_grpc.add_HealthServicer_to_server(health_servicer, server)
     bound = bind(server, cfg.host, cfg.port if port is None else port, cfg, token=bool(interceptors))
     if bound == 0:
         raise OSError(f"serve: cannot bind {cfg.host}:{cfg.port if port is None else port}")
+    if admin_socket:
+        from glisp_serving.admin import bind_admin_socket
+
+        bind_admin_socket(server, admin_socket)
     server.start()
     health_server, health_port = health_only_server(health_servicer, cfg.host, cfg.health_port)
     if health_server is not None:
@@ -524,17 +559,22 @@ def _serve(
         servicer.served.lease.release()
     if health_server is not None:
         health_server.stop(0)  # after the drain, so probes saw NOT_SERVING
+    if admin_socket:
+        Path(admin_socket).unlink(missing_ok=True)
     print(f"glisp serve: partition {part} stopped", flush=True)
     return 0
 
 
 def _start_integrity_check(state: ServingState, served: Served, cfg: ServeConfig) -> None:
-    if served.verified and cfg.verify != "off":  # a cache copy hashed before serving: no second read
-        state.integrity = "ok"
+    """The integrity of the version now served (a switch clears the previous one's, failed or not)."""
+    generation = state.switched()
+    if served.verified and cfg.verify != "off":  # hashed before serving (a cache copy, a reload's target)
+        state.set_integrity("ok", generation)
     elif cfg.verify == "background":
+        state.set_integrity("pending", generation)
         state.verify_in_background(served.engine.r)
     else:
-        state.integrity = "ok" if cfg.verify == "start" else "off"
+        state.set_integrity("ok" if cfg.verify == "start" else "off", generation)
 
 
 def _drain(state: ServingState, servicer: SamplingServicer, server: grpc.Server, cfg: ServeConfig) -> None:

@@ -31,6 +31,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from glisp_core.errors import BadInputError
 from glisp_core.storage.store import store_for
 from glisp_core.storage.uri import StoreURI, parse_uri
 from glisp_spark.worker_heap import freeze_worker_heap
@@ -157,16 +158,21 @@ def plan_chunks(
 
 def read_lines(c: Chunk) -> bytes:
     """The complete lines that start inside the chunk's byte range."""
+    return _lines_at(c)[1]
+
+
+def _lines_at(c: Chunk) -> tuple[int, bytes]:
+    """(byte offset of the first line in the file, or in the decompressed file; the lines) of a chunk."""
     if c.end < 0:
         with open_binary(c.path) as raw:
             packed = raw.read()
         if c.path.lower().endswith(".gz"):
             import gzip
 
-            return gzip.decompress(packed)
+            return 0, gzip.decompress(packed)
         import bz2
 
-        return bz2.decompress(packed)
+        return 0, bz2.decompress(packed)
     with open_binary(c.path) as fh:
         pos = c.start
         if c.start > 0:
@@ -174,11 +180,11 @@ def read_lines(c: Chunk) -> bytes:
             fh.readline()  # the line holding byte start-1 belongs to the previous chunk
             pos = fh.tell()
             if pos >= c.end:
-                return b""
+                return pos, b""
         data = fh.read(c.end - pos)
         if data and not data.endswith(b"\n"):
             data += fh.readline()
-    return data
+    return pos, data
 
 
 def drop_comment_lines(data: bytes, comment: str) -> bytes:
@@ -277,8 +283,56 @@ def delimiter(spec: CsvSpec) -> str:
 
 
 def chunk_table(c: Chunk, spec: CsvSpec) -> tuple[pa.Table, list[str]]:
-    """(string Table, raw text of each malformed row) of one chunk."""
-    return parse_chunk(chunk_bytes(c, spec), spec)
+    """(string Table, raw text of each malformed row) of one chunk; BadInputError on bytes that are not UTF-8."""
+    data = chunk_bytes(c, spec)
+    if not data.isascii():  # the fast common case costs one scan; the slow one decodes, then locates
+        try:
+            data.decode("utf-8")
+        except UnicodeDecodeError:
+            raise encoding_error(c, spec) from None
+    return parse_chunk(data, spec)
+
+
+def encoding_error(c: Chunk, spec: CsvSpec) -> BadInputError:
+    """Where the chunk's first byte that is not UTF-8 sits: file, line, column and byte offset."""
+    pos, raw = _lines_at(c)
+    try:
+        raw.decode("utf-8")
+        at = 0
+    except UnicodeDecodeError as e:
+        at = e.start
+    line_start = raw.rfind(b"\n", 0, at) + 1
+    line_end = raw.find(b"\n", at)
+    text = raw[line_start : line_end if line_end >= 0 else len(raw)]
+    field = text[: at - line_start].count(spec.delimiter.encode())
+    column = spec.columns[field] if field < len(spec.columns) else f"field {field + 1}"
+    if c.end < 0:
+        where = f"byte {at} of the decompressed file"
+        line = raw.count(b"\n", 0, at) + 1
+    else:
+        where = f"byte offset {pos + at}"
+        line = _lines_before(c.path, pos) + raw.count(b"\n", 0, at) + 1
+    return BadInputError(
+        c.path,
+        column,
+        1,
+        None,
+        f"are not valid UTF-8: line {line:,}, {where} (0x{raw[at : at + 1].hex()})",
+        [text[:80].decode("utf-8", "backslashreplace")],
+        "re-encode the file as UTF-8 (e.g. iconv -f latin1 -t utf-8)",
+    )
+
+
+def _lines_before(path: str, offset: int) -> int:
+    """Newlines in the file before byte ``offset`` (read only to report an error)."""
+    n, left = 0, offset
+    with open_binary(path) as fh:
+        while left > 0:
+            block = fh.read(min(left, 8 << 20))
+            if not block:
+                break
+            n, left = n + block.count(b"\n"), left - len(block)
+    return n
 
 
 def text_batches(

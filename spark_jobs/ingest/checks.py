@@ -32,6 +32,10 @@ CountRow = dict[str, Any]  # one group of a scan's counts: the group's columns a
 PROBLEMS: dict[str, tuple[str, str]] = {
     "edge_malformed": ("have the wrong number of fields", "check the delimiter, quoting and header settings"),
     "edge_null_id": ("have a null or empty vertex id", "every edge needs both endpoints"),
+    "edge_id_out_of_range": (
+        "have an integer id outside the int64 range (-2^63 .. 2^63-1)",
+        "set ingest.id_type = 'string' to keep such ids as strings",
+    ),
     "edge_bad_id": ("have an id that is not an integer", "set ingest.id_type = 'string' or 'auto'"),
     "edge_unknown_type": (
         "have an empty edge type or one not in ingest.edge_types",
@@ -49,6 +53,10 @@ PROBLEMS: dict[str, tuple[str, str]] = {
     ),
     "vertex_malformed": ("have the wrong number of fields", "check the delimiter, quoting and header settings"),
     "vertex_null_id": ("have a null or empty vertex id", "every vertex row needs an id"),
+    "vertex_id_out_of_range": (
+        "have an integer id outside the int64 range (-2^63 .. 2^63-1)",
+        "set ingest.id_type = 'string' to keep such ids as strings",
+    ),
     "vertex_bad_id": ("have an id that is not an integer", "set ingest.id_type = 'string' or 'auto'"),
     "vertex_unknown_type": (
         "have a vertex type that is null or not in ingest.vertex_types",

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import fnmatch
 import glob
-import io
 import os
 from collections.abc import Iterator, Sequence
 from contextlib import ExitStack, contextmanager
@@ -183,8 +182,9 @@ def read_source(
 
 
 @contextmanager
-def _open_text(path: StoreURI) -> Iterator[IO[str]]:
-    """The file's text (decompressed for .gz/.bz2), read through its store."""
+def _open_lines(path: StoreURI) -> Iterator[IO[bytes]]:
+    """The file's bytes (decompressed for .gz/.bz2), read through its store; decoded line by line by the
+    caller, so that bytes past the line it needs are never decoded."""
     name = path.name.lower()
     with ExitStack() as stack:
         raw: IO[bytes] = stack.enter_context(arrowread.open_binary(path))
@@ -196,7 +196,7 @@ def _open_text(path: StoreURI) -> Iterator[IO[str]]:
             import bz2
 
             raw = stack.enter_context(bz2.BZ2File(raw, "rb"))
-        yield stack.enter_context(io.TextIOWrapper(raw, newline=""))
+        yield raw
 
 
 def first_record(files: list[StoreURI], delimiter: str, comment: str) -> list[str]:
@@ -205,8 +205,23 @@ def first_record(files: list[StoreURI], delimiter: str, comment: str) -> list[st
     import csv
 
     for f in files:
-        with _open_text(f) as fh:
-            for line in fh:
+        with _open_lines(f) as fh:
+            offset = 0
+            for number, raw in enumerate(fh, 1):
+                try:
+                    line = raw.decode("utf-8")
+                except UnicodeDecodeError as e:
+                    raise BadInputError(
+                        str(f),
+                        "header",
+                        1,
+                        None,
+                        f"are not valid UTF-8: line {number}, byte offset "
+                        f"{offset + e.start} (0x{raw[e.start : e.start + 1].hex()})",
+                        [raw[:80].decode("utf-8", "backslashreplace")],
+                        "re-encode the file as UTF-8 (e.g. iconv -f latin1 -t utf-8)",
+                    ) from None
+                offset += len(raw)
                 if not line.strip() or (comment and line.startswith(comment)):
                     continue
                 return next(csv.reader([line], delimiter=delimiter, quotechar='"'))

@@ -158,6 +158,9 @@ def edge_rules_frame(plan: IngestPlan, i: int, sf: SourceFrame, id_long: bool) -
     return df.withColumn(REASON, reason).withColumn(RCOL, rcol).withColumn("_nonint", nonint)
 
 
+_INTEGER = r"^\s*[+-]?[0-9]+\s*$"  # an integer, whatever its size: a null long of this is out of range
+
+
 def _edge_rules(plan: IngestPlan, src: EdgeSource, id_long: bool) -> list[Rule]:
     """The reject rules of an edge source's rows, first match wins."""
     from pyspark.sql import functions as F
@@ -170,6 +173,8 @@ def _edge_rules(plan: IngestPlan, src: EdgeSource, id_long: bool) -> list[Rule]:
     ]
     if ing.id_type == "int" and not id_long:
         rules += [
+            Rule("edge_id_out_of_range", c("_s_int").isNull() & c("_s_str").rlike(_INTEGER), src.src),
+            Rule("edge_id_out_of_range", c("_d_int").isNull() & c("_d_str").rlike(_INTEGER), src.dst),
             Rule("edge_bad_id", c("_s_int").isNull(), src.src),
             Rule("edge_bad_id", c("_d_int").isNull(), src.dst),
         ]
@@ -315,6 +320,7 @@ def _vertex_rules(plan: IngestPlan, src: VertexSource, raw_df: DataFrame, id_lon
         Rule("vertex_null_id", c("_id_int").isNull() & c("_id_str").isNull(), src.id),
     ]
     if ing.id_type == "int" and not id_long:
+        rules.append(Rule("vertex_id_out_of_range", c("_id_int").isNull() & c("_id_str").rlike(_INTEGER), src.id))
         rules.append(Rule("vertex_bad_id", c("_id_int").isNull(), src.id))
     bad_vt = c("_vt").isNull()
     if ing.vertex_types:

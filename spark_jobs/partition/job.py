@@ -47,7 +47,7 @@ def run_partition(spark: SparkSession, cfg: Config, dv: DatasetVersion, force: b
     if base is not None:  # the record names the base it derives from; a new base is a new fingerprint
         params["incremental"] = incremental.incremental_params(cfg, *base)
     pub = StagePublisher(dv, f"partition/{run}", params, depends=["ingest"])
-    if pub.is_current() and not force:
+    if not force and (pub.is_current() or not pub.claim()):
         rec = pub.record()
         assert rec is not None
         print(up_to_date(f"partition/{run}"), flush=True)  # a result line: printed with progress off too

@@ -209,7 +209,7 @@ def run_serialize(
         "format_version": FORMAT_VERSION,
     }
     pub = StagePublisher(dv, f"serialize/{run}", params, depends=["ingest", f"partition/{run}"])
-    if pub.is_current() and not force:
+    if not force and (pub.is_current() or not pub.claim()):
         rec = pub.record()
         assert rec is not None
         print(up_to_date(f"serialize/{run}"), flush=True)

@@ -729,3 +729,38 @@ def test_sigkill_during_a_publish_to_s3_leaves_every_version_intact(s3_root: Sto
         a == cur or not v1.store.exists(v1.stage_dir(STAGE) / a / LEASE) for a in attempts(v1)
     )  # no killed writer's attempt is left leased
     assert read_manifest(v2).version == "v2"
+
+
+def test_an_identical_run_in_progress_is_waited_for_not_repeated(dv: DatasetVersion, capsys) -> None:
+    """A second run with the same fingerprint waits for the first's claim and finds its record: no second
+    record, no work done twice. A run with other parameters does not wait; a dead holder's claim is taken."""
+    from glisp_core.dataset.publish import RUNNING
+
+    first = StagePublisher(dv, STAGE, {"tag": "A"}, depends=["ingest"])
+    assert first.claim()
+    seen: dict[str, bool] = {}
+
+    def second_run() -> None:
+        second = StagePublisher(dv, STAGE, {"tag": "A"}, depends=["ingest"])
+        seen["current"] = second.is_current()
+        seen["claimed"] = second.claim(poll_s=0.05)
+
+    t = threading.Thread(target=second_run)
+    t.start()
+    time.sleep(0.5)
+    assert t.is_alive(), seen  # waiting on the first run's claim
+    assert StagePublisher(dv, STAGE, {"tag": "B"}, depends=["ingest"]).claim()  # other parameters: no wait
+    with first:
+        write_output(first, "A")
+        first.commit()
+    t.join(30)
+    assert seen == {"current": False, "claimed": False}
+    assert records(dv) == ["00000001.json"] and check_output(dv) == "A"
+    assert "an identical run is in progress" in capsys.readouterr().out
+
+    claim = dv.path / RUNNING / f"{STAGE.replace('/', '--')}.json"
+    dv.store.write_bytes(claim, json.dumps(lease_doc("glisp x", 60.0, fingerprint="f") | {"pid": dead_pid()}).encode())
+    again = StagePublisher(dv, STAGE, {"tag": "C"}, depends=["ingest"])
+    assert again.claim()  # the holder died: its claim does not hold anyone up
+    again.abort()
+    assert not dv.store.exists(claim)

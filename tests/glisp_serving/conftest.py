@@ -20,6 +20,7 @@ import os
 import signal
 import subprocess
 import sys
+import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -116,10 +117,14 @@ class Cluster:
             *(extra or []),
         ]
         self.proc = subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+        self.lines: list[str] = []  # its output, read as it comes: a full pipe would stall every server
+        self._reader = threading.Thread(target=lambda: self.lines.extend(self.proc.stdout), daemon=True)
+        self._reader.start()
         deadline = time.time() + 300  # generous: a shared 2-core machine under load starts servers slowly
         while not self.cluster_file.exists():
             if self.proc.poll() is not None:
-                raise RuntimeError(f"serve-cluster exited {self.proc.returncode}: {self.proc.stdout.read()}")
+                self._reader.join(10)
+                raise RuntimeError(f"serve-cluster exited {self.proc.returncode}: {''.join(self.lines)}")
             if time.time() > deadline:
                 self.stop()
                 raise RuntimeError("serve-cluster did not write its cluster file in 300 s")
@@ -154,3 +159,32 @@ def ec_cluster(graph, tmp_path_factory):
     c = Cluster(graph.dv, EC_RUN, tmp_path_factory.mktemp("ec"))
     yield c
     c.stop()
+
+
+@pytest.fixture(scope="session")
+def two_versions(spark, graph):
+    """v2 of the served graph: 5% of the edges rewired, features + 1000, labels + 1 (mod 4); run ec-p2."""
+    from glisp_core.config import load_config, with_values
+    from glisp_testing.graphs import write_dataset
+    from spark_jobs.partition.job import run_partition
+    from spark_jobs.serialize.job import run_serialize
+
+    rng = np.random.default_rng(7)
+    src, dst = graph.src.copy(), graph.dst.copy()
+    pick = rng.choice(len(src), len(src) // 20, replace=False)
+    dst[pick] = rng.integers(0, graph.n, len(pick))
+    dv2 = write_dataset(
+        graph.dv.root,
+        graph.dv.graph,
+        src,
+        dst,
+        num_vertices=graph.n,
+        features=graph.features + 1000,
+        labels=(graph.labels + 1) % 4,
+        version="v2",
+    )
+    cfg = with_values(load_config(env={}), "serialize", parquet_copy=False)
+    c = with_values(cfg, "partition", algorithm="metis", parts=2, name=EC_RUN, seed=3, progress=False)
+    run_partition(spark, c, dv2)
+    run_serialize(spark, c, dv2, run=EC_RUN)
+    return graph.dv, dv2

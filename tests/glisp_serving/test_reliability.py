@@ -35,7 +35,16 @@ from tests.tiers import needs
 class Server:
     """One ``glisp serve`` subprocess (stdout captured) on a free port."""
 
-    def __init__(self, dataset: Path, run: str, part: int, tmp: Path, sets: list[str], env: dict | None = None):
+    def __init__(
+        self,
+        dataset: Path,
+        run: str,
+        part: int,
+        tmp: Path,
+        sets: list[str],
+        env: dict | None = None,
+        extra_args: list[str] | None = None,
+    ):
         self.port_file = tmp / f"port-{run}-{part}-{time.monotonic_ns()}"
         cmd = [
             sys.executable,
@@ -51,6 +60,7 @@ class Server:
             "0",
             "--port-file",
             str(self.port_file),
+            *(extra_args or []),
         ]
         for s in sets:
             cmd += ["--set", s]

@@ -25,36 +25,12 @@ from glisp_serving.client.sampling_client import SamplingClient
 from glisp_serving.proto import sampling_pb2 as pb
 from glisp_serving.proto import sampling_pb2_grpc as pb_grpc
 from glisp_testing.client_load import ClientLoad, noise
-from glisp_testing.graphs import write_dataset
 from tests.glisp_serving.conftest import EC_RUN, ROOT, VC_RUN, Cluster
 
 
-@pytest.fixture(scope="module")
-def two_versions(spark, graph):
-    """v2 of the served graph: 5% of the edges rewired, features + 1000, labels + 1 (mod 4); run ec-p2."""
-    from glisp_core.config import load_config, with_values
-    from spark_jobs.partition.job import run_partition
-    from spark_jobs.serialize.job import run_serialize
-
-    rng = np.random.default_rng(7)
-    src, dst = graph.src.copy(), graph.dst.copy()
-    pick = rng.choice(len(src), len(src) // 20, replace=False)
-    dst[pick] = rng.integers(0, graph.n, len(pick))
-    dv2 = write_dataset(
-        graph.dv.root,
-        graph.dv.graph,
-        src,
-        dst,
-        num_vertices=graph.n,
-        features=graph.features + 1000,
-        labels=(graph.labels + 1) % 4,
-        version="v2",
-    )
-    cfg = with_values(load_config(env={}), "serialize", parquet_copy=False)
-    c = with_values(cfg, "partition", algorithm="metis", parts=2, name=EC_RUN, seed=3, progress=False)
-    run_partition(spark, c, dv2)
-    run_serialize(spark, c, dv2, run=EC_RUN)
-    return graph.dv, dv2
+def _serve_reload(cluster_file, *args: str) -> subprocess.CompletedProcess:
+    cmd = [sys.executable, "-m", "glisp_app.cli", "serve-reload", *args, "--cluster-file", str(cluster_file)]
+    return subprocess.run(cmd, capture_output=True, text=True, timeout=300, env=dict(os.environ, PYTHONPATH=str(ROOT)))
 
 
 def _stats(addr: str) -> pb.StatsResponse:
@@ -142,11 +118,13 @@ def test_hot_reload_under_load_loses_no_request_and_mixes_no_versions(two_versio
             assert time.time() < deadline, "the old version is still mapped after the switch"
             time.sleep(0.2)
 
-        with grpc.insecure_channel(addrs[0]) as ch:  # another partition count needs a new cluster
+        with grpc.insecure_channel(addrs[0]) as ch:  # Reload is an admin call: not over the network without a token
             with pytest.raises(grpc.RpcError) as ei:
-                pb_grpc.SamplingStub(ch).Reload(pb.ReloadRequest(dataset=str(dv1.path), run=VC_RUN), timeout=60)
-        assert ei.value.code() == grpc.StatusCode.FAILED_PRECONDITION
-        assert "3 partitions" in ei.value.details() and "serves 2" in ei.value.details()
+                pb_grpc.SamplingStub(ch).Reload(pb.ReloadRequest(dataset=str(dv1.path), run=EC_RUN), timeout=60)
+        assert ei.value.code() == grpc.StatusCode.PERMISSION_DENIED
+        r = _serve_reload(cluster.cluster_file, str(dv1.path), "--run", VC_RUN)  # another partition count
+        assert r.returncode == 1 and "3 partitions" in r.stderr and "serves 2" in r.stderr, r.stdout + r.stderr
+        assert all(_stats(a).dataset == f"{dv2.graph}/v2" for a in addrs)  # nothing moved
 
         from glisp_core.dataset.versions import set_latest
 
@@ -215,5 +193,37 @@ def test_servers_follow_latest(two_versions, tmp_path, server_processes):
         while not all(_stats(a).dataset == f"{dv2.graph}/v2" for a in addrs):
             assert time.time() < deadline, "the servers did not follow latest to v2"
             time.sleep(0.2)
+    finally:
+        assert cluster.stop() == 0
+
+
+def test_servers_restarted_after_a_reload_serve_the_new_version(two_versions, tmp_path, server_processes):
+    """serve-reload moves the supervisor's record with the servers: every replica of a partition killed after
+    the reload comes back on the version the cluster serves, and clients keep sampling it."""
+    dv1, dv2 = two_versions
+    cluster = Cluster(dv1, EC_RUN, tmp_path, ["--replicas", "2", "--threads", "1"])
+    try:
+        spec = json.loads(cluster.cluster_file.read_text())
+        r = _serve_reload(cluster.cluster_file, str(dv2.path))
+        assert r.returncode == 0, r.stdout + r.stderr
+        assert json.loads(cluster.cluster_file.read_text())["dataset"] == str(dv2.path)
+        victims = [c for c in psutil.Process(cluster.proc.pid).children() if "--partition" in c.cmdline()]
+        victims = [c for c in victims if c.cmdline()[c.cmdline().index("--partition") + 1] == "1"]
+        assert len(victims) == 2
+        for v in victims:
+            v.kill()
+        deadline = time.time() + 120
+        while True:
+            try:
+                if all(_stats(a).restarts == 1 for a in spec["addresses"][1]):
+                    break
+            except grpc.RpcError:
+                pass
+            assert time.time() < deadline, "the killed replicas were not restarted"
+            time.sleep(0.2)
+        assert all(_stats(a).dataset == f"{dv2.graph}/v2" for p in spec["addresses"] for a in p)
+        with SamplingClient(cluster.cluster_file, ClientConfig(deadline_s=10.0, local_reads="never")) as c:
+            c.sample(np.arange(64), [3, 2], seed=1)
+            assert c.version == f"{dv2.graph}/v2"
     finally:
         assert cluster.stop() == 0

@@ -270,7 +270,8 @@ def test_token_checked_on_every_sampling_rpc_health_open(token_cluster):
 def test_secrets_stay_off_command_lines_and_cluster_file(token_cluster, tls_cluster):
     for c in (token_cluster, tls_cluster):
         spec = json.loads(c.cluster_file.read_text())
-        assert set(spec) == {"format", "format_version", "dataset", "run", "num_parts", "addresses"}
+        assert set(spec) == {"format", "format_version", "dataset", "run", "num_parts", "addresses", "admin"}
+        assert spec["admin"].startswith("unix:/")  # the supervisor's admin socket: a path, no secret
         assert TOKEN not in c.cluster_file.read_text()
         cmdlines = _child_cmdlines(c.proc.pid)
         assert len(cmdlines) == 2 and all(" serve " in cl and TOKEN not in cl for cl in cmdlines), cmdlines

@@ -37,6 +37,12 @@ CASES = {
         r"e\.csv, column 'a': 1 of 2 rows have an id that is not an integer \(e\.g\. src='x'",
         1,
     ),
+    "id_out_of_range": (
+        {"e.csv": "a,b\n1,2\n3,9223372036854775808\n"},
+        lambda d: IngestConfig(graph="g", id_type="int", edges=[_e(d / "e.csv", src="a", dst="b")]),
+        r"e\.csv, column 'b': 1 of 2 rows have an integer id outside the int64 range .*dst='9223372036854775808'",
+        1,
+    ),
     "non_numeric_weight": (
         {"e.csv": "src,dst,w\n1,2,abc\n2,3,1\n"},
         lambda d: IngestConfig(graph="g", edges=[_e(d / "e.csv", weight="w")]),
@@ -115,6 +121,25 @@ def test_bad_input_fails_naming_file_column_count(ingest, icfg, tmp_path, case):
         ingest(build(d))
     assert ei.value.count == count
     assert list_versions(tmp_path / "data", "g") == []  # nothing published
+
+
+def test_bytes_that_are_not_utf8_name_file_line_column_and_offset(ingest, tmp_path):
+    from glisp_core.errors import failure_reason
+
+    f = tmp_path / "in" / "e.csv"
+    f.parent.mkdir(parents=True)
+    f.write_bytes(b"src,dst\n1,2\n3,\xff4\n5,6\n")
+    with pytest.raises(Exception) as ei:  # raised in a Spark task: the driver sees it wrapped
+        ingest(IngestConfig(graph="g", edges=[_e(f)]))
+    msg = failure_reason(ei.value)
+    assert re.search(r"e\.csv, column 'dst': 1 rows are not valid UTF-8: line 3, byte offset 14 \(0xff\)", msg), msg
+    assert "iconv" in msg
+    f.write_bytes(b"# latin-1 below\nsrc,d\xe9st\n1,2\n")  # in the header, read on the driver
+    with pytest.raises(
+        BadInputError, match=r"e\.csv, column 'header': 1 rows are not valid UTF-8: line 2, byte offset 21"
+    ):
+        ingest(IngestConfig(graph="g", edges=[_e(f, comment="#")]))
+    assert list_versions(tmp_path / "data", "g") == []
 
 
 @pytest.mark.parametrize("text", ["src,dst\n", "", "# only a comment\n"])
