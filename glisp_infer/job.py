@@ -247,7 +247,7 @@ def run_infer(
         f"train/{inp.model_run}",
     ]
     pub = StagePublisher(dv, f"infer/{inp.name}", params, depends=depends, extra_inputs=extra)
-    if not force and pub.is_current():
+    if not force and (pub.is_current() or not pub.claim()):  # an identical run in progress: wait for its record
         log(up_to_date(f"infer/{inp.name}"))
         return pub.record()  # type: ignore[return-value]
     old_url = _published_store_url(dv, inp.name)

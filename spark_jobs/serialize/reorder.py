@@ -113,7 +113,7 @@ def run_reorders(
         params = {"partition": run, "parts": num_parts, "order": o, "master_rule": cfg.serialize.master_rule}
         params["index"] = INDEX_DIR  # stages published before the lookup arrays are not current
         pubs[o] = StagePublisher(dv, f"reorder/{run}/{o}", params, depends=["ingest", f"partition/{run}"])
-    todo = [o for o in orders if force or not pubs[o].is_current()]
+    todo = [o for o in orders if force or not (pubs[o].is_current() or not pubs[o].claim())]
     for o in orders:
         if o not in todo:
             print(up_to_date(f"reorder/{run}/{o}"), flush=True)
