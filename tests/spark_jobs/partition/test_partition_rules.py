@@ -4,6 +4,9 @@ path is checked equal to it in test_partition_contract.py, and one Spark run her
 
 from __future__ import annotations
 
+import threading
+import time
+
 import numpy as np
 import pytest
 
@@ -305,3 +308,29 @@ def test_restarts_prefer_a_start_within_the_balance_bounds(cfg):
         get_partitioner(with_values(c, "partition.adadne", starts=0).partition).starts(1000)
     capped = get_partitioner(with_values(c, "partition.adadne", starts=4, starts_max_edges=1000).partition)
     assert (capped.starts(1000), capped.starts(1001)) == (4, 1)  # past starts_max_edges: one start
+
+
+def test_two_identical_partition_runs_at_once_do_the_work_once(spark, cfg, tmp_path_factory, capsys):
+    """Two `glisp partition` runs of one version, name and parameters at the same time (two driver threads on
+    one Spark session, as two schedulers' tasks would be): one partitions, the other waits for its claim
+    and returns the same record; the stage has one record."""
+    from glisp_core.dataset.records import RECORDS
+    from spark_jobs.partition.job import run_partition
+
+    src, dst = rmat_edges(10, edge_factor=8, seed=5)
+    dv = write_dataset(tmp_path_factory.mktemp("twice"), "g", src, dst, num_vertices=1 << 10)
+    c = with_values(cfg, "partition", algorithm="adadne", parts=4, seed=1, progress=False, name="twice")
+    out: dict[int, object] = {}
+
+    def run(i: int) -> None:
+        out[i] = run_partition(spark, c, dv)
+
+    threads = [threading.Thread(target=run, args=(i,)) for i in range(2)]
+    threads[0].start()
+    time.sleep(0.5)  # the first holds the claim by now
+    threads[1].start()
+    for t in threads:
+        t.join(300)
+    assert out[0] == out[1]
+    assert dv.store.names(dv.path / RECORDS / "partition/twice") == ["00000001.json"]
+    assert "an identical run is in progress" in capsys.readouterr().out
