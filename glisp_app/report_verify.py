@@ -9,7 +9,6 @@ object store is checked the same way.
 
 from __future__ import annotations
 
-import hashlib
 import json
 from collections.abc import Iterator
 
@@ -17,8 +16,6 @@ from glisp_core.dataset.layout import DatasetVersion
 from glisp_core.dataset.manifest import Manifest
 from glisp_core.storage.store import Store
 from glisp_core.storage.uri import StoreURI
-
-_BLOCK = 8 << 20
 
 
 def problems(dv: DatasetVersion, manifest: Manifest, verify: bool = False) -> list[str]:
@@ -53,7 +50,7 @@ def _partition_problems(store: Store, run_dir: StoreURI, verify: bool) -> Iterat
         except (ValueError, KeyError, TypeError) as e:
             yield f"{d / 'meta.json'} is damaged ({e!r})"
             continue
-        sizes = dict(store.files(d))
+        sizes, algo = dict(store.files(d)), str(meta.get("checksum_algo", "sha256"))
         for name, fm in sorted(fields.items()):
             file = str(fm.get("file", f"{name}.bin"))
             size, want = sizes.get(file), int(fm.get("nbytes", -1))
@@ -61,13 +58,5 @@ def _partition_problems(store: Store, run_dir: StoreURI, verify: bool) -> Iterat
                 yield f"{d / file} (field {name}) is missing"
             elif size != want:
                 yield f"{d / file} (field {name}) is truncated or padded: {size} bytes, recorded {want}"
-            elif verify and "checksum" in fm and _sha(store, d / file, meta) != fm["checksum"]:
+            elif verify and "checksum" in fm and store.digest(d / file, algo) != fm["checksum"]:
                 yield f"{d / file} (field {name}) does not match its recorded hash: the file is damaged"
-
-
-def _sha(store: Store, uri: StoreURI, meta: dict) -> str:
-    h = hashlib.new(str(meta.get("checksum_algo", "sha256")))
-    with store.open_input(uri) as f:
-        while block := f.read(_BLOCK):
-            h.update(block)
-    return h.hexdigest()

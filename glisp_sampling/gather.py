@@ -313,9 +313,10 @@ class PartitionSampler:
         with profile.stage("server.tasks"):
             starts, ends = self._type_ranges(lids, type_ids, is_in) if typed else (self._no_i64, self._no_i64)
             caps = self._seed_caps(lids, fans, kmethod, is_in, starts, ends)
-            self._check_cost(len(seeds), fans, int(caps.sum()))
+            slots = int(caps.sum())
+            self._check_cost(len(seeds), fans, slots)
             per_edge = self.gid_out.itemsize + (8 if edge_ids else 0) + (4 if kmethod != K.QUOTA else 0)
-            self._reserve(3 * (per_edge * int(caps.sum()) + 4 * n * nslot) + 16 * n, "request")
+            self._reserve(3 * (per_edge * slots + 4 * n * nslot) + 16 * n, "request")
         has_time = max_time is not None
         args: _TaskArgs = (
             kmethod,

@@ -5,8 +5,7 @@ gaps: SIGKILL of one replica, SIGKILL of every replica of a partition, SIGSTOP/S
 supervisor, hot reloads forward and back (``glisp serve-reload``'s path: the supervisor's admin
 socket), and hostile requests (a huge message, a huge fanout, too many seeds). A monitor polls every
 server's health, Stats (version, RSS) and an empty Gather, so that health can be compared with what the
-server actually answers. ``tests/glisp_serving/test_chaos.py`` runs it for about a minute;
-``bench/chaos.py`` for longer.
+server actually answers. ``tests/glisp_serving/test_chaos.py`` runs it for about a minute.
 """
 
 from __future__ import annotations
@@ -162,10 +161,10 @@ def _monitor(addrs: list[str], stop: threading.Event, res: ChaosResult, lock: th
 
 # ---------------------------------------------------------------------------------------------- faults
 def _pid(supervisor_pid: int, addr: str) -> int | None:
-    from glisp_testing.soak import _server_pid
+    from glisp_testing.soak import server_pid
 
     try:
-        return _server_pid(supervisor_pid, addr)
+        return server_pid(supervisor_pid, addr)
     except RuntimeError:
         return None  # dead, or restarting
 

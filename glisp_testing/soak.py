@@ -51,7 +51,7 @@ def _rss(addr: str) -> int:
         return int(pb_grpc.SamplingStub(ch).Stats(pb.StatsRequest(), timeout=5).rss_bytes)
 
 
-def _server_pid(supervisor_pid: int, addr: str) -> int:
+def server_pid(supervisor_pid: int, addr: str) -> int:
     """The ``glisp serve`` child of ``serve-cluster`` listening on ``addr``'s port."""
     import psutil
 
@@ -126,7 +126,7 @@ def soak(
     res.rss_start = {a: _rss(a) for a in addrs if a != victim}
     time.sleep(max(0.0, duration_s / 3 - (time.monotonic() - t0)))
     res.kill_t = time.monotonic()
-    os.kill(_server_pid(supervisor_pid, victim), signal.SIGKILL)
+    os.kill(server_pid(supervisor_pid, victim), signal.SIGKILL)
     while not res.back_t and time.monotonic() - t0 < duration_s:
         try:
             _rss(victim)

@@ -23,7 +23,6 @@ if str(ROOT) not in sys.path:
 
 pytest.register_assert_rewrite("tests.tiers")  # imported here for `needs`, and loaded as a plugin below
 from glisp_testing.jvm_opts import use_test_jvm_options  # noqa: E402
-from glisp_testing.processes import Processes  # noqa: E402
 from glisp_testing.s3server import MotoServer, free_port, use_only  # noqa: E402
 from tests.tiers import needs  # noqa: E402
 
@@ -126,17 +125,11 @@ def cfg():
 
 @pytest.fixture
 @needs("subprocess_jvm")
-def jvm_processes():
-    """For a test that runs a Spark stage in a subprocess (a CLI with its own JVM); reaped at the end."""
-    procs = Processes()
-    yield procs
-    procs.reap()
+def jvm_processes() -> None:
+    """Asked for by a test that runs a Spark stage in a CLI subprocess (its own JVM): that is its tier."""
 
 
 @pytest.fixture
 @needs("servers")
-def server_processes():
-    """For a test that starts sampling servers in subprocesses; reaped at the end."""
-    procs = Processes()
-    yield procs
-    procs.reap()
+def server_processes() -> None:
+    """Asked for by a test that starts sampling servers in subprocesses: that is its tier."""

@@ -77,11 +77,7 @@ def _object_fingerprint(u: StoreURI, mode: str) -> dict[str, Any]:
         raise FileNotFoundError(f"{u}: no such input file")
     rec: dict[str, Any] = {"path": u.qualified, "bytes": int(info.size)}
     if mode == "content":
-        h = hashlib.sha256()
-        with store.fs.open_input_stream(store.at(u)) as f:
-            for block in iter(lambda: f.read(1 << 22), b""):
-                h.update(block)
-        rec["sha256"] = h.hexdigest()
+        rec["sha256"] = store.digest(u)
     else:
         rec["mtime_ns"] = info.mtime_ns
     return rec

@@ -13,6 +13,7 @@ filesystem path (``/abs/path`` locally, ``bucket/key`` on S3).
 
 from __future__ import annotations
 
+import hashlib
 import os
 import uuid
 from collections.abc import Iterator
@@ -143,6 +144,14 @@ class Store:
     def open_input(self, uri: StoreURI | str) -> Any:
         """A random-access pyarrow file (Parquet footers, Arrow IPC, ``.npy`` headers read in ranges)."""
         return self.fs.open_input_file(self.at(uri))
+
+    def digest(self, uri: StoreURI | str, algo: str = "sha256") -> str:
+        """The hex digest of the file's bytes, streamed in 4 MiB blocks (never held whole)."""
+        h = hashlib.new(algo)
+        with self.fs.open_input_stream(self.at(uri)) as f:
+            for block in iter(lambda: f.read(1 << 22), b""):
+                h.update(block)
+        return h.hexdigest()
 
     def open_output(self, uri: StoreURI | str) -> Any:
         """A pyarrow output stream; on an object store the object appears whole when the stream closes."""

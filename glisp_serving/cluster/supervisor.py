@@ -139,8 +139,6 @@ class Slot:
 
     @property
     def admin(self) -> str:
-        from glisp_serving.admin import admin_address
-
         return admin_address(self.port_file.with_suffix(".sock"))
 
     def supervise(self, args: argparse.Namespace, dataset: str, run: str) -> None:

@@ -312,12 +312,17 @@ def encoding_error(c: Chunk, spec: CsvSpec) -> BadInputError:
     else:
         where = f"byte offset {pos + at}"
         line = _lines_before(c.path, pos) + raw.count(b"\n", 0, at) + 1
+    return not_utf8(c.path, column, line, where, text, raw[at : at + 1])
+
+
+def not_utf8(path: str, column: str, line: int, where: str, text: bytes, bad: bytes) -> BadInputError:
+    """The error for bytes that are not UTF-8: file, column, line, where (a byte offset), the byte and the line."""
     return BadInputError(
-        c.path,
+        path,
         column,
         1,
         None,
-        f"are not valid UTF-8: line {line:,}, {where} (0x{raw[at : at + 1].hex()})",
+        f"are not valid UTF-8: line {line:,}, {where} (0x{bad.hex()})",
         [text[:80].decode("utf-8", "backslashreplace")],
         "re-encode the file as UTF-8 (e.g. iconv -f latin1 -t utf-8)",
     )

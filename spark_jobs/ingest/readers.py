@@ -211,16 +211,8 @@ def first_record(files: list[StoreURI], delimiter: str, comment: str) -> list[st
                 try:
                     line = raw.decode("utf-8")
                 except UnicodeDecodeError as e:
-                    raise BadInputError(
-                        str(f),
-                        "header",
-                        1,
-                        None,
-                        f"are not valid UTF-8: line {number}, byte offset "
-                        f"{offset + e.start} (0x{raw[e.start : e.start + 1].hex()})",
-                        [raw[:80].decode("utf-8", "backslashreplace")],
-                        "re-encode the file as UTF-8 (e.g. iconv -f latin1 -t utf-8)",
-                    ) from None
+                    at = f"byte offset {offset + e.start}"
+                    raise arrowread.not_utf8(str(f), "header", number, at, raw, raw[e.start : e.start + 1]) from None
                 offset += len(raw)
                 if not line.strip() or (comment and line.startswith(comment)):
                     continue
