@@ -220,13 +220,20 @@ class Store:
                 yield str(i.path)[len(base) :], int(i.size)
 
     def delete(self, uri: StoreURI | str) -> None:
-        """Remove a file or everything below a prefix; nothing when it does not exist."""
+        """Remove a file or everything below a prefix; nothing when it does not exist. Another process removing
+        part of it at the same time (two writers clearing one abandoned attempt) is not an error: look again."""
         path = self.at(uri)
-        info = self.fs.get_file_info(path)
-        if info.type == pafs.FileType.Directory:
-            self.fs.delete_dir(path)
-        elif info.type == pafs.FileType.File:
-            self.fs.delete_file(path)
+        for tries_left in (2, 1, 0):
+            info = self.fs.get_file_info(path)
+            try:
+                if info.type == pafs.FileType.Directory:
+                    self.fs.delete_dir(path)
+                elif info.type == pafs.FileType.File:
+                    self.fs.delete_file(path)
+                return
+            except FileNotFoundError:
+                if not tries_left:
+                    raise
 
     # ---- bulk copies ----
     def download(self, uri: StoreURI | str, local_dir: Path) -> int:
