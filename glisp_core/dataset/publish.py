@@ -218,6 +218,44 @@ def _publish_record(store: Store, version: StoreURI, rec: StageRecord) -> tuple[
     raise StageError(f"stage {rec.name}: {COMMIT_TRIES} concurrent publishers in a row; re-run it")
 
 
+def claim_run(
+    store: Store, uri: StoreURI, holder: str, fp: str, done: Callable[[], bool], poll_s: float = 1.0
+) -> tuple[bool, LeaseKeeper | None]:
+    """(whether to do the work, the claim held meanwhile) of a run with fingerprint ``fp`` whose claim is
+    the lease ``uri``. An identical run holding it is waited for; when it has published (``done()``), there
+    is nothing to do; when it died, the claim is taken over. A run with another fingerprint does not wait."""
+    while True:
+        keeper = LeaseKeeper(store, uri, holder, fingerprint=fp)
+        if keeper.write(create=True):
+            return True, keeper.start()
+        doc = read_lease(store, uri)
+        if not is_live(doc):
+            store.delete(uri)  # its holder died: create_exclusive decides who claims it next
+            continue
+        assert doc is not None
+        if doc.get("fingerprint") != fp:
+            return True, None
+        print(
+            f"{holder}: an identical run is in progress ({doc.get('holder')} on {doc.get('host')}, pid "
+            f"{doc.get('pid')}); waiting for it instead of doing the work twice",
+            flush=True,
+        )
+        while is_live(read_lease(store, uri)):
+            time.sleep(poll_s)
+        if done():
+            return False, None
+
+
+def release_claim(keeper: LeaseKeeper) -> None:
+    """Drop a claim taken by :func:`claim_run`, and its directory when that leaves it empty on a disk."""
+    keeper.release()
+    if keeper.uri.is_local:
+        try:
+            os.rmdir(keeper.uri.parent.local)
+        except OSError:
+            pass  # another claim is in it, or it is gone already
+
+
 class StagePublisher:
     """Publish one stage of an existing dataset version.
 
@@ -252,32 +290,15 @@ class StagePublisher:
         held until commit or abort); False when an identical run (same fingerprint) held it and published
         while this one waited, so there is nothing to redo. A run of the stage with other parameters does
         not wait (it publishes a record of its own, as before)."""
-        store, uri = self.dv.store, self.dv.path / RUNNING / f"{self.stage.replace('/', '--')}.json"
-        while True:
-            keeper = LeaseKeeper(store, uri, f"glisp {self.stage}", fingerprint=self.fingerprint)
-            if keeper.write(create=True):
-                self._claim = keeper.start()
-                return True
-            doc = read_lease(store, uri)
-            if not is_live(doc):
-                store.delete(uri)  # its holder died: create_exclusive decides who claims it next
-                continue
-            assert doc is not None
-            if doc.get("fingerprint") != self.fingerprint:
-                return True
-            print(
-                f"{self.stage}: an identical run is in progress ({doc.get('holder')} on {doc.get('host')}, pid "
-                f"{doc.get('pid')}); waiting for it instead of doing the work twice",
-                flush=True,
-            )
-            while is_live(read_lease(store, uri)):
-                time.sleep(poll_s)
-            if self.is_current():
-                return False
+        uri = self.dv.path / RUNNING / f"{self.stage.replace('/', '--')}.json"
+        run, self._claim = claim_run(
+            self.dv.store, uri, f"glisp {self.stage}", self.fingerprint, self.is_current, poll_s
+        )
+        return run
 
     def _release_claim(self) -> None:
         if self._claim is not None:
-            self._claim.release()
+            release_claim(self._claim)
             self._claim = None
 
     def record(self) -> StageRecord | None:

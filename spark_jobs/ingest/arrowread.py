@@ -16,8 +16,9 @@ them to Spark with the meaning Spark's readers give:
   ``s3://bucket/edges.csv``, opened by the task itself, so inputs in a bucket need no JVM connector;
 - Parquet: the columns typed as Spark reads them (unsigned integers widened, uint64 as
   decimal(20,0), timestamps in microseconds, dictionaries decoded);
-- ``_fid`` is the file's index, ``_rowpos`` = (source << 55) | (chunk << 33) | row, so "first row"
-  means first in file order.
+- ``_fid`` is the file's index, ``_rowpos`` = (source << 55) | (chunk << 33) | the row's line offset in
+  its chunk (Parquet: its row offset), so "first row" means first in file order, and ``rowlocate``
+  turns it into a line of the file.
 """
 
 from __future__ import annotations
@@ -36,6 +37,7 @@ from glisp_core.storage.store import store_for
 from glisp_core.storage.uri import StoreURI, parse_uri
 from glisp_spark.worker_heap import freeze_worker_heap
 from spark_jobs.ingest.columns import CORRUPT, FID, ROWPOS
+from spark_jobs.ingest.linemap import kept_lines, row_lines
 from spark_jobs.ingest.storeio import read_ipc_file
 
 if TYPE_CHECKING:
@@ -44,7 +46,7 @@ if TYPE_CHECKING:
     from pyspark.sql.types import StructType
 
 SOURCE_SHIFT = 55
-_CHUNK_SHIFT = 33
+CHUNK_SHIFT = 33
 _MIN_CHUNK = 4 << 20
 _MAX_CHUNK = 128 << 20
 ALT_DELIM = "\x1f"  # stands in for a multi-character delimiter
@@ -221,21 +223,24 @@ def drop_header_line(data: bytes) -> bytes:
     return b""
 
 
-def parse_chunk(data: bytes, spec: CsvSpec) -> tuple[pa.Table, list[str]]:
-    """(pyarrow Table of string columns, raw text of each malformed row) of ``chunk_bytes``."""
+def parse_chunk(data: bytes, spec: CsvSpec) -> tuple[pa.Table, list[str], list[int]]:
+    """(pyarrow Table of string columns, raw text of each malformed row, its 1-based record number) of
+    ``chunk_bytes``."""
     import pyarrow as pa
     import pyarrow.csv as pacsv
 
     delim = delimiter(spec)
     bad: list[str] = []
+    records: list[int] = []
 
     def on_invalid(row: pacsv.InvalidRow) -> str:
         bad.append(row.text)
+        records.append(row.number)
         return "skip"
 
     cols = list(spec.columns)
     if not data:
-        return pa.table({c: pa.array([], pa.string()) for c in cols}), bad
+        return pa.table({c: pa.array([], pa.string()) for c in cols}), bad, records
     table = pacsv.read_csv(
         pa.py_buffer(data),
         read_options=pacsv.ReadOptions(use_threads=False, column_names=cols, block_size=max(1 << 20, len(data) + 1)),
@@ -249,7 +254,7 @@ def parse_chunk(data: bytes, spec: CsvSpec) -> tuple[pa.Table, list[str]]:
             check_utf8=False,
         ),
     )
-    return table, bad
+    return table, bad, records
 
 
 def output_schema(spec: TableSpec) -> StructType:
@@ -268,7 +273,12 @@ def output_schema(spec: TableSpec) -> StructType:
 
 def chunk_bytes(c: Chunk, spec: CsvSpec) -> bytes:
     """The chunk's lines, comment lines and the header removed; a multi-character delimiter replaced."""
-    data = read_lines(c)
+    return prepare_lines(read_lines(c), c, spec)
+
+
+def prepare_lines(data: bytes, c: Chunk, spec: CsvSpec) -> bytes:
+    """``read_lines(c)`` as pyarrow parses it: comment lines and the header removed, a multi-character
+    delimiter replaced."""
     if spec.comment:
         data = drop_comment_lines(data, spec.comment)
     if c.header:
@@ -282,15 +292,18 @@ def delimiter(spec: CsvSpec) -> str:
     return spec.delimiter if len(spec.delimiter) == 1 else ALT_DELIM
 
 
-def chunk_table(c: Chunk, spec: CsvSpec) -> tuple[pa.Table, list[str]]:
-    """(string Table, raw text of each malformed row) of one chunk; BadInputError on bytes that are not UTF-8."""
-    data = chunk_bytes(c, spec)
+def chunk_table(c: Chunk, spec: CsvSpec) -> tuple[pa.Table, list[str], np.ndarray]:
+    """(string Table, raw text of each malformed row, the line offset of every row in the chunk: parsed
+    rows, then malformed ones) of one chunk; BadInputError on bytes that are not UTF-8."""
+    raw = read_lines(c)
+    data = prepare_lines(raw, c, spec)
     if not data.isascii():  # the fast common case costs one scan; the slow one decodes, then locates
         try:
             data.decode("utf-8")
         except UnicodeDecodeError:
             raise encoding_error(c, spec) from None
-    return parse_chunk(data, spec)
+    table, bad, records = parse_chunk(data, spec)
+    return table, bad, row_lines(kept_lines(raw, spec.comment, c.header), table.num_rows, records)
 
 
 def encoding_error(c: Chunk, spec: CsvSpec) -> BadInputError:
@@ -364,12 +377,12 @@ def text_batches(
 
 def chunk_base(source_seq: int, chunk_index: int) -> int:
     """The row position of a chunk's first row."""
-    return (source_seq << SOURCE_SHIFT) | (chunk_index << _CHUNK_SHIFT)
+    return (source_seq << SOURCE_SHIFT) | (chunk_index << CHUNK_SHIFT)
 
 
-def chunk_rowpos(source_seq: int, chunk_index: int, n: int, k: int) -> tuple[np.ndarray, np.ndarray]:
-    """Row positions of a chunk's n parsed rows, then its k malformed rows."""
-    pos = chunk_base(source_seq, chunk_index) + np.arange(n + k, dtype=np.int64)
+def chunk_rowpos(source_seq: int, chunk_index: int, n: int, lines: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Row positions of a chunk's n parsed rows, then its malformed rows (``lines``: their line offsets)."""
+    pos = chunk_base(source_seq, chunk_index) + lines
     return pos[:n], pos[n:]
 
 
@@ -382,10 +395,12 @@ def chunk_indices(tasks: Sequence[ReadTask]) -> list[int]:
     return out
 
 
-def read_chunk(c: Chunk | RowGroups, spec: TableSpec) -> tuple[pa.Table, list[str]]:
-    """(Table of the source columns, raw text of each malformed row) of a CSV or Parquet chunk."""
+def read_chunk(c: Chunk | RowGroups, spec: TableSpec) -> tuple[pa.Table, list[str], np.ndarray]:
+    """(Table of the source columns, raw text of each malformed row, each row's line offset in the
+    chunk: parsed rows then malformed ones; for Parquet its row offset) of a CSV or Parquet chunk."""
     if isinstance(c, RowGroups) and isinstance(spec, ParquetSpec):
-        return parquet_chunk(c, spec), []
+        t = parquet_chunk(c, spec)
+        return t, [], np.arange(t.num_rows, dtype=np.int64)
     if isinstance(c, Chunk) and isinstance(spec, CsvSpec):
         return chunk_table(c, spec)
     raise TypeError(f"a {type(c).__name__} is not read with a {type(spec).__name__}")
@@ -400,8 +415,8 @@ def table_frame(spark: SparkSession, tasks: Sequence[ReadTask], spec: TableSpec,
         for b in batches:
             for task in b.column(0).to_pylist():
                 for j, c in enumerate(tasks[task]):
-                    table, bad = read_chunk(c, spec)
-                    pos, bad_pos = chunk_rowpos(source_seq, first[task] + j, table.num_rows, len(bad))
+                    table, bad, lines = read_chunk(c, spec)
+                    pos, bad_pos = chunk_rowpos(source_seq, first[task] + j, table.num_rows, lines)
                     yield from text_batches(table, bad, c.fid, pos, bad_pos)
 
     return spark.range(0, len(tasks), 1, max(1, len(tasks))).mapInArrow(read, output_schema(spec))

@@ -2,9 +2,10 @@
 
 A row's reason is the first rule it breaks (so counts of kinds add up to the rows set aside). In
 "fail" mode the first problem is raised as a ``BadInputError`` naming the file, the column, the count,
-the file's row total, up to three example rows (``limit(3)``; bad rows are never collected) and a
-hint. In "quarantine" mode the bad rows of each kind go to ``ingest/rejects/<kind>/`` as Parquet with
-their file, reason, column and raw fields, the manifest counts them and the same line is printed. The
+the file's row total, up to three example rows, each with its line in the file (``limit(3)``; bad rows
+are never collected) and a hint. In "quarantine" mode the bad rows of each kind go to
+``ingest/rejects/<kind>/`` as Parquet with their file, reason, column, raw fields and ``line`` (the
+file's line; a Parquet file's row number), the manifest counts them and the same line is printed. The
 rejects are written by Spark's JVM where it opens the store, else by pyarrow in the tasks.
 """
 
@@ -19,7 +20,8 @@ from typing import TYPE_CHECKING, Any
 from glisp_core.errors import BadInputError
 from glisp_core.storage.store import store_for
 from glisp_core.storage.uri import StoreURI
-from spark_jobs.ingest.columns import FID, RCOL, REASON
+from spark_jobs.ingest.columns import FID, RCOL, REASON, ROWPOS
+from spark_jobs.ingest.rowlocate import RowLocator, chunk_key
 from spark_jobs.ingest.storeio import join, open_atomic
 
 if TYPE_CHECKING:
@@ -127,16 +129,28 @@ def summary_of(rows: list[CountRow]) -> Summary:
     return s
 
 
-def _examples(df: DataFrame, kind: str, fid: int, raw: dict[str, Column], n: int = 3) -> list[str]:
-    """Up to ``n`` example rows of one kind in one file, as ``name=value`` text (``limit``: never a collect)."""
+def _examples(
+    df: DataFrame, kind: str, fid: int, raw: dict[str, Column], where: RowLocator | None, n: int = 3
+) -> list[str]:
+    """Up to ``n`` example rows of one kind in one file, as ``line N: name=value`` text (``limit``: never a collect)."""
     from pyspark.sql import functions as F
 
-    rows = df.filter((F.col(REASON) == kind) & (F.col(FID) == fid)).select(*[c.alias(k) for k, c in raw.items()])
+    pos = [F.col(ROWPOS).alias("_pos")] if where is not None and ROWPOS in df.columns else []
+    rows = df.filter((F.col(REASON) == kind) & (F.col(FID) == fid)).select(*[c.alias(k) for k, c in raw.items()], *pos)
+    got = [r.asDict() for r in rows.limit(n).collect()]
+    known = [int(r["_pos"]) for r in got if r.get("_pos") is not None]
+    bases = where.bases(df.sparkSession, [chunk_key(p) for p in known]) if where is not None and known else {}
     out = []
-    for r in rows.limit(n).collect():
-        d = {k: v for k, v in r.asDict().items() if v is not None}
-        out.append(", ".join(f"{k}={v!r}" for k, v in d.items()) or "(all fields empty)")
+    for r in got:
+        at = r.pop("_pos", None)
+        head = f"{where.describe(int(at), bases)}: " if where is not None and at is not None else ""
+        out.append(head + _fields(r))
     return out
+
+
+def _fields(row: dict[str, Any]) -> str:
+    d = {k: v for k, v in row.items() if v is not None}
+    return ", ".join(f"{k}={v!r}" for k, v in d.items()) or "(all fields empty)"
 
 
 def _error(
@@ -176,8 +190,10 @@ def handle_bad(
     raw: dict[str, Column],
     rejects_dir: Callable[[str], StoreURI],
     log: Callable[[str], None] = print,
+    where: RowLocator | None = None,
 ) -> dict[str, int]:
-    """Raise (fail) or write rejects (quarantine) for the bad rows of ``df``; returns rows per kind."""
+    """Raise (fail) or write rejects (quarantine) for the bad rows of ``df``; returns rows per kind.
+    ``where`` names each example's line (and fills the rejects' ``line``) from its row position."""
     from pyspark.sql import functions as F
 
     if not s.bad:
@@ -192,17 +208,22 @@ def handle_bad(
         )
         if len(items) > 4:
             others += f"; and {len(items) - 4} more problems"
-        raise _error(kind, fid, column, count, s, files, _examples(df, kind, fid, raw), others)
+        raise _error(kind, fid, column, count, s, files, _examples(df, kind, fid, raw, where), others)
     # quarantine: one write job for every kind (partitioned by reason), then examples read back cheaply
     file_names = F.create_map(*[x for i, f in enumerate(files) for x in (F.lit(i), F.lit(f))]) if files else None
     file_col = file_names[F.col(FID)] if file_names is not None else F.lit(None).cast("string")
     cols = [file_col.alias("file"), F.col(REASON).alias("reason"), F.col(RCOL).alias("column")]
     cols += [c.cast("string").alias(k) for k, c in raw.items()]
-    bad = df.filter(F.col(REASON).isNotNull()).select(*cols, F.col(REASON).alias("_part"))
+    located = where is not None and ROWPOS in df.columns
+    pos = [F.col(ROWPOS)] if located else []
+    bad = df.filter(F.col(REASON).isNotNull()).select(*cols, *pos, F.col(REASON).alias("_part"))
+    if where is not None and located:
+        bad = where.line_column(bad.sparkSession, bad, F.col(ROWPOS)).drop(ROWPOS)
     _write_rejects(bad, rejects_dir(""), list(dict.fromkeys(k for (k, _, _), _ in items)))
     for (kind, fid, column), count in items:
         fname = files[fid] if 0 <= fid < len(files) else None
-        examples = _examples_from_rejects(rejects_dir(kind), fname, list(raw))
+        unit = where.unit(fid) if where is not None and located else None
+        examples = _examples_from_rejects(rejects_dir(kind), fname, list(raw), unit)
         log("quarantined: " + str(_error(kind, fid, column, count, s, files, examples)) + f" -> {rejects_dir(kind)}")
     return s.kind_counts()
 
@@ -254,15 +275,18 @@ def _write_by_kind(bad: DataFrame, parent: StoreURI) -> None:
     bad.mapInArrow(write, "files long").collect()
 
 
-def _examples_from_rejects(path: StoreURI, fname: str | None, raw: list[str], n: int = 3) -> list[str]:
-    """Up to ``n`` example rows of one file, read from the written rejects (a bounded scan, no Spark job)."""
+def _examples_from_rejects(
+    path: StoreURI, fname: str | None, raw: list[str], unit: str | None, n: int = 3
+) -> list[str]:
+    """Up to ``n`` example rows of one file, read from the written rejects (a bounded scan, no Spark job);
+    ``unit``: what the rejects' ``line`` counts in that file ('line' or 'row'), None without it."""
     import pyarrow.dataset as ds
 
     store = store_for(path)
     d = ds.dataset(store.at(path), filesystem=store.fs, format="parquet")
     flt = ds.field("file") == fname if fname is not None else None
     out = []
-    for r in d.head(n, columns=raw, filter=flt).to_pylist():
-        vals = {k: v for k, v in r.items() if v is not None}
-        out.append(", ".join(f"{k}={v!r}" for k, v in vals.items()) or "(all fields empty)")
+    for r in d.head(n, columns=[*raw, *(["line"] if unit else [])], filter=flt).to_pylist():
+        line = r.pop("line", None)
+        out.append((f"{unit} {line:,}: " if line is not None else "") + _fields(r))
     return out

@@ -167,12 +167,12 @@ class StagedEdges:
     times: list[dict[str, float]]
 
 
-def _split_rows(table: pa.Table, bad: list[str], t: EdgeTable, base: int) -> ChunkRows:
-    """The chunk's clean rows (staged columns) apart from the others (the source columns as read)."""
+def _split_rows(table: pa.Table, bad: list[str], t: EdgeTable, pos: np.ndarray) -> ChunkRows:
+    """The chunk's clean rows (staged columns) apart from the others (the source columns as read);
+    ``pos``: the row positions of the parsed rows, then of the malformed ones."""
     import pyarrow as pa
 
     n = table.num_rows
-    pos = base + np.arange(n + len(bad), dtype=np.int64)
     clean, cols = _split_clean(table, t)
     if not clean.all():
         m = pa.array(clean)
@@ -196,8 +196,8 @@ def _stage_chunk(
     import pyarrow.compute as pc
 
     t0 = time.process_time()
-    table, bad = arrowread.read_chunk(c, t.spec)
-    rows = _split_rows(table, bad, t, arrowread.chunk_base(t.si, first + j))
+    table, bad, lines = arrowread.read_chunk(c, t.spec)
+    rows = _split_rows(table, bad, t, arrowread.chunk_base(t.si, first + j) + lines)
     t1 = time.process_time()
     out = rows.clean
     nc = len(rows.clean_pos)
@@ -205,7 +205,7 @@ def _stage_chunk(
         out["_si"] = np.full(nc, t.si, np.int16)
         if opts.fid:
             out["_fid"] = np.full(nc, c.fid, np.int32)
-        if opts.rowpos:
+        if opts.rowpos or opts.fid:  # fid: a row may lack an endpoint vertex, and its error names its line
             out["_rowpos"] = rows.clean_pos
         path = join(opts.dir, "edges", f"c{t.si:03d}-{task:05d}.int.arrow")
         files.write(path, pa.RecordBatch.from_pydict(out))

@@ -31,7 +31,17 @@ from glisp_core.config import Config, IngestConfig, to_dict
 from glisp_core.dataset.layout import DatasetVersion, check_name, list_versions
 from glisp_core.dataset.manifest import Manifest, StageRecord, now_iso, read_manifest
 from glisp_core.dataset.paths import confine, confine_all
-from glisp_core.dataset.publish import VersionPublisher, file_fingerprints, fingerprint, up_to_date
+from glisp_core.dataset.publish import (
+    RUNNING,
+    VersionPublisher,
+    claim_run,
+    file_fingerprints,
+    fingerprint,
+    release_claim,
+    up_to_date,
+)
+from glisp_core.storage.lease import LeaseKeeper
+from glisp_core.storage.store import store_for
 from glisp_core.storage.uri import StoreURI, parse_uri
 from glisp_spark.background import Background
 from glisp_spark.phases import Phases
@@ -121,6 +131,53 @@ def run_ingest(
     if existing is not None and not force:
         log(up_to_date("ingest", existing.path))
         return existing
+    found, claim = _claim(root, ing, fp, force, log)
+    if found is not None:
+        return found
+    try:
+        return _publish(spark, cfg, ing, _Run(plan, ph, root, fp, inputs, existing, t0), log)
+    finally:
+        if claim is not None:
+            release_claim(claim)
+
+
+@dataclass(frozen=True)
+class _Run:
+    """What run_ingest found before building: the plan, the timer, where, the fingerprints, a version to rebuild."""
+
+    plan: IngestPlan
+    ph: Phases
+    root: StoreURI
+    fp: str
+    inputs: list[dict[str, Any]]
+    existing: DatasetVersion | None  # the version that holds these inputs (rebuilt in place with --force)
+    t0: float
+
+
+def _claim(
+    root: StoreURI, ing: IngestConfig, fp: str, force: bool, log: Callable[[str], None]
+) -> tuple[DatasetVersion | None, LeaseKeeper | None]:
+    """(the version an identical ingest published while this one waited, else None; the claim held).
+    Why: two identical ingests at once would both do all the work and publish two versions of one input."""
+    uri = root / ing.graph / RUNNING / f"ingest-{fp[:24]}.json"
+
+    def published() -> bool:
+        return not force and _find_existing(root, ing.graph, fp, ing.version) is not None
+
+    run, claim = claim_run(store_for(root), uri, f"glisp ingest of {ing.graph}", fp, published)
+    if run:
+        return None, claim
+    found = _find_existing(root, ing.graph, fp, ing.version)
+    assert found is not None
+    log(up_to_date("ingest", found.path))
+    return found, None
+
+
+def _publish(
+    spark: SparkSession, cfg: Config, ing: IngestConfig, r: _Run, log: Callable[[str], None]
+) -> DatasetVersion:
+    """Build the tables of a new version (or of ``r.existing``, rebuilt in place) and publish it."""
+    plan, ph, root, fp, inputs, existing, t0 = r.plan, r.ph, r.root, r.fp, r.inputs, r.existing, r.t0
     # --force rebuilds the version that holds these inputs in place instead of adding a duplicate
     version = ing.version or (
         existing.version if existing else f"{time.strftime('%Y%m%dT%H%M%S', time.gmtime())}-{fp[:8]}"

@@ -22,7 +22,7 @@ import pyarrow as pa
 
 from glisp_spark.tasks import map_partitions, run_tasks
 from glisp_spark.worker_heap import freeze_worker_heap
-from spark_jobs.ingest.columns import FID, RCOL, REASON, SI
+from spark_jobs.ingest.columns import FID, RCOL, REASON, ROWPOS, SI
 from spark_jobs.ingest.edgefiles import (
     BucketResult,
     EdgePlan,
@@ -127,7 +127,7 @@ def staged_frame(spark: SparkSession, files: list[str], key_t: str, cols: dict[s
 
 def map_with_join(joined: DataFrame, plan: EdgePlan) -> list[BucketResult]:
     """Bucket the rows of ``joined`` (staged columns + SRC/DST vids, null where missing)."""
-    cols = [c for c in ("src", "dst", SI, FID, "_et", "_w", "_ts", "_rowpos") if c in joined.columns]
+    cols = [c for c in ("src", "dst", SI, FID, "_et", "_w", "_ts", ROWPOS) if c in joined.columns]
 
     def task(pid: int, batches: Iterator[pa.RecordBatch]) -> Iterator[BucketResult]:
         for j, b in enumerate(batches):
@@ -160,7 +160,9 @@ def _raw_columns(t: pa.Table, plan: EdgePlan) -> dict[str, pa.Array]:
     }
 
 
-MISSING_SCHEMA = f"{FID} int, {REASON} string, {RCOL} string, " + ", ".join(f"{c} string" for c in _RAW)
+MISSING_SCHEMA = f"{FID} int, {ROWPOS} bigint, {REASON} string, {RCOL} string, " + ", ".join(
+    f"{c} string" for c in _RAW
+)
 
 
 def rank_missing_frame(spark: SparkSession, files: list[str], rank: RankMap, plan: EdgePlan, typed: bool) -> DataFrame:
@@ -186,8 +188,10 @@ def rank_missing_frame(spark: SparkSession, files: list[str], rank: RankMap, pla
                 names = np.where(miss_s, src_n[si], dst_n[si])
                 raw = _raw_columns(t, plan)
                 fid = t.column(FID) if FID in t.column_names else pa.nulls(t.num_rows, pa.int32())
+                pos = t.column(ROWPOS) if ROWPOS in t.column_names else pa.nulls(t.num_rows, pa.int64())
                 out = {
                     FID: pc.cast(fid, pa.int32()),
+                    ROWPOS: pos,
                     REASON: pa.array([MISSING] * t.num_rows, pa.string()),
                     RCOL: pa.array(names.tolist(), pa.string()),
                     **raw,
@@ -210,6 +214,7 @@ def join_missing_frame(joined: DataFrame, plan: EdgePlan) -> DataFrame:
     none = F.lit(None).cast("string")
     return joined.filter(c("src").isNull() | c("dst").isNull()).select(
         c(FID).cast("int").alias(FID) if FID in joined.columns else F.lit(None).cast("int").alias(FID),
+        c(ROWPOS) if ROWPOS in joined.columns else F.lit(None).cast("long").alias(ROWPOS),
         F.lit(MISSING).alias(REASON),
         F.when(c("src").isNull(), src_names).otherwise(dst_names).alias(RCOL),
         c("_s").cast("string").alias("src"),

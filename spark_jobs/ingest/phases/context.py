@@ -6,15 +6,17 @@ values of each phase, so a phase's inputs are its arguments.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from glisp_core.dataset.layout import DatasetVersion
 from glisp_core.storage.uri import StoreURI
 from glisp_spark.phases import Phases
+from spark_jobs.ingest.arrowread import ReadTask
 from spark_jobs.ingest.checks import Summary, handle_bad
 from spark_jobs.ingest.plan import IngestPlan
+from spark_jobs.ingest.rowlocate import RowLocator
 
 if TYPE_CHECKING:
     from pyspark.sql import Column, DataFrame, SparkSession
@@ -32,11 +34,13 @@ class IngestContext:
     log: Callable[[str], None]
     id_long: bool  # every id column is an integer column: ids never go through strings
     cached: list[DataFrame] = field(default_factory=list)
+    read_tasks: dict[int, Sequence[ReadTask]] = field(default_factory=dict)  # per source: where its rows came from
 
     def handle_bad(self, df: DataFrame, summary: Summary, raw: dict[str, Column]) -> dict[str, int]:
         """Fail on the bad rows of ``df`` or quarantine them, as the config says; rows set aside per kind."""
         ing = self.plan.ing
-        return handle_bad(df, summary, self.plan.files, ing.on_bad_input, raw, self.out.rejects, self.log)
+        where = RowLocator.of(self.read_tasks)
+        return handle_bad(df, summary, self.plan.files, ing.on_bad_input, raw, self.out.rejects, self.log, where)
 
     def cleanup(self) -> None:
         """Unpersist what the phases persisted and remove the staged files, whether the run succeeded or not."""

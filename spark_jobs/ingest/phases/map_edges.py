@@ -116,7 +116,7 @@ def _joined(ctx: IngestContext, files: list[str], idx: DataFrame, types: Types, 
         cols["_w"] = "float"
     if plan.timestamped:
         cols["_ts"] = "bigint"
-    if ing.duplicates == "drop":
+    if ing.duplicates == "drop" or ing.vertices:  # staged with a vertex table: a missing endpoint names its line
         cols["_rowpos"] = "bigint"
     e = mapping.staged_frame(ctx.spark, files, types.key_t, cols)
     m = idx.select(c("_vtc"), c("_k"), c("vid"))

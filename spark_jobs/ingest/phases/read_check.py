@@ -77,6 +77,7 @@ def _open_edges(ctx: IngestContext) -> tuple[list[EdgeTable], list[SourceFrame]]
     tables, frames, offset = [], [], 0
     for i, e in enumerate(ing.edges):
         sf = open_edge_source(ctx.spark, plan, i, offset)
+        ctx.read_tasks[i] = sf.tasks
         offset += len(sf.files)
         frames.append(sf)
         ok_et = bool(e.etype) or not ing.edge_types or (e.edge_type or DEFAULT_EDGE_TYPE) in ing.edge_types
@@ -113,7 +114,7 @@ def _stage_specs(ctx: IngestContext) -> tuple[StageSpec, list[KeySpec]]:
         cols.append(("_w", "_w", "float32"))
     if ctx.plan.timestamped:
         cols.append(("_ts", "_ts", "int64"))
-    if ing.duplicates == "drop":
+    if ing.duplicates == "drop" or ing.vertices:  # with vertex tables: a missing endpoint names its line
         cols.append(("_rowpos", ROWPOS, "int64"))
     stage = StageSpec(str(ctx.stage / "edges"), (("_s", "_s_int", "_s_str"), ("_d", "_d_int", "_d_str")), tuple(cols))
     keys = []
@@ -206,6 +207,7 @@ def read_vertices(ctx: IngestContext) -> VertexRows:
     offset = sum(len(f) for f in plan.edge_files)
     for i in range(len(ing.vertices)):
         df, sf = vertex_source_frame(ctx.spark, plan, i, offset, ctx.id_long)
+        ctx.read_tasks[len(ing.edges) + i] = sf.tasks
         vframes.append(df)
         offset += len(sf.files)
     rows = _union(vframes).persist(StorageLevel.MEMORY_AND_DISK)

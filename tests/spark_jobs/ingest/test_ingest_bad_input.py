@@ -18,53 +18,53 @@ def _e(path, **kw) -> EdgeSource:
 
 
 # name -> (files {name: text}, IngestConfig builder(dir), regex the message must match, count)
-CASES = {
+CASES = {  # each first example names its line in the file (the header is line 1)
     "malformed": (
         {"e1.csv": "src,dst\n1,2\n", "e2.csv": "src,dst\n1,2\n3\n4,5,6\n7,8\n"},
         lambda d: IngestConfig(graph="g", edges=[_e(d / "e*.csv")]),
-        r"e2\.csv, column '\*': 2 of 4 rows have the wrong number of fields \(e\.g\. .*record='3'",
+        r"e2\.csv, column '\*': 2 of 4 rows have the wrong number of fields.* \(e\.g\. line 3: .*record='3'",
         2,
     ),
     "null_id": (
         {"e.csv": "src,dst\n1,2\n,3\n  ,4\n"},
         lambda d: IngestConfig(graph="g", edges=[_e(d / "e.csv")]),
-        r"e\.csv, column 'src': 2 of 3 rows have a null or empty vertex id",
+        r"e\.csv, column 'src': 2 of 3 rows have a null or empty vertex id.* \(e\.g\. line 3: ",
         2,
     ),
     "bad_id_when_int": (
         {"e.csv": "a,b\n1,2\nx,3\n"},
         lambda d: IngestConfig(graph="g", id_type="int", edges=[_e(d / "e.csv", src="a", dst="b")]),
-        r"e\.csv, column 'a': 1 of 2 rows have an id that is not an integer \(e\.g\. src='x'",
+        r"e\.csv, column 'a': 1 of 2 rows have an id that is not an integer.* \(e\.g\. line 3: src='x'",
         1,
     ),
     "id_out_of_range": (
         {"e.csv": "a,b\n1,2\n3,9223372036854775808\n"},
         lambda d: IngestConfig(graph="g", id_type="int", edges=[_e(d / "e.csv", src="a", dst="b")]),
-        r"e\.csv, column 'b': 1 of 2 rows have an integer id outside the int64 range .*dst='9223372036854775808'",
+        r"e\.csv, column 'b': 1 of 2 rows have an integer id outside the int64 range .*\(e\.g\. line 3: .*dst='9223372036854775808'",
         1,
     ),
     "non_numeric_weight": (
         {"e.csv": "src,dst,w\n1,2,abc\n2,3,1\n"},
         lambda d: IngestConfig(graph="g", edges=[_e(d / "e.csv", weight="w")]),
-        r"e\.csv, column 'w': 1 of 2 rows have a missing, non-numeric, negative or non-finite weight.*weight='abc'",
+        r"e\.csv, column 'w': 1 of 2 rows have a missing, non-numeric, negative or non-finite weight.* \(e\.g\. line 2: .*weight='abc'",
         1,
     ),
     "negative_weight": (
         {"e.csv": "src,dst,w\n1,2,-1\n2,3,1\n3,1,-0.5\n"},
         lambda d: IngestConfig(graph="g", edges=[_e(d / "e.csv", weight="w")]),
-        r"e\.csv, column 'w': 2 of 3 rows have a missing, non-numeric, negative",
+        r"e\.csv, column 'w': 2 of 3 rows have a missing, non-numeric, negative.* \(e\.g\. line 2: ",
         2,
     ),
     "non_integer_timestamp": (
         {"e.csv": "src,dst,t\n1,2,12.5\n2,3,7\n3,1,x\n"},
         lambda d: IngestConfig(graph="g", edges=[_e(d / "e.csv", timestamp="t")]),
-        r"e\.csv, column 't': 2 of 3 rows have a missing or non-integer timestamp",
+        r"e\.csv, column 't': 2 of 3 rows have a missing or non-integer timestamp.* \(e\.g\. line 2: ",
         2,
     ),
     "unknown_edge_type": (
         {"e.csv": "src,dst,k\n1,2,a\n2,3,b\n3,1,c\n"},
         lambda d: IngestConfig(graph="g", edge_types=["a"], edges=[_e(d / "e.csv", etype="k")]),
-        r"e\.csv, column 'k': 2 of 3 rows have an empty edge type or one not in ingest\.edge_types",
+        r"e\.csv, column 'k': 2 of 3 rows have an empty edge type or one not in ingest\.edge_types.* \(e\.g\. line 3: ",
         2,
     ),
     "unknown_vertex_type": (
@@ -75,13 +75,13 @@ CASES = {
             edges=[_e(d / "e.csv")],
             vertices=[VertexSource(path=str(d / "v.csv"), vtype="kind")],
         ),
-        r"v\.csv, column 'kind': 1 of 2 rows have a vertex type that is null or not in ingest\.vertex_types",
+        r"v\.csv, column 'kind': 1 of 2 rows have a vertex type that is null or not in ingest\.vertex_types.* \(e\.g\. line 3: ",
         1,
     ),
     "missing_endpoint": (
         {"e.csv": "src,dst\n1,2\n2,3\n1,4\n", "v.csv": "id\n1\n2\n"},
         lambda d: IngestConfig(graph="g", edges=[_e(d / "e.csv")], vertices=[VertexSource(path=str(d / "v.csv"))]),
-        r"e\.csv, column 'dst': 2 of 3 rows have an endpoint that is not in the vertex tables",
+        r"e\.csv, column 'dst': 2 of 3 rows have an endpoint that is not in the vertex tables.* \(e\.g\. line 3: ",
         2,
     ),
     "feature_width": (
@@ -89,7 +89,7 @@ CASES = {
         lambda d: IngestConfig(
             graph="g", edges=[_e(d / "e.csv")], vertices=[VertexSource(path=str(d / "v.csv"), features="f")]
         ),
-        r"v\.csv, column 'f': 1 of 3 rows have a feature vector of the wrong width",
+        r"v\.csv, column 'f': 1 of 3 rows have a feature vector of the wrong width.* \(e\.g\. line 4: ",
         1,
     ),
     "bad_split": (
@@ -97,7 +97,7 @@ CASES = {
         lambda d: IngestConfig(
             graph="g", edges=[_e(d / "e.csv")], vertices=[VertexSource(path=str(d / "v.csv"), split="s")]
         ),
-        r"v\.csv, column 's': 1 of 2 rows have a split that is not train/val/test",
+        r"v\.csv, column 's': 1 of 2 rows have a split that is not train/val/test.* \(e\.g\. line 3: ",
         1,
     ),
     "duplicate_vertex": (
@@ -105,7 +105,7 @@ CASES = {
         lambda d: IngestConfig(
             graph="g", edges=[_e(d / "e.csv")], vertices=[VertexSource(path=str(d / "v.csv"), label="l")]
         ),
-        r"v\.csv, column 'id': 1 of 3 rows repeat a vertex id",
+        r"v\.csv, column 'id': 1 of 3 rows repeat a vertex id.* \(e\.g\. line 4: ",
         1,
     ),
 }
@@ -209,11 +209,24 @@ def test_quarantine_sets_every_kind_aside_and_counts_it(ingest, tmp_path):
     }
     counts = manifest(dv).stages["ingest"].counts
     assert counts["rejects"] == expected
+    at_line = {  # the line of each set-aside row in its file (the header is line 1)
+        "edge_malformed": [4],
+        "edge_null_id": [5],
+        "edge_unknown_type": [6],
+        "edge_bad_weight": [7, 8],
+        "edge_bad_timestamp": [9],
+        "edge_missing_endpoint": [10],
+        "vertex_unknown_type": [6],
+        "vertex_feature_width": [7],
+        "vertex_bad_split": [8],
+        "vertex_duplicate": [9],
+    }
     for kind, n in expected.items():
         rej = read_table(dv.rejects(kind))
         assert len(rej) == n, kind
         assert set(rej["reason"]) == {kind}
         assert rej["file"].str.endswith((".csv",)).all()
+        assert sorted(rej["line"]) == at_line[kind], kind
     bad_w = read_table(dv.rejects("edge_bad_weight"))
     assert sorted(bad_w["weight"]) == ["-4", "x"] and set(bad_w["column"]) == {"w"}
     assert read_table(dv.rejects("edge_malformed"))["record"].tolist() == ["3,4,a,1"]
@@ -224,4 +237,39 @@ def test_quarantine_sets_every_kind_aside_and_counts_it(ingest, tmp_path):
     )
     assert counts["vertices"] == 4 and counts["vertices_per_type"] == {"user": 4}
     assert len([x for x in lines if x.startswith("quarantined: ")]) == len(expected)
-    assert any(re.search(r"e\.csv, column 'w': 2 of 10 rows have a missing, non-numeric", x) for x in lines)
+    assert any(re.search(r"e\.csv, column 'w': 2 of 10 rows have a missing, non-numeric.*line 7: ", x) for x in lines)
+
+
+def test_lines_are_those_of_the_file_across_chunks_comments_and_empty_lines(ingest, tmp_path):
+    """A file of several read chunks (chunks are at least 4 MiB), with comment and empty lines: a bad row
+    is named by its line in the file, in the error and in the rejects table; a Parquet file by its row."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    d = tmp_path / "in"
+    d.mkdir()
+    rows, bad = ["src,dst"], []
+    for i in range(700_000):  # about 10 MiB: three chunks
+        if i % 1000 == 7:
+            rows.append("# a comment line")
+        if i % 5003 == 11:
+            rows.append("")
+        if i in (5, 340_000, 699_990):
+            rows.append(f"{i},x{i}")
+            bad.append(len(rows))
+        else:
+            rows.append(f"{i:09d},{i + 1:09d}")
+    (d / "e.csv").write_text("\n".join(rows) + "\n")
+    assert (d / "e.csv").stat().st_size > 9 << 20
+    cfg = IngestConfig(graph="g", id_type="int", edges=[_e(d / "e.csv", comment="#")])
+    with pytest.raises(BadInputError, match=rf"column 'dst': 3 of .* \(e\.g\. line {bad[0]:,}: ") as ei:
+        ingest(cfg)
+    assert all(f"line {n:,}: " in str(ei.value) for n in bad), str(ei.value)
+    dv = ingest(cfg, on_bad_input="quarantine")
+    assert sorted(read_table(dv.rejects("edge_bad_id"))["line"]) == bad
+    ids = pa.array([str(i) for i in range(3000)])
+    dst = pa.array([str(i + 1) if i != 2500 else "y" for i in range(3000)])
+    pq.write_table(pa.table({"src": ids, "dst": dst}), d / "e.parquet", row_group_size=1000)
+    pq_cfg = IngestConfig(graph="p", id_type="int", edges=[_e(d / "e.parquet")])
+    with pytest.raises(BadInputError, match=r"e\.parquet, column 'dst': 1 of 3,000 rows .*\(e\.g\. row 2,501: "):
+        ingest(pq_cfg)

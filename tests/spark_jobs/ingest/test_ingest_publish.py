@@ -130,3 +130,28 @@ def test_builtin_lastfm_and_imdb(ingest):
     movie = s["vertex_types"].index("Movie")
     assert v.loc[v["vtype"] == movie, "label"].notna().all()
     assert np.isin(v.loc[v["vtype"] != movie, "label"].isna(), [True]).all()
+
+
+def test_two_identical_ingests_at_once_do_the_work_once(ingest, tmp_path, capsys):
+    """Two ingests of the same inputs and parameters at the same time (two driver threads, as two
+    schedulers' tasks would be): one builds, the other waits for its claim and returns the same version;
+    one version is published, and no claim is left behind."""
+    import threading
+    import time
+
+    ing = _graph(tmp_path)
+    out: dict[int, object] = {}
+
+    def run(i: int) -> None:
+        out[i] = ingest(ing)
+
+    threads = [threading.Thread(target=run, args=(i,)) for i in range(2)]
+    threads[0].start()
+    time.sleep(0.5)  # the first holds the claim by now (it takes seconds to build)
+    threads[1].start()
+    for t in threads:
+        t.join(300)
+    assert out[0] == out[1]
+    assert len(list_versions(tmp_path / "data", "pub")) == 1
+    assert "an identical run is in progress" in capsys.readouterr().out
+    assert not (tmp_path / "data" / "pub" / "_running").exists()
