@@ -157,6 +157,8 @@ class AdaDNEConfig:
     refine_edge_slack: float = 0.05  # balance moves may fill partitions to refine_capacity + this; a shedding
     # phase then brings every partition back under refine_capacity (the hard bound of the result)
     top_up: float = 0.05  # a boundary yielding under top_up * the round's limit is topped up with seeds
+    round_budget: int = 64  # rounds to finish in: behind this pace, a partition whose whole boundary fits its
+    # speed limit expands all of it; at twice this many rounds the finishing pass places the rest (0 = off)
     starts: int = 4  # a graph of at most starts_max_edges rows is expanded and relocated from this many
     # first-seed sets, in the driver or as Spark jobs; the best is kept (AdaDNE.start_score)
     starts_max_edges: int = 8_000_000  # above this many rows: one start (each start costs a whole run)
@@ -192,6 +194,7 @@ class PartitionConfig:
     groups: int = 0  # expansion: row groups (Spark tasks per round); 0 = max(8, ceil(rows / 4M))
     state: Literal["driver", "sharded", "auto"] = "auto"  # expansion state: driver arrays or vertex-id-range shards
     state_auto_vertices: int = 50_000_000  # "auto": sharded from this many vertex ids
+    state_auto_mb: int = 1600  # "auto": sharded once the driver mode's state would add this much driver memory
     shard_vertices: int = 4_000_000  # sharded: vertex ids per shard (S = ceil(|V| / this); rows in S(S+1)/2 cells)
     progress: bool = True
     metis_max_edges: int = 200_000_000  # metis: most undirected pairs one process partitions

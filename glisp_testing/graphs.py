@@ -274,6 +274,21 @@ def chains_edges(chains: int = 1500, long_chains: int = 4, long_len: int = 3000,
     return _simple_undirected(np.concatenate(pairs))
 
 
+def grid_edges(side: int, shortcuts: float = 0.001, seed: int = 0) -> tuple[tuple[np.ndarray, np.ndarray], int]:
+    """A side x side grid with ``shortcuts`` * its edges added between random vertices: a high-diameter
+    graph (a road network's shape; diameter about 2 * side with few shortcuts), every degree about 4, ids
+    in random order (not the grid's). Returns ((src, dst), num_vertices), undirected with both directions."""
+    rng = np.random.default_rng(seed)
+    v = np.arange(side * side).reshape(side, side)
+    a = np.concatenate([v[:, :-1].ravel(), v[:-1, :].ravel()])
+    b = np.concatenate([v[:, 1:].ravel(), v[1:, :].ravel()])
+    k = int(len(a) * shortcuts)
+    a = np.concatenate([a, rng.integers(0, side * side, k)])
+    b = np.concatenate([b, rng.integers(0, side * side, k)])
+    perm = rng.permutation(side * side)
+    return _simple_undirected(np.stack([perm[a], perm[b]], 1)), side * side
+
+
 def giant_and_small_components_edges(
     seed: int = 2, scale: int = 10, pairs: int = 400, triangles: int = 40
 ) -> tuple[tuple[np.ndarray, np.ndarray], int]:

@@ -31,6 +31,7 @@ vertices. Three rules make the balance hold on graphs it was not tuned on (docs/
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 from typing import Any
 
@@ -46,6 +47,8 @@ from spark_jobs.partition.expansion import FINISH, ExpansionPartitioner, Plan, S
 from spark_jobs.partition.relocate import Relocation, Votes, evacuate_round, relocation_votes
 from spark_jobs.partition.rounds import FileRounds
 from spark_jobs.partition.state import ExpansionState
+
+_PACE_WARMUP = 8  # rounds before the pace is judged (the first rounds grow from single seeds)
 
 
 def adaptive_factors(
@@ -145,9 +148,11 @@ class AdaDNE(ExpansionPartitioner):
         a = self.cfg.adadne
         active = np.ones(p, bool)
         lam = adaptive_factors(st.ecount, st.vcount, st.remaining, st.total, a)
+        st.slow = self.behind(st)
         if p == 1:
             return active, lam, None, None, 0
-        if st.remaining <= a.finish * st.total or st.idle >= st.groups:
+        over = a.round_budget > 0 and st.rounds >= 2 * a.round_budget  # the hard bound: finish whatever is left
+        if st.remaining <= a.finish * st.total or st.idle >= st.groups or over:
             return active, lam, None, None, FINISH
         # per-round speed limit on one-hop growth: a share of the deficit to the fair share
         fair = st.total / p
@@ -176,6 +181,25 @@ class AdaDNE(ExpansionPartitioner):
         """
         t = self.cfg.adadne.top_up
         return cap - onehop if st.rounds > 0 and np.isfinite(cap) and onehop < t * cap else 0.0
+
+    def behind(self, st: ExpansionState) -> float:
+        """How many times too slow the recent pace is to place the remaining rows within
+        ``adadne.round_budget`` rounds (0: on pace, or too early to tell).
+
+        Why: on a high-diameter graph (a road network, a web crawl's long paths) a boundary is a thin ring
+        or a path end, and taking the lam share of it places a few hundred rows a round; the rounds grow
+        with the diameter (a 400 x 400 grid: 431 rounds). Behind pace, a boundary whose whole residual fits
+        the speed limit is expanded whole (on such graphs the min-degree order of the lam share buys
+        nothing: degrees are alike): 65 rounds and a lower RF there. At twice the budget the finishing pass
+        places what is left (a few long paths: 504 rounds before). On power-law graphs the pace holds and
+        nothing changes (tests/spark_jobs/partition/test_rounds_bound.py)."""
+        budget = self.cfg.adadne.round_budget
+        if budget <= 0 or st.rounds < _PACE_WARMUP or st.pace <= 0:
+            return 0.0
+        return st.remaining / st.pace / max(1, budget - st.rounds)
+
+    def pick_all(self, st: ExpansionState, boundary_rows: float, cap: float) -> bool:
+        return st.slow > 1 and math.isfinite(cap) and boundary_rows < cap
 
     def seed_count(self, st: ExpansionState, k: int) -> int:
         return int(self._seed_count[k])

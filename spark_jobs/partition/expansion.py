@@ -123,6 +123,11 @@ class ExpansionPartitioner(Partitioner):
         """First-seed sets to expand a graph of ``rows`` edge rows from (the best by ``start_score`` is kept)."""
         return 1
 
+    def pick_all(self, st: ExpansionState, boundary_rows: float, cap: float) -> bool:
+        """Whether a partition expands its whole boundary this round (its residual rows ``boundary_rows``),
+        rather than the lam share of it; none by default (AdaDNE does when its rounds fall behind)."""
+        return False
+
     def seed_count(self, st: ExpansionState, k: int) -> int:
         """Most seed vertices partition k takes in one round when its boundary is empty."""
         return 1 << 22
@@ -209,6 +214,7 @@ class ExpansionPartitioner(Partitioner):
         claimed = []
         onehop = np.zeros(p)
         need_seed = []
+        whole: set[int] = set()  # partitions that expand their whole boundary this round
         for k in np.argsort(rank):
             if not active[k]:
                 continue
@@ -216,7 +222,9 @@ class ExpansionPartitioner(Partitioner):
             if len(b) == 0:
                 need_seed.append(k)
                 continue
-            b = self._pick(st, b, lam[k], cap[k])
+            if self.pick_all(st, float(st.resid[b].sum()), float(cap[k])):
+                whole.add(int(k))
+            b = self._pick(st, b, 1.0 if k in whole else lam[k], cap[k])
             kernels.set_claims(st.claim, b, int(k), rank)
             onehop[k] += st.resid[b].sum()
             claimed.append(b)

@@ -75,6 +75,7 @@ class Expander(Protocol):
     def open_parts(self, st: ExpansionState) -> np.ndarray: ...
     def min_select(self) -> int: ...
     def top_up(self, st: ExpansionState, k: int, onehop: float, cap: float) -> float: ...
+    def pick_all(self, st: ExpansionState, boundary_rows: float, cap: float) -> bool: ...
     def seed_count(self, st: ExpansionState, k: int) -> int: ...
     def one_hop_take(self, st: ExpansionState, sel: Selection, cap: np.ndarray) -> np.ndarray: ...
     def two_hop_accept(self, st: ExpansionState, sel: Selection) -> np.ndarray: ...
@@ -95,9 +96,25 @@ def _unused(*args: Any, **kw: Any) -> None:
     """The driver-mode callbacks of ``Relocation.run``, which ``ShardedRelocation`` does not call."""
 
 
+# The driver mode's peak RSS above its process, per vertex id: measured 370 B at p = 8 and 947 B at p = 32
+# (R-MAT 20-22, docs/partitioning.md "Scaling on this machine"): the state, its copies in the relocation
+# and the per-round merges, with pair counts of 4 B per id and partition among them.
+_DRIVER_BYTES_PER_ID = 178
+_DRIVER_BYTES_PER_ID_PART = 24
+
+
+def driver_state_estimate(num_vertices: int, parts: int) -> int:
+    """Bytes the driver mode would add to the driver's RSS at its peak for ``num_vertices`` ids and ``parts``."""
+    return num_vertices * (_DRIVER_BYTES_PER_ID + _DRIVER_BYTES_PER_ID_PART * parts)
+
+
 def use_shards(cfg: PartitionConfig, num_vertices: int) -> bool:
-    """``partition.state``: sharded, or auto from ``state_auto_vertices`` vertex ids."""
-    return cfg.state == "sharded" or (cfg.state == "auto" and num_vertices >= cfg.state_auto_vertices)
+    """``partition.state``: sharded; or auto: sharded once the driver mode would pass ``state_auto_mb`` of
+    driver memory (its estimate for these ids and partitions) or ``state_auto_vertices`` ids."""
+    if cfg.state != "auto":
+        return cfg.state == "sharded"
+    big = driver_state_estimate(num_vertices, cfg.parts) > cfg.state_auto_mb << 20
+    return big or num_vertices >= cfg.state_auto_vertices
 
 
 def split_cells(rows: FileRounds, ctx: PartitionContext, files: ShardFiles) -> None:
@@ -210,6 +227,8 @@ class ShardedExpansion:
         assert lam is not None and cap is not None and seed_budget is not None, f"{part.name}: plan() without rates"
         size = self.count[:p].sum(axis=1)
         nsel = np.where(active, np.minimum(size, np.maximum(part.min_select(), np.ceil(lam * size))), 0)
+        whole = np.array([part.pick_all(st, float(self.weight[k].sum()), float(cap[k])) for k in range(p)])
+        nsel = np.where(active & whole, size, nsel)
         t = boundary_thresholds(self.count, self.weight, nsel.astype(np.int64), cap)
         onehop = np.array([self.weight[k, : t[k]].sum() for k in range(p)], np.float64)
         budget, most, order = np.zeros(p), np.zeros(p, np.int64), []
@@ -265,7 +284,7 @@ class ShardedExpansion:
     def _settle(self, r: int, out: tuple) -> None:
         rows = np.sum([o[0] for o in out], axis=0).astype(np.int64)
         self.st.ecount += rows
-        self.st.idle = self.st.idle + 1 if rows.sum() == 0 else 0
+        self.st.placed(int(rows.sum()))
         self._merge(r)
 
     def _end(self, sel: Selection | None) -> None:

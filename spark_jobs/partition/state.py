@@ -32,6 +32,10 @@ class ExpansionState:
     pend: np.ndarray | None = None  # int64 [n]: estimated two-hop rows of v in the coming round
     rounds: int = 0
     idle: int = 0  # rounds in a row that allocated nothing
+    pace: float = -1.0  # rows placed per round lately (an average over the last rounds; -1: none yet)
+    slow: float = (
+        0.0  # set by the partitioner's plan: > 1 when this pace would overrun its round budget that many times
+    )
     start: int = 0  # which restart this state belongs to (a partitioner may vary its rules by start)
 
     def __post_init__(self) -> None:
@@ -75,4 +79,9 @@ class ExpansionState:
         if self.counts is not None:
             kernels.add_counts(self.counts, vert, vpart, pcnt, 1)
         self.ecount += rows
-        self.idle = self.idle + 1 if rows.sum() == 0 else 0
+        self.placed(int(rows.sum()))
+
+    def placed(self, rows: int) -> None:
+        """Count a finished round that placed ``rows`` rows: the idle rounds and the pace."""
+        self.idle = self.idle + 1 if rows == 0 else 0
+        self.pace = float(rows) if self.pace < 0 else 0.5 * self.pace + 0.5 * rows

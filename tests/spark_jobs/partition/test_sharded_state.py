@@ -44,6 +44,23 @@ def test_sharded_runs_are_deterministic(spark, cfg, sparse_ids):
     assert max(j["broadcast_bytes"] for j in a.counts["spark_jobs"]) < 2048 < 4 * n
 
 
+def test_auto_takes_the_shards_when_the_driver_mode_would_pass_its_memory_bound(spark, cfg, sparse_ids):
+    """``state = "auto"`` (the default) decides by the driver memory its state would take for these ids and
+    partitions (``state_auto_mb``), not only by a count of ids: with the bound under the estimate the run is
+    sharded and the driver holds nothing per vertex; with the bound above it, the driver mode holds its arrays."""
+    from spark_jobs.partition.sharded import driver_state_estimate
+
+    dv, n = sparse_ids
+    est_mb = driver_state_estimate(n, 4) / 2**20
+    c = with_values(cfg, "partition", algorithm="adadne", parts=4, seed=3, progress=False, state="auto")
+    c = with_values(c, "partition", shard_vertices=n // 3 + 1, max_rounds=4, state_auto_vertices=10**9)
+    c = with_values(c, "partition.adadne", refine_rounds=1, starts=1, cluster_start=False)
+    small = run_partition(spark, with_values(c, "partition", name="auto-s", state_auto_mb=int(est_mb) - 1), dv)
+    assert small.counts.get("shards") == 3 and small.counts["driver_state_bytes"] == 0
+    big = run_partition(spark, with_values(c, "partition", name="auto-d", state_auto_mb=int(est_mb) + 1), dv)
+    assert "shards" not in big.counts and big.counts["driver_state_bytes"] > 4 * n
+
+
 def test_sharded_quality_on_cora(spark, cfg, tmp_path_factory):
     """cora at p = 8 in 3 shards: VB <= 1.10, EB <= 1.05, RF <= 1.10 x the reference DNE's; the relocation
     ran as shard jobs and moved rows; nothing per vertex on the driver or in a broadcast."""

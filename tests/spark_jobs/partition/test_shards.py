@@ -210,8 +210,13 @@ def test_cells_and_the_state_switch(cfg):
     idx = cell_of(a.ravel(), b.ravel(), s)
     assert len(pairs) == 15 and set(idx.tolist()) == set(range(15))
     assert all(pairs[i] == (min(x, y), max(x, y)) for i, x, y in zip(idx, a.ravel(), b.ravel(), strict=True))
-    auto = cfg.partition  # the default is auto: the shards from state_auto_vertices ids, the driver below
+    auto = with_values(cfg, "partition", state_auto_mb=10**6).partition  # ids alone decide
     assert auto.state == "auto" and use_shards(auto, 10**9)
     assert use_shards(auto, auto.state_auto_vertices) and not use_shards(auto, auto.state_auto_vertices - 1)
+    # by memory (the default): the driver mode's estimate for the ids and partitions against state_auto_mb
+    mem = with_values(cfg, "partition", state_auto_mb=1600, parts=8).partition
+    assert not use_shards(mem, 4_194_304)  # R-MAT 22 at p = 8: about 1.5 GB, measured 1.9 GB peak: the driver
+    assert use_shards(mem, 8_388_608)  # R-MAT 23 at p = 8: about 3.1 GB
+    assert use_shards(with_values(cfg, "partition", state_auto_mb=1600, parts=32).partition, 4_194_304)
     assert not use_shards(with_values(cfg, "partition", state="driver").partition, 10**9)
     assert use_shards(with_values(cfg, "partition", state="sharded").partition, 10)

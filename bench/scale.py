@@ -1,0 +1,870 @@
+"""Scale ladder: every stage of GLISP as a user runs it, on R-MAT graphs of growing size, with fitted exponents.
+
+One R-MAT graph per rung (default scales 20, 22, 23, edge factor 16, --features-d features, 8 classes), taken
+through the pipeline with the ``glisp`` CLI, each stage its own process, default configuration but the root:
+
+- ``generate*``: ``glisp generate rmat --format parquet`` (the input files; input preparation, marked ``*``);
+- ``ingest``; ``partition-p8`` and ``partition-p32`` (AdaDNE, runs adadne-p8 and adadne-p32);
+- ``serialize`` and ``reorder`` (PDS) of adadne-p8;
+- ``serve``: ``glisp serve-cluster`` of adadne-p8 in the background, timed until its cluster file exists and
+  every server answers grpc.health SERVING; stopped with SIGTERM after training;
+- ``train``: ``glisp train --cluster``: node task, SAGE, fanouts 15,10, batch 1024, one epoch of at most
+  --train-steps batches (``train.max_batches``); the sampling rate (sampled edges and trees per second of the
+  epoch) comes from the published record;
+- ``infer``: ``glisp infer --incremental`` over every vertex (a full run drawing stable samples: a refresh can
+  copy rows only from such a run, docs/inference.md);
+- ``refresh-input*``: the snapshot with 1% of the edge rows changed, half removed uniformly, half added with
+  degree-proportional endpoints (``bench/incremental.change`` per Parquet batch of the generated files, in
+  numpy: the generator's rows are independent R-MAT draws, so a batch's endpoints sample the degrees);
+- ``refresh-ingest``, ``refresh-partition`` (``--incremental`` from the first version), ``refresh-serialize``,
+  ``refresh-reorder``, ``refresh-infer`` (``--incremental``; ``glisp infer`` alone does not carry the model to
+  a new version, so it is published there first, as ``glisp pipeline`` does: glisp_app.model_stages).
+
+Per stage and rung: wall seconds (from the CLI's start, after the lock); edges/s/core (edges of the rung / wall
+/ os.cpu_count()); peak RSS sampled from /proc every 0.2 s over the stage's process tree: the driver (the CLI's
+python), the JVM, Spark's Python workers (largest sum and largest one), each server, the trainer; storage-layer
+bytes read and written by the whole tree (/proc/<pid>/io: a child reaped by this process adds its counters to
+ours, and this process adopts orphans such as a JVM that outlives its driver; page-cache hits are no reads),
+and the size of the published output; Spark jobs and shuffle bytes from Spark's event log.
+
+Each stage runs under ``flock --lock`` (the benches' lock, held per stage; serve and train share one hold).
+Results go to ``<root>/scale-results.jsonl``, one line per (rung, stage); a rerun skips every stage that has
+a line and reuses its outputs. At the end (or with --report alone) one table, the fitted exponents (least
+squares of log seconds and log peak memory on log edges over the rungs present) and ``<root>/scale.png``.
+
+    nice -n 10 .venv/bin/python bench/scale.py                                        # rungs 20, 22, 23
+    nice -n 10 .venv/bin/python bench/scale.py --scales 12 13 --root /tmp/scale-dev  # a quick check
+    .venv/bin/python bench/scale.py --root /tmp/scale-dev --report
+"""
+
+from __future__ import annotations
+
+import argparse
+import ctypes
+import fcntl
+import json
+import os
+import re
+import shlex
+import shutil
+import signal
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import psutil
+
+ROOT = Path(__file__).resolve().parent.parent
+if str(ROOT) not in sys.path:
+    sys.path.insert(0, str(ROOT))
+
+from bench.incremental import change  # noqa: E402
+from bench.ingest import print_table  # noqa: E402
+
+MB = 2**20
+CORES = os.cpu_count() or 1
+RUN8, RUN32 = "adadne-p8", "adadne-p32"
+MODEL = f"node-sage-{RUN8}"
+STAGES = [
+    "generate",
+    "ingest",
+    "partition-p8",
+    "partition-p32",
+    "serialize",
+    "reorder",
+    "serve",
+    "train",
+    "infer",
+    "refresh-input",
+    "refresh-ingest",
+    "refresh-partition",
+    "refresh-serialize",
+    "refresh-reorder",
+    "refresh-infer",
+]
+PREP = {"generate", "refresh-input"}  # input preparation: timed, marked
+IO_SOURCE = "/proc/<pid>/io read_bytes/write_bytes of the stage's process tree (storage layer)"
+LIVE: set[int] = set()  # stage processes this script started and still waits for (never reaped by settle)
+
+
+# ---- the process tree: roles, peak RSS, adopted orphans, I/O ------------------------------------------------
+def _subcommand(cmd: list[str]) -> str:
+    """The glisp subcommand of a command line (``python -m glisp_app.cli serve ...``, ``.../bin/glisp train``)."""
+    for i, a in enumerate(cmd[:-1]):
+        if a == "glisp_app.cli" or a.endswith("/glisp"):
+            return cmd[i + 1]
+    return ""
+
+
+def _role(pid: int, info: dict[int, tuple[int, str, list[str], float]], driver_pid: int | None) -> str:
+    """jvm, worker (a Python under the JVM), server, driver (a glisp process, or ``driver_pid``), other or ''."""
+    ppid, name, cmd, _ = info[pid]
+    if name.startswith("java"):
+        return "jvm"
+    if pid == driver_pid:
+        return "driver"
+    if not cmd or "python" not in Path(cmd[0]).name:
+        return ""  # flock, a shell
+    up = ppid
+    while up in info:
+        if info[up][1].startswith("java"):
+            return "worker"
+        up = info[up][0]
+    if ppid in info and info[ppid][2] == cmd:
+        return ""  # a fork about to exec something else (a server's ctypes.util.find_library, say): its pages are the parent's
+    sub = _subcommand(cmd)
+    return "server" if sub == "serve" else "driver" if sub else "other"
+
+
+@dataclass
+class Peaks:
+    """Peak RSS in MB per role of one process tree (``workers``: the largest sum at one sample)."""
+
+    driver: float = 0.0
+    jvm: float = 0.0
+    workers: float = 0.0
+    worker_max: float = 0.0
+    servers: dict[int, float] = field(default_factory=dict)
+    other: float = 0.0
+    total: float = 0.0  # the largest sum over the whole tree at one sample
+
+
+class TreeSampler:
+    """``with TreeSampler(pid) as s: ...``: peak RSS per role of ``pid`` and its descendants, every ``interval`` s.
+
+    Why: ``ru_maxrss`` sees one process; a stage is a CLI driver, a JVM, Python workers, servers."""
+
+    def __init__(self, pid: int, driver_pid: int | None = None, interval: float = 0.2) -> None:
+        self.pid, self.driver_pid, self.interval = pid, driver_pid, interval
+        self.peaks = Peaks()
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+
+    def __enter__(self) -> TreeSampler:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        self._thread.join()
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            self._sample()
+            self._stop.wait(self.interval)
+
+    def _sample(self) -> None:
+        try:
+            root = psutil.Process(self.pid)
+            procs = [root, *root.children(recursive=True)]
+        except psutil.Error:
+            return
+        info: dict[int, tuple[int, str, list[str], float]] = {}
+        for p in procs:
+            try:
+                info[p.pid] = (p.ppid(), p.name(), p.cmdline(), p.memory_info().rss / MB)
+            except psutil.Error:
+                continue  # ended between listing and reading it
+        pk, workers = self.peaks, 0.0
+        for pid, (_, _, _, rss) in info.items():
+            role = _role(pid, info, self.driver_pid)
+            if role == "worker":
+                workers += rss
+                pk.worker_max = max(pk.worker_max, rss)
+            elif role == "server":
+                pk.servers[pid] = max(pk.servers.get(pid, 0.0), rss)
+            elif role in ("driver", "jvm", "other"):
+                setattr(pk, role, max(getattr(pk, role), rss))
+        pk.workers = max(pk.workers, workers)
+        pk.total = max(pk.total, sum(v[3] for v in info.values()))
+
+
+def adopt_orphans() -> None:
+    """Become the subreaper of the stages' processes: a JVM outliving its driver stays ours, so a stage ends when
+    it exits (its event log is complete then) and its I/O counters add to ours when we reap it."""
+    ctypes.CDLL("libc.so.6", use_errno=True).prctl(36, 1, 0, 0, 0)  # PR_SET_CHILD_SUBREAPER
+
+
+def settle(timeout: float = 180.0) -> list[int]:
+    """Wait for (and reap) every adopted process, except the stage processes in LIVE; returns those still left."""
+    end = time.monotonic() + timeout
+    while True:
+        left = []
+        for c in psutil.Process().children():
+            if c.pid in LIVE:
+                continue
+            try:
+                if c.status() == psutil.STATUS_ZOMBIE:
+                    os.waitpid(c.pid, 0)
+                else:
+                    left.append(c.pid)
+            except (psutil.Error, ChildProcessError):
+                pass
+        if not left or time.monotonic() > end:
+            return left
+        time.sleep(0.2)
+
+
+def self_io() -> tuple[int, int]:
+    """This process's storage-layer bytes read and written, its reaped descendants included."""
+    d = dict(line.split(": ") for line in Path("/proc/self/io").read_text().splitlines())
+    return int(d["read_bytes"]), int(d["write_bytes"])
+
+
+def dir_bytes(path: Path) -> int:
+    return sum(f.stat().st_size for f in path.rglob("*") if f.is_file()) if path.exists() else 0
+
+
+# ---- Spark's event log ---------------------------------------------------------------------------------------
+def spark_set(evdir: Path) -> str:
+    """``--set spark.conf={...}`` (a TOML inline table, as tests/cluster/test_standalone.py) logging events to
+    ``evdir``, uncompressed."""
+    conf = {"spark.eventLog.enabled": "true", "spark.eventLog.dir": evdir.as_uri(), "spark.eventLog.compress": "false"}
+    return "spark.conf={" + ", ".join(f"{json.dumps(k)} = {json.dumps(v)}" for k, v in conf.items()) + "}"
+
+
+def spark_events(evdir: Path) -> dict[str, int]:
+    """Applications, jobs (SparkListenerJobStart) and shuffle bytes (SparkListenerTaskEnd) logged under ``evdir``."""
+    out = {"apps": 0, "jobs": 0, "shuffle_write_bytes": 0, "shuffle_read_bytes": 0}
+    for f in sorted(evdir.rglob("*")):
+        if not f.is_file() or f.name.startswith((".", "appstatus")):
+            continue
+        with f.open(errors="replace") as fh:
+            for line in fh:
+                if '"SparkListenerJobStart"' in line:
+                    out["jobs"] += 1
+                elif '"SparkListenerApplicationStart"' in line:
+                    out["apps"] += 1
+                elif '"SparkListenerTaskEnd"' in line:
+                    m = json.loads(line).get("Task Metrics") or {}
+                    w, r = m.get("Shuffle Write Metrics", {}), m.get("Shuffle Read Metrics", {})
+                    out["shuffle_write_bytes"] += int(w.get("Shuffle Bytes Written", 0))
+                    out["shuffle_read_bytes"] += int(r.get("Remote Bytes Read", 0)) + int(r.get("Local Bytes Read", 0))
+    return out
+
+
+# ---- one stage: a CLI process under the lock -----------------------------------------------------------------
+class StageFailed(RuntimeError):
+    pass
+
+
+@dataclass
+class Bench:
+    root: Path
+    lock: str
+    glisp: list[str]
+    results: dict[tuple[str, str], dict[str, Any]]
+
+    def log_path(self, rung: str, stage: str) -> Path:
+        return self.root / "_logs" / rung / f"{stage}.log"
+
+
+@dataclass
+class Measured:
+    cmd: list[str]
+    wall_s: float
+    lock_wait_s: float
+    peaks: Peaks
+    read_bytes: int = 0
+    write_bytes: int = 0
+    spark: dict[str, int] = field(default_factory=dict)
+    output: str = ""
+
+
+def launch(b: Bench, rung: str, stage: str, argv: list[str], spark: bool, locked: bool = True):
+    """Start ``glisp ARGV --root ROOT`` (under ``flock LOCK``; with an event log dir when it runs Spark)."""
+    cmd = [*b.glisp, *argv, "--root", str(b.root)]
+    if spark:
+        evdir = b.root / "_eventlog" / rung / stage
+        shutil.rmtree(evdir, ignore_errors=True)  # a failed attempt's applications are not this run's
+        evdir.mkdir(parents=True)
+        cmd += ["--set", spark_set(evdir)]
+    log = b.log_path(rung, stage)
+    log.parent.mkdir(parents=True, exist_ok=True)
+    with log.open("w") as fh:
+        proc = subprocess.Popen((["flock", b.lock] if b.lock and locked else []) + cmd, stdout=fh, stderr=fh)
+    LIVE.add(proc.pid)
+    return proc, cmd
+
+
+def started(proc: subprocess.Popen, t0: float) -> float:
+    """When the CLI itself started: flock's child appears once the lock is ours (waiting for it is not timed)."""
+    if not isinstance(proc.args, list) or proc.args[0] != "flock":
+        return t0
+    while proc.poll() is None:
+        try:
+            if psutil.Process(proc.pid).children():
+                return time.perf_counter()
+        except psutil.Error:
+            break
+        time.sleep(0.02)
+    return time.perf_counter()
+
+
+def finish(b: Bench, rung: str, stage: str, proc: subprocess.Popen, cmd: list[str]) -> str:
+    """Reap the stage and what it left behind; its output, or StageFailed with the command and the log's tail."""
+    rc = proc.wait()
+    LIVE.discard(proc.pid)
+    left = settle()
+    if left:
+        print(f"  warning: processes {left} of {rung} {stage} still running", flush=True)
+    text = b.log_path(rung, stage).read_text(errors="replace")
+    if rc != 0:
+        tail = "\n".join(text.splitlines()[-25:])
+        raise StageFailed(f"{rung} {stage} exited with {rc}: {shlex.join(cmd)}\n{tail}")
+    return text
+
+
+def run_cli(b: Bench, rung: str, stage: str, argv: list[str], spark: bool = True, locked: bool = True) -> Measured:
+    """One stage: wall time from the CLI's start, peaks over its tree, its I/O once all of it is reaped, its
+    Spark jobs and shuffle bytes."""
+    r0, w0 = self_io()
+    t0 = time.perf_counter()
+    proc, cmd = launch(b, rung, stage, argv, spark, locked)
+    with TreeSampler(proc.pid) as s:
+        t1 = started(proc, t0)
+        text = finish(b, rung, stage, proc, cmd)
+        wall = time.perf_counter() - t1
+    r1, w1 = self_io()
+    ev = spark_events(b.root / "_eventlog" / rung / stage) if spark else {}
+    return Measured(cmd, wall, t1 - t0, s.peaks, r1 - r0, w1 - w0, ev, text)
+
+
+@contextmanager
+def held(lock: str) -> Iterator[float]:
+    """The benches' lock around an in-process stage; yields the seconds spent waiting for it."""
+    t = time.perf_counter()
+    fd = os.open(lock, os.O_CREAT | os.O_RDWR, 0o666) if lock else None
+    try:
+        if fd is not None:
+            fcntl.flock(fd, fcntl.LOCK_EX)
+        yield time.perf_counter() - t
+    finally:
+        if fd is not None:
+            os.close(fd)
+
+
+# ---- serve-cluster and training through it -------------------------------------------------------------------
+def wait_serving(proc: subprocess.Popen, cluster_file: Path, timeout: float = 900.0) -> int:
+    """Until the cluster file exists and every server in it answers grpc.health SERVING; the number of servers."""
+    from glisp_serving.cluster.supervisor import wait_healthy
+
+    end = time.monotonic() + timeout
+    while not cluster_file.exists():
+        if proc.poll() is not None or time.monotonic() > end:
+            raise StageFailed(f"serve-cluster exited with {proc.poll()} or wrote no cluster file in {timeout:.0f} s")
+        time.sleep(0.05)
+    addrs = [a for part in json.loads(cluster_file.read_text())["addresses"] for a in part]
+    for a in addrs:
+        wait_healthy(a, time.time() + max(1.0, end - time.monotonic()), None)
+    return len(addrs)
+
+
+def stop_serving(proc: subprocess.Popen) -> None:
+    """SIGTERM to serve-cluster itself (flock does not forward signals); SIGKILL after two minutes."""
+    try:
+        kids = [p for p in psutil.Process(proc.pid).children() if _subcommand(p.cmdline()) == "serve-cluster"]
+    except psutil.Error:
+        kids = []
+    target = kids[0].pid if kids else proc.pid
+    if proc.poll() is None:
+        os.kill(target, signal.SIGTERM)
+    try:
+        proc.wait(timeout=120)
+    except subprocess.TimeoutExpired:
+        os.kill(target, signal.SIGKILL)
+
+
+def serve_and_train(b: Bench, rung: str, dataset: str, steps: int) -> tuple[Measured, Measured, dict[str, Any]]:
+    """serve-cluster in the background (under the lock for its whole life), training through it (no lock of its
+    own: serve's holds); the servers' peaks over the serve's life and during training."""
+    cf = b.root / "_cluster" / f"{rung}.json"
+    cf.parent.mkdir(parents=True, exist_ok=True)
+    cf.unlink(missing_ok=True)
+    argv = ["serve-cluster", dataset, "--run", RUN8, "--cluster-file", str(cf)]
+    train = ["train", "--cluster", str(cf), "--task", "node", "--model", "sage", "--fanouts", "15,10"]
+    train += ["--batch-size", "1024", "--epochs", "1", "--set", f"train.max_batches={steps}", "--force"]
+    r0, w0 = self_io()
+    t0 = time.perf_counter()
+    proc, cmd = launch(b, rung, "serve", argv, spark=False)
+    try:
+        with TreeSampler(proc.pid) as life:
+            t1 = started(proc, t0)
+            servers = wait_serving(proc, cf)
+            serve_s = time.perf_counter() - t1
+            with TreeSampler(proc.pid) as during:
+                tm = run_cli(b, rung, "train", train, spark=False, locked=False)
+            t2 = time.perf_counter()
+            stop_serving(proc)
+            stop_s = time.perf_counter() - t2
+    finally:
+        if proc.poll() is None:
+            stop_serving(proc)
+    text = finish(b, rung, "serve", proc, cmd)
+    r1, w1 = self_io()
+    tm.peaks.servers = during.peaks.servers
+    sm = Measured(cmd, serve_s, t1 - t0, life.peaks, r1 - r0 - tm.read_bytes, w1 - w0 - tm.write_bytes, {}, text)
+    return sm, tm, {"servers": servers, "stop_s": round(stop_s, 2)}
+
+
+# ---- the changed snapshot --------------------------------------------------------------------------------------
+def write_refresh_inputs(src: Path, out: Path, frac: float, batch_rows: int = 1 << 22) -> dict[str, Any]:
+    """The changed snapshot's input files: ``change`` per Parquet batch of each generated edge file (written as it
+    goes), the same vertex files; ``ingest.toml`` last, so its presence means the files are complete."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    shutil.rmtree(out, ignore_errors=True)
+    (out / "edges").mkdir(parents=True)
+    rows = 0
+    for i, f in enumerate(sorted((src / "edges").glob("*.parquet"))):
+        pf = pq.ParquetFile(f)
+        schema = pf.schema_arrow.remove_metadata()
+        if schema.names != ["src", "dst"]:
+            raise StageFailed(f"{f}: expected the generator's columns src, dst (got {schema.names})")
+        with pq.ParquetWriter(out / "edges" / f"part-{i:05d}.parquet", schema) as w:
+            for j, batch in enumerate(pf.iter_batches(batch_size=batch_rows)):
+                rng = np.random.default_rng([1, i, j])
+                s, d = change(batch.column(0).to_numpy(), batch.column(1).to_numpy(), frac, rng)
+                w.write_table(pa.Table.from_arrays([pa.array(s), pa.array(d)], schema=schema))
+                rows += len(s)
+    toml = (src / "ingest.toml").read_text()
+    old, new = (f"path = {json.dumps(str(d / 'edges'))}" for d in (src, out))
+    if toml.count(old) != 1:
+        raise StageFailed(f"{src / 'ingest.toml'}: no single line {old!r}")
+    (out / "ingest.toml").write_text(toml.replace(old, new))
+    return {"edge_rows": rows, "changed_rows": int(round(rows * frac / 2)) * 2}
+
+
+def refresh_input(b: Bench, rung: str, src: Path, out: Path, frac: float) -> tuple[Measured, dict[str, Any]]:
+    """Input preparation in this process, under the lock, measured like a stage (this process as the driver)."""
+    with held(b.lock) as waited:
+        r0, w0 = self_io()
+        t = time.perf_counter()
+        with TreeSampler(os.getpid(), driver_pid=os.getpid()) as s:
+            extra = write_refresh_inputs(src, out, frac)
+        wall = time.perf_counter() - t
+        r1, w1 = self_io()
+    cmd = ["bench/scale.py:write_refresh_inputs", str(src), str(out), str(frac)]
+    return Measured(cmd, wall, waited, s.peaks, r1 - r0, w1 - w0), extra
+
+
+# ---- records of the published stages ---------------------------------------------------------------------------
+def stage_record(root: Path, dataset: str, name: str) -> tuple[Any, Any]:
+    """The version and the published record of stage ``name``."""
+    from glisp_core.dataset.layout import resolve_dataset
+    from glisp_core.dataset.manifest import read_manifest
+
+    dv = resolve_dataset(dataset, str(root))
+    return dv, read_manifest(dv).stage(name)
+
+
+def published(root: Path, dataset: str, name: str) -> tuple[int, Any]:
+    """Bytes of the stage's published attempt, and its record."""
+    dv, rec = stage_record(root, dataset, name)
+    return dir_bytes(Path(dv.path.local) / rec.path), rec
+
+
+def version_of(output: str, root: Path, graph: str) -> str:
+    """The version ``glisp ingest`` printed (its directory, on a line of its own)."""
+    m = re.findall(rf"^{re.escape(str(root / graph))}/(\S+)\s*$", output, re.M)
+    if not m:
+        raise StageFailed(f"glisp ingest printed no version directory under {root / graph}")
+    return m[-1]
+
+
+def train_extra(rec: Any) -> dict[str, Any]:
+    """The sampling rate the trainer saw (its epochs' sampled edges and trees, i.e. seeds, per second) and where
+    the rest of the process's time went."""
+    ep = rec.metrics.get("epochs", [])
+    secs = sum(float(e["epoch_s"]) for e in ep) or float("nan")
+    edges, trees = sum(int(e["sampled_edges"]) for e in ep), sum(int(e["examples"]) for e in ep)
+    return {
+        "batches": sum(int(e["batches"]) for e in ep),
+        "epoch_s": round(secs, 3),
+        "sampled_edges_per_s": round(edges / secs, 1),
+        "trees_per_s": round(trees / secs, 1),
+        "wait_share": ep[-1].get("wait_share") if ep else None,
+        "test_acc": rec.metrics.get("test_acc"),
+        "timings": rec.timings,
+    }
+
+
+def infer_extra(rec: Any) -> dict[str, Any]:
+    inc = rec.counts.get("incremental") or {}
+    keep = ("path", "reason", "affected_share", "recomputed_share", "full_from_layer")
+    return {"vertices": rec.counts.get("vertices"), "timings": rec.timings, **{k: inc[k] for k in keep if k in inc}}
+
+
+def partition_extra(rec: Any) -> dict[str, Any]:
+    inc = rec.counts.get("incremental") or {}
+    out = {k: rec.metrics.get(k) for k in ("rf", "vb", "eb")}
+    return {**out, **{k: inc[k] for k in ("path", "reason", "mode", "seconds") if k in inc}}
+
+
+# ---- the ladder ----------------------------------------------------------------------------------------------
+@dataclass
+class Rung:
+    scale: int
+    edge_factor: int
+    root: Path
+
+    @property
+    def name(self) -> str:
+        return f"s{self.scale}"
+
+    @property
+    def edges(self) -> int:
+        return self.edge_factor << self.scale
+
+    @property
+    def graph(self) -> str:
+        return f"rmat-s{self.scale}-ef{self.edge_factor}-seed1"
+
+    @property
+    def inputs(self) -> Path:
+        return self.root / "inputs" / self.name
+
+    @property
+    def refresh_inputs(self) -> Path:
+        return self.root / "inputs" / f"{self.name}-refresh"
+
+
+def result_line(r: Rung, stage: str, m: Measured, out_bytes: int, extra: dict[str, Any]) -> dict[str, Any]:
+    pk = asdict(m.peaks)
+    pk["servers"] = [round(v, 1) for v in m.peaks.servers.values()]
+    pk["trainer"] = m.peaks.driver if stage == "train" else 0.0
+    return {
+        "rung": r.name,
+        "scale": r.scale,
+        "edge_factor": r.edge_factor,
+        "edges": r.edges,
+        "stage": stage,
+        "prep": stage in PREP,
+        "cmd": shlex.join(m.cmd),
+        "wall_s": round(m.wall_s, 3),
+        "lock_wait_s": round(m.lock_wait_s, 3),
+        "cores": CORES,
+        "edges_per_s_core": round(r.edges / m.wall_s / CORES, 1),
+        "rss_mb": {k: (round(v, 1) if isinstance(v, float) else v) for k, v in pk.items()},
+        "io": {"source": IO_SOURCE, "read_bytes": m.read_bytes, "write_bytes": m.write_bytes},
+        "out_bytes": out_bytes,
+        "spark": m.spark,
+        "extra": extra,
+        "finished_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+    }
+
+
+def record_line(b: Bench, line: dict[str, Any]) -> None:
+    b.results[(line["rung"], line["stage"])] = line
+    with (b.root / "scale-results.jsonl").open("a") as fh:
+        fh.write(json.dumps(line) + "\n")
+    mem = line["rss_mb"]
+    print(
+        f"{line['rung']} {line['stage']}: {line['wall_s']:.1f} s, {line['edges_per_s_core']:,.0f} edges/s/core, "
+        f"tree peak {mem['total']:.0f} MB, jobs {line['spark'].get('jobs', '-')}",
+        flush=True,
+    )
+
+
+def step(b: Bench, r: Rung, stage: str, fn: Callable[[], tuple[Measured, int, dict[str, Any]]]) -> dict[str, Any]:
+    """Run a stage unless its result line exists (then its published outputs are reused)."""
+    if (r.name, stage) in b.results:
+        print(f"{r.name} {stage}: done before, skipped", flush=True)
+        return b.results[(r.name, stage)]
+    m, out_bytes, extra = fn()
+    line = result_line(r, stage, m, out_bytes, extra)
+    record_line(b, line)
+    return line
+
+
+def dstep(
+    b: Bench,
+    r: Rung,
+    stage: str,
+    ds: str,
+    argv: list[str],
+    name: str,
+    extra: Callable[[Any], dict[str, Any]] = lambda rec: {},
+    before: Callable[[], dict[str, Any]] = dict,
+) -> dict[str, Any]:
+    """A dataset stage: ``before`` (untimed), the CLI, then its published output's size and its own figures."""
+
+    def run() -> tuple[Measured, int, dict[str, Any]]:
+        pre = before()
+        m = run_cli(b, r.name, stage, argv)
+        size, rec = published(b.root, ds, name)
+        return m, size, {**pre, **extra(rec)}
+
+    return step(b, r, stage, run)
+
+
+def ingest(b: Bench, r: Rung, stage: str, inputs: Path) -> str:
+    """``glisp ingest`` of generated files; the version it made."""
+
+    def run() -> tuple[Measured, int, dict[str, Any]]:
+        m = run_cli(b, r.name, stage, ["ingest", "--config", str(inputs / "ingest.toml"), "--force"])
+        version = version_of(m.output, b.root, r.graph)
+        size, rec = published(b.root, f"{r.graph}/{version}", "ingest")
+        return m, size, {"version": version, **{k: rec.counts.get(k) for k in ("vertices", "edges")}}
+
+    return str(step(b, r, stage, run)["extra"]["version"])
+
+
+def serialize_reorder(b: Bench, r: Rung, ds: str, prefix: str) -> None:
+    argv = ["serialize", ds, "--partition", RUN8, "--force"]
+    dstep(
+        b,
+        r,
+        f"{prefix}serialize",
+        ds,
+        argv,
+        f"serialize/{RUN8}",
+        lambda rec: {"bytes_per_edge": rec.metrics.get("bytes_per_edge")},
+    )
+    argv = ["reorder", ds, "--partition", RUN8, "--order", "pds", "--force"]
+    dstep(b, r, f"{prefix}reorder", ds, argv, f"reorder/{RUN8}/pds")
+
+
+def first_version(b: Bench, r: Rung, args: argparse.Namespace) -> str:
+    """generate, ingest, both partitions, serialize, reorder; the version's name."""
+    gen = ["generate", "rmat", "--scale", str(r.scale), "--edge-factor", str(r.edge_factor), "--seed", "1"]
+    gen += ["--features", str(args.features), "--classes", "8", "--format", "parquet", "--out", str(r.inputs)]
+    step(b, r, "generate", lambda: (run_cli(b, r.name, "generate", gen), dir_bytes(r.inputs), {}))
+    ds = f"{r.graph}/{ingest(b, r, 'ingest', r.inputs)}"
+    for p, run in ((8, RUN8), (32, RUN32)):
+        argv = ["partition", ds, "--algorithm", "adadne", "--parts", str(p), "--name", run, "--force"]
+        dstep(b, r, f"partition-p{p}", ds, argv, f"partition/{run}", partition_extra)
+    serialize_reorder(b, r, ds, "")
+    return ds.split("/")[-1]
+
+
+def serve_train_infer(b: Bench, r: Rung, ds: str, steps: int) -> None:
+    """serve + train (one pair: both lines or neither is taken as done), then inference with the model."""
+    if (r.name, "serve") in b.results and (r.name, "train") in b.results:
+        print(f"{r.name} serve, train: done before, skipped", flush=True)
+    else:
+        sm, tm, extra = serve_and_train(b, r.name, ds, steps)
+        size, rec = published(b.root, ds, f"train/{MODEL}")
+        record_line(b, result_line(r, "train", tm, size, train_extra(rec)))
+        record_line(b, result_line(r, "serve", sm, 0, extra))
+    argv = ["infer", ds, "--model", MODEL, "--incremental", "--force"]
+    dstep(b, r, "infer", ds, argv, f"infer/{MODEL}-pds", infer_extra)
+
+
+def carry(root: Path, ds: str) -> dict[str, Any]:
+    """Publish the model into the new version, as ``glisp pipeline``'s infer stage does
+    (glisp_app.model_stages.carry_model): ``glisp infer --model M`` fails on a version without train/M."""
+    from glisp_app.model_stages import carry_model
+    from glisp_core.dataset.layout import resolve_dataset
+    from glisp_core.dataset.manifest import read_manifest
+
+    dv = resolve_dataset(ds, str(root))
+    if f"train/{MODEL}" in read_manifest(dv).stages:
+        return {}
+    t = time.perf_counter()
+    carry_model(dv, MODEL, RUN8)
+    return {"model_carried_s": round(time.perf_counter() - t, 3)}
+
+
+def refresh(b: Bench, r: Rung, base: str, change_frac: float) -> None:
+    """The changed snapshot through ingest, incremental partition, serialize, reorder, incremental inference."""
+
+    def prep() -> tuple[Measured, int, dict[str, Any]]:
+        m, extra = refresh_input(b, r.name, r.inputs, r.refresh_inputs, change_frac)
+        return m, dir_bytes(r.refresh_inputs / "edges"), extra
+
+    step(b, r, "refresh-input", prep)
+    ds = f"{r.graph}/{ingest(b, r, 'refresh-ingest', r.refresh_inputs)}"
+    argv = ["partition", ds, "--algorithm", "adadne", "--parts", "8", "--name", RUN8, "--incremental"]
+    argv += ["--set", f"partition.incremental_base={base}", "--force"]
+    dstep(b, r, "refresh-partition", ds, argv, f"partition/{RUN8}", partition_extra)
+    serialize_reorder(b, r, ds, "refresh-")
+    argv = ["infer", ds, "--model", MODEL, "--incremental", "--force"]
+    dstep(b, r, "refresh-infer", ds, argv, f"infer/{MODEL}-pds", infer_extra, lambda: carry(b.root, ds))
+
+
+# ---- the report ------------------------------------------------------------------------------------------------
+def load_results(root: Path) -> dict[tuple[str, str], dict[str, Any]]:
+    """The result lines, the last one per (rung, stage)."""
+    path = root / "scale-results.jsonl"
+    out: dict[tuple[str, str], dict[str, Any]] = {}
+    if path.exists():
+        for text in path.read_text().splitlines():
+            if text.strip():
+                line = json.loads(text)
+                out[(line["rung"], line["stage"])] = line
+    return out
+
+
+def ordered(results: dict[tuple[str, str], dict[str, Any]]) -> list[dict[str, Any]]:
+    rank = {s: i for i, s in enumerate(STAGES)}
+    return sorted(results.values(), key=lambda x: (x["scale"], rank.get(x["stage"], len(rank))))
+
+
+def table_row(x: dict[str, Any]) -> list[str]:
+    m, sp, io = x["rss_mb"], x["spark"], x["io"]
+
+    def mb(v: float) -> str:
+        return f"{v:,.0f}" if v else "-"
+
+    servers = m.get("servers") or []
+    return [
+        x["rung"],
+        x["stage"] + ("*" if x["prep"] else ""),
+        f"{x['edges']:,}",
+        f"{x['wall_s']:.1f}",
+        f"{x['edges_per_s_core']:,.0f}",
+        mb(m["driver"]),
+        mb(m["jvm"]),
+        f"{mb(m['workers'])}/{mb(m['worker_max'])}" if m["workers"] else "-",
+        f"{max(servers):,.0f} x{len(servers)}" if servers else "-",
+        mb(m.get("trainer", 0.0)),
+        f"{io['read_bytes'] / MB:,.1f}",
+        f"{io['write_bytes'] / MB:,.1f}",
+        f"{x['out_bytes'] / MB:,.1f}" if x["out_bytes"] else "-",
+        str(sp.get("jobs", "-")),
+        f"{sp['shuffle_write_bytes'] / MB:,.1f}" if sp else "-",
+    ]
+
+
+def exponents(lines: list[dict[str, Any]], key: Callable[[dict[str, Any]], float]) -> dict[str, float]:
+    """Per stage, the least-squares slope of log(key) on log(edges) over the rungs present (nan below two)."""
+    out = {}
+    for st in STAGES:
+        pts = [(x["edges"], key(x)) for x in lines if x["stage"] == st and key(x) > 0]
+        if len({e for e, _ in pts}) >= 2:
+            out[st] = float(np.polyfit(np.log([e for e, _ in pts]), np.log([v for _, v in pts]), 1)[0])
+        elif pts:
+            out[st] = float("nan")
+    return out
+
+
+def wall(x: dict[str, Any]) -> float:
+    return float(x["wall_s"])
+
+
+def memory(x: dict[str, Any]) -> float:
+    return float(x["rss_mb"]["total"])
+
+
+def plot(lines: list[dict[str, Any]], png: Path) -> None:
+    """Log-log seconds and peak memory per stage against edges, each stage's exponent in the legend."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, axes = plt.subplots(1, 2, figsize=(16, 7))
+    colours = plt.get_cmap("tab20")
+    panels = ((wall, "wall seconds"), (memory, "peak RSS of the stage's process tree (MB)"))
+    for ax, (key, label) in zip(axes, panels, strict=True):
+        exp = exponents(lines, key)
+        for i, st in enumerate(STAGES):
+            pts = sorted((x["edges"], key(x)) for x in lines if x["stage"] == st and key(x) > 0)
+            if pts:
+                xs, ys = zip(*pts, strict=True)
+                name = st + ("*" if st in PREP else "")
+                style = "--" if st in PREP else "-"
+                ax.plot(xs, ys, style, marker="o", color=colours(i % 20), label=f"{name} ({exp[st]:.2f})")
+        ax.set(xscale="log", yscale="log", xlabel="edges", ylabel=label, title=f"{label} (fitted exponent)")
+        ax.grid(True, which="both", alpha=0.3)
+        ax.legend(fontsize=7, ncol=2)
+    fig.suptitle(f"GLISP scale ladder ({CORES} cores; * input preparation)")
+    fig.tight_layout()
+    fig.savefig(png, dpi=110)
+    plt.close(fig)
+
+
+def notes(lines: list[dict[str, Any]]) -> list[str]:
+    """Per rung: partition quality, the trainer's sampling rate, inference paths."""
+    out = []
+    for x in lines:
+        e, st = x["extra"], x["stage"]
+        if st.startswith(("partition", "refresh-partition")) and e.get("rf") is not None:
+            path = f", {e['path']} ({e.get('mode', '')}: {e.get('reason', '')})" if "path" in e else ""
+            out.append(f"{x['rung']} {st}: RF {e['rf']:.3f} VB {e['vb']:.3f} EB {e['eb']:.3f}{path}")
+        elif st == "train":
+            out.append(
+                f"{x['rung']} train: {e['batches']} batches in {e['epoch_s']:.2f} s: {e['sampled_edges_per_s']:,.0f} "
+                f"sampled edges/s, {e['trees_per_s']:,.0f} trees/s (seeds), waiting {e['wait_share']}; "
+                f"timings {e.get('timings')}"
+            )
+        elif st in ("infer", "refresh-infer"):
+            path = e.get("path", "-")
+            out.append(
+                f"{x['rung']} {st}: {e.get('vertices')} vertices, path {path} {e.get('reason', '')} "
+                f"affected {e.get('affected_share', '-')} recomputed {e.get('recomputed_share', '-')}"
+                + (f"; model carried in {e['model_carried_s']} s" if "model_carried_s" in e else "")
+            )
+    return out
+
+
+def report(root: Path) -> None:
+    """The table, the exponents and the PNG, from the result lines alone."""
+    lines = ordered(load_results(root))
+    if not lines:
+        print(f"no results in {root / 'scale-results.jsonl'}")
+        return
+    head = ["rung", "stage", "edges", "wall s", "edges/s/core", "driver MB", "JVM MB", "workers MB sum/max"]
+    head += ["servers MB max xN", "trainer MB", "io read MB", "io write MB", "output MB", "jobs", "shuffle MB"]
+    print(f"\nscale ladder under {root} ({CORES} cores; * input preparation). io read/write: {IO_SOURCE}, page-cache")
+    print("hits are no reads; output: the published stage (the input files for *); shuffle: bytes written.")
+    print_table(head, [table_row(x) for x in lines])
+    print()
+    for line in notes(lines):
+        print(line)
+    ws, ms = exponents(lines, wall), exponents(lines, memory)
+    print("\nfitted exponents (log-log least squares over the rungs present): stage, seconds, peak memory")
+    for st in ws:
+        print(f"  {st + ('*' if st in PREP else ''):<20s} {ws[st]:6.2f} {ms.get(st, float('nan')):6.2f}")
+    png = root / "scale.png"
+    plot(lines, png)
+    print(f"plot: {png}")
+
+
+def glisp_command() -> list[str]:
+    """The venv's ``glisp`` script beside this interpreter, else ``python -m glisp_app.cli``."""
+    exe = Path(sys.executable).parent / "glisp"
+    return [str(exe)] if exe.exists() else [sys.executable, "-m", "glisp_app.cli"]
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--root", default="/tmp/glisp-scale", help="dataset root, inputs, logs and results")
+    ap.add_argument("--scales", type=int, nargs="+", default=[20, 22, 23], help="R-MAT scales, one rung each")
+    ap.add_argument("--edge-factor", type=int, default=16)
+    ap.add_argument("--features", type=int, default=32, help="synthetic feature width of the generated graph")
+    ap.add_argument("--train-steps", type=int, default=50, help="training batches (train.max_batches, one epoch)")
+    ap.add_argument("--change", type=float, default=0.01, help="share of edge rows changed by the refresh")
+    ap.add_argument("--lock", default="/tmp/glisp-bench.lock", help="flock this file per stage ('' for none)")
+    ap.add_argument("--report", action="store_true", help="only print the table and write the plot")
+    args = ap.parse_args(argv)
+    root = Path(args.root).resolve()
+    root.mkdir(parents=True, exist_ok=True)
+    if not args.report:
+        adopt_orphans()
+        b = Bench(root, args.lock, glisp_command(), load_results(root))
+        for scale in args.scales:
+            r = Rung(scale, args.edge_factor, root)
+            try:
+                base = first_version(b, r, args)
+                serve_train_infer(b, r, f"{r.graph}/{base}", args.train_steps)
+                refresh(b, r, base, args.change)
+            except StageFailed as e:
+                print(f"\nFAILED: {e}", file=sys.stderr, flush=True)
+                report(root)
+                return 1
+    report(root)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
