@@ -17,6 +17,7 @@ from pathlib import Path
 from glisp_core.config import Config, load_config, with_values
 from glisp_core.dataset.paths import confine
 from glisp_core.errors import GlispError, failure_reason
+from glisp_core.storage.backend import set_unsafe_publish
 
 # name -> (module, one-line help)
 COMMANDS: dict[str, tuple[str, str]] = {
@@ -88,6 +89,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         cfg = load_config(args.config, overrides=args.set)
         cfg = with_values(cfg, "dataset", root=args.root)
         cfg = with_values(cfg, "spark", master=args.master)
+        set_unsafe_publish(cfg.dataset.unsafe_publish)
         _confine_arguments(args, cfg)
         return int(module.main(args, cfg) or 0)
     except GlispError as e:

@@ -49,6 +49,8 @@ class DatasetConfig:
     checksum: Literal["content", "stat"] = "content"  # how input files are fingerprinted
     confine_to: str = ""  # when set, every path read or written must resolve inside it (glisp_core.dataset.paths)
     keep_versions: int = 0  # glisp pipeline keeps this many newest versions per graph; 0 = keep all
+    # "check-then-write": publish on a store without a conditional create (docs/storage.md); "" = refuse there
+    unsafe_publish: Literal["", "check-then-write"] = ""
 
 
 @dataclass(frozen=True, kw_only=True)

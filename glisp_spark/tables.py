@@ -22,6 +22,7 @@ from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any, Literal
 
 from glisp_core.errors import GlispError
+from glisp_core.storage.schemes import TABLE
 from glisp_core.storage.store import store_for
 from glisp_core.storage.uri import StoreURI, parse_uri
 
@@ -30,7 +31,6 @@ if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
 
 IO_KEY = "spark.glisp.storage.io"
-JVM_SCHEMES = ("file", "hdfs", "viewfs")
 Mode = Literal["auto", "jvm", "python"]
 
 
@@ -44,13 +44,14 @@ def io_mode(spark: SparkSession) -> Mode:
 def jvm_opens(spark: SparkSession, uri: StoreURI | str) -> bool:
     """Whether Spark's JVM reads and writes ``uri`` itself (else pyarrow does, inside the tasks)."""
     mode = io_mode(spark)
-    return mode == "jvm" or (mode == "auto" and parse_uri(uri).scheme in JVM_SCHEMES)
+    return mode == "jvm" or (mode == "auto" and TABLE[parse_uri(uri).scheme].jvm_native)
 
 
 def spark_path(uri: StoreURI | str) -> str:
     """The URI as the JVM must see it: fully qualified, ``s3://`` as ``s3a://`` (Hadoop's S3 connector)."""
-    q = parse_uri(uri).qualified
-    return "s3a://" + q[len("s3://") :] if q.startswith("s3://") else q
+    u = parse_uri(uri)
+    hadoop = TABLE[u.scheme].hadoop
+    return f"{hadoop}://{u.authority}{u.path}" if hadoop else u.qualified
 
 
 def read_parquet(spark: SparkSession, uri: StoreURI | str) -> DataFrame:

@@ -106,6 +106,7 @@ class Attempt:
     """One attempt prefix of one stage, leased by this process while it writes there."""
 
     def __init__(self, store: Store, stage_dir: StoreURI, holder: str) -> None:
+        store.check_publishable(stage_dir)  # before any output is written, not at the record
         self.store, self.uri = store, stage_dir / new_attempt()
         self.lease = LeaseKeeper(store, self.uri / LEASE, holder)
         self.published = False  # a record names it: from then on it is never removed from here

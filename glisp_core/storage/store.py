@@ -1,11 +1,11 @@
 """One store: a pyarrow filesystem opened at a URI, with the few operations the dataset protocol needs.
 
 Why pyarrow.fs: Spark's Python workers already carry pyarrow (Arrow is how they exchange batches with the
-JVM), its S3, GCS and HDFS filesystems read credentials the way each store's own tools do (for S3 the
-standard AWS environment variables, ``AWS_ENDPOINT_URL`` included, the shared config files and instance
-roles), and Parquet reads and writes go through it with no copy. The one thing it lacks is a conditional
-create, which the publish protocol needs on object stores: S3's ``If-None-Match: *`` goes through boto3,
-which reads the same credentials.
+JVM), its S3, GCS, Azure and HDFS filesystems read credentials the way each store's own tools do, and Parquet
+reads and writes go through it with no copy. What differs between stores (the conditional create the publish
+protocol needs, a consistent read of a small object, the credentials chain) is each backend's
+(:mod:`glisp_core.storage.backend`, one module per store in ``glisp_core.storage.backends``); the registry
+(:mod:`glisp_core.storage.registry`) picks it by the URI's scheme.
 
 Paths inside a store are ``/``-separated and relative to nothing: ``Store.at(uri)`` turns a URI into the
 filesystem path (``/abs/path`` locally, ``bucket/key`` on S3).
@@ -15,19 +15,17 @@ from __future__ import annotations
 
 import hashlib
 import os
-import uuid
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-import pyarrow as pa
 import pyarrow.fs as pafs
 
+from glisp_core.storage.backend import Backend, refusal, unsafe_publish
+from glisp_core.storage.registry import open_backend
 from glisp_core.storage.uri import StoreError, StoreURI, parse_uri
 
-CONNECT_TIMEOUT_S = 5.0
-REQUEST_TIMEOUT_S = 30.0
 LIST_TRIES = 3
 
 
@@ -37,7 +35,8 @@ class Store:
     def __init__(self, uri: str | os.PathLike[str] | StoreURI, what: str = "dataset.root") -> None:
         self.root = uri if isinstance(uri, StoreURI) else parse_uri(uri, what)
         self.what = what
-        self.fs = _filesystem(self.root)
+        self.backend: Backend = open_backend(self.root)
+        self.fs = self.backend.fs
 
     # ---- addressing ----
     def uri(self, *parts: str) -> StoreURI:
@@ -45,8 +44,7 @@ class Store:
 
     def at(self, uri: StoreURI | str) -> str:
         """The filesystem path of ``uri`` (a StoreURI, a full URI string or a path relative to the root)."""
-        u = self._as_uri(uri)
-        return u.path if u.is_local else f"{u.authority}{u.path}".rstrip("/")
+        return self.backend.path(self._as_uri(uri))
 
     def _as_uri(self, uri: StoreURI | str) -> StoreURI:
         if isinstance(uri, StoreURI):
@@ -58,25 +56,25 @@ class Store:
     # ---- reachability ----
     def check(self) -> None:
         """Fail at once, naming the URI and what to do, when the store cannot be reached or read."""
+        bucket = self.backend.bucket_path()
         try:
             self.fs.get_file_info(self.at(self.root))
-            missing = self.root.is_object_store and self.fs.get_file_info(self.root.authority).type == (
-                pafs.FileType.NotFound
-            )
+            missing = bucket is not None and self.fs.get_file_info(bucket).type == pafs.FileType.NotFound
         except OSError as e:
-            raise StoreError(_explain(self.root, self.what, e)) from None
+            raise StoreError(self.backend.explain(self.root, self.what, e)) from None
         if missing:
-            raise StoreError(f"{self.what} {self.root}: bucket {self.root.authority!r} does not exist: create it first")
+            raise StoreError(f"{self.what} {self.root}: bucket {bucket!r} does not exist: create it first")
+
+    def check_publishable(self, uri: StoreURI | str) -> None:
+        """Refuse, before any work, to publish where the backend cannot create an object exclusively, unless
+        the user opted in to check-then-write (docs/storage.md)."""
+        if not self.backend.capabilities.conditional_create and not unsafe_publish():
+            raise StoreError(refusal(self.backend, self._as_uri(uri)))
 
     # ---- small objects ----
     def read_bytes(self, uri: StoreURI | str) -> bytes:
         """The whole object as one version of it (FileNotFoundError when it does not exist)."""
-        u = self._as_uri(uri)
-        if u.scheme == "s3":  # one GET: pyarrow's stream reads an object in ranges, which a concurrent
-            return _s3_get(u)  # replacement (LATEST, a lease) can interleave; its size comes from a HEAD before
-        with self.fs.open_input_stream(self.at(uri)) as f:
-            data: bytes = f.read()
-            return data
+        return self.backend.get(self._as_uri(uri))
 
     def read_text(self, uri: StoreURI | str) -> str | None:
         """The object's text, or None when it does not exist."""
@@ -87,39 +85,19 @@ class Store:
 
     def write_bytes(self, uri: StoreURI | str, data: bytes) -> None:
         """Replace the object whole: a reader sees the old bytes or the new ones, never part of them."""
-        path = self.at(uri)
-        if self.root.is_local:
-            os.makedirs(os.path.dirname(path), exist_ok=True)
-            tmp = f"{path}.{uuid.uuid4().hex[:8]}.tmp"
-            with open(tmp, "wb") as f:
-                f.write(data)
-                f.flush()
-                os.fsync(f.fileno())
-            os.replace(tmp, path)
-            return
-        with self.fs.open_output_stream(path) as f:  # one PUT: atomic on object stores
-            f.write(data)
+        self.backend.put(self._as_uri(uri), data)
 
     def create_exclusive(self, uri: StoreURI | str, data: bytes) -> bool:
-        """Write the object only if it does not exist yet; False when it does (another writer came first)."""
-        path = self.at(uri)
+        """Write the object only if it does not exist yet; False when it does (another writer came first).
+
+        Where the backend has no conditional create this refuses (StoreError naming the URI), unless the user
+        opted in to check-then-write: then two writers racing on one name can both believe they won.
+        """
         u = self._as_uri(uri)
-        if u.is_local:
-            os.makedirs(os.path.dirname(path), exist_ok=True)
-            tmp = f"{path}.{uuid.uuid4().hex[:8]}.tmp"
-            with open(tmp, "wb") as f:
-                f.write(data)
-                os.fsync(f.fileno())
-            try:
-                os.link(tmp, path)  # atomic, and fails when the name exists: whole content or nothing
-                return True
-            except FileExistsError:
-                return False
-            finally:
-                os.unlink(tmp)
-        if u.scheme == "s3":
-            return _s3_create_exclusive(u, data)
-        if self.exists(u):  # no conditional create here: check, then write (docs/storage.md says what it costs)
+        if self.backend.capabilities.conditional_create:
+            return self.backend.create_exclusive(u, data)
+        self.check_publishable(u)
+        if self.exists(u):
             return False
         self.write_bytes(u, data)
         return True
@@ -136,8 +114,7 @@ class Store:
         import pyarrow.parquet as pq
 
         path = self.at(uri)
-        if self.root.is_local:
-            os.makedirs(os.path.dirname(path), exist_ok=True)
+        self.backend.make_parent(path)
         pq.write_table(table, path, filesystem=self.fs, **kw)
 
     # ---- streams ----
@@ -156,38 +133,14 @@ class Store:
     def open_output(self, uri: StoreURI | str) -> Any:
         """A pyarrow output stream; on an object store the object appears whole when the stream closes."""
         path = self.at(uri)
-        if self._as_uri(uri).is_local:
-            os.makedirs(os.path.dirname(path), exist_ok=True)
+        self.backend.make_parent(path)
         return self.fs.open_output_stream(path)
 
     @contextmanager
     def open_atomic(self, uri: StoreURI | str) -> Iterator[Any]:
-        """An output stream whose file appears under its name whole, when the block ends, or not at all.
-
-        On a disk a temporary name is renamed over the target. On an object store the object appears when
-        the stream closes; pyarrow's stream cannot abort, so after a failure the object its close uploaded
-        is deleted again.
-        """
-        u = self._as_uri(uri)
-        if not u.is_local:
-            f = self.fs.open_output_stream(self.at(u))
-            try:
-                yield f
-            except BaseException:
-                f.close()
-                self.delete(u)
-                raise
-            f.close()
-            return
-        os.makedirs(os.path.dirname(u.path), exist_ok=True)
-        tmp = f"{u.path}.tmp-{os.getpid()}-{uuid.uuid4().hex[:6]}"
-        try:
-            with pa.OSFile(tmp, "wb") as f:
-                yield f
-            os.replace(tmp, u.path)
-        finally:
-            if os.path.exists(tmp):
-                os.unlink(tmp)
+        """An output stream whose file appears under its name whole, when the block ends, or not at all."""
+        with self.backend.open_atomic(self._as_uri(uri)) as f:
+            yield f
 
     # ---- listing and removal ----
     def exists(self, uri: StoreURI | str) -> bool:
@@ -227,7 +180,7 @@ class Store:
             info = self.fs.get_file_info(path)
             try:
                 if info.type == pafs.FileType.Directory:
-                    self.fs.delete_dir(path)
+                    self.backend.delete_prefix(path)
                 elif info.type == pafs.FileType.File:
                     self.fs.delete_file(path)
                 return
@@ -253,97 +206,10 @@ class Store:
             if p.is_file():
                 rel = p.relative_to(local_dir).as_posix()
                 dst = f"{self.at(uri)}/{rel}"
-                if self.root.is_local:
-                    os.makedirs(os.path.dirname(dst), exist_ok=True)
+                self.backend.make_parent(dst)
                 pafs.copy_files(str(p), dst, pafs.LocalFileSystem(), self.fs)
                 total += p.stat().st_size
         return total
-
-
-def _filesystem(u: StoreURI) -> pafs.FileSystem:
-    if u.is_local:
-        return pafs.LocalFileSystem()
-    if u.scheme == "s3":
-        # credentials and region come from the environment and the shared config files, as for the AWS CLI
-        return pafs.S3FileSystem(
-            **_endpoint(),
-            connect_timeout=CONNECT_TIMEOUT_S,
-            request_timeout=REQUEST_TIMEOUT_S,
-            retry_strategy=pafs.AwsStandardS3RetryStrategy(max_attempts=3),
-        )
-    try:
-        fs, _ = pafs.FileSystem.from_uri(str(u))
-    except (OSError, ValueError) as e:
-        raise StoreError(_explain(u, "store", e)) from None
-    return fs
-
-
-def _endpoint() -> dict[str, str]:
-    """``AWS_ENDPOINT_URL_S3`` or ``AWS_ENDPOINT_URL`` (an S3-compatible store), as the AWS CLI reads them."""
-    url = os.environ.get("AWS_ENDPOINT_URL_S3") or os.environ.get("AWS_ENDPOINT_URL")
-    if not url:
-        return {}
-    scheme, _, host = url.partition("://")
-    return {"endpoint_override": host.rstrip("/"), "scheme": scheme} if host else {"endpoint_override": url}
-
-
-def _s3_create_exclusive(u: StoreURI, data: bytes) -> bool:
-    from botocore.exceptions import ClientError
-
-    key = u.path.lstrip("/")
-    try:
-        _s3_client().put_object(Bucket=u.authority, Key=key, Body=data, IfNoneMatch="*")
-        return True
-    except ClientError as e:
-        code = str(e.response.get("Error", {}).get("Code", ""))
-        if code in ("PreconditionFailed", "412", "ConditionalRequestConflict"):
-            return False
-        raise StoreError(f"{u.qualified}: conditional create failed ({code}: {e})") from None
-
-
-def _s3_get(u: StoreURI) -> bytes:
-    from botocore.exceptions import BotoCoreError, ClientError
-
-    try:
-        body: bytes = _s3_client().get_object(Bucket=u.authority, Key=u.path.lstrip("/"))["Body"].read()
-        return body
-    except ClientError as e:
-        code = str(e.response.get("Error", {}).get("Code", ""))
-        if code in ("NoSuchKey", "404", "NotFound"):
-            raise FileNotFoundError(f"{u.qualified}: no such object") from None
-        raise OSError(f"{u.qualified}: read failed ({code}: {e})") from None
-    except BotoCoreError as e:
-        raise OSError(f"{u.qualified}: read failed ({e})") from None
-
-
-_CLIENT: Any = None
-
-
-def _s3_client() -> Any:
-    """One boto3 client per process (it reads AWS_* variables, AWS_ENDPOINT_URL and ~/.aws like pyarrow)."""
-    global _CLIENT
-    if _CLIENT is None:
-        import boto3
-
-        _CLIENT = boto3.client("s3")
-    return _CLIENT
-
-
-def _explain(u: StoreURI, what: str, e: BaseException) -> str:
-    text = str(e)
-    low = text.lower()
-    if "credential" in low or "access denied" in low or "accessdenied" in low or "forbidden" in low:
-        hint = (
-            "no usable credentials: set AWS_ACCESS_KEY_ID/AWS_SECRET_ACCESS_KEY (or AWS_PROFILE, or an instance "
-            "role) in the environment of every process"
-        )
-    elif "nosuchbucket" in low or "no such bucket" in low or "bucket does not exist" in low:
-        hint = f"bucket {u.authority!r} does not exist: create it first"
-    elif "connect" in low or "timeout" in low or "resolve" in low or "unreachable" in low:
-        hint = "the store is unreachable: check AWS_ENDPOINT_URL (or the store's address) and the network"
-    else:
-        hint = "check the URI and the credentials in the environment"
-    return f"{what} {u}: {hint} ({text.strip().splitlines()[0] if text.strip() else type(e).__name__})"
 
 
 _STORES: dict[tuple[str, str], Store] = {}

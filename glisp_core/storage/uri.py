@@ -13,10 +13,7 @@ from pathlib import Path
 from urllib.parse import urlsplit
 
 from glisp_core.errors import ConfigError, GlispError
-
-# schemes pyarrow.fs opens; "file" is a local path
-SCHEMES = ("file", "s3", "gs", "gcs", "hdfs", "viewfs", "abfs", "abfss")
-OBJECT_STORES = ("s3", "gs", "gcs", "abfs", "abfss")  # no directory rename, no flock
+from glisp_core.storage.schemes import OBJECT_STORES, SCHEMES, TABLE, scheme
 
 
 class StoreError(GlispError):
@@ -38,11 +35,11 @@ class StoreURI:
 
     @property
     def is_local(self) -> bool:
-        return self.scheme == "file"
+        return TABLE[self.scheme].local
 
     @property
     def is_object_store(self) -> bool:
-        return self.scheme in OBJECT_STORES
+        return TABLE[self.scheme].object_store
 
     @property
     def qualified(self) -> str:
@@ -95,24 +92,24 @@ def parse_uri(text: str | os.PathLike[str], what: str = "dataset.root") -> Store
         return text
     s = os.fspath(text)
     if "://" not in s:
-        if s.startswith("s3:") or s.startswith("gs:"):  # "s3:/bucket" would silently become a local "./s3:" dir
-            raise ConfigError(
-                "storage", what, f"{s!r} is neither a local path nor a URI: write {s.split(':')[0]}://bucket/path"
-            )
+        head = s.partition(":")[0].lower()
+        if ":" in s and head in OBJECT_STORES:  # "s3:/bucket" would silently become a local "./s3:" dir
+            raise ConfigError("storage", what, f"{s!r} is neither a local path nor a URI: write {head}://bucket/path")
         return StoreURI("file", "", os.path.abspath(os.path.expanduser(s)))
     u = urlsplit(s)
-    scheme = u.scheme.lower()
-    if scheme not in SCHEMES:
+    name = u.scheme.lower()
+    kind = scheme(name)
+    if kind is None:
         raise ConfigError(
             "storage",
             what,
-            f"{s!r}: unknown scheme {scheme!r}; use a local path or one of {', '.join(x + '://' for x in SCHEMES)}",
+            f"{s!r}: unknown scheme {name!r}; use a local path or one of {', '.join(x + '://' for x in SCHEMES)}",
         )
-    if scheme == "file":
-        return StoreURI("file", "", os.path.abspath(u.path or "/"))
-    if scheme in OBJECT_STORES and not u.netloc:
-        raise ConfigError("storage", what, f"{s!r} names no bucket: write {scheme}://BUCKET/path")
-    return StoreURI(scheme, u.netloc, "/" + u.path.strip("/") if u.path.strip("/") else "/")
+    if kind.local:
+        return StoreURI(name, "", os.path.abspath(u.path or "/"))
+    if kind.object_store and not u.netloc:
+        raise ConfigError("storage", what, f"{s!r} names no bucket: write {name}://BUCKET/path")
+    return StoreURI(name, u.netloc, "/" + u.path.strip("/") if u.path.strip("/") else "/")
 
 
 def qualify(text: str | os.PathLike[str]) -> str:

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Any, Literal
 
-from glisp_core.storage.uri import SCHEMES
+from glisp_core.storage.schemes import scheme
 
 AccessMode = Literal["r", "r+", "a", "w", "w-"]  # zarr's open modes
 
@@ -28,8 +28,8 @@ def open_store(url: str, read_only: bool = False) -> Any:
 
 def in_dataset_store(url: str) -> bool:
     """Whether ``url`` is reached through the dataset's own store (an object store or HDFS URI), not fsspec."""
-    scheme = url.split("://", 1)[0].lower() if "://" in url else "file"
-    return scheme in SCHEMES and scheme != "file"
+    kind = scheme(url.split("://", 1)[0]) if "://" in url else None
+    return kind is not None and not kind.local
 
 
 def open_group(url: str, mode: AccessMode = "r") -> Any:

@@ -62,7 +62,7 @@ def assert_same_run(local: DatasetVersion, rec_l: StageRecord, s3: DatasetVersio
     for key in ("edges_per_part", "vertices_per_part", "vertices_with_edges"):
         assert rec_s.counts[key] == rec_l.counts[key], key
     out = s3.path / rec_s.path
-    assert out.scheme == "s3" and s3.store.exists(out / "assignment")
+    assert out.qualified.startswith("s3://") and s3.store.exists(out / "assignment")
     assert not s3.store.exists(out / "_staging")
 
 
