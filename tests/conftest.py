@@ -22,6 +22,7 @@ if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
 pytest.register_assert_rewrite("tests.tiers")  # imported here for `needs`, and loaded as a plugin below
+from glisp_testing import emulators  # noqa: E402
 from glisp_testing.jvm_opts import use_test_jvm_options  # noqa: E402
 from glisp_testing.s3server import MotoServer, free_port, use_only  # noqa: E402
 from tests.tiers import needs  # noqa: E402
@@ -37,6 +38,9 @@ S3_ENDPOINT = f"http://{S3_HOST}:{S3_PORT}"
 S3_BUCKET = "glisp-test"
 
 use_only(S3_ENDPOINT, os.environ)
+GCS_EMULATOR = emulators.FakeGcs()  # GCS and Azure emulators: addresses fixed (and exported) now, started on demand
+AZURITE = emulators.Azurite()
+emulators.use_only(GCS_EMULATOR.endpoint, AZURITE.endpoint, os.environ)
 
 use_test_jvm_options(os.environ)  # every JVM the tests start: see glisp_testing.jvm_opts
 
@@ -77,6 +81,58 @@ def new_s3_root(s3_server):
 def s3_root(new_s3_root, request: pytest.FixtureRequest):
     """A root in a fresh bucket, ``s3://glisp-test-<uuid>/<test name>``, as a StoreURI."""
     return new_s3_root(re.sub(r"[^A-Za-z0-9_.-]+", "-", request.node.name).strip("-")[:80])
+
+
+@pytest.fixture(scope="session")
+@needs("gcs")
+def gcs_server():
+    """fake-gcs-server on 127.0.0.1 (STORAGE_EMULATOR_HOST names it); yields its endpoint."""
+    try:
+        yield GCS_EMULATOR.start().endpoint
+    finally:
+        GCS_EMULATOR.stop()
+
+
+@pytest.fixture(scope="session")
+@needs("azure")
+def azure_server():
+    """Azurite's blob service on 127.0.0.1 (AZURE_STORAGE_CONNECTION_STRING names it); yields its endpoint."""
+    try:
+        yield AZURITE.start().endpoint
+    except FileNotFoundError as e:
+        pytest.skip(str(e))
+    finally:
+        AZURITE.stop()
+
+
+def _test_name(request: pytest.FixtureRequest) -> str:
+    return re.sub(r"[^A-Za-z0-9_.-]+", "-", request.node.name).strip("-")[:80]
+
+
+@pytest.fixture
+def gcs_root(gcs_server, request: pytest.FixtureRequest):
+    """A root in a fresh bucket of the GCS emulator, ``gs://glisp-test-<uuid>/<test name>``."""
+    from google.auth.credentials import AnonymousCredentials
+    from google.cloud import storage
+
+    from glisp_core.storage.uri import parse_uri
+
+    bucket = f"{S3_BUCKET}-{uuid.uuid4().hex[:12]}"
+    client = storage.Client("glisp", AnonymousCredentials(), client_options={"api_endpoint": gcs_server})
+    client.create_bucket(bucket)
+    return parse_uri(f"gs://{bucket}/{_test_name(request)}")
+
+
+@pytest.fixture
+def azure_root(azure_server, request: pytest.FixtureRequest):
+    """A root in a fresh container of Azurite, ``abfs://glisp-test-<uuid>/<test name>``."""
+    from azure.storage.blob import BlobServiceClient
+
+    from glisp_core.storage.uri import parse_uri
+
+    container = f"{S3_BUCKET}-{uuid.uuid4().hex[:12]}"
+    BlobServiceClient.from_connection_string(os.environ["AZURE_STORAGE_CONNECTION_STRING"]).create_container(container)
+    return parse_uri(f"abfs://{container}/{_test_name(request)}")
 
 
 @pytest.fixture(params=["local", "s3"])

@@ -32,6 +32,8 @@ TIERS: dict[str, str] = {
     "subprocess_jvm": "a CLI subprocess that starts a Spark JVM of its own",
     "servers": "sampling servers in subprocesses (glisp serve / serve-cluster)",
     "s3": "the S3-API server (moto) on 127.0.0.1",
+    "gcs": "the GCS emulator (fake-gcs-server) on 127.0.0.1",
+    "azure": "the Azure Blob emulator (Azurite) on 127.0.0.1",
     "spark": "the test session's local Spark JVM",
 }
 IMPLIES = {"standalone": "slow", "subprocess_jvm": "slow"}  # a tier whose tests are slow by nature
@@ -86,7 +88,16 @@ def _load_groups(config: pytest.Config) -> bool:
 # ---- the split across xdist's workers (make test runs -n 2 --dist loadgroup) -----------------------------------
 
 # rough seconds per test of each tier, to send the heaviest groups out first (the last group decides the end)
-WEIGHT = {"standalone": 100.0, "subprocess_jvm": 40.0, "servers": 4.0, "s3": 3.0, "spark": 2.0, FAST: 0.2}
+WEIGHT = {
+    "standalone": 100.0,
+    "subprocess_jvm": 40.0,
+    "servers": 4.0,
+    "s3": 3.0,
+    "gcs": 3.0,
+    "azure": 3.0,
+    "spark": 2.0,
+}
+WEIGHT[FAST] = 0.2
 
 
 def group_of(nodeid: str, root: Path) -> str:
