@@ -81,6 +81,12 @@ class Backend(ABC):
         with self.fs.open_output_stream(self.path(u)) as f:
             f.write(data)
 
+    def list(self, path: str, recursive: bool) -> list[pafs.FileInfo]:
+        """The entries below ``path`` (none when it does not exist), in any order."""
+        sel = pafs.FileSelector(path, recursive=recursive, allow_not_found=True)
+        found: list[pafs.FileInfo] = self.fs.get_file_info(sel)
+        return found
+
     def make_parent(self, path: str) -> None:
         """Make the directory a file at ``path`` goes into, where the store has directories (not here)."""
         return None

@@ -151,15 +151,15 @@ class Store:
 
     def entries(self, uri: StoreURI | str, recursive: bool = False) -> list[pafs.FileInfo]:
         """Entries under ``uri`` (none when it does not exist), sorted by path."""
-        sel = pafs.FileSelector(self.at(uri), recursive=recursive, allow_not_found=True)
+        path = self.at(uri)
         for _ in range(LIST_TRIES):
             try:
-                return sorted(self.fs.get_file_info(sel), key=lambda i: str(i.path))
+                return sorted(self.backend.list(path, recursive), key=lambda i: str(i.path))
             except FileNotFoundError:
                 # on a local disk, a directory made (or removed) by another writer while pyarrow listed it
                 # fails the listing even with allow_not_found; listing again sees it whole, or not at all
                 continue
-        return sorted(self.fs.get_file_info(sel), key=lambda i: str(i.path))
+        return sorted(self.backend.list(path, recursive), key=lambda i: str(i.path))
 
     def names(self, uri: StoreURI | str) -> list[str]:
         """The names of the entries directly under ``uri``."""

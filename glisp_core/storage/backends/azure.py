@@ -118,6 +118,18 @@ class AzureBackend(Backend):
         except AzureError as e:
             raise StoreError(f"{u.qualified}: conditional create failed ({e})") from None
 
+    def put(self, u: StoreURI, data: bytes) -> None:
+        """One Put Blob: pyarrow's Azure output stream creates an empty blob first and commits the data at
+        close, so a reader in between would see an empty object (a lease or ``LATEST`` read as nothing)."""
+        from azure.core.exceptions import AzureError
+
+        if not self.account.key:
+            return super().put(u, data)
+        try:
+            self._blob(u).upload_blob(data, overwrite=True)
+        except AzureError as e:
+            raise OSError(f"{u.qualified}: write failed ({e})") from None
+
     def get(self, u: StoreURI) -> bytes:
         """One download, pinned to one version of the object (the SDK sends ``If-Match`` for later ranges)."""
         from azure.core.exceptions import AzureError, ResourceNotFoundError

@@ -49,6 +49,18 @@ def _client() -> Any:
     return _CLIENTS[key]
 
 
+def _with_prefixes(path: str, found: list[pafs.FileInfo]) -> list[pafs.FileInfo]:
+    """``found`` and a directory entry for every prefix between ``path`` and an object in it."""
+    seen = {str(i.path) for i in found}
+    dirs = set()
+    for i in found:
+        head = str(i.path).rsplit("/", 1)[0]
+        while len(head) > len(path) and head not in seen and head not in dirs:
+            dirs.add(head)
+            head = head.rsplit("/", 1)[0]
+    return found + [pafs.FileInfo(d, pafs.FileType.Directory) for d in sorted(dirs)]
+
+
 class GcsBackend(Backend):
     name = "gcs"
     capabilities = Capabilities(conditional_create=True, consistent_listing=True, server_side_copy=True)
@@ -93,6 +105,22 @@ class GcsBackend(Backend):
             raise FileNotFoundError(f"{u.qualified}: no such object") from None
         except gexc.GoogleAPIError as e:
             raise OSError(f"{u.qualified}: read failed ({e})") from None
+
+    def list(self, path: str, recursive: bool) -> list[pafs.FileInfo]:
+        """pyarrow's GCS listings leave out the prefixes that hold objects but no directory marker object (GLISP
+        writes none), which its S3 and Azure listings include: a recursive listing gets them from the object
+        names, one level is listed here, prefixes included, in one request per page."""
+        if recursive:
+            return _with_prefixes(path, super().list(path, recursive))
+        bucket, _, key = path.partition("/")
+        prefix = f"{key.rstrip('/')}/" if key else ""
+        try:
+            pages = _client().list_blobs(bucket, prefix=prefix, delimiter="/", timeout=REQUEST_TIMEOUT_S)
+            out = [pafs.FileInfo(f"{bucket}/{b.name}", pafs.FileType.File, size=b.size) for b in pages]
+        except Exception as e:  # the SDK's errors: NotFound for a missing bucket, auth, transport
+            raise OSError(f"gs://{path}: listing failed ({e})") from None
+        out += [pafs.FileInfo(f"{bucket}/{p.rstrip('/')}", pafs.FileType.Directory) for p in pages.prefixes]
+        return out
 
     def delete_prefix(self, path: str) -> None:
         """pyarrow's GCS ``delete_dir`` also deletes a directory marker object, and fails where there is none
