@@ -64,6 +64,14 @@ _KNOWN = (
     # ("calling o33.getLocalProperty") or to a static method ("calling z:org.apache..."); a Java exception is a
     # Py4JJavaError, which this does not match
     ("Py4JError: An error occurred while calling ", "the Spark JVM died or stopped answering"),
+    # a store's client failing to connect (boto3/urllib3, pyarrow's S3 and GCS clients, the Azure SDK): the
+    # store cannot be reached, not the JVM; before the JVM's own "Connection refused", which they also contain
+    ("AWSHTTPConnection", "the S3 endpoint cannot be reached"),
+    ("Could not connect to the endpoint URL", "the S3 endpoint cannot be reached"),
+    ("AWS Error NETWORK_CONNECTION", "the S3 endpoint cannot be reached"),
+    ("Couldn't connect to server", "the store's endpoint cannot be reached"),
+    ("ServiceRequestError", "the Azure endpoint cannot be reached"),
+    ("NoSuchBucket", "the bucket does not exist"),
     ("Connection refused", "the Spark JVM died or cannot be reached"),
     ("SparkContext was shut down", "the Spark context was shut down"),
     ("java.lang.OutOfMemoryError", "a Spark JVM ran out of memory"),
