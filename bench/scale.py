@@ -15,7 +15,8 @@ through the pipeline with the ``glisp`` CLI, each stage its own process, default
   copy rows only from such a run, docs/inference.md);
 - ``refresh-input*``: the snapshot with 1% of the edge rows changed, half removed uniformly, half added with
   degree-proportional endpoints (``bench/incremental.change`` per Parquet batch of the generated files, in
-  numpy: the generator's rows are independent R-MAT draws, so a batch's endpoints sample the degrees);
+  numpy, in a process of its own: the generator's rows are independent R-MAT draws, so a batch's endpoints
+  sample the degrees; the vertex files are the first snapshot's);
 - ``refresh-ingest``, ``refresh-partition`` (``--incremental`` from the first version), ``refresh-serialize``,
   ``refresh-reorder``, ``refresh-infer`` (``--incremental``; ``glisp infer`` alone does not carry the model to
   a new version, so it is published there first, as ``glisp pipeline`` does: glisp_app.model_stages).
@@ -24,8 +25,9 @@ Per stage and rung: wall seconds (from the CLI's start, after the lock); edges/s
 / os.cpu_count()); peak RSS sampled from /proc every 0.2 s over the stage's process tree: the driver (the CLI's
 python), the JVM, Spark's Python workers (largest sum and largest one), each server, the trainer; storage-layer
 bytes read and written by the whole tree (/proc/<pid>/io: a child reaped by this process adds its counters to
-ours, and this process adopts orphans such as a JVM that outlives its driver; page-cache hits are no reads),
-and the size of the published output; Spark jobs and shuffle bytes from Spark's event log.
+ours, this process adopts orphans such as a JVM that outlives its driver, and the workers PySpark's daemon
+forks, which the kernel reaps, count as last sampled; page-cache hits are no reads), and the size of the
+published output; Spark jobs and shuffle bytes from Spark's event log (``--set spark.conf={...}``).
 
 Each stage runs under ``flock --lock`` (the benches' lock, held per stage; serve and train share one hold).
 Results go to ``<root>/scale-results.jsonl``, one line per (rung, stage); a rerun skips every stage that has
@@ -41,7 +43,6 @@ from __future__ import annotations
 
 import argparse
 import ctypes
-import fcntl
 import json
 import os
 import re
@@ -52,8 +53,7 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -92,6 +92,7 @@ STAGES = [
 PREP = {"generate", "refresh-input"}  # input preparation: timed, marked
 IO_SOURCE = "/proc/<pid>/io read_bytes/write_bytes of the stage's process tree (storage layer)"
 LIVE: set[int] = set()  # stage processes this script started and still waits for (never reaped by settle)
+REAPED: set[int] = set()  # adopted processes settle reaped: their I/O is in ours already
 
 
 # ---- the process tree: roles, peak RSS, adopted orphans, I/O ------------------------------------------------
@@ -103,24 +104,22 @@ def _subcommand(cmd: list[str]) -> str:
     return ""
 
 
-def _role(pid: int, info: dict[int, tuple[int, str, list[str], float]], driver_pid: int | None) -> str:
-    """jvm, worker (a Python under the JVM), server, driver (a glisp process, or ``driver_pid``), other or ''."""
+def _role(pid: int, info: dict[int, tuple[int, str, list[str], float]]) -> str:
+    """jvm, worker (a Python under the JVM; ``daemon-child``: one PySpark's daemon forked), server, driver (any
+    other Python: the CLI, serve-cluster, the trainer) or ''."""
     ppid, name, cmd, _ = info[pid]
     if name.startswith("java"):
         return "jvm"
-    if pid == driver_pid:
-        return "driver"
     if not cmd or "python" not in Path(cmd[0]).name:
         return ""  # flock, a shell
     up = ppid
     while up in info:
         if info[up][1].startswith("java"):
-            return "worker"
+            return "daemon-child" if "pyspark.daemon" in " ".join(info[ppid][2]) else "worker"
         up = info[up][0]
     if ppid in info and info[ppid][2] == cmd:
-        return ""  # a fork about to exec something else (a server's ctypes.util.find_library, say): its pages are the parent's
-    sub = _subcommand(cmd)
-    return "server" if sub == "serve" else "driver" if sub else "other"
+        return ""  # a fork about to exec another program (a server's ctypes.util.find_library): the parent's pages
+    return "server" if _subcommand(cmd) == "serve" else "driver"
 
 
 @dataclass
@@ -132,18 +131,20 @@ class Peaks:
     workers: float = 0.0
     worker_max: float = 0.0
     servers: dict[int, float] = field(default_factory=dict)
-    other: float = 0.0
     total: float = 0.0  # the largest sum over the whole tree at one sample
 
 
 class TreeSampler:
     """``with TreeSampler(pid) as s: ...``: peak RSS per role of ``pid`` and its descendants, every ``interval`` s.
 
-    Why: ``ru_maxrss`` sees one process; a stage is a CLI driver, a JVM, Python workers, servers."""
+    Why: ``ru_maxrss`` sees one process; a stage is a CLI driver, a JVM, Python workers, servers. Also the last
+    I/O counters seen of every Python worker PySpark's daemon forked: the daemon ignores SIGCHLD, so the kernel
+    reaps them without adding their counters to any parent's (their writes after the last sample are missed)."""
 
-    def __init__(self, pid: int, driver_pid: int | None = None, interval: float = 0.2) -> None:
-        self.pid, self.driver_pid, self.interval = pid, driver_pid, interval
+    def __init__(self, pid: int, interval: float = 0.2) -> None:
+        self.pid, self.interval = pid, interval
         self.peaks = Peaks()
+        self.unreaped_io: dict[int, tuple[int, int]] = {}
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, daemon=True)
 
@@ -173,14 +174,21 @@ class TreeSampler:
             except psutil.Error:
                 continue  # ended between listing and reading it
         pk, workers = self.peaks, 0.0
-        for pid, (_, _, _, rss) in info.items():
-            role = _role(pid, info, self.driver_pid)
-            if role == "worker":
+        for p in procs:
+            role = _role(p.pid, info) if p.pid in info else ""
+            rss = info[p.pid][3] if role else 0.0
+            if role == "daemon-child":
+                try:
+                    io = p.io_counters()
+                    self.unreaped_io[p.pid] = (io.read_bytes, io.write_bytes)
+                except psutil.Error:
+                    pass
+            if role in ("worker", "daemon-child"):
                 workers += rss
                 pk.worker_max = max(pk.worker_max, rss)
             elif role == "server":
-                pk.servers[pid] = max(pk.servers.get(pid, 0.0), rss)
-            elif role in ("driver", "jvm", "other"):
+                pk.servers[p.pid] = max(pk.servers.get(p.pid, 0.0), rss)
+            elif role in ("driver", "jvm"):
                 setattr(pk, role, max(getattr(pk, role), rss))
         pk.workers = max(pk.workers, workers)
         pk.total = max(pk.total, sum(v[3] for v in info.values()))
@@ -203,6 +211,7 @@ def settle(timeout: float = 180.0) -> list[int]:
             try:
                 if c.status() == psutil.STATUS_ZOMBIE:
                     os.waitpid(c.pid, 0)
+                    REAPED.add(c.pid)
                 else:
                     left.append(c.pid)
             except (psutil.Error, ChildProcessError):
@@ -213,12 +222,21 @@ def settle(timeout: float = 180.0) -> list[int]:
 
 
 def self_io() -> tuple[int, int]:
-    """This process's storage-layer bytes read and written, its reaped descendants included."""
+    """This process's storage-layer bytes read and written, the descendants it (or they) reaped included."""
     d = dict(line.split(": ") for line in Path("/proc/self/io").read_text().splitlines())
     return int(d["read_bytes"]), int(d["write_bytes"])
 
 
+def tree_io(before: tuple[int, int], *samplers: TreeSampler) -> tuple[int, int]:
+    """Bytes read and written since ``before`` by everything reaped into this process, plus the PySpark workers
+    the samplers saw (reaped by the kernel)."""
+    now = self_io()
+    extra = [v for s in samplers for pid, v in s.unreaped_io.items() if pid not in REAPED]
+    return now[0] - before[0] + sum(r for r, _ in extra), now[1] - before[1] + sum(w for _, w in extra)
+
+
 def dir_bytes(path: Path) -> int:
+    """Bytes of the files under ``path``: a published stage's output."""
     return sum(f.stat().st_size for f in path.rglob("*") if f.is_file()) if path.exists() else 0
 
 
@@ -278,20 +296,25 @@ class Measured:
     output: str = ""
 
 
-def launch(b: Bench, rung: str, stage: str, argv: list[str], spark: bool, locked: bool = True):
-    """Start ``glisp ARGV --root ROOT`` (under ``flock LOCK``; with an event log dir when it runs Spark)."""
+def glisp_argv(b: Bench, rung: str, stage: str, argv: list[str], spark: bool) -> list[str]:
+    """``glisp ARGV --root ROOT``; with Spark's event log in a fresh directory of the stage when it runs Spark."""
     cmd = [*b.glisp, *argv, "--root", str(b.root)]
     if spark:
         evdir = b.root / "_eventlog" / rung / stage
         shutil.rmtree(evdir, ignore_errors=True)  # a failed attempt's applications are not this run's
         evdir.mkdir(parents=True)
         cmd += ["--set", spark_set(evdir)]
+    return cmd
+
+
+def launch(b: Bench, rung: str, stage: str, cmd: list[str], locked: bool = True) -> subprocess.Popen:
+    """Start ``cmd`` under ``flock LOCK`` (the lock held for its life), its output into the stage's log."""
     log = b.log_path(rung, stage)
     log.parent.mkdir(parents=True, exist_ok=True)
     with log.open("w") as fh:
         proc = subprocess.Popen((["flock", b.lock] if b.lock and locked else []) + cmd, stdout=fh, stderr=fh)
     LIVE.add(proc.pid)
-    return proc, cmd
+    return proc
 
 
 def started(proc: subprocess.Popen, t0: float) -> float:
@@ -322,33 +345,25 @@ def finish(b: Bench, rung: str, stage: str, proc: subprocess.Popen, cmd: list[st
     return text
 
 
-def run_cli(b: Bench, rung: str, stage: str, argv: list[str], spark: bool = True, locked: bool = True) -> Measured:
-    """One stage: wall time from the CLI's start, peaks over its tree, its I/O once all of it is reaped, its
+def run_cmd(b: Bench, rung: str, stage: str, cmd: list[str], spark: bool, locked: bool = True) -> Measured:
+    """One stage: wall time from the command's start, peaks over its tree, its I/O once all of it is reaped, its
     Spark jobs and shuffle bytes."""
-    r0, w0 = self_io()
+    REAPED.clear()  # a pid reaped in an earlier stage may be reused in this one
+    before = self_io()
     t0 = time.perf_counter()
-    proc, cmd = launch(b, rung, stage, argv, spark, locked)
+    proc = launch(b, rung, stage, cmd, locked)
     with TreeSampler(proc.pid) as s:
         t1 = started(proc, t0)
         text = finish(b, rung, stage, proc, cmd)
         wall = time.perf_counter() - t1
-    r1, w1 = self_io()
+    rd, wr = tree_io(before, s)
     ev = spark_events(b.root / "_eventlog" / rung / stage) if spark else {}
-    return Measured(cmd, wall, t1 - t0, s.peaks, r1 - r0, w1 - w0, ev, text)
+    return Measured(cmd, wall, t1 - t0, s.peaks, rd, wr, ev, text)
 
 
-@contextmanager
-def held(lock: str) -> Iterator[float]:
-    """The benches' lock around an in-process stage; yields the seconds spent waiting for it."""
-    t = time.perf_counter()
-    fd = os.open(lock, os.O_CREAT | os.O_RDWR, 0o666) if lock else None
-    try:
-        if fd is not None:
-            fcntl.flock(fd, fcntl.LOCK_EX)
-        yield time.perf_counter() - t
-    finally:
-        if fd is not None:
-            os.close(fd)
+def run_cli(b: Bench, rung: str, stage: str, argv: list[str], spark: bool = True, locked: bool = True) -> Measured:
+    """``glisp ARGV`` as one stage."""
+    return run_cmd(b, rung, stage, glisp_argv(b, rung, stage, argv, spark), spark, locked)
 
 
 # ---- serve-cluster and training through it -------------------------------------------------------------------
@@ -391,9 +406,10 @@ def serve_and_train(b: Bench, rung: str, dataset: str, steps: int) -> tuple[Meas
     argv = ["serve-cluster", dataset, "--run", RUN8, "--cluster-file", str(cf)]
     train = ["train", "--cluster", str(cf), "--task", "node", "--model", "sage", "--fanouts", "15,10"]
     train += ["--batch-size", "1024", "--epochs", "1", "--set", f"train.max_batches={steps}", "--force"]
-    r0, w0 = self_io()
+    before = self_io()
     t0 = time.perf_counter()
-    proc, cmd = launch(b, rung, "serve", argv, spark=False)
+    cmd = glisp_argv(b, rung, "serve", argv, spark=False)
+    proc = launch(b, rung, "serve", cmd)
     try:
         with TreeSampler(proc.pid) as life:
             t1 = started(proc, t0)
@@ -408,9 +424,9 @@ def serve_and_train(b: Bench, rung: str, dataset: str, steps: int) -> tuple[Meas
         if proc.poll() is None:
             stop_serving(proc)
     text = finish(b, rung, "serve", proc, cmd)
-    r1, w1 = self_io()
+    rd, wr = tree_io(before, life)
     tm.peaks.servers = during.peaks.servers
-    sm = Measured(cmd, serve_s, t1 - t0, life.peaks, r1 - r0 - tm.read_bytes, w1 - w0 - tm.write_bytes, {}, text)
+    sm = Measured(cmd, serve_s, t1 - t0, life.peaks, rd - tm.read_bytes, wr - tm.write_bytes, {}, text)
     return sm, tm, {"servers": servers, "stop_s": round(stop_s, 2)}
 
 
@@ -423,7 +439,7 @@ def write_refresh_inputs(src: Path, out: Path, frac: float, batch_rows: int = 1 
 
     shutil.rmtree(out, ignore_errors=True)
     (out / "edges").mkdir(parents=True)
-    rows = 0
+    rows = changed = 0
     for i, f in enumerate(sorted((src / "edges").glob("*.parquet"))):
         pf = pq.ParquetFile(f)
         schema = pf.schema_arrow.remove_metadata()
@@ -435,25 +451,20 @@ def write_refresh_inputs(src: Path, out: Path, frac: float, batch_rows: int = 1 
                 s, d = change(batch.column(0).to_numpy(), batch.column(1).to_numpy(), frac, rng)
                 w.write_table(pa.Table.from_arrays([pa.array(s), pa.array(d)], schema=schema))
                 rows += len(s)
+                changed += 2 * int(round(batch.num_rows * frac / 2))
     toml = (src / "ingest.toml").read_text()
     old, new = (f"path = {json.dumps(str(d / 'edges'))}" for d in (src, out))
     if toml.count(old) != 1:
         raise StageFailed(f"{src / 'ingest.toml'}: no single line {old!r}")
     (out / "ingest.toml").write_text(toml.replace(old, new))
-    return {"edge_rows": rows, "changed_rows": int(round(rows * frac / 2)) * 2}
+    return {"edge_rows": rows, "changed_rows": changed}
 
 
 def refresh_input(b: Bench, rung: str, src: Path, out: Path, frac: float) -> tuple[Measured, dict[str, Any]]:
-    """Input preparation in this process, under the lock, measured like a stage (this process as the driver)."""
-    with held(b.lock) as waited:
-        r0, w0 = self_io()
-        t = time.perf_counter()
-        with TreeSampler(os.getpid(), driver_pid=os.getpid()) as s:
-            extra = write_refresh_inputs(src, out, frac)
-        wall = time.perf_counter() - t
-        r1, w1 = self_io()
-    cmd = ["bench/scale.py:write_refresh_inputs", str(src), str(out), str(frac)]
-    return Measured(cmd, wall, waited, s.peaks, r1 - r0, w1 - w0), extra
+    """Input preparation as a stage of its own: this script in a child process (``--write-refresh``)."""
+    cmd = [sys.executable, str(Path(__file__).resolve()), "--write-refresh", str(src), str(out), str(frac)]
+    m = run_cmd(b, rung, "refresh-input", cmd, spark=False)
+    return m, json.loads(m.output.strip().splitlines()[-1])
 
 
 # ---- records of the published stages ---------------------------------------------------------------------------
@@ -498,12 +509,14 @@ def train_extra(rec: Any) -> dict[str, Any]:
 
 
 def infer_extra(rec: Any) -> dict[str, Any]:
+    """Which path an (incremental) inference took and why: a refresh's seconds mean little without it."""
     inc = rec.counts.get("incremental") or {}
     keep = ("path", "reason", "affected_share", "recomputed_share", "full_from_layer")
     return {"vertices": rec.counts.get("vertices"), "timings": rec.timings, **{k: inc[k] for k in keep if k in inc}}
 
 
 def partition_extra(rec: Any) -> dict[str, Any]:
+    """Quality beside the seconds (a faster run that replicates more is no gain), and a refresh's path."""
     inc = rec.counts.get("incremental") or {}
     out = {k: rec.metrics.get(k) for k in ("rf", "vb", "eb")}
     return {**out, **{k: inc[k] for k in ("path", "reason", "mode", "seconds") if k in inc}}
@@ -538,6 +551,7 @@ class Rung:
 
 
 def result_line(r: Rung, stage: str, m: Measured, out_bytes: int, extra: dict[str, Any]) -> dict[str, Any]:
+    """One JSON line: everything --report needs, so the table and the plot never rerun anything."""
     pk = asdict(m.peaks)
     pk["servers"] = [round(v, 1) for v in m.peaks.servers.values()]
     pk["trainer"] = m.peaks.driver if stage == "train" else 0.0
@@ -563,6 +577,7 @@ def result_line(r: Rung, stage: str, m: Measured, out_bytes: int, extra: dict[st
 
 
 def record_line(b: Bench, line: dict[str, Any]) -> None:
+    """Append the line (it marks the stage done for a rerun) and say what the stage took."""
     b.results[(line["rung"], line["stage"])] = line
     with (b.root / "scale-results.jsonl").open("a") as fh:
         fh.write(json.dumps(line) + "\n")
@@ -619,6 +634,7 @@ def ingest(b: Bench, r: Rung, stage: str, inputs: Path) -> str:
 
 
 def serialize_reorder(b: Bench, r: Rung, ds: str, prefix: str) -> None:
+    """serialize and reorder (PDS) of adadne-p8: the run served, trained on and inferred over."""
     argv = ["serialize", ds, "--partition", RUN8, "--force"]
     dstep(
         b,
@@ -705,11 +721,13 @@ def load_results(root: Path) -> dict[tuple[str, str], dict[str, Any]]:
 
 
 def ordered(results: dict[tuple[str, str], dict[str, Any]]) -> list[dict[str, Any]]:
+    """Rungs by scale, stages in pipeline order."""
     rank = {s: i for i, s in enumerate(STAGES)}
     return sorted(results.values(), key=lambda x: (x["scale"], rank.get(x["stage"], len(rank))))
 
 
 def table_row(x: dict[str, Any]) -> list[str]:
+    """One row of the table ('-': the stage has no such process or figure)."""
     m, sp, io = x["rss_mb"], x["spark"], x["io"]
 
     def mb(v: float) -> str:
@@ -846,7 +864,12 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--change", type=float, default=0.01, help="share of edge rows changed by the refresh")
     ap.add_argument("--lock", default="/tmp/glisp-bench.lock", help="flock this file per stage ('' for none)")
     ap.add_argument("--report", action="store_true", help="only print the table and write the plot")
+    ap.add_argument("--write-refresh", nargs=3, metavar=("SRC", "OUT", "FRAC"), help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
+    if args.write_refresh:  # the refresh-input stage's own process
+        src, out, frac = args.write_refresh
+        print(json.dumps(write_refresh_inputs(Path(src), Path(out), float(frac))), flush=True)
+        return 0
     root = Path(args.root).resolve()
     root.mkdir(parents=True, exist_ok=True)
     if not args.report:
