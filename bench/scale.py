@@ -18,8 +18,8 @@ through the pipeline with the ``glisp`` CLI, each stage its own process, default
   numpy, in a process of its own: the generator's rows are independent R-MAT draws, so a batch's endpoints
   sample the degrees; the vertex files are the first snapshot's);
 - ``refresh-ingest``, ``refresh-partition`` (``--incremental`` from the first version), ``refresh-serialize``,
-  ``refresh-reorder``, ``refresh-infer`` (``--incremental``; ``glisp infer`` alone does not carry the model to
-  a new version, so it is published there first, as ``glisp pipeline`` does: glisp_app.model_stages).
+  ``refresh-reorder``, ``refresh-infer`` (``--incremental``; ``glisp infer`` carries the model trained on the
+  first version into the new one, as ``glisp pipeline`` does).
 
 Per stage and rung: wall seconds (from the CLI's start, after the lock); edges/s/core (edges of the rung / wall
 / os.cpu_count()); peak RSS sampled from /proc every 0.2 s over the stage's process tree: the driver (the CLI's
@@ -675,21 +675,6 @@ def serve_train_infer(b: Bench, r: Rung, ds: str, steps: int) -> None:
     dstep(b, r, "infer", ds, argv, f"infer/{MODEL}-pds", infer_extra)
 
 
-def carry(root: Path, ds: str) -> dict[str, Any]:
-    """Publish the model into the new version, as ``glisp pipeline``'s infer stage does
-    (glisp_app.model_stages.carry_model): ``glisp infer --model M`` fails on a version without train/M."""
-    from glisp_app.model_stages import carry_model
-    from glisp_core.dataset.layout import resolve_dataset
-    from glisp_core.dataset.manifest import read_manifest
-
-    dv = resolve_dataset(ds, str(root))
-    if f"train/{MODEL}" in read_manifest(dv).stages:
-        return {}
-    t = time.perf_counter()
-    carry_model(dv, MODEL, RUN8)
-    return {"model_carried_s": round(time.perf_counter() - t, 3)}
-
-
 def refresh(b: Bench, r: Rung, base: str, change_frac: float) -> None:
     """The changed snapshot through ingest, incremental partition, serialize, reorder, incremental inference."""
 
@@ -704,7 +689,7 @@ def refresh(b: Bench, r: Rung, base: str, change_frac: float) -> None:
     dstep(b, r, "refresh-partition", ds, argv, f"partition/{RUN8}", partition_extra)
     serialize_reorder(b, r, ds, "refresh-")
     argv = ["infer", ds, "--model", MODEL, "--incremental", "--force"]
-    dstep(b, r, "refresh-infer", ds, argv, f"infer/{MODEL}-pds", infer_extra, lambda: carry(b.root, ds))
+    dstep(b, r, "refresh-infer", ds, argv, f"infer/{MODEL}-pds", infer_extra)  # glisp infer carries the model
 
 
 # ---- the report ------------------------------------------------------------------------------------------------

@@ -32,7 +32,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "serve-reload": ("glisp_serving.cluster.reload", "move a running sampling cluster to another version (hot)"),
     "link-split": ("glisp_train.link_split", "hold out edges for link prediction: a training-only partition run"),
     "train": ("glisp_train.cli", "train a GNN through the sampling service (node classification, link prediction)"),
-    "infer": ("glisp_infer.cli", "layerwise inference to Zarr: embeddings, predictions and link scores"),
+    "infer": ("glisp_app.infer_cmd", "layerwise inference to Zarr: embeddings, predictions and link scores"),
     "pipeline": ("glisp_app.pipeline", "run every batch stage end to end on one dataset"),
     "promote": ("glisp_app.promote", "point a graph's latest at a version whose stages are all published"),
 }

@@ -26,7 +26,7 @@ from glisp_core.dataset.versions import read_latest
 from glisp_core.errors import StageError
 
 
-def _holder_of(dv: DatasetVersion, name: str) -> DatasetVersion | None:
+def holder_of(dv: DatasetVersion, name: str) -> DatasetVersion | None:
     """The version to take ``train/<name>`` from: latest first, then the newest other version holding it."""
     gdir = dv.root / dv.graph
     order = [read_latest(gdir)] + list(reversed(list_versions(dv.root, dv.graph)))
@@ -45,7 +45,7 @@ def carry_model(dv: DatasetVersion, name: str, run: str) -> None:
 
     if f"train/{name}" in read_manifest(dv).stages:
         return
-    src = _holder_of(dv, name)
+    src = holder_of(dv, name)
     if src is None:
         raise StageError(
             f"infer.model={name!r}: no version of graph {dv.graph!r} holds train/{name}; train it first "

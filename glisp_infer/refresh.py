@@ -143,6 +143,7 @@ class Refresh:
     prev_url: str = ""
     prev_row: np.ndarray | None = None
     prev_last: int = -1  # the previous run's final layer
+    last: int = -1  # this run's final layer (set by plan_fields)
     refused: str = ""  # why no row is copied: no previous run, or one that is not comparable
     reason: str = ""  # why rows are not copied: the refusal, or the fallback from layer full_from
     full_from: int = 0  # the first layer computed in full; 0 = none (K + 1 when incremental throughout)
@@ -177,6 +178,7 @@ class Refresh:
         prev_dims = list(self.prev[1].params.get("dims", [])) if self.prev is not None else []
         same_width = prev_dims[-1:] == list(dims)[-1:] and bool(prev_dims)
         self.prev_last = len(prev_dims) - 1
+        self.last = len(dims) - 1  # the last layer: no layer after it to fall back to
         return {
             "stable": True,
             "incremental_dir": str(self.root),
@@ -245,7 +247,8 @@ class Refresh:
             self.mask = np.zeros(self.n, bool)
             self.mask[np.concatenate(vids)] = True
             self.shares["affected"].append(round(float(self.mask.sum()) / n, 6))
-            self._check(layer + 1, self.mask)
+            if layer < self.last:
+                self._check(layer + 1, self.mask)
         self.shares["recomputed"].append(round(recomputed / n, 6))
 
     def record(self) -> dict[str, Any]:

@@ -254,3 +254,31 @@ def test_an_unchanged_snapshot_copies_every_row(spark, two_versions, make_infer_
     for layer in range(3):
         a, b = _by_orig(v.old, first, layer), _by_orig(same, rec, layer)
         assert all(np.array_equal(a[k], b[k]) for k in a) and a.keys() == b.keys()
+
+
+def test_glisp_infer_carries_a_model_trained_on_an_earlier_version(spark, two_versions, new_model, capsys) -> None:
+    """`glisp infer NEW --model M --incremental` where only v1 holds train/M (a refresh that does not retrain):
+    the model is published into v2 (carried, the same weights), the refresh copies from v1's run, and a record
+    whose last layer's share passes the bound names no layer past the last."""
+    from glisp_app.cli import main as glisp
+    from glisp_core.dataset.manifest import read_manifest
+    from glisp_train.publish import publish_model
+
+    v = two_versions
+    assert v.old_run == v.new_run
+    model = new_model("sage", layers=2)
+    publish_model(v.old, "carried", model, v.old_run)
+    common = ["--root", str(v.old.root), "--model", "carried", "--incremental", "--set", "infer.fanouts=[3, 4]"]
+    common += ["--set", "infer.chunk_rows=16", "--set", "infer.incremental_max_share=0.5"]  # shares 0.37, 0.69
+    assert glisp(["infer", f"{v.old.graph}/{v.old.version}", *common]) == 0
+    assert glisp(["infer", f"{v.new.graph}/{v.new.version}", *common]) == 0
+    assert "train/carried carried into g/" in capsys.readouterr().out
+    m = read_manifest(v.new)
+    assert (
+        m.stage("train/carried").params["weights_sha256"]
+        == read_manifest(v.old).stage("train/carried").params["weights_sha256"]
+    )
+    inc = m.stage("infer/carried-pds").counts["incremental"]
+    assert inc["previous"] == "g/v1" and inc["affected_share"][0] < 0.5 < inc["affected_share"][1], inc
+    # layer 1 copies; the last layer's share passes the bound with no layer after it to fall back to
+    assert inc["path"] == "incremental" and inc["full_from_layer"] == 0 and inc["reason"] == "", inc
