@@ -810,8 +810,45 @@ def notes(lines: list[dict[str, Any]]) -> list[str]:
     return out
 
 
-def report(root: Path) -> None:
-    """The table, the exponents and the PNG, from the result lines alone."""
+TARGET_EDGES = 10**10
+MACHINE_CORES, MACHINE_GB = 16, 64
+
+
+def cost_model(lines: list[dict[str, Any]], machines: int, net: float) -> list[list[str]]:
+    """Per stage: seconds per edge per core and written bytes per edge at the largest rung, and what they
+    predict for 10^10 edges on ``machines`` of 16 cores: hours (the cost per edge carried to 10^10 edges by
+    the stage's fitted exponent, times ``net``, the cluster's factor over local mode) and the per-edge part
+    of the peak memory per machine (the growth of the stage's process tree between the smallest and the
+    largest rung, per edge, times the edges per machine, plus the smallest rung's peak)."""
+    ws = exponents(lines, wall)
+    rows = []
+    for st in STAGES:
+        pts = sorted((x for x in lines if x["stage"] == st and not x["prep"]), key=lambda x: x["edges"])
+        if not pts:
+            continue
+        lo, hi = pts[0], pts[-1]
+        per_edge_core = hi["wall_s"] * CORES / hi["edges"]
+        alpha = ws.get(st, 1.0)
+        alpha = 1.0 if not np.isfinite(alpha) else max(alpha, 1.0)  # never predict better than linear
+        secs = per_edge_core * (TARGET_EDGES / hi["edges"]) ** (alpha - 1) * TARGET_EDGES
+        hours = secs * net / (machines * MACHINE_CORES) / 3600
+        grow = (memory(hi) - memory(lo)) / max(hi["edges"] - lo["edges"], 1) if hi is not lo else 0.0
+        per_machine_gb = (memory(lo) + max(grow, 0.0) * TARGET_EDGES / machines) / 1024
+        rows.append(
+            [
+                st,
+                f"{per_edge_core * 1e6:.2f}",
+                f"{hi['io']['write_bytes'] / hi['edges']:.0f}",
+                f"{alpha:.2f}",
+                f"{hours:.2f}",
+                f"{per_machine_gb:.1f}" + (" (!)" if per_machine_gb > MACHINE_GB else ""),
+            ]
+        )
+    return rows
+
+
+def report(root: Path, net: float = 1.6) -> None:
+    """The table, the exponents, the cost model and the PNG, from the result lines alone."""
     lines = ordered(load_results(root))
     if not lines:
         print(f"no results in {root / 'scale-results.jsonl'}")
@@ -828,6 +865,12 @@ def report(root: Path) -> None:
     print("\nfitted exponents (log-log least squares over the rungs present): stage, seconds, peak memory")
     for st in ws:
         print(f"  {st + ('*' if st in PREP else ''):<20s} {ws[st]:6.2f} {ms.get(st, float('nan')):6.2f}")
+    head = ["stage", "us/edge/core", "written B/edge", "exponent used", "hours", "peak GB per machine"]
+    for machines in (64, 256):
+        print(
+            f"\ncost model: 10^10 edges on {machines} machines x {MACHINE_CORES} cores ({MACHINE_GB} GB), network factor {net}"
+        )
+        print_table(head, cost_model(lines, machines, net))
     png = root / "scale.png"
     plot(lines, png)
     print(f"plot: {png}")
@@ -849,6 +892,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--change", type=float, default=0.01, help="share of edge rows changed by the refresh")
     ap.add_argument("--lock", default="/tmp/glisp-bench.lock", help="flock this file per stage ('' for none)")
     ap.add_argument("--report", action="store_true", help="only print the table and write the plot")
+    ap.add_argument("--net", type=float, default=1.6, help="cost model: the cluster's time over local mode's")
     ap.add_argument("--write-refresh", nargs=3, metavar=("SRC", "OUT", "FRAC"), help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
     if args.write_refresh:  # the refresh-input stage's own process
@@ -868,9 +912,9 @@ def main(argv: list[str] | None = None) -> int:
                 refresh(b, r, base, args.change)
             except StageFailed as e:
                 print(f"\nFAILED: {e}", file=sys.stderr, flush=True)
-                report(root)
+                report(root, args.net)
                 return 1
-    report(root)
+    report(root, args.net)
     return 0
 
 
