@@ -112,7 +112,7 @@ def test_cli_errors(infer_graph, capsys) -> None:
 
     g = infer_graph
     assert main(["infer", str(g.dv.path), "--model", "nope"]) == 1
-    assert "stage 'train/nope' has not run" in capsys.readouterr().err
+    assert "no version of graph 'rmat8' holds train/nope; train it first" in capsys.readouterr().err
     assert main(["infer", str(g.dv.path), "--fanouts", "3,x"]) == 1
     assert "--fanouts: expected integers like 15,10,5 or 'full'" in capsys.readouterr().err
     assert main(["infer", str(g.dv.path), "--order", "zz"]) == 1
