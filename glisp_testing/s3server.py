@@ -76,8 +76,9 @@ def _answers(url: str) -> bool:
 
 
 @dataclass
-class MotoServer:
-    """``moto_server`` on HOST:port; ``start()`` waits until it answers, ``stop()`` ends it."""
+class ServerProcess:
+    """A server subprocess on HOST:port (moto, the GCS and Azure emulators); ``start()`` waits until it
+    answers, ``stop()`` ends it."""
 
     port: int = field(default_factory=free_port)
     proc: subprocess.Popen[bytes] | None = None
@@ -87,29 +88,30 @@ class MotoServer:
     def endpoint(self) -> str:
         return f"http://{HOST}:{self.port}"
 
-    def start(self, timeout: float = 60.0) -> MotoServer:
-        script = Path(sys.executable).with_name("moto_server")
-        head = [str(script)] if script.exists() else [sys.executable, "-m", "moto.server"]
-        fd, name = tempfile.mkstemp(prefix="glisp-moto-", suffix=".log")
+    def command(self) -> list[str]:
+        raise NotImplementedError
+
+    def start(self, timeout: float = 60.0) -> ServerProcess:
+        fd, name = tempfile.mkstemp(prefix=f"glisp-{type(self).__name__.lower()}-", suffix=".log")
         self.log = Path(name)
-        self.proc = subprocess.Popen([*head, "-H", HOST, "-p", str(self.port)], stdout=subprocess.DEVNULL, stderr=fd)
+        self.proc = subprocess.Popen(self.command(), stdout=fd, stderr=fd, cwd=tempfile.gettempdir())
         os.close(fd)
         deadline = time.monotonic() + timeout
         while not _answers(self.endpoint + "/"):
             if self.proc.poll() is not None or time.monotonic() > deadline:
-                raise RuntimeError(f"moto_server on {self.endpoint} did not start: {self.log.read_text()[-2000:]}")
+                tail = self._tail()
+                self.stop()
+                raise RuntimeError(f"{self.command()[0]} on {self.endpoint} did not start: {tail}")
             time.sleep(0.1)
         if self.proc.poll() is not None:  # another process answered on the port and ours could not bind it
-            raise RuntimeError(f"moto_server could not bind {self.endpoint}: {self.log.read_text()[-2000:]}")
+            raise RuntimeError(f"{self.command()[0]} could not bind {self.endpoint}: {self._tail()}")
         return self
 
-    def create_bucket(self, bucket: str) -> None:
-        import boto3
-
-        boto3.client("s3", endpoint_url=self.endpoint).create_bucket(Bucket=bucket)
+    def _tail(self) -> str:
+        return self.log.read_text()[-2000:] if self.log and self.log.exists() else ""
 
     def stop(self) -> None:
-        if self.proc is not None:
+        if self.proc is not None and self.proc.poll() is None:
             self.proc.terminate()
             try:
                 self.proc.wait(timeout=10)
@@ -118,6 +120,20 @@ class MotoServer:
                 self.proc.wait()
         if self.log is not None:
             self.log.unlink(missing_ok=True)
+
+
+class MotoServer(ServerProcess):
+    """``moto_server``, the S3 API in memory."""
+
+    def command(self) -> list[str]:
+        script = Path(sys.executable).with_name("moto_server")
+        head = [str(script)] if script.exists() else [sys.executable, "-m", "moto.server"]
+        return [*head, "-H", HOST, "-p", str(self.port)]
+
+    def create_bucket(self, bucket: str) -> None:
+        import boto3
+
+        boto3.client("s3", endpoint_url=self.endpoint).create_bucket(Bucket=bucket)
 
 
 class CountingProxy:
