@@ -51,7 +51,6 @@ import shutil
 import signal
 import subprocess
 import sys
-import threading
 import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
@@ -67,6 +66,7 @@ if str(ROOT) not in sys.path:
 
 from bench.incremental import change  # noqa: E402
 from bench.ingest import print_table  # noqa: E402
+from bench.proc_memory import Sampler  # noqa: E402
 
 MB = 2**20
 CORES = os.cpu_count() or 1
@@ -134,7 +134,7 @@ class Peaks:
     total: float = 0.0  # the largest sum over the whole tree at one sample
 
 
-class TreeSampler:
+class TreeSampler(Sampler):
     """``with TreeSampler(pid) as s: ...``: peak RSS per role of ``pid`` and its descendants, every ``interval`` s.
 
     Why: ``ru_maxrss`` sees one process; a stage is a CLI driver, a JVM, Python workers, servers. Also the last
@@ -142,26 +142,12 @@ class TreeSampler:
     reaps them without adding their counters to any parent's (their writes after the last sample are missed)."""
 
     def __init__(self, pid: int, interval: float = 0.2) -> None:
-        self.pid, self.interval = pid, interval
+        super().__init__(interval)
+        self.pid = pid
         self.peaks = Peaks()
         self.unreaped_io: dict[int, tuple[int, int]] = {}
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._run, daemon=True)
 
-    def __enter__(self) -> TreeSampler:
-        self._thread.start()
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self._stop.set()
-        self._thread.join()
-
-    def _run(self) -> None:
-        while not self._stop.is_set():
-            self._sample()
-            self._stop.wait(self.interval)
-
-    def _sample(self) -> None:
+    def sample(self) -> None:
         try:
             root = psutil.Process(self.pid)
             procs = [root, *root.children(recursive=True)]
