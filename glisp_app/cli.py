@@ -18,6 +18,7 @@ from glisp_core.config import Config, load_config, with_values
 from glisp_core.dataset.paths import confine
 from glisp_core.errors import GlispError, failure_reason
 from glisp_core.storage.backend import set_unsafe_publish
+from glisp_core.storage.limits import set_limits
 
 # name -> (module, one-line help)
 COMMANDS: dict[str, tuple[str, str]] = {
@@ -90,6 +91,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         cfg = with_values(cfg, "dataset", root=args.root)
         cfg = with_values(cfg, "spark", master=args.master)
         set_unsafe_publish(cfg.dataset.unsafe_publish)
+        d = cfg.dataset
+        set_limits(d.store_connect_timeout_s, d.store_timeout_s, d.store_retries)
         _confine_arguments(args, cfg)
         return int(module.main(args, cfg) or 0)
     except GlispError as e:

@@ -51,6 +51,9 @@ class DatasetConfig:
     keep_versions: int = 0  # glisp pipeline keeps this many newest versions per graph; 0 = keep all
     # "check-then-write": publish on a store without a conditional create (docs/storage.md); "" = refuse there
     unsafe_publish: Literal["", "check-then-write"] = ""
+    store_connect_timeout_s: float = 5.0  # per attempt, to open a connection to an object store
+    store_timeout_s: float = 30.0  # per attempt, for the store to answer (between bytes)
+    store_retries: int = 3  # attempts of one store call in all (glisp_core.storage.limits)
 
 
 @dataclass(frozen=True, kw_only=True)

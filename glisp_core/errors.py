@@ -87,9 +87,11 @@ def failure_reason(e: BaseException, limit: int = 300) -> str:
         text += f"\n{type(cause).__name__}: {cause}"
         cause, seen = cause.__cause__ or cause.__context__, seen + 1
     lines = [ln.strip() for ln in text.splitlines() if ln.strip()]
-    bad = next((ln for ln in lines if "BadInputError: " in ln), None)
-    if bad is not None:  # raised by a Spark task: the message names file, row and column; keep all of it
-        return bad.split("BadInputError: ", 1)[1]
+    for own in ("BadInputError: ", "StoreUnavailable: "):
+        # raised by a Spark task: the message names the file, row and column, or the store, URI and limits
+        hit = next((ln for ln in lines if own in ln), None)
+        if hit is not None:
+            return hit.split(own, 1)[1]
     for needle, what in _KNOWN:
         hit = next((ln for ln in lines if needle in ln), None)
         if hit is not None:

@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Any, cast
 
 from glisp_core.config import SparkConfig
 from glisp_core.errors import GlispError
+from glisp_core.storage.limits import limits_env
 from glisp_core.storage.uri import is_local, parse_uri, qualify
 from glisp_spark.tables import jvm_opens
 
@@ -79,6 +80,8 @@ def get_spark(conf: SparkConfig | None = None, checkpoint_dir: str | None = None
 
         # executors import GLISP from the shipped zip: numba's kernel cache keyed by its content, not its path
         settings["spark.executorEnv.NUMBA_CACHE_LOCATOR_CLASSES"] = LOCATORS
+        # the store's timeouts and retries the CLI set (glisp_core.storage.limits), for the executors' store calls
+        settings.update({f"spark.executorEnv.{k}": v for k, v in limits_env().items()})
     settings.update(conf.conf)
     for k, v in settings.items():
         if not preset.contains(k):

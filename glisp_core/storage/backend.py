@@ -18,11 +18,9 @@ from typing import Any, ClassVar
 
 import pyarrow.fs as pafs
 
+from glisp_core.storage.limits import limits
 from glisp_core.storage.uri import StoreError, StoreURI
-
-CONNECT_TIMEOUT_S = 5.0
-REQUEST_TIMEOUT_S = 30.0
-RETRIES = 3
+from glisp_core.storage.watchdog import with_deadlines
 
 UNSAFE_KEY = "dataset.unsafe_publish"
 UNSAFE_ENV = "GLISP_DATASET__UNSAFE_PUBLISH"  # the same key as an environment variable (glisp_core.config)
@@ -48,10 +46,15 @@ class Backend(ABC):
     capabilities: ClassVar[Capabilities]
     credentials: ClassVar[str]  # where this store's credentials come from, for error messages
     endpoint: ClassVar[str] = "the store's address"  # what says where the store answers, for error messages
+    # the filesystem takes no per-request timeout: every call, and every block of its streams, gets a deadline
+    # (glisp_core.storage.watchdog)
+    needs_deadlines: ClassVar[bool] = False
 
     def __init__(self, root: StoreURI) -> None:
         self.root = root
         self.fs = self.filesystem()
+        if self.needs_deadlines:
+            self.fs = with_deadlines(self.fs, limits().total_s)
 
     @abstractmethod
     def filesystem(self) -> pafs.FileSystem:
@@ -113,18 +116,62 @@ class Backend(ABC):
 
     def explain(self, u: StoreURI, what: str, e: BaseException) -> str:
         """``e`` as a message naming ``u`` and what to do, with this store's credentials chain."""
-        text = str(e)
-        low = text.lower()
-        words = ("credential", "access denied", "accessdenied", "forbidden", "unauthorized", "authoriz", "403")
-        if any(w in low for w in words):
-            hint = f"no usable credentials: {self.credentials}, in the environment of every process"
-        elif "nosuchbucket" in low or "no such bucket" in low or "bucket does not exist" in low:
-            hint = f"bucket {self.root.authority!r} does not exist: create it first"
-        elif any(w in low for w in ("connect", "timeout", "timed out", "resolve", "unreachable")):
-            hint = f"the store is unreachable: check {self.endpoint} and the network"
-        else:
-            hint = "check the URI and the credentials in the environment"
-        return f"{what} {u}: {hint} ({text.strip().splitlines()[0] if text.strip() else type(e).__name__})"
+        return f"{what} {u}: {self.hint(e) or 'check the URI and the credentials in the environment'} ({_first(e)})"
+
+    def hint(self, e: BaseException) -> str | None:
+        """What to do when ``e`` says the store itself failed (credentials, a missing bucket, an endpoint that
+        does not answer or cannot be reached); None for anything else (a missing object, bad data)."""
+        low = str(e).lower()
+        if any(w in low for w in _DENIED):
+            return f"no usable credentials: {self.credentials}, in the environment of every process"
+        if any(w in low for w in _NO_BUCKET):
+            return f"bucket {self.root.authority.partition('@')[0]!r} does not exist: create it first"
+        if any(w in low for w in ("timeout", "timed out", "deadline")):
+            return (
+                f"the {self.name} store did not answer within {limits().describe()}: check {self.endpoint}; "
+                "a re-run resumes"
+            )
+        if any(w in low for w in _UNREACHABLE):
+            return f"the {self.name} store cannot be reached: check {self.endpoint} and the network"
+        return None
+
+    def failure(self, u: StoreURI, what: str, e: BaseException) -> StoreUnavailable | None:
+        """``e`` as a :class:`StoreUnavailable` naming ``u`` when it is a failure of the store itself."""
+        hint = self.hint(e)
+        return None if hint is None else StoreUnavailable(f"{what} {u}: {hint} ({_first(e)})")
+
+
+class StoreUnavailable(StoreError, OSError):
+    """The store itself failed a call (credentials, bucket, endpoint, timeout), named with the URI. An OSError
+    too, so code that handles a failed store call as an OSError still does."""
+
+
+_DENIED = (
+    "credential",
+    "access denied",
+    "accessdenied",
+    "forbidden",
+    "unauthorized",
+    "authoriz",
+    "authenticat",
+    "oauth2",
+    "invalidaccesskeyid",
+    "signaturedoesnotmatch",
+    " 403",
+)
+_NO_BUCKET = (
+    "nosuchbucket",
+    "no such bucket",
+    "bucket does not exist",
+    "container does not exist",
+    "containernotfound",
+)
+_UNREACHABLE = ("connect", "resolve", "unreachable", "network_connection", "name or service not known")
+
+
+def _first(e: BaseException) -> str:
+    text = str(e).strip()
+    return text.splitlines()[0][:500] if text else type(e).__name__
 
 
 def set_unsafe_publish(mode: str) -> None:

@@ -13,12 +13,13 @@ filesystem path (``/abs/path`` locally, ``bucket/key`` on S3).
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import os
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import pyarrow.fs as pafs
 
@@ -27,6 +28,32 @@ from glisp_core.storage.registry import open_backend
 from glisp_core.storage.uri import StoreError, StoreURI, parse_uri
 
 LIST_TRIES = 3
+F = TypeVar("F", bound=Callable[..., Any])
+
+
+def _named(arg: int = 0) -> Callable[[F], F]:
+    """A store call whose failure of the store itself (credentials, bucket, endpoint, timeout) is raised as a
+    StoreUnavailable naming the URI (argument ``arg``) and what to do, at once and in every process, instead
+    of the client library's own words (which the CLI would take for a Spark failure). A missing object and
+    any other error pass through unchanged."""
+
+    def wrap(fn: F) -> F:
+        @functools.wraps(fn)
+        def call(self: Store, *args: Any, **kw: Any) -> Any:
+            try:
+                return fn(self, *args, **kw)
+            except (FileNotFoundError, StoreError):
+                raise
+            except OSError as e:
+                u = args[arg] if len(args) > arg and isinstance(args[arg], (str, StoreURI)) else self.root
+                err = self.backend.failure(self._as_uri(u), self.what, e)
+                if err is None:
+                    raise
+                raise err from e
+
+        return call  # type: ignore[return-value]
+
+    return wrap
 
 
 class Store:
@@ -54,6 +81,7 @@ class Store:
         return self.root.join(uri)
 
     # ---- reachability ----
+    @_named()
     def check(self) -> None:
         """Fail at once, naming the URI and what to do, when the store cannot be reached or read."""
         bucket = self.backend.bucket_path()
@@ -61,7 +89,9 @@ class Store:
             self.fs.get_file_info(self.at(self.root))
             missing = bucket is not None and self.fs.get_file_info(bucket).type == pafs.FileType.NotFound
         except OSError as e:
-            raise StoreError(self.backend.explain(self.root, self.what, e)) from None
+            raise self.backend.failure(self.root, self.what, e) or StoreError(
+                self.backend.explain(self.root, self.what, e)
+            ) from None
         if missing:
             raise StoreError(f"{self.what} {self.root}: bucket {bucket!r} does not exist: create it first")
 
@@ -72,6 +102,7 @@ class Store:
             raise StoreError(refusal(self.backend, self._as_uri(uri)))
 
     # ---- small objects ----
+    @_named()
     def read_bytes(self, uri: StoreURI | str) -> bytes:
         """The whole object as one version of it (FileNotFoundError when it does not exist)."""
         return self.backend.get(self._as_uri(uri))
@@ -83,10 +114,12 @@ class Store:
         except FileNotFoundError:
             return None
 
+    @_named()
     def write_bytes(self, uri: StoreURI | str, data: bytes) -> None:
         """Replace the object whole: a reader sees the old bytes or the new ones, never part of them."""
         self.backend.put(self._as_uri(uri), data)
 
+    @_named()
     def create_exclusive(self, uri: StoreURI | str, data: bytes) -> bool:
         """Write the object only if it does not exist yet; False when it does (another writer came first).
 
@@ -103,12 +136,14 @@ class Store:
         return True
 
     # ---- tables ----
+    @_named()
     def read_table(self, uri: StoreURI | str, **kw: Any) -> Any:
         """A Parquet file or directory as a pyarrow Table (``columns=``, ``filters=`` as pyarrow takes them)."""
         import pyarrow.parquet as pq
 
         return pq.read_table(self.at(uri), filesystem=self.fs, **kw)
 
+    @_named(1)
     def write_table(self, table: Any, uri: StoreURI | str, **kw: Any) -> None:
         """Write one Parquet file (its directory made first on a local disk)."""
         import pyarrow.parquet as pq
@@ -118,10 +153,12 @@ class Store:
         pq.write_table(table, path, filesystem=self.fs, **kw)
 
     # ---- streams ----
+    @_named()
     def open_input(self, uri: StoreURI | str) -> Any:
         """A random-access pyarrow file (Parquet footers, Arrow IPC, ``.npy`` headers read in ranges)."""
         return self.fs.open_input_file(self.at(uri))
 
+    @_named()
     def digest(self, uri: StoreURI | str, algo: str = "sha256") -> str:
         """The hex digest of the file's bytes, streamed in 4 MiB blocks (never held whole)."""
         h = hashlib.new(algo)
@@ -130,6 +167,7 @@ class Store:
                 h.update(block)
         return h.hexdigest()
 
+    @_named()
     def open_output(self, uri: StoreURI | str) -> Any:
         """A pyarrow output stream; on an object store the object appears whole when the stream closes."""
         path = self.at(uri)
@@ -143,12 +181,15 @@ class Store:
             yield f
 
     # ---- listing and removal ----
+    @_named()
     def exists(self, uri: StoreURI | str) -> bool:
         return bool(self.fs.get_file_info(self.at(uri)).type != pafs.FileType.NotFound)
 
+    @_named()
     def is_dir(self, uri: StoreURI | str) -> bool:
         return bool(self.fs.get_file_info(self.at(uri)).type == pafs.FileType.Directory)
 
+    @_named()
     def entries(self, uri: StoreURI | str, recursive: bool = False) -> list[pafs.FileInfo]:
         """Entries under ``uri`` (none when it does not exist), sorted by path."""
         path = self.at(uri)
@@ -172,6 +213,7 @@ class Store:
             if i.type == pafs.FileType.File:
                 yield str(i.path)[len(base) :], int(i.size)
 
+    @_named()
     def delete(self, uri: StoreURI | str) -> None:
         """Remove a file or everything below a prefix; nothing when it does not exist. Another process removing
         part of it at the same time (two writers clearing one abandoned attempt) is not an error: look again."""
@@ -189,6 +231,7 @@ class Store:
                     raise
 
     # ---- bulk copies ----
+    @_named()
     def download(self, uri: StoreURI | str, local_dir: Path) -> int:
         """Copy every file below ``uri`` into ``local_dir``; the bytes copied."""
         total = 0
@@ -199,6 +242,7 @@ class Store:
             total += size
         return total
 
+    @_named(1)
     def upload(self, local_dir: Path, uri: StoreURI | str) -> int:
         """Copy every file below ``local_dir`` to ``uri``; the bytes copied."""
         total = 0

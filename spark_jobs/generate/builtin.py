@@ -104,6 +104,7 @@ def share_builtin(ing: IngestConfig, into: StoreURI | str | os.PathLike[str]) ->
     if into.is_local:
         into = parse_uri(str(Path(into.path).resolve()))
     store = store_for(into)
+    store.check()  # no credentials, no bucket, no endpoint: said before the first copy
 
     def moved(path: str) -> str:
         src = Path(path).resolve()

@@ -124,6 +124,7 @@ def run_ingest(
         plan = IngestPlan(ing)
         root = parse_uri(cfg.dataset.root)
         confine(str(root), cfg.dataset.confine_to, "dataset.root")
+        store_for(root).check()  # no credentials, no bucket, no endpoint: said now, before any Spark job
         confine_all([str(u) for u in plan.all_input_paths()], cfg.dataset.confine_to, "ingest table or feature file")
         inputs = file_fingerprints(plan.all_input_paths(), cfg.dataset.checksum)
         fp = ingest_fingerprint(ing, inputs)

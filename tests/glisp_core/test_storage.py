@@ -95,7 +95,7 @@ def test_check_names_an_unreachable_endpoint(monkeypatch: pytest.MonkeyPatch) ->
     store = Store("s3://glisp-test/data")  # opened while the variable points at a closed port
     with pytest.raises(StoreError) as e:
         store.check()
-    assert str(e.value).startswith("dataset.root s3://glisp-test/data: the store is unreachable")
+    assert str(e.value).startswith("dataset.root s3://glisp-test/data: the s3 store cannot be reached")
     assert "AWS_ENDPOINT_URL" in str(e.value)
 
 

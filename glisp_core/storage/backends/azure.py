@@ -17,7 +17,8 @@ from urllib.parse import urlsplit
 
 import pyarrow.fs as pafs
 
-from glisp_core.storage.backend import CONNECT_TIMEOUT_S, REQUEST_TIMEOUT_S, RETRIES, Backend, Capabilities
+from glisp_core.storage.backend import Backend, Capabilities
+from glisp_core.storage.limits import limits
 from glisp_core.storage.uri import StoreError, StoreURI
 
 
@@ -57,6 +58,7 @@ def account(root: StoreURI) -> Account:
 
 class AzureBackend(Backend):
     name = "azure"
+    needs_deadlines = True  # pyarrow's client here has no read timeout to set
     capabilities = Capabilities(conditional_create=True, consistent_listing=True, server_side_copy=True)
     endpoint = "the BlobEndpoint in AZURE_STORAGE_CONNECTION_STRING (or the account's address)"
     credentials = (
@@ -97,12 +99,15 @@ class AzureBackend(Backend):
             from azure.storage.blob import BlobServiceClient
 
             cred = {"account_name": self.account.name, "account_key": self.account.key}
+            lim = limits()
             self._service = BlobServiceClient(
                 self.account.url,
                 credential=cred,
-                retry_total=RETRIES,
-                connection_timeout=CONNECT_TIMEOUT_S,
-                read_timeout=REQUEST_TIMEOUT_S,
+                retry_total=lim.retries - 1,  # retries after the first attempt
+                retry_backoff_factor=0.4,
+                retry_backoff_max=2,
+                connection_timeout=lim.connect_s,
+                read_timeout=lim.read_s,
             )
         return self._service.get_blob_client(self.container(u), u.path.lstrip("/"))
 

@@ -14,7 +14,8 @@ from typing import Any
 
 import pyarrow.fs as pafs
 
-from glisp_core.storage.backend import REQUEST_TIMEOUT_S, Backend, Capabilities
+from glisp_core.storage.backend import Backend, Capabilities
+from glisp_core.storage.limits import limits
 from glisp_core.storage.uri import StoreError, StoreURI
 
 EMULATOR = "STORAGE_EMULATOR_HOST"
@@ -49,6 +50,25 @@ def _client() -> Any:
     return _CLIENTS[key]
 
 
+def _first_line(e: BaseException) -> str:
+    return (str(e).strip().splitlines() or [type(e).__name__])[0][:300]
+
+
+def _retry_s() -> float:
+    """How long one call's retries may go on: a connect timeout per attempt (pyarrow's client checks it between
+    attempts, after its back-off, so a call may last somewhat longer; the watchdog's deadline is wider)."""
+    lim = limits()
+    return lim.retries * lim.connect_s
+
+
+def _call() -> dict[str, Any]:
+    """The timeout (connect, read) and the bounded retry of one google-cloud-storage call."""
+    from google.cloud.storage.retry import DEFAULT_RETRY
+
+    lim = limits()
+    return {"timeout": (lim.connect_s, lim.read_s), "retry": DEFAULT_RETRY.with_deadline(_retry_s())}
+
+
 def _with_prefixes(path: str, found: list[pafs.FileInfo]) -> list[pafs.FileInfo]:
     """``found`` and a directory entry for every prefix between ``path`` and an object in it."""
     seen = {str(i.path) for i in found}
@@ -63,6 +83,7 @@ def _with_prefixes(path: str, found: list[pafs.FileInfo]) -> list[pafs.FileInfo]
 
 class GcsBackend(Backend):
     name = "gcs"
+    needs_deadlines = True  # pyarrow's client here has no read timeout to set
     capabilities = Capabilities(conditional_create=True, consistent_listing=True, server_side_copy=True)
     endpoint = "STORAGE_EMULATOR_HOST (or the network path to storage.googleapis.com)"
     credentials = (
@@ -71,11 +92,27 @@ class GcsBackend(Backend):
     )
 
     def filesystem(self) -> pafs.FileSystem:
-        limit = timedelta(seconds=REQUEST_TIMEOUT_S)  # a bound on retries: without one, calls retry for minutes
+        # pyarrow bounds a GCS call by the time its retries may take (it has no per-attempt timeout to set):
+        # without a bound, a call to an unreachable store retries for minutes
+        limit = timedelta(seconds=_retry_s())
         emu = _emulator()
         if emu:
             return pafs.GcsFileSystem(anonymous=True, scheme=emu[0], endpoint_override=emu[1], retry_time_limit=limit)
+        self._credentials()
         return pafs.GcsFileSystem(retry_time_limit=limit)
+
+    def _credentials(self) -> None:
+        """Google's default chain finds credentials, or the store is refused now, naming the chain (pyarrow's
+        client would retry fetching a token until its time limit and then say the store is unreachable)."""
+        import google.auth
+        from google.auth.exceptions import DefaultCredentialsError
+
+        try:
+            google.auth.default()
+        except DefaultCredentialsError as e:
+            raise StoreError(
+                f"store {self.root}: no usable credentials: {self.credentials} ({_first_line(e)})"
+            ) from None
 
     def _blob(self, u: StoreURI) -> Any:
         try:
@@ -87,7 +124,7 @@ class GcsBackend(Backend):
         from google.api_core import exceptions as gexc
 
         try:
-            self._blob(u).upload_from_string(data, if_generation_match=0, timeout=REQUEST_TIMEOUT_S)
+            self._blob(u).upload_from_string(data, if_generation_match=0, **_call())
             return True
         except gexc.PreconditionFailed:
             return False
@@ -99,7 +136,7 @@ class GcsBackend(Backend):
         from google.api_core import exceptions as gexc
 
         try:
-            data: bytes = self._blob(u).download_as_bytes(timeout=REQUEST_TIMEOUT_S)
+            data: bytes = self._blob(u).download_as_bytes(**_call())
             return data
         except gexc.NotFound:
             raise FileNotFoundError(f"{u.qualified}: no such object") from None
@@ -115,7 +152,7 @@ class GcsBackend(Backend):
         bucket, _, key = path.partition("/")
         prefix = f"{key.rstrip('/')}/" if key else ""
         try:
-            pages = _client().list_blobs(bucket, prefix=prefix, delimiter="/", timeout=REQUEST_TIMEOUT_S)
+            pages = _client().list_blobs(bucket, prefix=prefix, delimiter="/", **_call())
             out = [pafs.FileInfo(f"{bucket}/{b.name}", pafs.FileType.File, size=b.size) for b in pages]
         except Exception as e:  # the SDK's errors: NotFound for a missing bucket, auth, transport
             raise OSError(f"gs://{path}: listing failed ({e})") from None

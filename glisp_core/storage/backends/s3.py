@@ -9,7 +9,8 @@ from typing import Any
 
 import pyarrow.fs as pafs
 
-from glisp_core.storage.backend import CONNECT_TIMEOUT_S, REQUEST_TIMEOUT_S, RETRIES, Backend, Capabilities
+from glisp_core.storage.backend import Backend, Capabilities
+from glisp_core.storage.limits import limits
 from glisp_core.storage.uri import StoreError, StoreURI
 
 _CLIENT: Any = None
@@ -29,8 +30,15 @@ def _client() -> Any:
     global _CLIENT
     if _CLIENT is None:
         import boto3
+        from botocore.config import Config
 
-        _CLIENT = boto3.client("s3")
+        lim = limits()
+        conf = Config(
+            connect_timeout=lim.connect_s,
+            read_timeout=lim.read_s,
+            retries={"total_max_attempts": lim.retries, "mode": "standard"},
+        )
+        _CLIENT = boto3.client("s3", config=conf)
     return _CLIENT
 
 
@@ -44,11 +52,12 @@ class S3Backend(Backend):
     )
 
     def filesystem(self) -> pafs.FileSystem:
+        lim = limits()
         return pafs.S3FileSystem(
             **_endpoint(),
-            connect_timeout=CONNECT_TIMEOUT_S,
-            request_timeout=REQUEST_TIMEOUT_S,
-            retry_strategy=pafs.AwsStandardS3RetryStrategy(max_attempts=RETRIES),
+            connect_timeout=lim.connect_s,
+            request_timeout=lim.read_s,
+            retry_strategy=pafs.AwsStandardS3RetryStrategy(max_attempts=lim.retries),
         )
 
     def create_exclusive(self, u: StoreURI, data: bytes) -> bool:
