@@ -92,13 +92,16 @@ class NeighborLoader(_Prefetching, PygNeighborLoader):
             kw["neighbor_sampler"] = _sampler_for(data, num_neighbors, kw)
         sampler = kw["neighbor_sampler"]
         self.prefetch = prefetch if isinstance(sampler, GlispSampler) and is_glisp(data) else 0
+        if is_glisp(data) and not args and kw.get("input_nodes") is None and not data[1].graph_view.hetero:
+            # every vertex, as for an in-memory Data (PyG requires input_nodes of a remote pair)
+            kw["input_nodes"] = torch.arange(data[1].graph_view.num_vertices)
         super().__init__(data, num_neighbors, *args, **kw)
 
 
 def _homogeneous_edges(data: Any, edge_label_index: Any) -> Any:
     """PyG wants ``(edge type, index)`` from a remote backend; a homogeneous GLISP graph takes a bare index too
     (as an in-memory ``Data`` does), meaning ``(None, index)``."""
-    if is_glisp(data) and not data[1].view.hetero and not isinstance(edge_label_index, (tuple, list)):
+    if is_glisp(data) and not data[1].graph_view.hetero and not isinstance(edge_label_index, (tuple, list)):
         return (None, edge_label_index)
     return edge_label_index
 

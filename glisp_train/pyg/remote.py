@@ -43,12 +43,26 @@ class GlispRemote(tuple):
         return self[1]
 
     @property
-    def view(self) -> GraphView:
-        return self[1].view
+    def graph_view(self) -> GraphView:
+        return self[1].graph_view
 
     @property
     def num_features(self) -> int:
-        return self.view.feature_dim
+        return self.graph_view.feature_dim
+
+    @property
+    def num_nodes(self) -> int:
+        """Every served vertex (all node types), as ``Data.num_nodes``/``HeteroData.num_nodes`` give it."""
+        return int(self.graph_view.num_vertices)
+
+    @property
+    def x(self) -> torch.Tensor:
+        """Every vertex's features, read whole through the service: what PyG's layer-wise
+        ``model.inference(loader)`` holds (``x_all``); for graphs whose features fit in this process (at scale,
+        ``glisp infer`` computes layer-wise embeddings with Spark instead)."""
+        if self.graph_view.hetero:
+            raise TypeError("x: the served graph is typed; read data[0][node_type, 'x', None] per node type")
+        return self.feature_store.get_tensor(None, "x", None)
 
     @property
     def num_classes(self) -> int:
@@ -57,7 +71,7 @@ class GlispRemote(tuple):
 
     def metadata(self) -> tuple[list[str], list[tuple[str, str, str]]]:
         """(node types, edge triples), as ``HeteroData.metadata()`` gives them to ``to_hetero``."""
-        return list(self.view.vertex_types), self.view.triples
+        return list(self.graph_view.vertex_types), self.graph_view.triples
 
     def close(self) -> None:
         self.source.close()

@@ -296,7 +296,7 @@ def _view_of(data: Any) -> GraphView:
     if isinstance(data, GraphView):
         return data
     store = data[1] if isinstance(data, (tuple, list)) and len(data) == 2 else None
-    view = getattr(store, "view", None)
+    view = getattr(store, "graph_view", None)
     if not isinstance(view, GraphView):
         raise TypeError(
             "GlispSampler: expected the (feature_store, graph_store) pair of glisp_train.pyg.glisp_remote "

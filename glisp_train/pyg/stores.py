@@ -29,6 +29,14 @@ from glisp_train.pyg.view import GraphView, ReadOnlyError
 EDGE_CHUNK = 4_000_000  # in-edges per Gather of a whole-graph read (under serve.max_request_edges)
 
 
+_STOCK_LOADER = (
+    "torch_geometric.loader's NeighborLoader/LinkNeighborLoader would copy the whole served graph into this "
+    "process (GraphStore.csc) and need pyg-lib or torch-sparse; on a GLISP cluster use "
+    "'from glisp_train.pyg import NeighborLoader, LinkNeighborLoader' (the same arguments), which sample "
+    "through the service. For the edge list itself: graph_store.get_edge_index(...)"
+)
+
+
 def _read_only(what: str) -> ReadOnlyError:
     return ReadOnlyError(
         f"{what}: the GLISP service is read-only (it serves a published dataset version); change the data with "
@@ -41,8 +49,8 @@ class GlispFeatureStore(FeatureStore):
 
     def __init__(self, view: GraphView, cache: Any, labels: Any) -> None:
         super().__init__()
-        self.view = view
-        self.cache = cache  # FeatureCache over view.backend
+        self.graph_view = view  # not `view`: FeatureStore.view() is PyG's
+        self.cache = cache  # FeatureCache over graph_view.backend
         self._labels_fn = labels  # () -> int64 label per global id (-1 = none), fetched once
         self._labels: np.ndarray | None = None
         self._attrs: list[tuple[str | None, str]] | None = None
@@ -54,7 +62,7 @@ class GlispFeatureStore(FeatureStore):
         return self._labels
 
     def _groups(self) -> list[str | None]:
-        return list(self.view.vertex_types) if self.view.hetero else [None]
+        return list(self.graph_view.vertex_types) if self.graph_view.hetero else [None]
 
     def get_all_tensor_attrs(self) -> list[TensorAttr]:
         """``x`` where the schema has features, ``y`` for each group with a labelled vertex (found once: PyG asks
@@ -62,27 +70,27 @@ class GlispFeatureStore(FeatureStore):
         if self._attrs is None:
             attrs: list[tuple[str | None, str]] = []
             for g in self._groups():
-                if self.view.feature_dim:
+                if self.graph_view.feature_dim:
                     attrs.append((g, "x"))
-                ids = self.view.to_global(g, np.arange(self.view.num_nodes(g)))
+                ids = self.graph_view.to_global(g, np.arange(self.graph_view.num_nodes(g)))
                 if (self.labels[ids] >= 0).any():
                     attrs.append((g, "y"))
             self._attrs = attrs
         return [TensorAttr(g, name, None) for g, name in self._attrs]
 
     def _ids(self, attr: TensorAttr) -> np.ndarray:
-        n = self.view.num_nodes(attr.group_name)
+        n = self.graph_view.num_nodes(attr.group_name)
         idx = attr.index
         if idx is None:
-            return self.view.to_global(attr.group_name, np.arange(n))
+            return self.graph_view.to_global(attr.group_name, np.arange(n))
         if isinstance(idx, slice):
-            return self.view.to_global(attr.group_name, np.arange(n)[idx])
+            return self.graph_view.to_global(attr.group_name, np.arange(n)[idx])
         if isinstance(idx, torch.Tensor):
             idx = idx.numpy()
-        return self.view.to_global(attr.group_name, np.asarray(idx, np.int64).reshape(-1))
+        return self.graph_view.to_global(attr.group_name, np.asarray(idx, np.int64).reshape(-1))
 
     def _check(self, attr: TensorAttr) -> None:
-        if attr.attr_name not in ("x", "y") or (attr.attr_name == "x" and not self.view.feature_dim):
+        if attr.attr_name not in ("x", "y") or (attr.attr_name == "x" and not self.graph_view.feature_dim):
             raise KeyError(f"{attr.attr_name!r}: the service serves 'x' (features) and 'y' (labels) per node")
 
     def _get_tensor(self, attr: TensorAttr) -> torch.Tensor:
@@ -101,7 +109,7 @@ class GlispFeatureStore(FeatureStore):
             async def plans() -> list[Any]:
                 return await asyncio.gather(*[self.cache.plan(ids[i]) for i in feat])
 
-            for i, plan in zip(feat, self.view.submit(plans()).result(), strict=True):
+            for i, plan in zip(feat, self.graph_view.submit(plans()).result(), strict=True):
                 out[i] = self.cache.assemble(plan, torch.device("cpu"))
         for i, a in enumerate(attrs):
             if a.attr_name == "y":
@@ -110,8 +118,8 @@ class GlispFeatureStore(FeatureStore):
 
     def _get_tensor_size(self, attr: TensorAttr) -> tuple[int, ...]:
         self._check(attr)
-        n = self.view.num_nodes(attr.group_name)
-        return (n, self.view.feature_dim) if attr.attr_name == "x" else (n,)
+        n = self.graph_view.num_nodes(attr.group_name)
+        return (n, self.graph_view.feature_dim) if attr.attr_name == "x" else (n,)
 
     def _put_tensor(self, tensor: Any, attr: TensorAttr) -> bool:
         raise _read_only(f"put_tensor({attr.group_name!r}, {attr.attr_name!r})")
@@ -125,10 +133,10 @@ class GlispGraphStore(GraphStore):
 
     def __init__(self, view: GraphView) -> None:
         super().__init__()
-        self.view = view
+        self.graph_view = view  # not `view`: FeatureStore.view() is PyG's
 
     def get_all_edge_attrs(self) -> list[EdgeAttr]:
-        v = self.view
+        v = self.graph_view
         if not v.hetero:
             return [EdgeAttr(None, EdgeLayout.COO, size=(v.num_vertices, v.num_vertices))]
         return [EdgeAttr(t, EdgeLayout.COO, size=(v.num_nodes(t[0]), v.num_nodes(t[2]))) for t in v.triples]
@@ -136,7 +144,7 @@ class GlispGraphStore(GraphStore):
     def _get_edge_index(self, edge_attr: EdgeAttr) -> tuple[torch.Tensor, torch.Tensor] | None:
         if edge_attr.layout != EdgeLayout.COO:
             return None  # GraphStore.csr()/csc() convert the COO index
-        v = self.view
+        v = self.graph_view
         if v.hetero and edge_attr.edge_type not in v.triples:
             return None
         s, rel, d = edge_attr.edge_type if v.hetero else (None, None, None)
@@ -149,7 +157,7 @@ class GlispGraphStore(GraphStore):
 
     async def _gather_all(self, dst: np.ndarray, rel: str | None) -> tuple[np.ndarray, np.ndarray]:
         """Every in-edge of ``dst`` (of relation ``rel``), in chunks of about EDGE_CHUNK edges."""
-        v = self.view
+        v = self.graph_view
         deg = v.in_degree[dst] if v.in_degree is not None else np.ones(len(dst), np.int64)
         if len(deg) and deg.max() > v.max_fanout:
             raise ReadOnlyError(
@@ -169,6 +177,14 @@ class GlispGraphStore(GraphStore):
             a = b
         cat = lambda xs: np.concatenate(xs).astype(np.int64) if xs else np.empty(0, np.int64)  # noqa: E731
         return cat(srcs), cat(dsts)
+
+    def csc(self, *args: Any, **kwargs: Any) -> Any:
+        """Refused: PyG's own ``NeighborSampler`` asks for this to copy the whole graph into the trainer (and
+        then needs pyg-lib or torch-sparse); GLISP's loaders sample through the service instead."""
+        raise ReadOnlyError(_STOCK_LOADER)
+
+    def csr(self, *args: Any, **kwargs: Any) -> Any:
+        raise ReadOnlyError(_STOCK_LOADER)
 
     def _put_edge_index(self, edge_index: Any, edge_attr: EdgeAttr) -> bool:
         raise _read_only(f"put_edge_index({edge_attr.edge_type!r})")

@@ -64,6 +64,33 @@ def test_feature_store_serves_features_and_labels_by_id_and_refuses_writes(remot
         gs.put_edge_index((torch.zeros(1, dtype=torch.long),) * 2, edge_type=None, layout="coo", size=(1, 1))
 
 
+def test_pyg_attribute_access_and_the_stock_loader_on_the_remote_pair(remote, cora):
+    """What a PyG user types: ``data[0][group, "y", index]`` (FeatureStore's own ``view()`` is not hidden by
+    an attribute of ours), ``data.num_nodes``; PyG's stock ``NeighborLoader`` is refused naming GLISP's."""
+    fs, _ = remote
+    idx = torch.tensor([3, 1, 2000])
+    assert torch.equal(fs[None, "y", idx], torch.from_numpy(cora.labels[idx]))
+    assert fs[None, "y", idx].dtype == torch.int64
+    assert torch.equal(fs.view(None, "x")[idx], torch.from_numpy(cora.features[idx]))
+    assert remote.num_nodes == cora.n and tuple(remote.x.shape) == (cora.n, cora.features.shape[1])
+    with pytest.raises(ReadOnlyError, match="from glisp_train.pyg import NeighborLoader, LinkNeighborLoader"):
+        PygNeighborLoader(remote, [5, 3], input_nodes=torch.arange(64), batch_size=64)
+
+
+def test_layerwise_inference_of_a_pyg_model_matches_in_memory_data(remote, cora_data):
+    """PyG's ``BasicGNN.inference(loader)`` (every layer over every vertex, neighbours in full) on the remote
+    pair with GLISP's ``NeighborLoader`` equals the same model's full-batch forward on the in-memory ``Data``."""
+    from torch_geometric.nn import GraphSAGE
+
+    torch.manual_seed(0)
+    model = GraphSAGE(cora_data.num_features, 16, num_layers=2, out_channels=7).eval()
+    with torch.no_grad():
+        full = model(cora_data.x, cora_data.edge_index)  # full-batch: what layer-wise inference computes
+    remote_loader = NeighborLoader(remote, num_neighbors=[-1], batch_size=1024, shuffle=False)
+    got = model.inference(remote_loader, progress_bar=False)
+    assert got.shape == full.shape and torch.allclose(got, full, atol=1e-5)
+
+
 def test_graph_store_gathers_every_served_edge(remote, cora):
     _, gs = remote
     (attr,) = gs.get_all_edge_attrs()
