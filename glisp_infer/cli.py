@@ -82,6 +82,8 @@ def main(args: argparse.Namespace, cfg: Config) -> int:
 
 def describe_scores(ev: dict) -> str:
     """The scores line of ``glisp infer``: what was measured, on how many vertices or edges, at which fanouts."""
+    if "skipped" in ev:
+        return str(ev["skipped"])
     how = "full neighbourhoods" if ev.get("neighbourhoods") == "full" else f"sampled neighbourhoods {ev.get('fanouts')}"
     if "mrr" in ev:
         return f"test edges {ev['test_edges']:,}: mrr {ev['mrr']:.4f} auc {ev['auc']:.4f} ({how})"

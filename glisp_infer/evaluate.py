@@ -5,7 +5,8 @@
   counts reaches the driver;
 - link task: MRR and AUC of the held-out test edges of the link-split run the model was trained on, each ranked
   against ``eval_negatives`` uniform negatives of its source (the training run's setting and seed), scored from
-  the last layer as ``glisp train`` scores them.
+  the last layer as ``glisp train`` scores them, when inference ran over that training-only run (over the full
+  run, the embeddings have seen the held-out edges: the scores are skipped, saying why).
 
 Inference computes every neighbour at every layer by default, so these are full-neighbourhood scores
 (``fanouts`` says otherwise when sampled).
@@ -56,14 +57,26 @@ def node_scores(spark: SparkSession, dv: DatasetVersion, predictions: StoreURI, 
     return out
 
 
-def link_scores_of(plan: InferPlan, dv: DatasetVersion, train: StageRecord) -> dict[str, Any]:
-    """MRR and AUC of the held-out test edges of the model's link-split run (empty when it has none)."""
+def link_scores_of(plan: InferPlan, dv: DatasetVersion, train: StageRecord, inferred_on: str) -> dict[str, Any]:
+    """MRR and AUC of the held-out test edges of the model's link-split run (empty when it has none).
+
+    Only from embeddings computed over that training-only run: embeddings over a graph that holds the held-out
+    edges (the full run inference serves by default) have seen them, and would score them too well. Then the
+    scores are skipped, and the record says why and how to get them."""
     from glisp_infer.outputs import pair_scores
     from glisp_sampling.cluster_facts import read_heldout
 
     run = str(train.params.get("partition_run") or "")
     if not run or not dv.store.is_dir(dv.partition(run) / "heldout"):
         return {}
+    if inferred_on != run:
+        return {
+            "skipped": (
+                f"held-out test edges not scored: these embeddings were computed over partition run "
+                f"{inferred_on!r}, which holds the held-out edges of {run!r} (the scores would leak); "
+                f"'glisp infer --set infer.partition={run}' computes them over the training graph and scores them"
+            )
+        }
     held = read_heldout(dv, run)
     test = held["split"] == 2
     src, dst = held["src"][test], held["dst"][test]

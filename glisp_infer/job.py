@@ -399,9 +399,9 @@ def _scores(spark: SparkSession, dv: DatasetVersion, inp: Inputs, plan: InferPla
             return {}
         got = node_scores(spark, dv, out / "predictions", inp.checkpoint)
     else:
-        got = link_scores_of(plan, dv, read_manifest(dv).stage(f"train/{inp.model_run}"))
-    if not got:
-        return {}
+        got = link_scores_of(plan, dv, read_manifest(dv).stage(f"train/{inp.model_run}"), inp.partition)
+    if not got or "skipped" in got:
+        return got
     full = all(f == -1 for f in plan.fanouts)
     return {"neighbourhoods": "full" if full else "sampled", "fanouts": list(plan.fanouts), **got}
 

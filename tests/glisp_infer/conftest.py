@@ -34,11 +34,13 @@ class InferGraph:
     n: int
     labels: np.ndarray | None = None  # the vertex labels, where a test reads them
 
-    def reference(self, model, direction: str = "in") -> torch.Tensor:
-        """The model's in-memory full-graph forward pass (messages from the neighbours in ``direction``)."""
-        s, d = torch.from_numpy(self.src), torch.from_numpy(self.dst)
+    def reference(self, model, direction: str = "in", keep: np.ndarray | None = None) -> torch.Tensor:
+        """The model's in-memory full-graph forward pass (messages from the neighbours in ``direction``), over
+        the edges ``keep`` selects (all by default)."""
+        keep = np.ones(len(self.src), bool) if keep is None else keep
+        s, d = torch.from_numpy(self.src[keep]), torch.from_numpy(self.dst[keep])
         ei = torch.stack([d, s]) if direction == "out" else torch.stack([s, d])
-        et = torch.from_numpy(self.etype.astype(np.int64))
+        et = torch.from_numpy(self.etype[keep].astype(np.int64))
         h = torch.from_numpy(self.features)
         with torch.no_grad():
             for i in range(model.num_layers):

@@ -276,9 +276,12 @@ def test_glisp_train_then_glisp_infer_equals_the_full_graph_forward(
     assert [(f.name, f.type) for f in trained_pred.schema] == [(f.name, f.type) for f in infer_pred.schema]
 
 
-def test_a_link_model_scores_the_held_out_test_edges(spark, infer_graph) -> None:
-    """A link model trained on a link-split run: inference over the full run records the MRR and AUC of the held-out
-    test edges against the training run's uniform negatives (seed 0, 100 of them), from the full-graph outputs."""
+def test_a_link_model_scores_the_held_out_test_edges_only_from_the_training_graph(spark, infer_graph) -> None:
+    """A link model trained on a link-split run. Inference over the full run (what it serves by default) has seen
+    the held-out edges: it records no held-out scores and says why. Over the training-only run it records the
+    MRR and AUC of the held-out test edges against the training run's uniform negatives (seed 0, 100 of them),
+    equal to an in-memory forward pass over the training edges alone, and unequal to one over every edge (the
+    leak this guards against)."""
     from glisp_core.config import load_config
     from glisp_core.metrics import mrr_auc
     from glisp_infer.job import run_infer
@@ -292,11 +295,23 @@ def test_a_link_model_scores_the_held_out_test_edges(spark, infer_graph) -> None
     publish_model(g.dv, "sage-lp", model, lp)
     rec = run_infer(spark, infer_cfg(model="sage-lp", run="sage-lp"), g.dv)
     assert rec.params["partition"] == g.run  # the full run the link-split run was derived from
+    ev = rec.metrics["evaluation"]
+    assert "mrr" not in ev and "would leak" in ev["skipped"] and f"infer.partition={lp}" in ev["skipped"]
+
+    rec = run_infer(spark, infer_cfg(model="sage-lp", run="sage-lp-train", partition=lp), g.dv)
+    assert rec.params["partition"] == lp
     held = read_heldout(g.dv, lp)
     src, dst = held["src"][held["split"] == 2], held["dst"][held["split"] == 2]
-    h = g.reference(model).numpy()
+    pair = lambda a, b: np.minimum(a, b).astype(np.int64) * g.n + np.maximum(a, b)  # noqa: E731 (unordered)
+    keep = ~np.isin(pair(g.src, g.dst), pair(held["src"], held["dst"]))  # the training graph: no held-out pair
+    assert 0 < (~keep).sum() < len(keep)
     neg = np.random.default_rng([0, 2]).integers(0, g.n, (len(src), 100))
-    want = mrr_auc((h[src] * h[dst]).sum(1), (h[src][:, None, :] * h[neg]).sum(-1))
+
+    def scores(h):
+        return mrr_auc((h[src] * h[dst]).sum(1), (h[src][:, None, :] * h[neg]).sum(-1))
+
+    want, leaked = scores(g.reference(model, keep=keep).numpy()), scores(g.reference(model).numpy())
+    assert want["mrr"] != pytest.approx(leaked["mrr"], abs=1e-4)  # the test can tell a leak
     ev = rec.metrics["evaluation"]
     assert ev["test_edges"] == len(src) > 0 and ev["negatives"] == 100
     assert ev["mrr"] == pytest.approx(want["mrr"], abs=1e-4) and ev["auc"] == pytest.approx(want["auc"], abs=1e-4)
