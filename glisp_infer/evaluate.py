@@ -5,7 +5,8 @@
   counts reaches the driver;
 - link task: MRR and AUC of the held-out test edges of the link-split run the model was trained on, each ranked
   against ``eval_negatives`` uniform negatives of its source (the training run's setting and seed), scored from
-  the last layer as ``glisp train`` scores them, when inference ran over that training-only run (over the full
+  the last layer as ``glisp train`` scores them, and recall@20 / NDCG@20 ranking every vertex of the target type
+  (glisp_infer.rank_eval), when inference ran over that training-only run (over the full
   run, the embeddings have seen the held-out edges: the scores are skipped, saying why).
 
 Inference computes every neighbour at every layer by default, so these are full-neighbourhood scores
@@ -57,7 +58,9 @@ def node_scores(spark: SparkSession, dv: DatasetVersion, predictions: StoreURI, 
     return out
 
 
-def link_scores_of(plan: InferPlan, dv: DatasetVersion, train: StageRecord, inferred_on: str) -> dict[str, Any]:
+def link_scores_of(
+    spark: SparkSession, plan: InferPlan, dv: DatasetVersion, train: StageRecord, inferred_on: str, out: StoreURI
+) -> dict[str, Any]:
     """MRR and AUC of the held-out test edges of the model's link-split run (empty when it has none).
 
     Only from embeddings computed over that training-only run: embeddings over a graph that holds the held-out
@@ -85,7 +88,10 @@ def link_scores_of(plan: InferPlan, dv: DatasetVersion, train: StageRecord, infe
     neg = np.random.default_rng([seed, 2]).integers(0, int(plan.layout.num_vertices), (len(src), k))
     pos_s = pair_scores(plan, src, dst) if len(src) else np.empty(0, np.float32)
     neg_s = pair_scores(plan, np.repeat(src, k), neg.ravel()) if len(src) else np.empty(0, np.float32)
-    return {**mrr_auc(pos_s, neg_s.reshape(len(src), k)), "test_edges": int(len(src)), "negatives": k}
+    from glisp_infer.rank_eval import ranking_scores
+
+    ranked = ranking_scores(spark, dv, out, held, seed)  # every candidate of the target type, top k
+    return {**mrr_auc(pos_s, neg_s.reshape(len(src), k)), "test_edges": int(len(src)), "negatives": k, **ranked}
 
 
 def _ratio(a: int, b: int) -> float:

@@ -399,7 +399,8 @@ def _scores(spark: SparkSession, dv: DatasetVersion, inp: Inputs, plan: InferPla
             return {}
         got = node_scores(spark, dv, out / "predictions", inp.checkpoint)
     else:
-        got = link_scores_of(plan, dv, read_manifest(dv).stage(f"train/{inp.model_run}"), inp.partition)
+        trec = read_manifest(dv).stage(f"train/{inp.model_run}")
+        got = link_scores_of(spark, plan, dv, trec, inp.partition, out)
     if not got or "skipped" in got:
         return got
     full = all(f == -1 for f in plan.fanouts)

@@ -315,3 +315,29 @@ def test_a_link_model_scores_the_held_out_test_edges_only_from_the_training_grap
     ev = rec.metrics["evaluation"]
     assert ev["test_edges"] == len(src) > 0 and ev["negatives"] == 100
     assert ev["mrr"] == pytest.approx(want["mrr"], abs=1e-4) and ev["auc"] == pytest.approx(want["auc"], abs=1e-4)
+    # recall@20 / NDCG@20 ranking every vertex, each source's training out-neighbours left out: the whole matrix
+    h = g.reference(model, keep=keep).numpy()
+    users = np.unique(src)
+    s = h[users] @ h.T
+    for i, u in enumerate(users):
+        s[i, g.dst[keep & (g.src == u)]] = -np.inf
+    top = np.argsort(-s, axis=1, kind="stable")[:, :20]
+    rec, ndcg = [], []
+    for i, u in enumerate(users):
+        truth = np.unique(dst[src == u])
+        hit = np.isin(top[i], truth)
+        rec.append(hit.sum() / len(truth))
+        ndcg.append(
+            (hit / np.log2(np.arange(2, 22))).sum() / (1 / np.log2(np.arange(2, 2 + min(20, len(truth))))).sum()
+        )
+    assert ev["ranked_users"] == len(users)
+    # the left-out items are each source's out-neighbours in the training graph (the ranking's exclusion itself
+    # is tested in tests/glisp_core/test_ranking.py: random weights rarely rank them in the top 20 here)
+    from glisp_infer.rank_eval import _training_items
+
+    indptr, items = _training_items(spark, g.dv, users, held)
+    for i, u in enumerate(users):
+        assert items[indptr[i] : indptr[i + 1]].tolist() == np.unique(g.dst[keep & (g.src == u)]).tolist()
+    assert ev["recall@20"] == pytest.approx(np.mean(rec), abs=1e-4) and ev["ndcg@20"] == pytest.approx(
+        np.mean(ndcg), abs=1e-4
+    )
