@@ -16,9 +16,11 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import torch
 
 from glisp_core.config import Config, load_config
+from glisp_core.errors import GlispError
 from glisp_train.cache import FeatureCache, hot_degree
 from glisp_train.pyg.stores import GlispFeatureStore, GlispGraphStore
 from glisp_train.pyg.view import GraphView, view_of_source
@@ -28,10 +30,12 @@ class GlispRemote(tuple):
     """``(feature_store, graph_store)`` over one GLISP graph source, closed with :meth:`close`."""
 
     source: Any
+    _idmap: Any
 
     def __new__(cls, feature_store: GlispFeatureStore, graph_store: GlispGraphStore, source: Any) -> GlispRemote:
         obj = super().__new__(cls, (feature_store, graph_store))
         obj.source = source
+        obj._idmap = None
         return obj
 
     @property
@@ -68,6 +72,23 @@ class GlispRemote(tuple):
     def num_classes(self) -> int:
         labels = self.feature_store.labels
         return int(self.source.schema.get("num_classes") or (labels.max() + 1 if len(labels) else 0))
+
+    def node_ids(self, ids: Any, node_type: str | None = None) -> torch.Tensor:
+        """PyG node ids (``input_nodes``, indexes of ``data[0]``) of the user's own ids, through ingest's id map
+        of the served dataset version (the cluster file names it; it must be readable here): an IdError names
+        unknown ids, never a silent wrong node. The map is read once (a string or int per vertex)."""
+        from glisp_core.dataset.idmap import IdMap
+
+        dv = self.source.dv
+        if dv is None:
+            raise GlispError(
+                "node_ids: the served dataset version is not readable from this machine (the cluster file's "
+                "'dataset'); map the ids with glisp_core.dataset.idmap.IdMap where it is"
+            )
+        if self._idmap is None:
+            self._idmap = IdMap.load(dv)
+        vids = self._idmap.to_vids(ids, node_type)
+        return torch.from_numpy(np.asarray(self.graph_view.local_ids(vids), np.int64))
 
     def metadata(self) -> tuple[list[str], list[tuple[str, str, str]]]:
         """(node types, edge triples), as ``HeteroData.metadata()`` gives them to ``to_hetero``."""

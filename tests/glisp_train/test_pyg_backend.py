@@ -16,6 +16,7 @@ from torch_geometric.loader import LinkLoader, NodeLoader
 from torch_geometric.loader import NeighborLoader as PygNeighborLoader
 from torch_geometric.sampler import NegativeSampling
 
+from glisp_core.errors import GlispError
 from glisp_testing.pyg_scripts import hetero_script, link_script, node_script
 from glisp_train.pyg import GlispSampler, LinkNeighborLoader, NeighborLoader, ReadOnlyError, glisp_remote
 from tests.glisp_serving.conftest import Cluster
@@ -73,6 +74,11 @@ def test_pyg_attribute_access_and_the_stock_loader_on_the_remote_pair(remote, co
     assert fs[None, "y", idx].dtype == torch.int64
     assert torch.equal(fs.view(None, "x")[idx], torch.from_numpy(cora.features[idx]))
     assert remote.num_nodes == cora.n and tuple(remote.x.shape) == (cora.n, cora.features.shape[1])
+    # the user's own ids (Cora's are "paper-<nodeId>") to PyG node ids, through the dataset's id map
+    want = torch.tensor([5, 0, 2707])
+    assert torch.equal(remote.node_ids([f"paper-{cora.node_ids[i]}" for i in want.tolist()]), want)
+    with pytest.raises(GlispError, match="paper-nope"):
+        remote.node_ids(["paper-nope"])
     with pytest.raises(ReadOnlyError, match="from glisp_train.pyg import NeighborLoader, LinkNeighborLoader"):
         PygNeighborLoader(remote, [5, 3], input_nodes=torch.arange(64), batch_size=64)
 
