@@ -7,9 +7,10 @@ every evaluation ends with the same numbers on every process, so that early stop
 - **node**: seeds are the training vertices (the dataset's split, or a seeded random one); cross-entropy.
 - **link**: positives are training edges drawn uniformly (a source with probability proportional to its
   out-degree in the served training graph, then one of its out-edges uniformly: each edge with
-  probability 1/|E|), negatives are (source, uniform vertex) pairs; binary cross-entropy on dot-product
-  scores. Evaluation ranks every held-out edge against ``eval_negatives`` uniform negatives of its
-  source (MRR) and takes the AUC over all of them.
+  probability 1/|E|), negatives are (source, uniform vertex) pairs, the vertex drawn among those of the
+  positive destination's type on a typed graph (items for a user, never other users); binary cross-entropy
+  on dot-product scores. Evaluation ranks every held-out edge against ``eval_negatives`` uniform negatives
+  (of its destination's type) of its source (MRR) and takes the AUC over all of them.
 """
 
 from __future__ import annotations
@@ -170,6 +171,7 @@ class LinkTask:
     num_vertices: int
     negatives: int
     eval_negatives: int
+    vtype: np.ndarray | None = None  # vertex type code per vertex of a typed graph: negatives keep the type
     name: str = "link"
     metric: str = "mrr"
     _eval_negs: dict[str, np.ndarray] = field(default_factory=dict)
@@ -177,6 +179,22 @@ class LinkTask:
     def __post_init__(self) -> None:
         deg = np.asarray(self.out_degree, np.float64)
         self._cdf = np.cumsum(deg) / deg.sum() if deg.sum() else np.zeros(len(deg))
+        self.typed = self.vtype is not None and len(np.unique(self.vtype)) > 1
+        if self.typed:
+            vt = np.asarray(self.vtype, np.int64)
+            self._members = np.argsort(vt, kind="stable")  # vertices grouped by type
+            self._count = np.bincount(vt)
+            self._start = np.concatenate([[0], np.cumsum(self._count)[:-1]])
+
+    def draw(self, u: np.ndarray, dst: np.ndarray) -> np.ndarray:
+        """Negative destinations from uniforms ``u`` (rows: edges): any vertex on an untyped graph, a vertex of
+        the type of each row's ``dst`` on a typed one."""
+        if not self.typed:
+            return np.minimum((u * self.num_vertices).astype(np.int64), self.num_vertices - 1)
+        t = np.asarray(self.vtype)[dst]
+        k = self._count[t][:, None]
+        idx = self._start[t][:, None] + np.minimum((u * k).astype(np.int64), k - 1)
+        return np.asarray(self._members[idx], np.int64)
 
     def epoch_items(self, ctx: Ctx, epoch: int) -> list[tuple[np.ndarray, np.ndarray]]:
         """(sources, negative destinations) per step; every process takes the same number of steps."""
@@ -187,12 +205,15 @@ class LinkTask:
         items = []
         for _ in range(steps):
             src = np.minimum(np.searchsorted(self._cdf, rng.random(ctx.batch_size), side="right"), len(self._cdf) - 1)
-            neg = rng.integers(0, self.num_vertices, (ctx.batch_size, self.negatives))
-            items.append((src.astype(np.int64), neg.astype(np.int64)))
+            if self.typed:  # uniforms: the destination, hence the negatives' type, is known after the Gather
+                neg = rng.random((ctx.batch_size, self.negatives))
+            else:
+                neg = rng.integers(0, self.num_vertices, (ctx.batch_size, self.negatives))
+            items.append((src.astype(np.int64), neg))
         return items
 
     def expand(self):
-        backend = self.backend
+        backend, task = self.backend, self
 
         async def pairs(item: tuple[np.ndarray, np.ndarray], seed: int) -> tuple[np.ndarray, Any]:
             src, neg = item
@@ -200,6 +221,7 @@ class LinkTask:
             hop = await backend.gather(src, HopRequest(fanout=1, method="uniform_exact", direction="out", seed=seed))
             ok = hop.per_vertex > 0  # every drawn source has an out-edge; guard anyway
             src, dst, neg = src[ok], hop.nbrs, neg[ok]
+            neg = task.draw(neg, dst) if task.typed else neg.astype(np.int64)
             seeds, inv = np.unique(np.concatenate([src, dst, neg.ravel()]), return_inverse=True)
             k = len(src)
             return seeds, (inv[:k], inv[k : 2 * k], inv[2 * k :].reshape(k, -1))
@@ -216,11 +238,16 @@ class LinkTask:
         return loss, len(s), {}
 
     def eval_negatives_of(self, which: str, seed: int) -> np.ndarray:
-        """Uniform negative destinations per held-out edge, fixed for the run (the same every epoch)."""
+        """Uniform negative destinations per held-out edge (of its destination's type on a typed graph), fixed
+        for the run (the same every epoch)."""
         if which not in self._eval_negs:
             m = self.heldout["split"] == (1 if which == "val" else 2)
             rng = np.random.default_rng([seed, 1 if which == "val" else 2])
-            self._eval_negs[which] = rng.integers(0, self.num_vertices, (int(m.sum()), self.eval_negatives))
+            shape = (int(m.sum()), self.eval_negatives)
+            if self.typed:
+                self._eval_negs[which] = self.draw(rng.random(shape), self.heldout["dst"][m])
+            else:
+                self._eval_negs[which] = rng.integers(0, self.num_vertices, shape)
         return self._eval_negs[which]
 
     def evaluate(self, ctx: Ctx, evaluator: Any, which: str, times: LoaderTimes) -> dict[str, Any]:

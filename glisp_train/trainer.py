@@ -107,7 +107,9 @@ def make_task(tc: TrainConfig, source: GraphSource) -> tuple[Any, str, dict[str,
         return task, how, {f"{k}_vertices": len(v) for k, v in sets.items()}
     held = source.heldout()
     m = int(out_deg.sum())
-    task = LinkTask(source.backend, out_deg, m, held, source.num_vertices, tc.negatives, tc.eval_negatives)
+    typed = len(source.schema.get("vertex_types") or []) > 1
+    vtype = source.info.vertex_types() if typed else None  # negatives of the destination's type
+    task = LinkTask(source.backend, out_deg, m, held, source.num_vertices, tc.negatives, tc.eval_negatives, vtype)
     counts = {
         "train_edges": m,
         "val_edges": int((held["split"] == 1).sum()),
