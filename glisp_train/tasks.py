@@ -205,10 +205,9 @@ class LinkTask:
         items = []
         for _ in range(steps):
             src = np.minimum(np.searchsorted(self._cdf, rng.random(ctx.batch_size), side="right"), len(self._cdf) - 1)
-            if self.typed:  # uniforms: the destination, hence the negatives' type, is known after the Gather
-                neg = rng.random((ctx.batch_size, self.negatives))
-            else:
-                neg = rng.integers(0, self.num_vertices, (ctx.batch_size, self.negatives))
+            shape = (ctx.batch_size, self.negatives)
+            # typed: uniforms, as the destination (hence the negatives' type) is known only after the Gather
+            neg: np.ndarray = rng.random(shape) if self.typed else rng.integers(0, self.num_vertices, shape)
             items.append((src.astype(np.int64), neg))
         return items
 
