@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from collections.abc import Sequence
 
 
@@ -79,8 +80,39 @@ _KNOWN = (
 )
 
 
-def failure_reason(e: BaseException, limit: int = 300) -> str:
-    """A known cause when one is recognised, else the exception's last meaningful line."""
+# The messages Spark and Py4J wrap a failure in: they name no cause themselves.
+_WRAPPERS = (
+    "An exception was thrown from the Python worker",
+    "An error occurred while calling",
+    "Job aborted due to stage failure",
+    "PythonException",
+    "Py4JJavaError",
+    "CapturedException",
+    "SparkException",
+    "org.apache.spark.SparkException",
+    "org.apache.spark.api.python.PythonException",
+)
+_EXC_LINE = re.compile(
+    r"^(?:Caused by: )?(?:[A-Za-z_][\w.$]*\.)?[A-Z]\w*(?:Error|Exception|Exit|Interrupt|Failure)\b:?"
+)
+
+
+def root_cause(lines: list[str]) -> str | None:
+    """The innermost exception line that is not one of Spark's or Py4J's wrappers: the last one of a Python
+    worker's traceback (what the task raised), else the deepest ``Caused by:`` of a JVM trace."""
+    lines = [ln.removeprefix(": ") for ln in lines]  # Py4J writes the Java exception as ": java.lang.X: ..."
+    causes = [ln for ln in lines if _EXC_LINE.match(ln) and not any(w in ln.split(":", 2)[0] for w in _WRAPPERS)]
+    causes = [ln for ln in causes if not any(ln.startswith(w) for w in _WRAPPERS)]
+    if not causes:
+        return None
+    py = [ln for ln in causes if not ln.startswith("Caused by: ") and "." not in ln.split(":", 1)[0]]
+    best = py[-1] if py else causes[-1]
+    return best.removeprefix("Caused by: ")
+
+
+def failure_reason(e: BaseException, limit: int = 4000) -> str:
+    """A known cause when one is recognised, else the root cause inside Spark's and Py4J's wrappers (in
+    full), else the exception's first line."""
     text = f"{type(e).__name__}: {e}"
     cause, seen = e.__cause__ or e.__context__, 0
     while cause is not None and seen < 10:  # the whole chain: Py4J wraps a dead JVM's socket error twice
@@ -97,4 +129,9 @@ def failure_reason(e: BaseException, limit: int = 300) -> str:
         if hit is not None:
             return f"{what} ({hit[:limit]})"
     first = lines[0] if lines else type(e).__name__
+    if any(w in first for w in _WRAPPERS):
+        root = root_cause(lines[1:])
+        if root is not None:
+            where = "a Spark Python worker" if "Python worker" in text or "PythonException" in first else "Spark"
+            return f"{root[:limit]} (raised in {where})"
     return first[:limit]

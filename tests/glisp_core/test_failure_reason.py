@@ -46,3 +46,46 @@ def test_pyarrow_s3_and_a_dead_jvm_keep_their_names():
     assert "cannot be reached" in failure_reason(ei.value) and "JVM" not in failure_reason(ei.value)
     jvm = ConnectionRefusedError("[Errno 111] Connection refused")  # what py4j's socket raises
     assert failure_reason(jvm).startswith("the Spark JVM died or cannot be reached")
+
+
+# ---- the root cause inside Spark's and Py4J's wrappers, from real failures of the shared local session ----
+def _raised(fn) -> BaseException:
+    with pytest.raises(Exception) as ei:
+        fn()
+    return ei.value
+
+
+def test_a_python_worker_failure_names_what_the_task_raised_in_full(spark):
+    long = "the cause, " + "x" * 1000
+
+    def task(batches):
+        raise ValueError(long)
+        yield from batches
+
+    e = _raised(lambda: spark.range(3).mapInArrow(task, "id long").collect())
+    assert str(e).startswith("An exception was thrown from the Python worker")  # the wrapper, naming nothing
+    reason = failure_reason(e)
+    assert reason == f"ValueError: {long} (raised in a Spark Python worker)", reason[:300]
+
+    e = _raised(lambda: spark.sparkContext.parallelize([1, 2], 2).map(lambda x: 1 // 0).collect())
+    assert failure_reason(e).startswith("ZeroDivisionError: integer division or modulo by zero")
+
+
+def test_a_jvm_call_failure_names_the_java_exception(spark):
+    e = _raised(lambda: spark.sparkContext._jvm.java.io.FileInputStream("/nonexistent-glisp-file"))
+    assert str(e).startswith("An error occurred while calling")  # Py4J's wrapper, naming nothing
+    reason = failure_reason(e)
+    assert reason.startswith("java.io.FileNotFoundException: /nonexistent-glisp-file"), reason
+
+
+def test_a_stage_failure_trace_names_its_deepest_cause():
+    trace = (
+        "An error occurred while calling o703.collectToPython.\n"
+        ": org.apache.spark.SparkException: Job aborted due to stage failure: Task 3 in stage 7.0 failed 4 times\n"
+        "\tat org.apache.spark.scheduler.DAGScheduler.failJobAndIndependentStages(DAGScheduler.scala:2898)\n"
+        "Caused by: org.apache.spark.shuffle.FetchFailedException: Failed to open /tmp/blockmgr-1/shuffle_0_1.data\n"
+        "\tat org.apache.spark.storage.ShuffleBlockFetcherIterator.next(ShuffleBlockFetcherIterator.scala:1234)\n"
+        "Caused by: java.io.FileNotFoundException: /tmp/blockmgr-1/shuffle_0_1.data (No such file or directory)\n"
+    )
+    want = "java.io.FileNotFoundException: /tmp/blockmgr-1/shuffle_0_1.data (No such file or directory)"
+    assert failure_reason(RuntimeError(trace)) == f"{want} (raised in Spark)"  # the text of py4j's Py4JJavaError
