@@ -123,12 +123,11 @@ class ServerProcess:
 
 
 class MotoServer(ServerProcess):
-    """``moto_server``, the S3 API in memory."""
+    """moto's S3 API in memory, with its conditional writes made atomic as S3's are
+    (:mod:`glisp_testing.moto_atomic`)."""
 
     def command(self) -> list[str]:
-        script = Path(sys.executable).with_name("moto_server")
-        head = [str(script)] if script.exists() else [sys.executable, "-m", "moto.server"]
-        return [*head, "-H", HOST, "-p", str(self.port)]
+        return [sys.executable, "-m", "glisp_testing.moto_atomic", "-H", HOST, "-p", str(self.port)]
 
     def create_bucket(self, bucket: str) -> None:
         import boto3
