@@ -121,7 +121,7 @@ class AzureBackend(Backend):
         except ResourceExistsError:
             return False
         except AzureError as e:
-            raise StoreError(f"{u.qualified}: conditional create failed ({e})") from None
+            raise OSError(f"{u.qualified}: conditional create failed ({e})") from None
 
     def put(self, u: StoreURI, data: bytes) -> None:
         """One Put Blob: pyarrow's Azure output stream creates an empty blob first and commits the data at

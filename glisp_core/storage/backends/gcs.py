@@ -129,7 +129,7 @@ class GcsBackend(Backend):
         except gexc.PreconditionFailed:
             return False
         except gexc.GoogleAPIError as e:
-            raise StoreError(f"{u.qualified}: conditional create failed ({e})") from None
+            raise OSError(f"{u.qualified}: conditional create failed ({e})") from None
 
     def get(self, u: StoreURI) -> bytes:
         """One GET of one generation of the object."""

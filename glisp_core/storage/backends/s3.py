@@ -11,7 +11,7 @@ import pyarrow.fs as pafs
 
 from glisp_core.storage.backend import Backend, Capabilities
 from glisp_core.storage.limits import limits
-from glisp_core.storage.uri import StoreError, StoreURI
+from glisp_core.storage.uri import StoreURI
 
 _CLIENT: Any = None
 
@@ -61,7 +61,7 @@ class S3Backend(Backend):
         )
 
     def create_exclusive(self, u: StoreURI, data: bytes) -> bool:
-        from botocore.exceptions import ClientError
+        from botocore.exceptions import BotoCoreError, ClientError
 
         try:
             _client().put_object(Bucket=u.authority, Key=u.path.lstrip("/"), Body=data, IfNoneMatch="*")
@@ -70,7 +70,9 @@ class S3Backend(Backend):
             code = str(e.response.get("Error", {}).get("Code", ""))
             if code in ("PreconditionFailed", "412", "ConditionalRequestConflict"):
                 return False
-            raise StoreError(f"{u.qualified}: conditional create failed ({code}: {e})") from None
+            raise OSError(f"{u.qualified}: conditional create failed ({code}: {e})") from None
+        except BotoCoreError as e:  # no connection, no answer in time: the Store names the store and limits
+            raise OSError(f"{u.qualified}: conditional create failed ({e})") from None
 
     def get(self, u: StoreURI) -> bytes:
         """One GET: pyarrow's stream reads an object in ranges, which a concurrent replacement (LATEST, a
