@@ -25,6 +25,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "generate": ("spark_jobs.generate.cli", "write a built-in or synthetic (R-MAT) graph as raw input files"),
     "ingest": ("spark_jobs.ingest.cli", "raw edge/vertex tables -> a new canonical dataset version"),
     "report": ("glisp_app.report", "print a dataset version's manifest (counts, params, metrics, timings)"),
+    "config": ("glisp_app.config_cmd", "the effective configuration and where each value came from; one key explained"),
     "partition": ("spark_jobs.partition.cli", "vertex-cut partitioning (AdaDNE, DistributedNE, baselines)"),
     "serialize": ("spark_jobs.serialize.cli", "write one binary GLISP partition per server, plus Parquet"),
     "reorder": ("spark_jobs.serialize.reorder_cli", "inference order: PDS, NS, DS or PS"),

@@ -59,8 +59,13 @@ def limits() -> StoreLimits:
     )
 
 
+_BEFORE: dict[str, str | None] = {}  # the variables as the process found them, before set_limits exported its own
+
+
 def set_limits(connect_s: float, read_s: float, retries: int) -> None:
     """This process's limits, and its children's (the CLI calls it with the configuration's values)."""
+    if not _BEFORE:
+        _BEFORE.update({v: os.environ.get(v) for v in ENV.values()})
     os.environ[ENV["connect_s"]] = f"{float(connect_s):g}"
     os.environ[ENV["read_s"]] = f"{float(read_s):g}"
     os.environ[ENV["retries"]] = str(int(retries))
@@ -69,3 +74,15 @@ def set_limits(connect_s: float, read_s: float, retries: int) -> None:
 def limits_env() -> dict[str, str]:
     """The variables that carry this process's limits to another process (Spark's executors)."""
     return {v: os.environ[v] for v in ENV.values() if os.environ.get(v)}
+
+
+def inherited_environment() -> dict[str, str]:
+    """The environment as this process received it: without what :func:`set_limits` exported (so that
+    ``glisp config show`` does not take the CLI's own export for the user's variable)."""
+    env = dict(os.environ)
+    for k, v in _BEFORE.items():
+        if v is None:
+            env.pop(k, None)
+        else:
+            env[k] = v
+    return env
