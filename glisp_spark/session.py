@@ -30,6 +30,31 @@ MIN_JAVA = 17
 LOG4J2 = Path(__file__).with_name("log4j2.properties")  # the driver's logging: WARN and up, no start-up notices
 
 
+ALLOW_MISMATCH = "spark.glisp.allowVersionMismatch"
+
+
+def version_mismatch(python_side: str, jvm_side: str) -> str | None:
+    """Why pyspark ``python_side`` and the cluster's Spark ``jvm_side`` should not run together, or None: their
+    major.minor must agree (the Python worker protocol and Arrow exchange change between minor releases)."""
+    a, b = python_side.split(".")[:2], jvm_side.split(".")[:2]
+    if a == b:
+        return None
+    return (
+        f"pyspark {python_side} (this Python) with Spark {jvm_side} (the cluster): GLISP runs with the same "
+        f"major.minor on both sides; install pyspark=={'.'.join(b)}.* in the driver's and executors' environment "
+        f"(or set {ALLOW_MISMATCH}=true to run anyway)"
+    )
+
+
+def check_versions(spark: SparkSession) -> None:
+    """Fail at start-up, naming both versions, when pyspark and the cluster's Spark differ in major.minor."""
+    import pyspark
+
+    why = version_mismatch(pyspark.__version__, spark.version)
+    if why and str(spark.conf.get(ALLOW_MISMATCH, "false")).lower() != "true":
+        raise GlispError(why)
+
+
 def check_java() -> None:
     """Fail with one sentence when Java is missing or too old (Spark 4 needs Java 17+)."""
     java = (
@@ -87,6 +112,7 @@ def get_spark(conf: SparkConfig | None = None, checkpoint_dir: str | None = None
         if not preset.contains(k):
             b = b.config(k, v)
     spark = b.getOrCreate()
+    check_versions(spark)
     spark.sparkContext.setLogLevel(conf.log_level)
     _ship_code(spark, master)
     _set_checkpoint(spark, conf, checkpoint_dir)
