@@ -590,12 +590,10 @@ def _check_gather_answer(resp: pb.GatherResponse, n_seeds: int, num_vertices: in
         assert len(from_array(resp.keys, "keys", ("<f4",))) == len(nbrs)
 
 
-def test_fuzzed_requests_never_crash_leak_or_answer_garbage(tight, graph):
-    """Random and malformed Gather/Lookup requests (hypothesis, derandomized: the same cases every run)."""
-    from hypothesis import HealthCheck, given, settings
+def _fuzz_cases(held: np.ndarray):
+    """Random and malformed Gather and Lookup requests, raw bytes, and well-formed Gathers on held vertices."""
     from hypothesis import strategies as st
 
-    addr, held = tight
     ids = st.one_of(st.sampled_from(held.tolist()), st.integers(-(2**40), 2**40))
     array = st.builds(
         lambda xs, dtype, lie: pb.Array(
@@ -637,6 +635,15 @@ def test_fuzzed_requests_never_crash_leak_or_answer_garbage(tight, graph):
         seed=st.integers(0, 2**64 - 1),
         edge_ids=st.booleans(),
     )
+    return st.one_of(gather, lookup, raw, valid)
+
+
+def test_fuzzed_requests_never_crash_leak_or_answer_garbage(tight, graph):
+    """Random and malformed Gather/Lookup requests (hypothesis, derandomized: the same cases every run)."""
+    from hypothesis import HealthCheck, given, settings
+
+    addr, held = tight
+    cases = _fuzz_cases(held)
     seen = {"ok": 0, "refused": 0}
 
     with grpc.insecure_channel(addr) as ch:
@@ -651,7 +658,7 @@ def test_fuzzed_requests_never_crash_leak_or_answer_garbage(tight, graph):
             database=None,
             suppress_health_check=list(HealthCheck),
         )
-        @given(case=st.one_of(gather, lookup, raw, valid))
+        @given(case=cases)
         def run(case):
             nonlocal anon0
             try:
