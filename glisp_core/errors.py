@@ -102,7 +102,6 @@ def root_cause(lines: list[str]) -> str | None:
     worker's traceback (what the task raised), else the deepest ``Caused by:`` of a JVM trace."""
     lines = [ln.removeprefix(": ") for ln in lines]  # Py4J writes the Java exception as ": java.lang.X: ..."
     causes = [ln for ln in lines if _EXC_LINE.match(ln) and not any(w in ln.split(":", 2)[0] for w in _WRAPPERS)]
-    causes = [ln for ln in causes if not any(ln.startswith(w) for w in _WRAPPERS)]
     if not causes:
         return None
     py = [ln for ln in causes if not ln.startswith("Caused by: ") and "." not in ln.split(":", 1)[0]]

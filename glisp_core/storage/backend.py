@@ -116,7 +116,7 @@ class Backend(ABC):
 
     def explain(self, u: StoreURI, what: str, e: BaseException) -> str:
         """``e`` as a message naming ``u`` and what to do, with this store's credentials chain."""
-        return f"{what} {u}: {self.hint(e) or 'check the URI and the credentials in the environment'} ({_first(e)})"
+        return f"{what} {u}: {self.hint(e) or 'check the URI and the credentials in the environment'} ({first_line(e)})"
 
     def hint(self, e: BaseException) -> str | None:
         """What to do when ``e`` says the store itself failed (credentials, a missing bucket, an endpoint that
@@ -138,7 +138,7 @@ class Backend(ABC):
     def failure(self, u: StoreURI, what: str, e: BaseException) -> StoreUnavailable | None:
         """``e`` as a :class:`StoreUnavailable` naming ``u`` when it is a failure of the store itself."""
         hint = self.hint(e)
-        return None if hint is None else StoreUnavailable(f"{what} {u}: {hint} ({_first(e)})")
+        return None if hint is None else StoreUnavailable(f"{what} {u}: {hint} ({first_line(e)})")
 
 
 class StoreUnavailable(StoreError, OSError):
@@ -169,7 +169,7 @@ _NO_BUCKET = (
 _UNREACHABLE = ("connect", "resolve", "unreachable", "network_connection", "name or service not known")
 
 
-def _first(e: BaseException) -> str:
+def first_line(e: BaseException) -> str:
     text = str(e).strip()
     return text.splitlines()[0][:500] if text else type(e).__name__
 

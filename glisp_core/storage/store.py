@@ -64,6 +64,7 @@ class Store:
         self.what = what
         self.backend: Backend = open_backend(self.root)
         self.fs = self.backend.fs
+        self._checked = False
 
     # ---- addressing ----
     def uri(self, *parts: str) -> StoreURI:
@@ -83,7 +84,10 @@ class Store:
     # ---- reachability ----
     @_named()
     def check(self) -> None:
-        """Fail at once, naming the URI and what to do, when the store cannot be reached or read."""
+        """Fail at once, naming the URI and what to do, when the store cannot be reached or read (once per
+        Store: the pipeline's built-in copy and its ingest both ask)."""
+        if self._checked:
+            return
         bucket = self.backend.bucket_path()
         try:
             self.fs.get_file_info(self.at(self.root))
@@ -94,6 +98,7 @@ class Store:
             ) from None
         if missing:
             raise StoreError(f"{self.what} {self.root}: bucket {bucket!r} does not exist: create it first")
+        self._checked = True
 
     def check_publishable(self, uri: StoreURI | str) -> None:
         """Refuse, before any work, to publish where the backend cannot create an object exclusively, unless

@@ -14,7 +14,7 @@ from typing import Any
 
 import pyarrow.fs as pafs
 
-from glisp_core.storage.backend import Backend, Capabilities
+from glisp_core.storage.backend import Backend, Capabilities, first_line
 from glisp_core.storage.limits import limits
 from glisp_core.storage.uri import StoreError, StoreURI
 
@@ -48,10 +48,6 @@ def _client() -> Any:
         else:
             _CLIENTS[key] = storage.Client()
     return _CLIENTS[key]
-
-
-def _first_line(e: BaseException) -> str:
-    return (str(e).strip().splitlines() or [type(e).__name__])[0][:300]
 
 
 def _retry_s() -> float:
@@ -111,7 +107,7 @@ class GcsBackend(Backend):
             google.auth.default()
         except DefaultCredentialsError as e:
             raise StoreError(
-                f"store {self.root}: no usable credentials: {self.credentials} ({_first_line(e)})"
+                f"store {self.root}: no usable credentials: {self.credentials} ({first_line(e)})"
             ) from None
 
     def _blob(self, u: StoreURI) -> Any:
