@@ -180,22 +180,8 @@ class Inputs:
         return layer_widths(self.model)
 
 
-def run_infer(
-    spark: SparkSession,
-    cfg: Config,
-    dv: DatasetVersion,
-    force: bool = False,
-    fault: str | None = None,
-    log: Any = print,
-) -> StageRecord:
-    """Run layerwise inference and publish ``infer/<run>``; a current stage is reused unless forced.
-
-    ``fault`` (tests only; also env ``GLISP_INFER_FAULT``) = ``"layer:part:chunks[:raise]"`` makes the
-    first attempt of that task die after writing that many chunks.
-    """
-    ic = cfg.infer
-    inp = Inputs(spark, cfg, dv)
-    counts = [int(x) for x in inp.reorder.counts["vertices_per_part"]]
+def _check_settings(ic: Any) -> None:
+    """Settings no run can use, refused before any work."""
     if ic.chunk_rows < 1 or ic.batch_size < 1:
         raise GlispError(
             f"infer.chunk_rows and infer.batch_size must be positive (got {ic.chunk_rows}, {ic.batch_size})"
@@ -204,9 +190,11 @@ def run_infer(
         raise GlispError(
             f"infer.cache_admit_window: expected -1 (never), 0 (always) or N >= 1 batches (got {ic.cache_admit_window})"
         )
-    layout = RowLayout(effective_chunk_rows(ic.chunk_rows, counts), tuple(counts))
-    codec = Codec(ic.compressor, ic.clevel, ic.shuffle, ic.intermediate_compressor)
-    params = {
+
+
+def _params(ic: Any, inp: Inputs, layout: RowLayout) -> dict[str, Any]:
+    """The stage's parameters: what makes a published run current or not."""
+    params: dict[str, Any] = {
         "model": inp.model_run,
         "partition": inp.partition,
         "parts": inp.num_parts,
@@ -234,6 +222,29 @@ def run_infer(
     }
     if ic.incremental:  # a different draw than the kernels': not the same result as a run without it
         params["sampling"] = "stable"
+    return params
+
+
+def run_infer(
+    spark: SparkSession,
+    cfg: Config,
+    dv: DatasetVersion,
+    force: bool = False,
+    fault: str | None = None,
+    log: Any = print,
+) -> StageRecord:
+    """Run layerwise inference and publish ``infer/<run>``; a current stage is reused unless forced.
+
+    ``fault`` (tests only; also env ``GLISP_INFER_FAULT``) = ``"layer:part:chunks[:raise]"`` makes the
+    first attempt of that task die after writing that many chunks.
+    """
+    ic = cfg.infer
+    inp = Inputs(spark, cfg, dv)
+    counts = [int(x) for x in inp.reorder.counts["vertices_per_part"]]
+    _check_settings(ic)
+    layout = RowLayout(effective_chunk_rows(ic.chunk_rows, counts), tuple(counts))
+    codec = Codec(ic.compressor, ic.clevel, ic.shuffle, ic.intermediate_compressor)
+    params = _params(ic, inp, layout)
     extra = None
     if ic.edges:  # a local edge list is fingerprinted; a URL is taken as named
         extra = (
