@@ -111,14 +111,25 @@ class Attempt:
         self.lease = LeaseKeeper(store, self.uri / LEASE, holder)
         self.published = False  # a record names it: from then on it is never removed from here
         if self.uri.is_local:
-            for _ in range(3):  # an aborting writer may remove the empty stage directory as we create it
-                try:
-                    os.makedirs(self.uri.path, exist_ok=True)
-                    break
-                except FileNotFoundError:
-                    continue
-        self.lease.write()
+            self._appear_leased()
+        else:
+            self.lease.write()  # the attempt's first object: it appears with its lease
         self.lease.start()
+
+    def _appear_leased(self) -> None:
+        """On a disk, the attempt's directory appears by one rename with its lease inside: a writer killed
+        while writing its lease leaves a hidden staging directory (swept once old), never an attempt that a
+        later run must leave alone because it is too young to hold its lease yet."""
+        staging = self.uri.parent / f".{self.uri.name}"
+        for _ in range(3):  # an aborting writer may remove the empty stage directory as we create it
+            try:
+                os.makedirs(staging.path, exist_ok=True)
+                self.store.write_bytes(staging / LEASE, self.lease.doc_bytes())
+                os.rename(staging.path, self.uri.path)
+                return
+            except FileNotFoundError:
+                continue
+        raise StageError(f"{self.uri}: could not create the attempt (its stage directory kept vanishing)")
 
     def still_ours(self) -> bool:
         """The lease object is still there: nobody removed the attempt while we wrote it."""
@@ -165,6 +176,9 @@ def remove_abandoned(
     """
     candidates = []
     for name in store.names(stage_dir):
+        if name.startswith("." + ATTEMPT) and _age_s(name[1:]) >= DEFAULT_TTL_S:
+            store.delete(stage_dir / name)  # a writer killed before its attempt appeared (Attempt._appear_leased)
+            continue
         if not name.startswith(ATTEMPT) or name in keep:
             continue
         doc = read_lease(store, stage_dir / name / LEASE)

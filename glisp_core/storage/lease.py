@@ -74,11 +74,15 @@ class LeaseKeeper:
 
     def write(self, create: bool = False) -> bool:
         """Write (or, with ``create``, create only if absent) the lease object; False when ``create`` lost."""
-        data = json.dumps(lease_doc(self.holder, self.ttl_s, **self.extra)).encode()
+        data = self.doc_bytes()
         if create:
             return self.store.create_exclusive(self.uri, data)
         self.store.write_bytes(self.uri, data)
         return True
+
+    def doc_bytes(self) -> bytes:
+        """The lease object's bytes as of now (what :meth:`write` writes)."""
+        return json.dumps(lease_doc(self.holder, self.ttl_s, **self.extra)).encode()
 
     def start(self) -> LeaseKeeper:
         self._thread = threading.Thread(target=self._renew, name="glisp-lease", daemon=True)

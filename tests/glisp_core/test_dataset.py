@@ -31,7 +31,7 @@ from glisp_core.dataset.records import RECORDS, VERSION_FILE
 from glisp_core.dataset.versions import set_latest
 from glisp_core.errors import FormatError, StageError
 from glisp_core.storage.lease import lease_doc
-from glisp_core.storage.uri import StoreURI
+from glisp_core.storage.uri import StoreURI, parse_uri
 from glisp_testing.graphs import write_dataset
 
 REPO = str(Path(__file__).resolve().parents[2])
@@ -306,6 +306,34 @@ def test_crashed_writers_attempts_are_removed_live_ones_kept(dv: DatasetVersion)
         assert live_attempt not in attempts(dv) and foreign.name in attempts(dv)
         pub.abort()
     assert check_output(dv) == "B"
+
+
+def test_a_writer_dying_as_it_leases_its_attempt_leaves_nothing_a_rerun_must_wait_for(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Found by the pipeline fault test: a writer killed between creating its attempt directory and renaming
+    its lease into it left a young attempt with no lease, which every run within the lease TTL left alone."""
+    dv = write_dataset(parse_uri(tmp_path / "root"), "g", np.array([0, 1, 2, 2]), np.array([1, 2, 0, 3]))
+    store, real_put = dv.store, type(dv.store.backend).put
+
+    def die_as_the_lease_lands(backend, u, data):  # the injected fault: the process "dies" mid-lease
+        if u.name == LEASE:
+            raise KeyboardInterrupt
+        real_put(backend, u, data)
+
+    monkeypatch.setattr(type(store.backend), "put", die_as_the_lease_lands)
+    with pytest.raises(KeyboardInterrupt):
+        _ = StagePublisher(dv, STAGE, {"tag": "K"}, depends=["ingest"]).tmp
+    monkeypatch.setattr(type(store.backend), "put", real_put)
+    sdir = dv.stage_dir(STAGE)
+    assert attempts(dv) == []  # no attempt appeared without its lease
+    staged = [n for n in store.names(sdir) if n.startswith(".@")]
+    assert len(staged) == 1
+    old = sdir / ".@20240101T000000-00000000dead"
+    store.write_bytes(old / LEASE, b"{")
+    publish(dv, "A")  # the next run sweeps a staging directory once it is older than a lease
+    assert sorted(n for n in store.names(sdir) if n.startswith(".@")) == staged
+    assert check_output(dv) == "A"
 
 
 def test_commit_refuses_an_attempt_deleted_under_it(dv: DatasetVersion) -> None:
