@@ -256,6 +256,7 @@ class ServeConfig:
     max_request_edges: int = 16_000_000  # seeds x sum of fanouts per Gather; more is RESOURCE_EXHAUSTED
     max_concurrent_rpcs: int = 256  # RPCs in progress (an open stream counts); more is RESOURCE_EXHAUSTED
     max_inflight_mb: int = 1024  # memory all requests in progress may hold together; beyond, they wait or are refused
+    embedding_mb: int = 1024  # learnable node embedding tables held together (rows, Adagrad state, snapshot)
     drain_s: float = 1.0  # SIGTERM: NOT_SERVING but still answering this long, then drain for grace_s
     # security (glisp_serving.security): files, never secrets on the command line; "" = off
     tls_cert: str = ""  # PEM certificate chain: the server speaks TLS
@@ -319,6 +320,9 @@ class TrainConfig:
     link_test: float = 0.1  # link-split: held-out test share of edges
     negatives: int = 1  # link: uniform negative destinations per positive edge in training
     eval_negatives: int = 100  # link: uniform negatives each held-out edge is ranked against (MRR)
+    link_loss: Literal["bce", "bpr"] = "bce"  # link: binary cross-entropy, or BPR (each positive above its negatives)
+    node_embeddings: int = 0  # learnable per-vertex rows of this width beside the features, held by the servers
+    embedding_lr: float = 0.01  # their sparse Adagrad learning rate
     prefetch: int = 2  # batches sampled and fetched ahead while the current one computes; 0 = none
     feature_cache_mb: int = 256  # static cache of the hottest vertices' features; 0 = off
     cache_device: Literal["auto", "host"] = "auto"  # auto: on the GPU when training on one, else host memory

@@ -62,7 +62,7 @@ from glisp_core.errors import FormatError, GlispError
 from glisp_core.storage.store import store_for
 from glisp_core.storage.uri import StoreURI, parse_uri
 
-ARCHS = ("sage", "gcn", "gat", "rgcn")
+ARCHS = ("sage", "gcn", "gat", "rgcn", "lightgcn")
 TASKS = ("node", "link")
 SPEC_FILE = "model.json"
 WEIGHTS_FILE = "weights.pt"
@@ -78,7 +78,7 @@ class ModelSpec:
     ``relations`` names the edge types an R-GCN distinguishes, in relation-id order.
     """
 
-    arch: Literal["sage", "gcn", "gat", "rgcn", "custom"]
+    arch: Literal["sage", "gcn", "gat", "rgcn", "lightgcn", "custom"]
     in_dim: int
     hidden: int
     out_dim: int
@@ -102,6 +102,11 @@ class ModelSpec:
                 raise GlispError(f"model {name}: must be positive (got {getattr(self, name)})")
         if self.arch == "gat" and self.hidden % self.heads:
             raise GlispError(f"model hidden: must be a multiple of heads={self.heads} for gat (got {self.hidden})")
+        if self.arch == "lightgcn" and (self.task != "link" or self.out_dim != self.in_dim):
+            raise GlispError(
+                f"model lightgcn: a link task whose output width is its input width (got task {self.task!r}, "
+                f"in_dim {self.in_dim}, out_dim {self.out_dim})"
+            )
         if self.arch == "rgcn" and not self.relations:
             raise GlispError("model relations: rgcn needs the edge type names (got none)")
 
@@ -213,8 +218,51 @@ class GNN(nn.Module):
         return h
 
 
+class LightGCN(nn.Module):
+    """LightGCN (He et al., 2020): no weights and no activation; each layer averages the in-neighbours' rows, and
+    a vertex's output is the mean of its rows at every layer, input included. Its input is usually the
+    learnable node embeddings alone (``train.node_embeddings``), which training moves.
+
+    The mean over the sampled (or, in evaluation and inference, all) in-neighbours is the row-normalised form
+    of LightGCN's propagation: the symmetric ``1/sqrt(|N_u||N_v|)`` form needs every neighbour's degree, which a
+    block does not carry. To keep every slice local, slice ``i < L-1`` returns ``[h_{i+1}, sum_{j<=i+1} h_j]``
+    (2 x in_dim columns) and the last returns the mean; ``dims`` says so for inference's layer widths.
+    """
+
+    def __init__(self, spec: ModelSpec) -> None:
+        super().__init__()
+        self.spec = spec
+        d, n = spec.in_dim, spec.layers
+        self.dims = (d, *([2 * d] * (n - 1)), d)
+
+    @property
+    def num_layers(self) -> int:
+        return self.spec.layers
+
+    def layer(self, i: int, x_src: Tensor, edge_index: Tensor, num_dst: int, edge_type: Tensor | None = None) -> Tensor:
+        from torch_geometric.utils import scatter
+
+        d = self.spec.in_dim
+        h, acc = (x_src, x_src[:num_dst]) if i == 0 else (x_src[:, :d], x_src[:num_dst, d:])
+        nxt: Tensor = scatter(h[edge_index[0]], edge_index[1], dim=0, dim_size=num_dst, reduce="mean")
+        acc = acc + nxt
+        if i == self.spec.layers - 1:
+            return acc / (self.spec.layers + 1)
+        return torch.cat([nxt, acc], dim=1)
+
+    def forward(self, x: Tensor, blocks: Sequence[Any], edge_types: Sequence[Tensor | None] | None = None) -> Tensor:
+        if len(blocks) != self.spec.layers:
+            raise GlispError(f"blocks: the model has {self.spec.layers} layers (got {len(blocks)} blocks)")
+        h = x
+        for i, b in enumerate(blocks):
+            h = self.layer(i, h, b.edge_index, b.num_dst)
+        return h
+
+
 def build_model(spec: ModelSpec) -> Any:
-    """The model of ``spec``: a built-in :class:`GNN`, or what the spec's factory builds (its ``spec`` set)."""
+    """The model of ``spec``: a built-in :class:`GNN` or :class:`LightGCN`, or what the spec's factory builds."""
+    if spec.arch == "lightgcn":
+        return LightGCN(spec)
     if not spec.factory:
         return GNN(spec)
     model = load_factory(spec.factory)(spec)

@@ -144,15 +144,17 @@ class Inputs:
         man.stage(f"serialize/{self.partition}")
         self.parts_dir = dv.serialized(self.partition)
         schema = man.schema
+        self.node_embeddings, ndim = self._node_embeddings()
         fdim = int(schema.get("feature_dim", 0))
-        if fdim == 0:
+        if fdim + ndim == 0:
             raise StageError(
                 f"{dv}: the graph has no vertex features; layerwise inference starts from them "
-                "(ingest features with the vertex table)"
+                "(ingest features with the vertex table, or train with train.node_embeddings)"
             )
-        if fdim != self.spec.in_dim:
+        if fdim + ndim != self.spec.in_dim:
             raise StageError(
                 f"model {self.model_run}: in_dim {self.spec.in_dim} does not match the graph's feature_dim {fdim}"
+                + (f" + {ndim} node embedding columns" if ndim else "")
             )
         unknown = sorted(set(self.spec.relations) - set(schema.get("edge_types", [])))
         if unknown:
@@ -174,6 +176,19 @@ class Inputs:
         self.vertex_types = list(schema.get("vertex_types", []))
         self.edge_types = list(schema.get("edge_types", []))
         self.name = ic.run or f"{self.model_run}-{ic.order}"
+
+    def _node_embeddings(self) -> tuple[str, int]:
+        """The checkpoint's learnable node embeddings (train.node_embeddings): their directory and width, which
+        layer 0 appends to the features; ("", 0) without them."""
+        ne = self.doc.get("node_embeddings") or {}
+        if not ne:
+            return "", 0
+        if not self.layerwise:
+            raise StageError(
+                f"model {self.model_run}: trained with node embeddings but without the slice protocol; sample-wise "
+                "inference reads features only"
+            )
+        return str(self.checkpoint / str(ne["path"])), int(ne["dim"])
 
     @property
     def dims(self) -> tuple[int, ...]:
@@ -331,6 +346,7 @@ def _plan(
         direction=inp.direction,
         relations=typed_relations(inp.model),
         checkpoint=str(inp.checkpoint),
+        node_embeddings=inp.node_embeddings,
         task=inp.spec.task,
         batch_size=ic.batch_size,
         cache_chunk_rows=ic.cache_chunk_rows or layout.chunk_rows,

@@ -33,6 +33,7 @@ class InferPlan:
     relations: tuple[str, ...]  # rgcn: typed sampling, one slot per relation
     checkpoint: str  # the train stage (model.json + weights.pt): a local directory or a store URI
     task: str  # "node" or "link"
+    node_embeddings: str = ""  # the checkpoint's learnable rows (layer 0 appends them to the features); "": none
     batch_size: int = 256
     cache_chunk_rows: int = 64
     cache_policy: str = "fifo"

@@ -32,6 +32,7 @@ from glisp_infer import halo as H
 from glisp_infer import incremental as I
 from glisp_infer.cache import ChunkCache, StaticCache, batch_chunks, capacity_of, reread_plan, simulate_hits
 from glisp_infer.index import write_run_index
+from glisp_infer.node_rows import node_embedding_rows
 from glisp_infer.plan import InferPlan, load_model, resolve_device, set_threads
 from glisp_infer.sampling import FULL, edge_slots, hop_of, layer_request, max_degree, sample_masters
 from glisp_infer.scratch import allocate
@@ -203,23 +204,29 @@ def task_vertices(plan: InferPlan, part: int) -> np.ndarray:
 
 
 def write_features(plan: InferPlan, part: int, attempt: int = 0) -> dict[str, Any]:
-    """Layer 0: the features of the partition's vertices, read from the partition they are stored in."""
+    """Layer 0: the features of the partition's vertices, read from the partition they are stored in (then their
+    learnable node embedding rows, for a model trained with them)."""
     t0, c0 = time.perf_counter(), time.process_time()
     reader = plan.open_partition(part)
     vids = task_vertices(plan, part)
-    if reader.features is None:
+    fdim = 0 if reader.features is None else int(reader.features.shape[1])
+    if fdim == 0 and not plan.node_embeddings:
         raise GlispError(f"{reader.path}: no features stored; layerwise inference starts from vertex features")
     index_chunks = write_run_index(plan, part, vids)
     rows = reader.feature_rows(vids)
     if (rows < 0).any():
         raise GlispError(f"{reader.path}: vertices {vids[rows < 0][:3].tolist()} are not mastered here")
+    learnt = node_embedding_rows(plan.node_embeddings, vids, plan.dims[0] - fdim) if plan.node_embeddings else None
     arr = open_array(plan.store, layer_name(0), mode="r+")
     writer = new_writer(plan, arr, 0, part, attempt)
     kept = I.Rows() if plan.stable else None
     try:
         step = plan.layout.chunk_rows * 8
         for a in range(0, len(vids), step):
-            block = np.asarray(reader.features[rows[a : a + step]], np.float32)
+            block = np.asarray(reader.features[rows[a : a + step]], np.float32) if fdim else None
+            if learnt is not None:  # the learnable rows after the features
+                block = learnt[a : a + step] if block is None else np.concatenate([block, learnt[a : a + step]], 1)
+            assert block is not None
             writer.add(block)
             if kept is not None:
                 kept.add(block)

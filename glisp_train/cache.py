@@ -93,8 +93,8 @@ class FeatureCache:
             pos = np.zeros(len(ids), np.int64)
             hit = np.zeros(len(ids), bool)
         miss_pos = np.flatnonzero(~hit)
-        fetched = np.empty((0, self.dim), np.float32)
-        if len(miss_pos):
+        fetched = np.empty((0 if self.dim else len(miss_pos), self.dim), np.float32)  # featureless: no Lookup
+        if len(miss_pos) and self.dim:
             fetched = (await self.backend.lookup(ids[miss_pos], True, False))["features"]
         c = self.counters
         c.rows += len(ids)

@@ -1,4 +1,4 @@
-"""``glisp train [DATASET] --cluster CLUSTER_FILE --task node|link --model sage|gcn|gat|rgcn``.
+"""``glisp train [DATASET] --cluster CLUSTER_FILE --task node|link --model sage|gcn|gat|rgcn|lightgcn``.
 
 Trains through the sampling service (``--cluster``) or, as the accuracy reference, over a one-partition
 run sampled in this process (``--in-process RUN``). Data-parallel under torchrun::
@@ -27,9 +27,16 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--task", choices=["node", "link"], help="train.task")
     p.add_argument(
         "--model",
-        help="train.model: sage, gcn, gat, rgcn, or a user-defined model 'package.module:factory' (factory(spec) -> "
+        help="train.model: sage, gcn, gat, rgcn, lightgcn (link; no weights), or a user-defined model 'package.module:factory' (factory(spec) -> "
         "torch.nn.Module; see docs/training.md)",
     )
+    p.add_argument(
+        "--node-embeddings",
+        type=int,
+        metavar="DIM",
+        help="train.node_embeddings: learn a DIM-wide row per vertex (held by the servers), input beside the features",
+    )
+    p.add_argument("--link-loss", choices=["bce", "bpr"], help="train.link_loss")
     p.add_argument("--epochs", type=int, help="train.epochs")
     p.add_argument("--batch-size", type=int, help="train.batch_size")
     p.add_argument("--fanouts", help="train.fanouts, comma-separated, the seeds' hop first (sets train.layers)")
@@ -65,6 +72,8 @@ def main(args: argparse.Namespace, cfg: Config) -> int:
         layers=len(fan) if fan else None,
         name=args.name,
         evaluation=args.evaluation,
+        node_embeddings=args.node_embeddings,
+        link_loss=args.link_loss,
     )
     if (args.in_process or args.serve) and not args.dataset:
         raise GlispError(f"{'--in-process' if args.in_process else '--serve'} RUN needs DATASET")

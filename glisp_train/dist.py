@@ -82,7 +82,8 @@ def reduce_gradients(model: nn.Module, count: int, d: Dist) -> int:
     """Sum gradients and seed counts over processes, then divide: the global batch's mean. Returns the count."""
     params = [p for p in model.parameters() if p.requires_grad]
     grads = [p.grad if p.grad is not None else torch.zeros_like(p) for p in params]
-    flat = torch.cat([g.reshape(-1) for g in grads] + [torch.tensor([float(count)], device=grads[0].device)])
+    dev = grads[0].device if grads else d.device  # a model without weights still sums the counts
+    flat = torch.cat([g.reshape(-1) for g in grads] + [torch.tensor([float(count)], device=dev)])
     if d.enabled:
         torch.distributed.all_reduce(flat)
     total = int(round(float(flat[-1])))
@@ -112,3 +113,9 @@ def all_gather(obj: Any, d: Dist) -> list[Any]:
     out: list[Any] = [None] * d.world
     torch.distributed.all_gather_object(out, obj)
     return out
+
+
+def dist_barrier(d: Dist) -> None:
+    """Wait for every process of the group (nothing to wait for alone)."""
+    if d.enabled:
+        torch.distributed.barrier()

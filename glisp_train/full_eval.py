@@ -112,6 +112,13 @@ class FullEval:
         model, dev = ctx.model, ctx.device
         model.eval()
         h = plan.x
+        if ctx.embeddings is not None:  # they change every step: fetched for each evaluation
+            rows = [
+                ctx.embeddings.submit(ctx.embeddings.rows(plan.sets[0][a : a + FEATURE_CHUNK])).result()
+                for a in range(0, len(plan.sets[0]), FEATURE_CHUNK)
+            ]
+            emb = torch.from_numpy(np.concatenate(rows)) if rows else torch.empty((0, ctx.embeddings.dim))
+            h = torch.cat([h, emb], dim=1) if h.shape[1] else emb
         for i in range(self.layers):
             out: torch.Tensor | None = None
             for b in plan.blocks[i]:

@@ -33,16 +33,25 @@ class Batch:
     x: torch.Tensor | None = None
     plan: FeaturePlan | None = None
     extra: Any = None  # the task's own payload (link: where each pair's endpoints sit among the seeds)
+    emb: np.ndarray | None = None  # learnable node embedding rows of the input vertices, when trained
+    emb_leaf: torch.Tensor | None = None  # ... as the leaf tensor whose gradient goes back to their holder
 
     @property
     def empty(self) -> bool:
         return self.sampled is None
 
     def features(self, cache: FeatureCache, device: torch.device) -> torch.Tensor:
+        """The model's input rows: the features, then the node embedding rows (a leaf with a gradient when
+        autograd is on)."""
         if self.x is None:
             assert self.plan is not None
             self.x = cache.assemble(self.plan, device)
-        return self.x.to(device, non_blocking=True)
+        x = self.x.to(device, non_blocking=True)
+        if self.emb is None:
+            return x
+        if self.emb_leaf is None:
+            self.emb_leaf = torch.from_numpy(self.emb).to(device).requires_grad_(torch.is_grad_enabled())
+        return torch.cat([x, self.emb_leaf], dim=1) if x.shape[1] else self.emb_leaf
 
 
 @dataclass
@@ -70,8 +79,10 @@ class Loader:
         prefetch: int,
         direction: str,
         expand: Callable[[Any, int], Awaitable[tuple[np.ndarray, Any]]] | None = None,
+        embeddings: Any = None,
     ) -> None:
         self.source = source
+        self.embeddings = embeddings  # NodeEmbeddings: their rows are fetched with each batch
         self.expand = expand
         self.cache = cache
         self.prefetch = max(0, int(prefetch))
@@ -88,6 +99,8 @@ class Loader:
         sampled = await self.sampler.sample(seeds, seed)
         plan = await self.cache.plan(sampled.input_ids.numpy())
         b = Batch(seeds, sampled, plan=plan, extra=extra)
+        if self.embeddings is not None:
+            b.emb = await self.embeddings.rows(sampled.input_ids.numpy())
         if self.host_assembly:  # off the trainer's thread
             b.x = self.cache.assemble(plan, torch.device("cpu"))
             b.plan = None

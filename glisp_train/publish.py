@@ -8,12 +8,14 @@ manifest record beside them as ``run.json``.
 
 Files: ``model.json`` + ``weights.pt`` (glisp_core.models), ``split.parquet`` (node: vid, orig_id, split
 code 0/1/2 of every vertex used), ``predictions.parquet`` (node: the test vertices with label and
-prediction; link: the test edges with their score), with ``orig_id`` columns when the id map is readable.
+prediction; link: the test edges with their score), with ``orig_id`` columns when the id map is readable;
+``node_embeddings/`` (the learnable rows of every vertex at the best epoch, with ``train.node_embeddings``).
 """
 
 from __future__ import annotations
 
 import json
+from collections.abc import Iterable
 from typing import Any
 
 import numpy as np
@@ -38,6 +40,8 @@ from glisp_core.storage.store import store_for
 from glisp_core.storage.uri import StoreURI
 from glisp_train.source import GraphSource
 from glisp_train.trainer import TrainResult, hop_fanouts
+
+NODE_EMBEDDINGS = "node_embeddings"  # the checkpoint's directory of learnable rows (train.node_embeddings)
 
 
 def run_params(cfg: Config, source: GraphSource, world: int, device: str) -> dict[str, Any]:
@@ -71,12 +75,14 @@ def publish_model(
     partition_run: str,
     direction: str = "in",
     extra: dict[str, Any] | None = None,
+    node_embeddings: np.ndarray | None = None,
 ) -> StageRecord:
     """Publish a model trained elsewhere (or untrained: tests, benchmarks) as ``train/<name>``.
 
     The checkpoint and the record carry the fields ``glisp train`` writes for ``glisp infer`` (task,
     partition run and its fingerprint, sampling direction), so inference reads both alike; the params
     hold a hash of the weights, so publishing other weights under the same name replaces the stage.
+    ``node_embeddings``: learnable rows of every vertex (by vid), which inference appends to the features.
     """
     import hashlib
 
@@ -86,6 +92,8 @@ def publish_model(
     for k, v in sorted(model.state_dict().items()):
         h.update(k.encode())
         h.update(v.detach().cpu().to(torch.float32).numpy().tobytes())
+    if node_embeddings is not None:
+        h.update(np.ascontiguousarray(node_embeddings, np.float32).tobytes())
     fp = read_manifest(dv).stage(f"serialize/{partition_run}").fingerprint
     params = {
         "task": model.spec.task,
@@ -96,7 +104,12 @@ def publish_model(
         "weights_sha256": h.hexdigest(),
     }
     pub = train_publisher(dv, name, partition_run, params)
+    if node_embeddings is not None:
+        extra = {**(extra or {}), "node_embeddings": {"dim": int(node_embeddings.shape[1]), "path": NODE_EMBEDDINGS}}
     with pub:
+        if node_embeddings is not None:
+            ids = np.arange(len(node_embeddings), dtype=np.int64)
+            write_node_embeddings(pub.tmp / NODE_EMBEDDINGS, [(ids, np.asarray(node_embeddings, np.float32))])
         save_checkpoint(
             pub.tmp,
             model,
@@ -154,8 +167,11 @@ def write_outputs(out: StoreURI, result: TrainResult, cfg: Config, source: Graph
         "test": {k: v for k, v in result.test.items() if k != "predictions"},
         "evaluation": result.evaluation,
     }
-    save_checkpoint(out, result.model, extra=extra)
     idmap = _idmap(source)
+    if result.embeddings is not None:
+        extra["node_embeddings"] = {"dim": result.embeddings.dim, "path": NODE_EMBEDDINGS}
+        write_node_embeddings(out / NODE_EMBEDDINGS, result.embeddings.chunks(source.num_vertices), idmap)
+    save_checkpoint(out, result.model, extra=extra)
     if tc.task == "node":
         t = result.task
         vids = np.concatenate([t.train_ids, t.val_ids, t.test_ids])
@@ -178,6 +194,17 @@ def write_outputs(out: StoreURI, result: TrainResult, cfg: Config, source: Graph
         }
         cols.update(src_vid=src, dst_vid=dst)
         store.write_table(pa.table(cols).select(list(LINK_SCORE_COLUMNS)), out / "predictions.parquet")
+
+
+def write_node_embeddings(out: StoreURI, chunks: Iterable[tuple[np.ndarray, np.ndarray]], idmap: Any = None) -> None:
+    """Learnable rows of every vertex (the best epoch's), one Parquet file per chunk of (ids, rows) (``vid``,
+    ``orig_id`` when the id map is readable, ``embedding``): the trainer never holds the whole table."""
+    import pyarrow as pa
+
+    store = store_for(out)
+    for i, (ids, rows) in enumerate(chunks):
+        col = pa.FixedSizeListArray.from_arrays(pa.array(rows.reshape(-1), pa.float32()), rows.shape[1])
+        store.write_table(pa.table({VID: ids, **_orig(idmap, ids), "embedding": col}), out / f"part-{i:05d}.parquet")
 
 
 def _orig(idmap: Any, vids: np.ndarray) -> dict[str, Any]:

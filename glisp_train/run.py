@@ -14,18 +14,19 @@ from __future__ import annotations
 import os
 import sys
 from contextlib import AbstractContextManager, nullcontext
+from typing import Any
 
 from glisp_core.config import Config
 from glisp_core.dataset.layout import DatasetVersion, resolve_dataset
-from glisp_core.dataset.publish import up_to_date
+from glisp_core.dataset.publish import StagePublisher, up_to_date
 from glisp_core.dataset.versions import VersionLease
 from glisp_core.errors import GlispError
 from glisp_core.storage.uri import parse_uri
-from glisp_train.dist import Dist, close_dist, init_dist
+from glisp_train.dist import Dist, close_dist, dist_barrier, init_dist
 from glisp_train.progress import Progress
 from glisp_train.publish import record, run_params, train_publisher, write_outputs, write_standalone
 from glisp_train.source import GraphSource, check_dataset_matches, open_cluster, open_in_process
-from glisp_train.trainer import describe_evaluation, train
+from glisp_train.trainer import TrainResult, describe_evaluation, train
 from glisp_train.with_servers import is_current, run_name, serving
 
 
@@ -137,6 +138,26 @@ def _train(cfg: Config, source: GraphSource, d: Dist, progress: Progress, output
     )
     with lease:
         result = train(cfg, source, d, progress)
+    try:
+        return _publish(cfg, source, d, result, pub, name, output, params)
+    finally:
+        if result.embeddings is not None:
+            dist_barrier(d)  # every process is done with the rows before the table goes
+            if d.is_main:
+                result.embeddings.release()
+
+
+def _publish(
+    cfg: Config,
+    source: GraphSource,
+    d: Dist,
+    result: TrainResult,
+    pub: StagePublisher | None,
+    name: str,
+    output: str | None,
+    params: dict[str, Any],
+) -> int:
+    """The main process publishes the run (or writes it to ``output``) and says where."""
     test = ", ".join(f"{k} {v:.4f}" for k, v in result.test.items() if k != "predictions")
     if not d.is_main:
         return 0

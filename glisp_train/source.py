@@ -40,6 +40,7 @@ class GraphSource:
     heldout_fn: Callable[[], dict[str, np.ndarray]]
     close_fn: Callable[[], None]
     description: str = ""
+    embeddings: Any = None  # where learnable node embeddings live: the servers, or this process (node_embeddings)
     _labels: tuple[np.ndarray, np.ndarray] | None = field(default=None, repr=False)
 
     @property
@@ -91,6 +92,7 @@ class GraphSource:
 
 def open_cluster(cluster_file: str | Path, cfg: Config) -> GraphSource:
     """A source over the servers of ``cluster_file`` (routing and degrees from their Routing streams)."""
+    from glisp_serving.client.embeddings import RemoteEmbeddings
     from glisp_serving.client.info_fetch import fetch_cluster_info, fetch_heldout
     from glisp_serving.client.sampling_client import SamplingClient
     from glisp_serving.cluster.cluster_file import ClusterSpec
@@ -108,6 +110,7 @@ def open_cluster(cluster_file: str | Path, cfg: Config) -> GraphSource:
         heldout_fn=lambda: fetch_heldout(spec, cfg.client),
         close_fn=client.close,
         description=f"{spec.num_parts} servers of run {spec.run} ({cluster_file})",
+        embeddings=RemoteEmbeddings(client.backend),
     )
 
 
@@ -153,6 +156,7 @@ def open_in_process(dataset: str | Path, run: str, cfg: Config) -> GraphSource:
     from glisp_sampling.inprocess import LocalBackend
     from glisp_serving.cluster.cluster_file import num_parts_of
     from glisp_serving.server.partition_cache import local_partition
+    from glisp_train.node_embeddings import LocalEmbeddings
 
     dv = resolve_dataset(dataset, cfg.dataset.root)
     parts = num_parts_of(dv, run)
@@ -183,6 +187,7 @@ def open_in_process(dataset: str | Path, run: str, cfg: Config) -> GraphSource:
         heldout_fn=lambda: read_heldout(dv, run),
         close_fn=close,
         description=f"in process, run {run} of {dv.path}",
+        embeddings=LocalEmbeddings(reader.master_gids, cfg.serve.embedding_mb),
     )
 
 

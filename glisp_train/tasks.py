@@ -9,7 +9,7 @@ every evaluation ends with the same numbers on every process, so that early stop
   out-degree in the served training graph, then one of its out-edges uniformly: each edge with
   probability 1/|E|), negatives are (source, uniform vertex) pairs, the vertex drawn among those of the
   positive destination's type on a typed graph (items for a user, never other users); binary cross-entropy
-  on dot-product scores. Evaluation ranks every held-out edge against ``eval_negatives`` uniform negatives
+  on dot-product scores, or BPR (``train.link_loss = "bpr"``: each positive scored above its negatives). Evaluation ranks every held-out edge against ``eval_negatives`` uniform negatives
   (of its destination's type) of its source (MRR) and takes the AUC over all of them.
 """
 
@@ -59,6 +59,7 @@ class Ctx:
     eval_batch_size: int
     max_batches: int
     seed: int
+    embeddings: Any = None  # glisp_train.node_embeddings.NodeEmbeddings: learnable rows beside the features
 
 
 @torch.no_grad()
@@ -172,6 +173,7 @@ class LinkTask:
     negatives: int
     eval_negatives: int
     vtype: np.ndarray | None = None  # vertex type code per vertex of a typed graph: negatives keep the type
+    loss_kind: str = "bce"  # or "bpr": -log sigmoid(positive - negative), averaged over each positive's negatives
     name: str = "link"
     metric: str = "mrr"
     _eval_negs: dict[str, np.ndarray] = field(default_factory=dict)
@@ -232,6 +234,8 @@ class LinkTask:
         s, d, n = (torch.from_numpy(a).to(ctx.device) for a in b.extra)
         pos = link_scores(h[s], h[d])
         neg = link_scores(h[s].unsqueeze(1).expand(-1, n.shape[1], -1), h[n])
+        if self.loss_kind == "bpr":
+            return F.softplus(neg - pos.unsqueeze(1)).mean(dim=1).sum(), len(s), {}
         loss = F.binary_cross_entropy_with_logits(pos, torch.ones_like(pos), reduction="sum")
         loss = loss + F.binary_cross_entropy_with_logits(neg, torch.zeros_like(neg), reduction="sum") / n.shape[1]
         return loss, len(s), {}

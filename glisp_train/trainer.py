@@ -20,11 +20,13 @@ import torch
 from glisp_core.config import Config, TrainConfig
 from glisp_core.errors import ConfigError, GlispError
 from glisp_core.models import ARCHS, ModelSpec, build_model, follows_slice_protocol, is_factory, typed_relations
+from glisp_core.sparse_embedding import TableSpec
 from glisp_sampling.khop import Fanout
 from glisp_train.cache import CacheCounters, FeatureCache, hot_degree
 from glisp_train.dist import Dist, all_sum, broadcast_params, reduce_gradients
 from glisp_train.full_eval import FullEval, SampledEval
 from glisp_train.loader import Loader, LoaderTimes
+from glisp_train.node_embeddings import NodeEmbeddings, table_name
 from glisp_train.progress import Progress
 from glisp_train.source import GraphSource
 from glisp_train.tasks import Ctx, LinkTask, NodeTask, node_split
@@ -45,6 +47,7 @@ class TrainResult:
     cache_rows: int = 0
     cache_bytes: int = 0
     evaluation: dict[str, Any] = field(default_factory=dict)  # what val and test were measured on (evaluation_of)
+    embeddings: NodeEmbeddings | None = None  # the learnable rows (their best-epoch snapshot), still on the holder
 
 
 def hop_fanouts(
@@ -75,9 +78,14 @@ def hop_fanouts(
 
 
 def model_spec(tc: TrainConfig, source: GraphSource, out_dim: int) -> ModelSpec:
-    d = source.feature_dim
+    d = source.feature_dim + max(0, tc.node_embeddings)  # features, then the learnable rows
     if d <= 0:
-        raise GlispError(f"{source.description}: the dataset has no vertex features (schema feature_dim = 0)")
+        raise GlispError(
+            f"{source.description}: the dataset has no vertex features (schema feature_dim = 0); learn a row per "
+            "vertex instead with train.node_embeddings = DIM (--node-embeddings DIM)"
+        )
+    if tc.model == "lightgcn" and tc.task == "link":
+        out_dim = d  # LightGCN has no weights: its output is as wide as its input
     custom = is_factory(tc.model)
     if not custom and tc.model not in ARCHS:
         raise ConfigError("train", "model", f"expected one of {ARCHS} or 'package.module:factory' (got {tc.model!r})")
@@ -109,7 +117,11 @@ def make_task(tc: TrainConfig, source: GraphSource) -> tuple[Any, str, dict[str,
     m = int(out_deg.sum())
     typed = len(source.schema.get("vertex_types") or []) > 1
     vtype = source.info.vertex_types() if typed else None  # negatives of the destination's type
-    task = LinkTask(source.backend, out_deg, m, held, source.num_vertices, tc.negatives, tc.eval_negatives, vtype)
+    if tc.link_loss not in ("bce", "bpr"):
+        raise ConfigError("train", "link_loss", f"expected 'bce' or 'bpr' (got {tc.link_loss!r})")
+    task = LinkTask(
+        source.backend, out_deg, m, held, source.num_vertices, tc.negatives, tc.eval_negatives, vtype, tc.link_loss
+    )
     counts = {
         "train_edges": m,
         "val_edges": int((held["split"] == 1).sum()),
@@ -124,7 +136,7 @@ class Session:
 
     task: Any
     model: Any  # a GNN, or what a user's factory built
-    opt: torch.optim.Optimizer
+    opt: torch.optim.Optimizer | None  # None: a model without weights (LightGCN learns only node embeddings)
     cache: FeatureCache
     train_loader: Loader
     evaluator: FullEval | SampledEval
@@ -148,19 +160,25 @@ def setup(cfg: Config, source: GraphSource, d: Dist) -> Session:
     model = build_model(spec).to(d.device)
     typed = bool(typed_relations(model))
     broadcast_params(model, d)
-    opt = torch.optim.Adam(model.parameters(), lr=tc.lr, weight_decay=tc.weight_decay)
+    params = list(model.parameters())
+    opt = torch.optim.Adam(params, lr=tc.lr, weight_decay=tc.weight_decay) if params else None
+    emb = open_node_embeddings(tc, source, d)
     out_deg, in_deg = source.info.degrees()
     cache_dev = d.device if tc.cache_device == "auto" else torch.device("cpu")
     t = time.perf_counter()
     cache = source.submit(
         FeatureCache.build(
-            source.backend, hot_degree(out_deg, in_deg, tc.direction), tc.feature_cache_mb << 20, spec.in_dim, cache_dev
+            source.backend,
+            hot_degree(out_deg, in_deg, tc.direction),
+            tc.feature_cache_mb << 20,
+            source.feature_dim,
+            cache_dev,
         )
     ).result()
     cache_fill_s = time.perf_counter() - t
     fan = hop_fanouts(tc, source.edge_types, typed=typed)
-    train_loader = Loader(source, fan, cache, tc.prefetch, tc.direction, task.expand())
-    evaluator = make_evaluator(tc, source, cache, model, typed)
+    train_loader = Loader(source, fan, cache, tc.prefetch, tc.direction, task.expand(), emb)
+    evaluator = make_evaluator(tc, source, cache, model, typed, emb)
     ctx = Ctx(
         model,
         cache,
@@ -171,13 +189,30 @@ def setup(cfg: Config, source: GraphSource, d: Dist) -> Session:
         tc.eval_batch_size or tc.batch_size,
         tc.max_batches,
         tc.seed,
+        emb,
     )
     timings = {"setup_s": round(time.perf_counter() - t0, 3), "cache_fill_s": round(cache_fill_s, 3)}
     return Session(task, model, opt, cache, train_loader, evaluator, ctx, split_source, counts, timings)
 
 
+def open_node_embeddings(tc: TrainConfig, source: GraphSource, d: Dist) -> NodeEmbeddings | None:
+    """The run's learnable node embedding table on the source's holder (None when train.node_embeddings = 0).
+    With ``train.prefetch = 0`` every update is applied before the next batch is fetched (exact, slower)."""
+    if tc.node_embeddings <= 0:
+        return None
+    if tc.embedding_lr <= 0:
+        raise ConfigError("train", "embedding_lr", f"must be positive (got {tc.embedding_lr})")
+    spec = TableSpec(table_name(tc.name or f"{tc.task}-{tc.model}", d), tc.node_embeddings, tc.seed, tc.embedding_lr)
+    return NodeEmbeddings.open(source.embeddings, spec, source.submit, sync=tc.prefetch == 0)
+
+
 def make_evaluator(
-    tc: TrainConfig, source: GraphSource, cache: FeatureCache, model: Any, typed: bool
+    tc: TrainConfig,
+    source: GraphSource,
+    cache: FeatureCache,
+    model: Any,
+    typed: bool,
+    emb: NodeEmbeddings | None = None,
 ) -> FullEval | SampledEval:
     """Validation and test at full neighbourhoods (``train.evaluation = "full"``) or on sampled trees; a model
     without the slice protocol is evaluated on sampled trees, and the evaluation record says why."""
@@ -186,7 +221,7 @@ def make_evaluator(
         return FullEval(source, cache, tc.direction, rel, tc.layers, tc.eval_batch_size or tc.batch_size)
     fan = hop_fanouts(tc, source.edge_types, True, typed)
     why = "" if tc.evaluation == "sampled" else "the model has no slice protocol (num_layers, layer(i, ...))"
-    return SampledEval(Loader(source, fan, cache, tc.prefetch, tc.direction), fan, why)
+    return SampledEval(Loader(source, fan, cache, tc.prefetch, tc.direction, embeddings=emb), fan, why)
 
 
 def evaluation_of(evaluator: FullEval | SampledEval) -> dict[str, Any]:
@@ -225,6 +260,8 @@ def train(cfg: Config, source: GraphSource, d: Dist, progress: Progress | None =
         if val[task.metric] > best:
             best, best_epoch, bad = val[task.metric], epoch, 0
             best_state = copy.deepcopy({k: v.detach().cpu() for k, v in model.state_dict().items()})
+            if s.ctx.embeddings is not None:
+                s.ctx.embeddings.snapshot()  # the rows that go with these weights
         else:
             bad += 1
             if cfg.train.patience and bad >= cfg.train.patience:
@@ -232,6 +269,8 @@ def train(cfg: Config, source: GraphSource, d: Dist, progress: Progress | None =
                 break
     assert best_state is not None
     model.load_state_dict(best_state)
+    if s.ctx.embeddings is not None:
+        s.ctx.embeddings.use_snapshot = True  # test and the checkpoint: the best epoch's rows
     t = time.perf_counter()
     test = task.evaluate(s.ctx, s.evaluator, "test", LoaderTimes())
     val_best = {k: v for k, v in epochs[best_epoch - 1].items() if k.startswith("val_")}
@@ -254,10 +293,11 @@ def train(cfg: Config, source: GraphSource, d: Dist, progress: Progress | None =
         len(s.cache.ids),
         s.cache.nbytes,
         evaluation_of(s.evaluator),
+        s.ctx.embeddings,
     )
 
 
-def run_epoch(ctx: Ctx, task: Any, loader: Loader, opt: torch.optim.Optimizer, epoch: int, progress: Progress):
+def run_epoch(ctx: Ctx, task: Any, loader: Loader, opt: torch.optim.Optimizer | None, epoch: int, progress: Progress):
     """One pass over this process's batches; returns the epoch's record (summed over processes)."""
     ctx.model.train()
     items = task.epoch_items(ctx, epoch)
@@ -266,14 +306,19 @@ def run_epoch(ctx: Ctx, task: Any, loader: Loader, opt: torch.optim.Optimizer, e
     loss_sum = seen = correct = 0.0
     progress.epoch_start(epoch, len(items))
     for b in loader.batches(items, ctx.seed * 7_368_787 + epoch, times):
-        opt.zero_grad(set_to_none=True)
+        if opt is not None:
+            opt.zero_grad(set_to_none=True)
         n = 0
         if not b.empty:
             loss, n, st = task.loss(ctx, b)
             loss.backward()
             loss_sum += float(loss.detach())
             correct += st.get("correct", 0.0)
-        if reduce_gradients(ctx.model, n, ctx.dist):
+        total = reduce_gradients(ctx.model, n, ctx.dist)
+        if total and ctx.embeddings is not None and b.emb_leaf is not None and b.emb_leaf.grad is not None:
+            assert b.sampled is not None
+            ctx.embeddings.push(b.sampled.input_ids.numpy(), b.emb_leaf.grad / total)
+        if total and opt is not None:
             opt.step()
         seen += n
         progress.step(loss_sum / seen if seen else 0.0)

@@ -136,6 +136,10 @@ class _Stub:
             "Lookup": (pb.LookupRequest, pb.LookupResponse),
             "VertexInfo": (pb.VertexInfoRequest, pb.VertexInfoResponse),
             "Stats": (pb.StatsRequest, pb.StatsResponse),
+            "EmbedCreate": (pb.EmbedCreateRequest, pb.EmbedCreateResponse),
+            "EmbedFetch": (pb.EmbedFetchRequest, pb.EmbedFetchResponse),
+            "EmbedUpdate": (pb.EmbedUpdateRequest, pb.EmbedUpdateResponse),
+            "EmbedControl": (pb.EmbedControlRequest, pb.EmbedControlResponse),
         }
         for name, (req, resp) in rpcs.items():
             raw = name in ("Gather", "Lookup")  # wire bytes both ways (glisp_serving.wire.encode/decode)

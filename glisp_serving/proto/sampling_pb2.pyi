@@ -299,3 +299,75 @@ class HeldOutChunk(_message.Message):
     etype: Array
     split: Array
     def __init__(self, total: _Optional[int] = ..., src: _Optional[_Union[Array, _Mapping]] = ..., dst: _Optional[_Union[Array, _Mapping]] = ..., etype: _Optional[_Union[Array, _Mapping]] = ..., split: _Optional[_Union[Array, _Mapping]] = ...) -> None: ...
+
+class EmbedCreateRequest(_message.Message):
+    __slots__ = ("table", "dim", "seed", "lr", "eps", "version")
+    TABLE_FIELD_NUMBER: _ClassVar[int]
+    DIM_FIELD_NUMBER: _ClassVar[int]
+    SEED_FIELD_NUMBER: _ClassVar[int]
+    LR_FIELD_NUMBER: _ClassVar[int]
+    EPS_FIELD_NUMBER: _ClassVar[int]
+    VERSION_FIELD_NUMBER: _ClassVar[int]
+    table: str
+    dim: int
+    seed: int
+    lr: float
+    eps: float
+    version: str
+    def __init__(self, table: _Optional[str] = ..., dim: _Optional[int] = ..., seed: _Optional[int] = ..., lr: _Optional[float] = ..., eps: _Optional[float] = ..., version: _Optional[str] = ...) -> None: ...
+
+class EmbedCreateResponse(_message.Message):
+    __slots__ = ("rows", "bytes", "existed")
+    ROWS_FIELD_NUMBER: _ClassVar[int]
+    BYTES_FIELD_NUMBER: _ClassVar[int]
+    EXISTED_FIELD_NUMBER: _ClassVar[int]
+    rows: int
+    bytes: int
+    existed: bool
+    def __init__(self, rows: _Optional[int] = ..., bytes: _Optional[int] = ..., existed: _Optional[bool] = ...) -> None: ...
+
+class EmbedFetchRequest(_message.Message):
+    __slots__ = ("table", "vertices", "snapshot")
+    TABLE_FIELD_NUMBER: _ClassVar[int]
+    VERTICES_FIELD_NUMBER: _ClassVar[int]
+    SNAPSHOT_FIELD_NUMBER: _ClassVar[int]
+    table: str
+    vertices: Array
+    snapshot: bool
+    def __init__(self, table: _Optional[str] = ..., vertices: _Optional[_Union[Array, _Mapping]] = ..., snapshot: _Optional[bool] = ...) -> None: ...
+
+class EmbedFetchResponse(_message.Message):
+    __slots__ = ("rows",)
+    ROWS_FIELD_NUMBER: _ClassVar[int]
+    rows: Array
+    def __init__(self, rows: _Optional[_Union[Array, _Mapping]] = ...) -> None: ...
+
+class EmbedUpdateRequest(_message.Message):
+    __slots__ = ("table", "vertices", "grads")
+    TABLE_FIELD_NUMBER: _ClassVar[int]
+    VERTICES_FIELD_NUMBER: _ClassVar[int]
+    GRADS_FIELD_NUMBER: _ClassVar[int]
+    table: str
+    vertices: Array
+    grads: Array
+    def __init__(self, table: _Optional[str] = ..., vertices: _Optional[_Union[Array, _Mapping]] = ..., grads: _Optional[_Union[Array, _Mapping]] = ...) -> None: ...
+
+class EmbedUpdateResponse(_message.Message):
+    __slots__ = ("rows",)
+    ROWS_FIELD_NUMBER: _ClassVar[int]
+    rows: int
+    def __init__(self, rows: _Optional[int] = ...) -> None: ...
+
+class EmbedControlRequest(_message.Message):
+    __slots__ = ("table", "action")
+    TABLE_FIELD_NUMBER: _ClassVar[int]
+    ACTION_FIELD_NUMBER: _ClassVar[int]
+    table: str
+    action: str
+    def __init__(self, table: _Optional[str] = ..., action: _Optional[str] = ...) -> None: ...
+
+class EmbedControlResponse(_message.Message):
+    __slots__ = ("done",)
+    DONE_FIELD_NUMBER: _ClassVar[int]
+    done: bool
+    def __init__(self, done: _Optional[bool] = ...) -> None: ...

@@ -74,6 +74,26 @@ class SamplingStub:
                 request_serializer=glisp__serving_dot_proto_dot_sampling__pb2.HeldOutRequest.SerializeToString,
                 response_deserializer=glisp__serving_dot_proto_dot_sampling__pb2.HeldOutChunk.FromString,
                 _registered_method=True)
+        self.EmbedCreate = channel.unary_unary(
+                '/glisp.sampling.v1.Sampling/EmbedCreate',
+                request_serializer=glisp__serving_dot_proto_dot_sampling__pb2.EmbedCreateRequest.SerializeToString,
+                response_deserializer=glisp__serving_dot_proto_dot_sampling__pb2.EmbedCreateResponse.FromString,
+                _registered_method=True)
+        self.EmbedFetch = channel.unary_unary(
+                '/glisp.sampling.v1.Sampling/EmbedFetch',
+                request_serializer=glisp__serving_dot_proto_dot_sampling__pb2.EmbedFetchRequest.SerializeToString,
+                response_deserializer=glisp__serving_dot_proto_dot_sampling__pb2.EmbedFetchResponse.FromString,
+                _registered_method=True)
+        self.EmbedUpdate = channel.unary_unary(
+                '/glisp.sampling.v1.Sampling/EmbedUpdate',
+                request_serializer=glisp__serving_dot_proto_dot_sampling__pb2.EmbedUpdateRequest.SerializeToString,
+                response_deserializer=glisp__serving_dot_proto_dot_sampling__pb2.EmbedUpdateResponse.FromString,
+                _registered_method=True)
+        self.EmbedControl = channel.unary_unary(
+                '/glisp.sampling.v1.Sampling/EmbedControl',
+                request_serializer=glisp__serving_dot_proto_dot_sampling__pb2.EmbedControlRequest.SerializeToString,
+                response_deserializer=glisp__serving_dot_proto_dot_sampling__pb2.EmbedControlResponse.FromString,
+                _registered_method=True)
 
 
 class SamplingServicer:
@@ -130,6 +150,32 @@ class SamplingServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def EmbedCreate(self, request, context):
+        """Learnable node embeddings (glisp_core.sparse_embedding): each server holds the rows of its masters.
+        A table lives on the first replica of each partition only, in memory, until released.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def EmbedFetch(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def EmbedUpdate(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def EmbedControl(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_SamplingServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -172,6 +218,26 @@ def add_SamplingServicer_to_server(servicer, server):
                     servicer.HeldOutEdges,
                     request_deserializer=glisp__serving_dot_proto_dot_sampling__pb2.HeldOutRequest.FromString,
                     response_serializer=glisp__serving_dot_proto_dot_sampling__pb2.HeldOutChunk.SerializeToString,
+            ),
+            'EmbedCreate': grpc.unary_unary_rpc_method_handler(
+                    servicer.EmbedCreate,
+                    request_deserializer=glisp__serving_dot_proto_dot_sampling__pb2.EmbedCreateRequest.FromString,
+                    response_serializer=glisp__serving_dot_proto_dot_sampling__pb2.EmbedCreateResponse.SerializeToString,
+            ),
+            'EmbedFetch': grpc.unary_unary_rpc_method_handler(
+                    servicer.EmbedFetch,
+                    request_deserializer=glisp__serving_dot_proto_dot_sampling__pb2.EmbedFetchRequest.FromString,
+                    response_serializer=glisp__serving_dot_proto_dot_sampling__pb2.EmbedFetchResponse.SerializeToString,
+            ),
+            'EmbedUpdate': grpc.unary_unary_rpc_method_handler(
+                    servicer.EmbedUpdate,
+                    request_deserializer=glisp__serving_dot_proto_dot_sampling__pb2.EmbedUpdateRequest.FromString,
+                    response_serializer=glisp__serving_dot_proto_dot_sampling__pb2.EmbedUpdateResponse.SerializeToString,
+            ),
+            'EmbedControl': grpc.unary_unary_rpc_method_handler(
+                    servicer.EmbedControl,
+                    request_deserializer=glisp__serving_dot_proto_dot_sampling__pb2.EmbedControlRequest.FromString,
+                    response_serializer=glisp__serving_dot_proto_dot_sampling__pb2.EmbedControlResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -390,6 +456,114 @@ class Sampling:
             '/glisp.sampling.v1.Sampling/HeldOutEdges',
             glisp__serving_dot_proto_dot_sampling__pb2.HeldOutRequest.SerializeToString,
             glisp__serving_dot_proto_dot_sampling__pb2.HeldOutChunk.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def EmbedCreate(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/glisp.sampling.v1.Sampling/EmbedCreate',
+            glisp__serving_dot_proto_dot_sampling__pb2.EmbedCreateRequest.SerializeToString,
+            glisp__serving_dot_proto_dot_sampling__pb2.EmbedCreateResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def EmbedFetch(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/glisp.sampling.v1.Sampling/EmbedFetch',
+            glisp__serving_dot_proto_dot_sampling__pb2.EmbedFetchRequest.SerializeToString,
+            glisp__serving_dot_proto_dot_sampling__pb2.EmbedFetchResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def EmbedUpdate(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/glisp.sampling.v1.Sampling/EmbedUpdate',
+            glisp__serving_dot_proto_dot_sampling__pb2.EmbedUpdateRequest.SerializeToString,
+            glisp__serving_dot_proto_dot_sampling__pb2.EmbedUpdateResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def EmbedControl(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/glisp.sampling.v1.Sampling/EmbedControl',
+            glisp__serving_dot_proto_dot_sampling__pb2.EmbedControlRequest.SerializeToString,
+            glisp__serving_dot_proto_dot_sampling__pb2.EmbedControlResponse.FromString,
             options,
             channel_credentials,
             insecure,

@@ -33,6 +33,7 @@ from glisp_sampling.gather import VERSION_MISMATCH, PartitionSampler, RequestErr
 from glisp_serving.proto import sampling_pb2 as pb
 from glisp_serving.proto import sampling_pb2_grpc as pb_grpc
 from glisp_serving.security import bind, health_only_server, server_interceptors
+from glisp_serving.server.embed_rpcs import EmbeddingService
 from glisp_serving.server.info_stream import heldout_chunks, routing_chunks
 from glisp_serving.server.lifecycle import ServingState, StopDuringStart
 from glisp_serving.server.memory import map_large_allocations, release_clean_library_pages, snapshot
@@ -102,6 +103,7 @@ class SamplingServicer(pb_grpc.SamplingServicer):
         rss_import: int = 0,
         max_streams: int = 64,
         state: ServingState | None = None,
+        embedding_mb: int = 1024,
     ) -> None:
         self.served = served  # replaced in one assignment by a reload; a request reads it once
         self.reloader: Reloader | None = None
@@ -118,6 +120,7 @@ class SamplingServicer(pb_grpc.SamplingServicer):
         self._streams: dict[int, tuple[grpc.ServicerContext, list[bool]]] = {}
         self._stopping = False
         self.token_required = False  # every call carries a checked bearer token (serve.token_file)
+        self.embeddings = EmbeddingService(self, embedding_mb)  # learnable node embeddings of the masters
 
     @staticmethod
     def _invalid(context: grpc.ServicerContext, e: Exception) -> None:
@@ -407,6 +410,18 @@ def add_servicer(servicer: SamplingServicer, server: grpc.Server) -> None:
         )
         for name, (req, resp) in rpcs.items()
     }
+    embed: dict[str, tuple[type[Message], type[Message]]] = {
+        "EmbedCreate": (pb.EmbedCreateRequest, pb.EmbedCreateResponse),
+        "EmbedFetch": (pb.EmbedFetchRequest, pb.EmbedFetchResponse),
+        "EmbedUpdate": (pb.EmbedUpdateRequest, pb.EmbedUpdateResponse),
+        "EmbedControl": (pb.EmbedControlRequest, pb.EmbedControlResponse),
+    }
+    for name, (req, resp) in embed.items():
+        handlers[name] = grpc.unary_unary_rpc_method_handler(
+            getattr(servicer.embeddings, name),
+            request_deserializer=req.FromString,
+            response_serializer=resp.SerializeToString,
+        )
     handlers["GatherStream"] = grpc.stream_stream_rpc_method_handler(servicer.GatherStream)
     streamed: dict[str, tuple[type[Message], type[Message]]] = {
         "Routing": (pb.RoutingRequest, pb.RoutingChunk),
@@ -505,7 +520,7 @@ def _serve(
     served, baseline, rss_import = _open_served(dv, run, part, cfg)
     interceptors = server_interceptors(cfg)  # the bearer token check, when one is configured
     server = _grpc_server(cfg, interceptors)
-    servicer = SamplingServicer(served, baseline, rss_import, cfg.max_streams, state)
+    servicer = SamplingServicer(served, baseline, rss_import, cfg.max_streams, state, cfg.embedding_mb)
     servicer.reloader = Reloader(servicer, part, cfg)
     servicer.token_required = bool(interceptors)
     add_servicer(servicer, server)

@@ -341,3 +341,28 @@ def test_a_link_model_scores_the_held_out_test_edges_only_from_the_training_grap
     assert ev["recall@20"] == pytest.approx(np.mean(rec), abs=1e-4) and ev["ndcg@20"] == pytest.approx(
         np.mean(ndcg), abs=1e-4
     )
+
+
+def test_node_embeddings_are_layer_zero_after_the_features_and_lightgcn_equals_the_full_graph_forward(
+    spark, infer_graph
+) -> None:
+    """A checkpoint with learnable rows (train.node_embeddings): layer 0 is [features, rows] by vertex, and LightGCN
+    at full fanout over them equals the in-memory forward pass."""
+    from glisp_core.models import ModelSpec, build_model
+    from glisp_infer.job import run_infer
+    from glisp_train.publish import publish_model
+
+    g = infer_graph
+    learnt = np.random.default_rng(4).normal(size=(g.n, 4)).astype(np.float32)
+    d = g.features.shape[1] + 4
+    model = build_model(ModelSpec(arch="lightgcn", in_dim=d, hidden=d, out_dim=d, layers=2, task="link"))
+    publish_model(g.dv, "lightgcn-ne", model, g.run, node_embeddings=learnt)
+    rec = run_infer(spark, infer_cfg(model="lightgcn-ne", run="lightgcn-ne"), g.dv)
+    inputs = np.concatenate([g.features, learnt], axis=1)
+    np.testing.assert_array_equal(_rows_by_vid(g, rec, 0)[0], inputs)
+    h = torch.from_numpy(inputs)
+    ei = torch.stack([torch.from_numpy(g.src), torch.from_numpy(g.dst)])
+    with torch.no_grad():
+        for i in range(model.num_layers):
+            h = model.layer(i, h, ei, g.n)
+    np.testing.assert_allclose(_rows_by_vid(g, rec)[0], h.numpy(), rtol=1e-4, atol=1e-5)
