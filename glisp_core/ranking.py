@@ -74,3 +74,24 @@ def recall_ndcg(top: np.ndarray, truth: Sequence[np.ndarray], ks: Sequence[int])
         out[f"ndcg@{k}"] = float(np.mean(ndcg)) if ndcg else 0.0
     out["ranked_users"] = len(users)
     return out
+
+
+def held_out_users(src: np.ndarray, dst: np.ndarray, limit: int, seed: int) -> tuple[np.ndarray, list[np.ndarray]]:
+    """The sources ranked (all, or a seeded sample of ``limit``; sorted) and each one's held-out destinations."""
+    src, dst = np.asarray(src, np.int64), np.asarray(dst, np.int64)
+    users = np.unique(src)
+    if len(users) > limit:
+        users = np.sort(np.random.default_rng([seed, 3]).choice(users, limit, replace=False))
+    order = np.argsort(src, kind="stable")
+    lo, hi = np.searchsorted(src[order], users, "left"), np.searchsorted(src[order], users, "right")
+    return users, [np.unique(dst[order][a:b]) for a, b in zip(lo, hi, strict=True)]
+
+
+def items_of(users: np.ndarray, s: np.ndarray, d: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """CSR (indptr, ids sorted within each row) of the destinations of ``users`` among the edges (s, d)."""
+    order = np.lexsort((d, s))
+    s, d = np.asarray(s, np.int64)[order], np.asarray(d, np.int64)[order]
+    bounds = zip(np.searchsorted(s, users, "left"), np.searchsorted(s, users, "right"), strict=True)
+    parts = [np.unique(d[a:b]) for a, b in bounds]
+    indptr = np.concatenate([[0], np.cumsum([len(p) for p in parts])]).astype(np.int64)
+    return indptr, (np.concatenate(parts) if parts else np.empty(0, np.int64))

@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from glisp_core.dataset.layout import DST, SRC, VID, VTYPE, DatasetVersion
-from glisp_core.ranking import TopK, recall_ndcg
+from glisp_core.ranking import TopK, held_out_users, items_of, recall_ndcg
 from glisp_core.storage.uri import StoreURI
 from glisp_spark.tables import read_parquet
 
@@ -61,14 +61,7 @@ def _training_items(spark: SparkSession, dv: DatasetVersion, users: np.ndarray, 
     )
     s, d = rows.column(SRC).to_numpy().astype(np.int64), rows.column(DST).to_numpy().astype(np.int64)
     keep = ~np.isin(_pairs(s, d), _pairs(held["src"], held["dst"]))
-    s, d = s[keep], d[keep]
-    order = np.lexsort((d, s))
-    s, d = s[order], d[order]
-    indptr = np.searchsorted(s, users, side="left"), np.searchsorted(s, users, side="right")
-    parts = [np.unique(d[a:b]) for a, b in zip(*indptr, strict=True)]
-    return np.concatenate([[0], np.cumsum([len(p) for p in parts])]), (
-        np.concatenate(parts) if parts else np.empty(0, np.int64)
-    )
+    return items_of(users, s[keep], d[keep])
 
 
 def ranking_scores(spark: SparkSession, dv: DatasetVersion, out: StoreURI, held: dict, seed: int) -> dict[str, Any]:
@@ -77,14 +70,9 @@ def ranking_scores(spark: SparkSession, dv: DatasetVersion, out: StoreURI, held:
 
     test = held["split"] == 2
     src, dst = held["src"][test].astype(np.int64), held["dst"][test].astype(np.int64)
-    users = np.unique(src)
+    users, truth = held_out_users(src, dst, RANK_USERS, seed)
     if not len(users):
         return {}
-    if len(users) > RANK_USERS:
-        users = np.sort(np.random.default_rng([seed, 3]).choice(users, RANK_USERS, replace=False))
-    order = np.argsort(src, kind="stable")
-    lo, hi = np.searchsorted(src[order], users, "left"), np.searchsorted(src[order], users, "right")
-    truth = [np.unique(dst[order][a:b]) for a, b in zip(lo, hi, strict=True)]
     q = np.zeros((len(users), 0), np.float32)
     dst_types: dict[str, int] = {}
     for b in _batches(dv, out / "embeddings", [VID, VTYPE, "embedding"]):  # pass 1: the users' rows, dst types

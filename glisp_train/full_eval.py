@@ -52,7 +52,7 @@ class SampledEval:
     def __init__(self, loader: Loader, fanouts: list[Any], why: str = "") -> None:
         self.loader, self.fanouts, self.why = loader, fanouts, why  # why: the reason when full was asked for
 
-    def embed(self, ctx: Any, ids: np.ndarray, times: LoaderTimes) -> tuple[np.ndarray, np.ndarray]:
+    def embed(self, ctx: Any, ids: np.ndarray, times: LoaderTimes, keep: bool = True) -> tuple[np.ndarray, np.ndarray]:
         return embed(ctx, self.loader, ids, times)
 
 
@@ -73,13 +73,17 @@ class FullEval:
         self.batch = max(1, min(batch_size, REQUEST_EDGES // (full * max(1, len(relations)))))
         self._plans: dict[bytes, _Plan] = {}
 
-    def embed(self, ctx: Any, ids: np.ndarray, times: LoaderTimes) -> tuple[np.ndarray, np.ndarray]:
-        """Outputs of this process's share of ``ids`` (contiguous shares: every process computes its own)."""
+    def embed(self, ctx: Any, ids: np.ndarray, times: LoaderTimes, keep: bool = True) -> tuple[np.ndarray, np.ndarray]:
+        """Outputs of this process's share of ``ids`` (contiguous shares: every process computes its own).
+        ``keep``: reuse the set's plan in later evaluations (validation and test sets), not for one-off sets."""
         share = np.unique(np.array_split(np.asarray(ids, np.int64), ctx.dist.world)[ctx.dist.rank])
         key = share.tobytes()
-        if key not in self._plans:
-            self._plans[key] = self.source.submit(self._build(share)).result()
-        return share, self._forward(ctx, self._plans[key])
+        plan = self._plans.get(key)
+        if plan is None:
+            plan = self.source.submit(self._build(share)).result()
+            if keep:
+                self._plans[key] = plan
+        return share, self._forward(ctx, plan)
 
     async def _build(self, ids: np.ndarray) -> _Plan:
         sets: list[np.ndarray] = [np.empty(0, np.int64)] * self.layers + [ids]

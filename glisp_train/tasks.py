@@ -174,6 +174,7 @@ class LinkTask:
     eval_negatives: int
     vtype: np.ndarray | None = None  # vertex type code per vertex of a typed graph: negatives keep the type
     loss_kind: str = "bce"  # or "bpr": -log sigmoid(positive - negative), averaged over each positive's negatives
+    submit: Any = None  # runs a coroutine of ``backend`` (the source's): the test ranking's Gathers
     name: str = "link"
     metric: str = "mrr"
     _eval_negs: dict[str, np.ndarray] = field(default_factory=dict)
@@ -271,4 +272,8 @@ class LinkTask:
         res: dict[str, Any] = mrr_auc(pos_s, neg_s)
         if which == "test":
             res["predictions"] = (src, dst, pos_s)
+            if self.submit is not None:
+                from glisp_train.rank_test import rank_test_edges
+
+                res.update(rank_test_edges(ctx, evaluator, self, times))
         return res

@@ -120,7 +120,16 @@ def make_task(tc: TrainConfig, source: GraphSource) -> tuple[Any, str, dict[str,
     if tc.link_loss not in ("bce", "bpr"):
         raise ConfigError("train", "link_loss", f"expected 'bce' or 'bpr' (got {tc.link_loss!r})")
     task = LinkTask(
-        source.backend, out_deg, m, held, source.num_vertices, tc.negatives, tc.eval_negatives, vtype, tc.link_loss
+        source.backend,
+        out_deg,
+        m,
+        held,
+        source.num_vertices,
+        tc.negatives,
+        tc.eval_negatives,
+        vtype,
+        tc.link_loss,
+        source.submit,
     )
     counts = {
         "train_edges": m,

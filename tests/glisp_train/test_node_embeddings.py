@@ -75,6 +75,7 @@ def test_lightgcn_learns_node_embeddings_through_the_service_and_the_checkpoint_
     )
     src = open_cluster(lp_cluster.cluster_file, cfg)
     try:
+        held = src.heldout()
         res = train(cfg, src, Dist())
         assert list(res.model.parameters()) == []  # everything it learnt is in the table
         write_outputs(_local(tmp_path / "run"), res, cfg, src)
@@ -91,6 +92,38 @@ def test_lightgcn_learns_node_embeddings_through_the_service_and_the_checkpoint_
     assert moved.mean() > 0.9  # nearly every vertex took part in some batch
     model, meta = load_checkpoint(tmp_path / "run")
     assert meta["node_embeddings"] == {"dim": 16, "path": "node_embeddings"} and model.spec.arch == "lightgcn"
+    # recall@20 / NDCG@20 as glisp train reported them, against numpy over the full training graph
+    want = _recall_ndcg_20(model, np.concatenate([cora.features, rows], 1), cora, held)
+    assert res.test["ranked_users"] == want["users"] > 500
+    assert res.test["recall@20"] == pytest.approx(want["recall"], abs=1e-6) and want["recall"] > 0.05
+    assert res.test["ndcg@20"] == pytest.approx(want["ndcg"], abs=1e-6)
+
+
+def _recall_ndcg_20(model, x, cora, held) -> dict:
+    """Brute force: every vertex's output over the training graph (held-out pairs removed, both directions), each
+    test source's scores against every vertex, its training neighbours left out, the top 20 against its test
+    destinations."""
+    key = lambda a, b: np.minimum(a, b) * cora.n + np.maximum(a, b)  # noqa: E731
+    keep = ~np.isin(key(cora.src, cora.dst), key(held["src"], held["dst"]))
+    s, d = cora.src[keep], cora.dst[keep]
+    h = torch.from_numpy(x)
+    with torch.no_grad():
+        for i in range(model.num_layers):
+            h = model.layer(i, h, torch.stack([torch.from_numpy(s), torch.from_numpy(d)]), cora.n)
+    e = h.numpy()
+    test = held["split"] == 2
+    users = np.unique(held["src"][test])
+    scores = e[users] @ e.T
+    recall, ndcg = [], []
+    disc = 1 / np.log2(np.arange(2, 22))
+    for i, u in enumerate(users):
+        scores[i, d[s == u]] = -np.inf
+        top = np.argsort(-scores[i], kind="stable")[:20]
+        truth = np.unique(held["dst"][test][held["src"][test] == u])
+        hit = np.isin(top, truth)
+        recall.append(hit.sum() / len(truth))
+        ndcg.append((hit * disc).sum() / disc[: min(20, len(truth))].sum())
+    return {"users": len(users), "recall": float(np.mean(recall)), "ndcg": float(np.mean(ndcg))}
 
 
 def _local(path):
