@@ -318,6 +318,7 @@ class TrainConfig:
     split: list[float] = field(default_factory=lambda: [0.6, 0.2, 0.2])  # random split when the dataset has none
     link_val: float = 0.05  # link-split: held-out validation share of edges
     link_test: float = 0.1  # link-split: held-out test share of edges
+    link_heldout: str = ""  # link-split: the user's held-out edges (src, dst, split val/test) instead of the shares
     negatives: int = 1  # link: uniform negative destinations per positive edge in training
     eval_negatives: int = 100  # link: uniform negatives each held-out edge is ranked against (MRR)
     link_loss: Literal["bce", "bpr"] = "bce"  # link: binary cross-entropy, or BPR (each positive above its negatives)

@@ -13,6 +13,7 @@ copy of a held-out edge leaks into training. A pair is a test edge with probabil
 a validation edge with ``train.link_val``. The held-out edges are published in
 ``partition/<RUN>-lp/heldout/`` (eid, src, dst, etype, split 1 = val, 2 = test), and the servers of the
 run stream them to trainers (RPC ``HeldOutEdges``). The split parameters are in the stage's params.
+A split the user gives (``train.link_heldout``, :mod:`glisp_train.given_split`) replaces the hashed one.
 """
 
 from __future__ import annotations
@@ -20,7 +21,7 @@ from __future__ import annotations
 import argparse
 from typing import TYPE_CHECKING, Any
 
-from glisp_core.config import Config
+from glisp_core.config import Config, with_values
 from glisp_core.dataset.layout import DatasetVersion, check_name, resolve_dataset
 from glisp_core.dataset.manifest import StageRecord, read_manifest
 from glisp_core.dataset.publish import StagePublisher
@@ -28,9 +29,10 @@ from glisp_core.dataset.stages import run_of
 from glisp_core.errors import ConfigError
 from glisp_sampling.cluster_facts import HELDOUT_DIR
 from glisp_spark.tables import read_parquet, write_parquet
+from glisp_train.given_split import check_all_edges, given_pairs, pair_key
 
 if TYPE_CHECKING:
-    from pyspark.sql import SparkSession
+    from pyspark.sql import DataFrame, SparkSession
 
 _MASK53 = (1 << 53) - 1
 
@@ -39,6 +41,12 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("dataset", help="dataset version: <root>/<graph>/<version>, <graph>[/<version>]")
     p.add_argument("--run", help="partition run to derive from (default: the latest published)")
     p.add_argument("--name", help="the derived run's name (default <run>-lp)")
+    p.add_argument(
+        "--heldout",
+        metavar="FILE",
+        help="train.link_heldout: hold out exactly these edges (CSV or Parquet of src, dst in original ids and "
+        "split val/test); nothing else is held out",
+    )
     p.add_argument("--force", action="store_true", help="recompute even when published with these settings")
 
 
@@ -70,14 +78,21 @@ def run_link_split(
         "seed": tc.seed,
         "pair": "unordered",
     }
+    if tc.link_heldout:  # the user's split, nothing hidden besides: the shares and seed play no part
+        params.update(val=None, test=None, seed=None, heldout=_fingerprint(tc.link_heldout))
     pub = StagePublisher(dv, f"partition/{name}", params, depends=["ingest", f"partition/{run}"])
     if force or not pub.is_current():
         with pub:
             edges = read_parquet(spark, dv.edges).select("eid", "src", "dst", "etype")
-            h = F.xxhash64(F.least("src", "dst"), F.greatest("src", "dst"), F.lit(int(tc.seed)), F.lit("link-split"))
-            u = h.bitwiseAND(F.lit(_MASK53)).cast("double") / F.lit(float(1 << 53))
-            split = F.when(u < tc.link_test, 2).when(u < tc.link_test + tc.link_val, 1).otherwise(0)
-            tagged = edges.withColumn("split", split.cast("byte")).persist()
+            if tc.link_heldout:
+                tagged = _tag_given(spark, dv, edges, tc.link_heldout).persist()
+            else:
+                h = F.xxhash64(
+                    F.least("src", "dst"), F.greatest("src", "dst"), F.lit(int(tc.seed)), F.lit("link-split")
+                )
+                u = h.bitwiseAND(F.lit(_MASK53)).cast("double") / F.lit(float(1 << 53))
+                split = F.when(u < tc.link_test, 2).when(u < tc.link_test + tc.link_val, 1).otherwise(0)
+                tagged = edges.withColumn("split", split.cast("byte")).persist()
             write_parquet(tagged.filter(F.col("split") > 0), pub.tmp / HELDOUT_DIR)
             assign = read_parquet(spark, dv.assignment(run)).select("eid", "part")
             train = tagged.filter(F.col("split") == 0).select("eid", "src", "dst").join(assign, "eid")
@@ -93,6 +108,31 @@ def run_link_split(
     return rec
 
 
+def _tag_given(spark: SparkSession, dv: DatasetVersion, edges: DataFrame, path: str) -> DataFrame:
+    """``edges`` with the split of the user's held-out file (0 for every edge it does not name)."""
+    from pyspark.sql import functions as F
+
+    given = given_pairs(spark, dv, path).persist()
+    lo, hi = pair_key(F.col("src"), F.col("dst"))
+    keyed = edges.withColumn("lo", lo).withColumn("hi", hi)
+    tagged = keyed.join(given, ["lo", "hi"], "left")
+    check_all_edges(given, tagged.filter(F.col("split").isNotNull()).select("lo", "hi").distinct(), path)
+    given.unpersist()
+    return tagged.select("eid", "src", "dst", "etype", F.coalesce("split", F.lit(0)).cast("byte").alias("split"))
+
+
+def _fingerprint(path: str) -> list[dict[str, Any]]:
+    """What identifies the user's held-out file (or directory of files): sizes and content hashes."""
+    from glisp_core.dataset.publish import file_fingerprints
+    from glisp_core.storage.store import store_for
+    from glisp_core.storage.uri import parse_uri
+
+    uri = parse_uri(path, "train.link_heldout")
+    store = store_for(uri)
+    files = [uri / rel for rel, _ in sorted(store.files(uri))] if store.is_dir(uri) else [uri]
+    return file_fingerprints(files)
+
+
 def main(args: argparse.Namespace, cfg: Config) -> int:
     from glisp_spark.session import get_spark
     from spark_jobs.serialize.job import latest_partition_run
@@ -100,6 +140,8 @@ def main(args: argparse.Namespace, cfg: Config) -> int:
     dv = resolve_dataset(args.dataset, cfg.dataset.root)
     run = args.run or latest_partition_run(read_manifest(dv))
     spark = get_spark(cfg.spark, checkpoint_dir=f"{cfg.dataset.root}/_checkpoints")
+    if args.heldout:
+        cfg = with_values(cfg, "train", link_heldout=args.heldout)
     rec = run_link_split(spark, cfg, dv, run, args.name, args.force)
     new = run_of(rec.name)
     c = rec.counts

@@ -151,6 +151,51 @@ def test_link_split_holds_out_unordered_pairs(cora):
     assert json.loads(cora.dv.store.read_bytes(cora.dv.partition_dir(LP, 0) / "meta.json"))["num_parts"] == 2
 
 
+def test_a_given_held_out_split_is_held_out_exactly_and_bad_rows_are_named(spark, cora, tmp_path):
+    """train.link_heldout: exactly the user's pairs are held out (both directions, every copy), with their split,
+    and nothing else; unknown ids, values or pairs fail naming the file, the column and an example."""
+    from glisp_core.config import load_config, with_values
+    from glisp_core.errors import GlispError
+    from glisp_train.link_split import run_link_split
+
+    rng = np.random.default_rng(5)
+    pick = rng.choice(len(cora.src), 60, replace=False)
+    s, d = cora.src[pick], cora.dst[pick]
+    name = lambda v: [f"paper-{cora.node_ids[i]}" for i in v]  # noqa: E731
+    split = ["test"] * 40 + ["val"] * 20
+    path = tmp_path / "heldout.csv"
+    path.write_text(
+        "src,dst,split\n" + "".join(f"{a},{b},{c}\n" for a, b, c in zip(name(s), name(d), split, strict=True))
+    )
+    cfg = with_values(load_config(env={}), "train", link_heldout=str(path))
+    cfg = with_values(cfg, "serialize", parquet_copy=False)
+    rec = run_link_split(spark, cfg, cora.dv, P2, name="given-lp")
+    assert rec.params["heldout"][0]["sha256"] and rec.params["test"] is None
+    held = pq.read_table(cora.dv.partition("given-lp") / "heldout").to_pydict()
+    key = lambda a, b: (min(a, b), max(a, b))  # noqa: E731
+    want = {key(a, b): (2 if c == "test" else 1) for a, b, c in zip(s.tolist(), d.tolist(), split, strict=True)}
+    got = {key(a, b): c for a, b, c in zip(held["src"], held["dst"], held["split"], strict=True)}
+    assert got == want  # those pairs, with their split, and no other
+    copies = sum(key(a, b) in want for a, b in zip(cora.src.tolist(), cora.dst.tolist(), strict=True))
+    assert len(held["src"]) == copies == rec.counts["heldout_val"] + rec.counts["heldout_test"]
+    assert rec.counts["edges"] == len(cora.src) - copies
+    bad = {
+        "src,dst,split\npaper-nope,paper-{0},test\n": r"column 'src': 1 held-out rows have an id that is not a vertex.*paper-nope",
+        "src,dst,split\npaper-{0},paper-{1},train\n": r"column 'split': 1 held-out rows have a value that is not one of.*'train'",
+        "src,dst\npaper-{0},paper-{1}\n": r"need columns \['src', 'dst', 'split'\]; missing \['split'\]",
+    }
+    far = next(i for i in range(cora.n) if i not in set(cora.dst[cora.src == 0].tolist()) and i != 0)
+    bad["src,dst,split\npaper-{0},paper-{2},test\n"] = (
+        r"column 'src/dst': 1 held-out rows have a pair that is not an edge"
+    )
+    for text, match in bad.items():
+        f = tmp_path / "bad.csv"
+        f.write_text(text.format(cora.node_ids[0], cora.node_ids[cora.dst[cora.src == 0][0]], cora.node_ids[far]))
+        with pytest.raises(GlispError, match=match) as e:
+            run_link_split(spark, with_values(cfg, "train", link_heldout=str(f)), cora.dv, P2, name="bad-lp")
+        assert str(f) in str(e.value)
+
+
 def test_ranking_metrics():
     from glisp_train.tasks import roc_auc
 
