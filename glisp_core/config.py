@@ -321,6 +321,7 @@ class TrainConfig:
     link_heldout: str = ""  # link-split: the user's held-out edges (src, dst, split val/test) instead of the shares
     negatives: int = 1  # link: uniform negative destinations per positive edge in training
     eval_negatives: int = 100  # link: uniform negatives each held-out edge is ranked against (MRR)
+    rank_from: str = ""  # link test ranking: vertex type of the queries (e.g. "user"); "": see glisp_train.rank_test
     link_loss: Literal["bce", "bpr"] = "bce"  # link: binary cross-entropy, or BPR (each positive above its negatives)
     node_embeddings: int = 0  # learnable per-vertex rows of this width beside the features, held by the servers
     embedding_lr: float = 0.01  # their sparse Adagrad learning rate

@@ -240,11 +240,12 @@ class LightGCN(nn.Module):
         return self.spec.layers
 
     def layer(self, i: int, x_src: Tensor, edge_index: Tensor, num_dst: int, edge_type: Tensor | None = None) -> Tensor:
-        from torch_geometric.utils import scatter
-
         d = self.spec.in_dim
         h, acc = (x_src, x_src[:num_dst]) if i == 0 else (x_src[:, :d], x_src[:num_dst, d:])
-        nxt: Tensor = scatter(h[edge_index[0]], edge_index[1], dim=0, dim_size=num_dst, reduce="mean")
+        # the mean over in-neighbours: one index_add and a division by the counts (no second scatter for them)
+        total = h.new_zeros((num_dst, h.shape[1])).index_add_(0, edge_index[1], h[edge_index[0]])
+        count = torch.bincount(edge_index[1], minlength=num_dst).clamp_(min=1).to(h.dtype)
+        nxt = total / count[:, None]
         acc = acc + nxt
         if i == self.spec.layers - 1:
             return acc / (self.spec.layers + 1)

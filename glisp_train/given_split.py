@@ -77,7 +77,6 @@ def _ids_as(ids: DataFrame, key: str, vid: str) -> DataFrame:
 
 def _refuse(bad: DataFrame, path: str, column: str, what: str, *show: str) -> None:
     """GlispError with the count and up to three examples when ``bad`` has rows."""
-    from pyspark.sql import functions as F
 
     examples = bad.select(*show).limit(3).collect()
     if not examples:

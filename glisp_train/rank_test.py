@@ -1,6 +1,7 @@
 """recall@k and NDCG@k of a link model's held-out test edges at the end of ``glisp train``: every candidate of
 the test destinations' type is ranked for each test source (at most ``RANK_USERS``, a seeded sample), the
 source's training neighbours (as served: the held-out edges are not) left out (:mod:`glisp_core.ranking`).
+Which endpoint is the query is :func:`_oriented`'s choice (``train.rank_from``).
 
 Candidates are embedded in chunks by the run's evaluator (full neighbourhoods or sampled trees, as validation)
 and folded into each source's top k, so the trainer holds the sources' rows, their top k and one chunk.
@@ -27,18 +28,38 @@ def rank_test_edges(ctx: Any, evaluator: Any, task: Any, times: Any) -> dict[str
     """``{"recall@20", "ndcg@20", "ranked_users"}`` of the test split (every process gets the same numbers)."""
     held = task.heldout
     test = held["split"] == 2
-    users, truth = held_out_users(held["src"][test], held["dst"][test], RANK_USERS, ctx.seed)
+    src, dst, query_type = _oriented(task, held["src"][test], held["dst"][test])
+    users, truth = held_out_users(src, dst, RANK_USERS, ctx.seed)
     if not len(users):
         return {}
     exclude = items_of(users, *_training_edges(task, users))
     q = _rows(ctx, evaluator, users, times)
     topk = TopK(q, RANK_K, exclude)
-    cand = _candidates(task, held["dst"][test])
+    cand = _candidates(task, dst)
     for a in range(0, len(cand), CHUNK):
         ids = cand[a : a + CHUNK]
         topk.add(ids, _rows(ctx, evaluator, ids, times))
     got = recall_ndcg(topk.result(), truth, (RANK_K,))
-    return {**{k: round(v, 6) for k, v in got.items() if k != "ranked_users"}, "ranked_users": got["ranked_users"]}
+    out = {**{k: round(v, 6) for k, v in got.items() if k != "ranked_users"}, "ranked_users": got["ranked_users"]}
+    return out if query_type < 0 else {**out, "ranked_from_type": query_type}
+
+
+def _oriented(task: Any, src: np.ndarray, dst: np.ndarray) -> tuple[np.ndarray, np.ndarray, int]:
+    """The test edges as (query, held-out candidate) pairs, and the queries' vertex type (-1: any).
+
+    An undirected graph stores each held-out pair both ways and does not keep which way it was given, so on a
+    typed one the queries are ``train.rank_from``'s vertices, else those of the smaller vertex type among the
+    test edges' endpoints (users, usually, beside items); on a directed graph the test sources, as given.
+    """
+    if not task.typed or (not task.undirected and task.rank_from < 0):
+        return src, dst, -1
+    vt = np.asarray(task.vtype)
+    qt = task.rank_from
+    if qt < 0:
+        present = np.unique(vt[src])
+        qt = int(present[np.argmin(np.bincount(vt)[present])])
+    keep = vt[src] == qt
+    return src[keep], dst[keep], qt
 
 
 def _training_edges(task: Any, users: np.ndarray) -> tuple[np.ndarray, np.ndarray]:

@@ -175,6 +175,9 @@ class LinkTask:
     vtype: np.ndarray | None = None  # vertex type code per vertex of a typed graph: negatives keep the type
     loss_kind: str = "bce"  # or "bpr": -log sigmoid(positive - negative), averaged over each positive's negatives
     submit: Any = None  # runs a coroutine of ``backend`` (the source's): the test ranking's Gathers
+    epoch_edges: int = 0  # positives per epoch: the training interactions (pairs on an undirected graph); 0 = edges
+    rank_from: int = -1  # vertex type code of the test ranking's queries; -1: glisp_train.rank_test decides
+    undirected: bool = False  # every edge is stored both ways (a held-out pair is two held-out edges)
     name: str = "link"
     metric: str = "mrr"
     _eval_negs: dict[str, np.ndarray] = field(default_factory=dict)
@@ -200,8 +203,9 @@ class LinkTask:
         return np.asarray(self._members[idx], np.int64)
 
     def epoch_items(self, ctx: Ctx, epoch: int) -> list[tuple[np.ndarray, np.ndarray]]:
-        """(sources, negative destinations) per step; every process takes the same number of steps."""
-        steps = max(1, -(-self.num_train_edges // (ctx.batch_size * ctx.dist.world)))
+        """(sources, negative destinations) per step; every process takes the same number of steps, together one
+        pass over the training interactions (an undirected edge, stored both ways, is one)."""
+        steps = max(1, -(-(self.epoch_edges or self.num_train_edges) // (ctx.batch_size * ctx.dist.world)))
         if ctx.max_batches > 0:
             steps = min(steps, ctx.max_batches)
         rng = np.random.default_rng([ctx.seed, epoch, ctx.dist.rank])

@@ -117,6 +117,7 @@ def make_task(tc: TrainConfig, source: GraphSource) -> tuple[Any, str, dict[str,
     m = int(out_deg.sum())
     typed = len(source.schema.get("vertex_types") or []) > 1
     vtype = source.info.vertex_types() if typed else None  # negatives of the destination's type
+    undirected = source.schema.get("directed") is False
     if tc.link_loss not in ("bce", "bpr"):
         raise ConfigError("train", "link_loss", f"expected 'bce' or 'bpr' (got {tc.link_loss!r})")
     task = LinkTask(
@@ -130,6 +131,9 @@ def make_task(tc: TrainConfig, source: GraphSource) -> tuple[Any, str, dict[str,
         vtype,
         tc.link_loss,
         source.submit,
+        m // 2 if undirected else m,
+        _type_code(source, tc.rank_from),
+        undirected,
     )
     counts = {
         "train_edges": m,
@@ -137,6 +141,16 @@ def make_task(tc: TrainConfig, source: GraphSource) -> tuple[Any, str, dict[str,
         "test_edges": int((held["split"] == 2).sum()),
     }
     return task, "link-split", counts
+
+
+def _type_code(source: GraphSource, name: str) -> int:
+    """The code of vertex type ``name`` (-1 for ""); ConfigError naming the types when it is not one."""
+    if not name:
+        return -1
+    types = list(source.schema.get("vertex_types") or [])
+    if name not in types:
+        raise ConfigError("train", "rank_from", f"{name!r} is not a vertex type of the graph (types: {types})")
+    return types.index(name)
 
 
 @dataclass
