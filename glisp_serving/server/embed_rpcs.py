@@ -8,12 +8,14 @@ A table is lost with its server: the trainer is told, never handed freshly initi
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 import grpc
 import numpy as np
 
 from glisp_core.sparse_embedding import EmbeddingError, EmbeddingTables, TableSpec
+from glisp_sampling.budget import OverBudget
 from glisp_sampling.gather import RequestError
 from glisp_serving.proto import sampling_pb2 as pb
 from glisp_serving.wire import WireError, from_array, to_array
@@ -29,14 +31,33 @@ class EmbeddingService:
         self.tables = EmbeddingTables(int(limit_mb) << 20)
         self._version: dict[str, str] = {}  # table -> the version it was created on
 
-    def _fail(self, context: grpc.ServicerContext, e: Exception) -> None:
+    @staticmethod
+    def _code(e: Exception) -> grpc.StatusCode:
         if isinstance(e, MemoryError):
-            code = grpc.StatusCode.RESOURCE_EXHAUSTED
-        elif isinstance(e, EmbeddingError) and ("not held here" in str(e) or "created on version" in str(e)):
-            code = grpc.StatusCode.FAILED_PRECONDITION
-        else:
-            code = grpc.StatusCode.INVALID_ARGUMENT
-        context.abort(code, f"partition {self.servicer.served.engine.part}: {e}")
+            return grpc.StatusCode.RESOURCE_EXHAUSTED
+        if isinstance(e, EmbeddingError) and ("not held here" in str(e) or "created on version" in str(e)):
+            return grpc.StatusCode.FAILED_PRECONDITION
+        return grpc.StatusCode.INVALID_ARGUMENT
+
+    def _answer(self, name: str, request: Any, context: grpc.ServicerContext, fn: Callable[[], Any]) -> Any:
+        """Run one call as the other RPCs run: refused while draining, counted in flight and in the metrics, its
+        message held against ``serve.max_inflight_mb``; a bad request is answered with a status naming why."""
+        sv = self.servicer
+        sv._refuse_if_out_of_service(context)
+        err: Exception | None = None
+        with sv.state.request(), sv.metrics.observe(name) as obs:
+            try:
+                with sv.served.engine.budget.request(context.time_remaining()):
+                    try:
+                        sv.served.engine.budget.reserve(2 * request.ByteSize(), "the request message")
+                    except OverBudget as e:
+                        raise MemoryError(str(e)) from None
+                    return fn()
+            except (EmbeddingError, RequestError, WireError, MemoryError) as e:
+                err, obs["code"] = e, self._code(e).name
+        assert err is not None
+        context.abort(self._code(err), f"partition {sv.served.engine.part}: {err}")
+        raise AssertionError("unreachable")
 
     def _shard(self, name: str) -> Any:
         shard = self.tables.get(name)
@@ -45,12 +66,12 @@ class EmbeddingService:
             raise EmbeddingError(f"table {name!r} was created on version {self._version.get(name)}; serving {now}")
         return shard
 
-    def _ids(self, arr: pb.Array, engine: Any) -> np.ndarray:
-        return engine._check_batch(from_array(arr, "vertices", _IDS), "vertices").astype(np.int64, copy=False)
+    def _ids(self, arr: pb.Array) -> np.ndarray:
+        ids = from_array(arr, "vertices", _IDS)
+        return self.servicer.served.engine._check_batch(ids, "vertices").astype(np.int64, copy=False)
 
     def EmbedCreate(self, request: pb.EmbedCreateRequest, context: grpc.ServicerContext) -> pb.EmbedCreateResponse:
-        err: Exception | None = None
-        try:
+        def create() -> pb.EmbedCreateResponse:
             cur = self.servicer.served
             if request.version and request.version != cur.version:
                 raise EmbeddingError(
@@ -60,46 +81,33 @@ class EmbeddingService:
             existed = request.table in self.tables.names()
             shard = self.tables.create(spec, cur.engine.r.master_gids, "serve.embedding_mb")
             self._version.setdefault(request.table, cur.version)
-            return pb.EmbedCreateResponse(
-                rows=len(shard.gids), bytes=shard.bytes_for(len(shard.gids), spec.dim), existed=existed
-            )
-        except (EmbeddingError, MemoryError) as e:
-            err = e
-        self._fail(context, err)
-        raise AssertionError("unreachable")
+            n = len(shard.gids)
+            return pb.EmbedCreateResponse(rows=n, bytes=shard.bytes_for(n, spec.dim), existed=existed)
+
+        return self._answer("EmbedCreate", request, context, create)
 
     def EmbedFetch(self, request: pb.EmbedFetchRequest, context: grpc.ServicerContext) -> pb.EmbedFetchResponse:
-        err: Exception | None = None
-        try:
-            shard = self._shard(request.table)
-            engine = self.servicer.served.engine
-            ids = self._ids(request.vertices, engine)
-            if len(ids) * shard.spec.dim * 4 > engine.max_response_bytes:
+        def fetch() -> pb.EmbedFetchResponse:
+            shard, ids = self._shard(request.table), self._ids(request.vertices)
+            limit = self.servicer.served.engine.max_response_bytes
+            if len(ids) * shard.spec.dim * 4 > limit:
                 raise RequestError(
                     f"vertices: {len(ids):,} rows x {shard.spec.dim * 4} bytes is over serve.max_message_mb="
-                    f"{engine.max_response_bytes >> 20}; split the fetch"
+                    f"{limit >> 20}; split the fetch"
                 )
             return pb.EmbedFetchResponse(rows=to_array(shard.fetch(ids, request.snapshot)))
-        except (EmbeddingError, RequestError, WireError) as e:
-            err = e
-        self._fail(context, err)
-        raise AssertionError("unreachable")
+
+        return self._answer("EmbedFetch", request, context, fetch)
 
     def EmbedUpdate(self, request: pb.EmbedUpdateRequest, context: grpc.ServicerContext) -> pb.EmbedUpdateResponse:
-        err: Exception | None = None
-        try:
-            shard = self._shard(request.table)
-            ids = self._ids(request.vertices, self.servicer.served.engine)
-            grads = from_array(request.grads, "grads", ("<f4",))
-            return pb.EmbedUpdateResponse(rows=shard.update(ids, grads))
-        except (EmbeddingError, RequestError, WireError) as e:
-            err = e
-        self._fail(context, err)
-        raise AssertionError("unreachable")
+        def update() -> pb.EmbedUpdateResponse:
+            shard, ids = self._shard(request.table), self._ids(request.vertices)
+            return pb.EmbedUpdateResponse(rows=shard.update(ids, from_array(request.grads, "grads", ("<f4",))))
+
+        return self._answer("EmbedUpdate", request, context, update)
 
     def EmbedControl(self, request: pb.EmbedControlRequest, context: grpc.ServicerContext) -> pb.EmbedControlResponse:
-        err: Exception | None = None
-        try:
+        def control() -> pb.EmbedControlResponse:
             if request.action == "release":
                 self._version.pop(request.table, None)
                 return pb.EmbedControlResponse(done=self.tables.release(request.table))
@@ -107,10 +115,5 @@ class EmbeddingService:
                 self._shard(request.table).snapshot()
                 return pb.EmbedControlResponse(done=True)
             raise EmbeddingError(f"action: expected 'snapshot' or 'release' (got {request.action!r})")
-        except EmbeddingError as e:
-            err = e
-        self._fail(context, err)
-        raise AssertionError("unreachable")
 
-    def held_bytes(self) -> int:
-        return sum(self.tables.get(n).nbytes for n in self.tables.names())
+        return self._answer("EmbedControl", request, context, control)

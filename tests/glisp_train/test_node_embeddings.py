@@ -17,6 +17,19 @@ from glisp_train.source import open_cluster
 from glisp_train.trainer import train
 from tests.glisp_train.conftest import train_cfg
 
+# LightGCN on 16-d node embeddings, BPR with 4 negatives: three quick epochs that learn Cora's links
+LIGHTGCN = dict(
+    task="link",
+    model="lightgcn",
+    node_embeddings=16,
+    embedding_lr=0.2,
+    link_loss="bpr",
+    epochs=3,
+    batch_size=256,
+    negatives=4,
+    eval_negatives=50,
+)
+
 
 @pytest.mark.filterwarnings("ignore:Sparse invariant checks")
 def test_the_served_table_equals_an_in_memory_embedding_trained_on_the_same_batches(cora, cora_cluster):
@@ -50,6 +63,16 @@ def test_the_served_table_equals_an_in_memory_embedding_trained_on_the_same_batc
         emb.release()
         with pytest.raises(SamplingError, match="FAILED_PRECONDITION.*'equality' is not held here"):
             src.submit(emb.rows(np.arange(3))).result()
+        # what a server refuses, naming why: a table over serve.embedding_mb (before allocating it), another
+        # spec under a taken name, gradients of the wrong shape
+        with pytest.raises(SamplingError, match=r"RESOURCE_EXHAUSTED.*over serve.embedding_mb=1024"):
+            src.submit(src.embeddings.create(TableSpec("huge", 200_000))).result()
+        other = NodeEmbeddings.open(src.embeddings, TableSpec("other", 4), src.submit)
+        with pytest.raises(SamplingError, match="INVALID_ARGUMENT.*'other' exists with"):
+            src.submit(src.embeddings.create(TableSpec("other", 4, lr=0.5))).result()
+        with pytest.raises(SamplingError, match=r"INVALID_ARGUMENT.*float32 of shape \(\d, 4\)"):
+            src.submit(src.embeddings.update("other", np.array([0, 1]), np.zeros((2, 3), np.float32))).result()
+        other.release()
     finally:
         src.close()
 
@@ -61,18 +84,7 @@ def _all(emb: NodeEmbeddings, n: int):
 def test_lightgcn_learns_node_embeddings_through_the_service_and_the_checkpoint_keeps_them(cora, lp_cluster, tmp_path):
     from glisp_train.publish import write_outputs
 
-    cfg = train_cfg(
-        task="link",
-        model="lightgcn",
-        node_embeddings=16,
-        embedding_lr=0.2,
-        link_loss="bpr",
-        epochs=3,
-        batch_size=256,
-        negatives=4,
-        eval_negatives=50,
-        fanouts=[10, 10],
-    )
+    cfg = train_cfg(**LIGHTGCN)
     src = open_cluster(lp_cluster.cluster_file, cfg)
     try:
         held = src.heldout()
@@ -157,17 +169,7 @@ def test_a_featureless_graph_trains_on_node_embeddings_alone_in_process(spark, c
             train(plain, src, Dist())
     finally:
         src.close()
-    cfg = train_cfg(
-        task="link",
-        model="lightgcn",
-        node_embeddings=16,
-        embedding_lr=0.2,
-        link_loss="bpr",
-        epochs=3,
-        batch_size=256,
-        negatives=4,
-        eval_negatives=50,
-    )
+    cfg = train_cfg(**LIGHTGCN)
     results = []
     for c in (cfg, with_values(cfg, "train", embedding_lr=1e-9, epochs=1, max_batches=1)):  # trained, untrained
         src = open_in_process(str(dv.path), "one-lp", c)
