@@ -17,7 +17,7 @@ from torch_geometric.loader import NeighborLoader as PygNeighborLoader
 from torch_geometric.sampler import NegativeSampling
 
 from glisp_core.errors import GlispError
-from glisp_testing.pyg_scripts import hetero_script, link_script, node_script
+from glisp_testing.pyg_scripts import hetero_script, link_script, node_script, recommend_script
 from glisp_train.pyg import GlispSampler, LinkNeighborLoader, NeighborLoader, ReadOnlyError, glisp_remote
 from tests.glisp_serving.conftest import Cluster
 from tests.tiers import needs
@@ -201,6 +201,23 @@ def test_link_prediction_script_matches_in_memory_data(cora, lp_cluster, capsys)
         print(f"\nCora link prediction test AUC, seeds {SEEDS}: in-memory Data {m:.4f} {mem}, service {s:.4f} {svc}")
     assert abs(m - s) <= 0.02, (mem, svc)
     assert min(m, s) > 0.75
+
+
+def test_a_recommendation_script_with_its_own_node_embeddings_matches_in_memory_data(cora, lp_cluster, capsys):
+    """docs/training.md's PyG recommendation script: LightGCN on an nn.Embedding indexed by batch.n_id (the
+    service's global ids), ranked by recall@20 over every node; the same script on the in-memory Data."""
+    with glisp_remote(lp_cluster.cluster_file) as remote:
+        held = remote.source.heldout()
+        test = held["split"] == 2
+        test_pos = torch.from_numpy(np.stack([held["src"][test], held["dst"][test]]))
+        train_edges = torch.stack(remote.graph_store.get_edge_index(None, "coo"))
+        mem_data = Data(edge_index=train_edges, num_nodes=cora.n)
+        mem = recommend_script(mem_data, cora.n, train_edges, test_pos, 0)
+        svc = recommend_script(remote, remote.num_nodes, train_edges, test_pos, 0)
+    with capsys.disabled():
+        print(f"\nCora recommendation script, recall@20 / NDCG@20: in-memory Data {mem}, service {svc}")
+    assert svc["recall@20"] > 0.2 and mem["recall@20"] > 0.2  # measured 0.44 on both
+    assert abs(svc["recall@20"] - mem["recall@20"]) <= 0.05 * mem["recall@20"], (mem, svc)
 
 
 # ---------------------------------------------------------------------------------------------- typed: IMDB
