@@ -8,7 +8,7 @@ AZURITE_VERSION := 3.35.0
 AZURITE := .tools/node_modules/.bin/azurite-blob
 COV    := $(foreach p,glisp_app glisp_core glisp_spark glisp_sampling spark_jobs glisp_serving glisp_train glisp_infer glisp_testing,--cov=$(p))
 
-.PHONY: demo test test-fast test-rest coverage check bench-partition bench-serialize bench-sampling clean java-check tools
+.PHONY: demo test test-fast test-rest coverage check docs bench-partition bench-serialize bench-sampling clean java-check tools
 
 $(STAMP): pyproject.toml
 	@$(PYTHON) -c 'import sys; sys.exit(0 if sys.version_info >= (3, 11) else "GLISP needs Python 3.11 or newer")'
@@ -50,12 +50,20 @@ coverage: $(STAMP) tools java-check
 	$(PY) -m pytest -q -m fast $(COV) --cov-report= tests
 	$(PY) -m pytest -q -m "not fast" -n 2 --dist loadgroup $(COV) --cov-append --cov-report=term tests
 
-# the static gate CI runs before the tests: lint, layout, import layers and circles, types
+# the static gate CI runs before the tests: lint, layout, import layers and circles, types, the generated
+# reference pages current, the docs site built with warnings as errors (a broken link or anchor fails)
 check: $(STAMP)
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/ruff format --check .
 	$(PY) tools/import_layers.py
 	$(VENV)/bin/mypy
+	$(PY) tools/gen_reference.py --check
+	$(VENV)/bin/mkdocs build --strict --quiet --site-dir $$(mktemp -d)
+
+# the docs site (guides, design, generated reference, results) into site/: open site/index.html
+docs: $(STAMP)
+	$(PY) tools/gen_reference.py
+	$(VENV)/bin/mkdocs build --strict
 
 bench-partition: $(STAMP)
 	$(PY) bench/partition.py
