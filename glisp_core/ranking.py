@@ -9,7 +9,8 @@ queries' top-k plus one block, whatever the number of candidates.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
+from typing import Any
 
 import numpy as np
 
@@ -95,3 +96,12 @@ def items_of(users: np.ndarray, s: np.ndarray, d: np.ndarray) -> tuple[np.ndarra
     parts = [np.unique(d[a:b]) for a, b in bounds]
     indptr = np.concatenate([[0], np.cumsum([len(p) for p in parts])]).astype(np.int64)
     return indptr, (np.concatenate(parts) if parts else np.empty(0, np.int64))
+
+
+def smaller_side(src_types: np.ndarray, sizes: Mapping[Any, int]) -> tuple[np.ndarray, Any]:
+    """(mask, type) of the held-out pairs to rank on an undirected typed graph: those whose query endpoint has
+    the type with the fewest vertices among the queries' types (users, usually, beside items). Such a graph
+    stores each pair both ways and does not keep which way it was given."""
+    present = np.unique(src_types)
+    qt = min(present.tolist(), key=lambda t: sizes[t])
+    return np.asarray(src_types) == qt, qt

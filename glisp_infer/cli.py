@@ -88,6 +88,7 @@ def describe_scores(ev: dict) -> str:
     if "mrr" in ev:
         rank = "".join(f" {k} {ev[k]:.4f}" for k in ev if k.startswith(("recall@", "ndcg@")))
         users = f" over {ev['ranked_users']:,} sources" if "ranked_users" in ev else ""
+        users += f" of type {ev['ranked_from']}" if "ranked_from" in ev else ""
         return f"test edges {ev['test_edges']:,}: mrr {ev['mrr']:.4f} auc {ev['auc']:.4f}{rank}{users} ({how})"
     parts = [f"accuracy on {ev['labelled']:,} labelled vertices {ev['acc']:.4f}"]
     parts += [f"{k} {ev[f'acc_{k}']:.4f}" for k in ("train", "val", "test") if f"acc_{k}" in ev]

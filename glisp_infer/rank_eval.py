@@ -15,7 +15,8 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from glisp_core.dataset.layout import DST, SRC, VID, VTYPE, DatasetVersion
-from glisp_core.ranking import TopK, held_out_users, items_of, recall_ndcg
+from glisp_core.dataset.manifest import read_manifest
+from glisp_core.ranking import TopK, held_out_users, items_of, recall_ndcg, smaller_side
 from glisp_core.storage.uri import StoreURI
 from glisp_spark.tables import read_parquet
 
@@ -70,6 +71,7 @@ def ranking_scores(spark: SparkSession, dv: DatasetVersion, out: StoreURI, held:
 
     test = held["split"] == 2
     src, dst = held["src"][test].astype(np.int64), held["dst"][test].astype(np.int64)
+    src, dst, side = _one_side(dv, out, src, dst)
     users, truth = held_out_users(src, dst, RANK_USERS, seed)
     if not len(users):
         return {}
@@ -93,4 +95,29 @@ def ranking_scores(spark: SparkSession, dv: DatasetVersion, out: StoreURI, held:
         cand = pc.equal(pc.cast(b.column(VTYPE), "string"), target).to_numpy(zero_copy_only=False)
         topk.add(vid[order_b], _matrix(b.column("embedding"))[order_b], cand[order_b])
     got = recall_ndcg(topk.result(), truth, RANK_KS)
-    return {**{k: round(v, 6) for k, v in got.items() if k != "ranked_users"}, "ranked_users": got["ranked_users"]}
+    res = {**{k: round(v, 6) for k, v in got.items() if k != "ranked_users"}, "ranked_users": got["ranked_users"]}
+    return res if side is None else {**res, "ranked_from": side}
+
+
+def _one_side(dv: DatasetVersion, out: StoreURI, src: np.ndarray, dst: np.ndarray) -> tuple[Any, Any, str | None]:
+    """The test pairs to rank: as given on a directed or untyped graph; on an undirected typed one, only those
+    whose source has the smaller vertex type (:func:`glisp_core.ranking.smaller_side`), as ``glisp train``
+    ranks them. One pass over the embeddings table gives the sources' types and every type's size."""
+    import pyarrow.compute as pc
+
+    schema = read_manifest(dv).schema
+    if schema.get("directed") is not False or len(schema.get("vertex_types") or []) < 2 or not len(src):
+        return src, dst, None
+    ends = np.unique(src)
+    kind = np.empty(len(ends), object)
+    sizes: dict[str, int] = {}
+    for b in _batches(dv, out / "embeddings", [VID, VTYPE]):
+        vid = b.column(VID).to_numpy().astype(np.int64)
+        vt = pc.cast(b.column(VTYPE), "string").to_numpy(zero_copy_only=False)
+        for name, n in zip(*np.unique(vt, return_counts=True), strict=True):
+            sizes[str(name)] = sizes.get(str(name), 0) + int(n)
+        at = np.minimum(np.searchsorted(ends, vid), len(ends) - 1)
+        hit = ends[at] == vid
+        kind[at[hit]] = vt[hit]
+    keep, side = smaller_side(kind[np.searchsorted(ends, src)].astype(str), sizes)
+    return src[keep], dst[keep], str(side)

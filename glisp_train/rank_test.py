@@ -13,7 +13,7 @@ from typing import Any
 
 import numpy as np
 
-from glisp_core.ranking import TopK, held_out_users, items_of, recall_ndcg
+from glisp_core.ranking import TopK, held_out_users, items_of, recall_ndcg, smaller_side
 from glisp_sampling.khop import HopRequest
 from glisp_train.dist import all_gather
 
@@ -54,12 +54,11 @@ def _oriented(task: Any, src: np.ndarray, dst: np.ndarray) -> tuple[np.ndarray, 
     if not task.typed or (not task.undirected and task.rank_from < 0):
         return src, dst, -1
     vt = np.asarray(task.vtype)
-    qt = task.rank_from
-    if qt < 0:
-        present = np.unique(vt[src])
-        qt = int(present[np.argmin(np.bincount(vt)[present])])
-    keep = vt[src] == qt
-    return src[keep], dst[keep], qt
+    if task.rank_from >= 0:
+        keep, qt = vt[src] == task.rank_from, task.rank_from
+    else:
+        keep, qt = smaller_side(vt[src], dict(enumerate(np.bincount(vt).tolist())))
+    return src[keep], dst[keep], int(qt)
 
 
 def _training_edges(task: Any, users: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
