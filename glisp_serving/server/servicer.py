@@ -60,6 +60,7 @@ log = logging.getLogger("glisp.serve")
 SERVICE_NAME = "glisp.sampling.v1.Sampling"
 _IDS = ("<i8", "<i4")
 # fault injection for the drain and failover tests: every Gather takes at least this long (never set in production)
+LEASE_RELEASE_S = 2.0  # at shutdown, the longest wait for the version lease's release (then it lapses by itself)
 _FAULT_GATHER_DELAY_S = float(os.environ.get("GLISP_FAULT_GATHER_DELAY_S", "0") or 0)
 
 
@@ -571,13 +572,21 @@ def _serve(
     _drain(state, servicer, server, cfg)
     servicer.served.engine.close()
     if servicer.served.lease is not None:  # retention need not wait for a stopped server's lease to lapse
-        servicer.served.lease.release()
+        _at_most(servicer.served.lease.release, LEASE_RELEASE_S)
     if health_server is not None:
         health_server.stop(0)  # after the drain, so probes saw NOT_SERVING
     if admin_socket:
         Path(admin_socket).unlink(missing_ok=True)
     print(f"glisp serve: partition {part} stopped", flush=True)
     return 0
+
+
+def _at_most(fn: Any, seconds: float) -> None:
+    """Run ``fn`` but wait for it no longer than ``seconds``: a store slow to answer at shutdown must not keep a
+    stopping server past its supervisor's patience (a lease not released lapses by itself)."""
+    t = threading.Thread(target=fn, name="glisp-shutdown-release", daemon=True)
+    t.start()
+    t.join(seconds)
 
 
 def _start_integrity_check(state: ServingState, served: Served, cfg: ServeConfig) -> None:
