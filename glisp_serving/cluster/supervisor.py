@@ -31,6 +31,7 @@ from glisp_core.dataset.layout import resolve_dataset
 from glisp_core.errors import GlispError, StageError
 from glisp_serving.admin import admin_address
 from glisp_serving.cluster.cluster_file import ClusterSpec
+from glisp_serving.server.lifecycle import LEASE_RELEASE_S
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -354,7 +355,8 @@ def main(args: argparse.Namespace, cfg: Config) -> int:
         if admin is not None:
             admin.stop(0)
         live = [s for s in slots if s.proc.poll() is None]  # a server waiting for its restart is not a failure
-        codes = stop_children([s.proc for s in live], cfg.serve.grace_s)
+        # a server's stop: drain_s NOT_SERVING, grace_s for in-flight calls, then its lease's release
+        codes = stop_children([s.proc for s in live], cfg.serve.drain_s + cfg.serve.grace_s + LEASE_RELEASE_S)
         if cluster_file.exists():
             cluster_file.unlink()
         for f in tmpdir.glob("*"):

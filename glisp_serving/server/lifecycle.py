@@ -20,6 +20,9 @@ from typing import Any
 log = logging.getLogger("glisp.serve")
 
 
+LEASE_RELEASE_S = 5.0  # at shutdown, the longest wait for the version lease's release (then it lapses by itself)
+
+
 class StopDuringStart(Exception):
     """SIGTERM/SIGINT arrived before the server was SERVING: exit 0 without serving."""
 

@@ -35,7 +35,7 @@ from glisp_serving.proto import sampling_pb2_grpc as pb_grpc
 from glisp_serving.security import bind, health_only_server, server_interceptors
 from glisp_serving.server.embed_rpcs import EmbeddingService
 from glisp_serving.server.info_stream import heldout_chunks, routing_chunks
-from glisp_serving.server.lifecycle import ServingState, StopDuringStart
+from glisp_serving.server.lifecycle import LEASE_RELEASE_S, ServingState, StopDuringStart
 from glisp_serving.server.memory import map_large_allocations, release_clean_library_pages, snapshot
 from glisp_serving.server.metrics import ServerMetrics
 from glisp_serving.server.partition_cache import local_partition
@@ -60,7 +60,6 @@ log = logging.getLogger("glisp.serve")
 SERVICE_NAME = "glisp.sampling.v1.Sampling"
 _IDS = ("<i8", "<i4")
 # fault injection for the drain and failover tests: every Gather takes at least this long (never set in production)
-LEASE_RELEASE_S = 2.0  # at shutdown, the longest wait for the version lease's release (then it lapses by itself)
 _FAULT_GATHER_DELAY_S = float(os.environ.get("GLISP_FAULT_GATHER_DELAY_S", "0") or 0)
 
 

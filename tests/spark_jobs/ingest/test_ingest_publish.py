@@ -147,7 +147,10 @@ def test_two_identical_ingests_at_once_do_the_work_once(ingest, tmp_path, capsys
 
     threads = [threading.Thread(target=run, args=(i,)) for i in range(2)]
     threads[0].start()
-    time.sleep(0.5)  # the first holds the claim by now (it takes seconds to build)
+    running, deadline = tmp_path / "data" / "pub" / "_running", time.time() + 120
+    while not (running.exists() and any(running.glob("ingest-*.json"))):  # the first holds its claim
+        assert time.time() < deadline and threads[0].is_alive(), "the first ingest never claimed the run"
+        time.sleep(0.005)
     threads[1].start()
     for t in threads:
         t.join(300)
