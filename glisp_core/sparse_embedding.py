@@ -180,5 +180,14 @@ class EmbeddingTables:
         with self._lock:
             return self._tables.pop(name, None) is not None
 
+    def control(self, name: str, action: str) -> bool:
+        """``"snapshot"``: keep the table's rows as the best so far; ``"release"``: drop it (False: not held)."""
+        if action == "release":
+            return self.release(name)
+        if action == "snapshot":
+            self.get(name).snapshot()
+            return True
+        raise EmbeddingError(f"action: expected 'snapshot' or 'release' (got {action!r})")
+
     def names(self) -> list[str]:
         return sorted(self._tables)

@@ -20,7 +20,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from glisp_core.sparse_embedding import EmbeddingError, EmbeddingTables, TableSpec
+from glisp_core.sparse_embedding import EmbeddingTables, TableSpec
 
 MAX_PENDING = 2  # gradient updates in flight before the trainer waits for the oldest
 EXPORT_CHUNK = 1 << 16  # rows per fetch (and per Parquet file) when the table is written out
@@ -43,12 +43,7 @@ class LocalEmbeddings:
         return self.tables.get(table).update(np.asarray(ids, np.int64), np.ascontiguousarray(grads, np.float32))
 
     async def control(self, table: str, action: str) -> None:
-        if action == "release":
-            self.tables.release(table)
-        elif action == "snapshot":
-            self.tables.get(table).snapshot()
-        else:
-            raise EmbeddingError(f"action: expected 'snapshot' or 'release' (got {action!r})")
+        self.tables.control(table, action)
 
 
 class NodeEmbeddings:

@@ -110,10 +110,8 @@ class EmbeddingService:
         def control() -> pb.EmbedControlResponse:
             if request.action == "release":
                 self._version.pop(request.table, None)
-                return pb.EmbedControlResponse(done=self.tables.release(request.table))
-            if request.action == "snapshot":
-                self._shard(request.table).snapshot()
-                return pb.EmbedControlResponse(done=True)
-            raise EmbeddingError(f"action: expected 'snapshot' or 'release' (got {request.action!r})")
+            else:
+                self._shard(request.table)  # the served version's table, or refused
+            return pb.EmbedControlResponse(done=self.tables.control(request.table, request.action))
 
         return self._answer("EmbedControl", request, context, control)
