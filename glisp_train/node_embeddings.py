@@ -89,8 +89,14 @@ class NodeEmbeddings:
             ids = np.arange(a, min(num_vertices, a + EXPORT_CHUNK), dtype=np.int64)
             yield ids, self.submit(self.rows(ids)).result()
 
-    def release(self) -> None:
-        self.flush()
+    def release(self, failed: bool = False) -> None:
+        """Free the table on its holder once every update in flight has landed; after a failed run (``failed``)
+        an update that failed too does not stop the release."""
+        while self._pending:
+            f = self._pending.popleft()
+            if failed and f.exception() is not None:
+                continue
+            f.result()
         self.submit(self.holder.control(self.spec.name, "release")).result()
 
 

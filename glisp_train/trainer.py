@@ -185,7 +185,6 @@ def setup(cfg: Config, source: GraphSource, d: Dist) -> Session:
     broadcast_params(model, d)
     params = list(model.parameters())
     opt = torch.optim.Adam(params, lr=tc.lr, weight_decay=tc.weight_decay) if params else None
-    emb = open_node_embeddings(tc, source, d)
     out_deg, in_deg = source.info.degrees()
     cache_dev = d.device if tc.cache_device == "auto" else torch.device("cpu")
     t = time.perf_counter()
@@ -200,8 +199,14 @@ def setup(cfg: Config, source: GraphSource, d: Dist) -> Session:
     ).result()
     cache_fill_s = time.perf_counter() - t
     fan = hop_fanouts(tc, source.edge_types, typed=typed)
-    train_loader = Loader(source, fan, cache, tc.prefetch, tc.direction, task.expand(), emb)
-    evaluator = make_evaluator(tc, source, cache, model, typed, emb)
+    emb = open_node_embeddings(tc, source, d)  # opened last: a failure from here on releases it
+    try:
+        train_loader = Loader(source, fan, cache, tc.prefetch, tc.direction, task.expand(), emb)
+        evaluator = make_evaluator(tc, source, cache, model, typed, emb)
+    except BaseException:
+        if emb is not None and d.is_main:
+            _release_after_failure(emb, Progress(enabled=False))
+        raise
     ctx = Ctx(
         model,
         cache,
@@ -266,6 +271,26 @@ def train(cfg: Config, source: GraphSource, d: Dist, progress: Progress | None =
     """Train ``cfg.train`` on ``source``; every process of the group calls this."""
     progress = progress or Progress(enabled=False)
     s = setup(cfg, source, d)
+    try:
+        return _fit(cfg, s, progress)
+    except BaseException:
+        if s.ctx.embeddings is not None and d.is_main:
+            _release_after_failure(s.ctx.embeddings, progress)
+        raise
+
+
+def _release_after_failure(emb: NodeEmbeddings, progress: Progress) -> None:
+    """A run that fails frees its table on the holder (a table's name is unique to its run: nothing would ever
+    release it, and it would hold serve.embedding_mb until the servers restart). Best effort: the failure that
+    got here is what the caller must see."""
+    try:
+        emb.release(failed=True)
+    except Exception as e:  # the holder may be what failed
+        progress.log(f"glisp train: could not release node embedding table {emb.spec.name!r}: {e}")
+
+
+def _fit(cfg: Config, s: Session, progress: Progress) -> TrainResult:
+    """The epochs, the best epoch's weights (and rows), and the test."""
     task, model = s.task, s.model
     if isinstance(s.evaluator, SampledEval) and s.evaluator.why:
         progress.log(f"glisp train: validation and test on sampled neighbourhoods: {s.evaluator.why}")

@@ -77,6 +77,34 @@ def test_the_served_table_equals_an_in_memory_embedding_trained_on_the_same_batc
         src.close()
 
 
+def test_a_training_run_that_fails_releases_its_table_on_the_servers(cora, lp_cluster, monkeypatch):
+    """Each run's table has a name of its own, so a failed run's rows would stay on the servers, holding
+    serve.embedding_mb, until they restart: the failure releases them and is still what the caller sees."""
+    import glisp_train.trainer as trainer
+
+    opened: list[NodeEmbeddings] = []
+    real_open = trainer.open_node_embeddings
+    monkeypatch.setattr(trainer, "open_node_embeddings", lambda *a: opened.append(real_open(*a)) or opened[-1])
+
+    def second_epoch_fails(ctx, task, loader, opt, epoch, progress):
+        if epoch == 2:
+            raise RuntimeError("injected: the trainer died in epoch 2")
+        return real_epoch(ctx, task, loader, opt, epoch, progress)
+
+    real_epoch = trainer.run_epoch
+    monkeypatch.setattr(trainer, "run_epoch", second_epoch_fails)
+    cfg = train_cfg(**{**LIGHTGCN, "max_batches": 2})
+    src = open_cluster(lp_cluster.cluster_file, cfg)
+    try:
+        with pytest.raises(RuntimeError, match="injected"):
+            train(cfg, src, Dist())
+        (emb,) = opened
+        with pytest.raises(SamplingError, match=f"FAILED_PRECONDITION.*'{emb.spec.name}' is not held here"):
+            src.submit(emb.rows(np.arange(3))).result()
+    finally:
+        src.close()
+
+
 def _all(emb: NodeEmbeddings, n: int):
     return emb.chunks(n)
 
