@@ -41,7 +41,10 @@ def rank_test_edges(ctx: Any, evaluator: Any, task: Any, times: Any) -> dict[str
         topk.add(ids, _rows(ctx, evaluator, ids, times))
     got = recall_ndcg(topk.result(), truth, (RANK_K,))
     out = {**{k: round(v, 6) for k, v in got.items() if k != "ranked_users"}, "ranked_users": got["ranked_users"]}
-    return out if query_type < 0 else {**out, "ranked_from_type": query_type}
+    if query_type < 0:
+        return out
+    names = task.type_names
+    return {**out, "ranked_from": names[query_type] if query_type < len(names) else str(query_type)}
 
 
 def _oriented(task: Any, src: np.ndarray, dst: np.ndarray) -> tuple[np.ndarray, np.ndarray, int]:

@@ -178,6 +178,7 @@ class LinkTask:
     epoch_edges: int = 0  # positives per epoch: the training interactions (pairs on an undirected graph); 0 = edges
     rank_from: int = -1  # vertex type code of the test ranking's queries; -1: glisp_train.rank_test decides
     undirected: bool = False  # every edge is stored both ways (a held-out pair is two held-out edges)
+    type_names: tuple[str, ...] = ()  # vertex type names by code (the test ranking's record names its side)
     name: str = "link"
     metric: str = "mrr"
     _eval_negs: dict[str, np.ndarray] = field(default_factory=dict)

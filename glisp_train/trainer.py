@@ -134,6 +134,7 @@ def make_task(tc: TrainConfig, source: GraphSource) -> tuple[Any, str, dict[str,
         m // 2 if undirected else m,
         _type_code(source, tc.rank_from),
         undirected,
+        tuple(source.schema.get("vertex_types") or ()),
     )
     counts = {
         "train_edges": m,
