@@ -37,6 +37,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "infer": ("glisp_app.infer_cmd", "layerwise inference to Zarr: embeddings, predictions and link scores"),
     "pipeline": ("glisp_app.pipeline", "run every batch stage end to end on one dataset"),
     "promote": ("glisp_app.promote", "point a graph's latest at a version whose stages are all published"),
+    "pack-env": ("glisp_app.pack_env", "the code zip and a lean package archive for a cluster's executors"),
 }
 
 
