@@ -55,7 +55,7 @@ def _norm(name: str) -> str:
 def closure(roots: tuple[str, ...]) -> list[metadata.Distribution]:
     """The installed distributions ``roots`` need, by their requirements' markers for this interpreter (no
     extras); an installed root or requirement that is missing fails naming it and who needs it."""
-    env = {**default_environment(), "extra": ""}
+    env: dict[str, str] = {**default_environment(), "extra": ""}  # type: ignore[dict-item]
     seen: dict[str, metadata.Distribution] = {}
     todo = [(r, "the profile") for r in roots]
     while todo:
