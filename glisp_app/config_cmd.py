@@ -15,7 +15,16 @@ import re
 from pathlib import Path
 from typing import Any
 
-from glisp_core.config import DEFAULT_CONFIG_PATH, ENV_PREFIX, Config, apply_file, load_config, to_dict, with_values
+from glisp_core.config import (
+    DEFAULT_CONFIG_PATH,
+    ENV_PREFIX,
+    Config,
+    apply_file,
+    is_expert,
+    load_config,
+    to_dict,
+    with_values,
+)
 from glisp_core.errors import ConfigError
 from glisp_core.storage.limits import inherited_environment
 
@@ -23,6 +32,7 @@ from glisp_core.storage.limits import inherited_environment
 def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("action", choices=["show", "explain"], help="show: every key; explain: one key")
     p.add_argument("key", nargs="?", help="SECTION.KEY, for explain (e.g. partition.parts)")
+    p.add_argument("--expert", action="store_true", help="show: the expert tuning keys too")
 
 
 def flat(cfg: Config) -> dict[str, Any]:
@@ -92,14 +102,23 @@ def documentation(key: str) -> str:
 def main(args: argparse.Namespace, cfg: Config) -> int:
     values, source = origins(args)
     if args.action == "show":
-        width = max(len(k) for k in values)
-        for k in sorted(values):
-            print(f"{k.ljust(width)} = {json.dumps(values[k])}  # {source[k]}")
+        # an expert key a layer set is shown anyway: a run's effective settings must all be visible
+        shown = sorted(
+            k for k in values if args.expert or not is_expert(k) or source[k] not in ("default", "default.toml")
+        )
+        width = max(len(k) for k in shown)
+        for k in shown:
+            print(f"{k.ljust(width)} = {json.dumps(values[k])}  # {source[k]}{'  (expert)' if is_expert(k) else ''}")
+        if hidden := len(values) - len(shown):
+            print(f"# {hidden} expert tuning keys at their defaults not shown (--expert shows them)")
         return 0
     if not args.key or args.key not in values:
         near = sorted(k for k in values if args.key and args.key.split(".")[-1] in k)[:5]
         raise ConfigError("command line", args.key or "-", f"not a configuration key (close: {near or 'none'})")
     default = flat(Config())[args.key]
-    print(f"{args.key} = {json.dumps(values[args.key])}  (from {source[args.key]}; default {json.dumps(default)})")
+    kind = "; expert tuning" if is_expert(args.key) else ""
+    print(
+        f"{args.key} = {json.dumps(values[args.key])}  (from {source[args.key]}; default {json.dumps(default)}{kind})"
+    )
     print(documentation(args.key) or "(no description in conf/default.toml)")
     return 0

@@ -394,6 +394,33 @@ class Config:
 DEFAULT_CONFIG_PATH = Path(__file__).resolve().parent.parent / "conf" / "default.toml"
 ENV_PREFIX = "GLISP_"
 
+# Expert tuning: keys a user running their graph does not need to set (the algorithms' internal constants, the
+# memory and batching thresholds that choose a code path, retry and cache internals). One list, so the reference
+# page, ``glisp config show`` (which hides them without ``--expert``) and ``explain`` agree.
+EXPERT_SECTIONS = ("partition.adadne", "partition.dne", "partition.hdrf")
+EXPERT_KEYS = frozenset(
+    {
+        *(f"partition.{k}" for k in ("max_rounds", "local_finish_edges", "driver_finish_edges", "count_sample")),
+        *(f"partition.{k}" for k in ("count_sample_max", "groups", "state_auto_vertices", "state_auto_mb")),
+        *(f"partition.{k}" for k in ("shard_vertices", "metis_max_edges", "incremental_epsilon", "incremental_lam")),
+        *(f"partition.incremental_{k}" for k in ("max_vb", "max_eb", "max_rf_growth", "batch_edges", "local_edges")),
+        "ingest.max_rank_map_vertices",
+        "ingest.output_files",
+        "reorder.index_in_driver_vertices",
+        *(f"serve.{k}" for k in ("chunk", "dense_id_map_mb", "max_batch", "max_streams", "release_compiler_pages")),
+        *(f"client.{k}" for k in ("backoff_s", "gather_streams", "local_reads", "routing_source")),
+        *(f"infer.cache_{k}" for k in ("admit_window", "chunk_rows", "chunks", "fraction", "policy", "replays")),
+        *(f"infer.{k}" for k in ("chunk_rows", "intermediate_compressor", "local_own_rows", "incremental_max_share")),
+        "spark.adaptive",
+        "dataset.unsafe_publish",
+    }
+)
+
+
+def is_expert(key: str) -> bool:
+    """Whether ``section.key`` is expert tuning (:data:`EXPERT_KEYS`, or a key of an :data:`EXPERT_SECTIONS`)."""
+    return key in EXPERT_KEYS or key.rpartition(".")[0] in EXPERT_SECTIONS
+
 
 def _toml_key(name: str) -> str:
     """Python field ``lambda_`` is TOML key ``lambda``."""

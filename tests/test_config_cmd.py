@@ -36,7 +36,27 @@ def test_show_names_where_each_value_came_from(capsys, monkeypatch, tmp_path):
     assert lines["train.hidden"].endswith(f"= 48  # file {f}")
     assert lines["dataset.root"].endswith('= "/data/x"  # command line flag')
     assert lines["dataset.store_retries"].endswith("= 3  # default")
-    assert len(lines) > 150  # every key, not a selection
+    assert len(lines) > 130  # every key a user sets, not a selection
+
+
+def test_show_hides_expert_keys_at_their_defaults_and_never_one_a_layer_set(capsys):
+    from glisp_app.config_cmd import flat
+    from glisp_core.config import EXPERT_KEYS, EXPERT_SECTIONS, Config, is_expert
+
+    keys = flat(Config())
+    assert EXPERT_KEYS <= set(keys)  # no stale or misspelt entry
+    assert all(any(k.startswith(f"{s}.") for k in keys) for s in EXPERT_SECTIONS)
+    experts = {k for k in keys if is_expert(k)}
+    assert "partition.adadne.step" in experts and "partition.parts" not in experts
+    _, out, _ = _run(capsys, "show", "--set", "partition.adadne.step=0.2")
+    shown = {ln.split(" = ")[0].strip() for ln in out.splitlines() if " = " in ln}
+    assert shown & experts == {"partition.adadne.step"}  # set by a layer: shown, marked
+    assert "partition.adadne.step" in out and "(expert)" in out
+    assert f"# {len(experts) - 1} expert tuning keys at their defaults not shown" in out
+    _, out, _ = _run(capsys, "show", "--expert")
+    assert {ln.split(" = ")[0].strip() for ln in out.splitlines() if " = " in ln} == set(keys)
+    _, out, _ = _run(capsys, "explain", "partition.adadne.step")
+    assert "expert tuning" in out.splitlines()[0]
 
 
 def test_explain_prints_the_value_default_and_meaning(capsys):

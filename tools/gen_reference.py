@@ -35,9 +35,16 @@ def _types(cls: type, prefix: str = "") -> dict[str, str]:
     return out
 
 
+USER_NOTE = "What a user running their own graph sets: the graph, the stages' choices, resources, paths, the model."
+EXPERT_NOTE = (
+    "The algorithms' internal constants and the thresholds that choose a code path; `glisp config show` hides"
+    " them at their defaults (`--expert` shows them). Change one only with a measurement that asks for it."
+)
+
+
 def config_page() -> tuple[str, list[str]]:
     from glisp_app.config_cmd import documentation, flat
-    from glisp_core.config import Config
+    from glisp_core.config import Config, is_expert
 
     types, keys = _types(Config), flat(Config())
     missing = [k for k in keys if not documentation(k)]
@@ -48,12 +55,15 @@ def config_page() -> tuple[str, list[str]]:
         "of `conf/default.toml`; `make check` fails when it is stale. Set a key with `--set SECTION.KEY=VALUE`, a",
         "`--config` file, or `GLISP_SECTION__KEY`; `glisp config show` prints where each value came from.",
         "",
-        "| key | type | default | meaning |",
-        "|---|---|---|---|",
     ]
-    for k in sorted(keys):
-        doc = documentation(k).replace("|", "\\|")
-        lines.append(f"| `{k}` | `{types.get(k, '')}` | `{json.dumps(keys[k])}` | {doc} |".replace("`|`", "`\\|`"))
+    for title, expert in (("Keys you set", False), ("Expert tuning", True)):
+        chosen = sorted(k for k in keys if is_expert(k) == expert)
+        lines += ["", f"## {title}", "", EXPERT_NOTE if expert else USER_NOTE, ""]
+        lines += ["| key | type | default | meaning |", "|---|---|---|---|"]
+        for k in chosen:
+            doc = documentation(k).replace("|", "\\|")
+            row = f"| `{k}` | `{types.get(k, '')}` | `{json.dumps(keys[k])}` | {doc} |"
+            lines.append(row.replace("`|`", "`\\|`"))
     return "\n".join(lines) + "\n", missing
 
 
