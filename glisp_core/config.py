@@ -41,6 +41,10 @@ class SparkConfig:
     ui: bool = False
     log_level: str = "WARN"
     conf: dict[str, str] = field(default_factory=dict)  # extra spark.* settings passed through
+    max_executor_losses: int = (
+        0  # lost executors before the jobs fail (0: max(3, 2 x peak); glisp_spark.executor_watch)
+    )
+    no_executor_timeout_s: float = 0.0  # a job waiting this long with no executor alive fails (0: waits)
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -20,6 +20,7 @@ from glisp_core.config import SparkConfig
 from glisp_core.errors import GlispError
 from glisp_core.storage.limits import limits_env
 from glisp_core.storage.uri import is_local, parse_uri, qualify
+from glisp_spark.executor_watch import watch
 from glisp_spark.tables import jvm_opens
 
 if TYPE_CHECKING:
@@ -114,6 +115,9 @@ def get_spark(conf: SparkConfig | None = None, checkpoint_dir: str | None = None
     spark = b.getOrCreate()
     check_versions(spark)
     spark.sparkContext.setLogLevel(conf.log_level)
+    dynamic = spark.sparkContext.getConf().get("spark.dynamicAllocation.enabled", "false") == "true"
+    if not is_local_master(master) and not dynamic:
+        watch(spark.sparkContext, conf.max_executor_losses, conf.no_executor_timeout_s)
     _ship_code(spark, master)
     _set_checkpoint(spark, conf, checkpoint_dir)
     return spark

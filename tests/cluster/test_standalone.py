@@ -13,6 +13,7 @@ import json
 import os
 import subprocess
 import sys
+import time
 from collections.abc import Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
@@ -164,3 +165,22 @@ def test_local_root_pipeline_runs_with_an_hdfs_default_fs(reference):
     for stage in ("ingest", f"partition/{RUN}", f"serialize/{RUN}", f"reorder/{RUN}/pds", f"infer/{MODEL}-pds"):
         assert local.dv.store.is_dir(local.dv.path / m.stage(stage).path)
     assert not local.dv.store.exists(local.root / "_builtin")  # a local master reads the built-in files in place
+
+
+@needs("subprocess_jvm")
+def test_executors_that_never_start_fail_the_stage_in_bounded_time_naming_why(standalone: Standalone, tmp_path):
+    """A JVM option every executor dies of before it registers (as a broken image or a missing agent would do):
+    the master relaunches executors without end, so the stage fails by spark.no_executor_timeout_s, with the
+    reason in its message, instead of waiting."""
+    broken = {**CLUSTER_CONF, "spark.executor.extraJavaOptions": "-javaagent:/nonexistent/agent.jar"}
+    t0 = time.monotonic()
+    r = glisp(
+        "ingest", "--builtin", GRAPH, "--root", str(tmp_path / "root"), "--master", standalone.url,
+        "--set", spark_set(broken), "--set", "spark.no_executor_timeout_s=12",
+    )  # fmt: skip
+    took = time.monotonic() - t0
+    assert r.returncode == 1, r.stdout[-2000:] + r.stderr[-2000:]
+    assert "no executor has been up for" in r.stderr and "spark.no_executor_timeout_s = 12" in r.stderr, r.stderr[
+        -3000:
+    ]
+    assert took < 150, took  # the JVM's start, 12 s and the poll: not the stage's own timeout (420 s)
