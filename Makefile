@@ -39,7 +39,7 @@ demo: $(STAMP) java-check
 test: $(STAMP) tools java-check check test-fast test-rest
 
 test-fast: $(STAMP)
-	$(PY) -m pytest -q -m fast tests
+	$(PY) -m pytest -q -m fast -n 2 tests
 
 # two workers: each test group runs whole on one (docs/testing.md)
 test-rest: $(STAMP) tools java-check
@@ -47,7 +47,7 @@ test-rest: $(STAMP) tools java-check
 
 # line coverage of the library by the whole suite (both lanes, in-process code only)
 coverage: $(STAMP) tools java-check
-	$(PY) -m pytest -q -m fast $(COV) --cov-report= tests
+	$(PY) -m pytest -q -m fast -n 2 $(COV) --cov-report= tests
 	$(PY) -m pytest -q -m "not fast" -n 2 --dist loadgroup $(COV) --cov-append --cov-report=term tests
 
 # the static gate CI runs before the tests: lint, layout, import layers and circles, types, the generated
