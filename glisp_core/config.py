@@ -49,6 +49,8 @@ class SparkConfig:
 
 @dataclass(frozen=True, kw_only=True)
 class DatasetConfig:
+    """Where datasets live and how the store is reached: the root, input fingerprints, retention, the store's timeouts."""
+
     root: str = "data"  # <root>/<graph>/<version>/
     checksum: Literal["content", "stat"] = "content"  # how input files are fingerprinted
     confine_to: str = ""  # when set, every path read or written must resolve inside it (glisp_core.dataset.paths)
@@ -103,6 +105,8 @@ class VertexSource:
 
 @dataclass(frozen=True, kw_only=True)
 class IngestConfig:
+    """How ``glisp ingest`` turns the user's edge and vertex tables into a canonical dataset version."""
+
     graph: str = ""
     version: str = ""  # "": <UTC time>-<input fingerprint>
     directed: bool = True  # false: each edge is stored in both directions
@@ -178,12 +182,16 @@ class AdaDNEConfig:
 
 @dataclass(frozen=True, kw_only=True)
 class DNEConfig:
+    """DistributedNE's fixed expansion factor and edge threshold (the baseline AdaDNE adapts)."""
+
     lambda_: float = 0.1
     alpha: float = 1.01
 
 
 @dataclass(frozen=True, kw_only=True)
 class HDRFConfig:
+    """HDRF's balance weight and streaming chunk (the streaming baseline; also the incremental refresh's score)."""
+
     lam: float = 1.0  # balance weight of HDRF's score
     epsilon: float = 1.0
     chunk_edges: int = 1_000_000
@@ -191,6 +199,8 @@ class HDRFConfig:
 
 @dataclass(frozen=True, kw_only=True)
 class PartitionConfig:
+    """``glisp partition``: the algorithm, p, the run's name, and how the expansion runs (driver or sharded state, bounds)."""
+
     algorithm: str = "adadne"
     parts: int = 4
     seed: int = 1
@@ -223,6 +233,8 @@ class PartitionConfig:
 
 @dataclass(frozen=True, kw_only=True)
 class SerializeConfig:
+    """``glisp serialize``: which partition run, the Parquet copy, and which replica masters a vertex."""
+
     partition: str = ""  # partition run name; "": the latest partition run
     parquet_copy: bool = True
     master_rule: Literal["least_loaded", "hash"] = "least_loaded"
@@ -230,6 +242,8 @@ class SerializeConfig:
 
 @dataclass(frozen=True, kw_only=True)
 class ReorderConfig:
+    """``glisp reorder``: the inference order (PDS, NS, DS, PS) and where its lookup arrays are built."""
+
     order: Literal["pds", "ns", "ds", "ps"] = "pds"
     # the lookup arrays of a graph this small are filled in the driver (32 B per vertex) instead of by two
     # shuffles, whose fixed costs dominate there
@@ -238,6 +252,8 @@ class ReorderConfig:
 
 @dataclass(frozen=True, kw_only=True)
 class ServeConfig:
+    """One sampling server: address, threads, request bounds, memory, replicas, reload, security, metrics."""
+
     host: str = "127.0.0.1"
     port: int = 0
     threads: int = 4
@@ -272,6 +288,8 @@ class ServeConfig:
 
 @dataclass(frozen=True, kw_only=True)
 class ClientConfig:
+    """A sampling client (trainers, PyG scripts): deadlines, retries, prefetch, routing, security."""
+
     deadline_s: float = 30.0
     retries: int = 3
     prefetch: int = 2
@@ -377,6 +395,8 @@ class InferConfig:
 
 @dataclass(frozen=True, kw_only=True)
 class Config:
+    """The whole configuration: one section per stage or component, as ``conf/default.toml`` lays it out."""
+
     spark: SparkConfig = field(default_factory=SparkConfig)
     dataset: DatasetConfig = field(default_factory=DatasetConfig)
     ingest: IngestConfig = field(default_factory=IngestConfig)
