@@ -2,9 +2,11 @@
 
 ``glisp_remote(cluster_file)`` gives the (FeatureStore, GraphStore) pair; :class:`GlispSampler` is the
 ``BaseSampler`` for ``NodeLoader``/``LinkLoader`` (or ``neighbor_sampler=`` of PyG's loaders);
-:class:`NeighborLoader` and :class:`LinkNeighborLoader` are PyG's loaders that pick it for a GLISP pair.
+:class:`NeighborLoader` and :class:`LinkNeighborLoader` are PyG's loaders that pick it for a GLISP pair;
+:class:`NodeEmbedding` is a table of learnable rows per vertex held by the servers (``--node-embeddings``).
 """
 
+from glisp_train.pyg.embedding import NodeEmbedding
 from glisp_train.pyg.loaders import LinkNeighborLoader, NeighborLoader, is_glisp
 from glisp_train.pyg.remote import GlispRemote, glisp_remote
 from glisp_train.pyg.sampler import GlispSampler
@@ -19,6 +21,7 @@ __all__ = [
     "GraphView",
     "LinkNeighborLoader",
     "NeighborLoader",
+    "NodeEmbedding",
     "ReadOnlyError",
     "glisp_remote",
     "is_glisp",

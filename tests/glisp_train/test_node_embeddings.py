@@ -77,6 +77,34 @@ def test_the_served_table_equals_an_in_memory_embedding_trained_on_the_same_batc
         src.close()
 
 
+def test_a_pyg_script_trains_the_served_table_through_autograd_as_an_in_memory_embedding(cora, cora_cluster):
+    """glisp_train.pyg.NodeEmbedding in a script's own loop (forward, loss.backward(), the weights' optimiser)
+    equals torch.nn.Embedding(sparse=True) with torch.optim.Adagrad on the same batches."""
+    from glisp_train.pyg import NodeEmbedding, glisp_remote
+
+    n, dim, lr = cora.n, 8, 0.1
+    with glisp_remote(cora_cluster.cluster_file) as data:
+        emb = NodeEmbedding(data, dim, lr=lr, seed=5)
+        assert list(emb.parameters()) == []  # the script's optimiser never sees the rows
+        ref = torch.nn.Embedding(n, dim, sparse=True)
+        ref.weight.data.copy_(torch.from_numpy(initial_rows(np.arange(n), dim, 5)))
+        opt = torch.optim.Adagrad(ref.parameters(), lr=lr)
+        rng, w = np.random.default_rng(1), torch.randn(dim, 3, generator=torch.Generator().manual_seed(0))
+        for _ in range(20):
+            ids = torch.from_numpy(rng.integers(0, n, 300))  # repeats within a batch, both partitions
+            opt.zero_grad()
+            (ref(ids) @ w).tanh().sum().backward()
+            opt.step()
+            (emb(ids) @ w).tanh().sum().backward()
+        emb.flush()
+        served = np.concatenate([rows for _, rows in emb.table.chunks(n)])
+        np.testing.assert_allclose(served, ref.weight.detach().numpy(), atol=5e-5)
+        assert np.abs(served - initial_rows(np.arange(n), dim, 5)).max() > 0.05
+        emb.eval()
+        assert not emb(torch.arange(4)).requires_grad  # evaluation reads rows, sends nothing back
+        emb.release()
+
+
 def test_a_training_run_that_fails_releases_its_table_on_the_servers(cora, lp_cluster, monkeypatch):
     """Each run's table has a name of its own, so a failed run's rows would stay on the servers, holding
     serve.embedding_mb, until they restart: the failure releases them and is still what the caller sees."""
