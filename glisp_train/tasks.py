@@ -238,8 +238,11 @@ class LinkTask:
     def loss(self, ctx: Ctx, b: Batch) -> tuple[torch.Tensor, int, dict[str, float]]:
         h = run_model(ctx.model, b, b.features(ctx.cache, ctx.device), ctx.device, ctx.typed)
         s, d, n = (torch.from_numpy(a).to(ctx.device) for a in b.extra)
-        pos = link_scores(h[s], h[d])
-        neg = link_scores(h[s].unsqueeze(1).expand(-1, n.shape[1], -1), h[n])
+        hs = h.index_select(0, s)  # index_select: its backward is index_add, not advanced indexing's index_put
+        pos = link_scores(hs, h.index_select(0, d))
+        neg = link_scores(
+            hs.unsqueeze(1).expand(-1, n.shape[1], -1), h.index_select(0, n.reshape(-1)).view(*n.shape, -1)
+        )
         if self.loss_kind == "bpr":
             return F.softplus(neg - pos.unsqueeze(1)).mean(dim=1).sum(), len(s), {}
         loss = F.binary_cross_entropy_with_logits(pos, torch.ones_like(pos), reduction="sum")

@@ -13,8 +13,10 @@ script's own loop.
 The table is the one ``glisp train`` uses (:mod:`glisp_core.sparse_embedding`): it lives with the partitions,
 not in this process, so a graph of 10^9 vertices needs no 10^9-row tensor here. ``forward`` fetches the rows
 of the ids asked for; ``backward`` sends their gradient, which the servers apply as a sparse Adagrad step (as
-``torch.optim.Adagrad`` on a sparse ``nn.Embedding`` would), at most two updates in flight. The module has no
-parameters of its own: the script's optimiser holds the model's weights only.
+``torch.optim.Adagrad`` on a sparse ``nn.Embedding`` would). With ``sync`` (the default) each backward waits
+for its update, so the next forward reads rows that include it, exactly as in memory; ``sync=False`` lets two
+updates be in flight (a forward may read rows one or two steps old), as ``glisp train`` does with prefetch.
+The module has no parameters of its own: the script's optimiser holds the model's weights only.
 """
 
 from __future__ import annotations
@@ -47,13 +49,13 @@ class _Rows(torch.autograd.Function):
 class NodeEmbedding(torch.nn.Module):
     """A served table of ``dim`` learnable values per vertex (see the module docstring)."""
 
-    def __init__(self, data: Any, dim: int, lr: float = 0.1, seed: int = 0, name: str = "") -> None:
+    def __init__(self, data: Any, dim: int, lr: float = 0.1, seed: int = 0, name: str = "", sync: bool = True) -> None:
         super().__init__()
         source = data.source
         if source.embeddings is None:
             raise TypeError("NodeEmbedding: this source holds no node embeddings (open it with glisp_remote)")
         spec = TableSpec(name or f"pyg-{uuid.uuid4().hex[:12]}", dim, seed=seed, lr=lr)
-        self.table = NodeEmbeddings.open(source.embeddings, spec, source.submit)
+        self.table = NodeEmbeddings.open(source.embeddings, spec, source.submit, sync=sync)
         self._anchor = torch.zeros(0, requires_grad=True)  # makes the output part of the graph autograd walks
 
     @property
