@@ -155,28 +155,23 @@ class AdaDNEConfig:
     lambda_min: float = 0.01
     lambda_max: float = 0.2
     accel: float = 0.0  # lam_i *= (remaining/|E|)^-accel: fewer rounds as the remainder shrinks
-    seed_scale: float = 1.0  # an empty boundary seeds vertices carrying seed_scale*lam_i*remaining/p rows
     step: float = 0.3  # per round, growth may fill this fraction of the deficit to the fair share
     alt_step: float = 0.15  # the step of every second restart (0 = all use step): restarts try both speeds
     floor: float = 1.0  # two-hop intake probability at/above the fair share (1: no brake); speed-limit/seed floor
     capacity: float = 1.04  # hard bound: no partition holds more than capacity * |E|/p rows (EB <= capacity)
     finish: float = 0.05  # the last finish * |E| rows are placed by the finishing pass
-    finish_vertex_weight: float = 1.0  # finishing pass: weight of a partition's vertex slack
     refine_rounds: int = 24  # relocation rounds after the expansion, at most (0 = none)
     refine_vb: float = 1.08  # relocation sheds replicas of partitions with |V_i| > refine_vb * mean
     refine_vb_max: float = 1.10  # no replica removal takes VB above max(refine_vb_max, VB before)
     refine_capacity: float = 1.05  # hard bound of relocation moves: refine_capacity * |E|/p rows (>= capacity)
-    refine_stop: float = 0.001  # a relocation phase ends when a round moves under this fraction of rows
     refine_edge_slack: float = 0.05  # balance moves may fill partitions to refine_capacity + this; a shedding
     # phase then brings every partition back under refine_capacity (the hard bound of the result)
-    top_up: float = 0.05  # a boundary yielding under top_up * the round's limit is topped up with seeds
     round_budget: int = 64  # rounds to finish in: behind this pace, a partition whose whole boundary fits its
     # speed limit expands all of it; at twice this many rounds the finishing pass places the rest (0 = off)
     starts: int = 4  # a graph of at most starts_max_edges rows is expanded and relocated from this many
     # first-seed sets, in the driver or as Spark jobs; the best is kept (AdaDNE.start_score)
     starts_max_edges: int = 8_000_000  # above this many rows: one start (each start costs a whole run)
     cluster_start: bool = True  # one more start (graphs the driver holds): dense clusters packed whole first
-    cluster_hub_factor: float = 10.0  # clustered start: vertices above this x the mean degree join no cluster
     cluster_fill: float = 0.9  # clustered start: whole clusters fill partitions to this share of rows and vertices
 
 
@@ -208,7 +203,6 @@ class PartitionConfig:
     max_rounds: int = 10_000
     local_finish_edges: int = 2_000_000  # finish a remainder this small in one process
     driver_finish_edges: int = 16_000_000  # the finishing pass runs in the driver on a remainder this small
-    count_sample: int = 1  # estimate the two-hop step per round from rows with eid % stride == 0
     count_sample_max: int = 1_000_000  # most sample rows held by the driver (the stride grows past it)
     groups: int = 0  # expansion: row groups (Spark tasks per round); 0 = max(8, ceil(rows / 4M))
     state: Literal["driver", "sharded", "auto"] = "auto"  # expansion state: driver arrays or vertex-id-range shards
@@ -424,7 +418,7 @@ ENV_PREFIX = "GLISP_"
 EXPERT_SECTIONS = ("partition.adadne", "partition.dne", "partition.hdrf")
 EXPERT_KEYS = frozenset(
     {
-        *(f"partition.{k}" for k in ("max_rounds", "local_finish_edges", "driver_finish_edges", "count_sample")),
+        *(f"partition.{k}" for k in ("max_rounds", "local_finish_edges", "driver_finish_edges")),
         *(f"partition.{k}" for k in ("count_sample_max", "groups", "state_auto_vertices", "state_auto_mb")),
         *(f"partition.{k}" for k in ("shard_vertices", "metis_max_edges", "incremental_epsilon", "incremental_lam")),
         *(f"partition.incremental_{k}" for k in ("max_vb", "max_eb", "max_rf_growth", "batch_edges", "local_edges")),

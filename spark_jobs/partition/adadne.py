@@ -49,6 +49,12 @@ from spark_jobs.partition.rounds import FileRounds
 from spark_jobs.partition.state import ExpansionState
 
 _PACE_WARMUP = 8  # rounds before the pace is judged (the first rounds grow from single seeds)
+# Constants that were configuration keys no test, benchmark or measured case ever set to another value
+# (docs/partitioning.md says what each does):
+SEED_SCALE = 1.0  # an emptied boundary seeds vertices carrying SEED_SCALE * lam * remaining / p rows
+TOP_UP = 0.05  # a boundary yielding under TOP_UP x the round's speed limit is topped up with seeds
+FINISH_VERTEX_WEIGHT = 1.0  # finishing pass: weight of a partition's vertex slack (HDRF's edge term has 1)
+CLUSTER_HUB_FACTOR = 10.0  # packed start: vertices above this x the mean degree join no cluster
 
 
 def adaptive_factors(
@@ -119,13 +125,9 @@ class AdaDNE(ExpansionPartitioner):
     def packed_starts(self, rows: int) -> int:
         """One start from whole clusters (``clusters.py``) where restarts run, held rows or Spark path alike."""
         a = self.cfg.adadne
-        if a.cluster_start and not (0 < a.cluster_fill <= 1 and a.cluster_hub_factor > 0):
-            bad = "cluster_fill" if not 0 < a.cluster_fill <= 1 else "cluster_hub_factor"
+        if a.cluster_start and not 0 < a.cluster_fill <= 1:
             raise ConfigError(
-                "config",
-                f"partition.adadne.{bad}",
-                f"cluster_fill must be in (0, 1] and cluster_hub_factor > 0 "
-                f"(got {a.cluster_fill}, {a.cluster_hub_factor}; e.g. 0.9 and 10)",
+                "config", "partition.adadne.cluster_fill", f"must be in (0, 1] (got {a.cluster_fill}; e.g. 0.9)"
             )
         return 1 if a.cluster_start and self.starts(rows) > 1 else 0
 
@@ -134,7 +136,7 @@ class AdaDNE(ExpansionPartitioner):
     ) -> np.ndarray:
         a = self.cfg.adadne
         assert st.deg is not None, "new_state keeps the degrees"
-        hub = hub_mask(st.deg, a.cluster_hub_factor)
+        hub = hub_mask(st.deg, CLUSTER_HUB_FACTOR)
         if isinstance(rows, dict):
             label = held_labels(rows["src"], rows["dst"], st.deg, hub)
             weights = cluster_weights(rows["src"], rows["dst"], label)
@@ -161,7 +163,7 @@ class AdaDNE(ExpansionPartitioner):
         # first round: one seed per partition, as DNE; later an emptied boundary seeds in bulk, within the
         # same speed limit (an unbounded seed batch let one partition whose first component ran out take
         # ~its whole share of low-degree vertices in one round: rmat17 p=16 VB 4.0)
-        scale = a.seed_scale if st.rounds > 0 else 0.0
+        scale = SEED_SCALE if st.rounds > 0 else 0.0
         seed_budget = np.maximum(1.0, np.minimum(lam * st.remaining / p * scale, cap))
         # ... and a vertex limit: seeds are the lowest-degree vertices, each bringing itself and its few
         # neighbours, so a row budget alone lets |V_i| run far ahead (rmat17 p=16: VB 2.4)
@@ -170,7 +172,7 @@ class AdaDNE(ExpansionPartitioner):
         return active, lam, cap, seed_budget, -1
 
     def top_up(self, st: ExpansionState, k: int, onehop: float, cap: float) -> float:
-        """Seeds besides the boundary when the boundary yields under ``top_up`` of the round's speed limit.
+        """Seeds besides the boundary when the boundary yields under ``TOP_UP`` of the round's speed limit.
 
         A boundary that stays non-empty but thin (long chains, a web crawl's paths) would otherwise give
         one vertex per round; a seed opens one new front per round (``ExpansionPartitioner.select``), so
@@ -179,8 +181,7 @@ class AdaDNE(ExpansionPartitioner):
         through a sparse periphery over a dense core: tolokers p=8 RF 1.06-1.24x the reference DNE over
         seeds 1-8, against 0.93-1.10x with one (docs/partitioning.md, "Seeds").
         """
-        t = self.cfg.adadne.top_up
-        return cap - onehop if st.rounds > 0 and np.isfinite(cap) and onehop < t * cap else 0.0
+        return cap - onehop if st.rounds > 0 and np.isfinite(cap) and onehop < TOP_UP * cap else 0.0
 
     def behind(self, st: ExpansionState) -> float:
         """How many times too slow the recent pace is to place the remaining rows within
@@ -228,8 +229,7 @@ class AdaDNE(ExpansionPartitioner):
 
     # ---- finishing pass and refinement ------------------------------------------------------------
     def finish_args(self, st: ExpansionState) -> tuple:
-        a = self.cfg.adadne
-        return st.deg, self.capacity(st), 1.0, a.finish_vertex_weight, 1.0
+        return st.deg, self.capacity(st), 1.0, FINISH_VERTEX_WEIGHT, 1.0
 
     def refine_log(self) -> list[dict]:
         return self.relocation.log if hasattr(self, "relocation") else []

@@ -266,7 +266,7 @@ class ExpansionPartitioner(Partitioner):
     def sample_stride(self, total: int) -> int:
         """Rows with eid % stride == 0 estimate the two-hop step; at most ``count_sample_max`` of them."""
         cfg = self.cfg
-        return max(1, cfg.count_sample, math.ceil(total / max(1, cfg.count_sample_max)))
+        return max(1, math.ceil(total / max(1, cfg.count_sample_max)))
 
     def groups(self, total: int) -> int:
         """G, the number of row groups (Spark tasks of a round): from the configuration and the row count

@@ -17,7 +17,7 @@ partitions vertex-heavy. Both are repaired after the fact, HEP/2PS-style, by mov
   1.24); shedding rounds (``shed_rows``) then move each group's share of the excess into partitions under
   ``refine_capacity`` x |E|/p, vertex-neutral moves first, and run past ``refine_rounds`` if needed, so
   the result is under the hard bound; a second balance under that bound follows if the shedding cost VB;
-* **polish**: removals only, under that VB bound, until a round moves under ``refine_stop`` of the rows.
+* **polish**: removals only, under that VB bound, until a round moves under ``REFINE_STOP`` of the rows.
 
 One round = one vote pass (``relocation_votes``: per replica, how many of its pairs could move) and one
 move pass (``evacuate_round``), both per row group from broadcast state, so a round decides every row alike
@@ -39,6 +39,7 @@ from spark_jobs.partition.kernels import _bit, bit_index, group_quota, pair_grou
 from spark_jobs.partition.state import ExpansionState
 
 MAX_SHED_ROUNDS = 32  # shedding rounds past refine_rounds at most (one suffices unless a group lacks rows)
+REFINE_STOP = 0.001  # a relocation phase ends when a round moves under this fraction of the rows
 MAX_SLACK = 3  # most replicas a balance move may add beyond those it removes, when VB stalls above its bound
 _REPAIR = np.int64(1) << np.int64(50)  # key offset of a move that adds a replica (after every free one)
 
@@ -619,12 +620,12 @@ class Relocation:
         return int(shed.sum()), move(*args, slack=0, shed=shed)
 
     def _next(self, phase: str, moved: int, vb_fall: float, vb: float) -> str:
-        """remove -> balance once a round moves under 10 x ``refine_stop`` of the rows; balance -> polish
+        """remove -> balance once a round moves under 10 x ``REFINE_STOP`` of the rows; balance -> polish
         once a round no longer lowers VB by 0.001 (the target is checked before each round), unless VB is
         still above ``refine_vb_max``: then the balance goes on with ``slack`` one higher, up to
         ``MAX_SLACK`` (a move may add that many replicas more than it removes: RF for the vertex bound);
-        polish ends once a round moves under ``refine_stop`` of the rows."""
-        stop = self.cfg.refine_stop * self.rows
+        polish ends once a round moves under ``REFINE_STOP`` of the rows."""
+        stop = REFINE_STOP * self.rows
         if phase == "remove":
             return "balance" if moved < 10 * stop else phase
         if phase == "balance":
