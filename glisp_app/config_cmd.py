@@ -104,7 +104,9 @@ def main(args: argparse.Namespace, cfg: Config) -> int:
     if args.action == "show":
         # an expert key a layer set is shown anyway: a run's effective settings must all be visible
         shown = sorted(
-            k for k in values if args.expert or not is_expert(k) or source[k] not in ("default", "default.toml")
+            k
+            for k in values
+            if args.expert or not is_expert(k) or source[k] not in ("default", DEFAULT_CONFIG_PATH.name)
         )
         width = max(len(k) for k in shown)
         for k in shown:

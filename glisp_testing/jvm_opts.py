@@ -79,9 +79,14 @@ def build_archive(path: Path) -> bool:
     return path.exists()
 
 
-def use_test_jvm_options(env: MutableMapping[str, str], archive: Path | None = None) -> None:
-    """Prepend the tests' JVM options (and the driver archive, where given) to each launch variable."""
-    cds = f" -XX:SharedArchiveFile={archive} {QUIET_CDS}" if archive is not None else ""
+def use_test_jvm_options(env: MutableMapping[str, str]) -> None:
+    """Prepend the tests' JVM options to each launch variable."""
     for var in VARIABLES:
-        opts = TEST_JVM_OPTS + (cds if var == "SPARK_SUBMIT_OPTS" else "")
-        env[var] = f"{opts} {env.get(var, '')}".strip()
+        env[var] = f"{TEST_JVM_OPTS} {env.get(var, '')}".strip()
+
+
+def use_driver_archive(env: MutableMapping[str, str], archive: Path) -> None:
+    """Drivers (``SPARK_SUBMIT_OPTS``) map ``archive``; one that does not exist or match is ignored silently."""
+    opt = f"-XX:SharedArchiveFile={archive} {QUIET_CDS}"
+    if opt not in env.get("SPARK_SUBMIT_OPTS", ""):
+        env["SPARK_SUBMIT_OPTS"] = f"{env.get('SPARK_SUBMIT_OPTS', '')} {opt}".strip()

@@ -23,7 +23,7 @@ if str(ROOT) not in sys.path:
 
 pytest.register_assert_rewrite("tests.tiers")  # imported here for `needs`, and loaded as a plugin below
 from glisp_testing import emulators  # noqa: E402
-from glisp_testing.jvm_opts import archive_path, build_archive, use_test_jvm_options  # noqa: E402
+from glisp_testing.jvm_opts import archive_path, build_archive, use_driver_archive, use_test_jvm_options  # noqa: E402
 from glisp_testing.s3server import MotoServer, free_port, use_only  # noqa: E402
 from tests.tiers import needs  # noqa: E402
 
@@ -42,16 +42,19 @@ GCS_EMULATOR = emulators.FakeGcs()  # GCS and Azure emulators: addresses fixed (
 AZURITE = emulators.Azurite()
 emulators.use_only(GCS_EMULATOR.endpoint, AZURITE.endpoint, os.environ)
 
-DRIVER_ARCHIVE = archive_path()
-use_test_jvm_options(os.environ, DRIVER_ARCHIVE)  # every JVM the tests start: see glisp_testing.jvm_opts
+use_test_jvm_options(os.environ)  # every JVM the tests start: see glisp_testing.jvm_opts
 
 
 def pytest_configure(config: pytest.Config) -> None:
-    """Before any test (and before xdist starts its workers): the drivers' class archive, unless this run is
-    the fast lane, which starts no JVM. Built once per machine (about 15 s); a driver started without it runs
-    as before."""
-    if not hasattr(config, "workerinput") and (config.option.markexpr or "").strip() != "fast":
-        build_archive(DRIVER_ARCHIVE)
+    """Before any test, unless this run is the fast lane (which starts no JVM): the drivers' class archive,
+    built by the controller before xdist starts its workers (once per machine, about 20 s) and mapped by every
+    driver a test starts; a driver started without it runs as before."""
+    if (config.option.markexpr or "").strip() == "fast":
+        return
+    archive = archive_path()
+    if not hasattr(config, "workerinput"):
+        build_archive(archive)
+    use_driver_archive(os.environ, archive)
 
 
 @pytest.fixture(scope="session")

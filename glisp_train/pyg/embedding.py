@@ -38,7 +38,7 @@ class _Rows(torch.autograd.Function):
     def forward(ctx: Any, anchor: torch.Tensor, ids: torch.Tensor, table: NodeEmbeddings) -> torch.Tensor:
         ctx.ids, ctx.table = ids, table
         got = table.submit(table.rows(ids.detach().cpu().numpy().astype(np.int64))).result()
-        return torch.from_numpy(got).to(anchor.device)
+        return torch.from_numpy(got).to(ids.device)  # where the script's batch (and model) is
 
     @staticmethod
     def backward(ctx: Any, grad: torch.Tensor) -> tuple[None, None, None]:
