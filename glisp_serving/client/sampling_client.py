@@ -287,9 +287,9 @@ class RemoteBackend:
             try:
                 return await s.request(request, self.cfg.deadline_s)
             except StreamFailure as e:
-                if e.code not in NO_STREAM and not e.sending:
+                if e.code not in NO_STREAM and not e.ask_unary:
                     raise
-                if not e.sending:
+                if not e.ask_unary:
                     self._unary_only.add((part, i))  # no streams there: unary calls from now on
         raw = await stub.Gather(request, timeout=self.cfg.deadline_s)
         with profile.stage("client.decode"):

@@ -34,10 +34,14 @@ REFUSED = (grpc.StatusCode.UNAUTHENTICATED, grpc.StatusCode.PERMISSION_DENIED)  
 
 
 class StreamFailure(Exception):
-    """A request on a stream got no answer (``code``: why; UNAVAILABLE when the stream broke)."""
+    """A request on a stream got no answer (``code``: why; UNAVAILABLE when the stream broke).
 
-    def __init__(self, code: grpc.StatusCode, details: str, sending: bool = False) -> None:
-        self.code, self.details, self.sending = code, details, sending
+    ``ask_unary``: the status may be gRPC's own rather than the server's (an INTERNAL error from gRPC's
+    core, which under load can replace a refusal's UNAUTHENTICATED), so the caller asks the same server
+    once by a unary call, whose status is the server's."""
+
+    def __init__(self, code: grpc.StatusCode, details: str, ask_unary: bool = False) -> None:
+        self.code, self.details, self.ask_unary = code, details, ask_unary
         super().__init__(f"{code.name}: {details}")
 
 
@@ -80,7 +84,8 @@ class GatherStream:
                     fut.set_result(m)
         except grpc.aio.AioRpcError as e:
             code = e.code() if e.code() in NO_STREAM + REFUSED else grpc.StatusCode.UNAVAILABLE  # else: retry them
-            failure = StreamFailure(code, f"stream ended with {e.code().name}: {e.details()}")
+            unsure = e.code() == grpc.StatusCode.INTERNAL  # maybe gRPC's core, not the server (seen in CI)
+            failure = StreamFailure(code, f"stream ended with {e.code().name}: {e.details()}", ask_unary=unsure)
         except WireError as e:
             failure = StreamFailure(grpc.StatusCode.INTERNAL, f"undecodable answer on the stream: {e}")
         except asyncio.CancelledError:
@@ -130,7 +135,7 @@ class GatherStream:
         """Why a write failed. The server may have ended the call (a refused token) before the reader saw
         its status: the call's final status decides, so a refusal is not reported as a broken stream
         (UNAVAILABLE, which the caller would retry on another replica). gRPC may have replaced that status
-        with its own INTERNAL "execute_batch" failure (seen under load): then the failure says ``sending``
+        with its own INTERNAL "execute_batch" failure (seen under load): then the failure says ``ask_unary``
         and the caller asks the same server once by a unary call, whose status is the server's own."""
         try:
             code = await asyncio.wait_for(self._call.code(), 1.0)
@@ -139,7 +144,7 @@ class GatherStream:
             code, details = None, ""
         if code in NO_STREAM + REFUSED:
             return StreamFailure(code, details or "")
-        return StreamFailure(grpc.StatusCode.UNAVAILABLE, f"stream broke while sending: {e}", sending=True)
+        return StreamFailure(grpc.StatusCode.UNAVAILABLE, f"stream broke while sending: {e}", ask_unary=True)
 
     async def aclose(self) -> None:
         self._closing = True

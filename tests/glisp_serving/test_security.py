@@ -236,11 +236,45 @@ def test_a_stream_that_broke_while_sending_asks_the_server_once_by_a_unary_call(
     from glisp_serving.client import streams
 
     async def broke(self, raw, timeout):
-        raise streams.StreamFailure(UNAVAILABLE, "stream broke while sending: injected", sending=True)
+        raise streams.StreamFailure(UNAVAILABLE, "stream broke while sending: injected", ask_unary=True)
 
     monkeypatch.setattr(streams.GatherStream, "request", broke)
     e = _refused(token_cluster, _cfg(gather_streams=True))
     assert e.code == UNAUTH and "no bearer token" in str(e), e
+
+
+def test_a_stream_that_gRPC_ended_with_its_own_internal_error_asks_the_server_once_by_a_unary_call(
+    token_cluster, monkeypatch
+):
+    """The reader may see gRPC core's INTERNAL "Internal error from Core" in place of the server's
+    UNAUTHENTICATED (seen in CI): that is not retried on other replicas as a broken stream, the same
+    server is asked by a unary call and the refusal comes back as the server's."""
+    from glisp_serving.client import streams
+
+    class CoreFailedCall:
+        def __init__(self, call):
+            self._call = call
+
+        async def write(self, raw):  # sent; gRPC then reports its own failure on the read side
+            return None
+
+        async def read(self):
+            md = grpc.aio.Metadata()
+            raise grpc.aio.AioRpcError(grpc.StatusCode.INTERNAL, md, md, details="Internal error from Core")
+
+        def __getattr__(self, name):
+            return getattr(self._call, name)
+
+    opened = []
+    real_init = streams.GatherStream.__init__
+
+    def init(self, open_call):
+        opened.append(1)
+        real_init(self, lambda: CoreFailedCall(open_call()))
+
+    monkeypatch.setattr(streams.GatherStream, "__init__", init)
+    e = _refused(token_cluster, _cfg(gather_streams=True))
+    assert opened and e.code == UNAUTH and "no bearer token" in str(e), e
 
 
 def test_token_checked_on_every_sampling_rpc_health_open(token_cluster):
