@@ -155,10 +155,17 @@ def _base_rows_in_new_ids(
     spark: SparkSession, base: DatasetVersion, run: str, vmap: np.ndarray, emap: np.ndarray
 ) -> DataFrame:
     """The base's edge rows (eid, src, dst, etype in the new version's ids, part); rows that lost an
-    endpoint or their edge type are dropped (they are removed edges)."""
-    bc = spark.sparkContext.broadcast((vmap, emap))
+    endpoint or their edge type are dropped (they are removed edges).
+
+    The join with the assignment hashes both sides by eid without sorting them (a shuffled hash join:
+    the assignment's two columns are the build side). When no id changed (vertices and edge types only
+    added, as a snapshot that appends does) the rows need no remapping and stay in the JVM."""
     rows = read_parquet(spark, base.edges).select("eid", "src", "dst", "etype")
-    rows = rows.join(read_parquet(spark, base.assignment(run)).select("eid", "part"), "eid")
+    assignment = read_parquet(spark, base.assignment(run)).select("eid", "part")
+    rows = rows.join(assignment.hint("shuffle_hash"), "eid")
+    if same_ids(vmap, emap):
+        return rows.select("eid", "src", "dst", F.col("etype").cast("int"), F.col("part").cast("int"))
+    bc = spark.sparkContext.broadcast((vmap, emap))
 
     def remap(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         freeze_worker_heap()
@@ -179,6 +186,11 @@ def _base_rows_in_new_ids(
             )
 
     return rows.mapInArrow(remap, "eid long, src long, dst long, etype int, part int")
+
+
+def same_ids(vmap: np.ndarray, emap: np.ndarray) -> bool:
+    """Whether both id maps send every base id to itself (nothing removed or renumbered)."""
+    return all(bool(np.array_equal(m, np.arange(len(m), dtype=m.dtype))) for m in (vmap, emap))
 
 
 MATCHED_SCHEMA = "eid long, src long, dst long, part int, how int, rows long, k long"
@@ -487,6 +499,7 @@ def refresh(
         "base_run": run,
         "base_fingerprint": base_rec.fingerprint,
         "mode": "local" if local else "spark",
+        "same_ids": same_ids(vmap, emap),
         "kept": n_kept,
         "removed": base_m - n_kept,
         "added": m - n_kept,

@@ -255,9 +255,40 @@ def test_spark_path_places_exactly_as_the_local_path(spark, snapshots, refreshed
     rec_s = run_partition(spark, with_values(cfg, "partition", name=other, incremental_local_edges=0), v2)
     inc_l, inc_s = rec.counts["incremental"], rec_s.counts["incremental"]
     assert (inc_l["mode"], inc_s["mode"]) == ("local", "spark")
+    assert not inc_s["same_ids"]  # v2 renumbers the vertices: the base rows were remapped in the tasks
     for key in ("kept", "added", "attached", "placed", "capacity"):
         assert inc_l[key] == inc_s[key], key
     a_l = pd.read_parquet(v2.assignment(run)).sort_values("eid").reset_index(drop=True)
     a_s = pd.read_parquet(v2.assignment(other)).sort_values("eid").reset_index(drop=True)
     assert a_l.equals(a_s)
     assert rec.metrics == rec_s.metrics
+
+
+def test_spark_path_of_a_snapshot_that_keeps_the_ids_places_as_the_local_path(spark, tmp_path, cfg):
+    """A snapshot that only appends vertices keeps every base id: the Spark path then takes the base rows
+    without remapping them; it must still place exactly as the in-process path and keep every kept row."""
+    rng = np.random.default_rng(11)
+    n = 256
+    src, dst = rmat_edges(8, 8, seed=3)
+    names = [f"n{i}" for i in range(n)]
+    v1 = write_dataset(tmp_path, "g", src, dst, num_vertices=n, orig_ids=names, version="v1")
+    run = publish_partition(v1, np.minimum(src, dst) % P, P, algorithm="hdrf")
+    keep = rng.random(len(src)) >= 0.05
+    s3 = np.concatenate([src[keep], rng.integers(0, n + 2, 60)])
+    d3 = np.concatenate([dst[keep], rng.integers(0, n + 2, 60)])
+    v3 = write_dataset(tmp_path, "g", s3, d3, num_vertices=n + 2, orig_ids=[*names, "y0", "y1"], version="v3")
+    loose = dict(incremental_max_vb=9.0, incremental_max_eb=9.0, incremental_max_rf_growth=0.0)
+    base = _cfg(cfg, v1, **loose)
+    other = publish_partition(
+        v1, pd.read_parquet(v1.assignment(run)).sort_values("eid").part.to_numpy(), P, "s", "hdrf"
+    )
+    rec_l = run_partition(spark, base, v3)
+    rec_s = run_partition(spark, with_values(base, "partition", name=other, incremental_local_edges=0), v3)
+    inc_l, inc_s = rec_l.counts["incremental"], rec_s.counts["incremental"]
+    assert (inc_l.get("mode"), inc_s.get("mode"), inc_s.get("same_ids")) == ("local", "spark", True), (inc_l, inc_s)
+    assert inc_s["kept"] >= int(keep.sum()) and inc_l["kept"] == inc_s["kept"]  # an added row may match a removed one
+    a_l = pd.read_parquet(v3.assignment(run)).sort_values("eid").reset_index(drop=True)
+    a_s = pd.read_parquet(v3.assignment(other)).sort_values("eid").reset_index(drop=True)
+    assert a_l.equals(a_s)
+    kept = a_s.part.to_numpy()[: int(keep.sum())]  # v3's first rows are v1's kept rows, in eid order
+    assert np.array_equal(kept, (np.minimum(src, dst) % P)[keep])
