@@ -276,6 +276,9 @@ def run_infer(
     if not force and (pub.is_current() or not pub.claim()):  # an identical run in progress: wait for its record
         log(up_to_date(f"infer/{inp.name}"))
         return pub.record()  # type: ignore[return-value]
+    from glisp_spark.session import size_shuffles
+
+    size_shuffles(spark, cfg.spark, int(read_manifest(dv).schema["num_edges"]))
     old_url = _published_store_url(dv, inp.name)
     url = None
     refresh = None

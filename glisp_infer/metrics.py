@@ -46,6 +46,7 @@ SUMS = (
     "needs_s",
     "affected",
     "recomputed",
+    "recomputed_scattered",
     "copied",
     "copy_s",
     "copy_chunks",

@@ -553,9 +553,11 @@ def _incremental_todo(
     m["affected"] = int(aff.sum())
     m["affected_vids"] = vids[aff]
     full = every or (len(vids) > 0 and aff.mean() > plan.max_share)
-    m["recomputed"] = len(vids) if full else int(aff.sum())
+    todo = None if full else aff | I.scattered(plan, layer, vids, ~aff)
+    m["recomputed"] = len(vids) if todo is None else int(todo.sum())
+    m["recomputed_scattered"] = 0 if todo is None else int((todo & ~aff).sum())
     m["full"] = bool(full)
-    return None if full else aff
+    return todo
 
 
 def stream(

@@ -68,6 +68,24 @@ def check_java() -> None:
         )
 
 
+SHUFFLE_ROWS = 2_000_000  # edge rows a shuffle partition starts with at most: its sort fits a task's heap share
+
+
+def base_shuffle_partitions(conf: SparkConfig) -> int:
+    """``spark.shuffle_partitions``, else twice the cores: what a small graph's shuffles use."""
+    return conf.shuffle_partitions or max(2, 2 * (os.cpu_count() or 2))
+
+
+def size_shuffles(spark: SparkSession, conf: SparkConfig, rows: int) -> int:
+    """Set the session's shuffle partitions for a stage over ``rows`` edge rows and return them: the base, raised
+    so that none starts with more than SHUFFLE_ROWS rows (at R-MAT 22 four partitions of 17M rows each made a
+    sort-merge join's sort run out of a 4 GB heap); AQE coalesces the small ones. A set
+    ``spark.shuffle_partitions`` is kept as it is."""
+    n = conf.shuffle_partitions or max(base_shuffle_partitions(conf), -(-rows // SHUFFLE_ROWS))
+    spark.conf.set("spark.sql.shuffle.partitions", str(n))
+    return n
+
+
 def get_spark(conf: SparkConfig | None = None, checkpoint_dir: str | None = None) -> SparkSession:
     """Build or reuse the session; under spark-submit the master and resources come from spark-submit."""
     from pyspark import SparkConf
@@ -87,10 +105,8 @@ def get_spark(conf: SparkConfig | None = None, checkpoint_dir: str | None = None
     if not preset.contains("spark.master"):
         b = b.master(conf.master)
         b = b.config("spark.driver.memory", conf.driver_memory)
-    cores = os.cpu_count() or 2
-    shuffle = conf.shuffle_partitions or max(2, 2 * cores)
     settings = {
-        "spark.sql.shuffle.partitions": str(shuffle),
+        "spark.sql.shuffle.partitions": str(base_shuffle_partitions(conf)),
         "spark.sql.adaptive.enabled": str(conf.adaptive).lower(),
         "spark.sql.adaptive.coalescePartitions.enabled": "true",
         "spark.sql.adaptive.skewJoin.enabled": "true",

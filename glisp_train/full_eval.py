@@ -3,8 +3,8 @@ examples evaluate (``train.evaluation = "full"``, the default), or on sampled tr
 
 Full evaluation runs the slice protocol of :mod:`glisp_core.models` (``model.layer(i, x_src, edge_index,
 num_dst, edge_type)``) over the evaluated vertices' L-hop neighbourhoods: ``sets[L]`` are the evaluated
-vertices, ``sets[k-1]`` adds every neighbour of ``sets[k]`` (one Gather hop at the largest degree, which the
-quota kernels answer with every edge), and slice ``i`` maps the rows of ``sets[i]`` to those of ``sets[i+1]``.
+vertices, ``sets[k-1]`` adds every neighbour of ``sets[k]`` (Gathers of vertices of similar degree at a fanout
+of at least their largest degree, which the quota kernels answer with every edge: :func:`degree_batches`), and slice ``i`` maps the rows of ``sets[i]`` to those of ``sets[i+1]``.
 Each vertex's row is computed once per layer instead of once per tree it appears in, and the result equals a
 full-graph forward pass. Full neighbourhoods do not change between epochs, so the blocks and the input
 features of a vertex set are fetched once per run and reused by every evaluation of it.
@@ -24,6 +24,24 @@ from glisp_train.tasks import embed
 
 REQUEST_EDGES = 8_000_000  # seeds x fanout of one full hop, under the servers' serve.max_request_edges
 FEATURE_CHUNK = 1 << 16  # input rows per feature plan
+
+
+def degree_batches(deg: np.ndarray, batch: int, budget: int, cap: int) -> list[tuple[np.ndarray, int]]:
+    """Positions of one hop's vertices in Gathers that return every neighbour: low degrees first, at most
+    ``batch`` vertices and about ``budget`` edge slots each, with the fanout of the batch's largest degree
+    rounded up to a power of two (few distinct samplers; at most 2 x budget slots). A vertex with more than
+    ``cap`` neighbours (the servers' serve.max_fanout) gets ``cap`` of them: one Gather returns no more."""
+    order = np.argsort(deg, kind="stable")
+    d = np.clip(deg[order], 1, cap)
+    out: list[tuple[np.ndarray, int]] = []
+    a, n = 0, len(order)
+    while a < n:
+        hi = min(n, a + batch)
+        fits = int((np.arange(1, hi - a + 1) * d[a:hi] <= budget).sum())  # a prefix: the product grows with k
+        b = a + max(1, fits)
+        out.append((order[a:b], int(min(cap, 1 << (int(d[b - 1]) - 1).bit_length()))))
+        a = b
+    return out
 
 
 @dataclass
@@ -62,16 +80,32 @@ class FullEval:
     mode = "full"
 
     def __init__(
-        self, source: Any, cache: Any, direction: str, relations: list[str], layers: int, batch_size: int
+        self,
+        source: Any,
+        cache: Any,
+        direction: str,
+        relations: list[str],
+        layers: int,
+        batch_size: int,
+        max_fanout: int = 100_000,
     ) -> None:
         out_deg, in_deg = source.info.degrees()
-        deg = np.asarray(in_deg if direction == "in" else out_deg)
-        full = max(1, int(deg.max()) if len(deg) else 1)
-        fan: Any = [(t, full) for t in relations] if relations else full
-        self.sampler = KHopSampler(source.backend, [fan], direction=direction, features=False, labels=False)
+        self.deg = np.asarray(in_deg if direction == "in" else out_deg)
+        self.direction, self.relations, self.max_fanout = direction, relations, max_fanout
+        self._samplers: dict[int, KHopSampler] = {}
         self.source, self.cache, self.layers, self.typed = source, cache, layers, bool(relations)
-        self.batch = max(1, min(batch_size, REQUEST_EDGES // (full * max(1, len(relations)))))
+        self.batch = max(1, batch_size)
+        self.capped = 0  # evaluated hops' vertices with more neighbours than one Gather returns (sampled at the cap)
         self._plans: dict[bytes, _Plan] = {}
+
+    def _sampler(self, fanout: int) -> KHopSampler:
+        """The one-hop sampler asking ``fanout`` neighbours per vertex (per relation on a typed graph)."""
+        if fanout not in self._samplers:
+            fan: Any = [(t, fanout) for t in self.relations] if self.relations else fanout
+            self._samplers[fanout] = KHopSampler(
+                self.source.backend, [fan], direction=self.direction, features=False, labels=False
+            )
+        return self._samplers[fanout]
 
     def embed(self, ctx: Any, ids: np.ndarray, times: LoaderTimes, keep: bool = True) -> tuple[np.ndarray, np.ndarray]:
         """Outputs of this process's share of ``ids`` (contiguous shares: every process computes its own).
@@ -88,9 +122,11 @@ class FullEval:
     async def _build(self, ids: np.ndarray) -> _Plan:
         sets: list[np.ndarray] = [np.empty(0, np.int64)] * self.layers + [ids]
         hops: list[list[Any]] = [[] for _ in range(self.layers)]
+        budget = REQUEST_EDGES // max(1, len(self.relations))
         for k in range(self.layers, 0, -1):
-            for a in range(0, len(sets[k]), self.batch):
-                hops[k - 1].append((await self.sampler.sample(sets[k][a : a + self.batch], 0)).blocks[0])
+            self.capped += int((self.deg[sets[k]] > self.max_fanout).sum())
+            for pos, fanout in degree_batches(self.deg[sets[k]], self.batch, budget, self.max_fanout):
+                hops[k - 1].append((await self._sampler(fanout).sample(sets[k][pos], 0)).blocks[0])
             sets[k - 1] = np.unique(np.concatenate([sets[k], *(b.src_ids.numpy() for b in hops[k - 1])]))
         blocks = [
             [

@@ -66,13 +66,13 @@ def _oriented(task: Any, src: np.ndarray, dst: np.ndarray) -> tuple[np.ndarray, 
 
 def _training_edges(task: Any, users: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """Every out-neighbour of ``users`` in the served (training) graph: one full Gather hop per slice of them."""
+    from glisp_train.full_eval import degree_batches
+
     deg = np.asarray(task.out_degree)[users]
-    full = int(min(max(1, int(deg.max()) if len(deg) else 1), MAX_FANOUT))
-    step = max(1, REQUEST_EDGES // full)
-    s, d = [], []
-    for a in range(0, len(users), step):
-        u = users[a : a + step]
-        req = HopRequest(fanout=full, method="uniform_exact", direction="out")
+    s, d = [np.empty(0, np.int64)], [np.empty(0, np.int64)]
+    for pos, fanout in degree_batches(deg, max(1, len(users)), REQUEST_EDGES, MAX_FANOUT):
+        u = users[pos]
+        req = HopRequest(fanout=fanout, method="uniform_exact", direction="out")
         hop = task.submit(task.backend.gather(u, req)).result()
         s.append(np.repeat(u, hop.per_vertex))
         d.append(np.asarray(hop.nbrs, np.int64))

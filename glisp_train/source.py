@@ -170,7 +170,7 @@ def open_in_process(dataset: str | Path, run: str, cfg: Config) -> GraphSource:
     path, _ = local_partition(dv, run, 0, cfg.serve)  # an object-store partition: its verified local copy
     reader = open_partition(path, verify=False)
     info = local_cluster_info(dv, run, [reader])
-    engine = PartitionSampler(reader, threads=1)
+    engine = PartitionSampler(reader, threads=1, max_fanout=cfg.serve.max_fanout)
     backend = LocalBackend(engine, num_vertices=info.num_vertices)
     loop = _LoopThread()
 

@@ -203,7 +203,7 @@ def setup(cfg: Config, source: GraphSource, d: Dist) -> Session:
     emb = open_node_embeddings(tc, source, d)  # opened last: a failure from here on releases it
     try:
         train_loader = Loader(source, fan, cache, tc.prefetch, tc.direction, task.expand(), emb)
-        evaluator = make_evaluator(tc, source, cache, model, typed, emb)
+        evaluator = make_evaluator(tc, source, cache, model, typed, emb, cfg.serve.max_fanout)
     except BaseException:
         if emb is not None and d.is_main:
             _release_after_failure(emb, Progress(enabled=False))
@@ -242,12 +242,14 @@ def make_evaluator(
     model: Any,
     typed: bool,
     emb: NodeEmbeddings | None = None,
+    max_fanout: int = 100_000,
 ) -> FullEval | SampledEval:
     """Validation and test at full neighbourhoods (``train.evaluation = "full"``) or on sampled trees; a model
     without the slice protocol is evaluated on sampled trees, and the evaluation record says why."""
     if tc.evaluation == "full" and follows_slice_protocol(model):
         rel = list(source.edge_types) if typed else []
-        return FullEval(source, cache, tc.direction, rel, tc.layers, tc.eval_batch_size or tc.batch_size)
+        batch = tc.eval_batch_size or tc.batch_size
+        return FullEval(source, cache, tc.direction, rel, tc.layers, batch, max_fanout)
     fan = hop_fanouts(tc, source.edge_types, True, typed)
     why = "" if tc.evaluation == "sampled" else "the model has no slice protocol (num_layers, layer(i, ...))"
     return SampledEval(Loader(source, fan, cache, tc.prefetch, tc.direction, embeddings=emb), fan, why)
@@ -256,6 +258,8 @@ def make_evaluator(
 def evaluation_of(evaluator: FullEval | SampledEval) -> dict[str, Any]:
     """What a reported validation or test score was measured on: ``{"mode": "full"}`` or the sampled fanouts."""
     if isinstance(evaluator, FullEval):
+        if evaluator.capped:  # hubs above serve.max_fanout: that many of their neighbours, not all
+            return {"mode": "full", "capped_at": evaluator.max_fanout, "capped_vertices": evaluator.capped}
         return {"mode": "full"}
     return {"mode": "sampled", "fanouts": evaluator.fanouts, **({"why": evaluator.why} if evaluator.why else {})}
 
@@ -265,6 +269,11 @@ def describe_evaluation(evaluation: dict[str, Any]) -> str:
     if evaluation.get("mode") == "sampled":
         why = f": {evaluation['why']}" if evaluation.get("why") else ""
         return f"sampled neighbourhoods, fanouts {evaluation.get('fanouts')}{why}"
+    if evaluation.get("capped_vertices"):
+        return (
+            f"full neighbourhoods, but {evaluation['capped_vertices']:,} vertices with more than serve.max_fanout "
+            f"{evaluation['capped_at']:,} neighbours had that many"
+        )
     return "full neighbourhoods"
 
 

@@ -15,6 +15,7 @@ from glisp_core.dataset.publish import StagePublisher, up_to_date
 from glisp_core.dataset.versions import VersionLease
 from glisp_core.storage.uri import StoreURI
 from glisp_spark.phases import Phases
+from glisp_spark.session import size_shuffles
 from glisp_spark.tables import read_parquet
 from spark_jobs.partition import incremental
 from spark_jobs.partition.base import PartitionContext
@@ -54,6 +55,7 @@ def run_partition(spark: SparkSession, cfg: Config, dv: DatasetVersion, force: b
         return rec
     schema = read_manifest(dv).schema
     n, m = int(schema["num_vertices"]), int(schema["num_edges"])
+    size_shuffles(spark, cfg.spark, m)
     clock = Phases(spark, "partition")
     with pub:
         edges = read_parquet(spark, dv.edges).select("eid", "src", "dst")

@@ -40,6 +40,7 @@ from glisp_core.errors import BadInputError, StageError
 from glisp_core.partition_format import FIELD_BY_NAME, FORMAT_VERSION, META_FILE
 from glisp_core.storage.store import Store
 from glisp_core.storage.uri import StoreURI
+from glisp_spark.session import size_shuffles
 from glisp_spark.tables import read_parquet
 from spark_jobs.serialize.build import SUMMARY_SCHEMA, BuildContext, build_partition, empty_inputs, make_task
 from spark_jobs.serialize.master import compute_masters
@@ -219,6 +220,7 @@ def run_serialize(
     subset = bool(prec.params.get("edge_subset"))  # e.g. glisp link-split: the held-out edges are not served
     num_edges = int(prec.counts["edges"]) if subset else int(schema["num_edges"])
     timings: dict[str, float] = {}
+    size_shuffles(spark, cfg.spark, num_edges)
     with pub:
         edges, joined = _check_assignment(spark, dv, run, num_parts, num_edges, subset)
         timings["check_s"] = round(time.perf_counter() - t0, 3)

@@ -27,6 +27,7 @@ from glisp_core.dataset.manifest import StageRecord, read_manifest
 from glisp_core.dataset.order_index import INDEX_DIR, index_url
 from glisp_core.dataset.publish import StagePublisher, up_to_date
 from glisp_core.errors import ConfigError
+from glisp_spark.session import size_shuffles
 from glisp_spark.tables import read_parquet, write_parquet
 from spark_jobs.serialize.job import resolve_run
 from spark_jobs.serialize.master import compute_masters
@@ -119,6 +120,7 @@ def run_reorders(
             print(up_to_date(f"reorder/{run}/{o}"), flush=True)
     if not todo:
         return [_published(pubs[o]) for o in orders]
+    size_shuffles(spark, cfg.spark, int(man.schema["num_edges"]))
     masters = compute_masters(spark, dv, run, num_parts, cfg.serialize.master_rule)
     edges = read_parquet(spark, dv.edges)
     deg = (

@@ -47,6 +47,43 @@ def test_full_evaluation_equals_the_full_graph_forward(cora, cora_cluster, where
     assert res.test["acc"] == pytest.approx(float((ref[test_ids].argmax(1) == cora.labels[test_ids]).mean()))
 
 
+def test_full_evaluation_past_serve_max_fanout_takes_the_cap_and_says_so(cora):
+    """A hub with more neighbours than one Gather returns (serve.max_fanout; R-MAT 22's hubs have 250,000) no
+    longer fails the run: it gets the cap's neighbours, and the record counts the vertices that did."""
+    from glisp_core.config import with_values
+
+    cap = 8
+    cfg = with_values(train_cfg(epochs=1, hidden=16, fanouts=[4, 4]), "serve", max_fanout=cap)
+    src = open_in_process(str(cora.dv.path), WHOLE, cfg)
+    try:
+        res = train(cfg, src, Dist())
+    finally:
+        src.close()
+    deg = np.bincount(cora.dst, minlength=cora.n)  # messages follow the edges: a vertex gathers its in-edges
+    assert int(deg.max()) > cap
+    ev = res.evaluation
+    assert ev["mode"] == "full" and ev["capped_at"] == cap and ev["capped_vertices"] > 0, ev
+    got, pred, _ = res.test["predictions"]
+    assert np.array_equal(np.sort(got), res.task.test_ids)
+    assert not np.array_equal(pred, full_graph_outputs(res.model, cora)[got].argmax(1))  # hubs were capped
+
+
+def test_full_evaluation_batches_by_degree_and_asks_every_neighbour():
+    from glisp_train.full_eval import degree_batches
+
+    rng = np.random.default_rng(3)
+    deg = np.concatenate([rng.integers(0, 5, 1000), rng.integers(5, 300, 60), [5000, 70_000]])
+    batches = degree_batches(deg, batch=256, budget=4096, cap=10_000)
+    pos = np.concatenate([p for p, _ in batches])
+    assert np.array_equal(np.sort(pos), np.arange(len(deg)))  # every vertex once
+    for p, fanout in batches:
+        assert len(p) <= 256 and (fanout & (fanout - 1) == 0 or fanout == 10_000)  # a power of two, or the cap
+        assert fanout >= min(10_000, max(1, int(deg[p].max())))  # every neighbour (up to the cap)
+        assert len(p) == 1 or len(p) * fanout <= 2 * 4096  # the budget, with the power of two's slack
+    assert batches[0][1] <= 8 and len(batches[0][0]) == 256  # low degrees first, full batches
+    assert batches[-1] == (np.array([len(deg) - 1]), 10_000)  # the hub past the cap, alone, at the cap
+
+
 def test_sampled_evaluation_is_the_option_and_says_so(cora, cora_cluster):
     """``train.evaluation = "sampled"`` scores on trees at ``eval_fanouts`` (here 1 neighbour per hop: other
     predictions than the full-graph pass), and the record names the fanouts."""
