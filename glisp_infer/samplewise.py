@@ -79,14 +79,14 @@ class Samplewise:
 
     @classmethod
     def in_process(cls, dv: DatasetVersion, run: str) -> Samplewise:
+        from glisp_infer.sampling import task_engine
         from glisp_sampling.cluster_facts import routing_from_partitions
-        from glisp_sampling.gather import PartitionSampler
         from glisp_sampling.inprocess import PartitionsBackend
         from glisp_sampling.khop import KHopSampler
 
         readers = _readers(dv, run)
         backend = PartitionsBackend(
-            [PartitionSampler(r) for r in readers], routing_from_partitions(dv, run, len(readers))
+            [task_engine(r) for r in readers], routing_from_partitions(dv, run, len(readers))
         )
 
         def sample(seeds: np.ndarray, fanouts: list, seed: int, direction: str) -> Any:

@@ -70,6 +70,18 @@ def max_degree(readers: Sequence[Any], direction: str, lids: np.ndarray | None =
     return best
 
 
+UNBOUNDED = 1 << 62  # an inference engine answers "every neighbour" of its vertices, whatever the degree
+
+
+def task_engine(reader: Any) -> Any:
+    """A sampling engine over one partition for inference (memory-mapped): it serves this process only, so
+    a server's request bounds (serve.max_fanout, serve.max_request_edges) do not apply: a layer needs every
+    neighbour, and at R-MAT 22 a vertex has 108,889 in one partition."""
+    from glisp_sampling.gather import PartitionSampler
+
+    return PartitionSampler(reader, max_fanout=UNBOUNDED, max_request_edges=UNBOUNDED)
+
+
 def sample_masters(
     reader: Any, masters: np.ndarray, req: HopRequest, engine_of: Callable[[int], Any]
 ) -> tuple[HopSample, np.ndarray]:

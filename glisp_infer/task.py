@@ -34,7 +34,7 @@ from glisp_infer.cache import ChunkCache, StaticCache, batch_chunks, capacity_of
 from glisp_infer.index import write_run_index
 from glisp_infer.node_rows import node_embedding_rows
 from glisp_infer.plan import InferPlan, load_model, resolve_device, set_threads
-from glisp_infer.sampling import FULL, edge_slots, hop_of, layer_request, max_degree, sample_masters
+from glisp_infer.sampling import FULL, edge_slots, hop_of, layer_request, max_degree, sample_masters, task_engine
 from glisp_infer.scratch import allocate
 from glisp_infer.stable import stable_sample
 from glisp_infer.store import (
@@ -299,18 +299,18 @@ def _write_metrics(
 
 
 class _Engines:
-    """Sampling engines of the partitions this task gathers from, opened on first use (memory-mapped)."""
+    """Sampling engines of the partitions this task gathers from, opened on first use (memory-mapped), without
+    a server's request bounds (:func:`glisp_infer.sampling.task_engine`)."""
 
     def __init__(self, plan: InferPlan, own: Any) -> None:
-        from glisp_sampling.gather import PartitionSampler
-
-        self.plan, self._make = plan, PartitionSampler
-        self.engines = {own.part_id: PartitionSampler(own)}
+        self.plan = plan
+        self.engines = {own.part_id: task_engine(own)}
 
     def __call__(self, k: int) -> Any:
         if k not in self.engines:
-            self.engines[k] = self._make(self.plan.open_partition(k))
+            self.engines[k] = task_engine(self.plan.open_partition(k))
         return self.engines[k]
+
 
 
 def _own_file(plan: InferPlan, layer: int, part: int, rows: int, dim: int) -> Path | None:

@@ -4,7 +4,7 @@ examples evaluate (``train.evaluation = "full"``, the default), or on sampled tr
 Full evaluation runs the slice protocol of :mod:`glisp_core.models` (``model.layer(i, x_src, edge_index,
 num_dst, edge_type)``) over the evaluated vertices' L-hop neighbourhoods: ``sets[L]`` are the evaluated
 vertices, ``sets[k-1]`` adds every neighbour of ``sets[k]`` (Gathers of vertices of similar degree at a fanout
-of at least their largest degree, which the quota kernels answer with every edge: :func:`degree_batches`), and slice ``i`` maps the rows of ``sets[i]`` to those of ``sets[i+1]``.
+of at least their largest degree, which the quota kernels answer with every edge: :func:`glisp_sampling.degree_batches.degree_batches`), and slice ``i`` maps the rows of ``sets[i]`` to those of ``sets[i+1]``.
 Each vertex's row is computed once per layer instead of once per tree it appears in, and the result equals a
 full-graph forward pass. Full neighbourhoods do not change between epochs, so the blocks and the input
 features of a vertex set are fetched once per run and reused by every evaluation of it.
@@ -18,30 +18,13 @@ from typing import Any
 import numpy as np
 import torch
 
+from glisp_sampling.degree_batches import degree_batches
 from glisp_sampling.khop import KHopSampler
 from glisp_train.loader import Loader, LoaderTimes
 from glisp_train.tasks import embed
 
 REQUEST_EDGES = 8_000_000  # seeds x fanout of one full hop, under the servers' serve.max_request_edges
 FEATURE_CHUNK = 1 << 16  # input rows per feature plan
-
-
-def degree_batches(deg: np.ndarray, batch: int, budget: int, cap: int) -> list[tuple[np.ndarray, int]]:
-    """Positions of one hop's vertices in Gathers that return every neighbour: low degrees first, at most
-    ``batch`` vertices and about ``budget`` edge slots each, with the fanout of the batch's largest degree
-    rounded up to a power of two (few distinct samplers; at most 2 x budget slots). A vertex with more than
-    ``cap`` neighbours (the servers' serve.max_fanout) gets ``cap`` of them: one Gather returns no more."""
-    order = np.argsort(deg, kind="stable")
-    d = np.clip(deg[order], 1, cap)
-    out: list[tuple[np.ndarray, int]] = []
-    a, n = 0, len(order)
-    while a < n:
-        hi = min(n, a + batch)
-        fits = int((np.arange(1, hi - a + 1) * d[a:hi] <= budget).sum())  # a prefix: the product grows with k
-        b = a + max(1, fits)
-        out.append((order[a:b], int(min(cap, 1 << (int(d[b - 1]) - 1).bit_length()))))
-        a = b
-    return out
 
 
 @dataclass
@@ -73,6 +56,9 @@ class SampledEval:
     def embed(self, ctx: Any, ids: np.ndarray, times: LoaderTimes, keep: bool = True) -> tuple[np.ndarray, np.ndarray]:
         return embed(ctx, self.loader, ids, times)
 
+    def drop_plans(self) -> None:
+        """Nothing is kept between evaluations of sampled trees."""
+
 
 class FullEval:
     """Evaluation at full neighbourhoods, layer by layer (see the module docstring)."""
@@ -97,6 +83,11 @@ class FullEval:
         self.batch = max(1, batch_size)
         self.capped = 0  # evaluated hops' vertices with more neighbours than one Gather returns (sampled at the cap)
         self._plans: dict[bytes, _Plan] = {}
+
+    def drop_plans(self) -> None:
+        """Free the kept plans (the validation set's, after the last epoch): a plan holds its sets' L-hop
+        neighbourhood, at R-MAT 22 most of the graph, so keeping it through the test doubles the peak."""
+        self._plans.clear()
 
     def _sampler(self, fanout: int) -> KHopSampler:
         """The one-hop sampler asking ``fanout`` neighbours per vertex (per relation on a typed graph)."""

@@ -14,6 +14,7 @@ from typing import Any
 import numpy as np
 
 from glisp_core.ranking import TopK, held_out_users, items_of, recall_ndcg, smaller_side
+from glisp_sampling.degree_batches import degree_batches
 from glisp_sampling.khop import HopRequest
 from glisp_train.dist import all_gather
 
@@ -66,8 +67,6 @@ def _oriented(task: Any, src: np.ndarray, dst: np.ndarray) -> tuple[np.ndarray, 
 
 def _training_edges(task: Any, users: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """Every out-neighbour of ``users`` in the served (training) graph: one full Gather hop per slice of them."""
-    from glisp_train.full_eval import degree_batches
-
     deg = np.asarray(task.out_degree)[users]
     s, d = [np.empty(0, np.int64)], [np.empty(0, np.int64)]
     for pos, fanout in degree_batches(deg, max(1, len(users)), REQUEST_EDGES, MAX_FANOUT):

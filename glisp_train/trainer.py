@@ -329,6 +329,7 @@ def _fit(cfg: Config, s: Session, progress: Progress) -> TrainResult:
     model.load_state_dict(best_state)
     if s.ctx.embeddings is not None:
         s.ctx.embeddings.use_snapshot = True  # test and the checkpoint: the best epoch's rows
+    s.evaluator.drop_plans()  # the epochs' validation plans are not used again
     t = time.perf_counter()
     test = task.evaluate(s.ctx, s.evaluator, "test", LoaderTimes())
     val_best = {k: v for k, v in epochs[best_epoch - 1].items() if k.startswith("val_")}

@@ -366,3 +366,23 @@ def test_node_embeddings_are_layer_zero_after_the_features_and_lightgcn_equals_t
         for i in range(model.num_layers):
             h = model.layer(i, h, ei, g.n)
     np.testing.assert_allclose(_rows_by_vid(g, rec)[0], h.numpy(), rtol=1e-4, atol=1e-5)
+
+
+def test_a_task_gathers_every_neighbour_past_the_servers_fanout_bound(infer_graph):
+    """Inference's own engines answer a fanout above serve.max_fanout (R-MAT 22 has a vertex with 108,889
+    neighbours in one partition): every edge comes back, where a server's engine refuses the request."""
+    from glisp_infer.sampling import task_engine
+    from glisp_sampling.gather import PartitionSampler, RequestError
+    from glisp_testing.partitions import open_all
+
+    g = infer_graph
+    from tests.glisp_infer.conftest import P
+
+    reader = open_all(g.dv.serialized(g.run), P, verify=False)[0]
+    seeds = np.asarray(reader.master_gids)[:50]
+    with pytest.raises(RequestError, match="serve.max_fanout"):
+        PartitionSampler(reader).gather(seeds, 200_000, method="uniform_exact", direction="in")
+    res = task_engine(reader).gather(seeds, 200_000, method="uniform_exact", direction="in")
+    lids = reader.to_local(seeds)
+    deg = np.asarray(reader.in_indptr)[lids + 1] - np.asarray(reader.in_indptr)[lids]
+    assert np.array_equal(np.asarray(res.counts).reshape(len(seeds), -1).sum(axis=1), deg)

@@ -69,7 +69,7 @@ def test_full_evaluation_past_serve_max_fanout_takes_the_cap_and_says_so(cora):
 
 
 def test_full_evaluation_batches_by_degree_and_asks_every_neighbour():
-    from glisp_train.full_eval import degree_batches
+    from glisp_sampling.degree_batches import degree_batches
 
     rng = np.random.default_rng(3)
     deg = np.concatenate([rng.integers(0, 5, 1000), rng.integers(5, 300, 60), [5000, 70_000]])
@@ -128,3 +128,21 @@ def test_a_user_model_without_the_slice_protocol_is_evaluated_sampled_and_says_w
     finally:
         src.close()
     assert res.evaluation["mode"] == "sampled" and "slice protocol" in res.evaluation["why"]
+
+
+def test_the_validation_plan_is_freed_before_the_test(cora):
+    """A full plan holds its set's L-hop neighbourhood (most of a large graph): after the last epoch only the
+    test set's is built and kept, not the validation set's beside it."""
+    from glisp_train.progress import Progress
+    from glisp_train.trainer import _fit, setup
+
+    cfg = train_cfg(epochs=2, hidden=16, fanouts=[4, 4])
+    src = open_in_process(str(cora.dv.path), WHOLE, cfg)
+    try:
+        s = setup(cfg, src, Dist())
+        res = _fit(cfg, s, Progress(enabled=False))
+    finally:
+        src.close()
+    assert res.evaluation == {"mode": "full"}
+    test_key = np.unique(res.task.test_ids).tobytes()
+    assert list(s.evaluator._plans) == [test_key]
