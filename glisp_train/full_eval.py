@@ -23,7 +23,9 @@ from glisp_sampling.khop import KHopSampler
 from glisp_train.loader import Loader, LoaderTimes
 from glisp_train.tasks import embed
 
-REQUEST_EDGES = 8_000_000  # seeds x fanout of one full hop, under the servers' serve.max_request_edges
+# edges of one block (one Gather): the forward gathers a row per edge, so a block of E edges at width d holds
+# E x d floats (8M edges at 256: 8 GB, the trainer's peak at R-MAT 22); a vertex with more stays alone in its block
+BLOCK_EDGES = 1_000_000
 FEATURE_CHUNK = 1 << 16  # input rows per feature plan
 
 
@@ -113,7 +115,7 @@ class FullEval:
     async def _build(self, ids: np.ndarray) -> _Plan:
         sets: list[np.ndarray] = [np.empty(0, np.int64)] * self.layers + [ids]
         hops: list[list[Any]] = [[] for _ in range(self.layers)]
-        budget = REQUEST_EDGES // max(1, len(self.relations))
+        budget = BLOCK_EDGES // max(1, len(self.relations))
         for k in range(self.layers, 0, -1):
             self.capped += int((self.deg[sets[k]] > self.max_fanout).sum())
             for pos, fanout in degree_batches(self.deg[sets[k]], self.batch, budget, self.max_fanout):
