@@ -193,7 +193,6 @@ def same_ids(vmap: np.ndarray, emap: np.ndarray) -> bool:
     return all(bool(np.array_equal(m, np.arange(len(m), dtype=m.dtype))) for m in (vmap, emap))
 
 
-REPLICA = 3  # a matched table's row that is no edge: (src, part) is a pair its task's decided rows hold
 MATCHED_SCHEMA = "eid long, src long, dst long, part int, how int, rows long, k long"
 
 
@@ -208,30 +207,18 @@ def _match_batches(batches: list[pa.RecordBatch], seed: int) -> pa.RecordBatch |
     }
     r = incremental_match.match(c["src"], c["dst"], c["etype"], c["side"], c["eid"], c["part"], seed)
     pos = r["pos"]
-    src, dst = c["src"][pos].astype(np.int64), c["dst"][pos].astype(np.int64)
-    vid, part = _replica_pairs(src, dst, r["part"], r["how"] != incremental_match.FRESH)
-    none = np.zeros(len(vid), np.int64)
     return pa.RecordBatch.from_arrays(
         [
-            pa.array(np.concatenate([c["eid"][pos].astype(np.int64), none - 1])),
-            pa.array(np.concatenate([src, vid])),
-            pa.array(np.concatenate([dst, none - 1])),
-            pa.array(np.concatenate([r["part"], part])),
-            pa.array(np.concatenate([r["how"].astype(np.int32), np.full(len(vid), REPLICA, np.int32)])),
-            pa.array(np.concatenate([r["rows"], none])),
-            pa.array(np.concatenate([r["k"], none])),
+            pa.array(c["eid"][pos].astype(np.int64)),
+            pa.array(c["src"][pos].astype(np.int64)),
+            pa.array(c["dst"][pos].astype(np.int64)),
+            pa.array(r["part"]),
+            pa.array(r["how"].astype(np.int32)),
+            pa.array(r["rows"]),
+            pa.array(r["k"]),
         ],
         names=["eid", "src", "dst", "part", "how", "rows", "k"],
     )
-
-
-def _replica_pairs(src: np.ndarray, dst: np.ndarray, part: np.ndarray, done: np.ndarray) -> tuple[np.ndarray, ...]:
-    """The distinct (vertex, partition) pairs of the decided rows: the driver's replica bits are their OR over
-    the tasks, read without a shuffle of every row (at R-MAT 22 a distinct over 67M rows took 25 s)."""
-    vid = np.concatenate([src[done], dst[done]])
-    prt = np.concatenate([part[done], part[done]]).astype(np.int64)
-    key = np.unique((vid << 20) | prt)  # partitions < 2^20, vertex ids < 2^43
-    return key >> 20, (key & ((1 << 20) - 1)).astype(np.int32)
 
 
 def match_spark(
@@ -393,9 +380,9 @@ def _done_local(r: dict[str, np.ndarray], n: int, p: int) -> _Done:
 
 
 def _done_spark(matched: DataFrame, n: int, p: int) -> _Done:
-    done = matched.where(F.col("how").isin(incremental_match.KEPT, incremental_match.ATTACHED))
-    t = matched.where(F.col("how") == REPLICA).select("src", "part").toArrow()  # O(replicas x tasks)
-    bits = _bits_of(t.column("src").to_numpy(), t.column("part").to_numpy(), n, p)
+    done = matched.where(F.col("how") != incremental_match.FRESH)
+    t = done.select(F.explode(F.array("src", "dst")).alias("vid"), "part").distinct().toArrow()  # O(replicas)
+    bits = _bits_of(t.column("vid").to_numpy(), t.column("part").to_numpy(), n, p)
     c = done.groupBy("how", "part").count().toArrow()
     how, part, cnt = (c.column(x).to_numpy() for x in ("how", "part", "count"))
     sizes = np.bincount(part, weights=cnt, minlength=p).astype(np.int64)
@@ -478,8 +465,7 @@ def _refresh_spark(
     deg = degree_array(ctx.edges, ctx.num_vertices)
     clock["state"] = time.perf_counter() - t - clock["match"]
     placed, unplaced = _stream_added(ctx, matched.where(F.col("how") == incremental_match.FRESH), deg, st, cap)
-    done = matched.where(F.col("how").isin(incremental_match.KEPT, incremental_match.ATTACHED))
-    done = done.select("eid", "src", "dst", "part")
+    done = matched.where(F.col("how") != incremental_match.FRESH).select("eid", "src", "dst", "part")
     return done.unionByName(placed), st, unplaced
 
 
