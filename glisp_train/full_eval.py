@@ -4,7 +4,9 @@ examples evaluate (``train.evaluation = "full"``, the default), or on sampled tr
 Full evaluation runs the slice protocol of :mod:`glisp_core.models` (``model.layer(i, x_src, edge_index,
 num_dst, edge_type)``) over the evaluated vertices' L-hop neighbourhoods: ``sets[L]`` are the evaluated
 vertices, ``sets[k-1]`` adds every neighbour of ``sets[k]`` (Gathers of vertices of similar degree at a fanout
-of at least their largest degree, which the quota kernels answer with every edge: :func:`glisp_sampling.degree_batches.degree_batches`), and slice ``i`` maps the rows of ``sets[i]`` to those of ``sets[i+1]``.
+of at least their largest degree, which the quota kernels answer with every edge:
+:func:`glisp_sampling.degree_batches.degree_batches`), and slice ``i`` maps the rows of ``sets[i]`` to those of
+``sets[i+1]``.
 Each vertex's row is computed once per layer instead of once per tree it appears in, and the result equals a
 full-graph forward pass. Full neighbourhoods do not change between epochs, so the blocks and the input
 features of a vertex set are fetched once per run and reused by every evaluation of it.
@@ -83,8 +85,13 @@ class FullEval:
         self._samplers: dict[int, KHopSampler] = {}
         self.source, self.cache, self.layers, self.typed = source, cache, layers, bool(relations)
         self.batch = max(1, batch_size)
-        self.capped = 0  # evaluated hops' vertices with more neighbours than one Gather returns (sampled at the cap)
+        self._capped = np.empty(0, np.int64)  # vertices with more neighbours than one Gather returns (given the cap)
         self._plans: dict[bytes, _Plan] = {}
+
+    @property
+    def capped(self) -> int:
+        """How many evaluated vertices had more neighbours than serve.max_fanout, and got that many."""
+        return len(self._capped)
 
     def drop_plans(self) -> None:
         """Free the kept plans (the validation set's, after the last epoch): a plan holds its sets' L-hop
@@ -117,7 +124,7 @@ class FullEval:
         hops: list[list[Any]] = [[] for _ in range(self.layers)]
         budget = BLOCK_EDGES // max(1, len(self.relations))
         for k in range(self.layers, 0, -1):
-            self.capped += int((self.deg[sets[k]] > self.max_fanout).sum())
+            self._capped = np.union1d(self._capped, sets[k][self.deg[sets[k]] > self.max_fanout])
             for pos, fanout in degree_batches(self.deg[sets[k]], self.batch, budget, self.max_fanout):
                 hops[k - 1].append((await self._sampler(fanout).sample(sets[k][pos], 0)).blocks[0])
             sets[k - 1] = np.unique(np.concatenate([sets[k], *(b.src_ids.numpy() for b in hops[k - 1])]))
