@@ -85,9 +85,7 @@ class Samplewise:
         from glisp_sampling.khop import KHopSampler
 
         readers = _readers(dv, run)
-        backend = PartitionsBackend(
-            [task_engine(r) for r in readers], routing_from_partitions(dv, run, len(readers))
-        )
+        backend = PartitionsBackend([task_engine(r) for r in readers], routing_from_partitions(dv, run, len(readers)))
 
         def sample(seeds: np.ndarray, fanouts: list, seed: int, direction: str) -> Any:
             sampler = KHopSampler(backend, fanouts, direction=direction, features=True, labels=False)

@@ -312,7 +312,6 @@ class _Engines:
         return self.engines[k]
 
 
-
 def _own_file(plan: InferPlan, layer: int, part: int, rows: int, dim: int) -> Path | None:
     """This host's complete copy of the partition's rows of ``layer`` (``rows`` rows: in order, or in place in
     the static cache), if its previous task left one here."""

@@ -68,7 +68,6 @@ def test_incremental_equals_full_run(spark, two_versions, make_infer_cfg, new_mo
     assert inc["added"] == 5 and inc["removed"] == 6 and inc["changed_features"] == 3
     layers = refresh.metrics["layers"]
     assert all(layers[f"layer{i}"]["copied"] > 0 for i in (1, 2)), inc  # rows really came from v1
-    print("SCATTER", [layers[f"layer{i}"].get("recomputed_scattered") for i in (1, 2)], inc["recomputed_share"], inc["affected_share"], refresh.counts.get("vertices"))
     assert inc["recomputed_share"] == inc["affected_share"] and all(0 < s < 1 for s in inc["affected_share"])
     assert inc["affected_share"][0] <= inc["affected_share"][1]
     _assert_same_rows(v, refresh, ref, 2)
