@@ -144,6 +144,7 @@ class Inputs:
         man.stage(f"serialize/{self.partition}")
         self.parts_dir = dv.serialized(self.partition)
         schema = man.schema
+        self.num_edges = int(schema["num_edges"])  # sizes the stage's shuffles
         self.node_embeddings, ndim = self._node_embeddings()
         fdim = int(schema.get("feature_dim", 0))
         if fdim + ndim == 0:
@@ -278,7 +279,7 @@ def run_infer(
         return pub.record()  # type: ignore[return-value]
     from glisp_spark.session import size_shuffles
 
-    size_shuffles(spark, cfg.spark, int(read_manifest(dv).schema["num_edges"]))
+    size_shuffles(spark, cfg.spark, inp.num_edges)
     old_url = _published_store_url(dv, inp.name)
     url = None
     refresh = None
@@ -450,6 +451,72 @@ def _remove_exchange(plan: InferPlan) -> None:
             log.warning("infer: could not remove %s (%s)", d, e)
 
 
+def _layout_counts(plan: InferPlan) -> dict[str, Any]:
+    """The run's shape: vertices and rows, per partition, layers and widths, chunks per layer."""
+    layout = plan.layout
+    return {
+        "vertices": layout.num_vertices,
+        "rows": layout.rows,
+        "vertices_per_part": list(layout.counts),
+        "row_start_per_part": list(layout.starts),
+        "layers": plan.layers,
+        "dims": list(plan.dims),
+        "chunks_per_layer": layout.rows // layout.chunk_rows,
+    }
+
+
+def _infer_layers(
+    spark: SparkSession,
+    plan: InferPlan,
+    inp: Inputs,
+    planned: dict[int, dict[str, Any]],
+    timings: dict[str, float],
+    log: Any,
+    refresh: Refresh | None,
+) -> tuple[list[list[dict[str, Any]]], dict[str, Any]]:
+    """Layer 0 (the features), then each layer's tasks in turn (layer 0 only for a sample-wise model); returns the
+    tasks' metrics per layer and, for a refresh, the last layer's drift."""
+    from glisp_infer import task as T
+
+    exchange, url = plan.exchange(), plan.store
+    per_layer: list[list[dict[str, Any]]] = []
+    drift: dict[str, Any] = {}
+    if not inp.layerwise:
+        log(
+            f"infer/{inp.name}: model {inp.model_run} ({inp.spec.factory or inp.spec.arch}) has no slice protocol "
+            "(num_layers and layer(i, x_src, edge_index, num_dst, edge_type); docs/inference.md), so it cannot run one "
+            "layer at a time: sample-wise inference instead, every vertex's tree through the whole model, in the driver"
+        )
+    for layer in range(plan.layers + 1 if inp.layerwise else 1):
+        t = time.perf_counter()
+        if layer == 0:
+            res = run_tasks(spark, plan, lambda p, k, a: T.write_features(p, k, a), "layer 0 (features)")
+        else:
+            mode = refresh.layer_mode(layer) if refresh is not None else ""
+            res = run_tasks(
+                spark, plan, lambda p, k, a, ly=layer, md=mode: T.infer_layer(p, ly, k, a, md), f"layer {layer}"
+            )
+        wall = time.perf_counter() - t
+        timings[f"layer{layer}_s"] = wall
+        for r in res:
+            r["wall_s"] = wall
+            if layer and planned:  # the layer's sampling and needs ran in the plan job
+                r["sample_s"] += planned[r["part"]]["sample_s"][layer - 1]
+                r["needs_s"] = planned[r["part"]]["needs_s"][layer - 1]
+        if layer and exchange is not None:
+            remove_layer_files(exchange, layer - 1)
+        if refresh is not None:
+            if layer == 0:
+                refresh.after_features(url)
+            else:
+                refresh.after_layer(layer, res)
+            if layer == plan.layers:
+                drift = refresh.drift(url, res, layer, inp.spec.task)
+        per_layer.append(sorted(res, key=lambda r: r["part"]))
+        log(f"infer/{inp.name}: layer {layer} done in {wall:.1f}s")
+    return per_layer, drift
+
+
 def _run_layers(
     spark: SparkSession,
     cfg: Config,
@@ -461,6 +528,7 @@ def _run_layers(
     t0: float,
     refresh: Refresh | None = None,
 ) -> StageRecord:
+    """Arrays, the plan job, every layer, the outputs and scores; publishes the stage."""
     from glisp_infer import task as T
     from glisp_infer.index import start_id_map
     from glisp_infer.outputs import write_outputs
@@ -492,42 +560,8 @@ def _run_layers(
             t = time.perf_counter()
             planned = {r["part"]: r for r in run_tasks(spark, plan, T.plan_exchange, "plan (samples, halo needs)")}
             timings["plan_s"] = time.perf_counter() - t
-        per_layer: list[list[dict[str, Any]]] = []
         extra_metrics: dict[str, Any] = {}
-        drift: dict[str, Any] = {}
-        if not inp.layerwise:
-            log(
-                f"infer/{inp.name}: model {inp.model_run} ({inp.spec.factory or inp.spec.arch}) has no slice protocol "
-                "(num_layers and layer(i, x_src, edge_index, num_dst, edge_type); docs/inference.md), so it cannot run one "
-                "layer at a time: sample-wise inference instead, every vertex's tree through the whole model, in the driver"
-            )
-        for layer in range(plan.layers + 1 if inp.layerwise else 1):
-            t = time.perf_counter()
-            if layer == 0:
-                res = run_tasks(spark, plan, lambda p, k, a: T.write_features(p, k, a), "layer 0 (features)")
-            else:
-                mode = refresh.layer_mode(layer) if refresh is not None else ""
-                res = run_tasks(
-                    spark, plan, lambda p, k, a, ly=layer, md=mode: T.infer_layer(p, ly, k, a, md), f"layer {layer}"
-                )
-            wall = time.perf_counter() - t
-            timings[f"layer{layer}_s"] = wall
-            for r in res:
-                r["wall_s"] = wall
-                if layer and planned:  # the layer's sampling and needs ran in the plan job
-                    r["sample_s"] += planned[r["part"]]["sample_s"][layer - 1]
-                    r["needs_s"] = planned[r["part"]]["needs_s"][layer - 1]
-            if layer and exchange is not None:
-                remove_layer_files(exchange, layer - 1)
-            if refresh is not None:
-                if layer == 0:
-                    refresh.after_features(url)
-                else:
-                    refresh.after_layer(layer, res)
-                if layer == plan.layers:
-                    drift = refresh.drift(url, res, layer, inp.spec.task)
-            per_layer.append(sorted(res, key=lambda r: r["part"]))
-            log(f"infer/{inp.name}: layer {layer} done in {wall:.1f}s")
+        per_layer, drift = _infer_layers(spark, plan, inp, planned, timings, log, refresh)
         if not inp.layerwise:
             t = time.perf_counter()
             extra_metrics["samplewise"] = samplewise_last_layer(plan, dv, inp.partition, inp.model)
@@ -556,16 +590,7 @@ def _run_layers(
             "cpu_s": round(sum(r["cpu_s"] for r in planned.values()), 3),
             "attempts_per_part": [int(planned[k]["attempt"]) + 1 for k in sorted(planned)],
         }
-    counts = {
-        "vertices": layout.num_vertices,
-        "rows": layout.rows,
-        "vertices_per_part": list(layout.counts),
-        "row_start_per_part": list(layout.starts),
-        "layers": plan.layers,
-        "dims": list(plan.dims),
-        "chunks_per_layer": layout.rows // layout.chunk_rows,
-        **out_counts,
-    }
+    counts = {**_layout_counts(plan), **out_counts}
     if refresh is not None:
         counts["incremental"] = refresh.record()
         counts["model_digest"] = refresh.digest

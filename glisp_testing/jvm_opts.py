@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import hashlib
 import os
+import shutil
 import subprocess
 import sys
 from collections.abc import MutableMapping
@@ -75,7 +76,7 @@ def build_archive(path: Path) -> bool:
         pass
     finally:
         tmp.unlink(missing_ok=True)
-        subprocess.run(["rm", "-rf", str(out)], check=False)
+        shutil.rmtree(out, ignore_errors=True)
     return path.exists()
 
 

@@ -77,7 +77,7 @@ class FullEval:
         relations: list[str],
         layers: int,
         batch_size: int,
-        max_fanout: int = 100_000,
+        max_fanout: int,
     ) -> None:
         out_deg, in_deg = source.info.degrees()
         self.deg = np.asarray(in_deg if direction == "in" else out_deg)

@@ -241,8 +241,8 @@ def make_evaluator(
     cache: FeatureCache,
     model: Any,
     typed: bool,
-    emb: NodeEmbeddings | None = None,
-    max_fanout: int = 100_000,
+    emb: NodeEmbeddings | None,
+    max_fanout: int,
 ) -> FullEval | SampledEval:
     """Validation and test at full neighbourhoods (``train.evaluation = "full"``) or on sampled trees; a model
     without the slice protocol is evaluated on sampled trees, and the evaluation record says why."""

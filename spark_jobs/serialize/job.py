@@ -16,7 +16,7 @@ import json
 import time
 from typing import TYPE_CHECKING, Any
 
-from glisp_core.config import Config
+from glisp_core.config import Config, SerializeConfig
 from glisp_core.dataset.layout import (
     DST,
     EID,
@@ -239,25 +239,7 @@ def run_serialize(
             + ([WEIGHT] if schema.get("weighted") else [])
             + ([TS] if schema.get("timestamped") else [])
         )
-        ctx = BuildContext(
-            out_dir=pub.tmp.qualified,
-            num_parts=num_parts,
-            edge_types=list(schema.get("edge_types") or ["e0"]),
-            vertex_types=list(schema.get("vertex_types") or ["v0"]),
-            directed=bool(schema.get("directed", True)),
-            weighted=bool(schema.get("weighted")),
-            timestamped=bool(schema.get("timestamped")),
-            feature_dim=fdim,
-            has_labels=has_labels,
-            has_split=has_split,
-            parquet_copy=sc.parquet_copy,
-            extra={
-                "stage": f"serialize/{run}",
-                "graph": dv.graph,
-                "version": dv.version,
-                "master_rule": sc.master_rule,
-            },
-        )
+        ctx = _build_context(pub, dv, run, num_parts, schema, sc, fdim, has_labels, has_split)
         t = time.perf_counter()
         summ = _build_partitions(ctx, run, joined.select(*ecols), vrows)
         timings["build_s"] = round(time.perf_counter() - t, 3)
@@ -274,6 +256,34 @@ def run_serialize(
         counts, metrics = _counts_and_metrics(summ, num_edges, masters.isolated)
         timings["total_s"] = round(time.perf_counter() - t0, 3)
         return pub.commit(counts=counts, metrics=metrics, timings=timings)
+
+
+def _build_context(
+    pub: StagePublisher,
+    dv: DatasetVersion,
+    run: str,
+    num_parts: int,
+    schema: dict[str, Any],
+    sc: SerializeConfig,
+    fdim: int,
+    has_labels: bool,
+    has_split: bool,
+) -> BuildContext:
+    """What every partition's build task needs: the layout of the graph and where the attempt writes."""
+    return BuildContext(
+        out_dir=pub.tmp.qualified,
+        num_parts=num_parts,
+        edge_types=list(schema.get("edge_types") or ["e0"]),
+        vertex_types=list(schema.get("vertex_types") or ["v0"]),
+        directed=bool(schema.get("directed", True)),
+        weighted=bool(schema.get("weighted")),
+        timestamped=bool(schema.get("timestamped")),
+        feature_dim=fdim,
+        has_labels=has_labels,
+        has_split=has_split,
+        parquet_copy=sc.parquet_copy,
+        extra={"stage": f"serialize/{run}", "graph": dv.graph, "version": dv.version, "master_rule": sc.master_rule},
+    )
 
 
 def _vertex_rows(

@@ -101,7 +101,6 @@ def run_reorders(
 ) -> list[StageRecord]:
     """Several orders of one partition run, sharing one master computation; one stage per order."""
     from pyspark import StorageLevel
-    from pyspark.sql import Window
     from pyspark.sql import functions as F
 
     t0 = time.perf_counter()
@@ -122,19 +121,7 @@ def run_reorders(
         return [_published(pubs[o]) for o in orders]
     size_shuffles(spark, cfg.spark, int(man.schema["num_edges"]))
     masters = compute_masters(spark, dv, run, num_parts, cfg.serialize.master_rule)
-    edges = read_parquet(spark, dv.edges)
-    deg = (
-        edges.select(F.col(SRC).alias(VID))
-        .unionAll(edges.select(F.col(DST).alias(VID)))
-        .groupBy(VID)
-        .agg(F.count("*").alias("degree"))
-    )
-    t = (
-        masters.df.select(VID, F.col(MASTER).alias(PART))
-        .join(deg, VID, "left")
-        .fillna(0, ["degree"])
-        .persist(StorageLevel.MEMORY_AND_DISK)
-    )
+    t = _masters_with_degrees(spark, dv, masters.df)
     starts = [sum(masters.per_part[:k]) for k in range(num_parts)]
     t_masters = time.perf_counter() - t0
     recs: dict[str, StageRecord] = {}
@@ -145,15 +132,7 @@ def run_reorders(
         t1 = time.perf_counter()
         pub = pubs[o]
         with pub:
-            keys = order_keys(o)
-            ranked = t.withColumn("part_pos", F.row_number().over(Window.partitionBy(PART).orderBy(*keys)) - 1)
-            if o in ("pds", "ps"):  # partition-major: the global position is the partition's start + part_pos
-                start = F.element_at(F.array(*[F.lit(x).cast("long") for x in starts]), F.col(PART) + 1)
-                ranked = ranked.withColumn(POS, start + F.col("part_pos"))
-            elif o == "ns":  # vids are dense 0..n-1 (ingest contract)
-                ranked = ranked.withColumn(POS, F.col(VID))
-            else:
-                ranked = dense_positions(ranked, keys)
+            ranked = _positions(t, o, starts)
             out = ranked.select(VID, PART, POS, F.col("part_pos").cast("long").alias("part_pos"), "degree")
             out = out.persist(StorageLevel.MEMORY_AND_DISK)  # the table and its lookup arrays
             try:
@@ -181,6 +160,41 @@ def run_reorders(
     t.unpersist()
     masters.df.unpersist()
     return [recs[o] for o in orders]
+
+
+def _masters_with_degrees(spark: SparkSession, dv: DatasetVersion, masters: DataFrame) -> DataFrame:
+    """(vid, part: its master, degree), persisted: every order ranks this table."""
+    from pyspark import StorageLevel
+    from pyspark.sql import functions as F
+
+    edges = read_parquet(spark, dv.edges)
+    deg = (
+        edges.select(F.col(SRC).alias(VID))
+        .unionAll(edges.select(F.col(DST).alias(VID)))
+        .groupBy(VID)
+        .agg(F.count("*").alias("degree"))
+    )
+    return (
+        masters.select(VID, F.col(MASTER).alias(PART))
+        .join(deg, VID, "left")
+        .fillna(0, ["degree"])
+        .persist(StorageLevel.MEMORY_AND_DISK)
+    )
+
+
+def _positions(t: DataFrame, order: str, starts: list[int]) -> DataFrame:
+    """``t`` with ``part_pos`` (the rank within the partition) and ``pos`` (the global position) of ``order``."""
+    from pyspark.sql import Window
+    from pyspark.sql import functions as F
+
+    keys = order_keys(order)
+    ranked = t.withColumn("part_pos", F.row_number().over(Window.partitionBy(PART).orderBy(*keys)) - 1)
+    if order in ("pds", "ps"):  # partition-major: the global position is the partition's start + part_pos
+        start = F.element_at(F.array(*[F.lit(x).cast("long") for x in starts]), F.col(PART) + 1)
+        return ranked.withColumn(POS, start + F.col("part_pos"))
+    if order == "ns":  # vids are dense 0..n-1 (ingest contract)
+        return ranked.withColumn(POS, F.col(VID))
+    return dense_positions(ranked, keys)
 
 
 def _published(pub: StagePublisher) -> StageRecord:
