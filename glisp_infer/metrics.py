@@ -51,6 +51,7 @@ SUMS = (
     "copy_s",
     "copy_chunks",
     "signature_s",
+    "batches",
 )
 
 
@@ -74,6 +75,7 @@ def summarize_layer(res: list[dict[str, Any]]) -> dict[str, Any]:
         d["static_chunks_per_part"] = [int(r["static_chunks"]) for r in res]
         d["cache_share_max"] = max((_ratio(r["cache_capacity"], r["static_chunks"]) for r in res), default=0.0)
         d["fanout_per_part"] = [int(r["fanout"]) for r in res]
+        d["batch_edges_max"] = max((int(r.get("batch_edges_max", 0)) for r in res), default=0)
         d["own_rows_local"] = sum(bool(r.get("own_rows_local")) for r in res)
         d["shadow_hit_ratio"] = shadow_ratios(res)
     return d

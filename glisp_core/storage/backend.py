@@ -104,11 +104,15 @@ class Backend(ABC):
         except BaseException:
             f.close()
             try:
-                self.fs.delete_file(self.path(u))
+                self.delete_file(self.path(u))
             except FileNotFoundError:
                 pass
             raise
         f.close()
+
+    def delete_file(self, path: str) -> None:
+        """Remove the object at ``path`` (FileNotFoundError when there is none)."""
+        self.fs.delete_file(path)
 
     def delete_prefix(self, path: str) -> None:
         """Remove everything below ``path`` and the directory itself."""

@@ -229,7 +229,7 @@ class Store:
                 if info.type == pafs.FileType.Directory:
                     self.backend.delete_prefix(path)
                 elif info.type == pafs.FileType.File:
-                    self.fs.delete_file(path)
+                    self.backend.delete_file(path)
                 return
             except FileNotFoundError:
                 if not tries_left:

@@ -88,6 +88,20 @@ def test_a_second_conditional_create_is_refused(root: StoreURI) -> None:
     assert store.read_bytes(root / "r" / "1.json") == b"first"
 
 
+def test_a_backend_deletes_one_object_and_names_a_missing_one(root: StoreURI) -> None:
+    """The backend's own delete (Azure: one Delete Blob through the SDK, no lease): the object goes, its
+    neighbour stays, and a second delete is FileNotFoundError (which ``Store.delete`` takes as done)."""
+    store = Store(root)
+    store.write_bytes(root / "d" / "a.json", b"a")
+    store.write_bytes(root / "d" / "b.json", b"b")
+    path = store.at(root / "d" / "a.json")
+    store.backend.delete_file(path)
+    assert not store.exists(root / "d" / "a.json") and store.read_bytes(root / "d" / "b.json") == b"b"
+    with pytest.raises(FileNotFoundError):
+        store.backend.delete_file(path)
+    store.delete(root / "d" / "a.json")  # absent: nothing to do
+
+
 def race_on_one_record(store: Store, version: StoreURI, rounds: int = ROUNDS) -> None:
     """``WRITERS`` threads create record ``seq`` of one stage at once, ``rounds`` times: exactly one wins each
     round, and the record is the winner's."""
