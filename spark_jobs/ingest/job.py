@@ -45,6 +45,7 @@ from glisp_core.storage.store import store_for
 from glisp_core.storage.uri import StoreURI, parse_uri
 from glisp_spark.background import Background
 from glisp_spark.phases import Phases
+from glisp_spark.session import size_shuffles
 from spark_jobs.ingest.edgefiles import DegreeFreq
 from spark_jobs.ingest.phases.context import IngestContext
 from spark_jobs.ingest.phases.decide import decide_types
@@ -186,7 +187,16 @@ def _publish(
     check_name("version", version)
     spark.sparkContext  # noqa: B018 - start a lazy session here: the phases' background threads inherit its context
     with VersionPublisher(root, ing.graph, version) as pub:
-        ctx = IngestContext(spark, plan, pub.tmp_dv, pub.tmp_dv.ingest / "_staging", ph, log, ids_native_long(plan))
+        ctx = IngestContext(
+            spark,
+            plan,
+            pub.tmp_dv,
+            pub.tmp_dv.ingest / "_staging",
+            ph,
+            log,
+            ids_native_long(plan),
+            spark_conf=cfg.spark,
+        )
         try:
             built = _build_tables(ctx)
         finally:
@@ -218,6 +228,8 @@ def _build_tables(ctx: IngestContext) -> Built:
     ph = ctx.ph
     with ph("read_check"):  # the vertex tables are read while the edge job runs
         edges, vertices = read_check(ctx)
+    if ctx.spark_conf is not None:  # the id dictionary and the edge map shuffle every row: sized by their count
+        size_shuffles(ctx.spark, ctx.spark_conf, edges.rows_in)
     types = decide_types(ctx, edges, vertices)
     checked = None
     if vertices is not None:

@@ -24,3 +24,38 @@ def test_stages_raise_the_shuffle_partitions_with_their_rows_and_keep_a_set_valu
         assert spark.conf.get("spark.sql.shuffle.partitions") == "7"
     finally:
         spark.conf.set("spark.sql.shuffle.partitions", str(base))
+
+
+def test_ingest_sizes_its_shuffles_once_it_has_counted_the_edge_rows(spark, cfg, tmp_path, monkeypatch):
+    """Ingest cannot know its edge rows before reading them: it sizes the shuffles after the read (here with
+    500 rows per shuffle partition, so Cora's 5,429 rows take 11) and the version is the same as the base's."""
+    import glisp_spark.session as S
+    from glisp_core.config import with_values
+    from spark_jobs.generate.builtin import builtin_config
+    from spark_jobs.ingest.job import run_ingest
+
+    base = spark.conf.get("spark.sql.shuffle.partitions")
+    seen: list[int] = []
+    real = S.size_shuffles
+
+    def keep(sp, conf, rows):
+        seen.append(rows)
+        return real(sp, conf, rows)
+
+    try:
+        c = with_values(cfg, "dataset", root=str(tmp_path / "a"))
+        first = run_ingest(spark, c, builtin_config("cora"), log=lambda _: None)
+        monkeypatch.setattr(S, "SHUFFLE_ROWS", 500)
+        monkeypatch.setattr("spark_jobs.ingest.job.size_shuffles", keep)
+        c = with_values(cfg, "dataset", root=str(tmp_path / "b"))
+        sized = run_ingest(spark, c, builtin_config("cora"), log=lambda _: None)
+        assert seen == [5429] and spark.conf.get("spark.sql.shuffle.partitions") == "11"
+    finally:
+        spark.conf.set("spark.sql.shuffle.partitions", base)
+    for table in ("edges", "vertices"):
+        a, b = (_sorted(spark.read.parquet(str(getattr(dv, table)))) for dv in (first, sized))
+        assert a == b, table
+
+
+def _sorted(df):
+    return df.orderBy(*df.columns).collect()

@@ -10,6 +10,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
+from glisp_core.config import SparkConfig
 from glisp_core.dataset.layout import DatasetVersion
 from glisp_core.storage.uri import StoreURI
 from glisp_spark.phases import Phases
@@ -35,6 +36,7 @@ class IngestContext:
     id_long: bool  # every id column is an integer column: ids never go through strings
     cached: list[DataFrame] = field(default_factory=list)
     read_tasks: dict[int, Sequence[ReadTask]] = field(default_factory=dict)  # per source: where its rows came from
+    spark_conf: SparkConfig | None = None  # sizes the shuffles once the edge rows are counted (None: as the session is)
 
     def handle_bad(self, df: DataFrame, summary: Summary, raw: dict[str, Column]) -> dict[str, int]:
         """Fail on the bad rows of ``df`` or quarantine them, as the config says; rows set aside per kind."""
