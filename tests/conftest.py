@@ -167,11 +167,15 @@ def spark(tmp_path_factory: pytest.TempPathFactory):
     from glisp_spark.session import get_spark
 
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+    # adaptive execution off in this session only: on the tests' tiny tables its re-planning after every stage
+    # costs more CPU than the work (51 Spark-tier tests: 131 CPU-s instead of 159); the CLI subprocesses (every
+    # pipeline, fault, object-store and cluster test) keep the users' default, adaptive on
     conf = SparkConfig(
         master="local[2]",
         app_name="glisp-tests",
         driver_memory="3g",
         shuffle_partitions=4,
+        adaptive=False,
         ui=False,
         log_level="ERROR",
     )
