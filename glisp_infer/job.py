@@ -517,6 +517,30 @@ def _infer_layers(
     return per_layer, drift
 
 
+def _create_layer_arrays(dv: DatasetVersion, inp: Inputs, plan: InferPlan) -> None:
+    """The run's Zarr arrays, every layer's, with what the run was made from in their attributes."""
+    attrs = {
+        "order": plan.order,
+        "model": inp.model_run,
+        "partition": inp.partition,
+        "graph": dv.graph,
+        "version": dv.version,
+        "fanouts": list(plan.fanouts),
+        "seed": plan.seed,
+        "direction": plan.direction,
+    }
+    create_arrays(plan.store, plan.layout, list(plan.dims), inp.num_vertices, plan.codec, attrs, stable=plan.stable)
+
+
+def _plan_metrics(planned: dict[int, dict[str, Any]]) -> dict[str, Any]:
+    """The plan job's seconds and CPU summed over its tasks, and its attempts per partition."""
+    return {
+        "total_s": round(sum(r["total_s"] for r in planned.values()), 3),
+        "cpu_s": round(sum(r["cpu_s"] for r in planned.values()), 3),
+        "attempts_per_part": [int(planned[k]["attempt"]) + 1 for k in sorted(planned)],
+    }
+
+
 def _run_layers(
     spark: SparkSession,
     cfg: Config,
@@ -534,19 +558,8 @@ def _run_layers(
     from glisp_infer.outputs import write_outputs
     from glisp_infer.samplewise import samplewise_last_layer
 
-    layout, url = plan.layout, plan.store
-    exchange = plan.exchange()
-    attrs = {
-        "order": plan.order,
-        "model": inp.model_run,
-        "partition": inp.partition,
-        "graph": dv.graph,
-        "version": dv.version,
-        "fanouts": list(plan.fanouts),
-        "seed": plan.seed,
-        "direction": plan.direction,
-    }
-    create_arrays(url, layout, list(plan.dims), inp.num_vertices, plan.codec, attrs, stable=plan.stable)
+    url, exchange = plan.store, plan.exchange()
+    _create_layer_arrays(dv, inp, plan)
     if refresh is not None:
         refresh.start(url)
     timings: dict[str, float] = {}
@@ -585,11 +598,7 @@ def _run_layers(
     if scores:
         metrics["evaluation"] = scores
     if planned:
-        metrics["plan"] = {
-            "total_s": round(sum(r["total_s"] for r in planned.values()), 3),
-            "cpu_s": round(sum(r["cpu_s"] for r in planned.values()), 3),
-            "attempts_per_part": [int(planned[k]["attempt"]) + 1 for k in sorted(planned)],
-        }
+        metrics["plan"] = _plan_metrics(planned)
     counts = {**_layout_counts(plan), **out_counts}
     if refresh is not None:
         counts["incremental"] = refresh.record()

@@ -570,17 +570,16 @@ def batch_edges(dim: int, itemsize: int) -> int:
     return max(1, BATCH_BYTES // max(1, dim * itemsize))
 
 
-def slice_batches(per_vertex: np.ndarray, batch_size: int, max_edges: int) -> tuple[list[int], list[int]]:
-    """Consecutive batches of the task's vertices (start, end lists): at most ``batch_size`` vertices and
-    ``max_edges`` sampled edges each; a vertex with more edges than that is a batch of its own. The bounds
-    depend on the degrees only, so every run of a task batches alike."""
-    n = len(per_vertex)
-    cum = np.zeros(n + 1, np.int64)
-    np.cumsum(per_vertex, out=cum[1:])
+def slice_batches(eoff: np.ndarray, batch_size: int, max_edges: int) -> tuple[list[int], list[int]]:
+    """Consecutive batches of the task's vertices (start, end lists), from the offsets of their sampled edges
+    (``eoff[i]``: the edges before vertex ``i``): at most ``batch_size`` vertices and ``max_edges`` edges each; a
+    vertex with more edges than that is a batch of its own. The bounds depend on the degrees only, so every run of
+    a task batches alike."""
+    n = len(eoff) - 1
     starts, ends = [], []
     b = 0
     while b < n:
-        e = min(b + batch_size, int(np.searchsorted(cum, cum[b] + max_edges, side="right")) - 1)
+        e = min(b + batch_size, int(np.searchsorted(eoff, eoff[b] + max_edges, side="right")) - 1)
         e = max(e, b + 1)
         starts.append(b)
         ends.append(e)
@@ -592,7 +591,8 @@ def stream(
     plan: InferPlan, layer: int, cache: StaticCache, dyn: ChunkCache, vids: np.ndarray, sample: Any, writer: RowSink
 ) -> dict[str, Any]:
     """Slice ``layer - 1`` over ``vids`` in order, ``plan.batch_size`` at a time (fewer where their sampled edges
-    pass :func:`batch_edges`), reading every row through the dynamic cache; returns the read and compute seconds and the cache metrics."""
+    pass :func:`batch_edges`), reading every row through the dynamic cache; returns the read and compute seconds,
+    the batches and the cache metrics."""
     import torch
 
     from glisp_sampling.apply import relabel
@@ -610,9 +610,7 @@ def stream(
     slots = torch.from_numpy(edge_slots(sample.counts)) if plan.relations else None
     scratch = np.full(len(cache.ids), -1, np.int64)
     tr = time.perf_counter()
-    starts, ends = slice_batches(
-        per_vertex, plan.batch_size, batch_edges(plan.dims[layer - 1], 8 if plan.stable else 4)
-    )
+    starts, ends = slice_batches(eoff, plan.batch_size, batch_edges(plan.dims[layer - 1], 8 if plan.stable else 4))
     # every batch's chunks before streaming (the samples are fixed), for the admission plan
     needs = [np.concatenate([loc_v[b:e], loc_n[eoff[b] : eoff[e]]]) for b, e in zip(starts, ends, strict=True)]
     trace, bounds = batch_chunks(needs, cache.chunk_rows)
@@ -638,7 +636,7 @@ def stream(
         "compute_s": compute_s,
         "model_s": read_s + compute_s,
         "batches": len(starts),
-        "batch_edges_max": int(max((eoff[e] - eoff[b] for b, e in zip(starts, ends, strict=True)), default=0)),
+        "batch_edges_max": int(np.max(eoff[ends] - eoff[starts], initial=0)),
         **_cache_metrics(plan, dyn, cache.num_chunks, trace, bounds, admit),
     }
 

@@ -195,7 +195,7 @@ def _publish(
             ph,
             log,
             ids_native_long(plan),
-            spark_conf=cfg.spark,
+            cfg.spark,
         )
         try:
             built = _build_tables(ctx)
@@ -228,8 +228,7 @@ def _build_tables(ctx: IngestContext) -> Built:
     ph = ctx.ph
     with ph("read_check"):  # the vertex tables are read while the edge job runs
         edges, vertices = read_check(ctx)
-    if ctx.spark_conf is not None:  # the id dictionary and the edge map shuffle every row: sized by their count
-        size_shuffles(ctx.spark, ctx.spark_conf, edges.rows_in)
+    size_shuffles(ctx.spark, ctx.spark_conf, edges.rows_in)  # the id dictionary and the edge map shuffle every row
     types = decide_types(ctx, edges, vertices)
     checked = None
     if vertices is not None:

@@ -28,10 +28,11 @@ class _Rows:
 
 def test_slice_batches_bound_vertices_and_edges() -> None:
     deg = np.array([1, 1, 50, 1, 1, 2, 2, 2, 0, 3], np.int64)
-    starts, ends = T.slice_batches(deg, 4, 5)
+    eoff = np.concatenate([[0], np.cumsum(deg)])
+    starts, ends = T.slice_batches(eoff, 4, 5)
     assert list(zip(starts, ends, strict=True)) == [(0, 2), (2, 3), (3, 6), (6, 9), (9, 10)]
-    assert T.slice_batches(deg, 4, 10**9) == ([0, 4, 8], [4, 8, 10])  # the vertex count alone
-    assert T.slice_batches(np.zeros(0, np.int64), 4, 5) == ([], [])
+    assert T.slice_batches(eoff, 4, 10**9) == ([0, 4, 8], [4, 8, 10])  # the vertex count alone
+    assert T.slice_batches(np.zeros(1, np.int64), 4, 5) == ([], [])
     assert T.batch_edges(256, 8) == T.BATCH_BYTES // 2048 and T.batch_edges(1 << 40, 8) == 1
 
 

@@ -34,9 +34,9 @@ class IngestContext:
     ph: Phases
     log: Callable[[str], None]
     id_long: bool  # every id column is an integer column: ids never go through strings
+    spark_conf: SparkConfig  # sizes the shuffles once the edge rows are counted
     cached: list[DataFrame] = field(default_factory=list)
     read_tasks: dict[int, Sequence[ReadTask]] = field(default_factory=dict)  # per source: where its rows came from
-    spark_conf: SparkConfig | None = None  # sizes the shuffles once the edge rows are counted (None: as the session is)
 
     def handle_bad(self, df: DataFrame, summary: Summary, raw: dict[str, Column]) -> dict[str, int]:
         """Fail on the bad rows of ``df`` or quarantine them, as the config says; rows set aside per kind."""
