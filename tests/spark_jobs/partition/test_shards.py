@@ -110,7 +110,7 @@ def rows():
     return s[o], d[o]
 
 
-def test_merge_equals_the_driver_state_and_retries_write_the_same(spark, rows, tmp_path):
+def test_merge_equals_the_driver_state_and_retries_write_the_same(spark, rows, tmp_path, monkeypatch):
     s, d = rows
     files = ShardFiles(parse_uri(str(tmp_path)), ShardRanges(N, 3), P, counts=True)
     shards = VertexShards(spark, files)
@@ -178,6 +178,16 @@ def test_merge_equals_the_driver_state_and_retries_write_the_same(spark, rows, t
     with pytest.raises(ValueError, match="not in its shards"):
         view.local(np.flatnonzero(deg == 0)[:1])  # an isolated id has no row
     assert (deg == 0).sum() > 0
+    assert view._table() is not None  # dense ids: rows by a table; sparse ones by a binary search, the same rows
+    monkeypatch.setattr("spark_jobs.partition.shards.TABLE_SPAN", 0)
+    searched = CellView(files, 2, 0, 2)
+    assert searched._table() is None
+    np.testing.assert_array_equal(searched.local(v), view.local(v))
+    for bad in (np.flatnonzero(deg == 0)[:1], np.array([int(v.max()) + 10**6])):  # isolated; past the span
+        with pytest.raises(ValueError, match="not in its shards"):
+            searched.local(bad)
+        with pytest.raises(ValueError, match="not in its shards"):
+            view.local(bad)
 
 
 def test_relocation_cuts_bound_vb_and_the_balance_excess():
