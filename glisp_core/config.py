@@ -322,6 +322,7 @@ class TrainConfig:
     type_fanouts: list[dict[str, int]] = field(default_factory=list)  # per hop per edge type; []: fanouts
     evaluation: Literal["full", "sampled"] = "full"  # validation/test: every neighbour, layerwise; or sampled trees
     eval_fanouts: list[int] = field(default_factory=list)  # sampled validation/test; []: fanouts
+    eval_memory_mb: int = 4096  # a full evaluation estimated above this runs on sampled trees, saying why; 0 = no bound
     direction: Literal["in", "out"] = "in"  # "in": a vertex aggregates its in-neighbours (messages follow edges)
     batch_size: int = 1024
     epochs: int = 10

@@ -29,6 +29,33 @@ from glisp_train.tasks import embed
 # E x d floats (8M edges at 256: 8 GB, the trainer's peak at R-MAT 22); a vertex with more stays alone in its block
 BLOCK_EDGES = 1_000_000
 FEATURE_CHUNK = 1 << 16  # input rows per feature plan
+# a kept block's bytes per edge: source and destination ids, positions and the edge index (int64), with the
+# sampler's block beside it while the plan is built
+EDGE_BYTES = 32
+
+
+def plan_bytes(deg: np.ndarray, ids: np.ndarray, layers: int, in_dim: int, hidden: int, top: np.ndarray) -> int:
+    """An upper bound of a full evaluation's memory for ``ids`` from the degrees alone, before any sampling:
+    the kept blocks, the input rows, the widest hidden layer's output and one block's gathered rows. Hop k's
+    set is at most hop k+1's plus its edges (and at most every vertex); its edges at most those of as many of
+    the graph's largest (capped) degrees. ``deg``: the capped degrees; ``top``: their cumulative sum, largest
+    first (:func:`top_degrees`)."""
+    n = len(deg)
+    rows = [0] * layers + [len(ids)]
+    edges = [0] * (layers + 1)
+    edges[layers] = int(deg[ids].sum())
+    for k in range(layers - 1, -1, -1):
+        rows[k] = min(rows[k + 1] + edges[k + 1], n)
+        if k > 0:
+            edges[k] = int(top[rows[k] - 1]) if rows[k] else 0
+    widest = max(rows[1:layers], default=0) * hidden
+    block = min(BLOCK_EDGES, max(edges)) * max(in_dim, hidden)
+    return EDGE_BYTES * sum(edges) + 4 * (rows[0] * in_dim + widest + block)
+
+
+def top_degrees(deg: np.ndarray) -> np.ndarray:
+    """Cumulative sums of the degrees, largest first: ``top[m - 1]`` bounds the edges of any m vertices."""
+    return np.cumsum(np.sort(deg)[::-1], dtype=np.int64)
 
 
 @dataclass
@@ -67,8 +94,6 @@ class SampledEval:
 class FullEval:
     """Evaluation at full neighbourhoods, layer by layer (see the module docstring)."""
 
-    mode = "full"
-
     def __init__(
         self,
         source: Any,
@@ -78,9 +103,15 @@ class FullEval:
         layers: int,
         batch_size: int,
         max_fanout: int,
+        budget: tuple[int, int, int] = (0, 0, 0),
+        fallback: SampledEval | None = None,
     ) -> None:
+        """``budget``: (bytes, input width, hidden width); a set whose :func:`plan_bytes` passes the bytes is
+        evaluated by ``fallback`` (0 bytes: no bound)."""
         out_deg, in_deg = source.info.degrees()
         self.deg = np.asarray(in_deg if direction == "in" else out_deg)
+        self.budget, self.fallback, self._top = budget, fallback, np.empty(0, np.int64)
+        self.over_budget = ""  # why a set was evaluated on sampled trees (the last one that was)
         self.direction, self.relations, self.max_fanout = direction, relations, max_fanout
         self._samplers: dict[int, KHopSampler] = {}
         self.source, self.cache, self.layers, self.typed = source, cache, layers, bool(relations)
@@ -110,14 +141,40 @@ class FullEval:
     def embed(self, ctx: Any, ids: np.ndarray, times: LoaderTimes, keep: bool = True) -> tuple[np.ndarray, np.ndarray]:
         """Outputs of this process's share of ``ids`` (contiguous shares: every process computes its own).
         ``keep``: reuse the set's plan in later evaluations (validation and test sets), not for one-off sets."""
-        share = np.unique(np.array_split(np.asarray(ids, np.int64), ctx.dist.world)[ctx.dist.rank])
+        shares = np.array_split(np.asarray(ids, np.int64), ctx.dist.world)
+        share = np.unique(shares[ctx.dist.rank])
         key = share.tobytes()
         plan = self._plans.get(key)
+        if plan is None and self._over_budget(shares):
+            assert self.fallback is not None
+            return self.fallback.embed(ctx, ids, times, keep)
         if plan is None:
             plan = self.source.submit(self._build(share)).result()
             if keep:
                 self._plans[key] = plan
         return share, self._forward(ctx, plan)
+
+    @property
+    def mode(self) -> str:
+        return "sampled" if self.over_budget else "full"
+
+    def _over_budget(self, shares: list[np.ndarray]) -> bool:
+        """Whether some process's share could pass the budget (then every process evaluates this set on
+        sampled trees: the same answer on each, since each sees every share)."""
+        limit, in_dim, hidden = self.budget
+        if not limit or self.fallback is None:
+            return False
+        capped = np.minimum(self.deg, self.max_fanout)
+        if not len(self._top):
+            self._top = top_degrees(capped)
+        need = max(plan_bytes(capped, np.unique(s), self.layers, in_dim, hidden, self._top) for s in shares)
+        if need <= limit:
+            return False
+        self.over_budget = (
+            f"a full evaluation of {max(len(s) for s in shares):,} vertices could hold {need / 2**20:,.0f} MB, "
+            f"above train.eval_memory_mb = {limit >> 20}"
+        )
+        return True
 
     async def _build(self, ids: np.ndarray) -> _Plan:
         sets: list[np.ndarray] = [np.empty(0, np.int64)] * self.layers + [ids]

@@ -246,17 +246,22 @@ def make_evaluator(
 ) -> FullEval | SampledEval:
     """Validation and test at full neighbourhoods (``train.evaluation = "full"``) or on sampled trees; a model
     without the slice protocol is evaluated on sampled trees, and the evaluation record says why."""
+    fan = hop_fanouts(tc, source.edge_types, True, typed)
+    sampled = SampledEval(Loader(source, fan, cache, tc.prefetch, tc.direction, embeddings=emb), fan)
     if tc.evaluation == "full" and follows_slice_protocol(model):
         rel = list(source.edge_types) if typed else []
         batch = tc.eval_batch_size or tc.batch_size
-        return FullEval(source, cache, tc.direction, rel, tc.layers, batch, max_fanout)
-    fan = hop_fanouts(tc, source.edge_types, True, typed)
-    why = "" if tc.evaluation == "sampled" else "the model has no slice protocol (num_layers, layer(i, ...))"
-    return SampledEval(Loader(source, fan, cache, tc.prefetch, tc.direction, embeddings=emb), fan, why)
+        budget = (tc.eval_memory_mb << 20, cache.dim + (emb.dim if emb is not None else 0), tc.hidden)
+        return FullEval(source, cache, tc.direction, rel, tc.layers, batch, max_fanout, budget, sampled)
+    if tc.evaluation != "sampled":
+        sampled.why = "the model has no slice protocol (num_layers, layer(i, ...))"
+    return sampled
 
 
 def evaluation_of(evaluator: FullEval | SampledEval) -> dict[str, Any]:
     """What a reported validation or test score was measured on: ``{"mode": "full"}`` or the sampled fanouts."""
+    if isinstance(evaluator, FullEval) and evaluator.fallback is not None and evaluator.over_budget:
+        return {"mode": "sampled", "fanouts": evaluator.fallback.fanouts, "why": evaluator.over_budget}
     if isinstance(evaluator, FullEval):
         if evaluator.capped:  # hubs above serve.max_fanout: that many of their neighbours, not all
             return {"mode": "full", "capped_at": evaluator.max_fanout, "capped_vertices": evaluator.capped}
@@ -313,6 +318,8 @@ def _fit(cfg: Config, s: Session, progress: Progress) -> TrainResult:
         rec.update({f"val_{k}": round(float(v), 6) for k, v in val.items() if k != "predictions"})
         rec["eval_s"] = round(time.perf_counter() - t, 3)
         rec["evaluation"] = s.evaluator.mode
+        if epoch == 1 and isinstance(s.evaluator, FullEval) and s.evaluator.over_budget:
+            progress.log(f"glisp train: validation on sampled neighbourhoods: {s.evaluator.over_budget}")
         epochs.append(rec)
         progress.epoch_done(rec, task.metric)
         if val[task.metric] > best:

@@ -98,6 +98,55 @@ def test_sampled_evaluation_is_the_option_and_says_so(cora, cora_cluster):
     assert not np.array_equal(pred, full_graph_outputs(res.model, cora)[got].argmax(1))
 
 
+def test_a_full_evaluation_past_eval_memory_mb_runs_sampled_and_says_why(cora):
+    """R-MAT 23's validation set would hold about 12 GB at full neighbourhoods: a set whose bound from the
+    degrees passes ``train.eval_memory_mb`` is scored on sampled trees, and the record and each epoch say so."""
+    cfg = train_cfg(epochs=2, hidden=16, eval_memory_mb=1, eval_fanouts=[1, 1])  # Cora's input rows alone: 6 MB
+    src = open_in_process(str(cora.dv.path), WHOLE, cfg)
+    try:
+        res = train(cfg, src, Dist())
+    finally:
+        src.close()
+    ev = res.evaluation
+    assert ev["mode"] == "sampled" and ev["fanouts"] == [1, 1] and "train.eval_memory_mb = 1" in ev["why"], ev
+    assert all(e["evaluation"] == "sampled" for e in res.epochs)
+    got, pred, _ = res.test["predictions"]
+    assert np.array_equal(np.sort(got), res.task.test_ids)
+    assert not np.array_equal(pred, full_graph_outputs(res.model, cora)[got].argmax(1))  # one neighbour per hop
+
+
+def test_the_full_plan_bound_holds_every_set_it_would_build():
+    """``plan_bytes`` bounds the blocks, input rows and hidden rows of the exact L-hop sets of any vertex set
+    (power-law degrees, hubs capped), and is not looser than the whole graph's worth."""
+    from glisp_train.full_eval import BLOCK_EDGES, EDGE_BYTES, plan_bytes, top_degrees
+
+    rng = np.random.default_rng(5)
+    n, m, cap, in_dim, hidden = 3000, 40_000, 50, 24, 64
+    src, dst = rng.zipf(1.7, m) % n, rng.integers(0, n, m)
+    src, dst = np.concatenate([src, dst]), np.concatenate([dst, src])
+    order = np.lexsort((src, dst))
+    src, dst = src[order], dst[order]
+    ptr = np.searchsorted(dst, np.arange(n + 1))
+    deg = np.minimum(np.diff(ptr), cap)  # a vertex gathers at most cap of its in-neighbours
+    top = top_degrees(deg)
+    for size in (1, 10, 300, n):
+        for layers in (1, 2, 3):
+            ids = np.sort(rng.choice(n, size, replace=False))
+            sets, edges = [ids], []
+            for _ in range(layers):
+                s = sets[-1]
+                nb = np.concatenate([src[ptr[v] : ptr[v] + deg[v]] for v in s])
+                edges.append(len(nb))
+                sets.append(np.union1d(s, nb))
+            rows_in, hidden_rows = len(sets[-1]), max((len(x) for x in sets[1:-1]), default=0)
+            exact = EDGE_BYTES * sum(edges) + 4 * (rows_in * in_dim + hidden_rows * hidden)
+            exact += 4 * min(BLOCK_EDGES, max(edges)) * max(in_dim, hidden)
+            bound = plan_bytes(deg, ids, layers, in_dim, hidden, top)
+            assert exact <= bound, (size, layers)
+            whole = EDGE_BYTES * layers * int(deg.sum()) + 4 * n * (in_dim + hidden)
+            assert bound <= whole + 4 * min(BLOCK_EDGES, int(deg.sum())) * max(in_dim, hidden)
+
+
 USER = "tests.glisp_infer.user_models"
 
 
