@@ -75,11 +75,12 @@ UNBOUNDED = 1 << 62  # an inference engine answers "every neighbour" of its vert
 
 def task_engine(reader: Any) -> Any:
     """A sampling engine over one partition for inference (memory-mapped): it serves this process only, so
-    a server's request bounds (serve.max_fanout, serve.max_request_edges) do not apply: a layer needs every
-    neighbour, and at R-MAT 22 a vertex has 108,889 in one partition."""
+    a server's request bounds (serve.max_fanout, serve.max_request_edges, serve.max_batch) do not apply: a
+    layer needs every neighbour (at R-MAT 22 a vertex has 108,889 in one partition) of every vertex of the
+    partition, gathered at once by its plan (R-MAT 23 at p = 8: 1.05M vertices)."""
     from glisp_sampling.gather import PartitionSampler
 
-    return PartitionSampler(reader, max_fanout=UNBOUNDED, max_request_edges=UNBOUNDED)
+    return PartitionSampler(reader, max_fanout=UNBOUNDED, max_request_edges=UNBOUNDED, max_batch=UNBOUNDED)
 
 
 def sample_masters(

@@ -370,7 +370,8 @@ def test_node_embeddings_are_layer_zero_after_the_features_and_lightgcn_equals_t
 
 def test_a_task_gathers_every_neighbour_past_the_servers_fanout_bound(infer_graph):
     """Inference's own engines answer a fanout above serve.max_fanout (R-MAT 22 has a vertex with 108,889
-    neighbours in one partition): every edge comes back, where a server's engine refuses the request."""
+    neighbours in one partition) and more seeds than serve.max_batch (R-MAT 23's partitions at p = 8): every
+    edge comes back, where a server's engine refuses the request."""
     from glisp_infer.sampling import task_engine
     from glisp_sampling.gather import PartitionSampler, RequestError
     from glisp_testing.partitions import open_all
@@ -386,3 +387,8 @@ def test_a_task_gathers_every_neighbour_past_the_servers_fanout_bound(infer_grap
     lids = reader.to_local(seeds)
     deg = np.asarray(reader.in_indptr)[lids + 1] - np.asarray(reader.in_indptr)[lids]
     assert np.array_equal(np.asarray(res.counts).reshape(len(seeds), -1).sum(axis=1), deg)
+    many = np.resize(seeds, 1_000_001)  # past serve.max_batch: a plan gathers all of its partition's vertices
+    with pytest.raises(RequestError, match="serve.max_batch"):
+        PartitionSampler(reader).gather(many, 1, method="uniform_exact", direction="in")
+    res = task_engine(reader).gather(many, 1, method="uniform_exact", direction="in")
+    assert np.asarray(res.counts).sum() == np.resize(np.minimum(deg, 1), len(many)).sum()
