@@ -786,7 +786,7 @@ def notes(lines: list[dict[str, Any]]) -> list[str]:
         if st.startswith(("partition", "refresh-partition")) and e.get("rf") is not None:
             path = f", {e['path']} ({e.get('mode', '')}: {e.get('reason', '')})" if "path" in e else ""
             out.append(f"{x['rung']} {st}: RF {e['rf']:.3f} VB {e['vb']:.3f} EB {e['eb']:.3f}{path}")
-        elif st == "train":
+        elif st == "train" and "batches" in e:  # a line rebuilt from a published table has no figures
             out.append(
                 f"{x['rung']} train: {e['batches']} batches in {e['epoch_s']:.2f} s: {e['sampled_edges_per_s']:,.0f} "
                 f"sampled edges/s, {e['trees_per_s']:,.0f} trees/s (seeds), waiting {e['wait_share']}; "

@@ -81,10 +81,11 @@ class InferPlan:
 
     def scratch(self) -> Path:
         """This run's directory for the task's local files (static caches, own rows between layers): ``scratch_dir``,
-        or memory when this host has room for them, else the temp dir (:mod:`glisp_infer.scratch`)."""
+        or memory when this host has room for every partition's, else the temp dir (:mod:`glisp_infer.scratch`)."""
         from glisp_infer.scratch import host_scratch
 
-        need = 3 * max(self.layout.counts, default=0) * max(self.dims) * 4 * (os.cpu_count() or 1)
+        # every partition's files may stay on one host for the run (local mode; a cluster of few hosts)
+        need = 3 * sum(self.layout.counts) * max(self.dims) * 4
         return host_scratch(self.scratch_dir, self.token, need)
 
     def exchange(self) -> StoreURI | None:

@@ -78,16 +78,32 @@ def sweep_stale(dirs: list[Path], now: float | None = None) -> int:
     return gone
 
 
-def memory_has_room(need: int, shm: Path = SHM) -> bool:
-    """Whether ``shm`` is a writable directory with ``need`` bytes free, and the container's memory (if limited)
-    has ``need`` bytes of headroom."""
+def memory_has_room(need: int, shm: Path = SHM, meminfo: Path = Path("/proc/meminfo")) -> bool:
+    """Whether ``shm`` is a writable directory with ``need`` bytes free, the host has twice ``need`` available
+    (a tmpfs's size is nominal, often the whole RAM: its pages take the memory the tasks need; R-MAT 23's
+    refresh filled 18 GB of /dev/shm on a 24 GB host and the kernel killed a worker), and the container's
+    memory (if limited) has ``need`` bytes of headroom."""
     if not shm.is_dir() or not os.access(shm, os.W_OK):
         return False
     st = os.statvfs(shm)
     if st.f_bavail * st.f_frsize < need:
         return False
+    available = host_available(meminfo)
+    if available is not None and available < 2 * need:
+        return False
     headroom = cgroup_headroom()
     return headroom is None or headroom >= need
+
+
+def host_available(meminfo: Path = Path("/proc/meminfo")) -> int | None:
+    """The host's MemAvailable in bytes (None where the kernel does not say)."""
+    try:
+        for line in meminfo.read_text().splitlines():
+            if line.startswith("MemAvailable:"):
+                return int(line.split()[1]) * 1024
+    except (OSError, ValueError, IndexError):
+        pass
+    return None
 
 
 def cgroup_headroom(root: Path = Path("/sys/fs/cgroup")) -> int | None:

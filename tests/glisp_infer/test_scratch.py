@@ -34,6 +34,17 @@ def test_memory_is_chosen_only_with_room(tmp_path) -> None:
     assert not S.memory_has_room(1, tmp_path / "absent")
 
 
+def test_memory_is_chosen_only_where_the_host_has_twice_the_room(tmp_path) -> None:
+    """A tmpfs's size is nominal (here the whole RAM): the host's available memory decides, with a margin."""
+    meminfo = tmp_path / "meminfo"
+    meminfo.write_text("MemTotal:       24000000 kB\nMemFree:   100 kB\nMemAvailable:    4000000 kB\n")
+    assert S.host_available(meminfo) == 4_000_000 * 1024
+    assert S.memory_has_room(1_900_000 * 1024, tmp_path, meminfo)
+    assert not S.memory_has_room(2_100_000 * 1024, tmp_path, meminfo)  # more than half of what is available
+    assert S.host_available(tmp_path / "absent") is None
+    assert S.memory_has_room(1, tmp_path, tmp_path / "absent")  # a kernel that does not say: tmpfs space decides
+
+
 @pytest.mark.skipif(not S.SHM.is_dir(), reason="no /dev/shm on this host")
 def test_the_first_choice_on_a_host_holds_for_the_run(tmp_path) -> None:
     token = f"test-{uuid.uuid4().hex[:8]}"
