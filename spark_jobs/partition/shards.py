@@ -406,6 +406,7 @@ class CellView:
         self.states = [files.read(r, sa)] + ([files.read(r, sb)] if sb != sa else [])
         self.ids = self.col("ids")
         self._rows: np.ndarray | None = None
+        self._sparse = False  # the table was refused once: the ids are too sparse for it
 
     def col(self, c: str) -> np.ndarray:
         return np.concatenate([s[c] for s in self.states])
@@ -415,7 +416,7 @@ class CellView:
         v = np.asarray(v, np.int64)
         table = self._table()
         if table is not None:  # one gather per id instead of a binary search: 30x faster on random ids
-            at = v - self.ids[0] if len(self.ids) else v
+            at = v - self.ids[0]
             inside = (at >= 0) & (at < len(table))
             loc = table[np.where(inside, at, 0)]
             if len(v) and not (inside.all() and (loc >= 0).all()):
@@ -430,12 +431,12 @@ class CellView:
         """Row of each id from the cell's smallest to its largest (-1 where none), while that span is at most
         ``TABLE_SPAN`` x the cell's vertices (ids dense enough: a 4-byte entry per id); else None (sparse ids
         keep the binary search, whose memory is the ids')."""
-        if self._rows is None and len(self.ids):
+        if self._rows is None and not self._sparse and len(self.ids):
             span = int(self.ids[-1] - self.ids[0]) + 1
-            if span <= TABLE_SPAN * len(self.ids) and len(self.ids) < 2**31:
-                rows = np.full(span, -1, np.int32)
-                rows[self.ids - self.ids[0]] = np.arange(len(self.ids), dtype=np.int32)
-                self._rows = rows
+            self._sparse = span > TABLE_SPAN * len(self.ids) or len(self.ids) >= 2**31
+            if not self._sparse:
+                self._rows = np.full(span, -1, np.int32)
+                self._rows[self.ids - self.ids[0]] = np.arange(len(self.ids), dtype=np.int32)
         return self._rows
 
     def globals(self, loc: np.ndarray) -> np.ndarray:
