@@ -561,7 +561,7 @@ def _run_layers(
     url, exchange = plan.store, plan.exchange()
     _create_layer_arrays(dv, inp, plan)
     if refresh is not None:
-        refresh.start(url)
+        refresh.start(spark, url)
     timings: dict[str, float] = {}
     t = time.perf_counter()
     # no index job: tasks read the reorder stage's lookup arrays, and layer 0 writes the run's own index arrays

@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import hashlib
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -34,7 +34,7 @@ from glisp_core.dataset.manifest import StageRecord, read_manifest
 from glisp_core.dataset.versions import VersionLease, read_latest
 from glisp_core.storage.uri import StoreURI
 from glisp_infer import incremental as I
-from glisp_infer.stable import vertex_keys
+from glisp_infer.keys import write_keys
 from glisp_infer.store import (
     INDEX_FSIG,
     INDEX_KEY,
@@ -45,6 +45,9 @@ from glisp_infer.store import (
     open_array,
     read_rows,
 )
+
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
 
 MATCHED_PARAMS = ("fanouts", "seed", "direction", "dims", "arch", "task")  # what makes rows comparable
 INCREMENTAL_DIR = "incremental"
@@ -95,17 +98,6 @@ def refusal(prev: StageRecord, params: dict[str, Any], digest: str) -> str | Non
         if pp.get(k) != params.get(k):
             return f"infer {k} differs from the previous run's ({params.get(k)} against {pp.get(k)})"
     return None
-
-
-def write_keys(dv: DatasetVersion, url: str, n: int) -> None:
-    """``index/key``: every vertex's key from the id map (the driver holds O(|V|) ids, as the partition
-    refresh's matching does)."""
-    from spark_jobs.partition.incremental import id_frame
-
-    f = id_frame(dv, as_str=True)
-    keys = np.zeros(n, np.uint64)
-    keys[f["vid"].to_numpy()] = vertex_keys(f["vt"].to_numpy(), f["orig"].to_numpy())
-    open_array(url, INDEX_KEY, mode="r+")[:] = keys
 
 
 def prev_row_map(prev: DatasetVersion, dv: DatasetVersion, prev_url: str, n: int) -> np.ndarray:
@@ -187,9 +179,9 @@ class Refresh:
             "max_share": self.ic.incremental_max_share,
         }
 
-    def start(self, url: str) -> None:
-        """Before any task: the vertex keys, and the row map for copying and drift."""
-        write_keys(self.dv, url, self.n)
+    def start(self, spark: SparkSession, url: str) -> None:
+        """Before any task: the vertex keys (written by tasks), and the row map for copying and drift."""
+        write_keys(spark, self.dv, url, INDEX_KEY)
         if self.prev is not None:
             assert self.root is not None
             self.prev_row = prev_row_map(self.prev[0], self.dv, self.prev_url, self.n)

@@ -18,8 +18,6 @@ changes it).
 
 from __future__ import annotations
 
-from typing import Any
-
 import numpy as np
 from numba import njit
 
@@ -41,15 +39,6 @@ def mix64(x: np.ndarray) -> np.ndarray:
         z = (z ^ (z >> np.uint64(30))) * _M1
         z = (z ^ (z >> np.uint64(27))) * _M2
         return z ^ (z >> np.uint64(31))
-
-
-def vertex_keys(vtype_names: Any, orig_ids: Any) -> np.ndarray:
-    """The key of each vertex: a 64-bit hash of its type name and original id (as text, so an id type change
-    between versions keeps the keys). Vectorized by pandas."""
-    import pandas as pd
-
-    text = pd.Series(vtype_names, dtype=object).astype(str) + "\x1f" + pd.Series(orig_ids, dtype=object).astype(str)
-    return np.asarray(pd.util.hash_array(text.to_numpy(object), categorize=False), np.uint64)
 
 
 def _segments(counts: np.ndarray) -> np.ndarray:

@@ -118,15 +118,17 @@ def incremental_params(cfg: Config, base: DatasetVersion, base_rec: StageRecord)
 # ---- matching by original ids ------------------------------------------------------------------
 
 
-def id_frame(dv: DatasetVersion, as_str: bool) -> pd.DataFrame:
-    """vid, vertex type name (`vt`) and original id (`orig`, as text when `as_str`) of every vertex of `dv`."""
-    schema = read_manifest(dv).schema
+def id_frame(dv: DatasetVersion, as_str: bool, types: list[str]) -> pd.DataFrame:
+    """vid, vertex type (`vt`: its index in ``types``, -1 for a type not there) and original id (`orig`, as text
+    when `as_str`) of every vertex of `dv`. Types as integers: a column of names would be one Python object
+    per vertex on the driver."""
+    names = read_manifest(dv).schema.get("vertex_types") or ["v0"]
+    codes = np.array([types.index(t) if t in types else -1 for t in names], np.int32)
     t = store_for(dv.idmap).read_table(dv.idmap, columns=["vid", "orig_id", "vtype"]).to_pandas()
-    names = np.asarray(schema.get("vertex_types") or ["v0"], dtype=object)
     return pd.DataFrame(
         {
             "vid": t["vid"].to_numpy(np.int64),
-            "vt": names[t["vtype"].to_numpy()],
+            "vt": codes[t["vtype"].to_numpy()],
             "orig": t["orig_id"].astype(str) if as_str else t["orig_id"],
         }
     )
@@ -137,7 +139,8 @@ def vid_map(base: DatasetVersion, new: DatasetVersion) -> np.ndarray:
     sb = read_manifest(base).schema
     sn = read_manifest(new).schema
     as_str = sb.get("id_type") != sn.get("id_type")
-    ob, on = id_frame(base, as_str), id_frame(new, as_str)
+    types = list(sn.get("vertex_types") or ["v0"])
+    ob, on = id_frame(base, as_str, types), id_frame(new, as_str, types)
     both = ob.merge(on, on=["vt", "orig"], suffixes=("_b", "_n"))
     out = np.full(int(sb["num_vertices"]), -1, np.int64)
     out[both["vid_b"].to_numpy()] = both["vid_n"].to_numpy()
