@@ -146,21 +146,16 @@ def write_keys(spark: SparkSession, dv: DatasetVersion, url: str, array: str) ->
     if chunks == 1:  # one chunk, at most INDEX_CHUNK vertices: written here, without a job
         _one_chunk(dv, open_array(url, array, mode="r+"), types)
         return n
-    names = F.array(*[F.lit(t) for t in types])
-    rows = read_parquet(spark, dv.idmap).select(
-        F.col(VID).cast("long").alias(VID),
-        F.element_at(names, F.col(VTYPE).cast("int") + 1).alias(VTYPE),
-        F.col(ORIG_ID).cast("string").alias(ORIG_ID),
-    )
-    tasks = max(1, min(chunks, int(spark.sparkContext.defaultParallelism) * 4))
-    rows = rows.repartition(tasks, F.floor(F.col(VID) / chunk)).sortWithinPartitions(VID)
+    # one task per chunk, rows by chunk id (a task may get a few chunks, never a share of |V|); the text is
+    # made in the task by Arrow, so the shuffle moves the id map's own columns
+    rows = read_parquet(spark, dv.idmap).select(VID, VTYPE, ORIG_ID).repartition(chunks, F.floor(F.col(VID) / chunk))
 
     def task(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         import pyarrow as pa
 
         freeze_worker_heap()
         out = open_array(url, array, mode="r+")
-        for c, vids, keys in _chunks_of(batches, chunk):
+        for c, vids, keys in _chunks_of(batches, chunk, types):
             _check_chunk(c, vids, chunk, n, str(dv.idmap))
             out[c * chunk : c * chunk + len(keys)] = keys
             yield pa.RecordBatch.from_pydict({"chunk": [c], "rows": [len(keys)]})
@@ -173,39 +168,41 @@ def write_keys(spark: SparkSession, dv: DatasetVersion, url: str, array: str) ->
 
 
 def _one_chunk(dv: DatasetVersion, out: Any, types: list[str]) -> None:
-    import pyarrow as pa
-    import pyarrow.compute as pc
-
     from glisp_core.dataset.layout import ORIG_ID, VID, VTYPE
 
     t = dv.store.read_table(dv.idmap, columns=[VID, VTYPE, ORIG_ID]).sort_by(VID)
     _check_chunk(0, t.column(VID).to_numpy(), int(out.chunks[0]), int(out.shape[0]), str(dv.idmap))
-    out[:] = vertex_keys(pc.take(pa.array(types), t.column(VTYPE)), t.column(ORIG_ID))
+    out[:] = _keys_of(t, types)
 
 
-def _chunks_of(batches: Iterator[pa.RecordBatch], chunk: int) -> Iterator[tuple[int, np.ndarray, np.ndarray]]:
-    """(chunk, its vids, their keys) for each chunk of a task's rows, which arrive sorted by vid."""
-    from glisp_core.dataset.layout import ORIG_ID, VID, VTYPE
+def _keys_of(b: pa.RecordBatch | pa.Table, types: list[str]) -> np.ndarray:
+    import pyarrow as pa
+    import pyarrow.compute as pc
 
-    vids: list[np.ndarray] = []
-    keys: list[np.ndarray] = []
-    current = -1
+    from glisp_core.dataset.layout import ORIG_ID, VTYPE
+
+    return vertex_keys(pc.take(pa.array(types), b.column(VTYPE)), b.column(ORIG_ID))
+
+
+def _chunks_of(
+    batches: Iterator[pa.RecordBatch], chunk: int, types: list[str]
+) -> Iterator[tuple[int, np.ndarray, np.ndarray]]:
+    """(chunk, its vids in order, their keys) for each chunk among a task's rows (a task holds its own chunks)."""
+    from glisp_core.dataset.layout import VID
+
+    vids, keys = [], []
     for b in batches:
-        v = b.column(VID).to_numpy()
-        k = vertex_keys(b.column(VTYPE), b.column(ORIG_ID))
-        c = v // chunk
-        cuts = np.flatnonzero(np.diff(c)) + 1
-        for lo, hi in zip(np.r_[0, cuts], np.r_[cuts, len(v)], strict=True):
-            if lo == hi:
-                continue
-            if c[lo] != current and vids:
-                yield current, np.concatenate(vids), np.concatenate(keys)
-                vids, keys = [], []
-            current = int(c[lo])
-            vids.append(v[lo:hi])
-            keys.append(k[lo:hi])
-    if vids:
-        yield current, np.concatenate(vids), np.concatenate(keys)
+        vids.append(b.column(VID).to_numpy())
+        keys.append(_keys_of(b, types))
+    if not vids:
+        return
+    v, k = np.concatenate(vids), np.concatenate(keys)
+    order = np.argsort(v, kind="stable")
+    v, k = v[order], k[order]
+    c = v // chunk
+    cuts = np.flatnonzero(np.diff(c)) + 1
+    for lo, hi in zip(np.r_[0, cuts], np.r_[cuts, len(v)], strict=True):
+        yield int(c[lo]), v[lo:hi], k[lo:hi]
 
 
 def _check_chunk(c: int, vids: np.ndarray, chunk: int, n: int, where: str) -> None:
