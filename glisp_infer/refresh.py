@@ -122,6 +122,14 @@ def signatures_by_vid(url: str, n: int) -> np.ndarray:
     return out
 
 
+def _has_arrays(url: str) -> bool:
+    try:
+        open_array(url, INDEX_ROW)
+    except FileNotFoundError:
+        return False
+    return True
+
+
 @dataclass
 class Refresh:
     """One run's incremental state in the driver: the previous run, the masks, what happened per layer."""
@@ -158,6 +166,12 @@ class Refresh:
         r.lease = VersionLease(found[0], f"infer refresh of {dv.graph}/{dv.version}").acquire()
         r.prev_url = store_url(found[0], found[0].path / found[1].path)
         r.refused = r.reason = refusal(found[1], params, r.digest) or ""
+        if not r.refused and not _has_arrays(r.prev_url):
+            r.close()  # its record stays, its arrays are gone (removed by hand or by another tool): a full run
+            r.prev = None
+            r.refused = r.reason = (
+                f"the previous run infer/{name} of {found[0].version} has no arrays at {r.prev_url}: inferred in full"
+            )
         return r
 
     @property

@@ -9,6 +9,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from glisp_core.dataset.stages import run_of
+from glisp_core.storage.uri import parse_uri
 from glisp_infer.stable import stable_sample
 from glisp_sampling.apply import HopSample
 
@@ -137,6 +138,21 @@ def test_retrained_model_runs_in_full_with_the_reason(spark, two_versions, make_
     deeper = _infer(spark, v.old, v.old_run, new_model("sage", layers=3, seed=2), "retrained", make_infer_cfg)
     assert deeper.counts["incremental"]["path"] == "full"
     assert deeper.metrics["drift"]["matched"] > 0 and deeper.metrics["drift"]["against"] == v.new.version
+
+
+def test_a_previous_run_whose_arrays_are_gone_is_inferred_in_full(spark, two_versions, make_infer_cfg, new_model):
+    """The previous version's record names its run, but its Zarr store was removed (by hand, by another tool):
+    the refresh runs in full and says why, instead of failing on the missing arrays."""
+    from glisp_infer.store import store_url
+
+    v, model = two_versions, new_model("sage", seed=3)
+    first = _infer(spark, v.old, v.old_run, model, "gone", make_infer_cfg)
+    url = store_url(v.old, v.old.path / first.path)
+    v.old.store.delete(parse_uri(url))
+    rec = _infer(spark, v.new, v.new_run, model, "gone", make_infer_cfg)
+    inc = rec.counts["incremental"]
+    assert inc["path"] == "full" and "has no arrays at" in inc["reason"] and v.old.version in inc["reason"], inc
+    assert rec.metrics["layers"]["layer1"].get("copied", 0) == 0
 
 
 def test_stable_sample_ignores_entry_order_and_vertex_numbering() -> None:
