@@ -7,7 +7,8 @@ through the pipeline with the ``glisp`` CLI, each stage its own process, default
 - ``ingest``; ``partition-p8`` and ``partition-p32`` (AdaDNE, runs adadne-p8 and adadne-p32);
 - ``serialize`` and ``reorder`` (PDS) of adadne-p8;
 - ``serve``: ``glisp serve-cluster`` of adadne-p8 in the background, timed until its cluster file exists and
-  every server answers grpc.health SERVING; stopped with SIGTERM after training;
+  every server answers grpc.health SERVING; stopped with SIGTERM after training and after a client that only
+  samples (as the trainer does, three windows of 8 s: the service's own rate, recorded on this line);
 - ``train``: ``glisp train --cluster``: node task, SAGE, fanouts 15,10, batch 1024, one epoch of at most
   --train-steps batches (``train.max_batches``); the sampling rate (sampled edges and trees per second of the
   epoch) comes from the published record;
@@ -403,6 +404,7 @@ def serve_and_train(b: Bench, rung: str, dataset: str, steps: int) -> tuple[Meas
             serve_s = time.perf_counter() - t1
             with TreeSampler(proc.pid) as during:
                 tm = run_cli(b, rung, "train", train, spark=False, locked=False)
+            alone = service_rate(b, rung, cf)
             t2 = time.perf_counter()
             stop_serving(proc)
             stop_s = time.perf_counter() - t2
@@ -413,7 +415,55 @@ def serve_and_train(b: Bench, rung: str, dataset: str, steps: int) -> tuple[Meas
     rd, wr = tree_io(before, life)
     tm.peaks.servers = during.peaks.servers
     sm = Measured(cmd, serve_s, t1 - t0, life.peaks, rd - tm.read_bytes, wr - tm.write_bytes, {}, text)
-    return sm, tm, {"servers": servers, "stop_s": round(stop_s, 2)}
+    return sm, tm, {"servers": servers, "stop_s": round(stop_s, 2), **alone}
+
+
+def service_rate(b: Bench, rung: str, cf: Path) -> dict[str, Any]:
+    """The service's own rate (``--service-rate`` in a child): the trainer's rate also pays its forward and
+    backward on the same cores, so it says little of the service by itself."""
+    cmd = [sys.executable, str(Path(__file__).resolve()), "--service-rate", str(cf)]
+    m = run_cmd(b, rung, "sample", cmd, spark=False, locked=False)
+    return json.loads(m.output.strip().splitlines()[-1])
+
+
+def sample_windows(cf: str, windows: int = 3, window_s: float = 8.0) -> dict[str, Any]:
+    """A client that only samples, as the trainer does (fanouts 15,10, batch 1024, features and labels, prefetch
+    2, in-neighbours, seeds a random permutation of the vertices), windows of at least ``window_s`` and 20 batches
+    after two warm-up batches: the median window's sampled edges/s and distinct input vertices/s, and the median
+    batch's sampled edges and distinct inputs. A batch's cost follows its distinct inputs (features read, ids
+    routed and merged), which grow with the graph as the seeds' neighbourhoods overlap less."""
+    from glisp_core.config import ClientConfig
+    from glisp_serving.client.sampling_client import SamplingClient
+
+    rates: list[float] = []
+    per_s: list[float] = []
+    inputs: list[int] = []
+    edges_of: list[int] = []
+    with SamplingClient(cf, ClientConfig(prefetch=2), direction="in") as client:  # train.direction's default
+        seeds, pos = np.random.default_rng(7).permutation(client.backend.num_vertices), 0
+        for w in range(windows):
+            it = client.loader(np.roll(seeds, -pos)[: 1024 * 2000], 1024, [15, 10], shuffle=False, seed=w)
+            next(it)
+            next(it)
+            t0, n, done, first = time.perf_counter(), 0, 0, len(inputs)
+            for batch in it:
+                n, done = n + 1, done + len(batch.seeds)
+                inputs.append(len(batch.input_ids))
+                edges_of.append(int(batch.num_sampled_edges))
+                if n >= 20 and time.perf_counter() - t0 >= window_s:
+                    break
+            dt = time.perf_counter() - t0
+            rates.append(round(sum(edges_of[first:]) / dt, 1))
+            per_s.append(round(sum(inputs[first:]) / dt, 1))
+            it.close()
+            pos += done + 2048
+    return {
+        "service_edges_per_s": float(np.median(rates)),
+        "service_windows": rates,
+        "service_inputs_per_s": float(np.median(per_s)),
+        "inputs_per_batch": int(np.median(inputs)),
+        "edges_per_batch": int(np.median(edges_of)),
+    }
 
 
 # ---- the changed snapshot --------------------------------------------------------------------------------------
@@ -792,6 +842,13 @@ def notes(lines: list[dict[str, Any]]) -> list[str]:
                 f"sampled edges/s, {e['trees_per_s']:,.0f} trees/s (seeds), waiting {e['wait_share']}; "
                 f"timings {e.get('timings')}"
             )
+        elif st == "serve" and "service_edges_per_s" in e:
+            out.append(
+                f"{x['rung']} serve: the service alone sampled {e['service_edges_per_s']:,.0f} edges/s "
+                f"(median of windows {e['service_windows']}), {e.get('service_inputs_per_s', 0):,.0f} distinct input "
+                f"vertices/s; a batch: {e.get('edges_per_batch', '-')} sampled edges, {e.get('inputs_per_batch', '-')} "
+                "distinct inputs"
+            )
         elif st in ("infer", "refresh-infer"):
             path = e.get("path", "-")
             out.append(
@@ -887,7 +944,11 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--net", type=float, default=1.6, help="cost model: the cluster's time over local mode's")
     ap.add_argument("--p32-last", action="store_true", help="partition at p = 32 after the refresh (nothing needs it)")
     ap.add_argument("--write-refresh", nargs=3, metavar=("SRC", "OUT", "FRAC"), help=argparse.SUPPRESS)
+    ap.add_argument("--service-rate", metavar="CLUSTER_FILE", help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
+    if args.service_rate:  # the serve stage's sampling-only client, a process of its own
+        print(json.dumps(sample_windows(args.service_rate)), flush=True)
+        return 0
     if args.write_refresh:  # the refresh-input stage's own process
         src, out, frac = args.write_refresh
         print(json.dumps(write_refresh_inputs(Path(src), Path(out), float(frac))), flush=True)

@@ -17,6 +17,8 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
+from glisp_core.id_rows import IdRows
+
 FILL_CHUNK = 1 << 16  # vertices per Lookup while filling
 
 
@@ -51,6 +53,7 @@ class FeatureCache:
     def __init__(self, backend, ids: np.ndarray, feats: torch.Tensor, dim: int) -> None:
         self.backend = backend
         self.ids = np.asarray(ids, np.int64)  # sorted
+        self.rows = IdRows(self.ids)  # hottest ids are dense: a table, not a binary search per input row
         self.feats = feats
         self.dim = dim
         self.counters = CacheCounters()
@@ -86,12 +89,8 @@ class FeatureCache:
     async def plan(self, input_ids: np.ndarray) -> FeaturePlan:
         """Split ``input_ids`` into cache hits and misses, fetching the misses from their masters."""
         ids = np.asarray(input_ids, np.int64)
-        if len(self.ids):
-            pos = np.minimum(np.searchsorted(self.ids, ids), len(self.ids) - 1)
-            hit = self.ids[pos] == ids
-        else:
-            pos = np.zeros(len(ids), np.int64)
-            hit = np.zeros(len(ids), bool)
+        pos = self.rows.find(ids)
+        hit = pos >= 0
         miss_pos = np.flatnonzero(~hit)
         fetched = np.empty((0 if self.dim else len(miss_pos), self.dim), np.float32)  # featureless: no Lookup
         if len(miss_pos) and self.dim:

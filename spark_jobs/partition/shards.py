@@ -38,6 +38,7 @@ import numpy as np
 import pyarrow as pa
 from numba import njit
 
+from glisp_core.id_rows import IdRows
 from glisp_core.storage.store import store_for
 from glisp_core.storage.uri import StoreURI
 from glisp_spark.tasks import run_tasks
@@ -405,39 +406,19 @@ class CellView:
         assert sa <= sb, (sa, sb)  # so the two shards' ids, one after the other, ascend
         self.states = [files.read(r, sa)] + ([files.read(r, sb)] if sb != sa else [])
         self.ids = self.col("ids")
-        self._rows: np.ndarray | None = None
-        self._sparse = False  # the table was refused once: the ids are too sparse for it
+        self._rows: IdRows | None = None
 
     def col(self, c: str) -> np.ndarray:
         return np.concatenate([s[c] for s in self.states])
 
     def local(self, v: np.ndarray) -> np.ndarray:
         """The rows of vertex ids ``v`` (each must be a vertex with edges of one of the two shards)."""
-        v = np.asarray(v, np.int64)
-        table = self._table()
-        if table is not None:  # one gather per id instead of a binary search: 30x faster on random ids
-            at = v - self.ids[0]
-            inside = (at >= 0) & (at < len(table))
-            loc = table[np.where(inside, at, 0)]
-            if len(v) and not (inside.all() and (loc >= 0).all()):
-                raise ValueError("a vertex of the cell's rows is not in its shards (the shard state is stale)")
-            return loc.astype(np.int64, copy=False)
-        loc = np.searchsorted(self.ids, v)
-        if len(v) and not np.array_equal(self.ids[np.minimum(loc, len(self.ids) - 1)], v):
+        if self._rows is None:  # a table of rows while the ids are dense (30x a binary search on random ids)
+            self._rows = IdRows(self.ids, TABLE_SPAN)
+        loc = self._rows.find(v)
+        if len(loc) and (loc < 0).any():
             raise ValueError("a vertex of the cell's rows is not in its shards (the shard state is stale)")
         return loc
-
-    def _table(self) -> np.ndarray | None:
-        """Row of each id from the cell's smallest to its largest (-1 where none), while that span is at most
-        ``TABLE_SPAN`` x the cell's vertices (ids dense enough: a 4-byte entry per id); else None (sparse ids
-        keep the binary search, whose memory is the ids')."""
-        if self._rows is None and not self._sparse and len(self.ids):
-            span = int(self.ids[-1] - self.ids[0]) + 1
-            self._sparse = span > TABLE_SPAN * len(self.ids) or len(self.ids) >= 2**31
-            if not self._sparse:
-                self._rows = np.full(span, -1, np.int32)
-                self._rows[self.ids - self.ids[0]] = np.arange(len(self.ids), dtype=np.int32)
-        return self._rows
 
     def globals(self, loc: np.ndarray) -> np.ndarray:
         return self.ids[loc]

@@ -28,6 +28,7 @@ def test_feature_cache_returns_exactly_what_the_servers_return(cora, cora_cluste
             )
         )
         assert len(cache.ids) == int(0.3 * cora.n)
+        assert cache.rows.table is not None  # the hottest 30% of ids are dense: found by a table
         # the hottest by out-degree (sampling in-neighbours draws a vertex through its out-edges)
         assert deg_out[cache.ids].min() >= np.sort(deg_out)[::-1][len(cache.ids) - 1]
         batch = client.sample(np.arange(0, cora.n, 7), [10, 5], seed=3, features=False, labels=False)

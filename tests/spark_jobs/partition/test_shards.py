@@ -178,11 +178,11 @@ def test_merge_equals_the_driver_state_and_retries_write_the_same(spark, rows, t
     with pytest.raises(ValueError, match="not in its shards"):
         view.local(np.flatnonzero(deg == 0)[:1])  # an isolated id has no row
     assert (deg == 0).sum() > 0
-    assert view._table() is not None  # dense ids: rows by a table; sparse ones by a binary search, the same rows
+    assert view._rows is not None and view._rows.table is not None  # dense ids: rows by a table
     monkeypatch.setattr("spark_jobs.partition.shards.TABLE_SPAN", 0)
-    searched = CellView(files, 2, 0, 2)
-    assert searched._table() is None
+    searched = CellView(files, 2, 0, 2)  # sparse ones by a binary search: the same rows
     np.testing.assert_array_equal(searched.local(v), view.local(v))
+    assert searched._rows is not None and searched._rows.table is None
     for bad in (np.flatnonzero(deg == 0)[:1], np.array([int(v.max()) + 10**6])):  # isolated; past the span
         with pytest.raises(ValueError, match="not in its shards"):
             searched.local(bad)
