@@ -404,7 +404,7 @@ def serve_and_train(b: Bench, rung: str, dataset: str, steps: int) -> tuple[Meas
             serve_s = time.perf_counter() - t1
             with TreeSampler(proc.pid) as during:
                 tm = run_cli(b, rung, "train", train, spark=False, locked=False)
-            alone = service_rate(b, rung, cf)
+            alone, sampler = service_rate(b, rung, cf)
             t2 = time.perf_counter()
             stop_serving(proc)
             stop_s = time.perf_counter() - t2
@@ -414,16 +414,18 @@ def serve_and_train(b: Bench, rung: str, dataset: str, steps: int) -> tuple[Meas
     text = finish(b, rung, "serve", proc, cmd)
     rd, wr = tree_io(before, life)
     tm.peaks.servers = during.peaks.servers
-    sm = Measured(cmd, serve_s, t1 - t0, life.peaks, rd - tm.read_bytes, wr - tm.write_bytes, {}, text)
+    rd, wr = rd - tm.read_bytes - sampler.read_bytes, wr - tm.write_bytes - sampler.write_bytes  # children of ours
+    sm = Measured(cmd, serve_s, t1 - t0, life.peaks, rd, wr, {}, text)
     return sm, tm, {"servers": servers, "stop_s": round(stop_s, 2), **alone}
 
 
-def service_rate(b: Bench, rung: str, cf: Path) -> dict[str, Any]:
-    """The service's own rate (``--service-rate`` in a child): the trainer's rate also pays its forward and
-    backward on the same cores, so it says little of the service by itself."""
+def service_rate(b: Bench, rung: str, cf: Path) -> tuple[dict[str, Any], Measured]:
+    """The service's own rate (``--service-rate`` in a child), and the child's measure (its I/O is not the
+    serve stage's): the trainer's rate also pays its forward and backward on the same cores, so it says little
+    of the service by itself."""
     cmd = [sys.executable, str(Path(__file__).resolve()), "--service-rate", str(cf)]
     m = run_cmd(b, rung, "sample", cmd, spark=False, locked=False)
-    return json.loads(m.output.strip().splitlines()[-1])
+    return json.loads(m.output.strip().splitlines()[-1]), m
 
 
 def sample_windows(cf: str, windows: int = 3, window_s: float = 8.0) -> dict[str, Any]:

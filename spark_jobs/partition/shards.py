@@ -38,7 +38,7 @@ import numpy as np
 import pyarrow as pa
 from numba import njit
 
-from glisp_core.id_rows import IdRows
+from glisp_core.id_rows import SPAN_FACTOR, IdRows
 from glisp_core.storage.store import store_for
 from glisp_core.storage.uri import StoreURI
 from glisp_spark.tasks import run_tasks
@@ -55,7 +55,7 @@ HASH_SLOTS = 16  # buckets per class, by the top bits of the seeded vertex hash 
 CLASSES = EXACT + PER_OCTAVE * (63 - 5)
 BUCKETS = CLASSES * HASH_SLOTS
 SEED_CLASSES, SEED_SLOTS = 16, 256  # the seed order: degree classes 0..15 (the last one open), 8 hash bits
-TABLE_SPAN = 8  # a cell maps ids to rows by a table while its id span is at most this many times its vertices
+TABLE_SPAN = SPAN_FACTOR  # a cell maps ids to rows by a table while its id span is at most this many times its vertices
 DELTA_PA = pa.schema([("vert", pa.int64()), ("vpart", pa.int32()), ("cnt", pa.int64()), ("pcnt", pa.int64())])
 
 
