@@ -9,10 +9,13 @@ are a function of (seed, layer, vertex, neighbourhood): :mod:`glisp_infer.stable
 - ``A_l = A_{l-1} ∪ changed ∪ {v : a sampled neighbour of v at layer l is in A_{l-1}}``,
 
 a task recomputes at layer ``l`` only its vertices in ``A_l`` and copies every other row from the previous
-version's layer ``l`` (matched by original id through the id maps). The driver writes ``changed``, ``A_{l-1}``
-and the new-vid → previous-row map into the refresh's directory in the dataset's store before layer ``l``; each
-task returns its part of ``A_l``. A task whose affected share passes ``infer.incremental_max_share`` computes
-all its vertices (copying most rows would cost more than it saves).
+version's layer ``l`` (matched by original id through the id maps). Everything per vertex is written by tasks
+into the refresh's directory in the dataset's store, never held by the driver: the new-vid → previous-row map
+(a Zarr array by vid, :mod:`glisp_infer.row_map`), then per partition its vertices of ``changed`` and ``A_0``
+(:func:`compare_signatures`, after layer 0) and of each ``A_l`` (the layer's task), as lists of vids; a task
+builds the masks it needs from every partition's list and returns counts only. A task whose affected share
+passes ``infer.incremental_max_share`` computes all its vertices (copying most rows would cost more than it
+saves).
 """
 
 from __future__ import annotations
@@ -32,6 +35,7 @@ from glisp_sampling.apply import HopSample
 
 CHANGED = "changed"  # the mask of vertices whose neighbourhood changed (and new ones)
 PREV_ROW = "prev_row"  # new vid -> row in the previous version's arrays, -1 for a new vertex
+PREV_ROW_GROUP = "prev_row.zarr"  # the Zarr group (in the refresh's directory) holding PREV_ROW
 
 
 def mask_name(layer: int) -> str:
@@ -39,21 +43,51 @@ def mask_name(layer: int) -> str:
     return f"affected-l{layer}"
 
 
-def save_vector(root: StoreURI | str, name: str, values: np.ndarray) -> None:
-    """One array of the refresh's directory, written whole (a local file renamed into place, one PUT)."""
-    H.save_atomic(parse_uri(root) / f"{name}.npz", values=values)
+def prev_row_url(root: StoreURI | str) -> str:
+    """The Zarr group of the new-vid -> previous-row map in the refresh's directory ``root``."""
+    return str(parse_uri(root) / PREV_ROW_GROUP)
+
+
+def create_prev_row(root: StoreURI | str, n: int) -> Any:
+    """The (empty) by-vid array of the previous rows: chunks of the run's by-vid index arrays, -1 until written."""
+    from glisp_infer.store import INDEX_CHUNK, open_group
+
+    g = open_group(prev_row_url(root), mode="w")
+    return g.create_array(
+        PREV_ROW,
+        shape=(n,),
+        chunks=(min(INDEX_CHUNK, max(n, 1)),),
+        dtype="int64",
+        fill_value=-1,
+        config={"write_empty_chunks": True},
+    )
+
+
+@functools.lru_cache(maxsize=4)
+def prev_rows_by_vid(root: str) -> np.ndarray:
+    """The whole new-vid -> previous-row map (read once per Python worker and run)."""
+    return np.asarray(open_array(prev_row_url(root), PREV_ROW)[:], np.int64)
+
+
+def write_mask_part(root: StoreURI | str, name: str, part: int, vids: np.ndarray) -> None:
+    """Partition ``part``'s members of the mask ``name`` (one object, written whole; a retry rewrites the same)."""
+    H.save_atomic(parse_uri(root) / name / f"part-{part:05d}.npz", vids=np.asarray(vids, np.int64))
 
 
 @functools.lru_cache(maxsize=8)
-def load_vector(root: str, name: str) -> np.ndarray:
-    """An array the driver wrote (immutable once written: read once per Python worker)."""
+def load_mask(root: str, name: str, n: int, parts: int) -> np.ndarray:
+    """The mask ``name`` over all ``n`` vertices, from every partition's list (read once per Python worker)."""
     from glisp_core.errors import GlispError
 
-    z = H._npz(parse_uri(root) / f"{name}.npz")
-    if z is None:
-        raise GlispError(f"{root}/{name}.npz: missing; the driver writes it before the layer's tasks run")
-    with z:
-        return np.asarray(z["values"])
+    d = parse_uri(root) / name
+    out = np.zeros(n, bool)
+    for part in range(parts):
+        z = H._npz(d / f"part-{part:05d}.npz")
+        if z is None:
+            raise GlispError(f"{d}/part-{part:05d}.npz: missing; partition {part}'s task writes it before the next job")
+        with z:
+            out[z["vids"]] = True
+    return out
 
 
 @functools.lru_cache(maxsize=4)
@@ -79,8 +113,9 @@ def write_neighbour_signatures(plan: InferPlan, part: int, whole: HopSample) -> 
 def affected(plan: InferPlan, layer: int, vids: np.ndarray, sample: HopSample) -> np.ndarray:
     """Which of ``vids`` (with their samples of ``layer``) are in ``A_layer``."""
     root = plan.incremental_dir
-    prev = load_vector(root, mask_name(layer - 1))
-    aff = load_vector(root, CHANGED)[vids] | prev[vids]
+    n = len(prev_rows_by_vid(root))  # by vid: every vertex of this version
+    prev = load_mask(root, mask_name(layer - 1), n, plan.num_parts)
+    aff = load_mask(root, CHANGED, n, plan.num_parts)[vids] | prev[vids]
     hit = prev[sample.nbrs]
     if hit.any():
         owner = np.repeat(np.arange(len(vids), dtype=np.int64), sample.counts.sum(axis=1))
@@ -125,7 +160,7 @@ def scattered(plan: InferPlan, layer: int, vids: np.ndarray, copy: np.ndarray) -
     if len(idx) == 0 or not plan.prev_store:
         return out
     chunk_rows = int(open_array(plan.prev_store, layer_name(layer)).chunks[0])
-    chunk = load_vector(plan.incremental_dir, PREV_ROW)[vids[idx]] // chunk_rows
+    chunk = prev_rows_by_vid(plan.incremental_dir)[vids[idx]] // chunk_rows
     _, inv, per_chunk = np.unique(chunk, return_inverse=True, return_counts=True)
     held = _chunk_rows_held(plan.incremental_dir, chunk_rows)[chunk]  # a last, part-filled chunk holds fewer
     out[idx[per_chunk[inv] < COPY_MIN_SHARE * held]] = True
@@ -135,14 +170,14 @@ def scattered(plan: InferPlan, layer: int, vids: np.ndarray, copy: np.ndarray) -
 @functools.lru_cache(maxsize=4)
 def _chunk_rows_held(root: str, chunk_rows: int) -> np.ndarray:
     """Per chunk of the previous version's layers, how many of its rows belong to a vertex of this version."""
-    prev = load_vector(root, PREV_ROW)
+    prev = prev_rows_by_vid(root)
     return np.bincount(prev[prev >= 0] // chunk_rows)
 
 
 def prev_rows(plan: InferPlan, layer: int, vids: np.ndarray) -> tuple[np.ndarray, int]:
     """The previous version's layer-``layer`` rows of ``vids`` (every one matched), each chunk read whole once
     (a slice: zarr's orthogonal selection of many scattered rows costs several times more)."""
-    rows = load_vector(plan.incremental_dir, PREV_ROW)[vids]
+    rows = prev_rows_by_vid(plan.incremental_dir)[vids]
     arr = open_array(plan.prev_store, layer_name(layer))
     out = np.empty((len(rows), arr.shape[1]), np.float32)
     if len(rows) == 0:
@@ -172,16 +207,61 @@ def compute_affected(
     return out, {**m, "copy_s": time.perf_counter() - t, "copy_chunks": chunks, "copied": len(rest)}
 
 
+DRIFT_EDGES = np.concatenate([[0.0], np.geomspace(1e-9, 2.0, 2049)])  # cosine distance bins: 0, then 1.05 % wide
+
+
 def drift(plan: InferPlan, vids: np.ndarray, rows: np.ndarray, recomputed: np.ndarray) -> dict[str, Any]:
-    """Against the previous version's last layer: the cosine distance of every matched vertex this task
-    recomputed (a copied row's is 0), and for a node task how many predictions changed."""
-    prow = load_vector(plan.incremental_dir, PREV_ROW)[vids]
+    """Against the previous version's last layer: a histogram of the cosine distance of every matched vertex
+    this task recomputed (a copied row's is 0; the driver adds those) and for a node task how many predictions
+    changed. Counts and a fixed histogram, not a distance per vertex: the driver merges them whatever |V|."""
+    prow = prev_rows_by_vid(plan.incremental_dir)[vids]
     sel = np.flatnonzero(recomputed & (prow >= 0))
     old, _ = prev_rows(plan, plan.prev_last_layer if plan.prev_last_layer >= 0 else plan.layers, vids[sel])
     new = rows[sel]
     dist = cosine_distance(new, old)
     pred = int((new.argmax(axis=1) != old.argmax(axis=1)).sum()) if plan.task == "node" and len(sel) else 0
-    return {"matched": int((prow >= 0).sum()), "cos_dist": dist.astype(np.float32), "pred_changed": pred}
+    return {
+        "matched": int((prow >= 0).sum()),
+        "measured": len(sel),
+        "hist": np.histogram(dist, DRIFT_EDGES)[0].astype(np.int64),
+        "moved": int((dist > 1e-6).sum()),
+        "sum": float(dist.sum()),
+        "max": float(dist.max(initial=0.0)),
+        "pred_changed": pred,
+    }
+
+
+def compare_signatures(plan: InferPlan, part: int, attempt: int = 0) -> dict[str, Any]:
+    """After layer 0, partition ``part``'s vertices of ``A_0`` (new vertices and changed features) and of
+    ``changed`` (new vertices and changed neighbourhoods): this run's row signatures against the previous
+    run's rows of the same vertices. Writes both lists; returns counts."""
+    from glisp_core.errors import GlispError
+    from glisp_infer.store import read_rows
+
+    if not plan.prev_store:
+        raise GlispError("compare_signatures: the run has no previous store to compare with")
+    vids = plan.order_index().vertices(part)
+    lo, hi = plan.layout.starts[part], plan.layout.starts[part] + len(vids)
+    prow = prev_rows_by_vid(plan.incremental_dir)[vids]
+    ok = prow >= 0
+    new_f, new_n = (np.asarray(open_array(plan.store, a)[lo:hi], np.uint64) for a in (INDEX_FSIG, INDEX_NSIG))
+    old_f, old_n = (
+        np.asarray(read_rows(open_array(plan.prev_store, a), prow[ok])[0]) for a in (INDEX_FSIG, INDEX_NSIG)
+    )
+    a0, changed = ~ok, ~ok  # two arrays: new vertices are in both
+    a0[ok] = new_f[ok] != old_f
+    changed[ok] = new_n[ok] != old_n
+    write_mask_part(plan.incremental_dir, mask_name(0), part, vids[a0])
+    write_mask_part(plan.incremental_dir, CHANGED, part, vids[changed])
+    return {
+        "part": part,
+        "attempt": attempt,
+        "matched": int(ok.sum()),
+        "added": int((~ok).sum()),
+        "changed_features": int((a0 & ok).sum()),
+        "changed_neighbourhoods": int((changed & ok).sum()),
+        "first_affected": int((a0 | changed).sum()),
+    }
 
 
 def cosine_distance(a: np.ndarray, b: np.ndarray) -> np.ndarray:

@@ -476,6 +476,7 @@ def _infer_layers(
 ) -> tuple[list[list[dict[str, Any]]], dict[str, Any]]:
     """Layer 0 (the features), then each layer's tasks in turn (layer 0 only for a sample-wise model); returns the
     tasks' metrics per layer and, for a refresh, the last layer's drift."""
+    from glisp_infer import incremental as I
     from glisp_infer import task as T
 
     exchange, url = plan.exchange(), plan.store
@@ -507,7 +508,8 @@ def _infer_layers(
             remove_layer_files(exchange, layer - 1)
         if refresh is not None:
             if layer == 0:
-                refresh.after_features(url)
+                if refresh.incremental:
+                    refresh.after_features(run_tasks(spark, plan, I.compare_signatures, "refresh: what changed"))
             else:
                 refresh.after_layer(layer, res)
             if layer == plan.layers:

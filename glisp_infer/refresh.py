@@ -7,17 +7,21 @@ With ``infer.incremental`` on, a run of ``infer/<run>`` in a new version:
 2. looks for the **previous run**: ``infer/<run>`` in the graph's ``LATEST``, else in its newest other version;
    it is used when it drew stable samples with the same model (checkpoint digest: model.json and weights), the
    same fanouts, seed, direction and widths; otherwise the run is a full one and says why (``counts.incremental``);
-3. after layer 0, compares signatures matched by original id (the id maps, :func:`spark_jobs.partition.incremental.
-   vid_map`): changed features give ``A_0``, changed neighbourhoods and new vertices ``changed``; if their share
-   passes ``infer.incremental_max_share`` the run falls back to computing every row;
-4. before each layer writes ``A_{l-1}``; the layer's tasks return their part of ``A_l``; once a layer's
+3. before any task, has Spark tasks write the new-vid -> previous-row map (:mod:`glisp_infer.row_map`: this
+   version's id map joined with the previous run's index by vertex type and original id); after layer 0, a
+   job compares each partition's row signatures with the previous run's rows of the same vertices: changed
+   features give ``A_0``, changed neighbourhoods and new vertices ``changed``; if their share passes
+   ``infer.incremental_max_share`` the run falls back to computing every row;
+4. each layer's tasks write their part of ``A_l`` for the next layer's and return its size; once a layer's
    affected share passes the bound, the later layers are computed in full (the reason is recorded);
 5. records per layer the affected and recomputed shares and the drift of the last layer against the previous
    version (cosine distance quantiles, the share of a seeded sample of vertices whose top-k nearest
    neighbours changed, for a node task the share of changed predictions) in ``counts.incremental`` and
    ``metrics.drift``.
 
-The previous version is leased while it is read, so retention cannot remove it mid-run.
+The previous version is leased while it is read, so retention cannot remove it mid-run. The driver holds
+counts and fixed-size histograms only, nothing per vertex: the map and the masks are files the tasks write
+and read.
 """
 
 from __future__ import annotations
@@ -35,16 +39,7 @@ from glisp_core.dataset.versions import VersionLease, read_latest
 from glisp_core.storage.uri import StoreURI
 from glisp_infer import incremental as I
 from glisp_infer.keys import write_keys
-from glisp_infer.store import (
-    INDEX_FSIG,
-    INDEX_KEY,
-    INDEX_NSIG,
-    INDEX_ROW,
-    INDEX_VID,
-    layer_name,
-    open_array,
-    read_rows,
-)
+from glisp_infer.store import INDEX_KEY, INDEX_ROW, layer_name, open_array, read_rows
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -52,6 +47,8 @@ if TYPE_CHECKING:
 MATCHED_PARAMS = ("fanouts", "seed", "direction", "dims", "arch", "task")  # what makes rows comparable
 INCREMENTAL_DIR = "incremental"
 KNN_K, KNN_QUERIES, KNN_POOL = 10, 256, 20000  # top-k drift: k, seeded queries, the candidates they search
+KNN_BLOCK = 4  # queries scored at once
+KNN_CHUNKS = 4  # chunks of the by-vid arrays the pool is drawn from
 
 
 def model_digest(checkpoint: StoreURI) -> str:
@@ -100,28 +97,6 @@ def refusal(prev: StageRecord, params: dict[str, Any], digest: str) -> str | Non
     return None
 
 
-def prev_row_map(prev: DatasetVersion, dv: DatasetVersion, prev_url: str, n: int) -> np.ndarray:
-    """new vid -> the row of the same vertex (type and original id) in the previous run; -1 for a new vertex."""
-    from spark_jobs.partition.incremental import vid_map
-
-    to_new = vid_map(prev, dv)
-    prow = np.asarray(open_array(prev_url, INDEX_ROW)[:], np.int64)
-    out = np.full(n, -1, np.int64)
-    ok = to_new >= 0
-    out[to_new[ok]] = prow[ok]
-    return out
-
-
-def signatures_by_vid(url: str, n: int) -> np.ndarray:
-    """(n, 2) uint64: ``index/fsig`` and ``index/nsig`` (by row) rearranged by vertex id."""
-    vid = np.asarray(open_array(url, INDEX_VID)[:], np.int64)
-    sig = np.stack([np.asarray(open_array(url, a)[:], np.uint64) for a in (INDEX_FSIG, INDEX_NSIG)], axis=1)
-    out = np.zeros((n, 2), np.uint64)
-    ok = vid >= 0
-    out[vid[ok]] = sig[ok]
-    return out
-
-
 def _has_arrays(url: str) -> bool:
     try:
         open_array(url, INDEX_ROW)
@@ -132,23 +107,22 @@ def _has_arrays(url: str) -> bool:
 
 @dataclass
 class Refresh:
-    """One run's incremental state in the driver: the previous run, the masks, what happened per layer."""
+    """One run's incremental state in the driver: the previous run, the affected counts, what happened per layer."""
 
     ic: InferConfig
     dv: DatasetVersion
     n: int
     digest: str
-    root: StoreURI | None = None  # the refresh's directory (masks, row map), under the stage's attempt
+    vertex_types: list[str] = field(default_factory=list)
+    root: StoreURI | None = None  # the refresh's directory (row map, masks), under the stage's attempt
     prev: tuple[DatasetVersion, StageRecord] | None = None
     prev_url: str = ""
-    prev_row: np.ndarray | None = None
     prev_last: int = -1  # the previous run's final layer
     last: int = -1  # this run's final layer (set by plan_fields)
     refused: str = ""  # why no row is copied: no previous run, or one that is not comparable
     reason: str = ""  # why rows are not copied: the refusal, or the fallback from layer full_from
     full_from: int = 0  # the first layer computed in full; 0 = none (K + 1 when incremental throughout)
-    mask: np.ndarray | None = None
-    changed: np.ndarray | None = None
+    matched: int = 0  # vertices of this version the previous run holds
     shares: dict[str, list[float]] = field(default_factory=lambda: {"affected": [], "recomputed": []})
     lease: VersionLease | None = None
     info: dict[str, Any] = field(default_factory=dict)
@@ -157,7 +131,7 @@ class Refresh:
     def resolve(cls, ic: InferConfig, dv: DatasetVersion, name: str, params: dict[str, Any], inp: Any) -> Refresh:
         from glisp_infer.store import store_url
 
-        r = cls(ic, dv, inp.num_vertices, model_digest(inp.checkpoint))
+        r = cls(ic, dv, inp.num_vertices, model_digest(inp.checkpoint), list(inp.vertex_types or []))
         found = find_previous(dv, name)
         if found is None:
             r.refused = r.reason = f"no earlier version holds infer/{name}"
@@ -194,38 +168,33 @@ class Refresh:
         }
 
     def start(self, spark: SparkSession, url: str) -> None:
-        """Before any task: the vertex keys (written by tasks), and the row map for copying and drift."""
+        """Before any task: the vertex keys and, with a previous run, the row map (both written by tasks)."""
+        from glisp_infer.row_map import write_prev_rows
+
         write_keys(spark, self.dv, url, INDEX_KEY)
         if self.prev is not None:
             assert self.root is not None
-            self.prev_row = prev_row_map(self.prev[0], self.dv, self.prev_url, self.n)
-            I.save_vector(self.root, I.PREV_ROW, self.prev_row)
+            pdv, rec = self.prev
+            as_text = read_manifest(pdv).schema.get("id_type") != read_manifest(self.dv).schema.get("id_type")
+            prev_index = pdv.path / rec.path / "index"
+            self.matched = write_prev_rows(spark, self.dv, self.vertex_types, prev_index, as_text, self.root, self.n)
 
-    def after_features(self, url: str) -> None:
-        """After layer 0: ``A_0`` (changed features) and ``changed`` (neighbourhoods), or the full-run fallback."""
-        if not self.incremental:
-            return
-        assert self.root is not None and self.prev_row is not None
-        new = signatures_by_vid(url, self.n)
-        old = np.zeros_like(new)
-        ok = self.prev_row >= 0
-        for j, name in enumerate((INDEX_FSIG, INDEX_NSIG)):
-            old[ok, j] = np.asarray(open_array(self.prev_url, name).get_orthogonal_selection(self.prev_row[ok]))
-        self.mask = ~ok | (new[:, 0] != old[:, 0])
-        self.changed = ~ok | (new[:, 1] != old[:, 1])
+    def after_features(self, res: list[dict[str, Any]]) -> None:
+        """After layer 0, with the signature job's counts per partition (it wrote ``A_0`` and ``changed``):
+        what changed, and the full-run fallback."""
         prev_n = int(self.prev[1].counts.get("vertices", 0)) if self.prev else 0
         self.info.update(
-            added=int((~ok).sum()),
-            removed=prev_n - int(ok.sum()),
-            changed_features=int((self.mask & ok).sum()),
-            changed_neighbourhoods=int((self.changed & ok).sum()),
+            added=sum(int(r["added"]) for r in res),
+            removed=prev_n - self.matched,
+            changed_features=sum(int(r["changed_features"]) for r in res),
+            changed_neighbourhoods=sum(int(r["changed_neighbourhoods"]) for r in res),
         )
-        I.save_vector(self.root, I.CHANGED, self.changed)
-        self._check(1, self.mask | self.changed)
+        self._check(1, sum(int(r["first_affected"]) for r in res))
 
-    def _check(self, layer: int, lower: np.ndarray) -> None:
-        """Fall back to full layers from ``layer`` when its affected share (at least ``lower``'s) passes the bound."""
-        share = float(lower.mean()) if self.n else 0.0
+    def _check(self, layer: int, lower: int) -> None:
+        """Fall back to full layers from ``layer`` when its affected share (at least ``lower`` vertices') passes
+        the bound."""
+        share = lower / self.n if self.n else 0.0
         if self.full_from == 0 and share > self.ic.incremental_max_share:
             self.full_from = layer
             self.reason = (
@@ -235,26 +204,20 @@ class Refresh:
 
     def layer_mode(self, layer: int) -> str:
         """What layer ``layer``'s tasks do with the affected set: "copy" the unaffected rows, only "measure" it
-        (after a fallback: every row computed, the share still recorded) or "" (no previous run); writes
-        ``A_{layer-1}`` for them."""
+        (after a fallback: every row computed, the share still recorded) or "" (no previous run)."""
         if not self.incremental:
             return ""
-        assert self.root is not None and self.mask is not None
-        I.save_vector(self.root, I.mask_name(layer - 1), self.mask)
         return "measure" if self.full_from and layer >= self.full_from else "copy"
 
     def after_layer(self, layer: int, res: list[dict[str, Any]]) -> None:
-        """Union the tasks' parts of ``A_layer``; record the shares."""
-        inc = any("affected_vids" in r for r in res)
-        vids = [r.pop("affected_vids") for r in res if "affected_vids" in r]
+        """The size of ``A_layer`` (its parts written by the tasks) and the recomputed rows; the shares."""
         n = max(self.n, 1)
         recomputed = sum(int(r.get("recomputed", r.get("vertices", 0))) for r in res)
-        if inc:
-            self.mask = np.zeros(self.n, bool)
-            self.mask[np.concatenate(vids)] = True
-            self.shares["affected"].append(round(float(self.mask.sum()) / n, 6))
+        if any("affected" in r for r in res):
+            affected = sum(int(r.get("affected", 0)) for r in res)
+            self.shares["affected"].append(round(affected / n, 6))
             if layer < self.last:
-                self._check(layer + 1, self.mask)
+                self._check(layer + 1, affected)
         self.shares["recomputed"].append(round(recomputed / n, 6))
 
     def record(self) -> dict[str, Any]:
@@ -277,26 +240,27 @@ class Refresh:
         return out
 
     def drift(self, url: str, last: list[dict[str, Any]], layer: int, task: str) -> dict[str, Any]:
-        """``metrics.drift`` of the last layer against the previous version (empty without one)."""
+        """``metrics.drift`` of the last layer against the previous version (empty without one), from the tasks'
+        histograms: the quantiles are their bins' upper edges (at most 1.05 % above the exact value)."""
         parts = [r.pop("drift") for r in last if "drift" in r]
-        if not parts or self.prev_row is None:
+        if not parts or self.prev is None or self.root is None:
             return {}
         matched = sum(int(p["matched"]) for p in parts)
-        d = np.zeros(matched, np.float64)
-        got = np.concatenate([p["cos_dist"] for p in parts]) if parts else np.zeros(0)
-        d[: len(got)] = got  # the rest were copied: distance 0
-        q = np.quantile(d, [0.5, 0.9, 0.99]) if matched else np.zeros(3)
+        hist = np.sum([p["hist"] for p in parts], axis=0)
+        hist[0] += matched - sum(int(p["measured"]) for p in parts)  # the copied rows: distance 0
+        top = max(float(p["max"]) for p in parts)
+        q = [quantile(hist, x, top) for x in (0.5, 0.9, 0.99)] if matched else [0.0] * 3
         out: dict[str, Any] = {
-            "against": f"{self.prev[0].version}" if self.prev else "",
+            "against": f"{self.prev[0].version}",
             "matched": matched,
-            "cos_p50": round(float(q[0]), 6),
-            "cos_p90": round(float(q[1]), 6),
-            "cos_p99": round(float(q[2]), 6),
-            "cos_max": round(float(d.max(initial=0.0)), 6),
-            "cos_mean": round(float(d.mean()) if matched else 0.0, 6),
-            "moved_share": round(float((d > 1e-6).mean()) if matched else 0.0, 6),
+            "cos_p50": round(q[0], 6),
+            "cos_p90": round(q[1], 6),
+            "cos_p99": round(q[2], 6),
+            "cos_max": round(top, 6),
+            "cos_mean": round(sum(float(p["sum"]) for p in parts) / matched if matched else 0.0, 6),
+            "moved_share": round(sum(int(p["moved"]) for p in parts) / matched if matched else 0.0, 6),
         }
-        share, queries = knn_changed(url, self.prev_url, self.prev_row, (layer, self.prev_last), self.ic.seed)
+        share, queries = knn_changed(url, self.prev_url, str(self.root), (layer, self.prev_last), self.ic.seed)
         out.update(knn_k=KNN_K, knn_queries=queries, knn_changed_share=round(share, 6))
         if task == "node":
             out["predictions_changed_share"] = round(sum(int(p["pred_changed"]) for p in parts) / max(matched, 1), 6)
@@ -308,27 +272,51 @@ class Refresh:
             self.lease = None
 
 
-def knn_changed(url: str, prev_url: str, prev_row: np.ndarray, layers: tuple[int, int], seed: int) -> tuple[float, int]:
+def quantile(hist: np.ndarray, q: float, top: float) -> float:
+    """The ``q`` quantile of the distances counted in ``hist`` (bins :data:`glisp_infer.incremental.
+    DRIFT_EDGES`): the upper edge of the bin holding it, 0 for the first bin, at most the largest distance."""
+    rank = q * (int(hist.sum()) - 1)
+    b = int(np.searchsorted(np.cumsum(hist), rank, side="right"))
+    return 0.0 if b == 0 else min(float(I.DRIFT_EDGES[b + 1]), top)
+
+
+def knn_changed(url: str, prev_url: str, root: str, layers: tuple[int, int], seed: int) -> tuple[float, int]:
     """The share of a seeded sample of matched vertices whose top-k cosine neighbours (among a seeded pool of
     at most ``KNN_POOL`` matched vertices) differ between the two versions' final layers (``layers``: this run's
     and the previous one's index, which differ for a retrained model of another depth); and the number of
-    queries."""
-    matched = np.flatnonzero(prev_row >= 0)
+    queries. The pool is drawn from seeded vids of at most ``KNN_CHUNKS`` chunks of the row map, so what this
+    reads and holds does not grow with |V|."""
+    rows_by_vid = open_array(I.prev_row_url(root), I.PREV_ROW)
+    n, chunk = int(rows_by_vid.shape[0]), int(rows_by_vid.chunks[0])
     rng = np.random.default_rng(seed)
-    pool = np.sort(rng.choice(matched, min(KNN_POOL, len(matched)), replace=False))
+    if n <= 4 * KNN_POOL:
+        cand = np.arange(n)
+    else:  # candidates in a few seeded chunks of the by-vid arrays: what is read stays bounded whatever |V|
+        chunks = rng.choice(-(-n // chunk), min(-(-n // chunk), KNN_CHUNKS), replace=False)
+        cand = chunks[rng.integers(0, len(chunks), 4 * KNN_POOL)] * chunk + rng.integers(0, chunk, 4 * KNN_POOL)
+        cand = np.unique(cand[cand < n])
+    prev_of = np.asarray(rows_by_vid.get_orthogonal_selection(cand), np.int64)
+    keep = np.flatnonzero(prev_of >= 0)
+    keep = np.sort(rng.choice(keep, min(KNN_POOL, len(keep)), replace=False))
+    pool, prev_rows = cand[keep], prev_of[keep]
     k = min(KNN_K, len(pool) - 1)
     if k < 1:
         return 0.0, 0
     qs = rng.choice(len(pool), min(KNN_QUERIES, len(pool)), replace=False)
     rows = np.asarray(open_array(url, INDEX_ROW).get_orthogonal_selection(pool), np.int64)
     new, _ = read_rows(open_array(url, layer_name(layers[0])), rows)
-    old, _ = read_rows(open_array(prev_url, layer_name(layers[1])), prev_row[pool])
+    old, _ = read_rows(open_array(prev_url, layer_name(layers[1])), prev_rows)
 
     def top(x: np.ndarray) -> np.ndarray:
         x = x.astype(np.float64)
         x /= np.maximum(np.linalg.norm(x, axis=1, keepdims=True), 1e-12)
-        sim = x[qs] @ x.T
-        sim[np.arange(len(qs)), qs] = -np.inf
-        return np.sort(np.argpartition(-sim, k - 1, axis=1)[:, :k], axis=1)
+        out = np.empty((len(qs), k), np.int64)
+        for a in range(0, len(qs), KNN_BLOCK):  # a few queries at a time: 0.6 MB of similarities, not 41
+            q = qs[a : a + KNN_BLOCK]
+            sim = x[q] @ x.T
+            sim[np.arange(len(q)), q] = -np.inf
+            np.negative(sim, out=sim)
+            out[a : a + len(q)] = np.sort(np.argpartition(sim, k - 1, axis=1)[:, :k], axis=1)
+        return out
 
     return float((top(new) != top(old)).any(axis=1).mean()), len(qs)

@@ -550,7 +550,8 @@ def _incremental_todo(
     affected share passes ``plan.max_share``); records the layer's affected set in ``m``."""
     aff = I.affected(plan, layer, vids, sample)
     m["affected"] = int(aff.sum())
-    m["affected_vids"] = vids[aff]
+    if layer < plan.layers:  # the next layer's tasks read it
+        I.write_mask_part(plan.incremental_dir, I.mask_name(layer), m["part"], vids[aff])
     full = every or (len(vids) > 0 and aff.mean() > plan.max_share)
     todo = None if full else aff | I.scattered(plan, layer, vids, ~aff)
     m["recomputed"] = len(vids) if todo is None else int(todo.sum())

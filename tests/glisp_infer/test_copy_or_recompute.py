@@ -23,7 +23,7 @@ def _plan(tmp_path, prev_row: np.ndarray):
     g.create_array(layer_name(1), shape=(-(-rows // CHUNK) * CHUNK, 4), chunks=(CHUNK, 4), dtype="float32")
     inc = tmp_path / "incremental"
     inc.mkdir()
-    I.save_vector(inc, I.PREV_ROW, prev_row)
+    I.create_prev_row(inc, len(prev_row))[:] = prev_row
     return SimpleNamespace(prev_store=str(prev), incremental_dir=str(inc))
 
 
