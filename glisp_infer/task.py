@@ -488,8 +488,13 @@ def infer_layer(plan: InferPlan, layer: int, part: int, attempt: int = 0, increm
     writer = None
     try:
         writer = new_writer(plan, out, layer, part, attempt)
+        # an incremental layer streams a scattered subset of the rows: a chunk copied into the dynamic cache
+        # would serve one or two of its rows, so they are read in place from the static cache's pages
         dyn = ChunkCache(
-            cache, capacity_of(cache.num_chunks, plan.cache_fraction, plan.cache_chunks), plan.cache_policy
+            cache,
+            capacity_of(cache.num_chunks, plan.cache_fraction, plan.cache_chunks),
+            plan.cache_policy,
+            resident=True if todo is not None else None,
         )
         if todo is None:
             m.update(stream(plan, layer, cache, dyn, vids, sample, writer if last is None else _Tee(writer, last)))
