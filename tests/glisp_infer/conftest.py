@@ -176,12 +176,17 @@ def two_versions(spark, tmp_path_factory) -> Versions:
     f2 = np.concatenate([feats, rng.normal(size=(5, 6)).astype(np.float32)])
     changed = rng.choice(np.setdiff1d(np.arange(n), gone), 3, replace=False)
     f2[changed] += 1.0
-    alive = np.setdiff1d(np.arange(n + 5), gone)  # old index -> new vid by a fresh permutation
+    new, new_run = publish_renumbered(spark, root, rng, ids2, f2, gone, (s, d, e))
+    return Versions(old, new, old_run, new_run, [str(x) for x in ids[changed]])
+
+
+def publish_renumbered(spark, root, rng, ids, feats, gone, edges):
+    """Version v2 of the vertices ``ids`` (features ``feats``) but ``gone``, every vid renumbered by a fresh
+    permutation; ``edges`` = (src, dst, etype) in the old indices, none touching a removed vertex."""
+    s, d, e = edges
+    alive = np.setdiff1d(np.arange(len(ids)), gone)
     perm = rng.permutation(len(alive))
-    new_vid = np.full(n + 5, -1, np.int64)
+    new_vid = np.full(len(ids), -1, np.int64)
     new_vid[alive] = perm
     order = np.argsort(perm)
-    new, new_run = _publish_version(
-        spark, root, "v2", ids2[alive][order], new_vid[s], new_vid[d], e, f2[alive][order], 17
-    )
-    return Versions(old, new, old_run, new_run, [str(x) for x in ids[changed]])
+    return _publish_version(spark, root, "v2", ids[alive][order], new_vid[s], new_vid[d], e, feats[alive][order], 17)

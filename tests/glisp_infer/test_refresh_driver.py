@@ -9,7 +9,7 @@ import tracemalloc
 import numpy as np
 import pytest
 
-from tests.glisp_infer.conftest import _publish_version, infer_cfg, make_model
+from tests.glisp_infer.conftest import _publish_version, infer_cfg, make_model, publish_renumbered
 
 pytestmark = pytest.mark.usefixtures("spark")
 N = 300_007  # two chunks of the by-vid arrays: the vertex keys are written by tasks too
@@ -38,14 +38,7 @@ def _versions(spark, root):
     ids2 = np.concatenate([ids, np.array([f"new{i}" for i in range(7)], object)])
     f2 = np.concatenate([feats, rng.normal(size=(7, 6)).astype(np.float32)])
     f2[rng.choice(1 << 14, 50, replace=False)] += 1.0
-    alive = np.setdiff1d(np.arange(N + 7), gone)
-    perm = rng.permutation(len(alive))
-    new_vid = np.full(N + 7, -1, np.int64)
-    new_vid[alive] = perm
-    order = np.argsort(perm)
-    new, new_run = _publish_version(
-        spark, root, "v2", ids2[alive][order], new_vid[s], new_vid[d], e, f2[alive][order], 17
-    )
+    new, new_run = publish_renumbered(spark, root, rng, ids2, f2, gone, (s, d, e))
     return old, old_run, new, new_run
 
 
