@@ -9,7 +9,6 @@ of one Arrow string array, and the keys are computed in the tasks that write the
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -129,49 +128,32 @@ def write_keys(spark: SparkSession, dv: DatasetVersion, url: str, array: str) ->
     """Write every vertex's key into the by-vid array ``array`` of the run's store ``url``, in Spark tasks: each
     task computes whole chunks of it from the ingest id map (rows grouped by chunk, in vid order) and writes
     them; the driver receives one count per chunk. Returns the number of vertices written."""
-    from pyspark.sql import functions as F
-
     from glisp_core.dataset.layout import ORIG_ID, VID, VTYPE
     from glisp_core.dataset.manifest import read_manifest
     from glisp_core.storage.zarr_arrays import open_array
+    from glisp_infer.by_vid import write_by_vid
     from glisp_spark.tables import read_parquet
-    from glisp_spark.worker_heap import freeze_worker_heap
 
     arr = open_array(url, array)
-    n, chunk = int(arr.shape[0]), int(arr.chunks[0])
+    n = int(arr.shape[0])
     if n == 0:
         return 0
-    chunks = -(-n // chunk)
     types = read_manifest(dv).schema.get("vertex_types") or ["v0"]
-    if chunks == 1:  # one chunk, at most INDEX_CHUNK vertices: written here, without a job
+    if -(-n // int(arr.chunks[0])) == 1:  # one chunk, at most INDEX_CHUNK vertices: written here, without a job
         _one_chunk(dv, open_array(url, array, mode="r+"), types)
         return n
-    # one task per chunk, rows by chunk id (a task may get a few chunks, never a share of |V|); the text is
-    # made in the task by Arrow, so the shuffle moves the id map's own columns
-    rows = read_parquet(spark, dv.idmap).select(VID, VTYPE, ORIG_ID).repartition(chunks, F.floor(F.col(VID) / chunk))
-
-    def task(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
-        import pyarrow as pa
-
-        freeze_worker_heap()
-        out = open_array(url, array, mode="r+")
-        for c, vids, keys in _chunks_of(batches, chunk, types):
-            _check_chunk(c, vids, chunk, n, str(dv.idmap))
-            out[c * chunk : c * chunk + len(keys)] = keys
-            yield pa.RecordBatch.from_pydict({"chunk": [c], "rows": [len(keys)]})
-
-    got = rows.mapInArrow(task, "chunk long, rows long").collect()
-    written = sum(int(r["rows"]) for r in got)
-    if len(got) != chunks or written != n:
-        raise ValueError(f"{dv.idmap}: {written} vertex ids in {len(got)} chunks, expected {n} ids 0..{n - 1}")
-    return written
+    # the text is made in the task by Arrow, so the shuffle moves the id map's own columns
+    rows = read_parquet(spark, dv.idmap).select(VID, VTYPE, ORIG_ID)
+    write_by_vid(rows, url, array, n, lambda b: _keys_of(b, types), str(dv.idmap))
+    return n
 
 
 def _one_chunk(dv: DatasetVersion, out: Any, types: list[str]) -> None:
     from glisp_core.dataset.layout import ORIG_ID, VID, VTYPE
+    from glisp_infer.by_vid import check_chunk
 
     t = dv.store.read_table(dv.idmap, columns=[VID, VTYPE, ORIG_ID]).sort_by(VID)
-    _check_chunk(0, t.column(VID).to_numpy(), int(out.chunks[0]), int(out.shape[0]), str(dv.idmap))
+    check_chunk(0, t.column(VID).to_numpy(), int(out.chunks[0]), int(out.shape[0]), str(dv.idmap))
     out[:] = _keys_of(t, types)
 
 
@@ -182,31 +164,3 @@ def _keys_of(b: pa.RecordBatch | pa.Table, types: list[str]) -> np.ndarray:
     from glisp_core.dataset.layout import ORIG_ID, VTYPE
 
     return vertex_keys(pc.take(pa.array(types), b.column(VTYPE)), b.column(ORIG_ID))
-
-
-def _chunks_of(
-    batches: Iterator[pa.RecordBatch], chunk: int, types: list[str]
-) -> Iterator[tuple[int, np.ndarray, np.ndarray]]:
-    """(chunk, its vids in order, their keys) for each chunk among a task's rows (a task holds its own chunks)."""
-    from glisp_core.dataset.layout import VID
-
-    vids, keys = [], []
-    for b in batches:
-        vids.append(b.column(VID).to_numpy())
-        keys.append(_keys_of(b, types))
-    if not vids:
-        return
-    v, k = np.concatenate(vids), np.concatenate(keys)
-    order = np.argsort(v, kind="stable")
-    v, k = v[order], k[order]
-    c = v // chunk
-    cuts = np.flatnonzero(np.diff(c)) + 1
-    for lo, hi in zip(np.r_[0, cuts], np.r_[cuts, len(v)], strict=True):
-        yield int(c[lo]), v[lo:hi], k[lo:hi]
-
-
-def _check_chunk(c: int, vids: np.ndarray, chunk: int, n: int, where: str) -> None:
-    lo = c * chunk
-    want = min(chunk, n - lo)
-    if len(vids) != want or not np.array_equal(vids, np.arange(lo, lo + want)):
-        raise ValueError(f"{where}: vertex ids {lo}..{lo + want - 1} are not each there once (got {len(vids)} rows)")
