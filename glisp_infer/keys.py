@@ -131,7 +131,7 @@ def write_keys(spark: SparkSession, dv: DatasetVersion, url: str, array: str) ->
     from glisp_core.dataset.layout import ORIG_ID, VID, VTYPE
     from glisp_core.dataset.manifest import read_manifest
     from glisp_core.storage.zarr_arrays import open_array
-    from glisp_infer.by_vid import write_by_vid
+    from glisp_spark.by_vid import write_by_vid
     from glisp_spark.tables import read_parquet
 
     arr = open_array(url, array)
@@ -150,7 +150,7 @@ def write_keys(spark: SparkSession, dv: DatasetVersion, url: str, array: str) ->
 
 def _one_chunk(dv: DatasetVersion, out: Any, types: list[str]) -> None:
     from glisp_core.dataset.layout import ORIG_ID, VID, VTYPE
-    from glisp_infer.by_vid import check_chunk
+    from glisp_spark.by_vid import check_chunk
 
     t = dv.store.read_table(dv.idmap, columns=[VID, VTYPE, ORIG_ID]).sort_by(VID)
     check_chunk(0, t.column(VID).to_numpy(), int(out.chunks[0]), int(out.shape[0]), str(dv.idmap))

@@ -1,11 +1,11 @@
 """The refresh's new-vid -> previous-row map, written by Spark tasks (the driver holds nothing per vertex).
 
 A vertex of the new version and one of the previous run are the same when their vertex type name and
-original id are (an id type change compares the ids as text, as :func:`spark_jobs.partition.incremental.
-vid_map` does). The previous run's published ``index`` table already pairs (type name, original id) with its
+original id are (an id type change compares the ids as text, as the partition refresh's
+:mod:`spark_jobs.partition.incremental_ids` does). The previous run's published ``index`` table already pairs (type name, original id) with its
 row, so one left join of this version's id map with it gives each new vid its previous row (or none); tasks
 grouped by chunk of vids write whole chunks of the by-vid array :data:`glisp_infer.incremental.PREV_ROW`
-(:func:`glisp_infer.by_vid.write_by_vid`, as the vertex keys are written).
+(:func:`glisp_spark.by_vid.write_by_vid`, as the vertex keys are written).
 """
 
 from __future__ import annotations
@@ -38,8 +38,8 @@ def write_prev_rows(
     from pyspark.sql import functions as F
 
     from glisp_core.dataset.layout import ORIG_ID, VID, VTYPE
-    from glisp_infer.by_vid import write_by_vid
     from glisp_infer.index import ROW
+    from glisp_spark.by_vid import write_by_vid
     from glisp_spark.tables import read_parquet
 
     I.create_prev_row(root, n)
@@ -62,5 +62,5 @@ def _prev_row(b: pa.RecordBatch) -> np.ndarray:
     return b.column(ROW).fill_null(-1).to_numpy(zero_copy_only=False).astype(np.int64)
 
 
-def _matched(rows: np.ndarray) -> int:
+def _matched(vids: np.ndarray, rows: np.ndarray) -> int:
     return int((rows >= 0).sum())

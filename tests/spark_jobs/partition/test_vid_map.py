@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 
 from glisp_testing.graphs import write_dataset
-from spark_jobs.partition.incremental import vid_map
+from spark_jobs.partition.incremental_ids import vid_map
 
 
 def test_vertices_match_by_type_name_and_id_across_reordered_types_and_an_id_type_change(tmp_path):

@@ -2,8 +2,9 @@
 
 The rows are grouped by chunk of vids (a task holds whole chunks, never a share of |V|); each task sorts its
 rows, checks that every vid of a chunk is there once, computes the chunk's values from its rows and writes
-them. The driver receives one small row per chunk. Used for the run's vertex keys (:mod:`glisp_infer.keys`)
-and a refresh's row map (:mod:`glisp_infer.row_map`).
+them. The driver receives one small row per chunk. Used for inference's vertex keys (:mod:`glisp_infer.keys`),
+its refresh's row map (:mod:`glisp_infer.row_map`) and the partition refresh's vertex map
+(:mod:`spark_jobs.partition.incremental_ids`).
 """
 
 from __future__ import annotations
@@ -27,10 +28,10 @@ def write_by_vid(
     n: int,
     values_of: Values,
     where: str,
-    count_of: Callable[[np.ndarray], int] | None = None,
+    count_of: Callable[[np.ndarray, np.ndarray], int] | None = None,
 ) -> int:
     """Write ``array`` (n values by vid, in the Zarr group ``url``) from ``rows`` (a ``vid`` column and what
-    ``values_of`` reads); returns the sum of ``count_of(values)`` over the chunks (0 without it). ``where``
+    ``values_of`` reads); returns the sum of ``count_of(vids, values)`` over the chunks (0 without it). ``where``
     names the input in errors."""
     from pyspark.sql import functions as F
 
@@ -51,7 +52,7 @@ def write_by_vid(
         for c, vids, vals in chunks_of(batches, chunk, values_of):
             check_chunk(c, vids, chunk, n, where)
             out[c * chunk : c * chunk + len(vals)] = vals
-            counted = count_of(vals) if count_of is not None else 0
+            counted = count_of(vids, vals) if count_of is not None else 0
             yield pa.RecordBatch.from_pydict({"chunk": [c], "rows": [len(vals)], "counted": [counted]})
 
     got = grouped.mapInArrow(task, "chunk long, rows long, counted long").collect()

@@ -1,0 +1,250 @@
+"""The partition refresh in Spark, for graphs past ``partition.incremental_local_edges``: nothing per vertex of
+the graph in the driver.
+
+1. The vertex map base vid -> new vid is a Spark join of both id maps, written by tasks as a Zarr array
+   (:func:`spark_jobs.partition.incremental_ids.write_vid_map`) that the tasks rewriting the base's rows read.
+2. The match runs in Spark tasks, each over the pairs hashed to it (:func:`match_spark`).
+3. The added rows that joined no kept pair are placed in the driver, streamed in (k, pair, eid) order through
+   :func:`spark_jobs.partition.incremental_place.place_capped`. The placement only reads and updates the
+   vertices those rows touch: Spark jobs gather their degrees and partition sets, and the driver indexes
+   them compactly (O(touched vertices), about ``PLACE_BYTES_PER_VERTEX`` each). When that state would pass
+   ``partition.state_auto_mb`` the refresh declines and a full (sharded) run follows.
+4. replicas/ is then written by a Spark group-by over the allocation, not from driver bitsets.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+from pyspark.sql import functions as F
+
+from glisp_core.dataset.manifest import read_manifest
+from glisp_core.errors import StageError
+from glisp_core.storage.store import store_for
+from glisp_spark.tables import read_parquet, write_parquet
+from glisp_spark.worker_heap import freeze_worker_heap
+from spark_jobs.partition import incremental_match
+from spark_jobs.partition.incremental_ids import is_identity, vid_map_of, write_vid_map
+from spark_jobs.partition.incremental_place import Done, Placed, bits_of, place_capped
+from spark_jobs.partition.rounds import ALLOC_PA
+from spark_jobs.partition.staging import stream_batches
+
+if TYPE_CHECKING:
+    from pyspark.sql import DataFrame, SparkSession
+
+    from glisp_core.dataset.layout import DatasetVersion
+    from spark_jobs.partition.base import PartitionContext
+
+MATCHED_SCHEMA = "eid long, src long, dst long, part int, how int, rows long, k long"
+# driver bytes per touched vertex besides its bitset: its vid and degree, and the Arrow tables they come from
+PLACE_BYTES_PER_VERTEX = 96
+FRESH = incremental_match.FRESH
+
+
+def base_rows_in_new_ids(
+    spark: SparkSession, base: DatasetVersion, run: str, vmap_url: str | None, emap: np.ndarray
+) -> DataFrame:
+    """The base's edge rows (eid, src, dst, etype in the new version's ids, part); rows that lost an endpoint
+    or their edge type are dropped (they are removed edges). ``vmap_url`` None: no id changed (vertices and
+    edge types only added, as a snapshot that appends does), the rows stay in the JVM.
+
+    The join with the assignment hashes both sides by eid without sorting them (a shuffled hash join: the
+    assignment's two columns are the build side)."""
+    rows = read_parquet(spark, base.edges).select("eid", "src", "dst", "etype")
+    assignment = read_parquet(spark, base.assignment(run)).select("eid", "part")
+    rows = rows.join(assignment.hint("shuffle_hash"), "eid")
+    if vmap_url is None:
+        return rows.select("eid", "src", "dst", F.col("etype").cast("int"), F.col("part").cast("int"))
+    bc = spark.sparkContext.broadcast(emap)  # one code per edge type
+
+    def remap(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+        freeze_worker_heap()
+        vm, em = vid_map_of(vmap_url), bc.value
+        for b in batches:
+            c = {n: b.column(b.schema.get_field_index(n)).to_numpy(zero_copy_only=False) for n in b.schema.names}
+            s, d, t = vm[c["src"]], vm[c["dst"]], em[c["etype"]]
+            keep = (s >= 0) & (d >= 0) & (t >= 0)
+            yield pa.RecordBatch.from_arrays(
+                [
+                    pa.array(c["eid"][keep].astype(np.int64)),
+                    pa.array(s[keep]),
+                    pa.array(d[keep]),
+                    pa.array(t[keep].astype(np.int32)),
+                    pa.array(c["part"][keep].astype(np.int32)),
+                ],
+                names=["eid", "src", "dst", "etype", "part"],
+            )
+
+    return rows.mapInArrow(remap, "eid long, src long, dst long, etype int, part int")
+
+
+def _match_batches(batches: list[pa.RecordBatch], seed: int) -> pa.RecordBatch | None:
+    """:func:`incremental_match.match` over Arrow batches of base and new rows (a pair-closed set)."""
+    if not batches:
+        return None
+    names = ("eid", "src", "dst", "etype", "part", "side")
+    c = {
+        n: np.concatenate([b.column(b.schema.get_field_index(n)).to_numpy(zero_copy_only=False) for b in batches])
+        for n in names
+    }
+    r = incremental_match.match(c["src"], c["dst"], c["etype"], c["side"], c["eid"], c["part"], seed)
+    pos = r["pos"]
+    return pa.RecordBatch.from_arrays(
+        [
+            pa.array(c["eid"][pos].astype(np.int64)),
+            pa.array(c["src"][pos].astype(np.int64)),
+            pa.array(c["dst"][pos].astype(np.int64)),
+            pa.array(r["part"]),
+            pa.array(r["how"].astype(np.int32)),
+            pa.array(r["rows"]),
+            pa.array(r["k"]),
+        ],
+        names=["eid", "src", "dst", "part", "how", "rows", "k"],
+    )
+
+
+def match_spark(ctx: PartitionContext, old: DataFrame, new: DatasetVersion, rows_total: int) -> DataFrame:
+    """New edge rows (eid, src, dst, part, how, rows, k) as :func:`incremental_match.match` decides them:
+    the base rows ``old`` (in new ids) and the new rows are hashed to tasks by unordered pair, each task runs
+    the match over its pairs."""
+    cur = read_parquet(ctx.spark, new.edges).select(
+        "eid", "src", "dst", F.col("etype").cast("int"), F.lit(-1).alias("part"), F.lit(1).alias("side")
+    )
+    tasks = max(1, math.ceil(rows_total / ctx.cfg.incremental_batch_edges))
+    seed = ctx.seed
+
+    def fn(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+        freeze_worker_heap()
+        out = _match_batches(list(batches), seed)
+        if out is not None:
+            yield out
+
+    u = old.withColumn("side", F.lit(0)).unionByName(cur)
+    u = u.repartition(tasks, F.least("src", "dst"), F.greatest("src", "dst"))
+    return u.mapInArrow(fn, MATCHED_SCHEMA)
+
+
+# ---- the placement's state: the vertices the added rows touch ----------------------------------------
+
+
+@dataclass
+class Touched:
+    """The placement's state in compact indices: ``vids`` (sorted) are the vertices the added rows touch, their
+    degrees in the new version and their partition sets so far (``done.bits``, one row per entry of vids)."""
+
+    vids: np.ndarray
+    deg: np.ndarray
+    done: Done
+
+    def index(self, vid: np.ndarray) -> np.ndarray:
+        """The compact index of each of ``vid`` (all among the touched vertices, or an error)."""
+        i = np.searchsorted(self.vids, vid)
+        ok = i < len(self.vids)
+        ok[ok] = self.vids[i[ok]] == vid[ok]
+        if not ok.all():
+            raise StageError(f"partition refresh: rows name vertices {vid[~ok][:3].tolist()} outside its state")
+        return i
+
+    @property
+    def nbytes(self) -> int:
+        return int(self.vids.nbytes + self.deg.nbytes + self.done.bits.nbytes)
+
+
+def _ends(rows: DataFrame, *cols: str) -> DataFrame:
+    return rows.select(F.explode(F.array("src", "dst")).alias("vid"), *cols)
+
+
+def _done_counts(matched: DataFrame, p: int) -> tuple[np.ndarray, int, int]:
+    """Rows per partition of the kept and attached rows, and how many of each (one row per (how, part))."""
+    c = matched.where(F.col("how") != FRESH).groupBy("how", "part").count().toArrow()
+    how, part, cnt = (c.column(x).to_numpy() for x in ("how", "part", "count"))
+    sizes = np.bincount(part, weights=cnt, minlength=p).astype(np.int64)
+    kept = int(cnt[how == incremental_match.KEPT].sum())
+    return sizes, kept, int(cnt.sum()) - kept
+
+
+def touched_state(ctx: PartitionContext, matched: DataFrame, done: Done) -> Touched | str:
+    """The placement's state for the vertices of the fresh rows (their partition sets set in ``done.bits``), or
+    why it would not fit the driver."""
+    p = ctx.parts
+    tdir = ctx.staging / "inc_touched"
+    write_parquet(_ends(matched.where(F.col("how") == FRESH)).distinct(), tdir)
+    touched = read_parquet(ctx.spark, tdir)
+    n = touched.count()
+    need = n * (PLACE_BYTES_PER_VERTEX + 8 * ((p + 63) // 64))
+    if need > ctx.cfg.state_auto_mb << 20:
+        return (
+            f"placing the added rows would hold {need / 2**20:.0f} MB in the driver for the {n:,} vertices they "
+            f"touch, past partition.state_auto_mb = {ctx.cfg.state_auto_mb}"
+        )
+    deg = _ends(ctx.edges).groupBy("vid").agg(F.count(F.lit(1)).alias("d")).join(touched, "vid").toArrow()
+    order = np.argsort(deg.column("vid").to_numpy())
+    vids, d = deg.column("vid").to_numpy()[order], deg.column("d").to_numpy()[order].astype(np.int64)
+    del deg
+    if len(vids) != n or (n and (vids[0] < 0 or vids[-1] >= ctx.num_vertices)):
+        raise StageError(
+            f"partition refresh: {n:,} vertices touched by added rows, {len(vids):,} with a degree in "
+            f"ingest/edges, vids {vids[:1].tolist()}..{vids[-1:].tolist()} of 0..{ctx.num_vertices - 1}"
+        )
+    st = Touched(vids, d, done)
+    pairs = _ends(matched.where(F.col("how") != FRESH), "part").distinct().join(touched, "vid").toArrow()
+    st.done.bits = bits_of(st.index(pairs.column("vid").to_numpy()), pairs.column("part").to_numpy(), n, p)
+    return st
+
+
+def stream_added(ctx: PartitionContext, fresh: DataFrame, st: Touched, cap: int) -> tuple[DataFrame, int]:
+    """Place the fresh rows with :func:`place_capped`, streamed through the driver in (k, pair, eid) order;
+    returns (their allocation, rows without room)."""
+    lo, hi = F.least("src", "dst"), F.greatest("src", "dst")
+    stream_dir, out_dir = ctx.staging / "inc_stream", ctx.staging / "inc_placed"
+    write_parquet(fresh.orderBy("k", lo, hi, "eid").select("eid", "src", "dst", "rows"), stream_dir)
+    last = np.array([-1, -1, -1], np.int64)
+    unplaced, lam = 0, ctx.cfg.incremental_lam
+    out = out_dir / "part-00000.parquet"
+    with store_for(out).open_output(out) as sink, pq.ParquetWriter(sink, ALLOC_PA) as w:
+        for b in stream_batches(stream_dir, ctx.cfg.incremental_batch_edges):
+            eid, src, dst, rows = (b.column(i).to_numpy() for i in range(4))
+            a, z = st.index(src), st.index(dst)  # compact ids keep the vids' order: pairs stay pairs
+            part = place_capped(a, z, rows, st.deg, st.done.bits, st.done.sizes, cap, lam, last)
+            unplaced += int((part < 0).sum())
+            w.write_batch(pa.record_batch([eid, src, dst, part], schema=ALLOC_PA))
+    return read_parquet(ctx.spark, out_dir), unplaced
+
+
+def refresh_spark(
+    ctx: PartitionContext,
+    base: DatasetVersion,
+    run: str,
+    new: DatasetVersion,
+    emap: np.ndarray,
+    cap: int,
+    clock: dict[str, float],
+) -> Placed:
+    """Map the ids and match in Spark tasks, then stream the fresh rows through the driver's placement."""
+    t = time.perf_counter()
+    base_n, base_m = (int(read_manifest(base).schema[k]) for k in ("num_vertices", "num_edges"))
+    vmap_url = str(ctx.staging / "inc_vmap.zarr")
+    same = write_vid_map(ctx.spark, base, new, vmap_url) == base_n and is_identity(emap)
+    clock["ids"] = time.perf_counter() - t
+    matched_dir = ctx.staging / "inc_matched"
+    old = base_rows_in_new_ids(ctx.spark, base, run, None if same else vmap_url, emap)
+    write_parquet(match_spark(ctx, old, new, base_m + ctx.num_edges), matched_dir)
+    clock["match"] = time.perf_counter() - t - clock["ids"]
+    matched = read_parquet(ctx.spark, matched_dir)
+    done = Done(np.zeros((0, 1), np.uint64), *_done_counts(matched, ctx.parts))
+    st = touched_state(ctx, matched, done)
+    clock["state"] = time.perf_counter() - t - clock["ids"] - clock["match"]
+    if isinstance(st, str):
+        return Placed(None, done, 0, same, st)
+    placed, unplaced = stream_added(ctx, matched.where(F.col("how") == FRESH), st, cap)
+    clock["place"] = time.perf_counter() - t - clock["ids"] - clock["match"] - clock["state"]
+    decided = matched.where(F.col("how") != FRESH).select("eid", "src", "dst", "part")
+    state = {"touched_vertices": len(st.vids), "driver_state_bytes": st.nbytes}
+    return Placed(decided.unionByName(placed), done, unplaced, same, state=state)
