@@ -232,7 +232,7 @@ def refresh(
         **path.state,
         "seconds": {k: round(v, 2) for k, v in clock.items()},
     }
-    if path.fallback or path.unplaced:
+    if path.fallback or path.unplaced or path.alloc is None:
         why = path.fallback or f"{path.unplaced} added rows found no partition under the capacity {cap}"
         return Refresh({}, {}, info, why)
     t_place = time.perf_counter()
@@ -240,7 +240,7 @@ def refresh(
         a = path.alloc
         counts, metrics = write_outputs_local(out, a["eid"], a["part"], p, m, path.done.bits, path.done.sizes)
     else:  # replicas/ by a group-by in Spark: the driver holds no partition sets of the graph
-        counts, metrics = write_outputs(ctx.spark, path.alloc, out, p, m)
+        counts, metrics = write_outputs(ctx.spark, path.alloc, out, p, m, persist=False)
     info["seconds"]["write"] = round(time.perf_counter() - t_place, 2)
     return Refresh(counts, metrics, info, drift(ctx.cfg, metrics, info["anchor_rf"]))
 

@@ -6,8 +6,8 @@ the graph in the driver.
 2. The match runs in Spark tasks, each over the pairs hashed to it (:func:`match_spark`).
 3. The added rows that joined no kept pair are placed in the driver, streamed in (k, pair, eid) order through
    :func:`spark_jobs.partition.incremental_place.place_capped`. The placement only reads and updates the
-   vertices those rows touch: Spark jobs gather their degrees and partition sets, and the driver indexes
-   them compactly (O(touched vertices), about ``PLACE_BYTES_PER_VERTEX`` each). When that state would pass
+   vertices those rows touch: one Spark aggregate gathers their degrees and partition sets (as bitset
+   words), and the driver indexes them compactly (O(touched vertices), about ``PLACE_BYTES_PER_VERTEX`` each). When that state would pass
    ``partition.state_auto_mb`` the refresh declines and a full (sharded) run follows.
 4. replicas/ is then written by a Spark group-by over the allocation, not from driver bitsets.
 """
@@ -32,7 +32,7 @@ from glisp_spark.tables import read_parquet, write_parquet
 from glisp_spark.worker_heap import freeze_worker_heap
 from spark_jobs.partition import incremental_match
 from spark_jobs.partition.incremental_ids import is_identity, vid_map_of, write_vid_map
-from spark_jobs.partition.incremental_place import Done, Placed, bits_of, place_capped
+from spark_jobs.partition.incremental_place import Done, Placed, place_capped
 from spark_jobs.partition.rounds import ALLOC_PA
 from spark_jobs.partition.staging import stream_batches
 
@@ -184,19 +184,26 @@ def touched_state(ctx: PartitionContext, matched: DataFrame, done: Done) -> Touc
             f"placing the added rows would hold {need / 2**20:.0f} MB in the driver for the {n:,} vertices they "
             f"touch, past partition.state_auto_mb = {ctx.cfg.state_auto_mb}"
         )
-    deg = _ends(ctx.edges).groupBy("vid").agg(F.count(F.lit(1)).alias("d")).join(touched, "vid").toArrow()
-    order = np.argsort(deg.column("vid").to_numpy())
-    vids, d = deg.column("vid").to_numpy()[order], deg.column("d").to_numpy()[order].astype(np.int64)
-    del deg
+    words = (p + 63) // 64
+    t = _degrees_and_words(matched, words).join(touched, "vid").toArrow()  # one row per touched vertex
+    order = np.argsort(t.column("vid").to_numpy())
+    vids, d = t.column("vid").to_numpy()[order], t.column("d").to_numpy()[order].astype(np.int64)
     if len(vids) != n or (n and (vids[0] < 0 or vids[-1] >= ctx.num_vertices)):
         raise StageError(
-            f"partition refresh: {n:,} vertices touched by added rows, {len(vids):,} with a degree in "
-            f"ingest/edges, vids {vids[:1].tolist()}..{vids[-1:].tolist()} of 0..{ctx.num_vertices - 1}"
+            f"partition refresh: {n:,} vertices touched by added rows, {len(vids):,} with a degree in the new "
+            f"rows, vids {vids[:1].tolist()}..{vids[-1:].tolist()} of 0..{ctx.num_vertices - 1}"
         )
-    st = Touched(vids, d, done)
-    pairs = _ends(matched.where(F.col("how") != FRESH), "part").distinct().join(touched, "vid").toArrow()
-    st.done.bits = bits_of(st.index(pairs.column("vid").to_numpy()), pairs.column("part").to_numpy(), n, p)
-    return st
+    done.bits = np.stack([t.column(f"w{w}").to_numpy()[order].view(np.uint64) for w in range(words)], axis=1)
+    return Touched(vids, d, done)
+
+
+def _degrees_and_words(matched: DataFrame, words: int) -> DataFrame:
+    """Per vertex of the new rows (``matched`` holds each once): its degree (a self-loop counts twice) and its
+    partition set among the decided rows as ``words`` bitset words ``w0..``, in one hash aggregate."""
+    ends = _ends(matched, "part", "how")
+    bit = f"CASE WHEN how != {FRESH} AND part DIV 64 = {{w}} THEN shiftleft(1L, part % 64) ELSE 0L END"
+    words_of = [F.expr(f"bit_or({bit.format(w=w)})").alias(f"w{w}") for w in range(words)]
+    return ends.groupBy("vid").agg(F.count(F.lit(1)).alias("d"), *words_of)
 
 
 def stream_added(ctx: PartitionContext, fresh: DataFrame, st: Touched, cap: int) -> tuple[DataFrame, int]:

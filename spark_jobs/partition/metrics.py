@@ -33,24 +33,38 @@ def write_outputs(
     num_edges: int,
     replica_bits: np.ndarray | None = None,
     expect_epp: np.ndarray | None = None,
+    persist: bool = True,
 ) -> tuple[dict, dict]:
     """Write ``assignment/`` and ``replicas/`` under ``out`` (any store); return (counts, metrics).
 
     With ``replica_bits`` (an expansion's final partition sets, built from exactly the endpoints of
     the allocated rows) replicas/ is written by the driver, O(|V|), saving a group-by over every edge
-    row; the written assignment is then checked against the algorithm's rows per partition.
+    row; the written assignment is then checked against the algorithm's rows per partition. Without,
+    replicas/ is a group-by in Spark (:func:`replica_sets`). ``persist``: cache ``alloc`` between its two
+    writes (False where it is a cheap read of files: caching 134M rows costs more than reading them twice).
     """
     out = parse_uri(out)
     if replica_bits is not None:
         write_parquet(alloc.select("eid", "part"), out / "assignment")
         write_replicas_from_bits(replica_bits, parts, out / "replicas")
         return measure(spark, out, parts, num_edges, expect_epp)
-    alloc = alloc.persist()  # written twice (assignment, replicas); computed once
+    alloc = alloc.persist() if persist else alloc
     write_parquet(alloc.select("eid", "part"), out / "assignment")
-    pairs = alloc.select(F.col("src").alias("vid"), "part").unionAll(alloc.select(F.col("dst").alias("vid"), "part"))
-    write_parquet(pairs.groupBy("vid").agg(F.sort_array(F.collect_set("part")).alias("parts")), out / "replicas")
-    alloc.unpersist()
+    write_parquet(replica_sets(alloc, parts), out / "replicas")
+    alloc.unpersist() if persist else None
     return measure(spark, out, parts, num_edges)
+
+
+def replica_sets(alloc: DataFrame, parts: int) -> DataFrame:
+    """(vid, sorted parts) of the allocated rows' endpoints. Up to 64 partitions a vertex's set is one word,
+    OR-ed by a hash aggregate with map-side partial results (1.7-2x faster than collecting sets at R-MAT 23:
+    70-82 s against 127-140 s for 268M endpoints), then unpacked in order."""
+    pairs = alloc.select(F.col("src").alias("vid"), "part").unionAll(alloc.select(F.col("dst").alias("vid"), "part"))
+    if parts > 64:
+        return pairs.groupBy("vid").agg(F.sort_array(F.collect_set("part")).alias("parts"))
+    words = pairs.groupBy("vid").agg(F.expr("bit_or(shiftleft(1L, part))").alias("word"))
+    unpack = F.expr(f"filter(sequence(0, {parts - 1}), k -> ((word >> k) & 1L) = 1L)")
+    return words.select("vid", unpack.cast("array<int>").alias("parts"))
 
 
 def write_replicas_from_bits(
