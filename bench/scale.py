@@ -549,7 +549,7 @@ def train_extra(rec: Any) -> dict[str, Any]:
 def infer_extra(rec: Any) -> dict[str, Any]:
     """Which path an (incremental) inference took and why: a refresh's seconds mean little without it."""
     inc = rec.counts.get("incremental") or {}
-    keep = ("path", "reason", "affected_share", "recomputed_share", "full_from_layer")
+    keep = ("path", "reason", "affected_share", "affected_work_share", "recomputed_share", "full_from_layer")
     return {"vertices": rec.counts.get("vertices"), "timings": rec.timings, **{k: inc[k] for k in keep if k in inc}}
 
 

@@ -385,7 +385,7 @@ class InferConfig:
     incremental: bool = (
         False  # stable samples; recompute only rows whose input changed since the previous version's run
     )
-    incremental_max_share: float = 0.5  # compute a layer in full once more than this share of its rows is affected
+    incremental_max_share: float = 0.5  # compute a layer in full once more than this share of its work is affected
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -37,7 +37,7 @@ from numba import njit
 
 from glisp_core.errors import GlispError
 from glisp_core.partition_format.reader import positions_in
-from glisp_infer.scratch import allocate, disk_scratch, in_memory
+from glisp_infer.scratch import allocate, disk_scratch, reads_in_place
 
 POLICIES = ("fifo", "lru")
 
@@ -99,15 +99,16 @@ class ChunkCache:
     """
 
     def __init__(self, static: StaticCache, capacity: int, policy: str, resident: bool | None = None) -> None:
-        """``resident``: the static cache's file is in memory (a tmpfs: :func:`glisp_infer.scratch.in_memory`,
-        the default when None); then a chunk load has nothing to move, and the cache keeps its slots, hits,
-        misses and evictions as it would with the data while every row is read from the static cache's pages."""
+        """``resident``: the static cache's file is in memory or stays in the page cache
+        (:func:`glisp_infer.scratch.reads_in_place`, the default when None); then a chunk load has nothing to
+        move, and the cache keeps its slots, hits, misses and evictions as it would with the data while every
+        row is read from the static cache's pages."""
         if policy not in POLICIES:
             raise GlispError(f"infer.cache_policy: expected one of {POLICIES} (got {policy!r})")
         if capacity < 1:
             raise GlispError(f"dynamic cache: capacity must be at least 1 chunk (got {capacity})")
         self.static, self.lru = static, policy == "lru"
-        self.resident = in_memory(static.path) if resident is None else resident
+        self.resident = reads_in_place(static.path) if resident is None else resident
         self.capacity = int(min(capacity, max(static.num_chunks, 1)))
         shape = (self.capacity, 1, 0) if self.resident else (self.capacity, static.chunk_rows, static.dim)
         self.pool = np.empty(shape, np.float32)

@@ -45,6 +45,8 @@ SUMS = (
     "halo_write_s",
     "needs_s",
     "affected",
+    "work",
+    "affected_work",
     "recomputed",
     "recomputed_scattered",
     "copied",
@@ -77,6 +79,7 @@ def summarize_layer(res: list[dict[str, Any]]) -> dict[str, Any]:
         d["fanout_per_part"] = [int(r["fanout"]) for r in res]
         d["batch_edges_max"] = max((int(r.get("batch_edges_max", 0)) for r in res), default=0)
         d["own_rows_local"] = sum(bool(r.get("own_rows_local")) for r in res)
+        d["read_in_place"] = sum(bool(r.get("read_in_place")) for r in res)  # tasks serving rows from the pages
         d["shadow_hit_ratio"] = shadow_ratios(res)
     return d
 

@@ -12,8 +12,10 @@ With ``infer.incremental`` on, a run of ``infer/<run>`` in a new version:
    job compares each partition's row signatures with the previous run's rows of the same vertices: changed
    features give ``A_0``, changed neighbourhoods and new vertices ``changed``; if their share passes
    ``infer.incremental_max_share`` the run falls back to computing every row;
-4. each layer's tasks write their part of ``A_l`` for the next layer's and return its size; once a layer's
-   affected share passes the bound, the later layers are computed in full (the reason is recorded);
+4. each layer's tasks write their part of ``A_l`` for the next layer's and return its size and its share of the
+   layer's work (sampled edges and rows: what a layer's compute follows; on a power-law graph a third of the
+   vertices can hold most of the edges); once a layer's affected work share passes the bound, the later layers
+   are computed in full (the reason is recorded);
 5. records per layer the affected and recomputed shares and the drift of the last layer against the previous
    version (cosine distance quantiles, the share of a seeded sample of vertices whose top-k nearest
    neighbours changed, for a node task the share of changed predictions) in ``counts.incremental`` and
@@ -123,7 +125,9 @@ class Refresh:
     reason: str = ""  # why rows are not copied: the refusal, or the fallback from layer full_from
     full_from: int = 0  # the first layer computed in full; 0 = none (K + 1 when incremental throughout)
     matched: int = 0  # vertices of this version the previous run holds
-    shares: dict[str, list[float]] = field(default_factory=lambda: {"affected": [], "recomputed": []})
+    shares: dict[str, list[float]] = field(
+        default_factory=lambda: {"affected": [], "affected_work": [], "recomputed": []}
+    )
     lease: VersionLease | None = None
     info: dict[str, Any] = field(default_factory=dict)
 
@@ -189,16 +193,16 @@ class Refresh:
             changed_features=sum(int(r["changed_features"]) for r in res),
             changed_neighbourhoods=sum(int(r["changed_neighbourhoods"]) for r in res),
         )
-        self._check(1, sum(int(r["first_affected"]) for r in res))
+        first = sum(int(r["first_affected"]) for r in res)
+        self._check(1, first / self.n if self.n else 0.0, "rows")
 
-    def _check(self, layer: int, lower: int) -> None:
-        """Fall back to full layers from ``layer`` when its affected share (at least ``lower`` vertices') passes
-        the bound."""
-        share = lower / self.n if self.n else 0.0
+    def _check(self, layer: int, share: float, of: str) -> None:
+        """Fall back to full layers from ``layer`` when its affected share (at least ``share`` of its ``of``)
+        passes the bound."""
         if self.full_from == 0 and share > self.ic.incremental_max_share:
             self.full_from = layer
             self.reason = (
-                f"layer {layer}: affected share {share:.3f} > infer.incremental_max_share "
+                f"layer {layer}: affected share of its {of} {share:.3f} > infer.incremental_max_share "
                 f"{self.ic.incremental_max_share}; layers {layer}..K computed in full"
             )
 
@@ -215,9 +219,12 @@ class Refresh:
         recomputed = sum(int(r.get("recomputed", r.get("vertices", 0))) for r in res)
         if any("affected" in r for r in res):
             affected = sum(int(r.get("affected", 0)) for r in res)
+            work = sum(int(r.get("work", 0)) for r in res)
+            work_share = sum(int(r.get("affected_work", 0)) for r in res) / work if work else 0.0
             self.shares["affected"].append(round(affected / n, 6))
-            if layer < self.last:
-                self._check(layer + 1, affected)
+            self.shares["affected_work"].append(round(work_share, 6))
+            if layer < self.last:  # A_layer's work share: a lower bound of the next layer's (A grows)
+                self._check(layer + 1, work_share, "work")
         self.shares["recomputed"].append(round(recomputed / n, 6))
 
     def record(self) -> dict[str, Any]:
@@ -234,6 +241,7 @@ class Refresh:
                 full_from_layer=self.full_from,
                 max_share=self.ic.incremental_max_share,
                 affected_share=self.shares["affected"],
+                affected_work_share=self.shares["affected_work"],
                 recomputed_share=self.shares["recomputed"],
                 **self.info,
             )

@@ -163,3 +163,24 @@ def disk_scratch(token: str) -> Path:
     d = Path(tempfile.gettempdir()) / "glisp-infer" / (token or "run")
     d.mkdir(parents=True, exist_ok=True)
     return d
+
+
+IN_PLACE_SHARE = 0.25  # a static cache's file on disk is read in place when it is at most this share of memory
+
+
+def reads_in_place(path: Path, meminfo: Path = Path("/proc/meminfo")) -> bool:
+    """Whether a task serves its static cache's rows from the file's pages rather than by chunk copies into the
+    dynamic cache: the file is in memory (a tmpfs), or the page cache keeps it (at most ``IN_PLACE_SHARE`` of
+    the memory the host, and the container if limited, has available when the layer starts).
+
+    Both paths read the same mapped file; a chunk copy pays only where the page cache cannot keep the file and
+    the dynamic cache's slots hold the hot chunks. Where it can, each miss copies 64 rows of which a batch uses
+    a few: a full run at R-MAT 23 (2.3 GB a task, 24 GB host) took 0.84x with in-place reads."""
+    if in_memory(path):
+        return True
+    try:
+        size = path.stat().st_size
+    except OSError:
+        return False
+    room = [x for x in (host_available(meminfo), cgroup_headroom()) if x is not None]
+    return bool(room) and size <= IN_PLACE_SHARE * min(room)

@@ -488,14 +488,16 @@ def infer_layer(plan: InferPlan, layer: int, part: int, attempt: int = 0, increm
     writer = None
     try:
         writer = new_writer(plan, out, layer, part, attempt)
-        # an incremental layer streams a scattered subset of the rows: a chunk copied into the dynamic cache
-        # would serve one or two of its rows, so they are read in place from the static cache's pages
+        # rows read in place from the static cache's pages where its file stays in memory; always for an
+        # incremental layer's scattered subset of the rows (a chunk copied into the dynamic cache would serve
+        # one or two of them)
         dyn = ChunkCache(
             cache,
             capacity_of(cache.num_chunks, plan.cache_fraction, plan.cache_chunks),
             plan.cache_policy,
             resident=True if todo is not None else None,
         )
+        m["read_in_place"] = bool(dyn.resident)
         if todo is None:
             m.update(stream(plan, layer, cache, dyn, vids, sample, writer if last is None else _Tee(writer, last)))
         else:
@@ -552,12 +554,14 @@ def _incremental_todo(
     plan: InferPlan, layer: int, vids: np.ndarray, sample: Any, m: dict[str, Any], every: bool
 ) -> np.ndarray | None:
     """The task's vertices to compute at an incremental layer (None: all of them, when ``every`` or when the
-    affected share passes ``plan.max_share``); records the layer's affected set in ``m``."""
+    affected share of the layer's work passes ``plan.max_share``); records the layer's affected set in ``m``.
+    A vertex's work is its sampled edges plus its own row: the slice's cost follows them, not the vertices."""
     aff = I.affected(plan, layer, vids, sample)
-    m["affected"] = int(aff.sum())
+    work = sample.counts.sum(axis=1).astype(np.int64) + 1
+    m.update(affected=int(aff.sum()), work=int(work.sum()), affected_work=int(work[aff].sum()))
     if layer < plan.layers:  # the next layer's tasks read it
         I.write_mask_part(plan.incremental_dir, I.mask_name(layer), m["part"], vids[aff])
-    full = every or (len(vids) > 0 and aff.mean() > plan.max_share)
+    full = every or (len(vids) > 0 and m["affected_work"] > plan.max_share * m["work"])
     todo = None if full else aff | I.scattered(plan, layer, vids, ~aff)
     m["recomputed"] = len(vids) if todo is None else int(todo.sum())
     m["recomputed_scattered"] = 0 if todo is None else int((todo & ~aff).sum())

@@ -113,13 +113,27 @@ def test_admission_keeps_the_chunks_the_next_batch_reads(tmp_path, resident) -> 
     c.close()
 
 
-def test_a_static_cache_in_memory_is_served_in_place(tmp_path) -> None:
-    """On a tmpfs the dynamic cache moves no chunk data (its pool holds none); on a disk it copies chunks."""
+def test_a_static_cache_in_memory_is_served_in_place(tmp_path, monkeypatch) -> None:
+    """On a tmpfs, or on a disk when the file is at most a quarter of the memory available (the page cache keeps
+    it), the dynamic cache moves no chunk data (its pool holds none); on a disk past that it copies chunks."""
+    from glisp_infer import scratch
     from glisp_infer.scratch import SHM
 
-    c, _, _ = _static(tmp_path)
+    monkeypatch.setattr(scratch, "in_memory", lambda p: False)  # tmp_path on a disk, wherever pytest puts it
+    c, _, vals = _static(tmp_path)
+    size = c.path.stat().st_size
+    monkeypatch.setattr(scratch, "cgroup_headroom", lambda: None)
+    monkeypatch.setattr(scratch, "host_available", lambda meminfo=None: 4 * size)
+    dyn = ChunkCache(c, 3, "fifo")
+    assert dyn.resident and dyn.pool.size == 0
+    np.testing.assert_array_equal(dyn.gather(np.array([3, 50, 3]))[0], vals[[3, 50, 3]])
+    monkeypatch.setattr(scratch, "host_available", lambda meminfo=None: 4 * size - 1)
     assert not ChunkCache(c, 3, "fifo").resident and ChunkCache(c, 3, "fifo").pool.size == 3 * 8 * 3
+    monkeypatch.setattr(scratch, "host_available", lambda meminfo=None: 1 << 40)
+    monkeypatch.setattr(scratch, "cgroup_headroom", lambda: 4 * size - 1)  # a container's limit counts too
+    assert not ChunkCache(c, 3, "fifo").resident
     c.close()
+    monkeypatch.undo()
     if SHM.is_dir():
         m, _, vals = _static(SHM)
         dyn = ChunkCache(m, 3, "fifo")

@@ -285,7 +285,8 @@ def test_glisp_infer_carries_a_model_trained_on_an_earlier_version(spark, two_ve
     model = new_model("sage", layers=2)
     publish_model(v.old, "carried", model, v.old_run)
     common = ["--root", str(v.old.root), "--model", "carried", "--incremental", "--set", "infer.fanouts=[3, 4]"]
-    common += ["--set", "infer.chunk_rows=16", "--set", "infer.incremental_max_share=0.5"]  # shares 0.37, 0.69
+    # affected shares of the rows 0.37, 0.69; of the work (sampled edges and rows) 0.51 at layer 1
+    common += ["--set", "infer.chunk_rows=16", "--set", "infer.incremental_max_share=0.6"]
     assert glisp(["infer", f"{v.old.graph}/{v.old.version}", *common]) == 0
     assert glisp(["infer", f"{v.new.graph}/{v.new.version}", *common]) == 0
     assert "train/carried carried into g/" in capsys.readouterr().out
@@ -295,6 +296,24 @@ def test_glisp_infer_carries_a_model_trained_on_an_earlier_version(spark, two_ve
         == read_manifest(v.old).stage("train/carried").params["weights_sha256"]
     )
     inc = m.stage("infer/carried-pds").counts["incremental"]
-    assert inc["previous"] == "g/v1" and inc["affected_share"][0] < 0.5 < inc["affected_share"][1], inc
+    assert inc["previous"] == "g/v1" and inc["affected_share"][0] < 0.6 < inc["affected_share"][1], inc
+    assert inc["affected_share"][0] < inc["affected_work_share"][0] < 0.6, inc  # the affected hold more edges
     # layer 1 copies; the last layer's share passes the bound with no layer after it to fall back to
     assert inc["path"] == "incremental" and inc["full_from_layer"] == 0 and inc["reason"] == "", inc
+
+
+def test_the_fallback_follows_the_affected_share_of_the_work_not_of_the_rows() -> None:
+    """A layer's time follows its sampled edges: 37 % of the rows holding 51 % of the work pass a bound of 0.45,
+    and the next layer is computed in full, the reason naming the work share."""
+    from glisp_core.config import InferConfig
+    from glisp_infer.refresh import Refresh
+
+    r = Refresh(InferConfig(incremental_max_share=0.45), None, 100, "")  # type: ignore[arg-type]
+    r.last = 2
+    res = [
+        {"affected": 20, "work": 600, "affected_work": 300, "recomputed": 20},
+        {"affected": 17, "work": 400, "affected_work": 210, "recomputed": 17},
+    ]
+    r.after_layer(1, res)
+    assert r.shares["affected"] == [0.37] and r.shares["affected_work"] == [0.51]
+    assert r.full_from == 2 and "affected share of its work 0.510 > infer.incremental_max_share 0.45" in r.reason
