@@ -175,7 +175,7 @@ def reads_in_place(path: Path, meminfo: Path = Path("/proc/meminfo")) -> bool:
 
     Both paths read the same mapped file; a chunk copy pays only where the page cache cannot keep the file and
     the dynamic cache's slots hold the hot chunks. Where it can, each miss copies 64 rows of which a batch uses
-    a few: a full run at R-MAT 23 (2.3 GB a task, 24 GB host) took 0.84x with in-place reads."""
+    a few: a full run at R-MAT 23 (2.3 GB a task, 24 GB host) took 0.875x with in-place reads."""
     if in_memory(path):
         return True
     try:
