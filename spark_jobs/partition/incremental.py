@@ -50,7 +50,7 @@ from glisp_core.storage.uri import StoreURI
 from spark_jobs.partition import incremental_match
 from spark_jobs.partition.expansion import local_degrees
 from spark_jobs.partition.incremental_ids import etype_map, is_identity, vid_map
-from spark_jobs.partition.incremental_place import Done, Placed, bits_of, place_capped
+from spark_jobs.partition.incremental_place import Done, Laps, Placed, bits_of, place_capped
 from spark_jobs.partition.incremental_spark import refresh_spark
 from spark_jobs.partition.metrics import write_outputs, write_outputs_local
 from spark_jobs.partition.staging import read_columns
@@ -171,16 +171,16 @@ def _refresh_local(
     clock: dict[str, float],
 ) -> Placed:
     """Map the ids, match and place in this process: the new rows (eid, src, dst, part, ...) as arrays."""
-    t = time.perf_counter()
+    lap = Laps(clock)
     vmap = vid_map(base, new)
-    clock["ids"] = time.perf_counter() - t
+    lap("ids")
     r = match_local(base, run, new, vmap, emap, ctx.seed)
-    clock["match"] = time.perf_counter() - t - clock["ids"]
+    lap("match")
     st = _done_local(r, ctx.num_vertices, ctx.parts)
     deg = local_degrees(r, ctx.num_vertices)
-    clock["state"] = time.perf_counter() - t - clock["ids"] - clock["match"]
+    lap("state")
     unplaced = _place_local(ctx, r, st, deg, cap)
-    clock["place"] = time.perf_counter() - t - clock["ids"] - clock["match"] - clock["state"]
+    lap("place")
     return Placed(r, st, unplaced, is_identity(vmap) and is_identity(emap))
 
 

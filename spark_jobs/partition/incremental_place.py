@@ -7,6 +7,7 @@ the in-process path over vids.
 
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
@@ -15,6 +16,17 @@ from numba import njit
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame
+
+
+class Laps:
+    """Seconds of a refresh's successive phases, into ``clock`` (the stage record's ``seconds``)."""
+
+    def __init__(self, clock: dict[str, float]) -> None:
+        self.clock, self.t = clock, time.perf_counter()
+
+    def __call__(self, phase: str) -> None:
+        now = time.perf_counter()
+        self.clock[phase], self.t = now - self.t, now
 
 
 @dataclass

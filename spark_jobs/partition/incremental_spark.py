@@ -15,7 +15,6 @@ the graph in the driver.
 from __future__ import annotations
 
 import math
-import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
@@ -32,7 +31,7 @@ from glisp_spark.tables import read_parquet, write_parquet
 from glisp_spark.worker_heap import freeze_worker_heap
 from spark_jobs.partition import incremental_match
 from spark_jobs.partition.incremental_ids import is_identity, vid_map_of, write_vid_map
-from spark_jobs.partition.incremental_place import Done, Placed, place_capped
+from spark_jobs.partition.incremental_place import Done, Laps, Placed, place_capped
 from spark_jobs.partition.rounds import ALLOC_PA
 from spark_jobs.partition.staging import stream_batches
 
@@ -235,23 +234,23 @@ def refresh_spark(
     clock: dict[str, float],
 ) -> Placed:
     """Map the ids and match in Spark tasks, then stream the fresh rows through the driver's placement."""
-    t = time.perf_counter()
+    lap = Laps(clock)
     base_n, base_m = (int(read_manifest(base).schema[k]) for k in ("num_vertices", "num_edges"))
     vmap_url = str(ctx.staging / "inc_vmap.zarr")
     same = write_vid_map(ctx.spark, base, new, vmap_url) == base_n and is_identity(emap)
-    clock["ids"] = time.perf_counter() - t
+    lap("ids")
     matched_dir = ctx.staging / "inc_matched"
     old = base_rows_in_new_ids(ctx.spark, base, run, None if same else vmap_url, emap)
     write_parquet(match_spark(ctx, old, new, base_m + ctx.num_edges), matched_dir)
-    clock["match"] = time.perf_counter() - t - clock["ids"]
+    lap("match")
     matched = read_parquet(ctx.spark, matched_dir)
     done = Done(np.zeros((0, 1), np.uint64), *_done_counts(matched, ctx.parts))
     st = touched_state(ctx, matched, done)
-    clock["state"] = time.perf_counter() - t - clock["ids"] - clock["match"]
+    lap("state")
     if isinstance(st, str):
         return Placed(None, done, 0, same, st)
     placed, unplaced = stream_added(ctx, matched.where(F.col("how") == FRESH), st, cap)
-    clock["place"] = time.perf_counter() - t - clock["ids"] - clock["match"] - clock["state"]
+    lap("place")
     decided = matched.where(F.col("how") != FRESH).select("eid", "src", "dst", "part")
     state = {"touched_vertices": len(st.vids), "driver_state_bytes": st.nbytes}
     return Placed(decided.unionByName(placed), done, unplaced, same, state=state)

@@ -64,7 +64,7 @@ def replica_sets(alloc: DataFrame, parts: int) -> DataFrame:
         return pairs.groupBy("vid").agg(F.sort_array(F.collect_set("part")).alias("parts"))
     words = pairs.groupBy("vid").agg(F.expr("bit_or(shiftleft(1L, part))").alias("word"))
     unpack = F.expr(f"filter(sequence(0, {parts - 1}), k -> ((word >> k) & 1L) = 1L)")
-    return words.select("vid", unpack.cast("array<int>").alias("parts"))
+    return words.select("vid", unpack.alias("parts"))  # array<int> without nulls, as collect_set gives
 
 
 def write_replicas_from_bits(
