@@ -219,7 +219,7 @@ class PartitionConfig:
     incremental_max_eb: float = 1.1  # above this EB the refresh re-partitions from scratch
     incremental_max_rf_growth: float = 1.1  # RF above this x RF of the last full run: re-partition; 0 = off
     incremental_batch_edges: int = 1_000_000  # Spark mode: added rows placed per streamed chunk, rows per match task
-    incremental_local_edges: int = 8_000_000  # refresh in one process when both edge sets have at most this many rows
+    incremental_local_edges: int = 8_000_000  # refresh in one process when edge sets and id maps are within this
     adadne: AdaDNEConfig = field(default_factory=AdaDNEConfig)
     dne: DNEConfig = field(default_factory=DNEConfig)
     hdrf: HDRFConfig = field(default_factory=HDRFConfig)
