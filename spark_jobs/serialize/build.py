@@ -129,7 +129,12 @@ def make_task(ctx: BuildContext) -> Callable[[tuple, pa.Table, pa.Table], pa.Tab
 
     def task(key: tuple, edges: pa.Table, verts: pa.Table) -> pa.Table:
         c = BuildContext(**ctx_dict)
-        part = int(key[0].as_py())
+        got = key[0].as_py()
+        if got is None:  # edges no assignment row names: counted for the driver's error, nothing built
+            eids = edges.column("eid").slice(0, 3).to_pylist() if edges.num_rows else []
+            summary = {"unassigned": edges.num_rows, "examples": eids}
+            return pa.table({"part": pa.array([None], pa.int32()), "summary": [json.dumps(summary)]})
+        part = int(got)
         summary = build_partition(c, part, edges, verts)
         return pa.table({"part": pa.array([part], pa.int32()), "summary": [json.dumps(summary)]})
 

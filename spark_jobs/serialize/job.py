@@ -72,6 +72,10 @@ def _check_assignment(
 ) -> tuple[DataFrame, DataFrame]:
     """Every ingest edge has exactly one assignment row with a part in [0, P); returns edges joined with part.
 
+    The check reads the assignment alone (its row count, its parts' range): the edge set is joined once, by the
+    build, whose join puts an edge no assignment row names in a group of its own that the build reports
+    (:func:`_build_partitions`). Only a row count other than the edges' joins here, to say which rows.
+
     ``subset``: the run partitions only some ingest edges (a link-prediction training graph, whose held-out
     edges are left out); then every assignment row names a distinct ingest edge, ``num_edges`` of them, and
     the returned edges are that subset (so global degrees count only the edges served).
@@ -83,39 +87,43 @@ def _check_assignment(
     if subset:
         edges = edges.join(assign.select(EID), EID, "left_semi")
     joined = edges.join(assign, EID, "left")
-    stats = joined.agg(
-        F.count("*").alias("rows"),
-        F.sum(F.col(PART).isNull().cast("long")).alias("missing"),
-        F.sum(((F.col(PART) < 0) | (F.col(PART) >= num_parts)).cast("long")).alias("out_of_range"),
-    ).collect()[0]
+    outside = (F.col(PART) < 0) | (F.col(PART) >= num_parts)
+    stats = assign.agg(F.count("*").alias("rows"), F.sum(outside.cast("long")).alias("out_of_range")).collect()[0]
     path = str(dv.assignment(run))
-    if stats["missing"]:
-        ex = [r[EID] for r in joined.filter(F.col(PART).isNull()).select(EID).limit(3).collect()]
-        raise BadInputError(
-            path,
-            EID,
-            stats["missing"],
-            num_edges,
-            "of ingest/edges have no assignment row",
-            ex,
-            "re-run 'glisp partition'",
-        )
+    if stats["out_of_range"]:
+        ex = [f"eid={r[EID]} part={r[PART]}" for r in assign.filter(outside).limit(3).collect()]
+        raise BadInputError(path, PART, stats["out_of_range"], num_edges, f"are outside [0, {num_parts})", ex)
     if stats["rows"] != num_edges:
+        join_check(joined, path, num_edges)
+    return edges, joined
+
+
+def join_check(joined: DataFrame, path: str, num_edges: int) -> None:
+    """BadInputError when some edges have no assignment row or some have several (one join of both; run only
+    when the assignment's row count is off or a build failed, to name the cause)."""
+    from pyspark.sql import functions as F
+
+    stats = joined.agg(F.count("*").alias("rows"), F.sum(F.col(PART).isNull().cast("long")).alias("missing"))
+    got = stats.collect()[0]
+    if got["missing"]:
+        ex = [r[EID] for r in joined.filter(F.col(PART).isNull()).select(EID).limit(3).collect()]
+        raise unassigned_error(path, got["missing"], num_edges, ex)
+    if got["rows"] != num_edges:
         raise BadInputError(
             path,
             EID,
-            stats["rows"] - num_edges,
+            got["rows"] - num_edges,
             num_edges,
             "are extra assignment rows (duplicate eids)",
             hint="re-run 'glisp partition'",
         )
-    if stats["out_of_range"]:
-        ex = [
-            f"eid={r[EID]} part={r[PART]}"
-            for r in joined.filter((F.col(PART) < 0) | (F.col(PART) >= num_parts)).limit(3).collect()
-        ]
-        raise BadInputError(path, PART, stats["out_of_range"], num_edges, f"are outside [0, {num_parts})", ex)
-    return edges, joined
+
+
+def unassigned_error(path: str, count: int, num_edges: int, examples: list[Any]) -> BadInputError:
+    """Ingest edges that no row of the assignment at ``path`` names."""
+    return BadInputError(
+        path, EID, count, num_edges, "of ingest/edges have no assignment row", examples, "re-run 'glisp partition'"
+    )
 
 
 def check_written(
@@ -241,7 +249,11 @@ def run_serialize(
         )
         ctx = _build_context(pub, dv, run, num_parts, schema, sc, fdim, has_labels, has_split)
         t = time.perf_counter()
-        summ = _build_partitions(ctx, run, joined.select(*ecols), vrows)
+        try:
+            summ = _build_partitions(ctx, run, joined.select(*ecols), vrows, str(dv.assignment(run)), num_edges)
+        except StageError:  # a partition's rows did not fit its replicas: name unassigned or repeated rows if so
+            join_check(joined, str(dv.assignment(run)), num_edges)
+            raise
         timings["build_s"] = round(time.perf_counter() - t, 3)
         masters.df.unpersist()
         check_written(
@@ -310,9 +322,13 @@ def _vertex_rows(
     return vrows.join(mrows, [VID, PART], "left")
 
 
-def _build_partitions(ctx: BuildContext, run: str, erows: DataFrame, vrows: DataFrame) -> list[dict[str, Any]]:
+def _build_partitions(
+    ctx: BuildContext, run: str, erows: DataFrame, vrows: DataFrame, assignment: str, num_edges: int
+) -> list[dict[str, Any]]:
     """Build every partition in one Spark task per partition (cogrouped edge and vertex rows); a partition that
-    received no rows at all is built empty here. Returns the summaries in partition order."""
+    received no rows at all is built empty here. Returns the summaries in partition order. Edges the
+    ``assignment`` does not name form a group without a partition: its task counts them, and they fail the stage
+    here (BadInputError naming the file, with examples)."""
     task = make_task(ctx)
     try:
         rows = erows.groupBy(PART).cogroup(vrows.groupBy(PART)).applyInArrow(task, SUMMARY_SCHEMA).collect()
@@ -322,6 +338,10 @@ def _build_partitions(ctx: BuildContext, run: str, erows: DataFrame, vrows: Data
             line = next((ln for ln in msg.splitlines() if "Error:" in ln and "partition" in ln), msg.splitlines()[-1])
             raise StageError(f"serialize/{run}: a partition task failed: {line.strip()}") from None
         raise
+    for r in rows:
+        if r["part"] is None:
+            got = json.loads(r["summary"])
+            raise unassigned_error(assignment, int(got["unassigned"]), num_edges, got["examples"])
     summaries = {int(r["part"]): json.loads(r["summary"]) for r in rows}
     for k in range(ctx.num_parts):
         if k not in summaries:

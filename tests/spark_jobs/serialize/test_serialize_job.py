@@ -276,6 +276,41 @@ def test_bad_assignment_names_the_file(tmp_path: Path, spark, cfg) -> None:
     assert f"serialize/{run}" not in read_manifest(dv).stages
 
 
+@pytest.mark.parametrize("how", ["repeated", "repeated_elsewhere", "dropped"])
+def test_edges_without_an_assignment_row_fail_naming_them(tmp_path: Path, spark, cfg, how: str) -> None:
+    """An edge no assignment row names fails the stage with its eid. ``repeated``: eid 1's row names eid 0 again
+    (in eid 0's partition), so the row count is right and the build's own join reports the gap;
+    ``repeated_elsewhere``: in another partition, whose build then fails, and the stage names the cause;
+    ``dropped``: the check's row count finds it."""
+    import pyarrow as pa
+
+    from glisp_core.errors import BadInputError
+    from spark_jobs.serialize.job import run_serialize
+
+    dv = write_dataset(tmp_path, "gap", np.array([0, 1, 2, 3]), np.array([1, 2, 3, 0]))
+    run = publish_partition(dv, np.array([0, 1, 1, 0]), 2)
+    files = sorted(Path(dv.assignment(run).path).glob("*.parquet"))
+    t = pa.concat_tables([pq.read_table(f) for f in files]).sort_by("eid")
+    eid = t["eid"].to_numpy().copy()
+    lost = int(eid[1])
+    if how.startswith("repeated"):
+        eid[1] = eid[0]
+        t = t.set_column(0, "eid", pa.array(eid))
+        if how == "repeated":
+            part = t["part"].to_numpy().copy()
+            part[1] = part[0]
+            t = t.set_column(1, "part", pa.array(part))
+    else:
+        t = t.filter(pa.array(eid != lost))
+    for f in files:
+        f.unlink()
+    pq.write_table(t, files[0])
+    problem = rf"assignment, column 'eid': 1 of 4 rows of ingest/edges have no assignment row \(e\.g\. {lost}\)"
+    with pytest.raises(BadInputError, match=problem):
+        run_serialize(spark, cfg, dv, run=run)
+    assert f"serialize/{run}" not in read_manifest(dv).stages
+
+
 def test_cli_commands_reuse_current_stages(typed, reorders, capsys) -> None:
     from glisp_app.cli import main
 
