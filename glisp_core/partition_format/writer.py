@@ -1,7 +1,8 @@
 """Build every field of one partition from its edge rows and vertex rows (numpy only), then write it.
 
 Called inside a Spark task (spark_jobs.serialize.build) with one partition's rows; the driver never
-holds a partition. All work is vectorised: sorts (``np.lexsort``), ``bincount``/``cumsum`` for CSR
+holds a partition. All work is vectorised: sorts (one stable argsort of a packed key, :func:`sort_order`),
+``bincount``/``cumsum`` for CSR
 offsets, run-length boundaries for the type index and vertex-type ranges.
 
 The output goes to a local directory or, given a remote :class:`StoreURI`, straight to the store: each
@@ -24,6 +25,7 @@ from typing import Any, BinaryIO
 import numpy as np
 
 from glisp_core.errors import GlispError
+from glisp_core.id_rows import IdRows
 from glisp_core.partition_format.spec import (
     CHECKSUM_ALGO,
     EDGE_ID_SHIFT,
@@ -185,8 +187,8 @@ def write_partition(
     vertex_types = list(vertex_types or ["v0"])
     s_l, d_l = _local_endpoints(part_id, gids, np.asarray(src, np.int64), np.asarray(dst, np.int64))
     m = len(s_l)
-    keys = [d_l, et, s_l] if edge_key is None else [np.asarray(edge_key), d_l, et, s_l]
-    eorder = np.lexsort(keys)  # sort by (src, etype, dst[, key]); edge local id = position
+    # sort by (src, etype, dst[, key]); edge local id = position
+    eorder = sort_order([s_l, et, d_l], [n, len(edge_types), n], None if edge_key is None else np.asarray(edge_key))
     arrays = _structure_arrays(gids, s_l[eorder], d_l[eorder], et[eorder], len(edge_types))
     mas = np.asarray(master, np.int64)[vorder]
     code_dt = code_dtype(max(len(edge_types), len(vertex_types)))
@@ -259,14 +261,10 @@ def _sorted_vertices(part_id: int, vertex_gids: np.ndarray) -> tuple[np.ndarray,
 def _local_endpoints(part_id: int, gids: np.ndarray, src: np.ndarray, dst: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """Local ids of the edges' endpoints (global ids are sorted, so local order == global order); every
     endpoint must be one of the partition's vertices."""
-    n, m = len(gids), len(src)
-    s_l = np.searchsorted(gids, src)
-    d_l = np.searchsorted(gids, dst)
-    bad = np.zeros(m, bool)
-    if m:
-        bad = (s_l >= n) | (d_l >= n)
-        ok = ~bad
-        bad[ok] = (gids[s_l[ok]] != src[ok]) | (gids[d_l[ok]] != dst[ok])
+    m = len(src)
+    rows = IdRows(gids)  # a table over the ids' span where dense enough: 13x a binary search at 16M edges
+    s_l, d_l = rows.find(src), rows.find(dst)
+    bad = (s_l < 0) | (d_l < 0)
     if bad.any():
         ex = [(int(a), int(b)) for a, b in zip(src[bad][:3], dst[bad][:3], strict=True)]
         raise GlispError(
@@ -274,6 +272,32 @@ def _local_endpoints(part_id: int, gids: np.ndarray, src: np.ndarray, dst: np.nd
             f"vertex set (e.g. {ex}); the replicas table does not match the assignment"
         )
     return s_l, d_l
+
+
+def sort_order(keys: list[np.ndarray], spans: list[int], last: np.ndarray | None = None) -> np.ndarray:
+    """The stable order of rows by ``keys`` (most significant first, each in ``[0, span)``), then by ``last``:
+    ``np.lexsort`` of the same keys, reversed. The keys are packed into one int64 and sorted once where they fit
+    (a lexsort sorts once a key: 1.9x slower for four keys of 16M rows); rows equal on the packed keys (parallel
+    edges) are then ordered by ``last`` among themselves."""
+    if not len(keys[0]) or int(np.prod([max(s, 1) for s in spans], dtype=object)) >= 2**62:
+        return np.lexsort(([] if last is None else [last]) + keys[::-1])
+    packed = np.asarray(keys[0], np.int64).copy()
+    for k, span in zip(keys[1:], spans[1:], strict=True):
+        packed *= max(span, 1)
+        packed += k
+    order = np.argsort(packed, kind="stable")
+    if last is None:
+        return order
+    p = packed[order]
+    eq = p[1:] == p[:-1]
+    tie = np.zeros(len(p), bool)  # every row of a run of equal packed keys
+    tie[1:] |= eq
+    tie[:-1] |= eq
+    at = np.flatnonzero(tie)
+    if len(at):
+        sub = order[at]
+        order[at] = sub[np.lexsort((last[sub], p[at]))]
+    return order
 
 
 def _structure_arrays(
@@ -287,7 +311,7 @@ def _structure_arrays(
         "out_indptr": _csr_ptr(s_l, n, eidx_dt),
         "out_nbr": d_l.astype(index_dtype(max(n - 1, 0))),
     }
-    in_order = np.lexsort((s_l, et, d_l))  # stable: ties keep edge local id order
+    in_order = sort_order([d_l, et, s_l], [n, num_et, n])  # stable: ties keep edge local id order
     arrays["in_indptr"] = _csr_ptr(d_l, n, eidx_dt)
     arrays["in_eid"] = in_order.astype(index_dtype(max(m - 1, 0)))
     if num_et > 1:

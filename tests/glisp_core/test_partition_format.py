@@ -217,3 +217,17 @@ def test_wrong_format_version_is_refused(one_part: Path) -> None:
     with pytest.raises(FormatError, match=r"meta\.json.*not found"):
         open_partition(one_part)
     shutil.rmtree(one_part)
+
+
+@pytest.mark.parametrize("spans", [(30, 4, 30), (2**40, 2**30, 2**40)], ids=["packed", "too-wide-to-pack"])
+def test_sort_order_is_the_lexsort_of_its_keys(spans: tuple[int, int, int]) -> None:
+    """Edges sort by (src, type, dst, eid) through one packed key; parallel edges (equal on the first three)
+    by eid among themselves; keys too wide to pack take the lexsort itself."""
+    from glisp_core.partition_format.writer import sort_order
+
+    rng = np.random.default_rng(3)
+    for m in (0, 1, 50, 5000):
+        a, b, c = rng.integers(0, 30, m), rng.integers(0, 4, m), rng.integers(0, 30, m)
+        eid = rng.permutation(m)
+        assert np.array_equal(sort_order([a, b, c], list(spans), eid), np.lexsort([eid, c, b, a]))
+        assert np.array_equal(sort_order([c, b, a], list(spans)), np.lexsort([a, b, c]))
