@@ -2,8 +2,7 @@
 
 Called inside a Spark task (spark_jobs.serialize.build) with one partition's rows; the driver never
 holds a partition. All work is vectorised: sorts (one stable argsort of a packed key, :func:`sort_order`),
-``bincount``/``cumsum`` for CSR
-offsets, run-length boundaries for the type index and vertex-type ranges.
+``bincount``/``cumsum`` for CSR offsets, run-length boundaries for the type index and vertex-type ranges.
 
 The output goes to a local directory or, given a remote :class:`StoreURI`, straight to the store: each
 field's bytes are streamed from the array into its object (hashed on the way), so a task never holds a
@@ -185,11 +184,8 @@ def write_partition(
     et = np.asarray(etype, np.int64)
     edge_types = list(edge_types or [f"e{i}" for i in range(int(et.max(initial=0)) + 1)])
     vertex_types = list(vertex_types or ["v0"])
-    s_l, d_l = _local_endpoints(part_id, gids, np.asarray(src, np.int64), np.asarray(dst, np.int64))
-    m = len(s_l)
-    # sort by (src, etype, dst[, key]); edge local id = position
-    eorder = sort_order([s_l, et, d_l], [n, len(edge_types), n], None if edge_key is None else np.asarray(edge_key))
-    arrays = _structure_arrays(gids, s_l[eorder], d_l[eorder], et[eorder], len(edge_types))
+    arrays, eorder = _edge_arrays(part_id, gids, src, dst, et, len(edge_types), edge_key)
+    m = len(eorder)
     mas = np.asarray(master, np.int64)[vorder]
     code_dt = code_dtype(max(len(edge_types), len(vertex_types)))
     arrays.update(
@@ -206,31 +202,13 @@ def write_partition(
             code_dt,
         )
     )
-    if weight is not None:
-        arrays["weight"] = np.asarray(weight, np.float32)[eorder]
-    if ts is not None:
-        arrays["timestamp"] = np.asarray(ts, np.int64)[eorder]
+    arrays.update(_edge_values(eorder, weight, ts))
     num_master = _master_arrays(
         arrays, part_id, gids[mas == part_id], master_gids, features, labels, split, feature_dim
     )
-    meta = {
-        "format": FORMAT_NAME,
-        "format_version": FORMAT_VERSION,
-        "part_id": int(part_id),
-        "num_parts": int(num_parts),
-        "num_vertices": n,
-        "num_edges": m,
-        "num_master": num_master,
-        "edge_types": edge_types,
-        "vertex_types": vertex_types,
-        "directed": bool(directed),
-        "weighted": weight is not None,
-        "timestamped": ts is not None,
-        "feature_dim": int(feature_dim if features is not None else 0),
-        "type_index": len(edge_types) > 1,
-        "edge_id_shift": EDGE_ID_SHIFT,
-        "checksum_algo": CHECKSUM_ALGO,
-    }
+    counts = {"num_vertices": n, "num_edges": m, "num_master": num_master}
+    fdim = int(feature_dim if features is not None else 0)
+    meta = _meta(part_id, num_parts, counts, edge_types, vertex_types, directed, weight, ts, fdim)
     if isinstance(out_dir, StoreURI) and not out_dir.is_local:
         fields, meta_hash = _publish_to_store(out_dir, arrays, meta, extra or {})
     else:
@@ -245,6 +223,63 @@ def write_partition(
         vertex_order=vorder,
         meta_sha256=meta_hash,
     )
+
+
+def _meta(
+    part_id: int,
+    num_parts: int,
+    counts: dict[str, int],
+    edge_types: list[str],
+    vertex_types: list[str],
+    directed: bool,
+    weight: np.ndarray | None,
+    ts: np.ndarray | None,
+    feature_dim: int,
+) -> dict[str, Any]:
+    """meta.json's fields but ``fields`` and ``extra`` (the publish adds both)."""
+    return {
+        "format": FORMAT_NAME,
+        "format_version": FORMAT_VERSION,
+        "part_id": int(part_id),
+        "num_parts": int(num_parts),
+        **counts,
+        "edge_types": edge_types,
+        "vertex_types": vertex_types,
+        "directed": bool(directed),
+        "weighted": weight is not None,
+        "timestamped": ts is not None,
+        "feature_dim": feature_dim,
+        "type_index": len(edge_types) > 1,
+        "edge_id_shift": EDGE_ID_SHIFT,
+        "checksum_algo": CHECKSUM_ALGO,
+    }
+
+
+def _edge_arrays(
+    part_id: int,
+    gids: np.ndarray,
+    src: np.ndarray,
+    dst: np.ndarray,
+    et: np.ndarray,
+    num_et: int,
+    edge_key: np.ndarray | None,
+) -> tuple[dict[str, np.ndarray], np.ndarray]:
+    """The structure fields and the edge order: edges sorted by (src, etype, dst[, key]), an edge's local id its
+    position."""
+    s_l, d_l = _local_endpoints(part_id, gids, np.asarray(src, np.int64), np.asarray(dst, np.int64))
+    n = len(gids)
+    eorder = sort_order([s_l, et, d_l], [n, num_et, n], None if edge_key is None else np.asarray(edge_key))
+    return _structure_arrays(gids, s_l[eorder], d_l[eorder], et[eorder], num_et), eorder
+
+
+def _edge_values(eorder: np.ndarray, weight: np.ndarray | None, ts: np.ndarray | None) -> dict[str, np.ndarray]:
+    """The optional per-edge fields in edge local id order."""
+    out = {}
+    if weight is not None:
+        out["weight"] = np.asarray(weight, np.float32)[eorder]
+    if ts is not None:
+        out["timestamp"] = np.asarray(ts, np.int64)[eorder]
+    return out
 
 
 def _sorted_vertices(part_id: int, vertex_gids: np.ndarray) -> tuple[np.ndarray, np.ndarray]:

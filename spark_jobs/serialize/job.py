@@ -74,7 +74,7 @@ def _check_assignment(
 
     The check reads the assignment alone (its row count, its parts' range): the edge set is joined once, by the
     build, whose join puts an edge no assignment row names in a group of its own that the build reports
-    (:func:`_build_partitions`). Only a row count other than the edges' joins here, to say which rows.
+    (:func:`_build_partitions`). Only a row count other than the edges' makes the check join, to say which rows.
 
     ``subset``: the run partitions only some ingest edges (a link-prediction training graph, whose held-out
     edges are left out); then every assignment row names a distinct ingest edge, ``num_edges`` of them, and
@@ -249,10 +249,11 @@ def run_serialize(
         )
         ctx = _build_context(pub, dv, run, num_parts, schema, sc, fdim, has_labels, has_split)
         t = time.perf_counter()
+        apath = str(dv.assignment(run))
         try:
-            summ = _build_partitions(ctx, run, joined.select(*ecols), vrows, str(dv.assignment(run)), num_edges)
+            summ = _build_partitions(ctx, run, joined.select(*ecols), vrows, apath, num_edges)
         except StageError:  # a partition's rows did not fit its replicas: name unassigned or repeated rows if so
-            join_check(joined, str(dv.assignment(run)), num_edges)
+            join_check(joined, apath, num_edges)
             raise
         timings["build_s"] = round(time.perf_counter() - t, 3)
         masters.df.unpersist()
