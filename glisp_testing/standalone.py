@@ -8,7 +8,11 @@ Each worker runs in its own mount namespace (``unshare -m``, so root only) where
 - the driver's virtualenv is bind-mounted read-only at ``EXEC_PYTHON_HOME`` (``/tmp/glisp-python``, which does
   not exist on the driver's side), and the executors run ``EXEC_PYTHON`` through ``spark.pyspark.python``;
 - then the driver's virtualenv, its checkout and every directory its editable install points at are covered
-  by empty tmpfs mounts, so no executor can import GLISP or read a file from where the driver has them.
+  by empty tmpfs mounts, so no executor can import GLISP or read a file from where the driver has them;
+- the worker's own directory under ``NUMBA_CACHE_HOST`` (``/var/tmp``, kept between test sessions, as a
+  host's local disk would be) is bind-mounted at ``/tmp/glisp-numba-cache``, the executors'
+  ``NUMBA_CACHE_DIR``: numba's kernels, keyed by the code zip's content, compile once per code version and
+  worker, not once per test session.
 
 The worker's environment is built from scratch (no ``PYTHONPATH``, no ``VIRTUAL_ENV``, no ``PYSPARK_*``), and
 Spark's home is the pyspark inside the bind-mounted virtualenv. The dataset roots of the tests live under
@@ -36,6 +40,9 @@ ROOT = Path(__file__).resolve().parent.parent  # the checkout (or site-packages)
 EXEC_PYTHON_HOME = "/tmp/glisp-python"  # where the workers see the virtualenv; nothing is there on the driver's side
 STAGE = Path("/var/tmp/glisp-venv-mount")  # an empty host directory the workers mount the venv on before /tmp
 EXEC_PYTHON = f"{EXEC_PYTHON_HOME}/bin/python"
+NUMBA_CACHE = "/tmp/glisp-numba-cache"  # the executors' NUMBA_CACHE_DIR, inside each worker's private /tmp
+NUMBA_CACHE_HOST = Path("/var/tmp/glisp-numba-cache")  # worker-<i>/ below it: each worker's persistent cache
+NUMBA_CACHE_KEEP = 4  # code versions whose kernels a worker keeps (the most recently compiled ones)
 WORKERS = 2
 BASE_ENV_KEYS = ("PATH", "LANG", "LC_ALL", "JAVA_HOME", "TZ")
 SYSTEM_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
@@ -51,8 +58,8 @@ EXECUTOR_CONF = {
     "spark.scheduler.minRegisteredResourcesRatio": "1.0",
     "spark.driver.host": "127.0.0.1",
     "spark.driver.bindAddress": "127.0.0.1",
-    # each worker's private /tmp lives as long as the cluster: kernels compiled by one application serve the next
-    "spark.executorEnv.NUMBA_CACHE_DIR": "/tmp/glisp-numba-cache",
+    # each worker's own persistent directory: kernels compiled by one application serve the next ones
+    "spark.executorEnv.NUMBA_CACHE_DIR": NUMBA_CACHE,
 }
 
 
@@ -84,7 +91,7 @@ def driver_paths() -> list[str]:
     return out
 
 
-def worker_script(spark_home: str, master_url: str, port: int, ui_port: int) -> str:
+def worker_script(spark_home: str, master_url: str, port: int, ui_port: int, numba_cache: Path) -> str:
     """The shell run inside the worker's new mount namespace: the mounts, then ``exec`` the Worker JVM."""
     venv = str(Path(sys.prefix).resolve())
     if not Path(spark_home).resolve().is_relative_to(venv):
@@ -99,7 +106,8 @@ mount --make-rprivate /
 mount --bind {shlex.quote(venv)} {STAGE}
 mount -t tmpfs -o mode=1777,size=4g glisp-worker-tmp /tmp
 mount -t tmpfs -o mode=1777,size=256m glisp-worker-shm /dev/shm
-mkdir -p {EXEC_PYTHON_HOME} /tmp/home /tmp/work /tmp/local
+mkdir -p {EXEC_PYTHON_HOME} /tmp/home /tmp/work /tmp/local {NUMBA_CACHE}
+mount --bind {shlex.quote(str(numba_cache))} {NUMBA_CACHE}
 mount --move {STAGE} {EXEC_PYTHON_HOME}
 mount -o remount,bind,ro {EXEC_PYTHON_HOME}
 {hide}
@@ -108,6 +116,20 @@ cd /tmp/work
 exec "$SPARK_HOME/bin/spark-class" org.apache.spark.deploy.worker.Worker --host 127.0.0.1 --port {port} \\
     --webui-port {ui_port} --cores 1 --memory 2g --work-dir /tmp/work {master_url}
 """
+
+
+def worker_numba_cache(i: int, host: Path = NUMBA_CACHE_HOST) -> Path:
+    """Worker ``i``'s persistent kernel cache on the host, holding the kernels of the ``NUMBA_CACHE_KEEP`` code
+    versions compiled last (one directory per code zip; about 12 MB each), so it does not grow without end."""
+    d = host / f"worker-{i}"
+    d.mkdir(parents=True, exist_ok=True)
+
+    def written(version: Path) -> float:
+        return max((f.stat().st_mtime for f in version.rglob("*") if f.is_file()), default=version.stat().st_mtime)
+
+    for old in sorted(d.glob("glisp-zip-*"), key=written, reverse=True)[NUMBA_CACHE_KEEP:]:
+        shutil.rmtree(old, ignore_errors=True)
+    return d
 
 
 def base_env(**extra: str) -> dict[str, str]:
@@ -150,7 +172,8 @@ class Standalone:
         env = base_env(SPARK_HOME=self.spark_home, HOME=str(self.logs), SPARK_MASTER_OPTS=no_rest)
         self._spawn("master", master_cmd, env)
         for i in range(WORKERS):
-            script = worker_script(self.spark_home, self.url, free_port(), free_port())
+            cache = worker_numba_cache(i)
+            script = worker_script(self.spark_home, self.url, free_port(), free_port(), cache)
             env = base_env(HOME="/tmp/home", SPARK_WORKER_DIR="/tmp/work", SPARK_LOCAL_DIRS="/tmp/local", TMPDIR="/tmp")
             env.update(self.worker_env)
             p = self._spawn(f"worker-{i}", ["unshare", "-m", "sh", "-c", script], env)

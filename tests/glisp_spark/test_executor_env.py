@@ -31,7 +31,7 @@ def test_profiles_carry_what_their_stages_import_and_never_pyspark():
 
 
 def test_the_batch_stages_run_with_executors_on_a_bare_python_and_the_lean_packages(tmp_path, jvm_processes):
-    got = pack("stages", tmp_path / "build", compresslevel=1)
+    got = pack("stages", tmp_path / "build", compresslevel=0)  # the names are checked, not the compression
     with tarfile.open(got.archive) as t:  # the packages at the archive's top, metadata kept, no test suites
         names = t.getnames()
     assert {"numpy", "numba", "pyarrow", "zarr"} <= {n.split("/")[0] for n in names}
