@@ -44,7 +44,7 @@ emulators.use_only(GCS_EMULATOR.endpoint, AZURITE.endpoint, os.environ)
 
 use_test_jvm_options(os.environ)  # every JVM the tests start: see glisp_testing.jvm_opts
 # one OpenMP thread per process (torch's intra-op pool): two pytest workers share two cores with their servers,
-# trainers and JVMs, where a second thread per process spins for work more than it computes (docs/testing.md);
+# trainers and JVMs, where a second thread per process costs more CPU than it saves (docs/testing.md);
 # code that sets its own count (inference's tasks) keeps it
 os.environ.setdefault("OMP_NUM_THREADS", "1")
 
