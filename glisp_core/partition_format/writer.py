@@ -209,10 +209,7 @@ def write_partition(
     counts = {"num_vertices": n, "num_edges": m, "num_master": num_master}
     fdim = int(feature_dim if features is not None else 0)
     meta = _meta(part_id, num_parts, counts, edge_types, vertex_types, directed, weight, ts, fdim)
-    if isinstance(out_dir, StoreURI) and not out_dir.is_local:
-        fields, meta_hash = _publish_to_store(out_dir, arrays, meta, extra or {})
-    else:
-        fields, meta_hash = _publish(Path(out_dir), part_id, arrays, meta, extra or {}, create_parent)
+    fields, meta_hash = _publish_where(out_dir, part_id, arrays, meta, extra or {}, create_parent)
     return WrittenPartition(
         part_id=int(part_id),
         num_vertices=n,
@@ -223,6 +220,21 @@ def write_partition(
         vertex_order=vorder,
         meta_sha256=meta_hash,
     )
+
+
+def _publish_where(
+    out_dir: str | os.PathLike[str] | StoreURI,
+    part_id: int,
+    arrays: dict[str, np.ndarray],
+    meta: dict[str, Any],
+    extra: dict[str, Any],
+    create_parent: bool,
+) -> tuple[dict[str, Any], str]:
+    """Publish into a store prefix (objects replaced whole, ``meta.json`` last) or a local directory (renamed
+    into place): the fields' records and the meta hash."""
+    if isinstance(out_dir, StoreURI) and not out_dir.is_local:
+        return _publish_to_store(out_dir, arrays, meta, extra)
+    return _publish(Path(out_dir), part_id, arrays, meta, extra, create_parent)
 
 
 def _meta(

@@ -4,6 +4,7 @@ compiled last."""
 from __future__ import annotations
 
 import os
+from pathlib import Path
 
 from glisp_testing.standalone import NUMBA_CACHE, NUMBA_CACHE_KEEP, worker_numba_cache, worker_script
 
@@ -23,8 +24,6 @@ def test_a_worker_keeps_the_code_versions_compiled_last(tmp_path):
 
 
 def test_the_worker_mounts_its_own_cache_where_the_executors_look(tmp_path):
-    from pathlib import Path
-
     import pyspark
 
     home = str(Path(pyspark.__file__).parent)
