@@ -129,7 +129,7 @@ class StatsRequest(_message.Message):
     def __init__(self) -> None: ...
 
 class StatsResponse(_message.Message):
-    __slots__ = ("requests", "vertices_served", "edges_served", "busy_seconds", "rss_bytes", "dataset", "run", "part_id", "num_parts", "num_vertices", "num_edges", "partition_bytes", "uptime_seconds", "edge_types", "weighted", "timestamped", "feature_dim", "format_version", "rss_baseline_bytes", "rss_import_bytes", "uss_bytes", "pss_bytes", "rss_anon_bytes", "rss_file_bytes", "baseline_anon_bytes", "partition_resident_bytes", "process_cpu_seconds", "stage_cpu_seconds", "stage_calls", "integrity", "restarts", "in_flight", "serving", "dataset_path", "metrics_port")
+    __slots__ = ("requests", "vertices_served", "edges_served", "busy_seconds", "rss_bytes", "dataset", "run", "part_id", "num_parts", "num_vertices", "num_edges", "partition_bytes", "uptime_seconds", "edge_types", "weighted", "timestamped", "feature_dim", "format_version", "rss_baseline_bytes", "rss_import_bytes", "uss_bytes", "pss_bytes", "rss_anon_bytes", "rss_file_bytes", "baseline_anon_bytes", "partition_resident_bytes", "process_cpu_seconds", "stage_cpu_seconds", "stage_calls", "integrity", "restarts", "in_flight", "serving", "dataset_path", "metrics_port", "heap_releases", "heap_released_bytes")
     class StageCpuSecondsEntry(_message.Message):
         __slots__ = ("key", "value")
         KEY_FIELD_NUMBER: _ClassVar[int]
@@ -179,6 +179,8 @@ class StatsResponse(_message.Message):
     SERVING_FIELD_NUMBER: _ClassVar[int]
     DATASET_PATH_FIELD_NUMBER: _ClassVar[int]
     METRICS_PORT_FIELD_NUMBER: _ClassVar[int]
+    HEAP_RELEASES_FIELD_NUMBER: _ClassVar[int]
+    HEAP_RELEASED_BYTES_FIELD_NUMBER: _ClassVar[int]
     requests: int
     vertices_served: int
     edges_served: int
@@ -214,7 +216,9 @@ class StatsResponse(_message.Message):
     serving: bool
     dataset_path: str
     metrics_port: int
-    def __init__(self, requests: _Optional[int] = ..., vertices_served: _Optional[int] = ..., edges_served: _Optional[int] = ..., busy_seconds: _Optional[float] = ..., rss_bytes: _Optional[int] = ..., dataset: _Optional[str] = ..., run: _Optional[str] = ..., part_id: _Optional[int] = ..., num_parts: _Optional[int] = ..., num_vertices: _Optional[int] = ..., num_edges: _Optional[int] = ..., partition_bytes: _Optional[int] = ..., uptime_seconds: _Optional[float] = ..., edge_types: _Optional[_Iterable[str]] = ..., weighted: _Optional[bool] = ..., timestamped: _Optional[bool] = ..., feature_dim: _Optional[int] = ..., format_version: _Optional[int] = ..., rss_baseline_bytes: _Optional[int] = ..., rss_import_bytes: _Optional[int] = ..., uss_bytes: _Optional[int] = ..., pss_bytes: _Optional[int] = ..., rss_anon_bytes: _Optional[int] = ..., rss_file_bytes: _Optional[int] = ..., baseline_anon_bytes: _Optional[int] = ..., partition_resident_bytes: _Optional[int] = ..., process_cpu_seconds: _Optional[float] = ..., stage_cpu_seconds: _Optional[_Mapping[str, float]] = ..., stage_calls: _Optional[_Mapping[str, int]] = ..., integrity: _Optional[str] = ..., restarts: _Optional[int] = ..., in_flight: _Optional[int] = ..., serving: _Optional[bool] = ..., dataset_path: _Optional[str] = ..., metrics_port: _Optional[int] = ...) -> None: ...
+    heap_releases: int
+    heap_released_bytes: int
+    def __init__(self, requests: _Optional[int] = ..., vertices_served: _Optional[int] = ..., edges_served: _Optional[int] = ..., busy_seconds: _Optional[float] = ..., rss_bytes: _Optional[int] = ..., dataset: _Optional[str] = ..., run: _Optional[str] = ..., part_id: _Optional[int] = ..., num_parts: _Optional[int] = ..., num_vertices: _Optional[int] = ..., num_edges: _Optional[int] = ..., partition_bytes: _Optional[int] = ..., uptime_seconds: _Optional[float] = ..., edge_types: _Optional[_Iterable[str]] = ..., weighted: _Optional[bool] = ..., timestamped: _Optional[bool] = ..., feature_dim: _Optional[int] = ..., format_version: _Optional[int] = ..., rss_baseline_bytes: _Optional[int] = ..., rss_import_bytes: _Optional[int] = ..., uss_bytes: _Optional[int] = ..., pss_bytes: _Optional[int] = ..., rss_anon_bytes: _Optional[int] = ..., rss_file_bytes: _Optional[int] = ..., baseline_anon_bytes: _Optional[int] = ..., partition_resident_bytes: _Optional[int] = ..., process_cpu_seconds: _Optional[float] = ..., stage_cpu_seconds: _Optional[_Mapping[str, float]] = ..., stage_calls: _Optional[_Mapping[str, int]] = ..., integrity: _Optional[str] = ..., restarts: _Optional[int] = ..., in_flight: _Optional[int] = ..., serving: _Optional[bool] = ..., dataset_path: _Optional[str] = ..., metrics_port: _Optional[int] = ..., heap_releases: _Optional[int] = ..., heap_released_bytes: _Optional[int] = ...) -> None: ...
 
 class ReloadRequest(_message.Message):
     __slots__ = ("dataset", "run", "prepare_only")

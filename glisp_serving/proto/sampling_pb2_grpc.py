@@ -100,7 +100,9 @@ class SamplingServicer:
     """Missing associated documentation comment in .proto file."""
 
     def Gather(self, request, context):
-        """Missing associated documentation comment in .proto file."""
+        """One Gather-Apply hop: each seed's sampled neighbours among this partition's edges (the client merges
+        the partials of the partitions that hold a seed's edges).
+        """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
@@ -115,37 +117,43 @@ class SamplingServicer:
         raise NotImplementedError('Method not implemented!')
 
     def Lookup(self, request, context):
-        """Missing associated documentation comment in .proto file."""
+        """Features, labels and split of vertices this partition masters.
+        """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
     def Reload(self, request, context):
-        """Missing associated documentation comment in .proto file."""
+        """Move to another published version; prepare_only opens and warms it first (serve-reload's two phases).
+        """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
     def VertexInfo(self, request, context):
-        """Missing associated documentation comment in .proto file."""
+        """Global degrees, replica partitions and master partition of given vertices.
+        """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
     def Stats(self, request, context):
-        """Missing associated documentation comment in .proto file."""
+        """Health and load: the version served, whether serving or draining, requests, memory, cache.
+        """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
     def Routing(self, request, context):
-        """Missing associated documentation comment in .proto file."""
+        """The vertex -> partitions routing table, streamed in chunks (a client needs only the cluster file).
+        """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
     def HeldOutEdges(self, request, context):
-        """Missing associated documentation comment in .proto file."""
+        """The link task's held-out edges of a link-split run, streamed.
+        """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
@@ -153,25 +161,29 @@ class SamplingServicer:
     def EmbedCreate(self, request, context):
         """Learnable node embeddings (glisp_core.sparse_embedding): each server holds the rows of its masters.
         A table lives on the first replica of each partition only, in memory, until released.
+        Create (or find) a table of learnable rows for this partition's masters.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
     def EmbedFetch(self, request, context):
-        """Missing associated documentation comment in .proto file."""
+        """Rows of given vertices (current, or the best-epoch snapshot).
+        """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
     def EmbedUpdate(self, request, context):
-        """Missing associated documentation comment in .proto file."""
+        """Sparse gradients of given rows, applied by row-wise Adagrad.
+        """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
     def EmbedControl(self, request, context):
-        """Missing associated documentation comment in .proto file."""
+        """Snapshot the table (best epoch) or release it.
+        """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')

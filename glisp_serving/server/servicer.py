@@ -36,7 +36,7 @@ from glisp_serving.security import bind, health_only_server, server_interceptors
 from glisp_serving.server.embed_rpcs import EmbeddingService
 from glisp_serving.server.info_stream import heldout_chunks, routing_chunks
 from glisp_serving.server.lifecycle import LEASE_RELEASE_S, ServingState, StopDuringStart
-from glisp_serving.server.memory import map_large_allocations, release_clean_library_pages, snapshot
+from glisp_serving.server.memory import HeapKeeper, map_large_allocations, release_clean_library_pages, snapshot
 from glisp_serving.server.metrics import ServerMetrics
 from glisp_serving.server.partition_cache import local_partition
 from glisp_serving.server.reload import Reloader, ReloadError, Served, open_served
@@ -110,6 +110,7 @@ class SamplingServicer(pb_grpc.SamplingServicer):
         self.state = state or ServingState()
         self.metrics = ServerMetrics(served.engine.part)
         self.metrics_port = 0  # the /metrics HTTP port once started (serve.metrics_port >= 0)
+        self.heap = HeapKeeper()  # freed heap pages back to the OS, ticked by the serving loop
         self.metrics.bind(lambda: snapshot()["rss"], lambda: self.state.in_flight, self.state.restarts)
         self.metrics.serving(served.version, served.run)
         self.t0 = time.time()
@@ -328,6 +329,8 @@ class SamplingServicer(pb_grpc.SamplingServicer):
             in_flight=self.state.in_flight,
             serving=not self.state.stop.is_set() and self.state.refusal() is None,
             metrics_port=self.metrics_port,
+            heap_releases=self.heap.releases,
+            heap_released_bytes=self.heap.released_bytes,
         )
 
     def reload(self, dataset: str = "", run: str = "", prepare_only: bool = False) -> pb.ReloadResponse:
@@ -562,6 +565,7 @@ def _serve(
             daemon=True,
         ).start()
     while not state.stop.wait(0.2):
+        servicer.heap.tick()
         if state.reload_requested.is_set():  # SIGHUP: move to the graph's latest
             state.reload_requested.clear()
             try:

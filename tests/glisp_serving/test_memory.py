@@ -113,3 +113,65 @@ def _retained_mib(fixed: bool) -> int:
 def test_map_large_allocations_returns_freed_buffers():
     assert _retained_mib(fixed=False) >= 15  # the default heap keeps a freed response buffer resident
     assert _retained_mib(fixed=True) <= 3
+
+
+_KEEPER = """
+import ctypes, ctypes.util, json, threading
+from glisp_serving.server.memory import HeapKeeper, anon_bytes
+libc = ctypes.CDLL(ctypes.util.find_library("c"))
+libc.malloc.restype, libc.malloc.argtypes, libc.free.argtypes = ctypes.c_void_p, [ctypes.c_size_t], [ctypes.c_void_p]
+t = [0.0]
+keeper = HeapKeeper(slack=8 << 20, every_s=1.0, clock=lambda: t[0])
+base = anon_bytes()
+pins = []
+
+def burst(n, keep):                         # in a thread of its own, as gRPC's core threads: an arena of its own
+    chunks = []
+    for _ in range(n):                      # 64 KiB chunks, under glibc's mmap threshold: the arena's
+        chunks.append(libc.malloc(64 << 10))
+        ctypes.memset(chunks[-1], 1, 64 << 10)
+        pins.append(libc.malloc(1024))      # a live chunk after each keeps its pages from the arena's top
+        ctypes.memset(pins[-1], 2, 1024)
+    if not keep:
+        for c in chunks:
+            libc.free(c)
+
+def run(n, keep=False):
+    th = threading.Thread(target=burst, args=(n, keep))
+    th.start()
+    th.join()
+
+run(800)                                    # 50 MiB freed, none of it given back by free()
+out = {"held": anon_bytes() - base}
+t[0] = 0.5
+out["early"] = keeper.tick()                # not due yet
+t[0] = 1.0
+out["due"] = keeper.tick()
+out["after"] = anon_bytes() - base
+run(400, keep=True)                         # 25 MiB in use: a release frees none of it ...
+t[0] = 2.0
+out["live"] = keeper.tick()
+t[0] = 3.0
+out["again"] = keeper.tick()                # ... and is not tried again while it stays in use
+out["releases"], out["released"] = keeper.releases, keeper.released_bytes
+print(json.dumps(out))
+"""
+
+
+def test_the_heap_keeper_hands_freed_pages_back_once_memory_grew():
+    import json
+
+    out = subprocess.run(
+        [sys.executable, "-c", _KEEPER],
+        capture_output=True,
+        text=True,
+        check=True,
+        cwd=ROOT,
+        env=dict(os.environ, PYTHONPATH=str(ROOT)),
+    )
+    r = json.loads(out.stdout.splitlines()[-1])
+    assert r["held"] >= 40 << 20, r  # the freed chunks stay resident between the pins
+    assert r["early"] is False and r["due"] is True, r
+    assert r["after"] <= 8 << 20, r  # given back
+    assert r["live"] is True and r["again"] is False, r
+    assert r["releases"] == 2 and r["released"] >= 40 << 20, r
