@@ -10,7 +10,9 @@ taken after imports and kernel warm-up on a tiny synthetic partition, before the
 Large response buffers (a batch's features are megabytes) would otherwise stay in the heap: glibc
 raises its mmap threshold after the first large free, so later large buffers come from the heap and
 its high-water mark never shrinks (+95–160 MiB on imdb's 1250-d features). ``map_large_allocations``
-pins the threshold, so every buffer over it is its own mapping, returned to the OS when freed.
+pins the threshold, so every buffer over it is its own mapping, returned to the OS when freed. Smaller
+buffers come from glibc's arenas, which keep freed pages below a live chunk; ``HeapKeeper`` hands them back
+once the process's anonymous memory has grown (requests gRPC refuses by size never reach Python).
 
 Once every kernel is compiled, the compiler's own code is dead weight: ``release_clean_library_pages``
 unmaps the clean (never written) pages of libLLVM from the process, about 100 MiB of RSS. They stay in
