@@ -23,10 +23,12 @@ from __future__ import annotations
 
 import ctypes
 import ctypes.util
+import functools
 import gc
 import re
 import time
 from pathlib import Path
+from typing import Any
 
 import psutil
 
@@ -75,15 +77,30 @@ def release_free_heap() -> None:
     trim_heap()
 
 
-def trim_heap() -> bool:
-    """glibc's ``malloc_trim(0)``: free pages in every arena go back to the OS. False where there is none."""
+@functools.cache
+def _libc() -> ctypes.CDLL | None:
+    """The C library, looked up once (``find_library`` runs ``ldconfig``, a subprocess, on every call)."""
     name = ctypes.util.find_library("c")
     if not name:
-        return False
+        return None
     try:
-        ctypes.CDLL(name).malloc_trim(0)
-    except (OSError, AttributeError):
+        return ctypes.CDLL(name, use_errno=True)
+    except OSError:
+        return None
+
+
+def _libc_function(fn: str) -> Any:
+    """The C library's function ``fn``, or None where there is no such library or function."""
+    lib = _libc()
+    return getattr(lib, fn, None) if lib is not None else None
+
+
+def trim_heap() -> bool:
+    """glibc's ``malloc_trim(0)``: free pages in every arena go back to the OS. False where there is none."""
+    malloc_trim = _libc_function("malloc_trim")
+    if malloc_trim is None:
         return False
+    malloc_trim(0)
     return True
 
 
@@ -163,12 +180,8 @@ def release_clean_library_pages(name_part: str = "libllvmlite") -> int:
     with any dirty page (relocated data) are left alone, since DONTNEED would revert them to the file.
     Linux only; 0 elsewhere.
     """
-    name = ctypes.util.find_library("c")
-    if not name:
-        return 0
-    try:
-        madvise = ctypes.CDLL(name, use_errno=True).madvise
-    except (OSError, AttributeError):
+    madvise = _libc_function("madvise")
+    if madvise is None:
         return 0
     madvise.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int]
     freed = 0
@@ -187,12 +200,8 @@ def map_large_allocations(threshold: int = 1 << 20) -> bool:
     Setting the threshold explicitly also turns off glibc's dynamic threshold, which would otherwise climb
     to the largest freed buffer and keep later ones in the heap. False where there is no glibc mallopt.
     """
-    name = ctypes.util.find_library("c")
-    if not name:
-        return False
-    try:
-        mallopt = ctypes.CDLL(name).mallopt
-    except (OSError, AttributeError):
+    mallopt = _libc_function("mallopt")
+    if mallopt is None:
         return False
     mallopt.argtypes, mallopt.restype = [ctypes.c_int, ctypes.c_int], ctypes.c_int
     return bool(mallopt(_M_MMAP_THRESHOLD, int(threshold)))
