@@ -2,14 +2,13 @@
 
 from __future__ import annotations
 
-import tracemalloc
-
 import numpy as np
 import pandas as pd
 import pyarrow as pa
 import pytest
 
 from glisp_infer.keys import vertex_keys, write_keys
+from glisp_testing.driver_memory import traced
 
 
 def pandas_keys(vt: np.ndarray, orig: np.ndarray) -> np.ndarray:
@@ -70,12 +69,9 @@ def test_tasks_write_every_chunk_and_the_driver_holds_nothing_per_vertex(spark, 
     dv, vt, orig = _graph(tmp_path / "root", n, seed=1)
     url = _array(tmp_path, n, chunk=16384)  # 25 chunks, the last one part-filled
     write_keys(spark, dv, url, "key")  # warm: the first job's one-time imports are not the measure
-    tracemalloc.start()
-    try:
+    with traced() as t:
         written = write_keys(spark, dv, url, "key")
-        peak = tracemalloc.get_traced_memory()[1]
-    finally:
-        tracemalloc.stop()
+    peak = t.peak
     assert written == n
     assert np.array_equal(np.asarray(open_array(url, "key")[:]), pandas_keys(vt, orig))
     # the keys alone would be 8 bytes a vertex in the driver (3.2 MB), their text through pandas 150 or more;

@@ -9,6 +9,7 @@ import tracemalloc
 import numpy as np
 import pytest
 
+from glisp_testing.driver_memory import traced
 from tests.glisp_infer.conftest import _publish_version, infer_cfg, make_model, publish_renumbered
 
 pytestmark = pytest.mark.usefixtures("spark")
@@ -67,12 +68,9 @@ def test_an_incremental_refresh_holds_nothing_per_vertex_in_the_driver(spark, tm
             tracemalloc.reset_peak()
 
     monkeypatch.setattr(R, "knn_changed", measured)
-    tracemalloc.start()
-    try:
+    with traced() as t:
         rec = run_infer(spark, cfg, new)
-        peaks.append(tracemalloc.get_traced_memory()[1])
-    finally:
-        tracemalloc.stop()
+    peaks.append(t.peak)
     inc = rec.counts["incremental"]
     assert inc["path"] == "incremental", inc
     assert inc["added"] == 7 and inc["removed"] == 1000 and inc["changed_features"] == 50, inc

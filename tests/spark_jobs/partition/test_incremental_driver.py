@@ -5,13 +5,12 @@ partitioner's tests spread theirs), so that a per-vertex array would dominate wh
 
 from __future__ import annotations
 
-import tracemalloc
-
 import numpy as np
 import pandas as pd
 import pytest
 
 from glisp_core.config import with_values
+from glisp_testing.driver_memory import traced
 from glisp_testing.graphs import rmat_edges, write_dataset
 from glisp_testing.partitions import publish_partition
 from spark_jobs.partition.job import run_partition
@@ -66,12 +65,9 @@ def test_a_spark_refresh_holds_nothing_per_vertex_in_the_driver(spark, cfg, vers
     place_capped(z, z, z + 1, z, np.zeros((1, 1), np.uint64), np.zeros(P, np.int64), 9, 1.0, np.full(3, -1))
     # zarr's modules imported and its codecs set up before measuring: a fixed cost, not the refresh's state
     open_group(str(tmp_path / "warm.zarr"), mode="w").create_array("a", shape=(4,), chunks=(2,), dtype="int64")[:] = 1
-    tracemalloc.start()
-    try:
+    with traced() as t:
         rec = run_partition(spark, _cfg(cfg, v1, run), v2)
-        peak = tracemalloc.get_traced_memory()[1]
-    finally:
-        tracemalloc.stop()
+    peak = t.peak
     inc = rec.counts["incremental"]
     assert (inc["path"], inc["mode"], inc["same_ids"]) == ("incremental", "spark", False), inc
     assert inc["added"] >= k > 0 and inc["kept"] + inc["added"] == rec.counts["edges"], inc
