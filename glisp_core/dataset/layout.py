@@ -11,9 +11,10 @@ the accessors below resolve a stage's published output through that record::
     ingest/@A/features/           vid, feat (array<float>)              (Parquet, only when the graph has them)
     ingest/@A/rejects/<kind>/                                           (Parquet, quarantine mode only)
     partition/<run>/@A/assignment/   eid, part                          (Parquet)
-    partition/<run>/@A/replicas/     vid, parts (array<int>), master
+    partition/<run>/@A/replicas/     vid, parts (array<int>)
     serialize/<run>/@A/part-NNNNN/   raw arrays + meta.json             (glisp_core.partition_format)
     serialize/<run>/@A/parquet/      edges/ and vertices/ per partition
+    serialize/<run>/@A/masters/      vid, master                        (Parquet)
     reorder/<run>/<order>/@A/        vid, part, pos, part_pos, degree   (Parquet)
     reorder/<run>/<order>/@A/_index/ by vertex id and by partition      (Zarr, glisp_core.dataset.order_index)
     train/<run>/@A/                  model.json + weights.pt            (glisp_core.models checkpoint)

@@ -124,11 +124,20 @@ def measure(
     e = a.groupBy("part").count().toArrow()
     epp = np.zeros(parts, np.int64)
     epp[e.column("part").to_numpy()] = e.column("count").to_numpy()
-    v = r.select(F.explode("parts").alias("part")).groupBy("part").count().toArrow()
+    # one pass over the replica sets: a vertex counts in each of its partitions, and once in its first one
+    first = (F.col("part") == F.element_at("parts", 1)).cast("long")
+    v = (
+        r.select("parts", F.explode("parts").alias("part"))
+        .groupBy("part")
+        .agg(
+            F.count("*").alias("count"), F.sum(first).alias("n"), F.sum((F.size("parts") == 1).cast("long")).alias("i")
+        )
+        .toArrow()
+    )
     vpp = np.zeros(parts, np.int64)
     vpp[v.column("part").to_numpy()] = v.column("count").to_numpy()
-    row = r.agg(F.count(F.lit(1)).alias("n"), F.sum((F.size("parts") == 1).cast("long")).alias("interior")).collect()[0]
-    return summarize(epp, vpp, int(row["n"] or 0), int(row["interior"] or 0), num_edges, expect_epp)
+    n, interior = (int(v.column(c).to_numpy().sum()) for c in ("n", "i"))
+    return summarize(epp, vpp, n, interior, num_edges, expect_epp)
 
 
 def summarize(

@@ -41,9 +41,9 @@ from glisp_core.partition_format import FIELD_BY_NAME, FORMAT_VERSION, META_FILE
 from glisp_core.storage.store import Store
 from glisp_core.storage.uri import StoreURI
 from glisp_spark.session import size_shuffles
-from glisp_spark.tables import read_parquet
+from glisp_spark.tables import read_parquet, write_parquet
 from spark_jobs.serialize.build import SUMMARY_SCHEMA, BuildContext, build_partition, empty_inputs, make_task
-from spark_jobs.serialize.master import compute_masters
+from spark_jobs.serialize.master import MASTERS_DIR, compute_masters
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
@@ -240,8 +240,10 @@ def run_serialize(
 
         t = time.perf_counter()
         masters = compute_masters(spark, dv, run, num_parts, sc.master_rule)
+        # reorder reads this table instead of computing the masters again (master.published_masters)
+        write_parquet(masters.df.select(VID, MASTER), pub.tmp / MASTERS_DIR)
         timings["masters_s"] = round(time.perf_counter() - t, 3)
-        vrows = _vertex_rows(spark, dv, edges, vertices, masters.df, fdim)
+        vrows = _vertex_rows(spark, dv, _vertex_info(edges, vertices, masters.df), vertices, fdim)
         ecols = (
             [PART, EID, SRC, DST, ETYPE]
             + ([WEIGHT] if schema.get("weighted") else [])
@@ -256,7 +258,7 @@ def run_serialize(
             join_check(joined, apath, num_edges)
             raise
         timings["build_s"] = round(time.perf_counter() - t, 3)
-        masters.df.unpersist()
+        masters.unpersist()
         check_written(
             dv.store,
             pub.tmp,
@@ -267,6 +269,7 @@ def run_serialize(
             f"partition/{run} assigns" if subset else "ingest has",
         )
         counts, metrics = _counts_and_metrics(summ, num_edges, masters.isolated)
+        counts["masters_rows"] = sum(masters.per_part)
         timings["total_s"] = round(time.perf_counter() - t0, 3)
         return pub.commit(counts=counts, metrics=metrics, timings=timings)
 
@@ -299,23 +302,30 @@ def _build_context(
     )
 
 
+def _vertex_info(edges: DataFrame, vertices: DataFrame, masters: DataFrame) -> DataFrame:
+    """One row per vertex: its replica set, master and type, and its degrees over ``edges``."""
+    from pyspark.sql import functions as F
+
+    out_deg = edges.groupBy(F.col(SRC).alias(VID)).agg(F.count("*").alias("out_deg"))
+    in_deg = edges.groupBy(F.col(DST).alias(VID)).agg(F.count("*").alias("in_deg"))
+    return (
+        masters.select(VID, PARTS, MASTER)
+        .join(vertices.select(VID, VTYPE), VID)
+        .join(out_deg, VID, "left")
+        .join(in_deg, VID, "left")
+        .fillna(0, ["out_deg", "in_deg"])
+    )
+
+
 def _vertex_rows(
-    spark: SparkSession, dv: DatasetVersion, edges: DataFrame, vertices: DataFrame, masters: DataFrame, fdim: int
+    spark: SparkSession, dv: DatasetVersion, vinfo: DataFrame, vertices: DataFrame, fdim: int
 ) -> DataFrame:
     """One row per (vertex, partition holding a replica): degrees, replica set, master and type, plus, on the
     master's row, the label, split and features."""
     from pyspark.sql import functions as F
 
-    out_deg = edges.groupBy(F.col(SRC).alias(VID)).agg(F.count("*").alias("out_deg"))
-    in_deg = edges.groupBy(F.col(DST).alias(VID)).agg(F.count("*").alias("in_deg"))
-    vinfo = (
-        masters.join(vertices.select(VID, VTYPE), VID)
-        .join(out_deg, VID, "left")
-        .join(in_deg, VID, "left")
-        .fillna(0, ["out_deg", "in_deg"])
-    )
     vrows = vinfo.select(VID, "out_deg", "in_deg", PARTS, MASTER, VTYPE, F.explode(PARTS).alias(PART))
-    mrows = masters.select(VID, F.col(MASTER).alias(PART)).join(vertices.select(VID, LABEL, SPLIT), VID)
+    mrows = vinfo.select(VID, F.col(MASTER).alias(PART)).join(vertices.select(VID, LABEL, SPLIT), VID)
     if fdim:
         mrows = mrows.join(read_parquet(spark, dv.features).select(VID, FEAT), VID, "left")
     else:

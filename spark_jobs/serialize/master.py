@@ -24,23 +24,32 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from glisp_core.dataset.layout import MASTER, PARTS, VID, DatasetVersion
-from glisp_core.errors import BadInputError, ConfigError
+from glisp_core.dataset.manifest import Manifest
+from glisp_core.errors import BadInputError, ConfigError, StageError
 from glisp_spark.tables import read_parquet
 
 if TYPE_CHECKING:
     from pyspark.sql import Column, DataFrame, SparkSession
 
 SLICES = 4
+MASTERS_DIR = "masters"  # serialize/<run>/@A/masters/: vid, master (Parquet), what reorder reads
 _MASK53 = (1 << 53) - 1
 
 
 @dataclass
 class Masters:
-    """``df``: vid long, parts array<int> (isolated: [master]), master int, isolated bool (cached)."""
+    """``df``: vid long, master int; computed here also parts array<int> (isolated: [master]) and isolated bool,
+    read from serialize's table nothing else (and not cached: a Parquet table); computed ones are cached until
+    :meth:`unpersist`."""
 
     df: DataFrame
     per_part: list[int]  # vertices mastered by each partition
     isolated: int
+    cached: tuple[DataFrame, ...] = ()  # what ``df`` is computed from, cached beside it
+
+    def unpersist(self) -> None:
+        for d in (self.df, *self.cached):
+            d.unpersist()
 
 
 def _uniform(vid: Column, k: Column, salt: str) -> Column:
@@ -63,7 +72,11 @@ def _race(cands: Column, vid: Column, weights: list[float]) -> Column:
 
 
 def compute_masters(spark: SparkSession, dv: DatasetVersion, run: str, num_parts: int, rule: str) -> Masters:
-    """Master partition of every ingest vertex under ``rule`` (see module docstring)."""
+    """Master partition of every ingest vertex under ``rule`` (see module docstring).
+
+    Spark actions: one over the joined vertices (the input checks, the interior vertices' counts and the
+    isolated count together), then one per slice; under ``hash`` one count of the result instead of the slices.
+    """
     from pyspark import StorageLevel
     from pyspark.sql import functions as F
 
@@ -74,30 +87,8 @@ def compute_masters(spark: SparkSession, dv: DatasetVersion, run: str, num_parts
     j = verts.withColumn("_v", F.lit(True)).join(reps.withColumn("_r", F.lit(True)), VID, "full_outer")
     bad_vid = F.col("_v").isNull()
     bad_parts = F.col("_r").isNotNull() & ((F.size(PARTS) == 0) | F.exists(PARTS, lambda p: (p < 0) | (p >= num_parts)))
-    stats = j.agg(F.sum(bad_vid.cast("long")).alias("vid"), F.sum(bad_parts.cast("long")).alias("parts")).collect()[0]
-    if stats["vid"]:
-        ex = [r[VID] for r in j.filter(bad_vid).limit(3).collect()]
-        raise BadInputError(
-            str(dv.replicas(run)),
-            VID,
-            stats["vid"],
-            None,
-            "name vertices that ingest/vertices does not have",
-            ex,
-            "re-run 'glisp partition' on this dataset version",
-        )
-    if stats["parts"]:
-        ex = [f"vid={r[VID]} parts={list(r[PARTS])}" for r in j.filter(bad_parts).limit(3).collect()]
-        raise BadInputError(
-            str(dv.replicas(run)),
-            PARTS,
-            stats["parts"],
-            None,
-            f"have an empty replica set or a partition id outside [0, {num_parts})",
-            ex,
-        )
     v = (
-        j.select(VID, PARTS)
+        j.select(VID, PARTS, bad_vid.alias("_bad_vid"), bad_parts.alias("_bad_parts"))
         .withColumn("isolated", F.col(PARTS).isNull())
         .withColumn("_cand", F.coalesce(F.col(PARTS), F.sequence(F.lit(0), F.lit(num_parts - 1))))
         .withColumn(
@@ -108,19 +99,30 @@ def compute_masters(spark: SparkSession, dv: DatasetVersion, run: str, num_parts
         )
         .persist(StorageLevel.MEMORY_AND_DISK)
     )
+    first = F.when(F.col("_slice") == -1, F.element_at("_cand", 1)).otherwise(F.lit(-1))
+    rows = (
+        v.groupBy(first.alias("m"))
+        .agg(
+            F.count("*").alias("n"),
+            F.sum(F.col("_bad_vid").cast("long")).alias("bad_vid"),
+            F.sum(F.col("_bad_parts").cast("long")).alias("bad_parts"),
+            F.sum(F.col("isolated").cast("long")).alias("isolated"),
+        )
+        .collect()
+    )
+    _check(
+        dv, run, num_parts, j, bad_vid, bad_parts, sum(r["bad_vid"] for r in rows), sum(r["bad_parts"] for r in rows)
+    )
+    iso = sum(int(r["isolated"]) for r in rows)
     vid = F.col(VID)
     if rule == "hash":
-        pick = F.element_at("_cand", (F.pmod(F.xxhash64(vid, F.lit("master")), F.size("_cand")) + 1).cast("int"))
-        master = pick
+        master = F.element_at("_cand", (F.pmod(F.xxhash64(vid, F.lit("master")), F.size("_cand")) + 1).cast("int"))
     else:
         counts = dict.fromkeys(range(num_parts), 0)
-        first = F.when(F.col("_slice") == -1, F.element_at("_cand", 1)).otherwise(F.lit(-1))
-        total = 0
-        for r in v.groupBy(first.alias("m")).count().collect():
-            total += int(r["count"])
+        for r in rows:
             if r["m"] >= 0:
-                counts[int(r["m"])] = int(r["count"])
-        target = total / num_parts
+                counts[int(r["m"])] = int(r["n"])
+        target = sum(int(r["n"]) for r in rows) / num_parts
         eps = max(target, 1.0) * 1e-6
         master = F.when(F.col("_slice") == -1, F.element_at("_cand", 1))
         for s in range(SLICES):
@@ -131,14 +133,65 @@ def compute_masters(spark: SparkSession, dv: DatasetVersion, run: str, num_parts
             master = master.when(F.col("_slice") == s, expr)
     mcol = master.cast("int")
     parts = F.when(F.col("isolated"), F.array(mcol)).otherwise(F.col(PARTS))
-    out = v.select(VID, parts.alias(PARTS), mcol.alias(MASTER), "isolated")
-    out = out.persist(StorageLevel.MEMORY_AND_DISK)
-    per_part = [0] * num_parts
-    iso = 0
-    for r in (
-        out.groupBy(MASTER).agg(F.count("*").alias("c"), F.sum(F.col("isolated").cast("long")).alias("i")).collect()
-    ):
-        per_part[int(r[MASTER])] = int(r["c"])
-        iso += int(r["i"])
-    v.unpersist()
-    return Masters(df=out, per_part=per_part, isolated=iso)
+    out = v.select(VID, parts.alias(PARTS), mcol.alias(MASTER), "isolated").persist(StorageLevel.MEMORY_AND_DISK)
+    if rule == "hash":
+        counts = dict.fromkeys(range(num_parts), 0)
+        for r in out.groupBy(MASTER).count().collect():
+            counts[int(r[MASTER])] = int(r["count"])
+    # after the slices every vertex is counted once, in its master's count: the per-partition totals
+    return Masters(df=out, per_part=[counts[k] for k in range(num_parts)], isolated=iso, cached=(v,))
+
+
+def _check(
+    dv: DatasetVersion,
+    run: str,
+    num_parts: int,
+    j: DataFrame,
+    bad_vid: Column,
+    bad_parts: Column,
+    n_vid: int,
+    n_parts: int,
+) -> None:
+    """Replica rows naming no ingest vertex, or with no partition or one outside [0, P): the file, the count and
+    examples (read again only when there are some)."""
+    if n_vid:
+        ex = [r[VID] for r in j.filter(bad_vid).limit(3).collect()]
+        raise BadInputError(
+            str(dv.replicas(run)),
+            VID,
+            n_vid,
+            None,
+            "name vertices that ingest/vertices does not have",
+            ex,
+            "re-run 'glisp partition' on this dataset version",
+        )
+    if n_parts:
+        ex = [f"vid={r[VID]} parts={list(r[PARTS])}" for r in j.filter(bad_parts).limit(3).collect()]
+        raise BadInputError(
+            str(dv.replicas(run)),
+            PARTS,
+            n_parts,
+            None,
+            f"have an empty replica set or a partition id outside [0, {num_parts})",
+            ex,
+        )
+
+
+def published_masters(spark: SparkSession, man: Manifest, run: str, num_parts: int, rule: str) -> Masters | None:
+    """The masters ``serialize/<run>`` wrote (its ``masters/`` table), where they are what :func:`compute_masters`
+    gives now: the stage is current (built from this ingest and partition run), under ``rule`` and ``num_parts``,
+    by a build that writes the table. Masters are a pure function of those inputs, so reorder reads them
+    instead of computing them again. None otherwise."""
+    name = f"serialize/{run}"
+    rec = man.stages.get(name)
+    if rec is None or "masters_rows" not in rec.counts or man.location is None:
+        return None
+    if rec.params.get("master_rule") != rule or int(rec.params.get("parts", -1)) != num_parts:
+        return None
+    try:
+        man.stage(name)  # its ingest and partition run are the current ones
+    except StageError:
+        return None
+    df = read_parquet(spark, man.location.serialized(run) / MASTERS_DIR).select(VID, MASTER)
+    per_part = [int(x) for x in rec.counts["master_per_part"]]
+    return Masters(df=df, per_part=per_part, isolated=int(rec.counts["isolated_vertices"]))

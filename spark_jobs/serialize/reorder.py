@@ -2,7 +2,8 @@
 
 Every vertex belongs to exactly one inference partition: its own partition if interior, else its
 master partition; that is exactly the master rule of serialize (spark_jobs.serialize.master, the one
-implementation both stages call), so an isolated vertex goes to its master too. Orders, with
+implementation both stages call; reorder reads the ``masters/`` table serialize wrote when that stage is
+current under the same rule), so an isolated vertex goes to its master too. Orders, with
 ``degree`` = global in-degree + out-degree:
 
 * ``pds`` (Partition-based Degree Sort): (part, degree descending, vid)
@@ -30,7 +31,7 @@ from glisp_core.errors import ConfigError
 from glisp_spark.session import size_shuffles
 from glisp_spark.tables import read_parquet, write_parquet
 from spark_jobs.serialize.job import resolve_run
-from spark_jobs.serialize.master import compute_masters
+from spark_jobs.serialize.master import compute_masters, published_masters
 from spark_jobs.serialize.order_index import write_order_index
 
 if TYPE_CHECKING:
@@ -120,7 +121,10 @@ def run_reorders(
     if not todo:
         return [_published(pubs[o]) for o in orders]
     size_shuffles(spark, cfg.spark, int(man.schema["num_edges"]))
-    masters = compute_masters(spark, dv, run, num_parts, cfg.serialize.master_rule)
+    rule = cfg.serialize.master_rule
+    masters = published_masters(spark, man, run, num_parts, rule)
+    masters_from = f"serialize/{run}" if masters else "computed"
+    masters = masters or compute_masters(spark, dv, run, num_parts, rule)
     t = _masters_with_degrees(spark, dv, masters.df)
     starts = [sum(masters.per_part[:k]) for k in range(num_parts)]
     t_masters = time.perf_counter() - t0
@@ -147,6 +151,7 @@ def run_reorders(
                 "vertices": sum(masters.per_part),
                 "vertices_per_part": masters.per_part,
                 "isolated_vertices": masters.isolated,
+                "masters_from": masters_from,
                 "index_chunks_by_vid": idx["chunks_by_vid"],
                 "index_chunks_by_part": idx["chunks_by_part"],
                 "index_written_by": idx["written_by"],
@@ -158,7 +163,7 @@ def run_reorders(
             }
             recs[o] = pub.commit(counts=counts, timings=timings)
     t.unpersist()
-    masters.df.unpersist()
+    masters.unpersist()
     return [recs[o] for o in orders]
 
 

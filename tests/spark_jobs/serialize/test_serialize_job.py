@@ -200,6 +200,7 @@ def test_reorder_tables(typed, reorders, order: str) -> None:
     dv, _, run, _, _ = typed
     rec = reorders[order]
     assert rec.name == f"reorder/{run}/{order}" and rec.depends.keys() == {"ingest", f"partition/{run}"}
+    assert rec.counts["masters_from"] == f"serialize/{run}"  # read, not computed again (the next test)
     t = pq.read_table(dv.reorder(run, order)).to_pandas().sort_values("pos")
     assert np.array_equal(np.sort(t["vid"].to_numpy()), np.arange(N))  # a permutation of all vertices
     assert np.array_equal(t["pos"].to_numpy(), np.arange(N))
@@ -217,6 +218,48 @@ def test_reorder_tables(typed, reorders, order: str) -> None:
     for k in range(P):
         pp = t[t["part"] == k]["part_pos"].to_numpy()
         assert np.array_equal(pp, np.arange(len(pp)))
+
+
+def test_reorder_reads_the_masters_serialize_computed_only_where_they_are_the_same(typed, spark, tmp_path) -> None:
+    """serialize's ``masters/`` table is what :func:`compute_masters` gives for the same inputs; reorder reads it
+    only when serialize ran under the same rule and the same record kind, and computes them otherwise."""
+    from dataclasses import replace
+
+    from glisp_core.storage.uri import parse_uri
+    from glisp_testing.stores import copy_version
+    from spark_jobs.serialize.master import compute_masters, published_masters
+    from spark_jobs.serialize.reorder import run_reorder
+
+    src, _, run, rec, cfg = typed
+    dv = copy_version(src, parse_uri(tmp_path), skip=("reorder",))  # this test publishes a reorder of its own
+    man = read_manifest(dv)
+    got = published_masters(spark, man, run, P, "least_loaded")
+    assert got is not None and rec.counts["masters_rows"] == N
+    mine = compute_masters(spark, dv, run, P, "least_loaded")
+    try:
+        a = got.df.toPandas().sort_values("vid")
+        b = mine.df.select("vid", "master").toPandas().sort_values("vid")
+        assert np.array_equal(a["vid"], np.arange(N)) and np.array_equal(a["master"], b["master"])
+        assert (got.per_part, got.isolated) == (mine.per_part, mine.isolated) and mine.isolated == 10
+        assert got.per_part == rec.counts["master_per_part"] and sum(got.per_part) == N
+    finally:
+        got.unpersist()
+        mine.unpersist()
+    assert published_masters(spark, man, run, P, "hash") is None  # serialize ran under another rule
+    older = replace(man.stages[f"serialize/{run}"], counts={**rec.counts})
+    del older.counts["masters_rows"]  # a record of a build that did not write the table
+    man.stages[f"serialize/{run}"] = older
+    assert published_masters(spark, man, run, P, "least_loaded") is None
+    hashed = run_reorder(spark, with_values(cfg, "serialize", master_rule="hash"), dv, order="ps")
+    assert hashed.counts["masters_from"] == "computed"
+    mh = compute_masters(spark, dv, run, P, "hash")
+    try:
+        want = mh.df.select("vid", "master").toPandas().set_index("vid")["master"]
+        assert hashed.counts["vertices_per_part"] == mh.per_part
+    finally:
+        mh.unpersist()
+    t = pq.read_table(dv.reorder(run, "ps")).to_pandas()
+    assert np.array_equal(t["part"].to_numpy(), want.loc[t["vid"]].to_numpy())
 
 
 @pytest.mark.parametrize(("order", "where"), [("pds", "driver"), ("ds", "driver"), ("pds", "executors")])
