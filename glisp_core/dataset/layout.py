@@ -14,7 +14,7 @@ the accessors below resolve a stage's published output through that record::
     partition/<run>/@A/replicas/     vid, parts (array<int>)
     serialize/<run>/@A/part-NNNNN/   raw arrays + meta.json             (glisp_core.partition_format)
     serialize/<run>/@A/parquet/      edges/ and vertices/ per partition
-    serialize/<run>/@A/masters/      vid, master                        (Parquet)
+    serialize/<run>/@A/masters/      vid, master[, degree]              (Parquet)
     reorder/<run>/<order>/@A/        vid, part, pos, part_pos, degree   (Parquet)
     reorder/<run>/<order>/@A/_index/ by vertex id and by partition      (Zarr, glisp_core.dataset.order_index)
     train/<run>/@A/                  model.json + weights.pt            (glisp_core.models checkpoint)

@@ -21,7 +21,8 @@ from numpy.typing import DTypeLike
 from glisp_core.errors import GlispError
 from glisp_core.partition_format import write_partition
 from glisp_core.storage.store import store_for
-from glisp_core.storage.uri import parse_uri
+from glisp_core.storage.uri import StoreURI, parse_uri
+from spark_jobs.serialize.master import MASTERS_DIR
 
 SUMMARY_SCHEMA = "part int, summary string"
 
@@ -41,6 +42,7 @@ class BuildContext:
     has_labels: bool
     has_split: bool
     parquet_copy: bool
+    degrees: bool = True  # the masters/ rows carry each vertex's degree (every ingest edge is in the partitions)
     extra: dict[str, Any] = field(default_factory=dict)
 
 
@@ -107,6 +109,7 @@ def build_partition(ctx: BuildContext, part: int, edges: pa.Table, verts: pa.Tab
         extra=ctx.extra,
         create_parent=False,
     )
+    _write_masters(ctx, out, part, mverts)
     if ctx.parquet_copy:
         ecols = (
             ["eid", "src", "dst", "etype"] + (["weight"] if ctx.weighted else []) + (["ts"] if ctx.timestamped else [])
@@ -121,6 +124,16 @@ def build_partition(ctx: BuildContext, part: int, edges: pa.Table, verts: pa.Tab
         vt = vt.append_column("part", pa.array(np.full(vt.num_rows, part, np.int32)))
         store.write_table(vt, out / "parquet" / "vertices" / f"part-{part:05d}.parquet")
     return wp.summary()
+
+
+def _write_masters(ctx: BuildContext, out: StoreURI, part: int, mverts: pa.Table) -> None:
+    """``masters/part-NNNNN.parquet``: the vertices this partition masters (vid, master[, degree]), what reorder
+    reads instead of computing the masters and the degrees again (spark_jobs.serialize.master)."""
+    vid = _col(mverts, "vid", np.int64)
+    cols = {"vid": pa.array(vid), "master": pa.array(np.full(len(vid), part, np.int32))}
+    if ctx.degrees:
+        cols["degree"] = pa.array(_col(mverts, "out_deg", np.int64) + _col(mverts, "in_deg", np.int64))
+    store_for(out).write_table(pa.table(cols), out / MASTERS_DIR / f"part-{part:05d}.parquet")
 
 
 def make_task(ctx: BuildContext) -> Callable[[tuple, pa.Table, pa.Table], pa.Table]:

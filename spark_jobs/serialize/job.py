@@ -41,7 +41,7 @@ from glisp_core.partition_format import FIELD_BY_NAME, FORMAT_VERSION, META_FILE
 from glisp_core.storage.store import Store
 from glisp_core.storage.uri import StoreURI
 from glisp_spark.session import size_shuffles
-from glisp_spark.tables import read_parquet, write_parquet
+from glisp_spark.tables import read_parquet
 from spark_jobs.serialize.build import SUMMARY_SCHEMA, BuildContext, build_partition, empty_inputs, make_task
 from spark_jobs.serialize.master import MASTERS_DIR, compute_masters
 
@@ -172,6 +172,10 @@ def check_written(
         on_disk += int(meta["num_edges"])
         if parquet and s["edges"] and f"parquet/edges/{name}.parquet" not in sizes:
             raise StageError(f"serialize/{run}: the Parquet copy of partition {k} is missing")
+        if f"{MASTERS_DIR}/{name}.parquet" not in sizes:
+            raise StageError(
+                f"serialize/{run}: the masters of partition {k} are missing ({MASTERS_DIR}/{name}.parquet)"
+            )
     if on_disk != num_edges:
         raise StageError(f"serialize/{run}: partitions hold {on_disk:,} edges in the store, {expected} {num_edges:,}")
 
@@ -240,8 +244,6 @@ def run_serialize(
 
         t = time.perf_counter()
         masters = compute_masters(spark, dv, run, num_parts, sc.master_rule)
-        # reorder reads this table instead of computing the masters again (master.published_masters)
-        write_parquet(masters.df.select(VID, MASTER), pub.tmp / MASTERS_DIR)
         timings["masters_s"] = round(time.perf_counter() - t, 3)
         vrows = _vertex_rows(spark, dv, _vertex_info(edges, vertices, masters.df), vertices, fdim)
         ecols = (
@@ -250,6 +252,7 @@ def run_serialize(
             + ([TS] if schema.get("timestamped") else [])
         )
         ctx = _build_context(pub, dv, run, num_parts, schema, sc, fdim, has_labels, has_split)
+        ctx.degrees = not subset  # an edge subset's degrees are not the ones reorder orders by
         t = time.perf_counter()
         apath = str(dv.assignment(run))
         try:

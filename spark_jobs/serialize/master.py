@@ -32,15 +32,15 @@ if TYPE_CHECKING:
     from pyspark.sql import Column, DataFrame, SparkSession
 
 SLICES = 4
-MASTERS_DIR = "masters"  # serialize/<run>/@A/masters/: vid, master (Parquet), what reorder reads
+MASTERS_DIR = "masters"  # serialize/<run>/@A/masters/: vid, master[, degree] (Parquet), what reorder reads
 _MASK53 = (1 << 53) - 1
 
 
 @dataclass
 class Masters:
     """``df``: vid long, master int; computed here also parts array<int> (isolated: [master]) and isolated bool,
-    read from serialize's table nothing else (and not cached: a Parquet table); computed ones are cached until
-    :meth:`unpersist`."""
+    read from serialize's table its degree where it wrote one (and not cached: a Parquet table); computed ones
+    are cached until :meth:`unpersist`."""
 
     df: DataFrame
     per_part: list[int]  # vertices mastered by each partition
@@ -192,6 +192,6 @@ def published_masters(spark: SparkSession, man: Manifest, run: str, num_parts: i
         man.stage(name)  # its ingest and partition run are the current ones
     except StageError:
         return None
-    df = read_parquet(spark, man.location.serialized(run) / MASTERS_DIR).select(VID, MASTER)
+    df = read_parquet(spark, man.location.serialized(run) / MASTERS_DIR)  # vid, master[, degree]
     per_part = [int(x) for x in rec.counts["master_per_part"]]
     return Masters(df=df, per_part=per_part, isolated=int(rec.counts["isolated_vertices"]))

@@ -300,6 +300,13 @@ def test_a_link_model_scores_the_held_out_test_edges_only_from_the_training_grap
 
     rec = run_infer(spark, infer_cfg(model="sage-lp", run="sage-lp-train", partition=lp), g.dv)
     assert rec.params["partition"] == lp
+    # the training run's partitions hold no held-out edge, so their degrees are not the graph's: serialize wrote
+    # the masters alone, and reorder counted the degrees over every edge itself
+    assert g.dv.store.read_table(g.dv.serialized(lp) / "masters").column_names == ["vid", "master"]
+    order = g.dv.store.read_table(g.dv.reorder(lp, "pds")).sort_by("vid")
+    deg = np.bincount(g.src, minlength=g.n) + np.bincount(g.dst, minlength=g.n)
+    assert np.array_equal(order.column("degree").to_numpy(), deg[order.column("vid").to_numpy()])
+    assert read_manifest(g.dv).stages[f"reorder/{lp}/pds"].counts["masters_from"] == f"serialize/{lp}"
     held = read_heldout(g.dv, lp)
     src, dst = held["src"][held["split"] == 2], held["dst"][held["split"] == 2]
     pair = lambda a, b: np.minimum(a, b).astype(np.int64) * g.n + np.maximum(a, b)  # noqa: E731 (unordered)

@@ -240,6 +240,8 @@ def test_reorder_reads_the_masters_serialize_computed_only_where_they_are_the_sa
         a = got.df.toPandas().sort_values("vid")
         b = mine.df.select("vid", "master").toPandas().sort_values("vid")
         assert np.array_equal(a["vid"], np.arange(N)) and np.array_equal(a["master"], b["master"])
+        g = read_ingest(dv)  # the build tasks wrote every vertex's degree over every edge: what reorder orders by
+        assert np.array_equal(a["degree"], np.bincount(g["src"], minlength=N) + np.bincount(g["dst"], minlength=N))
         assert (got.per_part, got.isolated) == (mine.per_part, mine.isolated) and mine.isolated == 10
         assert got.per_part == rec.counts["master_per_part"] and sum(got.per_part) == N
     finally:
@@ -260,6 +262,8 @@ def test_reorder_reads_the_masters_serialize_computed_only_where_they_are_the_sa
         mh.unpersist()
     t = pq.read_table(dv.reorder(run, "ps")).to_pandas()
     assert np.array_equal(t["part"].to_numpy(), want.loc[t["vid"]].to_numpy())
+    deg = np.bincount(g["src"], minlength=N) + np.bincount(g["dst"], minlength=N)
+    assert np.array_equal(t["degree"].to_numpy(), deg[t["vid"].to_numpy()])  # counted by reorder itself here
 
 
 @pytest.mark.parametrize(("order", "where"), [("pds", "driver"), ("ds", "driver"), ("pds", "executors")])

@@ -130,7 +130,8 @@ def test_cli_finds_the_s3_stages_current(both, capsys) -> None:
 
 
 def test_the_driver_checks_the_store_against_the_tasks(both) -> None:
-    """check_written refuses an attempt whose meta.json is not the task's or whose field object is missing."""
+    """check_written refuses an attempt whose meta.json is not the task's, or whose field object or masters file
+    is missing."""
     from spark_jobs.serialize.job import check_written
 
     _, remote, run, _, rrec = both
@@ -156,6 +157,9 @@ def test_the_driver_checks_the_store_against_the_tasks(both) -> None:
         check_written(store, scratch, run, wrong, edges, parquet=True)
     store.delete(scratch / "part-00001" / "in_eid.bin")
     with pytest.raises(StageError, match=r"partition 1 is not complete in the store: s3://\S+/part-00001/in_eid\.bin"):
+        check_written(store, scratch, run, summaries, edges, parquet=True)
+    store.delete(scratch / "masters" / "part-00000.parquet")  # checked before partition 1's fields
+    with pytest.raises(StageError, match=r"the masters of partition 0 are missing \(masters/part-00000\.parquet\)"):
         check_written(store, scratch, run, summaries, edges, parquet=True)
     store.delete(scratch)
 
