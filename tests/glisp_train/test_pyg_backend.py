@@ -199,7 +199,10 @@ def test_link_prediction_script_matches_in_memory_data(cora, lp_cluster, capsys)
     m, s = float(np.mean(mem)), float(np.mean(svc))
     with capsys.disabled():
         print(f"\nCora link prediction test AUC, seeds {SEEDS}: in-memory Data {m:.4f} {mem}, service {s:.4f} {svc}")
-    assert abs(m - s) <= 0.02, (mem, svc)
+    # three short trainings per side move the mean by about 0.01 (one seed's AUC by 0.02-0.05): the sides may
+    # differ by three standard errors of the difference of their means, and by 0.02 whatever the spread
+    se = float(np.sqrt(np.var(mem, ddof=1) / len(mem) + np.var(svc, ddof=1) / len(svc)))
+    assert abs(m - s) <= max(0.02, 3 * se), (mem, svc, se)
     assert min(m, s) > 0.75
 
 
