@@ -251,8 +251,7 @@ def run_serialize(
             + ([WEIGHT] if schema.get("weighted") else [])
             + ([TS] if schema.get("timestamped") else [])
         )
-        ctx = _build_context(pub, dv, run, num_parts, schema, sc, fdim, has_labels, has_split)
-        ctx.degrees = not subset  # an edge subset's degrees are not the ones reorder orders by
+        ctx = _build_context(pub, dv, run, num_parts, schema, sc, fdim, has_labels, has_split, subset)
         t = time.perf_counter()
         apath = str(dv.assignment(run))
         try:
@@ -287,8 +286,10 @@ def _build_context(
     fdim: int,
     has_labels: bool,
     has_split: bool,
+    subset: bool,
 ) -> BuildContext:
-    """What every partition's build task needs: the layout of the graph and where the attempt writes."""
+    """What every partition's build task needs: the layout of the graph and where the attempt writes. An edge
+    subset's degrees are not the ones reorder orders by, so its masters/ rows carry none."""
     return BuildContext(
         out_dir=pub.tmp.qualified,
         num_parts=num_parts,
@@ -301,6 +302,7 @@ def _build_context(
         has_labels=has_labels,
         has_split=has_split,
         parquet_copy=sc.parquet_copy,
+        degrees=not subset,
         extra={"stage": f"serialize/{run}", "graph": dv.graph, "version": dv.version, "master_rule": sc.master_rule},
     )
 

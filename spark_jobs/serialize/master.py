@@ -38,9 +38,9 @@ _MASK53 = (1 << 53) - 1
 
 @dataclass
 class Masters:
-    """``df``: vid long, master int; computed here also parts array<int> (isolated: [master]) and isolated bool,
-    read from serialize's table its degree where it wrote one (and not cached: a Parquet table); computed ones
-    are cached until :meth:`unpersist`."""
+    """``df``: vid long, master int. Computed here it also has parts array<int> (isolated: [master]) and
+    isolated bool, and is cached until :meth:`unpersist`; read from serialize's table it has degree where
+    serialize wrote one, and is not cached (a Parquet table)."""
 
     df: DataFrame
     per_part: list[int]  # vertices mastered by each partition
