@@ -173,14 +173,13 @@ def test_executors_that_never_start_fail_the_stage_in_bounded_time_naming_why(st
     the master relaunches executors without end, so the stage fails by spark.no_executor_timeout_s, with the
     reason in its message, instead of waiting."""
     broken = {**CLUSTER_CONF, "spark.executor.extraJavaOptions": "-javaagent:/nonexistent/agent.jar"}
+    broken["spark.scheduler.maxRegisteredResourcesWaitingTime"] = "2s"  # not Spark's 30 s wait before the first job
     t0 = time.monotonic()
     r = glisp(
         "ingest", "--builtin", GRAPH, "--root", str(tmp_path / "root"), "--master", standalone.url,
-        "--set", spark_set(broken), "--set", "spark.no_executor_timeout_s=12",
+        "--set", spark_set(broken), "--set", "spark.no_executor_timeout_s=6",
     )  # fmt: skip
     took = time.monotonic() - t0
     assert r.returncode == 1, r.stdout[-2000:] + r.stderr[-2000:]
-    assert "no executor has been up for" in r.stderr and "spark.no_executor_timeout_s = 12" in r.stderr, r.stderr[
-        -3000:
-    ]
-    assert took < 150, took  # the JVM's start, 12 s and the poll: not the stage's own timeout (420 s)
+    assert "no executor has been up for" in r.stderr and "spark.no_executor_timeout_s = 6" in r.stderr, r.stderr[-3000:]
+    assert took < 90, took  # the JVM's start, 2 s, 6 s and the poll: not the stage's own timeout (420 s)
