@@ -7,7 +7,8 @@ exactly those.
 
 In the fast lane (``-m fast``) the tiers are also enforced: ``java`` on the PATH is a stub that fails, and a
 server or a JVM-starting CLI started by ``subprocess`` fails the test, naming the fixture it should ask for.
-At the end of a run the time spent per tier is printed (a test counts in its heaviest tier).
+At the end of a run the time spent per tier is printed (a test counts in its heaviest tier), with the CPU its
+tests used, their subprocesses included: the lane is bound by the machine's CPU, not by any one test's wait.
 """
 
 from __future__ import annotations
@@ -218,7 +219,32 @@ def _tier_guard(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch)
 # ---- time per tier -----------------------------------------------------------------------------------------
 
 _times: dict[str, float] = defaultdict(float)
+_cpu: dict[str, float] = defaultdict(float)
+_test_cpu: dict[str, float] = defaultdict(float)
 _counts: dict[str, set[str]] = defaultdict(set)
+_last_cpu = 0.0  # this worker's tree CPU when its last test phase ended (or its current test started)
+
+
+def tree_cpu() -> float:
+    """CPU seconds of this process, of its children it reaped, and of every live descendant with what they
+    reaped: a test's JVMs, servers and Python workers count in the test that drove them. A descendant that
+    another process adopted (a daemon) counts only while it is alive."""
+    import psutil
+
+    t = os.times()
+    total = t.user + t.system + t.children_user + t.children_system
+    for child in psutil.Process().children(recursive=True):
+        try:
+            c = child.cpu_times()
+        except psutil.Error:  # it ended between the listing and the read: its parent's reaped times hold it
+            continue
+        total += c.user + c.system + c.children_user + c.children_system
+    return total
+
+
+def pytest_runtest_logstart(nodeid: str, location: tuple[str, int | None, str]) -> None:
+    global _last_cpu
+    _last_cpu = tree_cpu()
 
 
 _timeline: list[dict[str, Any]] = []
@@ -227,7 +253,10 @@ _timeline: list[dict[str, Any]] = []
 def pytest_runtest_logreport(report: pytest.TestReport) -> None:
     tier = dict(report.user_properties).get("glisp_tier")  # user_properties cross from xdist's workers
     if tier:
+        cpu = float(dict(report.user_properties).get("glisp_cpu", 0.0))
         _times[tier] += report.duration
+        _cpu[tier] += cpu
+        _test_cpu[report.nodeid] += cpu
         _counts[tier].add(report.nodeid)
         worker = getattr(getattr(report, "node", None), "gateway", None)
         _timeline.append(
@@ -236,6 +265,7 @@ def pytest_runtest_logreport(report: pytest.TestReport) -> None:
                 "when": report.when,
                 "tier": tier,
                 "s": round(report.duration, 3),
+                "cpu_s": cpu,
                 "worker": getattr(worker, "id", "main"),
                 "stop": round(report.stop, 3),
             }
@@ -243,7 +273,7 @@ def pytest_runtest_logreport(report: pytest.TestReport) -> None:
 
 
 def pytest_sessionfinish(session: pytest.Session) -> None:
-    """GLISP_TEST_TIMELINE=FILE: every phase of every test as JSON lines (worker, tier, seconds, end time),
+    """GLISP_TEST_TIMELINE=FILE: every phase of every test as JSON lines (worker, tier, seconds, CPU, end time),
     to see how the workers' time was spent."""
     path = os.environ.get("GLISP_TEST_TIMELINE")
     if path and _timeline:
@@ -254,9 +284,14 @@ def pytest_sessionfinish(session: pytest.Session) -> None:
 
 @pytest.hookimpl(wrapper=True)
 def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]):  # type: ignore[no-untyped-def]
+    global _last_cpu
     report = yield
     if not any(k == "glisp_tier" for k, _ in report.user_properties):
         report.user_properties.append(("glisp_tier", primary(item)))
+    now = tree_cpu()
+    report.user_properties = [(k, v) for k, v in report.user_properties if k != "glisp_cpu"]
+    report.user_properties.append(("glisp_cpu", round(now - _last_cpu, 3)))  # this phase's, not the test's so far
+    _last_cpu = now
     return report
 
 
@@ -264,8 +299,12 @@ def pytest_terminal_summary(terminalreporter: Any) -> None:
     if not _times:
         return
     tr = terminalreporter
-    tr.write_sep("=", "time per tier (a test counts in its heaviest tier)")
+    tr.write_sep("=", "time per tier (a test counts in its heaviest tier; CPU with its subprocesses)")
     for tier in [*TIERS, FAST]:
         if tier in _times:
-            tr.write_line(f"{tier:>15}  {len(_counts[tier]):4d} tests  {_times[tier]:8.1f} s")
-    tr.write_line(f"{'all':>15}  {sum(map(len, _counts.values())):4d} tests  {sum(_times.values()):8.1f} s")
+            tr.write_line(f"{tier:>15}  {len(_counts[tier]):4d} tests  {_times[tier]:8.1f} s  {_cpu[tier]:8.1f} CPU-s")
+    n, s, cpu = sum(map(len, _counts.values())), sum(_times.values()), sum(_cpu.values())
+    tr.write_line(f"{'all':>15}  {n:4d} tests  {s:8.1f} s  {cpu:8.1f} CPU-s")
+    tr.write_sep("=", "most CPU (seconds, the test's subprocesses included)")
+    for nodeid, used in sorted(_test_cpu.items(), key=lambda kv: -kv[1])[:15]:
+        tr.write_line(f"{used:8.1f}  {nodeid}")
