@@ -242,7 +242,9 @@ def tree_cpu() -> float:
     return total
 
 
-def pytest_runtest_logstart(nodeid: str, location: tuple[str, int | None, str]) -> None:
+@pytest.hookimpl(tryfirst=True)
+def pytest_runtest_protocol(item: pytest.Item, nextitem: pytest.Item | None) -> None:
+    """Where the test runs (an xdist worker, not the controller, which only relays reports): its CPU starts here."""
     global _last_cpu
     _last_cpu = tree_cpu()
 
@@ -251,9 +253,10 @@ _timeline: list[dict[str, Any]] = []
 
 
 def pytest_runtest_logreport(report: pytest.TestReport) -> None:
-    tier = dict(report.user_properties).get("glisp_tier")  # user_properties cross from xdist's workers
+    props = dict(report.user_properties)  # user_properties cross from xdist's workers
+    tier = props.get("glisp_tier")
     if tier:
-        cpu = float(dict(report.user_properties).get("glisp_cpu", 0.0))
+        cpu = float(props.get("glisp_cpu", 0.0))  # type: ignore[arg-type]
         _times[tier] += report.duration
         _cpu[tier] += cpu
         _test_cpu[report.nodeid] += cpu
@@ -289,8 +292,9 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]):  
     if not any(k == "glisp_tier" for k, _ in report.user_properties):
         report.user_properties.append(("glisp_tier", primary(item)))
     now = tree_cpu()
-    report.user_properties = [(k, v) for k, v in report.user_properties if k != "glisp_cpu"]
-    report.user_properties.append(("glisp_cpu", round(now - _last_cpu, 3)))  # this phase's, not the test's so far
+    report.user_properties.append(
+        ("glisp_cpu", round(now - _last_cpu, 3))
+    )  # this phase's (each report has its own list)
     _last_cpu = now
     return report
 
