@@ -2,8 +2,10 @@
 
 Sampling ``/proc`` misses processes shorter than its period and classes a JVM by the first command line it
 sees; the kernel writes one record per process at its exit instead (its CPU, parent, command name and
-lifetime), so every process of a test run is counted, however short. Needs root, and the machine's one
-accounting file: nothing else may be using ``acct`` meanwhile.
+lifetime), so every process of a test run is counted, however short. Accounting is the machine's, not the
+command's: every process that ends while the command runs is counted (a JVM that outlives its Python parent
+is recorded under init, so a count by descent from the command would lose it); run it on a quiet machine.
+Needs root, and the machine's one accounting file: nothing else may be using ``acct`` meanwhile.
 
     sudo .venv/bin/python tools/cpu_by_process.py -- make test-rest
 """
