@@ -294,7 +294,7 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]):  
     now = tree_cpu()
     report.user_properties.append(
         ("glisp_cpu", round(now - _last_cpu, 3))
-    )  # this phase's (each report has its own list)
+    )  # this phase's: each report has its own list
     _last_cpu = now
     return report
 

@@ -63,26 +63,17 @@ def subtree_cpu(procs: list[Proc]) -> list[float]:
     by_pid: dict[int, list[int]] = collections.defaultdict(list)
     for i, p in enumerate(procs):
         by_pid[p.pid].append(i)
-    children: dict[int, list[int]] = collections.defaultdict(list)
+    parent: dict[int, int] = {}
     for i, p in enumerate(procs):
         parents = [j for j in by_pid.get(p.ppid, []) if j != i and procs[j].start <= p.start]
         if parents:
-            children[max(parents, key=lambda j: procs[j].start)].append(i)
+            parent[i] = max(parents, key=lambda j: procs[j].start)
     total = [p.cpu_s for p in procs]
-    order: list[int] = []
-    seen: set[int] = set()
-    for root in range(len(procs)):  # post-order: every descendant is summed before its ancestor
-        stack = [(root, False)]
-        while stack:
-            i, done = stack.pop()
-            if done:
-                order.append(i)
-            elif i not in seen:
-                seen.add(i)
-                stack.append((i, True))
-                stack.extend((c, False) for c in children[i])
-    for i in order:
-        total[i] += sum(total[c] for c in children[i])
+    for i, p in enumerate(procs):  # each process's own CPU added to every ancestor's
+        j, hops = parent.get(i), 0
+        while j is not None and hops < 64:  # bounded: damaged records must not make a loop
+            total[j] += p.cpu_s
+            j, hops = parent.get(j), hops + 1
     return total
 
 
@@ -119,7 +110,12 @@ def main(argv: list[str] | None = None) -> int:
     cmd = args.command[1:] if args.command[:1] == ["--"] else args.command
     if not cmd:
         ap.error("give the command after --")
-    path = args.keep or tempfile.mkstemp(prefix="glisp-acct-")[1]
+    if args.keep:
+        path = args.keep
+        open(path, "wb").close()  # acct(2) appends to a file that exists
+    else:
+        fd, path = tempfile.mkstemp(prefix="glisp-acct-")
+        os.close(fd)
     _acct(path)
     try:
         rc = subprocess.call(cmd)
