@@ -223,6 +223,13 @@ class Refresh:
             work_share = sum(int(r.get("affected_work", 0)) for r in res) / work if work else 0.0
             self.shares["affected"].append(round(affected / n, 6))
             self.shares["affected_work"].append(round(work_share, 6))
+            busy = [r for r in res if int(r.get("vertices", 0))]
+            if self.full_from == 0 and busy and all(r.get("full") for r in busy):
+                self.full_from = layer  # each task's own work share passed the bound: the layer copied nothing
+                self.reason = (
+                    f"layer {layer}: affected share of its work {work_share:.3f}, over infer.incremental_max_share "
+                    f"{self.ic.incremental_max_share} in every task; layers {layer}..K computed in full"
+                )
             if layer < self.last:  # A_layer's work share: a lower bound of the next layer's (A grows)
                 self._check(layer + 1, work_share, "work")
         self.shares["recomputed"].append(round(recomputed / n, 6))

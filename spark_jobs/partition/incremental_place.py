@@ -119,4 +119,4 @@ class Placed:
     unplaced: int
     same_ids: bool
     fallback: str = ""
-    state: dict[str, int] = field(default_factory=dict)  # what the driver held for the placement
+    state: dict[str, int | str] = field(default_factory=dict)  # the placement's driver state; the base rows' source

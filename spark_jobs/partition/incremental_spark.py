@@ -36,9 +36,10 @@ from spark_jobs.partition.rounds import ALLOC_PA
 from spark_jobs.partition.staging import stream_batches
 
 if TYPE_CHECKING:
-    from pyspark.sql import DataFrame, SparkSession
+    from pyspark.sql import Column, DataFrame, SparkSession
 
     from glisp_core.dataset.layout import DatasetVersion
+    from glisp_core.storage.uri import StoreURI
     from spark_jobs.partition.base import PartitionContext
 
 MATCHED_SCHEMA = "eid long, src long, dst long, part int, how int, rows long, k long"
@@ -47,20 +48,46 @@ PLACE_BYTES_PER_VERTEX = 96
 FRESH = incremental_match.FRESH
 
 
-def base_rows_in_new_ids(
-    spark: SparkSession, base: DatasetVersion, run: str, vmap_url: str | None, emap: np.ndarray
-) -> DataFrame:
-    """The base's edge rows (eid, src, dst, etype in the new version's ids, part); rows that lost an endpoint
-    or their edge type are dropped (they are removed edges). ``vmap_url`` None: no id changed (vertices and
-    edge types only added, as a snapshot that appends does), the rows stay in the JVM.
+def serialized_edges(base: DatasetVersion, run: str) -> StoreURI | None:
+    """``serialize/<run>``'s Parquet copy of the edges, where that stage is current (built from this ingest and
+    partition run) and wrote its copies; None otherwise."""
+    man = read_manifest(base)
+    name = f"serialize/{run}"
+    rec = man.stages.get(name)
+    if rec is None or not rec.params.get("parquet_copy") or man.location is None:
+        return None
+    try:
+        man.stage(name)
+    except StageError:
+        return None
+    return man.location.serialized(run) / "parquet" / "edges"
 
-    The join with the assignment hashes both sides by eid without sorting them (a shuffled hash join: the
-    assignment's two columns are the build side)."""
+
+def base_rows(spark: SparkSession, base: DatasetVersion, run: str) -> tuple[DataFrame, str]:
+    """The base run's edge rows (eid, src, dst, etype, part) and where they were read.
+
+    A current ``serialize/<run>`` holds exactly those rows in its Parquet copy (each assigned row in its one
+    partition, an edge-subset run's subset as well): one scan. Otherwise the edges joined with the assignment,
+    which hashes both by eid (a shuffled hash join, the assignment's two columns the build side)."""
+    copy = serialized_edges(base, run)
+    if copy is not None:
+        return read_parquet(spark, copy).select("eid", "src", "dst", "etype", "part"), f"serialize/{run}"
     rows = read_parquet(spark, base.edges).select("eid", "src", "dst", "etype")
     assignment = read_parquet(spark, base.assignment(run)).select("eid", "part")
-    rows = rows.join(assignment.hint("shuffle_hash"), "eid")
+    return rows.join(assignment.hint("shuffle_hash"), "eid"), "assignment"
+
+
+def base_rows_in_new_ids(
+    spark: SparkSession, base: DatasetVersion, run: str, vmap_url: str | None, emap: np.ndarray
+) -> tuple[DataFrame, str]:
+    """The base's edge rows (eid, src, dst, etype in the new version's ids, part) and where they were read
+    (:func:`base_rows`); rows that lost an endpoint or their edge type are dropped (they are removed edges).
+    ``vmap_url`` None: no id changed (vertices and edge types only added, as a snapshot that appends does),
+    the rows stay in the JVM."""
+    rows, source = base_rows(spark, base, run)
     if vmap_url is None:
-        return rows.select("eid", "src", "dst", F.col("etype").cast("int"), F.col("part").cast("int"))
+        cols = ("eid", "src", "dst", F.col("etype").cast("int"), F.col("part").cast("int"))
+        return rows.select(*cols), source
     bc = spark.sparkContext.broadcast(emap)  # one code per edge type
 
     def remap(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
@@ -81,18 +108,40 @@ def base_rows_in_new_ids(
                 names=["eid", "src", "dst", "etype", "part"],
             )
 
-    return rows.mapInArrow(remap, "eid long, src long, dst long, etype int, part int")
+    return rows.mapInArrow(remap, "eid long, src long, dst long, etype int, part int"), source
+
+
+# A row's edge type, base partition and side travel to the match's tasks as one 64-bit column (``tag``): moving
+# rows into Python costs per value, and three columns of six were a fifth of the match at R-MAT 22.
+_PART_BITS = 24  # partition + 1 (0 for a new row): the partition format's 2^23 partitions
+
+
+def row_tag(etype: Column, part: Column, side: int) -> Column:
+    """``etype << 25 | (part + 1) << 1 | side`` as a long (:func:`split_tag` inverts it)."""
+    return (
+        F.shiftleft(etype.cast("long"), _PART_BITS + 1)
+        + F.shiftleft(part.cast("long") + 1, 1)
+        + F.lit(side).cast("long")
+    )
+
+
+def split_tag(tag: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(etype, part, side) of :func:`row_tag`'s column."""
+    tag = np.asarray(tag, np.int64)
+    part = ((tag >> 1) & ((1 << _PART_BITS) - 1)) - 1
+    return tag >> (_PART_BITS + 1), part.astype(np.int32), tag & 1
 
 
 def _match_batches(batches: list[pa.RecordBatch], seed: int) -> pa.RecordBatch | None:
-    """:func:`incremental_match.match` over Arrow batches of base and new rows (a pair-closed set)."""
+    """:func:`incremental_match.match` over Arrow batches of base and new rows (eid, src, dst, tag; a pair-closed
+    set)."""
     if not batches:
         return None
-    names = ("eid", "src", "dst", "etype", "part", "side")
     c = {
         n: np.concatenate([b.column(b.schema.get_field_index(n)).to_numpy(zero_copy_only=False) for b in batches])
-        for n in names
+        for n in ("eid", "src", "dst", "tag")
     }
+    c["etype"], c["part"], c["side"] = split_tag(c["tag"])
     r = incremental_match.match(c["src"], c["dst"], c["etype"], c["side"], c["eid"], c["part"], seed)
     pos = r["pos"]
     return pa.RecordBatch.from_arrays(
@@ -114,7 +163,7 @@ def match_spark(ctx: PartitionContext, old: DataFrame, new: DatasetVersion, rows
     the base rows ``old`` (in new ids) and the new rows are hashed to tasks by unordered pair, each task runs
     the match over its pairs."""
     cur = read_parquet(ctx.spark, new.edges).select(
-        "eid", "src", "dst", F.col("etype").cast("int"), F.lit(-1).alias("part"), F.lit(1).alias("side")
+        "eid", "src", "dst", row_tag(F.col("etype"), F.lit(-1), 1).alias("tag")
     )
     tasks = max(1, math.ceil(rows_total / ctx.cfg.incremental_batch_edges))
     seed = ctx.seed
@@ -125,7 +174,7 @@ def match_spark(ctx: PartitionContext, old: DataFrame, new: DatasetVersion, rows
         if out is not None:
             yield out
 
-    u = old.withColumn("side", F.lit(0)).unionByName(cur)
+    u = old.select("eid", "src", "dst", row_tag(F.col("etype"), F.col("part"), 0).alias("tag")).unionByName(cur)
     u = u.repartition(tasks, F.least("src", "dst"), F.greatest("src", "dst"))
     return u.mapInArrow(fn, MATCHED_SCHEMA)
 
@@ -240,7 +289,7 @@ def refresh_spark(
     same = write_vid_map(ctx.spark, base, new, vmap_url) == base_n and is_identity(emap)
     lap("ids")
     matched_dir = ctx.staging / "inc_matched"
-    old = base_rows_in_new_ids(ctx.spark, base, run, None if same else vmap_url, emap)
+    old, source = base_rows_in_new_ids(ctx.spark, base, run, None if same else vmap_url, emap)
     write_parquet(match_spark(ctx, old, new, base_m + ctx.num_edges), matched_dir)
     lap("match")
     matched = read_parquet(ctx.spark, matched_dir)
@@ -248,9 +297,13 @@ def refresh_spark(
     st = touched_state(ctx, matched, done)
     lap("state")
     if isinstance(st, str):
-        return Placed(None, done, 0, same, st)
+        return Placed(None, done, 0, same, st, {"base_rows": source})
     placed, unplaced = stream_added(ctx, matched.where(F.col("how") == FRESH), st, cap)
     lap("place")
     decided = matched.where(F.col("how") != FRESH).select("eid", "src", "dst", "part")
-    state = {"touched_vertices": len(st.vids), "driver_state_bytes": st.nbytes}
+    state: dict[str, int | str] = {
+        "touched_vertices": len(st.vids),
+        "driver_state_bytes": st.nbytes,
+        "base_rows": source,
+    }
     return Placed(decided.unionByName(placed), done, unplaced, same, state=state)

@@ -298,8 +298,10 @@ def test_glisp_infer_carries_a_model_trained_on_an_earlier_version(spark, two_ve
     inc = m.stage("infer/carried-pds").counts["incremental"]
     assert inc["previous"] == "g/v1" and inc["affected_share"][0] < 0.6 < inc["affected_share"][1], inc
     assert inc["affected_share"][0] < inc["affected_work_share"][0] < 0.6, inc  # the affected hold more edges
-    # layer 1 copies; the last layer's share passes the bound with no layer after it to fall back to
-    assert inc["path"] == "incremental" and inc["full_from_layer"] == 0 and inc["reason"] == "", inc
+    # layer 1 copies; the last layer's share passes the bound: no layer after it to fall back to, but each of its
+    # tasks computes all its rows, and the record says so
+    assert inc["path"] == "partial" and inc["full_from_layer"] == 2 and "in every task" in inc["reason"], inc
+    assert inc["recomputed_share"][0] < 1 and inc["recomputed_share"][1] == 1.0, inc
 
 
 def test_the_fallback_follows_the_affected_share_of_the_work_not_of_the_rows() -> None:
@@ -317,3 +319,29 @@ def test_the_fallback_follows_the_affected_share_of_the_work_not_of_the_rows() -
     r.after_layer(1, res)
     assert r.shares["affected"] == [0.37] and r.shares["affected_work"] == [0.51]
     assert r.full_from == 2 and "affected share of its work 0.510 > infer.incremental_max_share 0.45" in r.reason
+
+
+def _task(vertices: int, full: bool, affected_work: int, work: int = 100) -> dict:
+    """One task's layer result as ``glisp_infer.task`` reports it."""
+    rec = vertices if full else vertices // 10
+    return {"vertices": vertices, "affected": vertices // 10, "work": work, "affected_work": affected_work,
+            "recomputed": rec, "full": full}  # fmt: skip
+
+
+def test_a_layer_whose_every_task_computed_all_its_rows_is_recorded_as_computed_in_full() -> None:
+    """Layer 1's rows share was under the bound (the driver's check after layer 0), but each task's affected share
+    of its work passed it, so every task computed every row: the record says layers 1..K were computed in full,
+    and why, not that layer 1 copied rows. With one task under the bound the layer copied rows."""
+    from glisp_core.config import InferConfig
+    from glisp_infer.refresh import Refresh
+
+    r = Refresh(InferConfig(incremental_max_share=0.5), None, 200, "")  # type: ignore[arg-type]
+    r.last = 2
+    r.after_layer(1, [_task(100, True, 80), _task(100, True, 70), _task(0, False, 0, work=0)])
+    assert r.full_from == 1 and r.shares["recomputed"] == [1.0]
+    assert r.reason.startswith("layer 1: affected share of its work 0.750") and "in every task" in r.reason
+    r = Refresh(InferConfig(incremental_max_share=0.5), None, 200, "")  # type: ignore[arg-type]
+    r.last = 2
+    r.after_layer(1, [_task(100, True, 80), _task(100, False, 30)])
+    assert r.full_from == 2 and r.reason.startswith("layer 2: affected share of its work 0.550")
+    assert r.shares["recomputed"] == [0.55]

@@ -256,12 +256,37 @@ def test_spark_path_places_exactly_as_the_local_path(spark, snapshots, refreshed
     inc_l, inc_s = rec.counts["incremental"], rec_s.counts["incremental"]
     assert (inc_l["mode"], inc_s["mode"]) == ("local", "spark")
     assert not inc_s["same_ids"]  # v2 renumbers the vertices: the base rows were remapped in the tasks
+    assert inc_s["base_rows"] == "assignment"  # the base run is not serialized: its edges joined with it
     for key in ("kept", "added", "attached", "placed", "capacity"):
         assert inc_l[key] == inc_s[key], key
     a_l = pd.read_parquet(v2.assignment(run)).sort_values("eid").reset_index(drop=True)
     a_s = pd.read_parquet(v2.assignment(other)).sort_values("eid").reset_index(drop=True)
     assert a_l.equals(a_s)
     assert rec.metrics == rec_s.metrics
+
+
+def test_a_spark_refresh_reads_the_base_rows_from_a_current_serialize_copy(spark, snapshots, refreshed):
+    """Where the base run is serialized with its Parquet copies, the Spark refresh reads the base's rows from
+    that copy instead of joining the base's edges with its assignment (one scan, no shuffle by eid), and
+    places exactly as the in-process path. A copy built from an older partition run is not used."""
+    from spark_jobs.partition.incremental_spark import serialized_edges
+    from spark_jobs.serialize.job import run_serialize
+
+    v1, v2, run = snapshots
+    cfg, _ = refreshed
+    parts = pd.read_parquet(v1.assignment(run)).sort_values("eid").part.to_numpy()
+    other = publish_partition(v1, parts, P, run="copy-path", algorithm="hdrf")
+    assert serialized_edges(v1, other) is None
+    run_serialize(spark, cfg, v1, run=other)
+    assert serialized_edges(v1, other) is not None
+    rec_s = run_partition(spark, with_values(cfg, "partition", name=other, incremental_local_edges=0), v2)
+    inc = rec_s.counts["incremental"]
+    assert (inc["mode"], inc["base_rows"]) == ("spark", f"serialize/{other}"), inc
+    a_l = pd.read_parquet(v2.assignment(run)).sort_values("eid").reset_index(drop=True)
+    a_s = pd.read_parquet(v2.assignment(other)).sort_values("eid").reset_index(drop=True)
+    assert a_l.equals(a_s)
+    publish_partition(v1, (parts + 1) % P, P, run=other, algorithm="hdrf")  # serialize/<run> is stale now
+    assert serialized_edges(v1, other) is None
 
 
 def test_spark_path_of_a_snapshot_that_keeps_the_ids_places_as_the_local_path(spark, tmp_path, cfg):
@@ -292,3 +317,20 @@ def test_spark_path_of_a_snapshot_that_keeps_the_ids_places_as_the_local_path(sp
     assert a_l.equals(a_s)
     kept = a_s.part.to_numpy()[: int(keep.sum())]  # v3's first rows are v1's kept rows, in eid order
     assert np.array_equal(kept, (np.minimum(src, dst) % P)[keep])
+
+
+def test_the_match_rows_tag_carries_edge_type_partition_and_side(spark):
+    """The match's tasks get a row's edge type, base partition and side in one column: every value at the edge
+    of its range comes back (the format's 2^23 - 1 partitions, a new row's -1, wide edge type codes)."""
+    from pyspark.sql import functions as F
+
+    from spark_jobs.partition.incremental_spark import row_tag, split_tag
+
+    et = np.array([0, 1, 7, 2**20, 2**31 - 1, 3])
+    part = np.array([-1, 0, 5, 2**23 - 1, 2**23 - 2, -1])
+    df = spark.createDataFrame(pd.DataFrame({"etype": et, "part": part}))
+    tags = [r["tag"] for r in df.select(row_tag(F.col("etype"), F.col("part"), 0).alias("tag")).collect()]
+    got_e, got_p, got_s = split_tag(np.array(tags))
+    assert got_e.tolist() == et.tolist() and got_p.tolist() == part.tolist() and got_s.tolist() == [0] * 6
+    ones = [r["tag"] for r in df.select(row_tag(F.col("etype"), F.col("part"), 1).alias("tag")).collect()]
+    assert split_tag(np.array(ones))[2].tolist() == [1] * 6
