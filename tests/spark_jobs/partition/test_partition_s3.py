@@ -75,8 +75,8 @@ def test_adadne_on_s3_equals_the_local_run(spark, graph, s3_root, path):
     if path == "spark":
         kw["local_finish_edges"] = m // 4
     rec_l = run_partition(spark, _cfg(graph.root, **kw), graph, force=True)
-    s3 = copy_version(graph, s3_root)
-    rec_s = run_partition(spark, _cfg(s3_root, **kw), s3)
+    s3 = copy_version(graph, s3_root)  # with the run just published locally: only force makes the bucket's run
+    rec_s = run_partition(spark, _cfg(s3_root, **kw), s3, force=True)
     assert_same_run(graph, rec_l, s3, rec_s)
     assert rec_s.counts["spark_rounds"] == rec_l.counts["spark_rounds"]
     if path == "spark":
@@ -92,8 +92,8 @@ def test_streaming_and_owner_partitioners_on_s3(spark, graph, s3_root, algo):
     neither hands the replica sets over as bitsets, so replicas/ is Spark's group-by written to the bucket."""
     kw = {"algorithm": algo, "parts": 2, "name": f"{algo}-p2"}
     rec_l = run_partition(spark, _cfg(graph.root, **kw), graph, force=True)
-    s3 = copy_version(graph, s3_root)
-    assert_same_run(graph, rec_l, s3, run_partition(spark, _cfg(s3_root, **kw), s3))
+    s3 = copy_version(graph, s3_root)  # with the run just published locally: only force makes the bucket's run
+    assert_same_run(graph, rec_l, s3, run_partition(spark, _cfg(s3_root, **kw), s3, force=True))
 
 
 @pytest.fixture(scope="module")
@@ -111,10 +111,13 @@ def snapshots(tmp_path_factory):
     return v1, v2, run
 
 
-@pytest.mark.parametrize("mode", ["local", "spark"])
+@pytest.mark.parametrize("mode", ["local", "spark", "spark-serialized"])
 def test_incremental_refresh_on_s3_reads_its_base_from_the_bucket(spark, snapshots, s3_root, mode):
     """The refresh matches v2's rows to v1's published assignment (both read from the bucket) and places the
-    added rows, in the driver or as Spark jobs: the same result as on the local root."""
+    added rows, in the driver or as Spark jobs: the same result as on the local root. With v1's run serialized
+    in the bucket, the Spark jobs read the base's rows from serialize's Parquet copy there."""
+    from spark_jobs.serialize.job import run_serialize
+
     v1, v2, run = snapshots
     kw = {
         "algorithm": "hdrf",
@@ -127,11 +130,15 @@ def test_incremental_refresh_on_s3_reads_its_base_from_the_bucket(spark, snapsho
         "incremental_max_rf_growth": 0.0,
     }
     rec_l = run_partition(spark, _cfg(v1.root, **kw), v2, force=True)
-    copy_version(v1, s3_root)
-    s3 = copy_version(v2, s3_root)
-    rec_s = run_partition(spark, _cfg(s3_root, **kw), s3)
+    s3_v1 = copy_version(v1, s3_root)
+    if mode == "spark-serialized":
+        run_serialize(spark, _cfg(s3_root, **kw), s3_v1, run=run)
+    s3 = copy_version(v2, s3_root)  # with the run just published locally: only force makes the bucket's run
+    rec_s = run_partition(spark, _cfg(s3_root, **kw), s3, force=True)
     inc_l, inc_s = rec_l.counts["incremental"], rec_s.counts["incremental"]
-    assert inc_s["path"] == "incremental" and inc_s["mode"] == mode, inc_s
+    assert inc_s["path"] == "incremental" and inc_s["mode"] == mode.split("-")[0], inc_s
+    if mode != "local":
+        assert inc_s["base_rows"] == (f"serialize/{run}" if mode == "spark-serialized" else "assignment"), inc_s
     for key in ("kept", "added", "attached", "placed", "removed", "capacity"):
         assert inc_s[key] == inc_l[key], key
     assert inc_s["added"] > 0 and inc_s["removed"] > 0
