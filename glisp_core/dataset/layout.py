@@ -165,6 +165,10 @@ class DatasetVersion:
     def serialized(self, run: str) -> StoreURI:
         return self.output(f"serialize/{check_name('partition run', run)}")
 
+    def serialized_edges(self, run: str) -> StoreURI:
+        """Serialize's Parquet copy of the edges (eid, src, dst, etype, ..., part, leid), one file per partition."""
+        return self.serialized(run) / "parquet" / "edges"
+
     def partition_dir(self, run: str, part: int) -> StoreURI:
         return self.serialized(run) / f"part-{part:05d}"
 

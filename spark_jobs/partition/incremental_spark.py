@@ -39,6 +39,7 @@ if TYPE_CHECKING:
     from pyspark.sql import Column, DataFrame, SparkSession
 
     from glisp_core.dataset.layout import DatasetVersion
+    from glisp_core.dataset.manifest import Manifest
     from glisp_core.storage.uri import StoreURI
     from spark_jobs.partition.base import PartitionContext
 
@@ -48,22 +49,17 @@ PLACE_BYTES_PER_VERTEX = 96
 FRESH = incremental_match.FRESH
 
 
-def serialized_edges(base: DatasetVersion, run: str) -> StoreURI | None:
+def serialized_edges(man: Manifest, run: str) -> StoreURI | None:
     """``serialize/<run>``'s Parquet copy of the edges, where that stage is current (built from this ingest and
     partition run) and wrote its copies; None otherwise."""
-    man = read_manifest(base)
     name = f"serialize/{run}"
     rec = man.stages.get(name)
-    if rec is None or not rec.params.get("parquet_copy") or man.location is None:
+    if rec is None or not rec.params.get("parquet_copy") or man.location is None or not man.has_stage(name):
         return None
-    try:
-        man.stage(name)
-    except StageError:
-        return None
-    return man.location.serialized(run) / "parquet" / "edges"
+    return man.location.serialized_edges(run)
 
 
-def base_rows(spark: SparkSession, base: DatasetVersion, run: str) -> tuple[DataFrame, str]:
+def base_rows(spark: SparkSession, base: Manifest, run: str) -> tuple[DataFrame, str]:
     """The base run's edge rows (eid, src, dst, etype, part) and where they were read.
 
     A current ``serialize/<run>`` holds exactly those rows in its Parquet copy (each assigned row in its one
@@ -72,13 +68,14 @@ def base_rows(spark: SparkSession, base: DatasetVersion, run: str) -> tuple[Data
     copy = serialized_edges(base, run)
     if copy is not None:
         return read_parquet(spark, copy).select("eid", "src", "dst", "etype", "part"), f"serialize/{run}"
-    rows = read_parquet(spark, base.edges).select("eid", "src", "dst", "etype")
-    assignment = read_parquet(spark, base.assignment(run)).select("eid", "part")
+    assert base.location is not None  # a manifest read from a dataset version
+    rows = read_parquet(spark, base.location.edges).select("eid", "src", "dst", "etype")
+    assignment = read_parquet(spark, base.location.assignment(run)).select("eid", "part")
     return rows.join(assignment.hint("shuffle_hash"), "eid"), "assignment"
 
 
 def base_rows_in_new_ids(
-    spark: SparkSession, base: DatasetVersion, run: str, vmap_url: str | None, emap: np.ndarray
+    spark: SparkSession, base: Manifest, run: str, vmap_url: str | None, emap: np.ndarray
 ) -> tuple[DataFrame, str]:
     """The base's edge rows (eid, src, dst, etype in the new version's ids, part) and where they were read
     (:func:`base_rows`); rows that lost an endpoint or their edge type are dropped (they are removed edges).
@@ -284,12 +281,13 @@ def refresh_spark(
 ) -> Placed:
     """Map the ids and match in Spark tasks, then stream the fresh rows through the driver's placement."""
     lap = Laps(clock)
-    base_n, base_m = (int(read_manifest(base).schema[k]) for k in ("num_vertices", "num_edges"))
+    base_man = read_manifest(base)
+    base_n, base_m = (int(base_man.schema[k]) for k in ("num_vertices", "num_edges"))
     vmap_url = str(ctx.staging / "inc_vmap.zarr")
     same = write_vid_map(ctx.spark, base, new, vmap_url) == base_n and is_identity(emap)
     lap("ids")
     matched_dir = ctx.staging / "inc_matched"
-    old, source = base_rows_in_new_ids(ctx.spark, base, run, None if same else vmap_url, emap)
+    old, source = base_rows_in_new_ids(ctx.spark, base_man, run, None if same else vmap_url, emap)
     write_parquet(match_spark(ctx, old, new, base_m + ctx.num_edges), matched_dir)
     lap("match")
     matched = read_parquet(ctx.spark, matched_dir)

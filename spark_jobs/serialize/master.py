@@ -25,7 +25,7 @@ from typing import TYPE_CHECKING
 
 from glisp_core.dataset.layout import MASTER, PARTS, VID, DatasetVersion
 from glisp_core.dataset.manifest import Manifest
-from glisp_core.errors import BadInputError, ConfigError, StageError
+from glisp_core.errors import BadInputError, ConfigError
 from glisp_spark.tables import read_parquet
 
 if TYPE_CHECKING:
@@ -188,9 +188,7 @@ def published_masters(spark: SparkSession, man: Manifest, run: str, num_parts: i
         return None
     if rec.params.get("master_rule") != rule or int(rec.params.get("parts", -1)) != num_parts:
         return None
-    try:
-        man.stage(name)  # its ingest and partition run are the current ones
-    except StageError:
+    if not man.has_stage(name):  # its ingest and partition run are no longer the current ones
         return None
     df = read_parquet(spark, man.location.serialized(run) / MASTERS_DIR)  # vid, master[, degree]
     per_part = [int(x) for x in rec.counts["master_per_part"]]

@@ -98,7 +98,7 @@ def test_parquet_copy_rebuilds_ingest_exactly(typed) -> None:
     """(part, edge local id) -> ingest eid via the Parquet copy; the binary fields give back every ingest edge."""
     dv, part, run, _, _ = typed
     g = read_ingest(dv)
-    pe = pq.read_table(dv.serialized(run) / "parquet" / "edges").to_pandas()
+    pe = pq.read_table(dv.serialized_edges(run)).to_pandas()
     assert np.array_equal(np.sort(pe["eid"].to_numpy()), np.arange(len(g["eid"])))
     readers = open_all(dv.serialized(run), P)
     rebuilt = {c: np.zeros(len(g["eid"]), g[c].dtype) for c in ("src", "dst", "etype", "weight", "ts")}
