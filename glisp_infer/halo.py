@@ -161,6 +161,15 @@ def load_sample(root: StoreURI, layer: int, part: int) -> tuple[HopSample, np.nd
         return HopSample(counts=z["counts"], nbrs=z["nbrs"]), z["interior"], int(z["fanout"])
 
 
+def load_sample_counts(root: StoreURI, layer: int, part: int) -> np.ndarray | None:
+    """The per-vertex sample counts of the plan job's sample of this task (not its edges), or None."""
+    z = _npz(sample_file(root, layer, part))
+    if z is None:
+        return None
+    with z:
+        return np.asarray(z["counts"])
+
+
 def write_needs(
     root: StoreURI | Path, rows_layer: int, part: int, foreign: np.ndarray, row_of: Any, starts: tuple[int, ...]
 ) -> int:

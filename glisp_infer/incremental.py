@@ -253,7 +253,7 @@ def compare_signatures(plan: InferPlan, part: int, attempt: int = 0) -> dict[str
     changed[ok] = new_n[ok] != old_n
     write_mask_part(plan.incremental_dir, mask_name(0), part, vids[a0])
     write_mask_part(plan.incremental_dir, CHANGED, part, vids[changed])
-    return {
+    out = {
         "part": part,
         "attempt": attempt,
         "matched": int(ok.sum()),
@@ -262,6 +262,20 @@ def compare_signatures(plan: InferPlan, part: int, attempt: int = 0) -> dict[str
         "changed_neighbourhoods": int((changed & ok).sum()),
         "first_affected": int((a0 | changed).sum()),
     }
+    work = first_layer_work(plan, part, len(vids))
+    if work is not None:  # what layer 1's tasks will compute for A_0 | changed at least, of all they would
+        out.update(work=int(work.sum()), first_work=int(work[a0 | changed].sum()))
+    return out
+
+
+def first_layer_work(plan: InferPlan, part: int, n: int) -> np.ndarray | None:
+    """Each of the partition's vertices' work at layer 1 (its sampled edges and its own row, as the layer's task
+    counts it), from the plan job's sample; None without one (no exchange)."""
+    ex = plan.exchange()
+    counts = H.load_sample_counts(ex, 1, part) if ex is not None else None
+    if counts is None or len(counts) != n:
+        return None
+    return counts.sum(axis=1).astype(np.int64) + 1
 
 
 def cosine_distance(a: np.ndarray, b: np.ndarray) -> np.ndarray:

@@ -507,13 +507,16 @@ def _infer_layers(
         if layer and exchange is not None:
             remove_layer_files(exchange, layer - 1)
         if refresh is not None:
+            t = time.perf_counter()
             if layer == 0:
                 if refresh.incremental:
                     refresh.after_features(run_tasks(spark, plan, I.compare_signatures, "refresh: what changed"))
+                    timings["refresh_compare_s"] = time.perf_counter() - t
             else:
                 refresh.after_layer(layer, res)
             if layer == plan.layers:
                 drift = refresh.drift(url, res, layer, inp.spec.task)
+                timings["drift_s"] = time.perf_counter() - t
         per_layer.append(sorted(res, key=lambda r: r["part"]))
         log(f"infer/{inp.name}: layer {layer} done in {wall:.1f}s")
     return per_layer, drift
@@ -562,9 +565,11 @@ def _run_layers(
 
     url, exchange = plan.store, plan.exchange()
     _create_layer_arrays(dv, inp, plan)
-    if refresh is not None:
-        refresh.start(spark, url)
     timings: dict[str, float] = {}
+    if refresh is not None:
+        t = time.perf_counter()
+        refresh.start(spark, url)
+        timings["refresh_start_s"] = time.perf_counter() - t  # the vertex keys and the row map
     t = time.perf_counter()
     # no index job: tasks read the reorder stage's lookup arrays, and layer 0 writes the run's own index arrays
     id_map_done = start_id_map(spark, dv, plan, pub.tmp / "index", inp.vertex_types)

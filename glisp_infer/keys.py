@@ -129,7 +129,6 @@ def write_keys(spark: SparkSession, dv: DatasetVersion, url: str, array: str) ->
     task computes whole chunks of it from the ingest id map (rows grouped by chunk, in vid order) and writes
     them; the driver receives one count per chunk. Returns the number of vertices written."""
     from glisp_core.dataset.layout import ORIG_ID, VID, VTYPE
-    from glisp_core.dataset.manifest import read_manifest
     from glisp_core.storage.zarr_arrays import open_array
     from glisp_spark.by_vid import write_by_vid
     from glisp_spark.tables import read_parquet
@@ -138,14 +137,21 @@ def write_keys(spark: SparkSession, dv: DatasetVersion, url: str, array: str) ->
     n = int(arr.shape[0])
     if n == 0:
         return 0
-    types = read_manifest(dv).schema.get("vertex_types") or ["v0"]
+    types = key_type_names(dv)
     if -(-n // int(arr.chunks[0])) == 1:  # one chunk, at most INDEX_CHUNK vertices: written here, without a job
         _one_chunk(dv, open_array(url, array, mode="r+"), types)
         return n
     # the text is made in the task by Arrow, so the shuffle moves the id map's own columns
     rows = read_parquet(spark, dv.idmap).select(VID, VTYPE, ORIG_ID)
-    write_by_vid(rows, url, array, n, lambda b: _keys_of(b, types), str(dv.idmap))
+    write_by_vid(rows, url, array, n, lambda b: keys_of(b, types), str(dv.idmap))
     return n
+
+
+def key_type_names(dv: DatasetVersion) -> list[str]:
+    """The vertex type names keys are made from, by type code ("v0" for an untyped graph)."""
+    from glisp_core.dataset.manifest import read_manifest
+
+    return read_manifest(dv).schema.get("vertex_types") or ["v0"]
 
 
 def _one_chunk(dv: DatasetVersion, out: Any, types: list[str]) -> None:
@@ -154,13 +160,15 @@ def _one_chunk(dv: DatasetVersion, out: Any, types: list[str]) -> None:
 
     t = dv.store.read_table(dv.idmap, columns=[VID, VTYPE, ORIG_ID]).sort_by(VID)
     check_chunk(0, t.column(VID).to_numpy(), int(out.chunks[0]), int(out.shape[0]), str(dv.idmap))
-    out[:] = _keys_of(t, types)
+    out[:] = keys_of(t, types)
 
 
-def _keys_of(b: pa.RecordBatch | pa.Table, types: list[str]) -> np.ndarray:
+def keys_of(b: pa.RecordBatch | pa.Table, types: list[str], code: str = "") -> np.ndarray:
+    """The keys of an id map's rows: the type name of their type code (column ``code``, the id map's own by
+    default) and their original id."""
     import pyarrow as pa
     import pyarrow.compute as pc
 
     from glisp_core.dataset.layout import ORIG_ID, VTYPE
 
-    return vertex_keys(pc.take(pa.array(types), b.column(VTYPE)), b.column(ORIG_ID))
+    return vertex_keys(pc.take(pa.array(types), b.column(code or VTYPE)), b.column(ORIG_ID))

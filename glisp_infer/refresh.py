@@ -10,8 +10,9 @@ With ``infer.incremental`` on, a run of ``infer/<run>`` in a new version:
 3. before any task, has Spark tasks write the new-vid -> previous-row map (:mod:`glisp_infer.row_map`: this
    version's id map joined with the previous run's index by vertex type and original id); after layer 0, a
    job compares each partition's row signatures with the previous run's rows of the same vertices: changed
-   features give ``A_0``, changed neighbourhoods and new vertices ``changed``; if their share passes
-   ``infer.incremental_max_share`` the run falls back to computing every row;
+   features give ``A_0``, changed neighbourhoods and new vertices ``changed``; if their share of layer 1's work
+   (their sampled edges and rows in the plan job's samples: a lower bound of ``A_1``'s) passes
+   ``infer.incremental_max_share`` the run falls back to computing every row from layer 1;
 4. each layer's tasks write their part of ``A_l`` for the next layer's and return its size and its share of the
    layer's work (sampled edges and rows: what a layer's compute follows; on a power-law graph a third of the
    vertices can hold most of the edges); once a layer's affected work share passes the bound, the later layers
@@ -175,17 +176,21 @@ class Refresh:
         """Before any task: the vertex keys and, with a previous run, the row map (both written by tasks)."""
         from glisp_infer.row_map import write_prev_rows
 
-        write_keys(spark, self.dv, url, INDEX_KEY)
-        if self.prev is not None:
-            assert self.root is not None
-            pdv, rec = self.prev
-            as_text = read_manifest(pdv).schema.get("id_type") != read_manifest(self.dv).schema.get("id_type")
-            prev_index = pdv.path / rec.path / "index"
-            self.matched = write_prev_rows(spark, self.dv, self.vertex_types, prev_index, as_text, self.root, self.n)
+        if self.prev is None:
+            write_keys(spark, self.dv, url, INDEX_KEY)
+            return
+        assert self.root is not None
+        pdv, rec = self.prev
+        as_text = read_manifest(pdv).schema.get("id_type") != read_manifest(self.dv).schema.get("id_type")
+        prev_index = pdv.path / rec.path / "index"
+        self.matched = write_prev_rows(
+            spark, self.dv, self.vertex_types, prev_index, as_text, self.root, self.n, keys=(url, INDEX_KEY)
+        )
 
     def after_features(self, res: list[dict[str, Any]]) -> None:
         """After layer 0, with the signature job's counts per partition (it wrote ``A_0`` and ``changed``):
-        what changed, and the full-run fallback."""
+        what changed, and the full-run fallback by their share of layer 1's work (of the rows without a plan
+        job): on a power-law graph the 5 % of vertices with a changed edge can hold three quarters of it."""
         prev_n = int(self.prev[1].counts.get("vertices", 0)) if self.prev else 0
         self.info.update(
             added=sum(int(r["added"]) for r in res),
@@ -193,8 +198,15 @@ class Refresh:
             changed_features=sum(int(r["changed_features"]) for r in res),
             changed_neighbourhoods=sum(int(r["changed_neighbourhoods"]) for r in res),
         )
-        first = sum(int(r["first_affected"]) for r in res)
-        self._check(1, first / self.n if self.n else 0.0, "rows")
+        rows = sum(int(r["first_affected"]) for r in res) / self.n if self.n else 0.0
+        self.info["first_affected_share"] = round(rows, 6)
+        if res and all("work" in r for r in res):  # the work A_0 | changed holds: what layer 1's time follows
+            work = sum(int(r["work"]) for r in res)
+            share = sum(int(r["first_work"]) for r in res) / work if work else 0.0
+            self.info["first_work_share"] = round(share, 6)
+            self._check(1, share, "work")
+        else:
+            self._check(1, rows, "rows")
 
     def _check(self, layer: int, share: float, of: str) -> None:
         """Fall back to full layers from ``layer`` when its affected share (at least ``share`` of its ``of``)

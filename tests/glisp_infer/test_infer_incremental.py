@@ -96,16 +96,21 @@ def test_full_fanout_stable_samples_equal_the_full_graph_forward(
 
 
 def test_fallback_and_drift_are_recorded(spark, two_versions, make_infer_cfg, new_model) -> None:
-    """A bound below the first layer's share computes every layer in full (the reason says so) with the same
-    result; the drift against v1 is recorded: copied rows at distance 0, changed ones moved."""
+    """A bound under the share of layer 1's work that the changed vertices hold computes every layer in full from
+    the start (the reason says so, before any task of layer 1 decides alone), with the same result, though their
+    share of the rows is under it; the drift against v1 is recorded: copied rows at distance 0, changed ones
+    moved."""
     v = two_versions
     model = new_model("sage", layers=2)
     first, refresh, ref = _refresh_and_reference(
-        spark, v, model, make_infer_cfg, "fallback", fanouts=[3, 4], incremental_max_share=0.01
+        spark, v, model, make_infer_cfg, "fallback", fanouts=[3, 4], incremental_max_share=0.45
     )
     inc = refresh.counts["incremental"]
+    # A_0 | changed: 36 % of the vertices, 49 % of layer 1's sampled edges and rows (the plan job's samples)
+    assert inc["first_affected_share"] < 0.45 < inc["first_work_share"] <= inc["affected_work_share"][0], inc
     assert inc["path"] == "partial" and inc["full_from_layer"] == 1, inc
-    assert "incremental_max_share 0.01" in inc["reason"]
+    assert inc["reason"].startswith("layer 1: affected share of its work 0.49") and "every task" not in inc["reason"]
+    assert "incremental_max_share 0.45" in inc["reason"]
     assert inc["recomputed_share"] == [1.0, 1.0] and all(s < 1 for s in inc["affected_share"])
     _assert_same_rows(v, refresh, ref, 2)
     d = refresh.metrics["drift"]
@@ -123,7 +128,7 @@ def test_fallback_and_drift_are_recorded(spark, two_versions, make_infer_cfg, ne
 
     text = compare_text(read_manifest(v.old), read_manifest(v.new))
     block = text.split("Embedding versions")[1]
-    assert "v2:infer/fallback" in block and "incremental_max_share 0.01" in block
+    assert "v2:infer/fallback" in block and "incremental_max_share 0.45" in block
     assert f"{d['cos_p99']:g}"[:4] in block and "share with top-k neighbours changed" in block
 
 
@@ -319,6 +324,24 @@ def test_the_fallback_follows_the_affected_share_of_the_work_not_of_the_rows() -
     r.after_layer(1, res)
     assert r.shares["affected"] == [0.37] and r.shares["affected_work"] == [0.51]
     assert r.full_from == 2 and "affected share of its work 0.510 > infer.incremental_max_share 0.45" in r.reason
+
+
+def test_layer_1_falls_back_by_the_work_the_changed_vertices_hold() -> None:
+    """After layer 0 the signature job's counts decide layer 1: 5 % of the rows holding 77 % of the layer's work
+    (R-MAT 22's hubs) computes it in full from the start; without work counts (no plan job) the rows decide."""
+    from glisp_core.config import InferConfig
+    from glisp_infer.refresh import Refresh
+
+    counts = {"added": 0, "changed_features": 0, "changed_neighbourhoods": 5}
+    res = [{**counts, "first_affected": 3, "work": 900, "first_work": 700}, {**counts, "first_affected": 2,
+           "work": 100, "first_work": 70}]  # fmt: skip
+    r = Refresh(InferConfig(incremental_max_share=0.5), None, 100, "")  # type: ignore[arg-type]
+    r.after_features(res)
+    assert r.full_from == 1 and r.reason.startswith("layer 1: affected share of its work")
+    assert r.info["first_affected_share"] == 0.05 and r.info["first_work_share"] == 0.77
+    r = Refresh(InferConfig(incremental_max_share=0.5), None, 100, "")  # type: ignore[arg-type]
+    r.after_features([{k: v for k, v in x.items() if "work" not in k} for x in res])
+    assert r.full_from == 0 and "first_work_share" not in r.info
 
 
 def _task(vertices: int, full: bool, affected_work: int, work: int = 100) -> dict:
