@@ -138,6 +138,35 @@ def _self_loops(edge_index: Tensor, num_dst: int) -> Tensor:
     return torch.cat([edge_index, torch.stack([loop, loop])], dim=1)
 
 
+# A gathered value (one column of one edge's message, gathered and scattered) costs about this many
+# multiply-adds of a GEMM on CPU (bench/sage_order.py on 256 -> 8 and 256 -> 64 slices: docs/results/inference-2026-12-01.md)
+GATHER_COST = 40
+
+
+def sage_transforms_first(d_in: int, d_out: int, n_src: int, n_dst: int, n_edges: int) -> bool:
+    """Whether a mean SAGE slice is cheaper with ``lin_l`` applied to the source rows before the aggregation
+    (the mean commutes with it): each edge then gathers ``d_out`` values, not ``d_in``, for a GEMM over every
+    source row instead of the destinations only. DGL's SAGEConv transforms first whenever ``d_in > d_out``;
+    here the batch's shape decides too (a 256 -> 64 slice over few edges gathers less than it multiplies)."""
+    return d_out < d_in and n_edges * (d_in - d_out) * GATHER_COST > (n_src - n_dst) * d_in * d_out
+
+
+def sage_mean(conv: Any, x_src: Tensor, edge_index: Tensor, num_dst: int) -> Tensor:
+    """``conv((x_src, x_src[:num_dst]), edge_index)`` for a mean SAGEConv (root weight, no normalisation, no
+    projection: the slices' own), in whichever order :func:`sage_transforms_first` finds cheaper. The two orders
+    agree to the last bits of float64 (float32 rows rounded from float64 are the same)."""
+    n_src, n_edges = x_src.shape[0], edge_index.shape[1]
+    lin_l = conv.lin_l
+    if not sage_transforms_first(lin_l.in_channels, lin_l.out_channels, n_src, num_dst, n_edges):
+        out: Tensor = conv((x_src, x_src[:num_dst]), edge_index, size=(n_src, num_dst))
+        return out
+    h = nn.functional.linear(x_src, lin_l.weight)
+    total = h.new_zeros((num_dst, h.shape[1])).index_add_(0, edge_index[1], h.index_select(0, edge_index[0]))
+    count = torch.bincount(edge_index[1], minlength=num_dst).clamp_(min=1).to(h.dtype)
+    out = total / count[:, None] + conv.lin_r(x_src[:num_dst])
+    return out + lin_l.bias if lin_l.bias is not None else out
+
+
 class _Conv(Protocol):
     """What a slice calls: a torch_geometric convolution (an ``nn.Module``), returning the output rows."""
 
@@ -165,10 +194,10 @@ class Slice(nn.Module):
             )
 
     def forward(self, x_src: Tensor, edge_index: Tensor, num_dst: int, edge_type: Tensor | None = None) -> Tensor:
+        if self.arch == "sage":
+            return sage_mean(self.conv, x_src, edge_index, num_dst)
         x_dst = x_src[:num_dst]
         size = (x_src.shape[0], num_dst)
-        if self.arch == "sage":
-            return self.conv((x_src, x_dst), edge_index, size=size)
         if self.arch == "gcn":
             ei = _self_loops(edge_index, num_dst)
             deg = torch.bincount(ei[1], minlength=num_dst).to(x_src.dtype)

@@ -93,3 +93,53 @@ def test_spec_and_checkpoint_errors(tmp_path) -> None:
     (tmp_path / "model.json").write_text('{"format": "other"}')
     with pytest.raises(FormatError, match="expected format"):
         load_checkpoint(tmp_path)
+
+
+@pytest.mark.parametrize(
+    "shape,first",
+    [
+        ((256, 8, 4256, 256, 4000), True),  # a last layer: 8 values an edge instead of 256
+        ((256, 8, 2000, 1000, 100), False),  # few edges: the GEMM over every source row costs more
+        ((256, 64, 4256, 256, 4000), False),  # measured 0.7x transformed first
+        ((256, 64, 50064, 64, 130000), True),  # measured 2.0x
+        ((32, 256, 50064, 64, 130000), False),  # widening: never
+    ],
+)
+def test_a_sage_slice_transforms_first_where_the_edges_outweigh_the_gemm(shape, first) -> None:
+    from glisp_core.models import sage_transforms_first
+
+    assert sage_transforms_first(*shape) is first
+
+
+@pytest.mark.parametrize("dtype", [torch.float64, torch.float32])
+def test_both_orders_of_a_sage_slice_agree_in_values_and_gradients(dtype) -> None:
+    """The transformed-first order (taken here: 256 -> 8 over 3,000 edges) gives PyG's SAGEConv rows and weight
+    gradients; in float64 rounded to float32, bit for bit (what an incremental refresh's exactness needs)."""
+    from torch_geometric.nn import SAGEConv
+
+    from glisp_core.models import sage_mean, sage_transforms_first
+
+    torch.manual_seed(3)
+    n_src, n_dst, m = 900, 120, 3000
+    conv = SAGEConv((256, 256), 8, aggr="mean").to(dtype)
+    x = torch.randn(n_src, 256, dtype=dtype)
+    ei = torch.stack([torch.randint(0, n_src, (m,)), torch.randint(0, n_dst - 10, (m,))])  # 10 with no edge
+    assert sage_transforms_first(256, 8, n_src, n_dst, m)
+    outs, grads = [], []
+
+    def aggregated_first(*a, **k):
+        raise AssertionError("sage_mean called SAGEConv.forward (aggregation first) for a 256 -> 8 slice")
+
+    for f in (lambda: conv((x, x[:n_dst]), ei, size=(n_src, n_dst)), lambda: sage_mean(conv, x, ei, n_dst)):
+        conv.zero_grad()
+        out = f()
+        conv.forward = aggregated_first  # the second order must not go through PyG's
+        out.square().sum().backward()
+        outs.append(out.detach())
+        grads.append([p.grad.clone() for p in conv.parameters()])
+    tol = 1e-12 if dtype == torch.float64 else 1e-5
+    torch.testing.assert_close(outs[1], outs[0], rtol=tol, atol=tol)
+    for a, b in zip(grads[1], grads[0], strict=True):
+        torch.testing.assert_close(a, b, rtol=tol * 10, atol=tol * 10)
+    if dtype == torch.float64:
+        assert torch.equal(outs[1].float(), outs[0].float())
