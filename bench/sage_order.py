@@ -48,19 +48,18 @@ def one_shape(dtype, shape: tuple[int, int, int, int, int], repeats: int) -> tup
     import torch
     from torch_geometric.nn import SAGEConv
 
+    from glisp_core.models import sage_mean_transformed_first
+
     d_in, d_out, nd, m, ns = shape
     conv = SAGEConv((d_in, d_in), d_out, aggr="mean").to(dtype)
     x = torch.randn(ns, d_in, dtype=dtype)
     ei = torch.stack([torch.randint(0, ns, (m,)), torch.randint(0, nd, (m,))])
-    cnt = torch.bincount(ei[1], minlength=nd).clamp_(min=1).to(dtype)
 
     def pyg() -> torch.Tensor:
         return conv((x, x[:nd]), ei, size=(ns, nd))
 
-    def forced() -> torch.Tensor:
-        h = torch.nn.functional.linear(x, conv.lin_l.weight)
-        tot = h.new_zeros((nd, d_out)).index_add_(0, ei[1], h.index_select(0, ei[0]))
-        return tot / cnt[:, None] + conv.lin_r(x[:nd]) + conv.lin_l.bias
+    def forced() -> torch.Tensor:  # the transformed-first order, whatever the rule says
+        return sage_mean_transformed_first(conv, x, ei, nd)
 
     with torch.no_grad():
         diff = float((pyg() - forced()).abs().max())

@@ -515,6 +515,7 @@ def _infer_layers(
             else:
                 refresh.after_layer(layer, res)
             if layer == plan.layers:
+                t = time.perf_counter()
                 drift = refresh.drift(url, res, layer, inp.spec.task)
                 timings["drift_s"] = time.perf_counter() - t
         per_layer.append(sorted(res, key=lambda r: r["part"]))
