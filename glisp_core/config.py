@@ -376,6 +376,7 @@ class InferConfig:
     cache_chunks: int = 0  # dynamic cache size in chunks; 0 = cache_fraction
     scratch_dir: str = ""  # tasks' local files; "": memory when it has room, else the temp dir (glisp_infer.scratch)
     local_own_rows: bool = True  # keep a task's output rows on local disk as its next layer's own static rows
+    project_first: bool = True  # narrowing mean SAGE layers: project every static row once (docs/inference.md)
     halo: bool = True  # push each layer's rows other partitions' next layer samples into per-pair files (else: decode Zarr chunks)
     device: Literal["auto", "cpu", "cuda"] = "auto"  # auto: CUDA when present
     threads: int = 0  # torch threads per task; 0 = cores / concurrent tasks
@@ -430,6 +431,7 @@ EXPERT_KEYS = frozenset(
         *(f"client.{k}" for k in ("backoff_s", "gather_streams", "local_reads", "routing_source")),
         *(f"infer.cache_{k}" for k in ("admit_window", "chunk_rows", "chunks", "fraction", "policy", "replays")),
         *(f"infer.{k}" for k in ("chunk_rows", "intermediate_compressor", "local_own_rows", "incremental_max_share")),
+        "infer.project_first",
         "spark.adaptive",
         "dataset.unsafe_publish",
     }

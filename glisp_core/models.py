@@ -165,12 +165,40 @@ def sage_mean(conv: Any, x_src: Tensor, edge_index: Tensor, num_dst: int) -> Ten
 
 def sage_mean_transformed_first(conv: Any, x_src: Tensor, edge_index: Tensor, num_dst: int) -> Tensor:
     """The transformed-first order of :func:`sage_mean`, whatever the shapes (the bench times it against PyG's)."""
-    lin_l = conv.lin_l
-    h = nn.functional.linear(x_src, lin_l.weight)
-    total = h.new_zeros((num_dst, h.shape[1])).index_add_(0, edge_index[1], h.index_select(0, edge_index[0]))
-    count = torch.bincount(edge_index[1], minlength=num_dst).clamp_(min=1).to(h.dtype)
-    out: Tensor = total / count[:, None] + conv.lin_r(x_src[:num_dst])
-    return out + lin_l.bias if lin_l.bias is not None else out
+    h = nn.functional.linear(x_src, conv.lin_l.weight)
+    return sage_mean_of_projected(conv, h, edge_index[0], edge_index[1], num_dst, conv.lin_r(x_src[:num_dst]))
+
+
+def sage_mean_of_projected(conv: Any, h: Tensor, src: Tensor, dst: Tensor, num_dst: int, root: Tensor) -> Tensor:
+    """The mean SAGE slice from projected rows: ``h[u] = x_u W_l^T`` of every source ``src`` indexes and ``root[v]
+    = x_v W_r^T`` of every destination; the destinations' rows, before the activation."""
+    total = h.new_zeros((num_dst, h.shape[1])).index_add_(0, dst, h.index_select(0, src))
+    count = torch.bincount(dst, minlength=num_dst).clamp_(min=1).to(h.dtype)
+    out: Tensor = total / count[:, None] + root
+    return out + conv.lin_l.bias if conv.lin_l.bias is not None else out
+
+
+class Projection:
+    """Slice ``i`` of a mean SAGE model split at its neighbour weight: ``act(mean_{u->v} x_u W_l^T + x_v W_r^T +
+    b)``. The mean commutes with ``W_l``, so a layerwise pass can project every row it will read once
+    (:meth:`project`, :meth:`root`) and have each batch average ``width`` values an edge (:meth:`finish`) instead
+    of gathering ``in_width`` and multiplying the batch's source rows again in every batch that reads them."""
+
+    def __init__(self, conv: Any, activation: bool) -> None:
+        self.conv, self.activation = conv, activation
+        self.in_width, self.width = int(conv.lin_l.in_channels), int(conv.lin_l.out_channels)
+
+    def project(self, x: Tensor) -> Tensor:
+        return nn.functional.linear(x, self.conv.lin_l.weight)
+
+    def root(self, x: Tensor) -> Tensor:
+        out: Tensor = self.conv.lin_r(x)
+        return out
+
+    def finish(self, h: Tensor, src: Tensor, dst: Tensor, num_dst: int, root: Tensor) -> Tensor:
+        """The rows :meth:`GNN.layer` returns, from projected source rows ``h`` and the destinations' ``root``."""
+        out = sage_mean_of_projected(self.conv, h, src, dst, num_dst, root)
+        return torch.relu(out) if self.activation else out
 
 
 class _Conv(Protocol):
@@ -236,6 +264,13 @@ class GNN(nn.Module):
         if i < self.spec.layers - 1:
             h = torch.relu(h)
         return h
+
+    def projection(self, i: int) -> Projection | None:
+        """Slice ``i`` split at its weight (:class:`Projection`), for a mean SAGE slice; None for the others. A
+        model without this method (a user's) is run batch by batch through :meth:`layer`."""
+        if self.spec.arch != "sage":
+            return None
+        return Projection(self.slices[i].conv, activation=i < self.spec.layers - 1)
 
     def forward(self, x: Tensor, blocks: Sequence[Any], edge_types: Sequence[Tensor | None] | None = None) -> Tensor:
         """Run every slice over the blocks of a mini-batch (input layer first).

@@ -235,6 +235,7 @@ def _params(ic: Any, inp: Inputs, layout: RowLayout) -> dict[str, Any]:
         "arch": inp.spec.arch,
         "dims": list(inp.dims),
         "halo": ic.halo,
+        "project_first": ic.project_first,
     }
     if ic.incremental:  # a different draw than the kernels': not the same result as a run without it
         params["sampling"] = "stable"
@@ -363,6 +364,7 @@ def _plan(
         device=ic.device,
         threads=threads,
         local_own_rows=ic.local_own_rows,
+        project_first=ic.project_first,
         exchange_dir=str(tmp / EXCHANGE_DIR) if ic.halo else "",
         dataset=inp.dataset.qualified,
         partition_cache=cfg.serve.cache_dir,

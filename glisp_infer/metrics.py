@@ -54,6 +54,7 @@ SUMS = (
     "copy_chunks",
     "signature_s",
     "batches",
+    "projected",
 )
 
 

@@ -43,6 +43,7 @@ class InferPlan:
     scratch_dir: str = ""
     device: str = "auto"
     threads: int = 1
+    project_first: bool = True  # narrowing mean layers from projected rows (glisp_infer.projected)
     local_own_rows: bool = True  # keep each task's output rows on local disk for its next layer's static cache
     exchange_dir: str = ""  # halo exchange between layers (glisp_infer.halo): a prefix in the store; "": none
     dataset: str = ""  # the dataset version's URI (names the copies of its partitions)

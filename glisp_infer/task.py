@@ -30,6 +30,7 @@ from glisp_core.errors import GlispError
 from glisp_core.storage.uri import StoreURI
 from glisp_infer import halo as H
 from glisp_infer import incremental as I
+from glisp_infer import projected as P
 from glisp_infer.cache import ChunkCache, StaticCache, batch_chunks, capacity_of, reread_plan, simulate_hits
 from glisp_infer.index import write_run_index
 from glisp_infer.node_rows import node_embedding_rows
@@ -618,9 +619,26 @@ def stream(
     eoff = np.zeros(n + 1, np.int64)
     np.cumsum(per_vertex, out=eoff[1:])
     slots = torch.from_numpy(edge_slots(sample.counts)) if plan.relations else None
+    itemsize = 8 if plan.stable else 4
+    proj = (
+        P.projection_for(model, layer - 1, len(cache.ids), n, len(loc_n), itemsize)
+        if plan.project_first and slots is None
+        else None
+    )
+    if proj is not None:
+        pb = slice_batches(eoff, max(plan.batch_size, P.BATCH_VERTICES), batch_edges(proj.width, itemsize))
+        m = P.stream_projected(proj, cache, loc_v, loc_n, per_vertex, pb, writer, xtype, device)
+        edges = eoff[pb[1]] - eoff[pb[0]]
+        return {
+            **m,
+            "model_s": m["read_s"] + m["compute_s"],
+            "batches": len(pb[0]),
+            "batch_edges_max": int(np.max(edges, initial=0)),
+            **P.projected_cache_metrics(cache.num_chunks, dyn.capacity, plan.cache_admit_window, plan.shadow_fractions),
+        }
     scratch = np.full(len(cache.ids), -1, np.int64)
     tr = time.perf_counter()
-    starts, ends = slice_batches(eoff, plan.batch_size, batch_edges(plan.dims[layer - 1], 8 if plan.stable else 4))
+    starts, ends = slice_batches(eoff, plan.batch_size, batch_edges(plan.dims[layer - 1], itemsize))
     # every batch's chunks before streaming (the samples are fixed), for the admission plan
     needs = [np.concatenate([loc_v[b:e], loc_n[eoff[b] : eoff[e]]]) for b, e in zip(starts, ends, strict=True)]
     trace, bounds = batch_chunks(needs, cache.chunk_rows)

@@ -143,3 +143,31 @@ def test_both_orders_of_a_sage_slice_agree_in_values_and_gradients(dtype) -> Non
         torch.testing.assert_close(a, b, rtol=tol * 10, atol=tol * 10)
     if dtype == torch.float64:
         assert torch.equal(outs[1].float(), outs[0].float())
+
+
+def test_a_sage_models_projection_gives_its_layers_rows_from_rows_projected_once() -> None:
+    """``GNN.projection(i)``: every source row projected once (``project``, ``root``), then ``finish`` averages
+    the narrow rows: the rows ``layer(i, ...)`` returns, activation included, over any grouping of the
+    destinations (here two halves against the whole). Only mean SAGE slices have one."""
+    from glisp_core.models import ModelSpec, Projection, build_model
+
+    torch.manual_seed(4)
+    model = build_model(ModelSpec(arch="sage", in_dim=64, hidden=32, out_dim=4, layers=2, dropout=0.0)).double()
+    n_src, n_dst, m = 300, 80, 1200
+    x = torch.randn(n_src, 64, dtype=torch.float64)
+    ei = torch.stack([torch.randint(0, n_src, (m,)), torch.sort(torch.randint(0, n_dst, (m,))).values])
+    for i, d_in in ((0, 64), (1, 32)):
+        proj = model.projection(i)
+        assert isinstance(proj, Projection) and proj.activation == (i == 0) and proj.in_width == d_in
+        xi = x[:, :d_in]
+        want = model.layer(i, xi, ei, n_dst)
+        h, root = proj.project(xi), proj.root(xi[:n_dst])
+        whole = proj.finish(h, ei[0], ei[1], n_dst, root)
+        torch.testing.assert_close(whole, want, rtol=1e-12, atol=1e-12)
+        half = int((ei[1] < n_dst // 2).sum())  # the first half's edges come first (sorted destinations)
+        lo = proj.finish(h, ei[0, :half], ei[1, :half], n_dst // 2, root[: n_dst // 2])
+        hi = proj.finish(h, ei[0, half:], ei[1, half:] - n_dst // 2, n_dst - n_dst // 2, root[n_dst // 2 :])
+        assert torch.equal(torch.cat([lo, hi]), whole)  # a row depends on its own edges only
+    for arch in ("gcn", "gat"):
+        other = build_model(ModelSpec(arch=arch, in_dim=8, hidden=8, out_dim=4, layers=2, dropout=0.0))
+        assert other.projection(0) is None

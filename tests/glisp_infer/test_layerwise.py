@@ -123,6 +123,43 @@ def test_the_halo_exchange_fills_exactly_the_foreign_rows_without_decoding_chunk
     assert not (g.dv.path.local / pds.path / "exchange").exists()  # the exchange is not published
 
 
+def test_a_narrowing_sage_layer_projects_every_row_once_and_gives_the_batch_paths_rows(spark, infer_graph) -> None:
+    """SAGE 6 -> 8 -> 3: layer 2 narrows, so each task multiplies its static rows once and averages 3 values an
+    edge (``projected``); layer 1 widens and streams batch by batch. Same rows as every layer batch by batch
+    (``infer.project_first = false``): to float32 rounding with kernel samples, bit for bit with stable ones
+    (float64 arithmetic: neither path's rows depend on how the rows were grouped)."""
+    from glisp_infer.job import run_infer
+    from glisp_train.publish import publish_model
+
+    g = infer_graph
+    publish_model(g.dv, "sage-p", make_model("sage", out_dim=3), g.run)
+    recs = {}
+    for stable in (False, True):
+        for first in (True, False):
+            name = f"sage-p-{'stable' if stable else 'kernel'}-{'projected' if first else 'batches'}"
+            cfg = infer_cfg(model="sage-p", run=name, fanouts=[4, 3], seed=3, project_first=first, incremental=stable)
+            recs[stable, first] = run_infer(spark, cfg, g.dv)
+    parts = len(recs[False, True].metrics["layers"]["layer2"]["attempts_per_part"])
+    for stable in (False, True):
+        on, off = recs[stable, True].metrics["layers"], recs[stable, False].metrics["layers"]
+        assert (
+            on["layer2"]["projected"] == parts and "projected" not in on["layer1"] and "projected" not in off["layer2"]
+        )
+        # every static chunk read once, straight from the static cache; the batch path reads chunks per batch
+        assert (
+            on["layer2"]["chunk_reads"] == on["layer2"]["not_admitted"] == sum(on["layer2"]["static_chunks_per_part"])
+        )
+        assert on["layer2"]["dynamic_hits"] == 0 and off["layer2"]["chunk_reads"] > on["layer2"]["chunk_reads"]
+        assert on["layer2"]["batches"] < off["layer2"]["batches"]
+        assert all(on["layer1"][k] == off["layer1"][k] for k in ("chunk_reads", "dynamic_hits", "batches"))
+        a, b = _rows_by_vid(g, recs[stable, True])[0], _rows_by_vid(g, recs[stable, False])[0]
+        if stable:
+            np.testing.assert_array_equal(a, b)
+        else:
+            np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-6)
+    assert recs[True, True].params["project_first"] and not recs[True, False].params["project_first"]
+
+
 def test_sampled_equals_samplewise_over_the_same_samples(infer_graph, sampled) -> None:
     from glisp_infer.samplewise import Samplewise
 
