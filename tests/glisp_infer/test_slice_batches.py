@@ -51,7 +51,7 @@ def _stream(tmp_path, stable: bool, sub: str) -> tuple[np.ndarray, dict]:
     cache.put(np.arange(len(ids)), feats)
     plan = SimpleNamespace(
         device="cpu", checkpoint=str(ckpt), stable=stable, relations=(), batch_size=32, dims=(6, 8, 3),
-        cache_admit_window=1, shadow_fractions=(),
+        cache_admit_window=1, shadow_fractions=(), project_first=True,
     )  # fmt: skip
     sample = SimpleNamespace(nbrs=nbrs, counts=per_vertex.reshape(-1, 1))
     out = _Rows()
