@@ -267,7 +267,7 @@ class GNN(nn.Module):
 
     def projection(self, i: int) -> Projection | None:
         """Slice ``i`` split at its weight (:class:`Projection`), for a mean SAGE slice; None for the others. A
-        model without this method (a user's) is run batch by batch through :meth:`layer`."""
+        user's model is run batch by batch through its ``layer``."""
         if self.spec.arch != "sage":
             return None
         return Projection(self.slices[i].conv, activation=i < self.spec.layers - 1)

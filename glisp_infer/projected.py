@@ -8,8 +8,8 @@ by the root weight too), and each batch only averages ``width`` values an edge. 
 its own edges alone, whatever the batch, so the batches can be large.
 
 The task decides by :func:`glisp_core.models.sage_transforms_first` over the whole task (its sampled edges
-against the static cache's rows) and by :data:`PROJECTED_BYTES`; otherwise, or for a model without
-``projection``, the layer streams batch by batch (:func:`glisp_infer.task.stream`).
+against the static cache's rows) and by :data:`PROJECTED_BYTES`; otherwise, or for a user's model, the layer
+streams batch by batch (:func:`glisp_infer.task.stream`).
 """
 
 from __future__ import annotations
@@ -32,10 +32,10 @@ def projection_for(model: Any, i: int, static_rows: int, n: int, edges: int, ite
     """Slice ``i``'s :class:`~glisp_core.models.Projection` when projecting the task's ``static_rows`` rows once
     costs less than gathering full rows for its ``edges`` sampled edges, and the projected rows fit
     :data:`PROJECTED_BYTES`; else None."""
-    from glisp_core.models import sage_transforms_first
+    from glisp_core.models import GNN, sage_transforms_first
 
-    get = getattr(model, "projection", None)
-    proj = get(i) if get is not None else None
+    # the built-in models only: a user's module may well have an attribute of that name meaning something else
+    proj = model.projection(i) if isinstance(model, GNN) else None
     if proj is None or static_rows * proj.width * itemsize > PROJECTED_BYTES:
         return None
     return proj if sage_transforms_first(proj.in_width, proj.width, static_rows, n, edges) else None

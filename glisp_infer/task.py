@@ -603,7 +603,7 @@ def stream(
 ) -> dict[str, Any]:
     """Slice ``layer - 1`` over ``vids`` in order, ``plan.batch_size`` at a time (fewer where their sampled edges
     pass :func:`batch_edges`), reading every row through the dynamic cache; returns the read and compute seconds,
-    the batches and the cache metrics."""
+    the batches and the cache metrics. A narrowing mean SAGE layer goes through :mod:`glisp_infer.projected`."""
     import torch
 
     from glisp_sampling.apply import relabel
