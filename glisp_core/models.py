@@ -165,17 +165,8 @@ def sage_mean(conv: Any, x_src: Tensor, edge_index: Tensor, num_dst: int) -> Ten
 
 def sage_mean_transformed_first(conv: Any, x_src: Tensor, edge_index: Tensor, num_dst: int) -> Tensor:
     """The transformed-first order of :func:`sage_mean`, whatever the shapes (the bench times it against PyG's)."""
-    h = nn.functional.linear(x_src, conv.lin_l.weight)
-    return sage_mean_of_projected(conv, h, edge_index[0], edge_index[1], num_dst, conv.lin_r(x_src[:num_dst]))
-
-
-def sage_mean_of_projected(conv: Any, h: Tensor, src: Tensor, dst: Tensor, num_dst: int, root: Tensor) -> Tensor:
-    """The mean SAGE slice from projected rows: ``h[u] = x_u W_l^T`` of every source ``src`` indexes and ``root[v]
-    = x_v W_r^T`` of every destination; the destinations' rows, before the activation."""
-    total = h.new_zeros((num_dst, h.shape[1])).index_add_(0, dst, h.index_select(0, src))
-    count = torch.bincount(dst, minlength=num_dst).clamp_(min=1).to(h.dtype)
-    out: Tensor = total / count[:, None] + root
-    return out + conv.lin_l.bias if conv.lin_l.bias is not None else out
+    p = Projection(conv, activation=False)
+    return p.finish(p.project(x_src), edge_index[0], edge_index[1], num_dst, p.root(x_src[:num_dst]))
 
 
 class Projection:
@@ -196,8 +187,13 @@ class Projection:
         return out
 
     def finish(self, h: Tensor, src: Tensor, dst: Tensor, num_dst: int, root: Tensor) -> Tensor:
-        """The rows :meth:`GNN.layer` returns, from projected source rows ``h`` and the destinations' ``root``."""
-        out = sage_mean_of_projected(self.conv, h, src, dst, num_dst, root)
+        """The rows :meth:`GNN.layer` returns, from projected source rows ``h`` (``src`` indexes them) and the
+        destinations' ``root``: the mean of each destination's projected sources, plus its root term and the bias."""
+        total = h.new_zeros((num_dst, h.shape[1])).index_add_(0, dst, h.index_select(0, src))
+        count = torch.bincount(dst, minlength=num_dst).clamp_(min=1).to(h.dtype)
+        out: Tensor = total / count[:, None] + root
+        if self.conv.lin_l.bias is not None:
+            out = out + self.conv.lin_l.bias
         return torch.relu(out) if self.activation else out
 
 

@@ -66,29 +66,36 @@ def stream_projected(
     cache: StaticCache,
     loc_v: np.ndarray,
     loc_n: np.ndarray,
-    per_vertex: np.ndarray,
+    eoff: np.ndarray,
     bounds: tuple[list[int], list[int]],
     writer: Any,
     xtype: Any,
     device: Any,
 ) -> dict[str, Any]:
-    """The layer's rows of the task's vertices (sampled neighbours ``loc_n`` by ``per_vertex``, both as local
-    ids), batch by batch between ``bounds``, into ``writer``; the read and compute seconds."""
+    """The layer's rows of the task's vertices (sampled neighbours ``loc_n``, vertex ``i``'s from ``eoff[i]`` to
+    ``eoff[i + 1]``, both as local ids), batch by batch between ``bounds``, into ``writer``; the read and compute
+    seconds and the batches."""
     import torch
 
     t = time.perf_counter()
     h, root = project_static(proj, cache, loc_v, xtype, device)
     read_s = time.perf_counter() - t  # the projection reads every static row once: the layer's reads
-    eoff = np.zeros(len(per_vertex) + 1, np.int64)
-    np.cumsum(per_vertex, out=eoff[1:])
     t = time.perf_counter()
     for b, e in zip(*bounds, strict=True):
         src = torch.from_numpy(loc_n[eoff[b] : eoff[e]]).to(device)
-        dst = torch.from_numpy(np.repeat(np.arange(e - b, dtype=np.int64), per_vertex[b:e])).to(device)
+        dst = torch.from_numpy(np.repeat(np.arange(e - b, dtype=np.int64), np.diff(eoff[b : e + 1]))).to(device)
         with torch.no_grad():
             out = proj.finish(h, src, dst, e - b, root[b:e]).to("cpu", torch.float32)
         writer.add(out.numpy())
-    return {"read_s": read_s, "compute_s": time.perf_counter() - t}
+    compute_s = time.perf_counter() - t
+    edges = eoff[bounds[1]] - eoff[bounds[0]]
+    return {
+        "read_s": read_s,
+        "compute_s": compute_s,
+        "model_s": read_s + compute_s,
+        "batches": len(bounds[0]),
+        "batch_edges_max": int(np.max(edges, initial=0)),
+    }
 
 
 def projected_cache_metrics(num_chunks: int, capacity: int, window: int, fractions: Any) -> dict[str, Any]:

@@ -627,13 +627,8 @@ def stream(
     )
     if proj is not None:
         pb = slice_batches(eoff, max(plan.batch_size, P.BATCH_VERTICES), batch_edges(proj.width, itemsize))
-        m = P.stream_projected(proj, cache, loc_v, loc_n, per_vertex, pb, writer, xtype, device)
-        edges = eoff[pb[1]] - eoff[pb[0]]
         return {
-            **m,
-            "model_s": m["read_s"] + m["compute_s"],
-            "batches": len(pb[0]),
-            "batch_edges_max": int(np.max(edges, initial=0)),
+            **P.stream_projected(proj, cache, loc_v, loc_n, eoff, pb, writer, xtype, device),
             **P.projected_cache_metrics(cache.num_chunks, dyn.capacity, plan.cache_admit_window, plan.shadow_fractions),
         }
     scratch = np.full(len(cache.ids), -1, np.int64)
