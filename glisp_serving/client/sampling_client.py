@@ -6,9 +6,9 @@
         for batch in client.loader(train_ids, batch_size=1024, fanouts=[15, 10, 5]):
             out = model(batch.x, batch.blocks)
 
-One asyncio event loop (grpc.aio) runs on a background thread; each hop sends ONE Gather RPC per
-server holding part of the frontier, all in parallel, and the loader keeps ``client.prefetch`` batches
-in flight so the servers never wait on the client's Apply. Every call has a deadline
+One asyncio event loop (grpc.aio), shared by the process's clients, runs on a background thread; each
+hop sends ONE Gather RPC per server holding part of the frontier, all in parallel, and the loader keeps
+``client.prefetch`` batches in flight so the servers never wait on the client's Apply. Every call has a deadline
 (``client.deadline_s``) and is retried on UNAVAILABLE (``client.retries``, exponential backoff, next
 address of the partition when several are listed).
 
@@ -51,6 +51,7 @@ from glisp_sampling.khop import (
 )
 from glisp_sampling.routing import RoutingTable
 from glisp_serving.client.colocated import ColocatedReader, open_colocated
+from glisp_serving.client.event_loop import client_loop
 from glisp_serving.client.info_fetch import load_routing
 from glisp_serving.client.streams import NO_STREAM, GatherStream, StreamFailure
 from glisp_serving.cluster.cluster_file import ClusterSpec
@@ -457,9 +458,8 @@ class SamplingClient:
         self.direction = direction
         self._closed = False
         self._submit_lock = threading.Lock()  # a request is scheduled before close() begins, or refused
-        self._loop = asyncio.new_event_loop()
-        self._thread = threading.Thread(target=self._loop.run_forever, name="glisp-client-loop", daemon=True)
-        self._thread.start()
+        self._loop = client_loop()  # shared by the process's clients (event_loop's docstring says why)
+        self._tasks: set[asyncio.Task] = set()  # this client's requests in flight (touched on the loop only)
         self.backend = RemoteBackend(self.spec, routing_table, self.cfg, self.mode, max_message_mb)
         self.backend.owner_direction = owner_direction
         if self.cfg.local_reads == "auto":  # partitions whose files are not readable here use Lookup
@@ -499,6 +499,8 @@ class SamplingClient:
         stopped early) no longer reads it, and close() may still have ended the task with that error."""
         task = asyncio.current_task()
         if task is not None:
+            self._tasks.add(task)
+            task.add_done_callback(self._tasks.discard)
             task.add_done_callback(_retrieve)
         try:
             return await coro
@@ -513,11 +515,11 @@ class SamplingClient:
         return self._submit(coro).result()
 
     async def _shutdown(self) -> None:
-        """Close streams and channels, then cancel what is still running (batches a loader prefetched) until
-        nothing is: every task ends here, with its outcome retrieved."""
+        """Close streams and channels, then cancel this client's requests still running (batches a loader
+        prefetched) until none is: each ends here, with its outcome retrieved. Other clients' are not touched."""
         await self.backend.close()
         for _ in range(SHUTDOWN_ROUNDS):  # a task that swallows its cancellation must not hang close()
-            rest = [t for t in asyncio.all_tasks() if t is not asyncio.current_task()]
+            rest = [t for t in self._tasks if not t.done()]
             if not rest:
                 return
             for t in rest:
@@ -535,11 +537,7 @@ class SamplingClient:
             closed, self._closed = self._closed, True
         if closed:
             return
-        if self._loop.is_running():
-            asyncio.run_coroutine_threadsafe(self._shutdown(), self._loop).result()
-            self._loop.call_soon_threadsafe(self._loop.stop)
-            self._thread.join()
-        self._loop.close()
+        asyncio.run_coroutine_threadsafe(self._shutdown(), self._loop).result()
 
     def __enter__(self) -> SamplingClient:
         return self

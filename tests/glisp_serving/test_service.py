@@ -392,6 +392,22 @@ def test_loader_prefetch_covers_all_seeds(client):
     assert np.array_equal(np.sort(np.concatenate(got)), seeds)
 
 
+def test_clients_share_one_loop_and_closing_one_leaves_the_others_requests_alone(vc_cluster, client):
+    """Two clients of one process (a trainer's and its evaluator's) run on one event loop, as gRPC's asyncio
+    poller needs; closing one, with batches in flight on both, ends its own requests and none of the other's."""
+    closing = SamplingClient(vc_cluster.cluster_file)
+    assert closing._loop is client._loop
+    sampler = client.sampler([4, 3])
+    mine = [client._submit(sampler.sample(np.arange(16 * i, 16 * i + 16), i)) for i in range(12)]
+    batches = closing.loader(np.arange(512), 16, [4, 3], seed=1, prefetch=6)
+    assert len(next(batches).seeds) == 16  # and five more in flight
+    closing.close()
+    assert [len(f.result(timeout=60).seeds) for f in mine] == [16] * 12
+    with pytest.raises(SamplingError):
+        list(batches)
+    assert client._loop.is_running() and len(client.sample(np.arange(8), [4, 3]).seeds) == 8
+
+
 def _raw_gather(addr: str, **kw) -> grpc.RpcError:
     with grpc.insecure_channel(addr) as ch:
         with pytest.raises(grpc.RpcError) as ei:
