@@ -160,6 +160,28 @@ def test_a_previous_run_whose_arrays_are_gone_is_inferred_in_full(spark, two_ver
     assert rec.metrics["layers"]["layer1"].get("copied", 0) == 0
 
 
+def test_a_row_map_that_fails_fails_the_refresh_with_its_own_error(
+    spark, two_versions, make_infer_cfg, new_model, monkeypatch
+):
+    """A refresh whose row map cannot be written (the previous run's index unreadable) fails with that error,
+    publishes nothing, and releases the previous version's lease (retention may remove it again)."""
+    import glisp_infer.row_map as row_map
+    from glisp_core.dataset.manifest import read_manifest
+    from glisp_core.dataset.versions import active_leases
+
+    v, model = two_versions, new_model("sage", seed=4)
+    _infer(spark, v.old, v.old_run, model, "mapfail", make_infer_cfg)
+
+    def unreadable(*args, **kw):  # the injected fault: the previous run's index cannot be read
+        raise ValueError("injected: the previous run's index is unreadable")
+
+    monkeypatch.setattr(row_map, "write_prev_rows", unreadable)
+    with pytest.raises(ValueError, match="injected: the previous run's index is unreadable"):
+        _infer(spark, v.new, v.new_run, model, "mapfail", make_infer_cfg)
+    assert "infer/mapfail" not in read_manifest(v.new).stages
+    assert active_leases(v.old) == []
+
+
 def test_stable_sample_ignores_entry_order_and_vertex_numbering() -> None:
     """The draw is a function of the keys only: shuffling a vertex's entries (another partition layout or CSR
     order) gives the same neighbours in the same order; another hop seed gives another draw."""
