@@ -18,7 +18,7 @@ import numpy as np
 
 from glisp_core.dataset.layout import ORIG_ID, PART, VID, VTYPE, DatasetVersion
 from glisp_core.storage.uri import StoreURI
-from glisp_infer.store import INDEX_CHUNK, INDEX_POS, INDEX_ROW, INDEX_VID, open_array, write_owned
+from glisp_infer.store import INDEX_CHUNK, INDEX_LABEL, INDEX_POS, INDEX_ROW, INDEX_VID, open_array, write_owned
 from glisp_spark.tables import read_parquet, write_parquet
 from glisp_spark.worker_heap import freeze_worker_heap
 
@@ -45,6 +45,15 @@ def write_run_index(plan: InferPlan, part: int, vids: np.ndarray) -> int:
         pos_arr[lo:hi] = oi.pos(np.arange(lo, hi))
         written += 2
     return written
+
+
+def write_run_labels(plan: InferPlan, part: int, labels: np.ndarray | None, count: int) -> int:
+    """Layer 0's rows of ``index/label`` (node task): the labels of the partition's ``count`` vertices as its file
+    holds them (-1: none; all -1 for a graph without labels), so the outputs' tasks read them beside the rows.
+    Returns the chunks written."""
+    arr = open_array(plan.store, INDEX_LABEL, mode="r+")
+    got = np.full(count, -1, np.int64) if labels is None else np.asarray(labels, np.int64)
+    return write_owned(arr, plan.layout.starts[part], got, plan.layout.chunk_rows, fill=-1)
 
 
 def start_id_map(

@@ -537,7 +537,16 @@ def _create_layer_arrays(dv: DatasetVersion, inp: Inputs, plan: InferPlan) -> No
         "seed": plan.seed,
         "direction": plan.direction,
     }
-    create_arrays(plan.store, plan.layout, list(plan.dims), inp.num_vertices, plan.codec, attrs, stable=plan.stable)
+    create_arrays(
+        plan.store,
+        plan.layout,
+        list(plan.dims),
+        inp.num_vertices,
+        plan.codec,
+        attrs,
+        stable=plan.stable,
+        labels=plan.task == "node",
+    )
 
 
 def _plan_metrics(planned: dict[int, dict[str, Any]]) -> dict[str, Any]:

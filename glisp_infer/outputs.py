@@ -23,7 +23,7 @@ from glisp_core.errors import BadInputError, GlispError
 from glisp_core.storage.store import store_for
 from glisp_core.storage.uri import StoreURI
 from glisp_infer.plan import InferPlan
-from glisp_infer.store import INDEX_ROW, layer_name, open_array, read_rows
+from glisp_infer.store import INDEX_LABEL, INDEX_ROW, layer_name, open_array, read_rows
 from glisp_spark.tables import read_csv, read_parquet, write_parquet
 from glisp_spark.worker_heap import freeze_worker_heap
 
@@ -41,7 +41,8 @@ def _fixed_list(h: np.ndarray) -> Any:
 
 
 def vertex_rows(plan: InferPlan) -> Any:
-    """mapInArrow over partition ids: the last layer's rows of each partition's vertices."""
+    """mapInArrow over partition ids: the last layer's rows of each partition's vertices (node task: with their
+    labels, from ``index/label``, the arg-max class and its probability)."""
 
     def fn(batches: Iterator[Any]) -> Iterator[Any]:
         freeze_worker_heap()
@@ -50,6 +51,7 @@ def vertex_rows(plan: InferPlan) -> Any:
         from glisp_infer.task import task_vertices
 
         arr = open_array(plan.store, layer_name(plan.layers))
+        labels = open_array(plan.store, INDEX_LABEL) if plan.task == "node" else None
         step = plan.layout.chunk_rows * max(1, (1 << 16) // plan.layout.chunk_rows)
         for b in batches:
             for part in b.column(0).to_pylist():
@@ -58,7 +60,9 @@ def vertex_rows(plan: InferPlan) -> Any:
                     e = min(a + step, len(vids))
                     h = np.asarray(arr[start + a : start + e], np.float32)
                     cols = {VID: pa.array(vids[a:e]), "embedding": _fixed_list(h)}
-                    if plan.task == "node":
+                    if labels is not None:
+                        lab = np.asarray(labels[start + a : start + e], np.int64)
+                        cols[LABEL] = pa.array(lab, pa.int64(), mask=lab < 0)  # null: no label, as glisp train
                         z = np.exp(h - h.max(axis=1, keepdims=True))
                         cols["prediction"] = pa.array(h.argmax(axis=1).astype(np.int32))
                         cols["score"] = pa.array((z.max(axis=1) / z.sum(axis=1)).astype(np.float32))
@@ -150,13 +154,14 @@ def write_outputs(
     from pyspark.sql import functions as F
 
     idm = _idmap(spark, dv, vertex_types)
-    schema = "vid long, embedding array<float>" + (", prediction int, score float" if plan.task == "node" else "")
-    rows = _parts_df(spark, plan).mapInArrow(vertex_rows(plan), schema).join(idm, VID)
+    node = ", label long, prediction int, score float" if plan.task == "node" else ""
+    rows = (
+        _parts_df(spark, plan).mapInArrow(vertex_rows(plan), "vid long, embedding array<float>" + node).join(idm, VID)
+    )
     counts = {"embeddings": plan.layout.num_vertices}
-    if plan.task == "node":
+    if plan.task == "node":  # the labels came with the rows (index/label): one join, with the id map
         rows = rows.persist(StorageLevel.MEMORY_AND_DISK)
-        labels = read_parquet(spark, dv.vertices).select(VID, LABEL)
-        write_parquet(rows.join(labels, VID, "left").select(*PREDICTION_COLUMNS), out / "predictions", "error")
+        write_parquet(rows.select(*PREDICTION_COLUMNS), out / "predictions", "error")
         counts["predictions"] = plan.layout.num_vertices
     write_parquet(rows.select(ORIG_ID, VTYPE, VID, "embedding"), out / "embeddings", "error")
     rows.unpersist()

@@ -42,6 +42,7 @@ INDEX_POS = "index/pos"
 INDEX_KEY = "index/key"  # uint64 (n,): the vertex's key, a hash of its type and original id (glisp_infer.stable)
 INDEX_FSIG = "index/fsig"  # uint64 (rows,): per row, the hash of its features (glisp_infer.stable)
 INDEX_NSIG = "index/nsig"  # uint64 (rows,): per row, the hash of its neighbourhood
+INDEX_LABEL = "index/label"  # int64 (rows,), node task: per row, the vertex's label from its partition, -1 none
 LAYOUT_ATTR = "glisp_layout"
 Compressor = Literal["blosclz", "lz4", "lz4hc", "zstd", "zlib"]  # infer.compressor
 Shuffle = Literal["noshuffle", "shuffle", "bitshuffle"]  # infer.shuffle
@@ -132,10 +133,18 @@ def store_url(dv: Any, stage_dir: StoreURI | os.PathLike[str]) -> str:
 
 
 def create_arrays(
-    url: str, layout: RowLayout, dims: list[int], n: int, codec: Codec, attrs: dict, stable: bool = False
+    url: str,
+    layout: RowLayout,
+    dims: list[int],
+    n: int,
+    codec: Codec,
+    attrs: dict,
+    stable: bool = False,
+    labels: bool = False,
 ) -> None:
     """Create the group, every layer array and the index arrays (metadata only; tasks fill the chunks); with
-    ``stable`` also the vertex keys and the row signatures of an incremental refresh."""
+    ``stable`` also the vertex keys and the row signatures of an incremental refresh; with ``labels`` (a node
+    task) the labels by row, which the predictions take beside the rows instead of joining the vertex table."""
     g = open_group(url, mode="w")
     g.attrs[LAYOUT_ATTR] = json.loads(json.dumps({**attrs, "layout": layout.to_dict(), "dims": dims}))
     cfg = {"write_empty_chunks": True}  # every owned chunk exists once its task has finished
@@ -149,15 +158,16 @@ def create_arrays(
             fill_value=0.0,
             config=cfg,
         )
-    g.create_array(
-        INDEX_VID,
-        shape=(layout.rows,),
-        chunks=(layout.chunk_rows,),
-        dtype="int64",
-        compressors=codec.zarr_codec(),
-        fill_value=-1,
-        config=cfg,
-    )
+    for name in (INDEX_VID, INDEX_LABEL) if labels else (INDEX_VID,):
+        g.create_array(
+            name,
+            shape=(layout.rows,),
+            chunks=(layout.chunk_rows,),
+            dtype="int64",
+            compressors=codec.zarr_codec(),
+            fill_value=-1,
+            config=cfg,
+        )
     for name in (INDEX_ROW, INDEX_POS):
         g.create_array(
             name,

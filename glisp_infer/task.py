@@ -32,7 +32,7 @@ from glisp_infer import halo as H
 from glisp_infer import incremental as I
 from glisp_infer import projected as P
 from glisp_infer.cache import ChunkCache, StaticCache, batch_chunks, capacity_of, reread_plan, simulate_hits
-from glisp_infer.index import write_run_index
+from glisp_infer.index import write_run_index, write_run_labels
 from glisp_infer.node_rows import node_embedding_rows
 from glisp_infer.plan import InferPlan, load_model, resolve_device, set_threads
 from glisp_infer.sampling import FULL, edge_slots, hop_of, layer_request, max_degree, sample_masters, task_engine
@@ -217,6 +217,9 @@ def write_features(plan: InferPlan, part: int, attempt: int = 0) -> dict[str, An
     rows = reader.feature_rows(vids)
     if (rows < 0).any():
         raise GlispError(f"{reader.path}: vertices {vids[rows < 0][:3].tolist()} are not mastered here")
+    if plan.task == "node":
+        labels = None if reader.labels is None else np.asarray(reader.labels)[rows]
+        index_chunks += write_run_labels(plan, part, labels, len(vids))
     learnt = node_embedding_rows(plan.node_embeddings, vids, plan.dims[0] - fdim) if plan.node_embeddings else None
     arr = open_array(plan.store, layer_name(0), mode="r+")
     writer = new_writer(plan, arr, 0, part, attempt)

@@ -9,7 +9,7 @@ import pytest
 pytestmark = pytest.mark.usefixtures("spark")
 
 
-def test_integer_ids_stay_integers_in_predictions(spark, tmp_path):
+def test_integer_ids_stay_integers_in_predictions_with_every_vertexs_label(spark, tmp_path):
     from glisp_core.config import EdgeSource, IngestConfig, VertexSource, load_config, with_values
     from glisp_core.dataset.layout import PREDICTION_COLUMNS
     from glisp_infer.job import run_infer
@@ -22,7 +22,9 @@ def test_integer_ids_stay_integers_in_predictions(spark, tmp_path):
 
     ids = [100 + 3 * i for i in range(20)]
     (tmp_path / "e.csv").write_text("src,dst\n" + "".join(f"{ids[i]},{ids[(i * 7 + 3) % 20]}\n" for i in range(20)))
-    (tmp_path / "v.csv").write_text("id,lab,f0,f1\n" + "".join(f"{v},{v % 3},{v % 5},{v % 7}\n" for v in ids))
+    unlabelled = {ids[i] for i in (5, 11, 17)}  # an empty label cell: no label
+    lab = {v: "" if v in unlabelled else str(v % 3) for v in ids}
+    (tmp_path / "v.csv").write_text("id,lab,f0,f1\n" + "".join(f"{v},{lab[v]},{v % 5},{v % 7}\n" for v in ids))
     root = str(tmp_path / "root")
     cfg = with_values(load_config(env={}), "dataset", root=root)
     vs = VertexSource(path=str(tmp_path / "v.csv"), label="lab", feature_columns=["f0", "f1"])
@@ -40,6 +42,11 @@ def test_integer_ids_stay_integers_in_predictions(spark, tmp_path):
     assert t.schema.field("orig_id").type == "int64" and t.column_names == list(PREDICTION_COLUMNS)
     df = t.to_pandas()
     assert len(df[df["orig_id"] == ids[4]]) == 1  # filtering with an integer finds it
+    # every vertex's label is the dataset's (they come with the rows from the partitions), null where it has none
+    got_labels = dict(zip(df["orig_id"], df["label"], strict=True))
+    assert sorted(got_labels) == ids
+    assert {v for v, x in got_labels.items() if x != x or x is None} == unlabelled  # NaN or None: null
+    assert all(int(got_labels[v]) == v % 3 for v in ids if v not in unlabelled)
     got = read_predictions("ints", [ids[4], ids[0]], root=root)
     assert got["orig_id"].tolist() == [ids[4], ids[0]] and got["label"].tolist() == [ids[4] % 3, ids[0] % 3]
-    assert rec.metrics["evaluation"]["labelled"] == 20
+    assert rec.metrics["evaluation"]["labelled"] == 17
