@@ -61,22 +61,25 @@ class Run:
     total_s: float = 0.0
 
 
+_SEEN_IO: dict[tuple[int, float], tuple[int, int]] = {}  # (pid, start time) -> its last (write, read) bytes
+
+
 def _tree_io(pid: int) -> tuple[int, int]:
-    """(write_bytes, read_bytes) of ``pid`` and its live descendants."""
+    """(write_bytes, read_bytes) of ``pid`` and every descendant seen so far: one that has exited counts with
+    its last sample, so the totals only grow (a live-only sum fell when a stage's Python workers exited)."""
     import psutil
 
     try:
         procs = [psutil.Process(pid), *psutil.Process(pid).children(recursive=True)]
     except psutil.NoSuchProcess:
-        return 0, 0
-    w = r = 0
+        procs = []
     for p in procs:
         try:
             io = p.io_counters()
-            w, r = w + io.write_bytes, r + io.read_bytes
+            _SEEN_IO[(p.pid, p.create_time())] = (io.write_bytes, io.read_bytes)
         except (psutil.NoSuchProcess, psutil.AccessDenied):
             pass
-    return w, r
+    return sum(w for w, _ in _SEEN_IO.values()), sum(r for _, r in _SEEN_IO.values())
 
 
 def run_pipeline(
@@ -182,7 +185,9 @@ def main() -> int:
     ap.add_argument("--edge-factor", type=int, default=8)
     ap.add_argument("--parts", type=int, default=4)
     ap.add_argument("--driver-memory", default="4g")
-    ap.add_argument("--executor-memory", default="1500m", help="per standalone executor (each worker has 2g)")
+    ap.add_argument("--executor-memory", default="1500m", help="per standalone executor (within --worker-memory)")
+    ap.add_argument("--worker-memory", default="2g", help="what each standalone worker offers its executors")
+    ap.add_argument("--worker-tmp", default="4g", help="each worker's private /tmp (a tmpfs: shuffle files, spill)")
     ap.add_argument("--skip", choices=["s3", "standalone"], action="append", default=[])
     args = ap.parse_args()
 
@@ -215,7 +220,12 @@ def main() -> int:
             import pyspark
 
             (work / "logs").mkdir()
-            cluster = Standalone(work / "logs", str(Path(pyspark.__file__).parent))
+            cluster = Standalone(
+                work / "logs",
+                str(Path(pyspark.__file__).parent),
+                worker_memory=args.worker_memory,
+                worker_tmp=args.worker_tmp,
+            )
             cluster.start()
             conf = {**EXECUTOR_CONF, "spark.executor.memory": args.executor_memory}
             other = run_pipeline(

@@ -44,6 +44,7 @@ NUMBA_CACHE = "/tmp/glisp-numba-cache"  # the executors' NUMBA_CACHE_DIR, inside
 NUMBA_CACHE_HOST = Path("/var/tmp/glisp-numba-cache")  # worker-<i>/ below it: each worker's persistent cache
 NUMBA_CACHE_KEEP = 4  # code versions whose kernels a worker keeps (the most recently compiled ones)
 WORKERS = 2
+WORKER_MEMORY, WORKER_TMP = "2g", "4g"  # a test's worker: its executors' memory, its private /tmp (shuffle files)
 BASE_ENV_KEYS = ("PATH", "LANG", "LC_ALL", "JAVA_HOME", "TZ")
 SYSTEM_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 
@@ -91,8 +92,17 @@ def driver_paths() -> list[str]:
     return out
 
 
-def worker_script(spark_home: str, master_url: str, port: int, ui_port: int, numba_cache: Path) -> str:
-    """The shell run inside the worker's new mount namespace: the mounts, then ``exec`` the Worker JVM."""
+def worker_script(
+    spark_home: str,
+    master_url: str,
+    port: int,
+    ui_port: int,
+    numba_cache: Path,
+    memory: str = WORKER_MEMORY,
+    tmp_size: str = WORKER_TMP,
+) -> str:
+    """The shell run inside the worker's new mount namespace: the mounts, then ``exec`` the Worker JVM
+    (``memory``: what its executors may take; ``tmp_size``: its private /tmp, where its shuffle files go)."""
     venv = str(Path(sys.prefix).resolve())
     if not Path(spark_home).resolve().is_relative_to(venv):
         raise RuntimeError(f"the workers bind-mount the virtualenv {venv}, which must hold pyspark ({spark_home})")
@@ -104,7 +114,7 @@ def worker_script(spark_home: str, master_url: str, port: int, ui_port: int, num
     return f"""set -eu
 mount --make-rprivate /
 mount --bind {shlex.quote(venv)} {STAGE}
-mount -t tmpfs -o mode=1777,size=4g glisp-worker-tmp /tmp
+mount -t tmpfs -o mode=1777,size={tmp_size} glisp-worker-tmp /tmp
 mount -t tmpfs -o mode=1777,size=256m glisp-worker-shm /dev/shm
 mkdir -p {EXEC_PYTHON_HOME} /tmp/home /tmp/work /tmp/local {NUMBA_CACHE}
 mount --bind {shlex.quote(str(numba_cache))} {NUMBA_CACHE}
@@ -114,7 +124,7 @@ mount -o remount,bind,ro {EXEC_PYTHON_HOME}
 export SPARK_HOME={EXEC_PYTHON_HOME}/{shlex.quote(str(rel_home))}
 cd /tmp/work
 exec "$SPARK_HOME/bin/spark-class" org.apache.spark.deploy.worker.Worker --host 127.0.0.1 --port {port} \\
-    --webui-port {ui_port} --cores 1 --memory 2g --work-dir /tmp/work {master_url}
+    --webui-port {ui_port} --cores 1 --memory {memory} --work-dir /tmp/work {master_url}
 """
 
 
@@ -151,6 +161,8 @@ class Standalone:
     procs: list[subprocess.Popen[bytes]] = field(default_factory=list)
     namespaces: list[str] = field(default_factory=list)  # each worker's mount namespace (/proc/PID/ns/mnt)
     worker_env: dict[str, str] = field(default_factory=dict)  # what the hosts' environment gives (store credentials)
+    worker_memory: str = WORKER_MEMORY
+    worker_tmp: str = WORKER_TMP
 
     @property
     def url(self) -> str:
@@ -173,7 +185,9 @@ class Standalone:
         self._spawn("master", master_cmd, env)
         for i in range(WORKERS):
             cache = worker_numba_cache(i)
-            script = worker_script(self.spark_home, self.url, free_port(), free_port(), cache)
+            script = worker_script(
+                self.spark_home, self.url, free_port(), free_port(), cache, self.worker_memory, self.worker_tmp
+            )
             env = base_env(HOME="/tmp/home", SPARK_WORKER_DIR="/tmp/work", SPARK_LOCAL_DIRS="/tmp/local", TMPDIR="/tmp")
             env.update(self.worker_env)
             p = self._spawn(f"worker-{i}", ["unshare", "-m", "sh", "-c", script], env)

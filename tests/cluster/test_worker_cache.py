@@ -31,3 +31,13 @@ def test_the_worker_mounts_its_own_cache_where_the_executors_look(tmp_path):
     mounts = [line for line in script.splitlines() if line.startswith("mount --bind")]
     assert f"mount --bind {tmp_path / 'worker-0'} {NUMBA_CACHE}" in mounts
     assert script.index(f"mount --bind {tmp_path / 'worker-0'}") > script.index("glisp-worker-tmp /tmp")
+
+
+def test_a_worker_offers_the_memory_and_private_tmp_it_is_given(tmp_path):
+    import pyspark
+
+    home = str(Path(pyspark.__file__).parent)
+    default = worker_script(home, "spark://127.0.0.1:1", 1, 2, tmp_path / "worker-0")
+    assert "size=4g glisp-worker-tmp /tmp" in default and "--memory 2g " in default
+    big = worker_script(home, "spark://127.0.0.1:1", 1, 2, tmp_path / "worker-0", memory="6g", tmp_size="9g")
+    assert "size=9g glisp-worker-tmp /tmp" in big and "--memory 6g " in big
