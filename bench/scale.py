@@ -863,6 +863,7 @@ def notes(lines: list[dict[str, Any]]) -> list[str]:
 
 TARGET_EDGES = 10**10
 MACHINE_CORES, MACHINE_GB = 16, 64
+NET = 1.11  # the cluster's time per edge over local mode's (docs/results/scale-2026-12-02-network.md)
 
 
 def cost_model(lines: list[dict[str, Any]], machines: int, net: float) -> list[list[str]]:
@@ -898,7 +899,7 @@ def cost_model(lines: list[dict[str, Any]], machines: int, net: float) -> list[l
     return rows
 
 
-def report(root: Path, net: float = 1.11) -> None:
+def report(root: Path, net: float = NET) -> None:
     """The table, the exponents, the cost model and the PNG, from the result lines alone."""
     lines = ordered(load_results(root))
     if not lines:
@@ -943,7 +944,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--change", type=float, default=0.01, help="share of edge rows changed by the refresh")
     ap.add_argument("--lock", default="/tmp/glisp-bench.lock", help="flock this file per stage ('' for none)")
     ap.add_argument("--report", action="store_true", help="only print the table and write the plot")
-    ap.add_argument("--net", type=float, default=1.11, help="cost model: the cluster's time per edge over local mode's")
+    ap.add_argument("--net", type=float, default=NET, help="cost model: the cluster's time per edge over local mode's")
     ap.add_argument("--p32-last", action="store_true", help="partition at p = 32 after the refresh (nothing needs it)")
     ap.add_argument("--write-refresh", nargs=3, metavar=("SRC", "OUT", "FRAC"), help=argparse.SUPPRESS)
     ap.add_argument("--service-rate", metavar="CLUSTER_FILE", help=argparse.SUPPRESS)
