@@ -48,15 +48,16 @@ def prev_row_url(root: StoreURI | str) -> str:
     return str(parse_uri(root) / PREV_ROW_GROUP)
 
 
-def create_prev_row(root: StoreURI | str, n: int) -> Any:
-    """The (empty) by-vid array of the previous rows: chunks of the run's by-vid index arrays, -1 until written."""
+def create_prev_row(root: StoreURI | str, n: int, chunk: int = 0) -> Any:
+    """The (empty) by-vid array of the previous rows: chunks of the run's by-vid index arrays (or ``chunk``
+    vids, those of an array its job writes too), -1 until written."""
     from glisp_infer.store import INDEX_CHUNK, open_group
 
     g = open_group(prev_row_url(root), mode="w")
     return g.create_array(
         PREV_ROW,
         shape=(n,),
-        chunks=(min(INDEX_CHUNK, max(n, 1)),),
+        chunks=(chunk or min(INDEX_CHUNK, max(n, 1)),),
         dtype="int64",
         fill_value=-1,
         config={"write_empty_chunks": True},

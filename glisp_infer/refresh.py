@@ -7,8 +7,9 @@ With ``infer.incremental`` on, a run of ``infer/<run>`` in a new version:
 2. looks for the **previous run**: ``infer/<run>`` in the graph's ``LATEST``, else in its newest other version;
    it is used when it drew stable samples with the same model (checkpoint digest: model.json and weights), the
    same fanouts, seed, direction and widths; otherwise the run is a full one and says why (``counts.incremental``);
-3. before any task, has Spark tasks write the new-vid -> previous-row map (:mod:`glisp_infer.row_map`: this
-   version's id map joined with the previous run's index by vertex type and original id); after layer 0, a
+3. before any task, has Spark tasks write the new-vid -> previous-row map (:mod:`glisp_infer.row_map`: by vid,
+   in the keys' job, where every vertex the two versions share kept its vid; else this version's id map joined
+   with the previous run's index by vertex type and original id); after layer 0, a
    job compares each partition's row signatures with the previous run's rows of the same vertices: changed
    features give ``A_0``, changed neighbourhoods and new vertices ``changed``; if their share of layer 1's work
    (their sampled edges and rows in the plan job's samples: a lower bound of ``A_1``'s) passes
@@ -173,19 +174,23 @@ class Refresh:
         }
 
     def start(self, spark: SparkSession, url: str) -> None:
-        """Before any task: the vertex keys and, with a previous run, the row map (both written by tasks)."""
-        from glisp_infer.row_map import write_prev_rows
+        """Before any task: the vertex keys and, with a previous run, the row map (both written by tasks): by vid
+        where every vertex the versions share kept its vid, else by a join on the original ids."""
+        from glisp_infer.row_map import write_kept_rows, write_prev_rows
 
         if self.prev is None:
             write_keys(spark, self.dv, url, INDEX_KEY)
             return
         assert self.root is not None
+        kept = write_kept_rows(spark, self.dv, (url, INDEX_KEY), self.prev_url, self.root, self.n)
+        self.info["row_map"] = "by vid" if kept is not None else "joined by original id"
+        if kept is not None:
+            self.matched = kept
+            return
         pdv, rec = self.prev
         as_text = read_manifest(pdv).schema.get("id_type") != read_manifest(self.dv).schema.get("id_type")
         prev_index = pdv.path / rec.path / "index"
-        self.matched = write_prev_rows(
-            spark, self.dv, self.vertex_types, prev_index, as_text, self.root, self.n, keys=(url, INDEX_KEY)
-        )
+        self.matched = write_prev_rows(spark, self.dv, self.vertex_types, prev_index, as_text, self.root, self.n)
 
     def after_features(self, res: list[dict[str, Any]]) -> None:
         """After layer 0, with the signature job's counts per partition (it wrote ``A_0`` and ``changed``):

@@ -106,6 +106,7 @@ def test_fallback_and_drift_are_recorded(spark, two_versions, make_infer_cfg, ne
         spark, v, model, make_infer_cfg, "fallback", fanouts=[3, 4], incremental_max_share=0.45
     )
     inc = refresh.counts["incremental"]
+    assert inc["row_map"] == "joined by original id", inc  # v2 renumbers every vid
     # A_0 | changed: 36 % of the vertices, 49 % of layer 1's sampled edges and rows (the plan job's samples)
     assert inc["first_affected_share"] < 0.45 < inc["first_work_share"] <= inc["affected_work_share"][0], inc
     assert inc["path"] == "partial" and inc["full_from_layer"] == 1, inc
@@ -290,6 +291,7 @@ def test_an_unchanged_snapshot_copies_every_row(spark, two_versions, make_infer_
     rec = _infer(spark, same, v.old_run, model, "nochange", make_infer_cfg, fanouts=[3, 4])
     inc = rec.counts["incremental"]
     assert inc["path"] == "incremental" and inc["previous"] == "g/v1", inc
+    assert inc["row_map"] == "by vid" and inc["removed"] == inc["added"] == 0, inc  # the same vids: no join
     assert inc["affected_share"] == [0.0, 0.0] and inc["recomputed_share"] == [0.0, 0.0]
     assert rec.metrics["layers"]["layer2"]["copied"] == 262
     d = rec.metrics["drift"]

@@ -1,0 +1,98 @@
+"""The refresh's new-vid -> previous-row map by vid (the keys' job): the join's map whenever every vid the two
+versions share holds the same vertex, and no map at all (the join's turn) when one does not."""
+
+from __future__ import annotations
+
+import numpy as np
+import pyarrow as pa
+import pytest
+
+from glisp_core.storage.zarr_arrays import open_array, open_group
+from glisp_infer import incremental as I
+from glisp_infer.keys import vertex_keys
+from glisp_infer.row_map import write_kept_rows, write_prev_rows
+from glisp_infer.store import INDEX_KEY, INDEX_ROW
+
+TYPES = np.array(["user", "item"], dtype=object)
+
+
+def _version(root, name: str, orig: np.ndarray, vt: np.ndarray):
+    from glisp_testing.graphs import write_dataset
+
+    return write_dataset(
+        root, "g", np.array([0]), np.array([1]), num_vertices=len(orig), vtype=vt, vertex_types=list(TYPES),
+        orig_ids=orig.tolist(), version=name,
+    )  # fmt: skip
+
+
+def _previous_run(tmp_path, orig: np.ndarray, vt: np.ndarray, chunk: int, seed: int):
+    """A previous run's by-vid ``index/key`` and ``index/row`` (its rows a permutation, as an order's) and its
+    published ``index`` table (type name, original id, row)."""
+    from glisp_core.storage.store import store_for
+    from glisp_core.storage.uri import parse_uri
+
+    n = len(orig)
+    rows = np.random.default_rng(seed).permutation(n).astype(np.int64)
+    url = str(tmp_path / "prev.zarr")
+    g = open_group(url, mode="w")
+    g.create_array(INDEX_KEY, shape=(n,), chunks=(chunk,), dtype="uint64", fill_value=0)[:] = vertex_keys(
+        TYPES[vt], orig
+    )
+    g.create_array(INDEX_ROW, shape=(n,), chunks=(chunk,), dtype="int64", fill_value=-1)[:] = rows
+    index = parse_uri(str(tmp_path / "prev-index"))
+    table = pa.table({"vtype": pa.array(TYPES[vt].tolist()), "orig_id": pa.array(orig.tolist()), "row": rows})
+    store_for(index).write_table(table, index / "part-00000.parquet")
+    return url, index
+
+
+def _run(tmp_path, spark, dv, prev_url, n: int, chunk: int):
+    url = str(tmp_path / "run.zarr")
+    open_group(url, mode="w").create_array(INDEX_KEY, shape=(n,), chunks=(chunk,), dtype="uint64", fill_value=0)
+    got = write_kept_rows(spark, dv, (url, INDEX_KEY), prev_url, tmp_path / "kept", n)
+    return got, np.asarray(open_array(I.prev_row_url(tmp_path / "kept"), I.PREV_ROW)[:]), url
+
+
+def _joined(spark, dv, index, tmp_path, n: int) -> tuple[int, np.ndarray]:
+    got = write_prev_rows(spark, dv, list(TYPES), index, False, tmp_path / "joined", n)
+    return got, np.asarray(open_array(I.prev_row_url(tmp_path / "joined"), I.PREV_ROW)[:])
+
+
+def _ids(n: int, seed: int) -> tuple[np.ndarray, np.ndarray]:
+    rng = np.random.default_rng(seed)
+    return np.char.add("acct-", rng.choice(10**12, n, replace=False).astype(str)), rng.integers(0, 2, n).astype(
+        np.int32
+    )
+
+
+@pytest.mark.parametrize("chunk", [700, 8192], ids=["tasks", "one-chunk-here"])
+@pytest.mark.parametrize("new_n", [5000, 4200], ids=["vertices-added", "tail-removed"])
+def test_kept_vids_give_the_joins_map_and_the_keys(spark, tmp_path, chunk, new_n):
+    """Vertices added after the others, or the last ones removed: every shared vid kept its vertex, and the map
+    by vid equals the join's, new vertices -1; the keys are written by the same job."""
+    orig, vt = _ids(5000, seed=1)
+    prev_n = 4600
+    prev_url, index = _previous_run(tmp_path, orig[:prev_n], vt[:prev_n], chunk=512, seed=2)
+    dv = _version(tmp_path / "root", "v2", orig[:new_n], vt[:new_n])
+    got, kept, url = _run(tmp_path, spark, dv, prev_url, new_n, chunk=min(chunk, new_n))
+    want, joined = _joined(spark, dv, index, tmp_path, new_n)
+    assert got == want == min(new_n, prev_n)
+    np.testing.assert_array_equal(kept, joined)
+    assert (kept[prev_n:] == -1).all() and (kept[: min(new_n, prev_n)] >= 0).all()
+    np.testing.assert_array_equal(
+        np.asarray(open_array(url, INDEX_KEY)[:]), vertex_keys(TYPES[vt[:new_n]], orig[:new_n])
+    )
+
+
+@pytest.mark.parametrize("chunk", [700, 8192], ids=["tasks", "one-chunk-here"])
+def test_a_vid_holding_another_vertex_leaves_the_map_to_the_join(spark, tmp_path, chunk):
+    """Two vertices that swapped vids (one vertex of 5,000): no map by vid; the keys are still written."""
+    orig, vt = _ids(5000, seed=3)
+    prev_url, _ = _previous_run(tmp_path, orig, vt, chunk=512, seed=4)
+    swapped = orig.copy()
+    swapped[[17, 3999]] = orig[[3999, 17]]
+    vt2 = vt.copy()
+    vt2[[17, 3999]] = vt[[3999, 17]]
+    dv = _version(tmp_path / "root", "v2", swapped, vt2)
+    got, _, url = _run(tmp_path, spark, dv, prev_url, 5000, chunk=min(chunk, 5000))
+    assert got is None
+    np.testing.assert_array_equal(np.asarray(open_array(url, INDEX_KEY)[:]), vertex_keys(TYPES[vt2], swapped))
