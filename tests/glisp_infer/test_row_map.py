@@ -27,29 +27,32 @@ def _version(root, name: str, orig: np.ndarray, vt: np.ndarray):
 
 def _previous_run(tmp_path, orig: np.ndarray, vt: np.ndarray, chunk: int, seed: int):
     """A previous run's by-vid ``index/key`` and ``index/row`` (its rows a permutation, as an order's) and its
-    published ``index`` table (type name, original id, row)."""
+    published ``index`` table (type name, original id, row), under ``tmp_path`` (a directory or a store URI)."""
     from glisp_core.storage.store import store_for
     from glisp_core.storage.uri import parse_uri
 
     n = len(orig)
     rows = np.random.default_rng(seed).permutation(n).astype(np.int64)
-    url = str(tmp_path / "prev.zarr")
+    url = str(parse_uri(str(tmp_path)) / "prev.zarr")
     g = open_group(url, mode="w")
     g.create_array(INDEX_KEY, shape=(n,), chunks=(chunk,), dtype="uint64", fill_value=0)[:] = vertex_keys(
         TYPES[vt], orig
     )
     g.create_array(INDEX_ROW, shape=(n,), chunks=(chunk,), dtype="int64", fill_value=-1)[:] = rows
-    index = parse_uri(str(tmp_path / "prev-index"))
+    index = parse_uri(str(tmp_path)) / "prev-index"
     table = pa.table({"vtype": pa.array(TYPES[vt].tolist()), "orig_id": pa.array(orig.tolist()), "row": rows})
     store_for(index).write_table(table, index / "part-00000.parquet")
     return url, index
 
 
 def _run(tmp_path, spark, dv, prev_url, n: int, chunk: int):
-    url = str(tmp_path / "run.zarr")
+    from glisp_core.storage.uri import parse_uri
+
+    where = parse_uri(str(tmp_path))
+    url = str(where / "run.zarr")
     open_group(url, mode="w").create_array(INDEX_KEY, shape=(n,), chunks=(chunk,), dtype="uint64", fill_value=0)
-    got = write_kept_rows(spark, dv, (url, INDEX_KEY), prev_url, tmp_path / "kept", n)
-    return got, np.asarray(open_array(I.prev_row_url(tmp_path / "kept"), I.PREV_ROW)[:]), url
+    got = write_kept_rows(spark, dv, (url, INDEX_KEY), prev_url, where / "kept", n)
+    return got, np.asarray(open_array(I.prev_row_url(where / "kept"), I.PREV_ROW)[:]), url
 
 
 def _joined(spark, dv, index, tmp_path, n: int) -> tuple[int, np.ndarray]:
@@ -96,3 +99,19 @@ def test_a_vid_holding_another_vertex_leaves_the_map_to_the_join(spark, tmp_path
     got, _, url = _run(tmp_path, spark, dv, prev_url, 5000, chunk=min(chunk, 5000))
     assert got is None
     np.testing.assert_array_equal(np.asarray(open_array(url, INDEX_KEY)[:]), vertex_keys(TYPES[vt2], swapped))
+
+
+def test_the_map_by_vid_reads_and_writes_an_object_store(spark, tmp_path, new_s3_root):
+    """The previous run, the keys and the refresh's directory in a bucket (the tasks read and write them through
+    the storage layer): the same map as the local one."""
+    orig, vt = _ids(3000, seed=5)
+    root = new_s3_root("rowmap")
+    dv = _version(tmp_path / "root", "v2", orig, vt)
+    maps = []
+    for where in (root, tmp_path):
+        prev_url, _ = _previous_run(where, orig[:2900], vt[:2900], chunk=512, seed=6)
+        got, kept, _ = _run(where, spark, dv, prev_url, 3000, chunk=700)
+        assert got == 2900
+        maps.append(kept)
+    np.testing.assert_array_equal(maps[0], maps[1])
+    assert (maps[0][:2900] >= 0).all() and (maps[0][2900:] == -1).all()
