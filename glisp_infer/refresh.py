@@ -85,6 +85,19 @@ def find_previous(dv: DatasetVersion, name: str) -> tuple[DatasetVersion, StageR
     return None
 
 
+def renumbered(dv: DatasetVersion, partition: str, prev: DatasetVersion) -> str:
+    """Why this version's vids are known not to be ``prev``'s (the partition refreshed from ``prev`` found a base
+    vertex at another vid or gone: ``same_ids`` false), or "" when nothing says so. The row map then goes
+    straight to the join: comparing keys at equal vids would only find that out."""
+    try:
+        inc = read_manifest(dv).stage(f"partition/{partition}").counts.get("incremental") or {}
+    except Exception:  # no partition record to read: nothing is known
+        return ""
+    if inc.get("base") == f"{prev.graph}/{prev.version}" and inc.get("same_ids") is False:
+        return f"partition/{partition} found vertices of {prev.version} at other vids or removed (same_ids false)"
+    return ""
+
+
 def refusal(prev: StageRecord, params: dict[str, Any], digest: str) -> str | None:
     """Why the previous run's rows cannot be copied into this one, or None."""
     pp = prev.params
@@ -132,6 +145,7 @@ class Refresh:
     )
     lease: VersionLease | None = None
     info: dict[str, Any] = field(default_factory=dict)
+    renumbered: str = ""  # why the vids are known to have moved since the previous run (the row map joins)
 
     @classmethod
     def resolve(cls, ic: InferConfig, dv: DatasetVersion, name: str, params: dict[str, Any], inp: Any) -> Refresh:
@@ -143,6 +157,7 @@ class Refresh:
             r.refused = r.reason = f"no earlier version holds infer/{name}"
             return r
         r.prev = found
+        r.renumbered = renumbered(dv, inp.partition, found[0])
         r.lease = VersionLease(found[0], f"infer refresh of {dv.graph}/{dv.version}").acquire()
         r.prev_url = store_url(found[0], found[0].path / found[1].path)
         r.refused = r.reason = refusal(found[1], params, r.digest) or ""
@@ -175,22 +190,37 @@ class Refresh:
 
     def start(self, spark: SparkSession, url: str) -> None:
         """Before any task: the vertex keys and, with a previous run, the row map (both written by tasks): by vid
-        where every vertex the versions share kept its vid, else by a join on the original ids."""
+        where every vertex the versions share kept its vid, else by a join on the original ids (with the keys in
+        the same job where the partition record already says the vids moved)."""
         from glisp_infer.row_map import write_kept_rows, write_prev_rows
 
         if self.prev is None:
             write_keys(spark, self.dv, url, INDEX_KEY)
             return
         assert self.root is not None
-        kept = write_kept_rows(spark, self.dv, (url, INDEX_KEY), self.prev_url, self.root, self.n)
+        kept = None
+        if self.renumbered:
+            self.info["row_map_why"] = self.renumbered
+        else:
+            kept = write_kept_rows(spark, self.dv, (url, INDEX_KEY), self.prev_url, self.root, self.n)
         self.info["row_map"] = "by vid" if kept is not None else "joined by original id"
         if kept is not None:
             self.matched = kept
             return
+        self.info.setdefault("row_map_why", "a vertex both versions count is at another vid")
         pdv, rec = self.prev
         as_text = read_manifest(pdv).schema.get("id_type") != read_manifest(self.dv).schema.get("id_type")
         prev_index = pdv.path / rec.path / "index"
-        self.matched = write_prev_rows(spark, self.dv, self.vertex_types, prev_index, as_text, self.root, self.n)
+        self.matched = write_prev_rows(
+            spark,
+            self.dv,
+            self.vertex_types,
+            prev_index,
+            as_text,
+            self.root,
+            self.n,
+            keys=(url, INDEX_KEY) if self.renumbered else None,
+        )
 
     def after_features(self, res: list[dict[str, Any]]) -> None:
         """After layer 0, with the signature job's counts per partition (it wrote ``A_0`` and ``changed``):

@@ -29,6 +29,8 @@ if TYPE_CHECKING:
     from glisp_core.dataset.layout import DatasetVersion
     from glisp_core.storage.uri import StoreURI
 
+TYPE_CODE = "vtype_code"  # the id map's type code beside the joined type name: the keys hash the code's name
+
 
 def write_prev_rows(
     spark: SparkSession,
@@ -38,9 +40,12 @@ def write_prev_rows(
     ids_as_text: bool,
     root: StoreURI | str,
     n: int,
+    keys: tuple[str, str] | None = None,
 ) -> int:
     """Write the map into the refresh's directory ``root`` by a join on the original ids; returns how many of
-    this version's ``n`` vertices the previous run holds (the driver receives one count per chunk)."""
+    this version's ``n`` vertices the previous run holds (the driver receives one count per chunk). ``keys``
+    (the run's store and array): the vertex keys too, by the same tasks from the same rows, where no job of
+    :func:`write_kept_rows` wrote them (a second read and shuffle of the id map)."""
     from pyspark.sql import functions as F
 
     from glisp_core.dataset.layout import ORIG_ID, VID, VTYPE
@@ -48,17 +53,27 @@ def write_prev_rows(
     from glisp_spark.by_vid import write_by_vid
     from glisp_spark.tables import read_parquet
 
-    I.create_prev_row(root, n)
+    from glisp_infer.store import open_array
+
+    I.create_prev_row(root, n, int(open_array(*keys).chunks[0]) if keys else 0)
     if n == 0:
         return 0
     names = F.array(*[F.lit(t) for t in vertex_types]) if vertex_types else F.array(F.lit(""))
-    new = read_parquet(spark, dv.idmap).select(VID, F.element_at(names, F.col(VTYPE) + 1).alias(VTYPE), ORIG_ID)
+    new = read_parquet(spark, dv.idmap).select(
+        VID, F.col(VTYPE).alias(TYPE_CODE), F.element_at(names, F.col(VTYPE) + 1).alias(VTYPE), ORIG_ID
+    )
     prev = read_parquet(spark, prev_index).select(VTYPE, ORIG_ID, ROW)
     if ids_as_text:  # a key hashes an integer id as its decimal text: the same key either way
         new, prev = (d.withColumn(ORIG_ID, F.col(ORIG_ID).cast("string")) for d in (new, prev))
-    rows = new.join(prev, [VTYPE, ORIG_ID], "left").select(VID, ROW)
+    rows = new.join(prev, [VTYPE, ORIG_ID], "left").select(VID, ROW, *([TYPE_CODE, ORIG_ID] if keys else []))
+    also = []
+    if keys is not None:
+        from glisp_infer.keys import key_type_names, keys_of
+
+        types = key_type_names(dv)
+        also.append((*keys, lambda b: keys_of(b, types, TYPE_CODE)))
     where = f"{dv.idmap} joined with {prev_index} (a vertex twice in the previous run's index adds a row)"
-    return write_by_vid(rows, I.prev_row_url(root), I.PREV_ROW, n, _prev_row, where, _matched)
+    return write_by_vid(rows, I.prev_row_url(root), I.PREV_ROW, n, _prev_row, where, _matched, also)
 
 
 def write_kept_rows(

@@ -25,9 +25,10 @@ def _version(root, name: str, orig: np.ndarray, vt: np.ndarray):
     )  # fmt: skip
 
 
-def _previous_run(tmp_path, orig: np.ndarray, vt: np.ndarray, chunk: int, seed: int):
+def _previous_run(tmp_path, orig: np.ndarray, vt: np.ndarray, chunk: int, seed: int, index=None):
     """A previous run's by-vid ``index/key`` and ``index/row`` (its rows a permutation, as an order's) and its
-    published ``index`` table (type name, original id, row), under ``tmp_path`` (a directory or a store URI)."""
+    published ``index`` table (type name, original id, row), under ``tmp_path`` (a directory or a store URI;
+    the table at ``index`` where given)."""
     from glisp_core.storage.store import store_for
     from glisp_core.storage.uri import parse_uri
 
@@ -39,7 +40,7 @@ def _previous_run(tmp_path, orig: np.ndarray, vt: np.ndarray, chunk: int, seed: 
         TYPES[vt], orig
     )
     g.create_array(INDEX_ROW, shape=(n,), chunks=(chunk,), dtype="int64", fill_value=-1)[:] = rows
-    index = parse_uri(str(tmp_path)) / "prev-index"
+    index = index or parse_uri(str(tmp_path)) / "prev-index"
     table = pa.table({"vtype": pa.array(TYPES[vt].tolist()), "orig_id": pa.array(orig.tolist()), "row": rows})
     store_for(index).write_table(table, index / "part-00000.parquet")
     return url, index
@@ -115,3 +116,53 @@ def test_the_map_by_vid_reads_and_writes_an_object_store(spark, tmp_path, new_s3
         maps.append(kept)
     np.testing.assert_array_equal(maps[0], maps[1])
     assert (maps[0][:2900] >= 0).all() and (maps[0][2900:] == -1).all()
+
+
+def _jobs(spark, group: str, run) -> int:
+    """How many Spark jobs ``run()`` started (in a job group of its own)."""
+    sc = spark.sparkContext
+    sc.setJobGroup(group, group)
+    try:
+        run()
+    finally:
+        sc.setLocalProperty("spark.jobGroup.id", None)
+    return len(sc.statusTracker().getJobIdsForGroup(group))
+
+
+@pytest.mark.parametrize("announced", [True, False], ids=["partition-says-renumbered", "found-by-the-keys"])
+def test_renumbered_vids_get_the_joins_map_and_the_keys(spark, tmp_path, announced):
+    """Every vid renumbered (a permutation). Where this version's partition record says it found the previous
+    version's vertices at other vids (``same_ids`` false, refreshed from that version), the join runs alone and
+    writes the keys (one job fewer than comparing keys first); either way the map is the join's and the keys are
+    right, and the record says why the map was joined."""
+    from glisp_core.config import InferConfig
+    from glisp_core.dataset.manifest import StageRecord
+    from glisp_infer.refresh import Refresh, renumbered
+    from glisp_testing.graphs import write_records
+
+    orig, vt = _ids(3000, seed=7)
+    pdv = _version(tmp_path / "root", "v1", orig, vt)
+    prev_url, index = _previous_run(tmp_path, orig, vt, chunk=512, seed=8, index=pdv.path / "infer/x/index")
+    perm = np.random.default_rng(9).permutation(3000)
+    dv = _version(tmp_path / "root", "v2", orig[perm], vt[perm])
+    inc = {"base": f"g/{pdv.version}", "same_ids": not announced}
+    write_records(dv, [StageRecord("partition/p2", "partition/p2/a1", "f", counts={"incremental": inc})])
+    assert bool(renumbered(dv, "p2", pdv)) == announced
+    assert renumbered(dv, "p2", dv) == "" and renumbered(dv, "other", pdv) == ""  # another base, no record
+
+    url = str(tmp_path / "run.zarr")
+    open_group(url, mode="w").create_array(INDEX_KEY, shape=(3000,), chunks=(700,), dtype="uint64", fill_value=0)
+    r = Refresh(InferConfig(), dv, 3000, "d", list(TYPES), root=tmp_path / "refresh")
+    r.prev, r.prev_url, r.renumbered = (
+        (pdv, StageRecord("infer/x", "infer/x", "f")),
+        prev_url,
+        renumbered(dv, "p2", pdv),
+    )
+    jobs = _jobs(spark, f"rowmap-{announced}", lambda: r.start(spark, url))
+    assert r.info["row_map"] == "joined by original id" and r.matched == 3000
+    assert ("same_ids false" in r.info["row_map_why"]) == announced, r.info
+    want, joined = _joined(spark, dv, index, tmp_path, 3000)
+    np.testing.assert_array_equal(np.asarray(open_array(I.prev_row_url(tmp_path / "refresh"), I.PREV_ROW)[:]), joined)
+    np.testing.assert_array_equal(np.asarray(open_array(url, INDEX_KEY)[:]), vertex_keys(TYPES[vt[perm]], orig[perm]))
+    one = _jobs(spark, f"join-{announced}", lambda: _joined(spark, dv, index, tmp_path / "again", 3000))
+    assert jobs == one if announced else jobs > one, (jobs, one)  # the keys' job ran first, in vain
