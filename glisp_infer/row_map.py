@@ -50,10 +50,9 @@ def write_prev_rows(
 
     from glisp_core.dataset.layout import ORIG_ID, VID, VTYPE
     from glisp_infer.index import ROW
+    from glisp_infer.store import open_array
     from glisp_spark.by_vid import write_by_vid
     from glisp_spark.tables import read_parquet
-
-    from glisp_infer.store import open_array
 
     I.create_prev_row(root, n, int(open_array(*keys).chunks[0]) if keys else 0)
     if n == 0:
