@@ -89,10 +89,8 @@ def renumbered(dv: DatasetVersion, partition: str, prev: DatasetVersion) -> str:
     """Why this version's vids are known not to be ``prev``'s (the partition refreshed from ``prev`` found a base
     vertex at another vid or gone: ``same_ids`` false), or "" when nothing says so. The row map then goes
     straight to the join: comparing keys at equal vids would only find that out."""
-    try:
-        inc = read_manifest(dv).stage(f"partition/{partition}").counts.get("incremental") or {}
-    except Exception:  # no partition record to read: nothing is known
-        return ""
+    rec = read_manifest(dv).stages.get(f"partition/{partition}")
+    inc = (rec.counts.get("incremental") or {}) if rec is not None else {}
     if inc.get("base") == f"{prev.graph}/{prev.version}" and inc.get("same_ids") is False:
         return f"partition/{partition} found vertices of {prev.version} at other vids or removed (same_ids false)"
     return ""
