@@ -87,12 +87,14 @@ def find_previous(dv: DatasetVersion, name: str) -> tuple[DatasetVersion, StageR
 
 def renumbered(dv: DatasetVersion, partition: str, prev: DatasetVersion) -> str:
     """Why this version's vids are known not to be ``prev``'s (the partition refreshed from ``prev`` found a base
-    vertex at another vid or gone: ``same_ids`` false), or "" when nothing says so. The row map then goes
-    straight to the join: comparing keys at equal vids would only find that out."""
+    vertex at another vid or gone: ``same_vids`` false; ``same_ids`` in records before it, which edge type
+    codes also falsify), or "" when nothing says so. The row map then goes straight to the join: comparing keys
+    at equal vids would only find that out (a removal of the last vertices alone would not have moved a vid:
+    the join then costs a few seconds more than the keys' job)."""
     rec = read_manifest(dv).stages.get(f"partition/{partition}")
     inc = (rec.counts.get("incremental") or {}) if rec is not None else {}
-    if inc.get("base") == f"{prev.graph}/{prev.version}" and inc.get("same_ids") is False:
-        return f"partition/{partition} found vertices of {prev.version} at other vids or removed (same_ids false)"
+    if inc.get("base") == f"{prev.graph}/{prev.version}" and inc.get("same_vids", inc.get("same_ids")) is False:
+        return f"partition/{partition} found vertices of {prev.version} at other vids or removed (same_vids false)"
     return ""
 
 

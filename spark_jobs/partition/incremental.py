@@ -181,7 +181,7 @@ def _refresh_local(
     lap("state")
     unplaced = _place_local(ctx, r, st, deg, cap)
     lap("place")
-    return Placed(r, st, unplaced, is_identity(vmap) and is_identity(emap))
+    return Placed(r, st, unplaced, is_identity(vmap) and is_identity(emap), same_vids=is_identity(vmap))
 
 
 @dataclass
@@ -222,6 +222,7 @@ def refresh(
         "base_fingerprint": base_rec.fingerprint,
         "mode": "local" if local else "spark",
         "same_ids": path.same_ids,
+        "same_vids": path.same_vids,
         "kept": path.done.kept,
         "removed": base_m - path.done.kept,
         "added": m - path.done.kept,

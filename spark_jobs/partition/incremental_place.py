@@ -112,7 +112,8 @@ def _best_capped(
 class Placed:
     """What a refresh path decided: the new rows' partitions (arrays in the in-process path, a DataFrame in
     Spark), the state after the kept and attached rows, the added rows without room, whether the base's ids
-    all stand for themselves, and ``fallback`` set when the path declined (a full run must follow)."""
+    all stand for themselves (vertex ids and edge type codes; ``same_vids``: the vertex ids alone), and
+    ``fallback`` set when the path declined (a full run must follow)."""
 
     alloc: dict[str, np.ndarray] | DataFrame | None
     done: Done
@@ -120,3 +121,4 @@ class Placed:
     same_ids: bool
     fallback: str = ""
     state: dict[str, int | str] = field(default_factory=dict)  # the placement's driver state; the base rows' source
+    same_vids: bool = False  # every base vertex kept its vid (what inference's refresh reads: its rows are by vid)

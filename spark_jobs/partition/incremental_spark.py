@@ -284,7 +284,8 @@ def refresh_spark(
     base_man = read_manifest(base)
     base_n, base_m = (int(base_man.schema[k]) for k in ("num_vertices", "num_edges"))
     vmap_url = str(ctx.staging / "inc_vmap.zarr")
-    same = write_vid_map(ctx.spark, base, new, vmap_url) == base_n and is_identity(emap)
+    same_vids = write_vid_map(ctx.spark, base, new, vmap_url) == base_n
+    same = same_vids and is_identity(emap)
     lap("ids")
     matched_dir = ctx.staging / "inc_matched"
     old, source = base_rows_in_new_ids(ctx.spark, base_man, run, None if same else vmap_url, emap)
@@ -295,7 +296,7 @@ def refresh_spark(
     st = touched_state(ctx, matched, done)
     lap("state")
     if isinstance(st, str):
-        return Placed(None, done, 0, same, st, {"base_rows": source})
+        return Placed(None, done, 0, same, st, {"base_rows": source}, same_vids)
     placed, unplaced = stream_added(ctx, matched.where(F.col("how") == FRESH), st, cap)
     lap("place")
     decided = matched.where(F.col("how") != FRESH).select("eid", "src", "dst", "part")
@@ -304,4 +305,4 @@ def refresh_spark(
         "driver_state_bytes": st.nbytes,
         "base_rows": source,
     }
-    return Placed(decided.unionByName(placed), done, unplaced, same, state=state)
+    return Placed(decided.unionByName(placed), done, unplaced, same, state=state, same_vids=same_vids)

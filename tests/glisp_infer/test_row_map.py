@@ -145,10 +145,14 @@ def test_renumbered_vids_get_the_joins_map_and_the_keys(spark, tmp_path, announc
     prev_url, index = _previous_run(tmp_path, orig, vt, chunk=512, seed=8, index=pdv.path / "infer/x/index")
     perm = np.random.default_rng(9).permutation(3000)
     dv = _version(tmp_path / "root", "v2", orig[perm], vt[perm])
-    inc = {"base": f"g/{pdv.version}", "same_ids": not announced}
+    inc = {"base": f"g/{pdv.version}", "same_ids": not announced}  # a record from before same_vids: same_ids stands
     write_records(dv, [StageRecord("partition/p2", "partition/p2/a1", "f", counts={"incremental": inc})])
     assert bool(renumbered(dv, "p2", pdv)) == announced
     assert renumbered(dv, "p2", dv) == "" and renumbered(dv, "other", pdv) == ""  # another base, no record
+    # a record that says the vids stayed though the edge type codes moved (same_ids false): not renumbered
+    edge_types_only = {"base": f"g/{pdv.version}", "same_ids": False, "same_vids": True}
+    write_records(dv, [StageRecord("partition/p3", "partition/p3/a1", "f", counts={"incremental": edge_types_only})])
+    assert renumbered(dv, "p3", pdv) == ""
 
     url = str(tmp_path / "run.zarr")
     open_group(url, mode="w").create_array(INDEX_KEY, shape=(3000,), chunks=(700,), dtype="uint64", fill_value=0)
@@ -160,7 +164,7 @@ def test_renumbered_vids_get_the_joins_map_and_the_keys(spark, tmp_path, announc
     )
     jobs = _jobs(spark, f"rowmap-{announced}", lambda: r.start(spark, url))
     assert r.info["row_map"] == "joined by original id" and r.matched == 3000
-    assert ("same_ids false" in r.info["row_map_why"]) == announced, r.info
+    assert ("same_vids false" in r.info["row_map_why"]) == announced, r.info
     want, joined = _joined(spark, dv, index, tmp_path, 3000)
     np.testing.assert_array_equal(np.asarray(open_array(I.prev_row_url(tmp_path / "refresh"), I.PREV_ROW)[:]), joined)
     np.testing.assert_array_equal(np.asarray(open_array(url, INDEX_KEY)[:]), vertex_keys(TYPES[vt[perm]], orig[perm]))

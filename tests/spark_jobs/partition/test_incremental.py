@@ -256,6 +256,7 @@ def test_spark_path_places_exactly_as_the_local_path(spark, snapshots, refreshed
     inc_l, inc_s = rec.counts["incremental"], rec_s.counts["incremental"]
     assert (inc_l["mode"], inc_s["mode"]) == ("local", "spark")
     assert not inc_s["same_ids"]  # v2 renumbers the vertices: the base rows were remapped in the tasks
+    assert inc_l["same_vids"] is inc_s["same_vids"] is False, (inc_l, inc_s)
     assert inc_s["base_rows"] == "assignment"  # the base run is not serialized: its edges joined with it
     for key in ("kept", "added", "attached", "placed", "capacity"):
         assert inc_l[key] == inc_s[key], key
@@ -311,6 +312,7 @@ def test_spark_path_of_a_snapshot_that_keeps_the_ids_places_as_the_local_path(sp
     rec_s = run_partition(spark, with_values(base, "partition", name=other, incremental_local_edges=0), v3)
     inc_l, inc_s = rec_l.counts["incremental"], rec_s.counts["incremental"]
     assert (inc_l.get("mode"), inc_s.get("mode"), inc_s.get("same_ids")) == ("local", "spark", True), (inc_l, inc_s)
+    assert inc_l["same_vids"] is inc_s["same_vids"] is True, (inc_l, inc_s)
     assert inc_s["kept"] >= int(keep.sum()) and inc_l["kept"] == inc_s["kept"]  # an added row may match a removed one
     a_l = pd.read_parquet(v3.assignment(run)).sort_values("eid").reset_index(drop=True)
     a_s = pd.read_parquet(v3.assignment(other)).sort_values("eid").reset_index(drop=True)

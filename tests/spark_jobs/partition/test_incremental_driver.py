@@ -69,7 +69,7 @@ def test_a_spark_refresh_holds_nothing_per_vertex_in_the_driver(spark, cfg, vers
         rec = run_partition(spark, _cfg(cfg, v1, run), v2)
     peak = t.peak
     inc = rec.counts["incremental"]
-    assert (inc["path"], inc["mode"], inc["same_ids"]) == ("incremental", "spark", False), inc
+    assert (inc["path"], inc["mode"], inc["same_ids"], inc["same_vids"]) == ("incremental", "spark", False, False), inc
     assert inc["added"] >= k > 0 and inc["kept"] + inc["added"] == rec.counts["edges"], inc
     assert 0 < inc["touched_vertices"] <= 2 * inc["placed"] and inc["driver_state_bytes"] < 64 * 2 * inc["placed"]
     check_contract(v2, rec, P)
