@@ -141,6 +141,7 @@ class Inputs:
 
         trained_on = trec.params.get("partition_run") or trec.params.get("partition") or self.doc.get("partition_run")
         self.partition, self.num_parts = resolve_run(man, ic.partition or full_run(man, trained_on) or None)
+        self.partition_counts = man.stage(f"partition/{self.partition}").counts  # a refresh's hint: same_vids
         man.stage(f"serialize/{self.partition}")
         self.parts_dir = dv.serialized(self.partition)
         schema = man.schema

@@ -85,14 +85,13 @@ def find_previous(dv: DatasetVersion, name: str) -> tuple[DatasetVersion, StageR
     return None
 
 
-def renumbered(dv: DatasetVersion, partition: str, prev: DatasetVersion) -> str:
-    """Why this version's vids are known not to be ``prev``'s (the partition refreshed from ``prev`` found a base
-    vertex at another vid or gone: ``same_vids`` false; ``same_ids`` in records before it, which edge type
-    codes also falsify), or "" when nothing says so. The row map then goes straight to the join: comparing keys
-    at equal vids would only find that out (a removal of the last vertices alone would not have moved a vid:
-    the join then costs a few seconds more than the keys' job)."""
-    rec = read_manifest(dv).stages.get(f"partition/{partition}")
-    inc = (rec.counts.get("incremental") or {}) if rec is not None else {}
+def renumbered(partition: str, counts: dict[str, Any], prev: DatasetVersion) -> str:
+    """Why this version's vids are known not to be ``prev``'s: its ``partition/<partition>`` record (``counts``)
+    was refreshed from ``prev`` and found a base vertex at another vid or gone (``same_vids`` false; ``same_ids``
+    in records before it, which edge type codes also falsify). "" when nothing says so. The row map then goes
+    straight to the join: comparing keys at equal vids would only find that out (a removal of the last vertices
+    alone would not have moved a vid: the join then costs a few seconds more than the keys' job)."""
+    inc = counts.get("incremental") or {}
     if inc.get("base") == f"{prev.graph}/{prev.version}" and inc.get("same_vids", inc.get("same_ids")) is False:
         return f"partition/{partition} found vertices of {prev.version} at other vids or removed (same_vids false)"
     return ""
@@ -157,7 +156,7 @@ class Refresh:
             r.refused = r.reason = f"no earlier version holds infer/{name}"
             return r
         r.prev = found
-        r.renumbered = renumbered(dv, inp.partition, found[0])
+        r.renumbered = renumbered(inp.partition, inp.partition_counts, found[0])
         r.lease = VersionLease(found[0], f"infer refresh of {dv.graph}/{dv.version}").acquire()
         r.prev_url = store_url(found[0], found[0].path / found[1].path)
         r.refused = r.reason = refusal(found[1], params, r.digest) or ""
@@ -198,16 +197,13 @@ class Refresh:
             write_keys(spark, self.dv, url, INDEX_KEY)
             return
         assert self.root is not None
-        kept = None
-        if self.renumbered:
-            self.info["row_map_why"] = self.renumbered
-        else:
+        if not self.renumbered:
             kept = write_kept_rows(spark, self.dv, (url, INDEX_KEY), self.prev_url, self.root, self.n)
-        self.info["row_map"] = "by vid" if kept is not None else "joined by original id"
-        if kept is not None:
-            self.matched = kept
-            return
-        self.info.setdefault("row_map_why", "a vertex both versions count is at another vid")
+            if kept is not None:
+                self.info["row_map"], self.matched = "by vid", kept
+                return
+        why = self.renumbered or "a vertex both versions count is at another vid"
+        self.info.update(row_map="joined by original id", row_map_why=why)
         pdv, rec = self.prev
         as_text = read_manifest(pdv).schema.get("id_type") != read_manifest(self.dv).schema.get("id_type")
         prev_index = pdv.path / rec.path / "index"

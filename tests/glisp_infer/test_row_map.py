@@ -132,11 +132,11 @@ def _jobs(spark, group: str, run) -> int:
 @pytest.mark.parametrize("announced", [True, False], ids=["partition-says-renumbered", "found-by-the-keys"])
 def test_renumbered_vids_get_the_joins_map_and_the_keys(spark, tmp_path, announced):
     """Every vid renumbered (a permutation). Where this version's partition record says it found the previous
-    version's vertices at other vids (``same_ids`` false, refreshed from that version), the join runs alone and
+    version's vertices at other vids (``same_vids`` false, refreshed from that version), the join runs alone and
     writes the keys (one job fewer than comparing keys first); either way the map is the join's and the keys are
     right, and the record says why the map was joined."""
     from glisp_core.config import InferConfig
-    from glisp_core.dataset.manifest import StageRecord
+    from glisp_core.dataset.manifest import StageRecord, read_manifest
     from glisp_infer.refresh import Refresh, renumbered
     from glisp_testing.graphs import write_records
 
@@ -147,12 +147,12 @@ def test_renumbered_vids_get_the_joins_map_and_the_keys(spark, tmp_path, announc
     dv = _version(tmp_path / "root", "v2", orig[perm], vt[perm])
     inc = {"base": f"g/{pdv.version}", "same_ids": not announced}  # a record from before same_vids: same_ids stands
     write_records(dv, [StageRecord("partition/p2", "partition/p2/a1", "f", counts={"incremental": inc})])
-    assert bool(renumbered(dv, "p2", pdv)) == announced
-    assert renumbered(dv, "p2", dv) == "" and renumbered(dv, "other", pdv) == ""  # another base, no record
+    counts = read_manifest(dv).stage("partition/p2").counts  # what the job's Inputs read
+    assert bool(renumbered("p2", counts, pdv)) == announced
+    assert renumbered("p2", counts, dv) == "" and renumbered("p2", {}, pdv) == ""  # another base; a full run
     # a record that says the vids stayed though the edge type codes moved (same_ids false): not renumbered
     edge_types_only = {"base": f"g/{pdv.version}", "same_ids": False, "same_vids": True}
-    write_records(dv, [StageRecord("partition/p3", "partition/p3/a1", "f", counts={"incremental": edge_types_only})])
-    assert renumbered(dv, "p3", pdv) == ""
+    assert renumbered("p3", {"incremental": edge_types_only}, pdv) == ""
 
     url = str(tmp_path / "run.zarr")
     open_group(url, mode="w").create_array(INDEX_KEY, shape=(3000,), chunks=(700,), dtype="uint64", fill_value=0)
@@ -160,7 +160,7 @@ def test_renumbered_vids_get_the_joins_map_and_the_keys(spark, tmp_path, announc
     r.prev, r.prev_url, r.renumbered = (
         (pdv, StageRecord("infer/x", "infer/x", "f")),
         prev_url,
-        renumbered(dv, "p2", pdv),
+        renumbered("p2", counts, pdv),
     )
     jobs = _jobs(spark, f"rowmap-{announced}", lambda: r.start(spark, url))
     assert r.info["row_map"] == "joined by original id" and r.matched == 3000
