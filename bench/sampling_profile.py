@@ -168,16 +168,14 @@ def main() -> int:
     from glisp_core.dataset.layout import resolve_dataset
     from glisp_serving.client.sampling_client import SamplingClient
     from glisp_serving.cluster.child import stop_cluster
-    from glisp_testing.servers import serve_in
+    from glisp_testing.servers import cluster_servers, serve_in
 
     dv = resolve_dataset(args.dataset)
     work = Path(tempfile.mkdtemp(prefix="glisp-profile-"))
     proc, cf = serve_in(dv, args.run, work, args.threads)
     results = []
     try:
-        import psutil
-
-        servers = [c.pid for c in psutil.Process(proc.pid).children(recursive=True)]
+        servers = [p.pid for p in cluster_servers(proc.pid).values()]
         cfg = ClientConfig(
             prefetch=args.prefetch, gather_streams=not args.unary, local_reads="never" if args.rpc_lookups else "auto"
         )

@@ -111,6 +111,8 @@ def _role(pid: int, info: dict[int, tuple[int, str, list[str], float]]) -> str:
     ppid, name, cmd, _ = info[pid]
     if name.startswith("java"):
         return "jvm"
+    if name.startswith("glisp p"):  # a server serve-cluster forked (glisp_serving.cluster.forked.process_name)
+        return "server"
     if not cmd or "python" not in Path(cmd[0]).name:
         return ""  # flock, a shell
     up = ppid

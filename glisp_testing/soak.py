@@ -52,11 +52,11 @@ def _rss(addr: str) -> int:
 
 
 def server_pid(supervisor_pid: int, addr: str) -> int:
-    """The ``glisp serve`` child of ``serve-cluster`` listening on ``addr``'s port."""
+    """The ``glisp serve`` process of ``serve-cluster`` listening on ``addr``'s port."""
     import psutil
 
     port = int(addr.rsplit(":", 1)[1])
-    for child in psutil.Process(supervisor_pid).children():
+    for child in psutil.Process(supervisor_pid).children(recursive=True):  # forked: under the fork server
         try:
             if any(c.laddr.port == port and c.status == psutil.CONN_LISTEN for c in child.net_connections("tcp")):
                 return child.pid

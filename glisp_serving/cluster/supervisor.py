@@ -23,6 +23,7 @@ import tempfile
 import threading
 import time
 from pathlib import Path
+from typing import Any
 
 import grpc
 
@@ -31,6 +32,7 @@ from glisp_core.dataset.layout import resolve_dataset
 from glisp_core.errors import GlispError, StageError
 from glisp_serving.admin import admin_address
 from glisp_serving.cluster.cluster_file import ClusterSpec
+from glisp_serving.cluster.forked import fork_context, start_server
 from glisp_serving.server.lifecycle import LEASE_RELEASE_S
 
 
@@ -41,6 +43,12 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--threads", type=int, help="threads per server (serve.threads)")
     p.add_argument("--host", default="127.0.0.1", help="address every server binds")
     p.add_argument("--replicas", type=int, help="servers per partition (serve.replicas)")
+    p.add_argument(
+        "--start",
+        choices=("fork", "exec"),
+        default="fork",
+        help="fork every server from a warm fork server (default), or start each as a new interpreter",
+    )
 
 
 def wait_healthy(
@@ -74,11 +82,8 @@ def wait_healthy(
 def _child_args(
     args: argparse.Namespace, dataset: str, run: str, part: int, port_file: Path, port: int = 0, restarts: int = 0
 ) -> list[str]:
-    """A server's command line; its admin socket sits beside its port file (a directory only we can open)."""
+    """A server's ``glisp`` arguments; its admin socket sits beside its port file (a directory only we can open)."""
     cmd = [
-        sys.executable,
-        "-m",
-        "glisp_app.cli",
         "serve",
         dataset,
         "--partition",
@@ -120,14 +125,17 @@ def stop_children(procs: list[subprocess.Popen], grace_s: float) -> list[int | N
 
 
 class Slot:
-    """One server process of the cluster (partition ``part``, replica ``replica``) and its restart history."""
+    """One server process of the cluster (partition ``part``, replica ``replica``) and its restart history;
+    ``ctx``: the fork server its process is forked from (:mod:`glisp_serving.cluster.forked`), or None."""
 
     BACKOFF_S, BACKOFF_MAX_S, STABLE_S = 0.5, 30.0, 60.0
 
-    def __init__(self, part: int, replica: int, port_file: Path, cmd: list[str], serves: tuple[str, str]) -> None:
-        self.part, self.replica, self.port_file, self.cmd = part, replica, port_file, cmd
+    def __init__(
+        self, part: int, replica: int, port_file: Path, cmd: list[str], serves: tuple[str, str], ctx: Any = None
+    ) -> None:
+        self.part, self.replica, self.port_file, self.cmd, self.ctx = part, replica, port_file, cmd, ctx
         self.serves = serves  # (dataset, run) this process was started on
-        self.proc = subprocess.Popen(cmd)
+        self.proc = start_server(ctx, cmd, part, replica)
         self.port = 0
         self.restarts = 0
         self.failures = 0  # consecutive quick deaths, for the backoff
@@ -162,7 +170,7 @@ class Slot:
             self.restart_at, self.started = None, now
             self.cmd = _child_args(args, dataset, run, self.part, self.port_file, self.port, self.restarts)
             self.serves = (dataset, run)
-            self.proc = subprocess.Popen(self.cmd)
+            self.proc = start_server(self.ctx, self.cmd, self.part, self.replica)
             print(
                 f"glisp serve-cluster: restarted {self.name} on port {self.port} (restart {self.restarts})",
                 file=sys.stderr,
@@ -327,10 +335,12 @@ def main(args: argparse.Namespace, cfg: Config) -> int:
     if replicas < 1:
         raise StageError(f"--replicas: at least 1 server per partition (got {replicas})")
     try:
+        ctx = fork_context() if args.start == "fork" else None  # before any thread or channel of ours
         for k in range(parts):
             for r in range(replicas):
                 pf = tmpdir / f"part-{k:05d}-r{r}.port"
-                slots.append(Slot(k, r, pf, _child_args(args, str(dv.path), run, k, pf), (str(dv.path), run)))
+                cmd = _child_args(args, str(dv.path), run, k, pf)
+                slots.append(Slot(k, r, pf, cmd, (str(dv.path), run), ctx))
         addrs = _wait_started(slots, args.host, time.time() + cfg.serve.start_timeout_s, stop, cfg.client)
         spec = ClusterSpec(str(dv.path), run, parts, addrs, admin=admin_address(tmpdir / "admin.sock"))
         state = ClusterState(spec, slots, cluster_file, cfg.client, args.host)

@@ -89,16 +89,32 @@ def synthetic_partition(meta: dict[str, Any], out_dir: Path) -> Path:
 
 def warm_up_synthetic(part_dir: Path, cfg: ServeConfig) -> None:
     """Run every kernel once on a synthetic partition shaped like ``part_dir``, then free it."""
-    import shutil
-    import tempfile
-
-    from glisp_core.partition_format import open_partition
     from glisp_core.partition_format.spec import META_FILE
 
     try:
         meta = json.loads((part_dir / META_FILE).read_text())
     except (OSError, ValueError):
         return  # open_partition reports the unreadable meta.json with a FormatError naming the file
+    warm_up_shaped(meta, cfg)
+
+
+# every attribute a partition may have: what serve-cluster's fork server warms before forking any server
+EVERY_ATTRIBUTE: dict[str, Any] = {
+    "edge_types": ["e0", "e1"],
+    "weighted": True,
+    "timestamped": True,
+    "feature_dim": 4,
+    "fields": {"labels": {}, "split": {}},
+}
+
+
+def warm_up_shaped(meta: dict[str, Any], cfg: ServeConfig) -> None:
+    """Run every kernel once on a synthetic partition with ``meta``'s attributes, then free it."""
+    import shutil
+    import tempfile
+
+    from glisp_core.partition_format import open_partition
+
     tmp = Path(tempfile.mkdtemp(prefix="glisp-warmup-"))
     try:
         engine = PartitionSampler(

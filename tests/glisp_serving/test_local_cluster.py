@@ -12,6 +12,7 @@ import sys
 import psutil
 import pytest
 
+from glisp_testing.servers import cluster_servers
 from tests.glisp_serving.conftest import ROOT, VC_RUN
 
 _JOB = """
@@ -33,8 +34,8 @@ def test_a_killed_job_takes_its_servers_with_it(graph, tmp_path, server_processe
     line = job.stdout.readline()
     assert line.strip().isdigit(), f"the job did not start its cluster (exit {job.poll()})"
     cluster = psutil.Process(int(line))
-    servers = cluster.children()
-    assert len(servers) == 3 and (tmp_path / "c.json").exists()
+    servers = cluster.children(recursive=True)  # the servers and the fork server they were forked from
+    assert len(cluster_servers(cluster.pid)) == 3 and (tmp_path / "c.json").exists()
     try:
         job.kill()  # no cleanup code runs in the job
         job.wait()

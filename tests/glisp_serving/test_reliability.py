@@ -28,6 +28,7 @@ from glisp_serving.proto import sampling_pb2 as pb
 from glisp_serving.proto import sampling_pb2_grpc as pb_grpc
 from glisp_serving.wire import to_array
 from glisp_testing.client_load import ClientLoad, noise
+from glisp_testing.servers import cluster_servers
 from tests.glisp_serving.conftest import EC_RUN, ROOT, VC_RUN, Cluster, stop_process
 from tests.tiers import needs
 
@@ -329,13 +330,9 @@ def replicated(graph, tmp_path_factory):
 
 
 def _replica_pid(cluster: Cluster, part: int, replica: int) -> int:
-    for child in psutil.Process(cluster.proc.pid).children():
-        try:
-            cmd = child.cmdline()
-        except psutil.ZombieProcess:
-            continue
-        if any(a.endswith(f"part-{part:05d}-r{replica}.port") for a in cmd):
-            return child.pid
+    found = cluster_servers(cluster.proc.pid).get((part, replica))
+    if found is not None:
+        return int(found.pid)
     raise AssertionError(f"no server process for partition {part} replica {replica}")
 
 
@@ -557,6 +554,28 @@ def test_a_replica_killed_under_load_fails_over_quietly(replicated, tmp_path):
     assert 1 <= len(logged) <= 2, logged  # once per client, however many requests failed over
     assert all(line.startswith("INFO glisp.client: partition 0: ") for line in logged), logged
     assert all(f"{dead} (replica 0) failed with" in line and f"to {other} (replica 1)" in line for line in logged)
+
+
+def test_servers_and_their_restarts_are_forks_of_one_warm_fork_server(replicated):
+    """serve-cluster imports the server and runs its kernels once, in a fork server; each server, and each
+    restart of one, is a fork of it, so it spends a fraction of that CPU before it serves."""
+    addrs = json.loads(replicated.cluster_file.read_text())["addresses"]
+    _wait_serving([a for p in addrs for a in p])  # the earlier tests' killed servers are back
+    servers = cluster_servers(replicated.proc.pid)
+    assert sorted(servers) == [(0, 0), (0, 1), (1, 0), (1, 1)], servers
+    parents = {p.ppid() for p in servers.values()}
+    assert len(parents) == 1, parents
+    fork_server = psutil.Process(parents.pop())
+    assert fork_server.ppid() == replicated.proc.pid and "forkserver" in " ".join(fork_server.cmdline())
+    warmed = sum(fork_server.cpu_times()[:2])  # the imports and every kernel's first run
+    victim, before = servers[(1, 1)], _serving(addrs[1][1])[1]
+    victim.kill()
+    _wait_serving([addrs[1][1]], {addrs[1][1]: before})
+    restarted = cluster_servers(replicated.proc.pid)[(1, 1)]
+    assert restarted.pid != victim.pid and restarted.ppid() == fork_server.pid
+    assert restarted.name() == "glisp p1 r1"
+    spent = sum(restarted.cpu_times()[:2])
+    assert spent < 0.5 * warmed, f"the restarted server used {spent:.2f} CPU-s, the fork server {warmed:.2f}"
 
 
 def test_a_client_closed_with_streams_open_is_quiet(replicated, tmp_path):

@@ -17,7 +17,6 @@ import time
 
 import grpc
 import numpy as np
-import psutil
 import pytest
 
 from glisp_core.config import ClientConfig
@@ -25,6 +24,7 @@ from glisp_serving.client.sampling_client import SamplingClient
 from glisp_serving.proto import sampling_pb2 as pb
 from glisp_serving.proto import sampling_pb2_grpc as pb_grpc
 from glisp_testing.client_load import ClientLoad, noise
+from glisp_testing.servers import cluster_servers
 from tests.glisp_serving.conftest import EC_RUN, ROOT, VC_RUN, Cluster
 
 
@@ -54,7 +54,7 @@ def test_hot_reload_under_load_loses_no_request_and_mixes_no_versions(two_versio
     cluster = Cluster(dv1, EC_RUN, tmp_path, ["--threads", "1"])
     try:
         addrs = [a for p in json.loads(cluster.cluster_file.read_text())["addresses"] for a in p]
-        servers = [psutil.Process(p.pid) for p in psutil.Process(cluster.proc.pid).children()]
+        servers = list(cluster_servers(cluster.proc.pid).values())
         stop, lock = threading.Event(), threading.Lock()
         batches, errors = [], []
 
@@ -207,8 +207,7 @@ def test_servers_restarted_after_a_reload_serve_the_new_version(two_versions, tm
         r = _serve_reload(cluster.cluster_file, str(dv2.path))
         assert r.returncode == 0, r.stdout + r.stderr
         assert json.loads(cluster.cluster_file.read_text())["dataset"] == str(dv2.path)
-        victims = [c for c in psutil.Process(cluster.proc.pid).children() if "--partition" in c.cmdline()]
-        victims = [c for c in victims if c.cmdline()[c.cmdline().index("--partition") + 1] == "1"]
+        victims = [p for (part, _), p in cluster_servers(cluster.proc.pid).items() if part == 1]
         assert len(victims) == 2
         for v in victims:
             v.kill()

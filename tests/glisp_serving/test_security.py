@@ -27,6 +27,7 @@ from glisp_serving.client.sampling_client import SamplingClient, SamplingError
 from glisp_serving.proto import sampling_pb2 as pb
 from glisp_serving.proto import sampling_pb2_grpc as pb_grpc
 from glisp_serving.security import TOKEN_ENV, check_own_client, exposure_warning, open_channel, read_token
+from glisp_testing.servers import cluster_servers
 from tests.glisp_serving.conftest import EC_RUN, ROOT, Cluster
 from tests.tiers import needs
 
@@ -121,8 +122,10 @@ def certs(tmp_path_factory) -> dict[str, str]:
     }
 
 
-def _start(graph, tmp_path_factory, name: str, sets: dict[str, str], env: dict[str, str] | None = None) -> Cluster:
-    extra = [a for k, v in sets.items() for a in ("--set", f"{k}={v}")]
+def _start(
+    graph, tmp_path_factory, name: str, sets: dict[str, str], env: dict[str, str] | None = None, start: str = "fork"
+) -> Cluster:
+    extra = [a for k, v in sets.items() for a in ("--set", f"{k}={v}")] + ["--start", start]
     with pytest.MonkeyPatch.context() as mp:
         for k, v in (env or {}).items():
             mp.setenv(k, v)
@@ -141,14 +144,15 @@ def token_cluster(graph, tmp_path_factory):
 @pytest.fixture(scope="module")
 @needs("servers")
 def tls_cluster(graph, certs, tmp_path_factory):
-    """Server-side TLS and a token from serve.token_file."""
+    """Server-side TLS and a token from serve.token_file; its servers each a new interpreter (``--start exec``),
+    so that the secrets' check sees both ways serve-cluster starts a server."""
     sets = {
         "serve.tls_cert": certs["server"],
         "serve.tls_key": certs["server.key"],
         "serve.token_file": certs["token"],
         "client.tls_ca": certs["ca"],
     }
-    c = _start(graph, tmp_path_factory, "tls", sets)
+    c = _start(graph, tmp_path_factory, "tls", sets, start="exec")
     yield c
     c.stop()
 
@@ -204,18 +208,6 @@ def _refused(cluster: Cluster, cfg: ClientConfig) -> SamplingError:
         with SamplingClient(cluster.cluster_file, cfg) as c:
             c.sample(np.arange(30), [3, 2], seed=1)
     return ei.value
-
-
-def _child_cmdlines(pid: int) -> list[str]:
-    """Command lines of the direct children of ``pid`` (the servers serve-cluster started)."""
-    out = []
-    for stat in Path("/proc").glob("[0-9]*/stat"):
-        try:
-            if int(stat.read_text().rsplit(")", 1)[1].split()[1]) == pid:
-                out.append((stat.parent / "cmdline").read_bytes().replace(b"\0", b" ").decode())
-        except (OSError, IndexError, ValueError):
-            continue
-    return out
 
 
 # ---------------------------------------------------------------------------------------------- token
@@ -307,8 +299,14 @@ def test_secrets_stay_off_command_lines_and_cluster_file(token_cluster, tls_clus
         assert set(spec) == {"format", "format_version", "dataset", "run", "num_parts", "addresses", "admin"}
         assert spec["admin"].startswith("unix:/")  # the supervisor's admin socket: a path, no secret
         assert TOKEN not in c.cluster_file.read_text()
-        cmdlines = _child_cmdlines(c.proc.pid)
-        assert len(cmdlines) == 2 and all(" serve " in cl and TOKEN not in cl for cl in cmdlines), cmdlines
+        servers = cluster_servers(c.proc.pid)
+        cmdlines = [" ".join(p.cmdline()) for p in servers.values()]
+        assert sorted(servers) == [(0, 0), (1, 0)], cmdlines
+        assert all(TOKEN not in cl for cl in cmdlines), cmdlines
+        if c is token_cluster:  # forked: named for what they serve
+            assert [servers[k].name() for k in sorted(servers)] == ["glisp p0 r0", "glisp p1 r0"], cmdlines
+        else:  # --start exec: each its own glisp serve command line
+            assert all(" serve " in cl for cl in cmdlines), cmdlines
 
 
 # ---------------------------------------------------------------------------------------------- TLS

@@ -26,6 +26,7 @@ from glisp_serving.client.sampling_client import SamplingClient, SamplingError
 from glisp_serving.proto import sampling_pb2 as pb
 from glisp_serving.proto import sampling_pb2_grpc as pb_grpc
 from glisp_serving.wire import to_array
+from glisp_testing.servers import cluster_servers
 from glisp_testing.stats import binomial_chi2_z, two_sample_z
 from tests.glisp_serving.conftest import MAX_BATCH, ROOT
 
@@ -487,14 +488,14 @@ def test_owner_routing_on_edge_cut(ec_cluster, graph):
 def test_servers_keep_compiler_pages_released(vc_cluster, client, graph):
     """After warm-up a server unmaps libLLVM's pages; serving must not fault them back in, which it would
     if a request hit a kernel specialisation that warm-up missed (e.g. read-only vs writable ids)."""
-    psutil = pytest.importorskip("psutil")
+    pytest.importorskip("psutil")
     seeds = np.arange(graph.n)
     for method in ("uniform", "weighted", "replace", "uniform_exact"):
         for direction in ("out", "in"):
             client.sample(seeds, [3, 2], method=method, direction=direction)
     client.sample(seeds[:50], [{"cites": 2, "likes": 1}])
     client.sample(seeds[:50], [2], max_time=500)
-    servers = psutil.Process(vc_cluster.proc.pid).children(recursive=True)
+    servers = list(cluster_servers(vc_cluster.proc.pid).values())
     assert len(servers) == 3
     for proc in servers:
         llvm = sum(m.rss for m in proc.memory_maps() if "libllvmlite" in m.path)

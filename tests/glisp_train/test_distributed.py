@@ -15,6 +15,7 @@ import psutil
 import pytest
 
 from glisp_core.dataset.manifest import read_manifest
+from glisp_testing.servers import cluster_servers
 from glisp_train.dist import Dist, rank_batches
 from tests.glisp_serving.conftest import ROOT, Cluster
 from tests.glisp_train.conftest import P2
@@ -97,6 +98,7 @@ def test_killing_the_servers_mid_epoch_ends_training_with_an_error_naming_the_pa
         "--set",
         f"client.deadline_s={deadline}",
     ]
+    supervisor = psutil.Process(doomed_cluster.proc.pid)
     p = subprocess.Popen(cmd, env=_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:
         while True:  # one log line per epoch: the second epoch is under way once the first is reported
@@ -104,8 +106,9 @@ def test_killing_the_servers_mid_epoch_ends_training_with_an_error_naming_the_pa
             assert line or p.poll() is None, f"trainer exited early: {p.stderr.read()}"
             if line.startswith("epoch 1:"):
                 break
-        servers = psutil.Process(doomed_cluster.proc.pid).children()
+        servers = list(cluster_servers(doomed_cluster.proc.pid).values())
         assert len(servers) == 2
+        supervisor.suspend()  # no restarts: a forked restart is back within a second, inside the trainer's retries
         t0 = time.monotonic()
         for s in servers:
             s.send_signal(signal.SIGKILL)
@@ -126,6 +129,7 @@ def test_killing_the_servers_mid_epoch_ends_training_with_an_error_naming_the_pa
     finally:
         if p.poll() is None:
             p.kill()
+        supervisor.resume()
     assert rc == 1
     assert "glisp train: error: partition " in err and ("UNAVAILABLE" in err or "DEADLINE_EXCEEDED" in err), err
     assert "Traceback" not in err
