@@ -110,10 +110,14 @@ def main() -> None:
                 print(f"round {r + 1} {mode}: " + ", ".join(f"{k} {v:.2f}" for k, v in got[mode][-1].items()))
     keys = ["start_s", "start_cpu", "restart_s", "restart_cpu"]
     med = {m: {k: statistics.median(x[k] for x in got[m]) for k in keys} for m in MODES}
-    print(f"\n{'mode':6} {'start s':>8} {'start CPU-s':>12} {'restart s':>10} {'restart CPU-s':>14}  (medians of {a.rounds})")
+    print(
+        f"\n{'mode':6} {'start s':>8} {'start CPU-s':>12} {'restart s':>10} {'restart CPU-s':>14}  (medians of {a.rounds})"
+    )
     for m, what in MODES.items():
         v = med[m]
-        print(f"{m:6} {v['start_s']:8.2f} {v['start_cpu']:12.2f} {v['restart_s']:10.2f} {v['restart_cpu']:14.2f}  {what}")
+        print(
+            f"{m:6} {v['start_s']:8.2f} {v['start_cpu']:12.2f} {v['restart_s']:10.2f} {v['restart_cpu']:14.2f}  {what}"
+        )
     b, f = med["exec"], med["fork"]
     print("fork / exec: " + ", ".join(f"{k} {f[k] / b[k]:.2f}x" for k in keys))
 
