@@ -181,7 +181,8 @@ def _refresh_local(
     lap("state")
     unplaced = _place_local(ctx, r, st, deg, cap)
     lap("place")
-    return Placed(r, st, unplaced, is_identity(vmap) and is_identity(emap), same_vids=is_identity(vmap))
+    same_vids = is_identity(vmap)
+    return Placed(r, st, unplaced, same_vids and is_identity(emap), same_vids=same_vids)
 
 
 @dataclass

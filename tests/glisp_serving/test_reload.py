@@ -77,21 +77,7 @@ def test_hot_reload_under_load_loses_no_request_and_mixes_no_versions(two_versio
             w.start()
         time.sleep(3)
         t_reload = time.monotonic()
-        r = subprocess.run(
-            [
-                sys.executable,
-                "-m",
-                "glisp_app.cli",
-                "serve-reload",
-                str(dv2.path),
-                "--cluster-file",
-                str(cluster.cluster_file),
-            ],
-            capture_output=True,
-            text=True,
-            timeout=300,
-            env=dict(os.environ, PYTHONPATH=str(ROOT)),
-        )
+        r = _serve_reload(cluster.cluster_file, str(dv2.path))
         t_done = time.monotonic()
         assert r.returncode == 0, r.stdout + r.stderr
         time.sleep(3)
