@@ -173,12 +173,14 @@ def spark(tmp_path_factory: pytest.TempPathFactory):
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     # adaptive execution off in this session only: on the tests' tiny tables its re-planning after every stage
     # costs more CPU than the work (51 Spark-tier tests: 131 CPU-s instead of 159); the CLI subprocesses (every
-    # pipeline, fault, object-store and cluster test) keep the users' default, adaptive on
+    # pipeline, fault, object-store and cluster test) keep the users' default, adaptive on. Two shuffle partitions,
+    # one per core of local[2]: a shuffle still has more than one task, each stage half the tasks of four
+    # (docs/results/testing-2026-12-02-fresh.md)
     conf = SparkConfig(
         master="local[2]",
         app_name="glisp-tests",
         driver_memory="3g",
-        shuffle_partitions=4,
+        shuffle_partitions=2,
         adaptive=False,
         ui=False,
         log_level="ERROR",
