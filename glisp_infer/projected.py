@@ -46,17 +46,20 @@ def project_static(proj: Any, cache: StaticCache, loc_v: np.ndarray, xtype: Any,
     task order) by the root weight: both read from the static cache's file in order."""
     import torch
 
+    from glisp_infer.cast import RowCast
+
     assert cache.mm is not None
     mm = np.asarray(cache.mm)
+    cast = RowCast(xtype, device)
     rows = len(cache.ids)
     h = torch.empty((rows, proj.width), dtype=xtype, device=device)
     root = torch.empty((len(loc_v), proj.width), dtype=xtype, device=device)
     with torch.no_grad():
         for a in range(0, rows, PROJECT_ROWS):
-            x = torch.from_numpy(mm[a : a + PROJECT_ROWS]).to(device, xtype)
+            x = cast(mm[a : a + PROJECT_ROWS])
             h[a : a + len(x)] = proj.project(x)
         for a in range(0, len(loc_v), PROJECT_ROWS):
-            x = torch.from_numpy(mm[loc_v[a : a + PROJECT_ROWS]]).to(device, xtype)
+            x = cast(mm[loc_v[a : a + PROJECT_ROWS]])
             root[a : a + len(x)] = proj.root(x)
     return h, root
 

@@ -609,6 +609,7 @@ def stream(
     the batches and the cache metrics. A narrowing mean SAGE layer goes through :mod:`glisp_infer.projected`."""
     import torch
 
+    from glisp_infer.cast import RowCast
     from glisp_sampling.apply import relabel
 
     device = resolve_device(plan.device)
@@ -616,6 +617,7 @@ def stream(
     # share its batch (a GEMM's rounding does): an incremental refresh computes other batches than a full run
     model = load_model(plan.checkpoint, str(device), plan.stable)
     xtype = torch.float64 if plan.stable else torch.float32
+    cast = RowCast(xtype, device)
     n = len(vids)
     loc_v, loc_n = cache.local_ids(vids), cache.local_ids(sample.nbrs)
     per_vertex = sample.counts.sum(axis=1)
@@ -654,7 +656,7 @@ def stream(
         ei = torch.from_numpy(np.stack([nb_pos, dst_pos])).to(device)
         et = slots[eoff[b] : eoff[e]].to(device) if slots is not None else None
         with torch.no_grad():
-            h = model.layer(layer - 1, torch.from_numpy(x).to(device, xtype), ei, e - b, et).to("cpu", torch.float32)
+            h = model.layer(layer - 1, cast(x), ei, e - b, et).to("cpu", torch.float32)
         compute_s += time.perf_counter() - tc
         writer.add(h.numpy())  # timed by the writer
     return {
