@@ -5,7 +5,8 @@ A vertex of the base version and one of the new are the same when their vertex t
 
 - :func:`vid_map`, a numpy array built in this process, for the in-process refresh (whose graph is bounded by
   ``partition.incremental_local_edges``);
-- :func:`write_vid_map`, for the Spark refresh: one left join of both id maps in Spark, written by tasks as a
+- :func:`vids_unchanged`, for the Spark refresh: whether the map is the identity (then nothing is written);
+- :func:`write_vid_map`, for the Spark refresh otherwise: one left join of both id maps in Spark, written by tasks as a
   by-vid Zarr array in the refresh's staging (:func:`glisp_spark.by_vid.write_by_vid`) and read whole by the
   tasks that rewrite the base's edge rows (:func:`vid_map_of`, once per Python worker). The driver receives one
   count per chunk of vids: nothing per vertex.
@@ -87,6 +88,20 @@ def _named_ids(spark: SparkSession, dv: DatasetVersion, as_text: bool) -> DataFr
     names = F.array(*[F.lit(t) for t in _type_names(dv)])
     ids = read_parquet(spark, dv.idmap).select(VID, F.element_at(names, F.col(VTYPE) + 1).alias(VTYPE), ORIG_ID)
     return ids.withColumn(ORIG_ID, F.col(ORIG_ID).cast("string")) if as_text else ids
+
+
+def vids_unchanged(spark: SparkSession, base: DatasetVersion, new: DatasetVersion) -> bool:
+    """Whether every base vertex is at its own vid in the new version (the same type name and original id
+    there): then the vertex map is the identity and need not be written. Ingest numbers vertices by a total
+    order of their ids, so a snapshot that changes edges only, or appends vertices whose ids sort last, keeps
+    them. One anti-join of both id maps on (vid, type, id) in Spark, its shuffle keyed by vid."""
+    from glisp_core.dataset.layout import ORIG_ID, VID, VTYPE
+
+    if int(read_manifest(new).schema["num_vertices"]) < int(read_manifest(base).schema["num_vertices"]):
+        return False
+    as_text = _ids_as_text(base, new)
+    b, m = _named_ids(spark, base, as_text), _named_ids(spark, new, as_text)
+    return b.join(m, [VID, VTYPE, ORIG_ID], "left_anti").limit(1).count() == 0
 
 
 def write_vid_map(spark: SparkSession, base: DatasetVersion, new: DatasetVersion, url: str) -> int:

@@ -31,7 +31,9 @@ def match(
 
     Returns the new rows' ``pos`` (index into the inputs), ``part`` (-1 for fresh), ``how`` (KEPT,
     ATTACHED, FRESH), ``rows`` (new rows of the pair: the room a fresh pair needs) and ``k`` (seeded hash
-    of the pair as int64: the fresh rows are placed in (k, min, max, eid) order).
+    of the pair as int64: the fresh rows are placed in (k, min, max, eid) order). ``rows`` and ``k`` are 0
+    on rows that are not fresh: only the placement reads them, and the Spark path writes every new row, where
+    a random 64-bit value per row was most of the match's output to encode.
     """
     src, dst = np.asarray(src, np.int64), np.asarray(dst, np.int64)
     lo, hi = np.minimum(src, dst), np.maximum(src, dst)
@@ -39,8 +41,12 @@ def match(
     order = _sort_order(lo, hi, sub, np.asarray(eid, np.int64))
     out_part, how, rows = _match_runs(lo, hi, sub, np.asarray(part, np.int32), order)
     pos = np.flatnonzero(side == 1)
-    k = kernels.pair_hash(src[pos], dst[pos], seed).view(np.int64)
-    return {"pos": pos, "part": out_part[pos], "how": how[pos], "rows": rows[pos], "k": k}
+    how, rows = how[pos], rows[pos]
+    fresh = how == FRESH
+    rows[~fresh] = 0
+    k = np.zeros(len(pos), np.int64)
+    k[fresh] = kernels.pair_hash(src[pos[fresh]], dst[pos[fresh]], seed).view(np.int64)
+    return {"pos": pos, "part": out_part[pos], "how": how, "rows": rows, "k": k}
 
 
 def _sort_order(lo: np.ndarray, hi: np.ndarray, sub: np.ndarray, eid: np.ndarray) -> np.ndarray:

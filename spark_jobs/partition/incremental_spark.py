@@ -1,8 +1,10 @@
 """The partition refresh in Spark, for graphs past ``partition.incremental_local_edges``: nothing per vertex of
 the graph in the driver.
 
-1. The vertex map base vid -> new vid is a Spark join of both id maps, written by tasks as a Zarr array
-   (:func:`spark_jobs.partition.incremental_ids.write_vid_map`) that the tasks rewriting the base's rows read.
+1. Where every base vertex kept its vid (an anti-join of both id maps by vid says so), the base rows are taken
+   as they are. Otherwise the vertex map base vid -> new vid is a Spark join of both id maps, written by tasks
+   as a Zarr array (:func:`spark_jobs.partition.incremental_ids.write_vid_map`) that the tasks rewriting the
+   base's rows read. ``counts.incremental.vid_map`` says which ("identity" or "written").
 2. The match runs in Spark tasks, each over the pairs hashed to it (:func:`match_spark`).
 3. The added rows that joined no kept pair are placed in the driver, streamed in (k, pair, eid) order through
    :func:`spark_jobs.partition.incremental_place.place_capped`. The placement only reads and updates the
@@ -30,7 +32,7 @@ from glisp_core.storage.store import store_for
 from glisp_spark.tables import read_parquet, write_parquet
 from glisp_spark.worker_heap import freeze_worker_heap
 from spark_jobs.partition import incremental_match
-from spark_jobs.partition.incremental_ids import is_identity, vid_map_of, write_vid_map
+from spark_jobs.partition.incremental_ids import is_identity, vid_map_of, vids_unchanged, write_vid_map
 from spark_jobs.partition.incremental_place import Done, Laps, Placed, place_capped
 from spark_jobs.partition.rounds import ALLOC_PA
 from spark_jobs.partition.staging import stream_batches
@@ -46,6 +48,7 @@ if TYPE_CHECKING:
 MATCHED_SCHEMA = "eid long, src long, dst long, part int, how int, rows long, k long"
 # driver bytes per touched vertex besides its bitset: its vid and degree, and the Arrow tables they come from
 PLACE_BYTES_PER_VERTEX = 96
+BROADCAST_TOUCHED = 1 << 21  # touched vertices sent to every task by broadcast up to this many (16 MB of vids)
 FRESH = incremental_match.FRESH
 
 
@@ -230,7 +233,7 @@ def touched_state(ctx: PartitionContext, matched: DataFrame, done: Done) -> Touc
             f"touch, past partition.state_auto_mb = {ctx.cfg.state_auto_mb}"
         )
     words = (p + 63) // 64
-    t = _degrees_and_words(matched, words).join(touched, "vid").toArrow()  # one row per touched vertex
+    t = _degrees_and_words(matched, touched, words, n <= BROADCAST_TOUCHED).toArrow()  # a row per touched vertex
     order = np.argsort(t.column("vid").to_numpy())
     vids, d = t.column("vid").to_numpy()[order], t.column("d").to_numpy()[order].astype(np.int64)
     if len(vids) != n or (n and (vids[0] < 0 or vids[-1] >= ctx.num_vertices)):
@@ -242,10 +245,13 @@ def touched_state(ctx: PartitionContext, matched: DataFrame, done: Done) -> Touc
     return Touched(vids, d, done)
 
 
-def _degrees_and_words(matched: DataFrame, words: int) -> DataFrame:
-    """Per vertex of the new rows (``matched`` holds each once): its degree (a self-loop counts twice) and its
-    partition set among the decided rows as ``words`` bitset words ``w0..``, in one hash aggregate."""
-    ends = _ends(matched, "part", "how")
+def _degrees_and_words(matched: DataFrame, touched: DataFrame, words: int, broadcast: bool) -> DataFrame:
+    """Per vertex of ``touched``: its degree in the new rows (``matched`` holds each once; a self-loop counts
+    twice) and its partition set among the decided rows as ``words`` bitset words ``w0..``, in one hash
+    aggregate. The ends are first kept to the touched vertices by a semi-join (``broadcast``: the touched
+    vids sent to every task, no shuffle of the ends), so the aggregate holds their groups, not every vertex's
+    of the graph."""
+    ends = _ends(matched, "part", "how").join(F.broadcast(touched) if broadcast else touched, "vid", "left_semi")
     bit = f"CASE WHEN how != {FRESH} AND part DIV 64 = {{w}} THEN shiftleft(1L, part % 64) ELSE 0L END"
     words_of = [F.expr(f"bit_or({bit.format(w=w)})").alias(f"w{w}") for w in range(words)]
     return ends.groupBy("vid").agg(F.count(F.lit(1)).alias("d"), *words_of)
@@ -284,7 +290,9 @@ def refresh_spark(
     base_man = read_manifest(base)
     base_n, base_m = (int(base_man.schema[k]) for k in ("num_vertices", "num_edges"))
     vmap_url = str(ctx.staging / "inc_vmap.zarr")
-    same_vids = write_vid_map(ctx.spark, base, new, vmap_url) == base_n
+    same_vids, vmap = vids_unchanged(ctx.spark, base, new), "identity"
+    if not (same_vids and is_identity(emap)):  # the base rows are rewritten through the map
+        same_vids, vmap = write_vid_map(ctx.spark, base, new, vmap_url) == base_n, "written"
     same = same_vids and is_identity(emap)
     lap("ids")
     matched_dir = ctx.staging / "inc_matched"
@@ -296,7 +304,7 @@ def refresh_spark(
     st = touched_state(ctx, matched, done)
     lap("state")
     if isinstance(st, str):
-        return Placed(None, done, 0, same, st, {"base_rows": source}, same_vids)
+        return Placed(None, done, 0, same, st, {"base_rows": source, "vid_map": vmap}, same_vids)
     placed, unplaced = stream_added(ctx, matched.where(F.col("how") == FRESH), st, cap)
     lap("place")
     decided = matched.where(F.col("how") != FRESH).select("eid", "src", "dst", "part")
@@ -304,5 +312,6 @@ def refresh_spark(
         "touched_vertices": len(st.vids),
         "driver_state_bytes": st.nbytes,
         "base_rows": source,
+        "vid_map": vmap,
     }
     return Placed(decided.unionByName(placed), done, unplaced, same, state=state, same_vids=same_vids)

@@ -241,6 +241,8 @@ def test_match_kernel_keeps_attaches_and_leaves_fresh():
     assert r["part"].tolist() == [3, 3, 3, 3, 3, -1, -1, -1]
     assert r["rows"].tolist()[5:] == [2, 2, 1]  # the fresh pair {5, 6} needs room for both its rows
     assert r["k"][5] == r["k"][6] and r["k"][5] != r["k"][7]  # a pair hashes alike in both directions
+    # only the placement reads rows and k: rows that are not fresh carry 0 (cheap to write for every new row)
+    assert r["rows"].tolist()[:5] == [0] * 5 and r["k"].tolist()[:5] == [0] * 5 and (r["k"][5:] != 0).all()
 
 
 def test_spark_path_places_exactly_as_the_local_path(spark, snapshots, refreshed):
@@ -257,6 +259,7 @@ def test_spark_path_places_exactly_as_the_local_path(spark, snapshots, refreshed
     assert (inc_l["mode"], inc_s["mode"]) == ("local", "spark")
     assert not inc_s["same_ids"]  # v2 renumbers the vertices: the base rows were remapped in the tasks
     assert inc_l["same_vids"] is inc_s["same_vids"] is False, (inc_l, inc_s)
+    assert inc_s["vid_map"] == "written", inc_s
     assert inc_s["base_rows"] == "assignment"  # the base run is not serialized: its edges joined with it
     for key in ("kept", "added", "attached", "placed", "capacity"):
         assert inc_l[key] == inc_s[key], key
@@ -313,6 +316,7 @@ def test_spark_path_of_a_snapshot_that_keeps_the_ids_places_as_the_local_path(sp
     inc_l, inc_s = rec_l.counts["incremental"], rec_s.counts["incremental"]
     assert (inc_l.get("mode"), inc_s.get("mode"), inc_s.get("same_ids")) == ("local", "spark", True), (inc_l, inc_s)
     assert inc_l["same_vids"] is inc_s["same_vids"] is True, (inc_l, inc_s)
+    assert inc_s["vid_map"] == "identity", inc_s  # found by the anti-join: no vertex map written or read
     assert inc_s["kept"] >= int(keep.sum()) and inc_l["kept"] == inc_s["kept"]  # an added row may match a removed one
     a_l = pd.read_parquet(v3.assignment(run)).sort_values("eid").reset_index(drop=True)
     a_s = pd.read_parquet(v3.assignment(other)).sort_values("eid").reset_index(drop=True)
