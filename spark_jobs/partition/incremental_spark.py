@@ -2,7 +2,7 @@
 the graph in the driver.
 
 1. Where every base vertex kept its vid (an anti-join of both id maps by vid says so), the base rows are taken
-   as they are. Otherwise the vertex map base vid -> new vid is a Spark join of both id maps, written by tasks
+   as they are (their edge types renumbered in the JVM where a type's code moved). Otherwise the vertex map base vid -> new vid is a Spark join of both id maps, written by tasks
    as a Zarr array (:func:`spark_jobs.partition.incremental_ids.write_vid_map`) that the tasks rewriting the
    base's rows read. ``counts.incremental.vid_map`` says which ("identity" or "written").
 2. The match runs in Spark tasks, each over the pairs hashed to it (:func:`match_spark`).
@@ -82,12 +82,16 @@ def base_rows_in_new_ids(
 ) -> tuple[DataFrame, str]:
     """The base's edge rows (eid, src, dst, etype in the new version's ids, part) and where they were read
     (:func:`base_rows`); rows that lost an endpoint or their edge type are dropped (they are removed edges).
-    ``vmap_url`` None: no id changed (vertices and edge types only added, as a snapshot that appends does),
-    the rows stay in the JVM."""
+    ``vmap_url`` None: every vertex kept its vid (as a snapshot that appends or changes edges only gives), the
+    rows stay in the JVM, their edge types renumbered there by a lookup where ``emap`` is not the identity."""
     rows, source = base_rows(spark, base, run)
     if vmap_url is None:
-        cols = ("eid", "src", "dst", F.col("etype").cast("int"), F.col("part").cast("int"))
-        return rows.select(*cols), source
+        if is_identity(emap):
+            return rows.select("eid", "src", "dst", F.col("etype").cast("int"), F.col("part").cast("int")), source
+        codes = F.array(*[F.lit(int(c)) for c in emap])  # one code per edge type
+        t = F.element_at(codes, F.col("etype").cast("int") + 1).alias("etype")
+        out = rows.select("eid", "src", "dst", t, F.col("part").cast("int")).where(F.col("etype") >= 0)
+        return out, source
     bc = spark.sparkContext.broadcast(emap)  # one code per edge type
 
     def remap(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
@@ -291,12 +295,12 @@ def refresh_spark(
     base_n, base_m = (int(base_man.schema[k]) for k in ("num_vertices", "num_edges"))
     vmap_url = str(ctx.staging / "inc_vmap.zarr")
     same_vids, vmap = vids_unchanged(ctx.spark, base, new), "identity"
-    if not (same_vids and is_identity(emap)):  # the base rows are rewritten through the map
+    if not same_vids:  # the base rows are rewritten through the map
         same_vids, vmap = write_vid_map(ctx.spark, base, new, vmap_url) == base_n, "written"
     same = same_vids and is_identity(emap)
     lap("ids")
     matched_dir = ctx.staging / "inc_matched"
-    old, source = base_rows_in_new_ids(ctx.spark, base_man, run, None if same else vmap_url, emap)
+    old, source = base_rows_in_new_ids(ctx.spark, base_man, run, None if same_vids else vmap_url, emap)
     write_parquet(match_spark(ctx, old, new, base_m + ctx.num_edges), matched_dir)
     lap("match")
     matched = read_parquet(ctx.spark, matched_dir)

@@ -293,19 +293,29 @@ def test_a_spark_refresh_reads_the_base_rows_from_a_current_serialize_copy(spark
     assert serialized_edges(read_manifest(v1), other) is None
 
 
-def test_spark_path_of_a_snapshot_that_keeps_the_ids_places_as_the_local_path(spark, tmp_path, cfg):
+@pytest.mark.parametrize("new_type", [False, True], ids=["same-types", "a-type-added-first"])
+def test_spark_path_of_a_snapshot_that_keeps_the_ids_places_as_the_local_path(spark, tmp_path, cfg, new_type):
     """A snapshot that only appends vertices keeps every base id: the Spark path then takes the base rows
-    without remapping them; it must still place exactly as the in-process path and keep every kept row."""
+    without remapping their vertices (and renumbers their edge types in the JVM where a new type's name sorts
+    first); it must still place exactly as the in-process path and keep every kept row."""
     rng = np.random.default_rng(11)
     n = 256
     src, dst = rmat_edges(8, 8, seed=3)
     names = [f"n{i}" for i in range(n)]
-    v1 = write_dataset(tmp_path, "g", src, dst, num_vertices=n, orig_ids=names, version="v1")
+    et1 = rng.integers(0, 2, len(src)) if new_type else None
+    types1, types3 = (["b", "c"], ["a", "b", "c"]) if new_type else (None, None)
+    v1 = write_dataset(
+        tmp_path, "g", src, dst, num_vertices=n, orig_ids=names, etype=et1, edge_types=types1, version="v1"
+    )
     run = publish_partition(v1, np.minimum(src, dst) % P, P, algorithm="hdrf")
     keep = rng.random(len(src)) >= 0.05
     s3 = np.concatenate([src[keep], rng.integers(0, n + 2, 60)])
     d3 = np.concatenate([dst[keep], rng.integers(0, n + 2, 60)])
-    v3 = write_dataset(tmp_path, "g", s3, d3, num_vertices=n + 2, orig_ids=[*names, "y0", "y1"], version="v3")
+    et3 = np.concatenate([et1[keep] + 1, rng.integers(0, 3, 60)]) if new_type else None  # b, c: codes 1, 2 now
+    v3 = write_dataset(
+        tmp_path, "g", s3, d3, num_vertices=n + 2, orig_ids=[*names, "y0", "y1"], etype=et3, edge_types=types3,
+        version="v3",
+    )  # fmt: skip
     loose = dict(incremental_max_vb=9.0, incremental_max_eb=9.0, incremental_max_rf_growth=0.0)
     base = _cfg(cfg, v1, **loose)
     other = publish_partition(
@@ -314,7 +324,8 @@ def test_spark_path_of_a_snapshot_that_keeps_the_ids_places_as_the_local_path(sp
     rec_l = run_partition(spark, base, v3)
     rec_s = run_partition(spark, with_values(base, "partition", name=other, incremental_local_edges=0), v3)
     inc_l, inc_s = rec_l.counts["incremental"], rec_s.counts["incremental"]
-    assert (inc_l.get("mode"), inc_s.get("mode"), inc_s.get("same_ids")) == ("local", "spark", True), (inc_l, inc_s)
+    modes = (inc_l.get("mode"), inc_s.get("mode"), inc_s.get("same_ids"))
+    assert modes == ("local", "spark", not new_type), (inc_l, inc_s)  # a renumbered edge type: not the same ids
     assert inc_l["same_vids"] is inc_s["same_vids"] is True, (inc_l, inc_s)
     assert inc_s["vid_map"] == "identity", inc_s  # found by the anti-join: no vertex map written or read
     assert inc_s["kept"] >= int(keep.sum()) and inc_l["kept"] == inc_s["kept"]  # an added row may match a removed one
