@@ -45,8 +45,8 @@ def main(args: argparse.Namespace, cfg: Config) -> int:
     print(f"code:     {code} ({code.stat().st_size / mib:.1f} MiB)")
     print(f"packages: {got.directory} ({len(got.distributions)} distributions, {got.unpacked_bytes / mib:.0f} MiB)")
     if got.archive:
-        print(f"archive:  {got.archive} ({got.archive_bytes / mib:.0f} MiB)")
-    if got.archive:
+        kept = ", unchanged since it was built: kept" if got.kept else ""
+        print(f"archive:  {got.archive} ({got.archive_bytes / mib:.0f} MiB{kept})")
         print(f"use it:   submit/glisp-submit --master URL --lean-env {got.archive} -- <stage> ...")
     print("or these spark-submit options:")
     for line in submit_options(code, got.archive, got.directory):

@@ -18,6 +18,7 @@ Profiles (each a set of root distributions and everything they require, by their
 
 from __future__ import annotations
 
+import hashlib
 import os
 import re
 import shutil
@@ -77,13 +78,14 @@ def closure(roots: tuple[str, ...]) -> list[metadata.Distribution]:
 
 @dataclass(frozen=True)
 class Packed:
-    """What :func:`pack` wrote: the package directory, the archive (when asked) and their sizes."""
+    """What :func:`pack` wrote (or kept): the package directory, the archive (when asked) and their sizes."""
 
     directory: Path
     archive: Path | None
     distributions: tuple[str, ...]
     unpacked_bytes: int
     archive_bytes: int
+    kept: bool = False  # the directory and archive of an earlier call with the same inputs, left as they were
 
 
 def _files(dist: metadata.Distribution) -> list[tuple[Path, Path]]:
@@ -107,34 +109,56 @@ def _build_only(parts: tuple[str, ...], suffix: str) -> bool:
     return in_package and ("tests" in parts[1:-1] or suffix in (".h", ".hpp", ".pxd", ".pyx", ".cpp"))
 
 
+def _inputs_digest(files: list[tuple[Path, Path]], archive: bool, compresslevel: int) -> str:
+    """What the directory and the archive are made of: every file's place, size and modification time, and the
+    archive's settings (as ``make`` judges a target: a reinstalled or upgraded package changes it)."""
+    h = hashlib.sha256(f"archive={archive} level={compresslevel}\n".encode())
+    for src, rel in sorted(files, key=lambda f: f[1]):
+        st = src.stat()
+        h.update(f"{rel}\0{st.st_size}\0{st.st_mtime_ns}\n".encode())
+    return h.hexdigest()
+
+
 def pack(profile: str, out_dir: Path, archive: bool = True, compresslevel: int = 6) -> Packed:
     """Write ``out_dir/glisp-env-<profile>/`` (the packages, hard-linked from this environment where the file
-    system allows) and, with ``archive``, ``out_dir/glisp-env-<profile>.tar.gz`` of its contents."""
+    system allows) and, with ``archive``, ``out_dir/glisp-env-<profile>.tar.gz`` of its contents.
+
+    Both are kept as they are when an earlier call wrote them from the same files with the same settings (its
+    digest of them in ``glisp-env-<profile>.inputs``, written last): a deployment that runs ``glisp pack-env``
+    before every submit compresses the packages (about 25 CPU-s for ``stages``) once, not every time."""
     if profile not in PROFILES:
         raise ValueError(f"executor env: unknown profile {profile!r} (expected one of {sorted(PROFILES)})")
     dists = closure(PROFILES[profile])
+    files = [f for dist in dists for f in _files(dist)]
+    names = tuple(f"{d.metadata['Name']}=={d.version}" for d in dists)
+    size = sum(src.stat().st_size for src, _ in files)
     target = out_dir / f"glisp-env-{profile}"
-    staging = out_dir / f".glisp-env-{profile}.partial"
-    shutil.rmtree(staging, ignore_errors=True)
-    size = 0
-    for dist in dists:
-        for src, rel in _files(dist):
-            dst = staging / rel
-            dst.parent.mkdir(parents=True, exist_ok=True)
-            try:
-                os.link(src, dst)
-            except OSError:
-                shutil.copy2(src, dst)
-            size += src.stat().st_size
-    shutil.rmtree(target, ignore_errors=True)
-    staging.rename(target)
-    tar = None
-    if archive:
-        tar = out_dir / f"glisp-env-{profile}.tar.gz"
+    tar = out_dir / f"glisp-env-{profile}.tar.gz" if archive else None
+    stamp = out_dir / f"glisp-env-{profile}.inputs"
+    digest = _inputs_digest(files, archive, compresslevel)
+    if stamp.is_file() and stamp.read_text().strip() == digest and target.is_dir() and (tar is None or tar.is_file()):
+        return Packed(target, tar, names, size, tar.stat().st_size if tar else 0, kept=True)
+    stamp.unlink(missing_ok=True)  # a rebuild cut short is never taken for a current one
+    _link_tree(files, out_dir / f".glisp-env-{profile}.partial", target)
+    if tar is not None:
         part = tar.with_name(tar.name + ".partial")
         with tarfile.open(part, "w:gz", compresslevel=compresslevel) as t:
             for p in sorted(target.iterdir()):
                 t.add(p, arcname=p.name)
         part.replace(tar)
-    names = tuple(f"{d.metadata['Name']}=={d.version}" for d in dists)
+    stamp.write_text(digest + "\n")
     return Packed(target, tar, names, size, tar.stat().st_size if tar else 0)
+
+
+def _link_tree(files: list[tuple[Path, Path]], staging: Path, target: Path) -> None:
+    """``files`` at their relative paths under ``target``, built in ``staging`` and renamed into place."""
+    shutil.rmtree(staging, ignore_errors=True)
+    for src, rel in files:
+        dst = staging / rel
+        dst.parent.mkdir(parents=True, exist_ok=True)
+        try:
+            os.link(src, dst)
+        except OSError:
+            shutil.copy2(src, dst)
+    shutil.rmtree(target, ignore_errors=True)
+    staging.rename(target)

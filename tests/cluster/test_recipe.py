@@ -16,7 +16,7 @@ from pathlib import Path
 
 import numpy as np
 
-from glisp_testing.standalone import EXECUTOR_CONF, ROOT, Standalone, driver_env
+from glisp_testing.standalone import EXECUTOR_CONF, NUMBA_CACHE, ROOT, Standalone, driver_env
 from tests.tiers import needs
 
 GUIDE = ROOT / "docs" / "cluster.md"
@@ -55,6 +55,8 @@ def site_values(cmd: list[str], cluster: Standalone, config: Path) -> list[str]:
 def test_the_standalone_recipe_runs_as_the_guide_prints_it(standalone: Standalone, shared_dir: Path):
     commands = recipe("Standalone")
     assert [c[0] for c in commands] == ["glisp", "submit/glisp-submit"] and "--lean-env" in commands[1]
+    # the kernel cache on the host's disk, where each test worker mounts its persistent one: not one per application
+    assert f"spark.executorEnv.NUMBA_CACHE_DIR={NUMBA_CACHE}" in commands[1]
     rng = np.random.default_rng(0)  # the user's edge table: 3,000 edges over 600 vertices, skewed degrees
     edges = np.stack([rng.zipf(1.6, 3000) % 600, rng.integers(0, 600, 3000)], 1)
     raw = shared_dir / "recipe-raw"

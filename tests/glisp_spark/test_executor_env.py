@@ -30,6 +30,44 @@ def test_profiles_carry_what_their_stages_import_and_never_pyspark():
         pack("gpu", Path("/nonexistent"))
 
 
+def _site(tmp_path: Path, body: str) -> Path:
+    """A site directory holding one real (tiny) distribution, ``glisptiny`` 1.0, whose module is ``body``."""
+    site = tmp_path / "site"
+    (site / "glisptiny").mkdir(parents=True, exist_ok=True)
+    (site / "glisptiny" / "__init__.py").write_text(body)
+    info = site / "glisptiny-1.0.dist-info"
+    info.mkdir(exist_ok=True)
+    (info / "METADATA").write_text("Metadata-Version: 2.1\nName: glisptiny\nVersion: 1.0\n")
+    (info / "RECORD").write_text("glisptiny/__init__.py,,\nglisptiny-1.0.dist-info/METADATA,,\n")
+    return site
+
+
+def test_an_archive_of_unchanged_packages_is_kept_and_any_change_rebuilds_it(tmp_path, monkeypatch):
+    monkeypatch.syspath_prepend(str(_site(tmp_path, "X = 1\n")))
+    monkeypatch.setitem(PROFILES, "tiny", ("glisptiny",))
+    out = tmp_path / "build"
+
+    def member() -> str:
+        with tarfile.open(out / "glisp-env-tiny.tar.gz") as t:
+            f = t.extractfile("glisptiny/__init__.py")
+            assert f is not None
+            return f.read().decode()
+
+    first = pack("tiny", out)
+    assert not first.kept and first.distributions == ("glisptiny==1.0",) and member() == "X = 1\n"
+    ino = first.archive.stat().st_ino if first.archive else 0
+    again = pack("tiny", out)
+    assert again.kept and again.archive and again.archive.stat().st_ino == ino  # not rewritten
+    _site(tmp_path, "X = 22\n")  # the package reinstalled with other content
+    changed = pack("tiny", out)
+    assert not changed.kept and member() == "X = 22\n"
+    assert not pack("tiny", out, compresslevel=1).kept  # other settings: another archive
+    (out / "glisp-env-tiny.tar.gz").unlink()
+    assert not pack("tiny", out, compresslevel=1).kept and member() == "X = 22\n"  # a removed archive is rebuilt
+    (out / "glisp-env-tiny.inputs").write_text("0" * 64)  # a rebuild cut short left another digest
+    assert not pack("tiny", out, compresslevel=1).kept
+
+
 def test_the_batch_stages_run_with_executors_on_a_bare_python_and_the_lean_packages(tmp_path, jvm_processes):
     got = pack("stages", tmp_path / "build", compresslevel=0)  # the names are checked, not the compression
     with tarfile.open(got.archive) as t:  # the packages at the archive's top, metadata kept, no test suites
