@@ -109,14 +109,17 @@ def _build_only(parts: tuple[str, ...], suffix: str) -> bool:
     return in_package and ("tests" in parts[1:-1] or suffix in (".h", ".hpp", ".pxd", ".pyx", ".cpp"))
 
 
-def _inputs_digest(files: list[tuple[Path, Path]], archive: bool, compresslevel: int) -> str:
-    """What the directory and the archive are made of: every file's place, size and modification time, and the
-    archive's settings (as ``make`` judges a target: a reinstalled or upgraded package changes it)."""
+def _inputs(files: list[tuple[Path, Path]], archive: bool, compresslevel: int) -> tuple[str, int]:
+    """What the directory and the archive are made of, as a digest of every file's place, size and modification
+    time and of the archive's settings (as ``make`` judges a target: a reinstalled or upgraded package changes
+    it), and the files' bytes in all."""
     h = hashlib.sha256(f"archive={archive} level={compresslevel}\n".encode())
+    size = 0
     for src, rel in sorted(files, key=lambda f: f[1]):
         st = src.stat()
         h.update(f"{rel}\0{st.st_size}\0{st.st_mtime_ns}\n".encode())
-    return h.hexdigest()
+        size += st.st_size
+    return h.hexdigest(), size
 
 
 def pack(profile: str, out_dir: Path, archive: bool = True, compresslevel: int = 6) -> Packed:
@@ -131,11 +134,10 @@ def pack(profile: str, out_dir: Path, archive: bool = True, compresslevel: int =
     dists = closure(PROFILES[profile])
     files = [f for dist in dists for f in _files(dist)]
     names = tuple(f"{d.metadata['Name']}=={d.version}" for d in dists)
-    size = sum(src.stat().st_size for src, _ in files)
     target = out_dir / f"glisp-env-{profile}"
     tar = out_dir / f"glisp-env-{profile}.tar.gz" if archive else None
     stamp = out_dir / f"glisp-env-{profile}.inputs"
-    digest = _inputs_digest(files, archive, compresslevel)
+    digest, size = _inputs(files, archive, compresslevel)
     if stamp.is_file() and stamp.read_text().strip() == digest and target.is_dir() and (tar is None or tar.is_file()):
         return Packed(target, tar, names, size, tar.stat().st_size if tar else 0, kept=True)
     stamp.unlink(missing_ok=True)  # a rebuild cut short is never taken for a current one

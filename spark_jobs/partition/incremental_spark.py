@@ -2,9 +2,10 @@
 the graph in the driver.
 
 1. Where every base vertex kept its vid (an anti-join of both id maps by vid says so), the base rows are taken
-   as they are (their edge types renumbered in the JVM where a type's code moved). Otherwise the vertex map base vid -> new vid is a Spark join of both id maps, written by tasks
-   as a Zarr array (:func:`spark_jobs.partition.incremental_ids.write_vid_map`) that the tasks rewriting the
-   base's rows read. ``counts.incremental.vid_map`` says which ("identity" or "written").
+   as they are (their edge types renumbered in the JVM where a type's code moved). Otherwise the vertex map
+   base vid -> new vid is a Spark join of both id maps, written by tasks as a Zarr array
+   (:func:`spark_jobs.partition.incremental_ids.write_vid_map`) that the tasks rewriting the base's rows read.
+   ``counts.incremental.vid_map`` says which ("identity" or "written").
 2. The match runs in Spark tasks, each over the pairs hashed to it (:func:`match_spark`).
 3. The added rows that joined no kept pair are placed in the driver, streamed in (k, pair, eid) order through
    :func:`spark_jobs.partition.incremental_place.place_capped`. The placement only reads and updates the
@@ -294,9 +295,10 @@ def refresh_spark(
     base_man = read_manifest(base)
     base_n, base_m = (int(base_man.schema[k]) for k in ("num_vertices", "num_edges"))
     vmap_url = str(ctx.staging / "inc_vmap.zarr")
-    same_vids, vmap = vids_unchanged(ctx.spark, base, new), "identity"
-    if not same_vids:  # the base rows are rewritten through the map
-        same_vids, vmap = write_vid_map(ctx.spark, base, new, vmap_url) == base_n, "written"
+    same_vids = vids_unchanged(ctx.spark, base, new, base_n, ctx.num_vertices)
+    if not same_vids:  # some vertex left or moved: the base rows are rewritten through the map
+        write_vid_map(ctx.spark, base, new, vmap_url)
+    vmap = "identity" if same_vids else "written"
     same = same_vids and is_identity(emap)
     lap("ids")
     matched_dir = ctx.staging / "inc_matched"
