@@ -548,7 +548,7 @@ def compare_table(runs: list[dict]) -> str:
         out.append(
             f"| {setting} | {len(xs)} | {meds[-1]:.1f} | {med(lambda x: x['cpu_s']):.1f} | "
             f"{med(lambda x: total(x, 'read_s')):.2f} | {med(lambda x: total(x, 'compute_s')):.2f} | "
-            f"{med(lambda x: total(x, 'write_s')):.2f} | {med(lambda x: x['timings']['index_s']):.1f} |"
+            f"{med(lambda x: total(x, 'write_s')):.2f} | {med(lambda x: x['timings'].get('index_s', 0.0)):.1f} |"
         )
     if len(meds) == 2:
         out.append(f"\nindex + layers, second setting against the first: {meds[1] / meds[0]:.2f}x (medians)")
@@ -603,7 +603,10 @@ def per_row_table(r: dict) -> str:
         return sum(d.get(col, 0.0) for d in (layers or t["metrics"]["layers"]).values())
 
     items = [
-        ("index (the id map's start: tasks read the order's arrays; wall x 2 cores)", 2 * t["timings"]["index_s"]),
+        (
+            "index (the id map's start: tasks read the order's arrays; wall x 2 cores)",
+            2 * t["timings"].get("index_s", 0.0),
+        ),
         ("sample (plan job)", total("sample_s")),
         ("halo needs (plan job)", total("needs_s")),
         ("fill (static cache from the halo)", total("fill_s")),

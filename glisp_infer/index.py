@@ -1,8 +1,8 @@
 """The row index of an inference run: the reorder stage's lookup arrays (:mod:`glisp_core.dataset.order_index`)
 in the run's own rows, so that the published store answers without the reorder stage.
 
-- ``index/`` (Parquet, in the stage): ``orig_id, vtype, vid, part, row``: the user's ids to rows, written by one
-  map-only Spark job over the ingest id map in the background while the layers run.
+- ``index/`` (Parquet, in the stage): ``orig_id, vtype, vid, part, row``: the user's ids to rows, written with the
+  embeddings by the outputs' pass (:mod:`glisp_infer.outputs`) from the id map's rows :func:`located` here.
 - Zarr ``index/vid`` (by row), ``index/row`` and ``index/pos`` (by vertex id): written by layer 0's tasks, a
   few chunks each; no task of the run reads them (tasks ask the order's arrays), the outputs and a later
   refresh do.
@@ -10,20 +10,17 @@ in the run's own rows, so that the published store answers without the reorder s
 
 from __future__ import annotations
 
-import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from glisp_core.dataset.layout import ORIG_ID, PART, VID, VTYPE, DatasetVersion
-from glisp_core.storage.uri import StoreURI
+from glisp_core.dataset.layout import PART, VID
 from glisp_infer.store import INDEX_CHUNK, INDEX_LABEL, INDEX_POS, INDEX_ROW, INDEX_VID, open_array, write_owned
-from glisp_spark.tables import read_parquet, write_parquet
 from glisp_spark.worker_heap import freeze_worker_heap
 
 if TYPE_CHECKING:
-    from pyspark.sql import SparkSession
+    from pyspark.sql import DataFrame
 
     from glisp_infer.plan import InferPlan
 
@@ -56,20 +53,11 @@ def write_run_labels(plan: InferPlan, part: int, labels: np.ndarray | None, coun
     return write_owned(arr, plan.layout.starts[part], got, plan.layout.chunk_rows, fill=-1)
 
 
-def start_id_map(
-    spark: SparkSession, dv: DatasetVersion, plan: InferPlan, out: StoreURI, vertex_types: list[str]
-) -> Callable[[], dict[str, float]]:
-    """Start writing the Parquet id map to ``out`` in the background: no layer task reads it, so its write
-    overlaps the plan and layer jobs. One map-only job over the ingest id map: each batch's partitions and rows
-    come from the order's lookup arrays (no join, no shuffle). Returns ``finish()``: waits for it (re-raising its
-    error) and returns its seconds; the caller calls it before the outputs, which read it."""
-    from pyspark.sql import functions as F
+def located(idmap: DataFrame, plan: InferPlan) -> DataFrame:
+    """``idmap`` (with a ``vid`` column) with each vertex's partition and row in the run's arrays, from the order's
+    lookup arrays: a map-only step, no join."""
     from pyspark.sql.types import IntegerType, LongType, StructField, StructType
 
-    from glisp_spark.background import Background
-
-    names = F.array(*[F.lit(t) for t in vertex_types]) if vertex_types else F.array(F.lit(""))
-    idmap = read_parquet(spark, dv.idmap).select(ORIG_ID, F.element_at(names, F.col(VTYPE) + 1).alias(VTYPE), VID)
     schema = StructType([*idmap.schema.fields, StructField(PART, IntegerType()), StructField(ROW, LongType())])
     oi, starts = plan.order_index(), plan.layout.starts
 
@@ -83,10 +71,4 @@ def start_id_map(
                 [*b.columns, pa.array(part.astype(np.int32)), pa.array(row)], names=[*b.schema.names, PART, ROW]
             )
 
-    def id_map() -> float:
-        t = time.perf_counter()
-        write_parquet(idmap.mapInArrow(locate, schema), out, "error")
-        return time.perf_counter() - t
-
-    background = Background(id_map)
-    return lambda: {"index_parquet_s": background.result()}
+    return idmap.mapInArrow(locate, schema)

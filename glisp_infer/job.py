@@ -20,7 +20,6 @@ verified copies (``serve.cache_dir``). Nothing passes between driver and tasks t
 
 from __future__ import annotations
 
-import contextlib
 import json
 import logging
 import os
@@ -572,7 +571,6 @@ def _run_layers(
 ) -> StageRecord:
     """Arrays, the plan job, every layer, the outputs and scores; publishes the stage."""
     from glisp_infer import task as T
-    from glisp_infer.index import start_id_map
     from glisp_infer.outputs import write_outputs
     from glisp_infer.samplewise import samplewise_last_layer
 
@@ -583,27 +581,19 @@ def _run_layers(
         t = time.perf_counter()
         refresh.start(spark, url)
         timings["refresh_start_s"] = time.perf_counter() - t  # the vertex keys and the row map
-    t = time.perf_counter()
-    # no index job: tasks read the reorder stage's lookup arrays, and layer 0 writes the run's own index arrays
-    id_map_done = start_id_map(spark, dv, plan, pub.tmp / "index", inp.vertex_types)
-    timings["index_s"] = time.perf_counter() - t
-    try:  # the id map is written meanwhile; its wait, if any, counts in the layers' time
-        planned: dict[int, dict[str, Any]] = {}
-        if exchange is not None:
-            t = time.perf_counter()
-            planned = {r["part"]: r for r in run_tasks(spark, plan, T.plan_exchange, "plan (samples, halo needs)")}
-            timings["plan_s"] = time.perf_counter() - t
-        extra_metrics: dict[str, Any] = {}
-        per_layer, drift = _infer_layers(spark, plan, inp, planned, timings, log, refresh)
-        if not inp.layerwise:
-            t = time.perf_counter()
-            extra_metrics["samplewise"] = samplewise_last_layer(plan, dv, inp.partition, inp.model)
-            timings["samplewise_s"] = time.perf_counter() - t
-    except BaseException:
-        with contextlib.suppress(BaseException):
-            id_map_done()
-        raise
-    timings.update(id_map_done())
+    # no index job: tasks read the reorder stage's lookup arrays, layer 0 writes the run's own index arrays, and
+    # the outputs' pass writes the Parquet index (original ids to rows)
+    planned: dict[int, dict[str, Any]] = {}
+    if exchange is not None:
+        t = time.perf_counter()
+        planned = {r["part"]: r for r in run_tasks(spark, plan, T.plan_exchange, "plan (samples, halo needs)")}
+        timings["plan_s"] = time.perf_counter() - t
+    extra_metrics: dict[str, Any] = {}
+    per_layer, drift = _infer_layers(spark, plan, inp, planned, timings, log, refresh)
+    if not inp.layerwise:
+        t = time.perf_counter()
+        extra_metrics["samplewise"] = samplewise_last_layer(plan, dv, inp.partition, inp.model)
+        timings["samplewise_s"] = time.perf_counter() - t
     t = time.perf_counter()
     out_counts = write_outputs(spark, plan, cfg, dv, pub.tmp, inp.vertex_types, inp.edge_types)
     timings["outputs_s"] = time.perf_counter() - t

@@ -1,5 +1,7 @@
 """What users consume from an inference run, as Parquet with their original ids.
 
+- ``index/``: every vertex's original id, type, vid, partition and row in the run's arrays (what lookups by
+  original id and the next version's refresh read);
 - ``embeddings/``: every vertex's row of the last layer (the model's output: class logits for a node
   task, the embedding for a link task);
 - ``predictions/`` (node task): the arg-max class and its softmax probability;
@@ -7,7 +9,8 @@
   vertex-cut stores it in one partition), or of the edge list ``infer.edges``.
 
 Tasks read the last layer's Zarr array themselves (mapInArrow), so the rows go from Zarr to Parquet
-through Spark's executors; the driver only collects counts.
+through Spark's executors; only the vertices' ids are shuffled (to the tasks that read their rows), and the
+driver only collects counts.
 """
 
 from __future__ import annotations
@@ -18,10 +21,11 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from glisp_core.config import Config
-from glisp_core.dataset.layout import LABEL, ORIG_ID, PREDICTION_COLUMNS, VID, VTYPE, DatasetVersion
+from glisp_core.dataset.layout import LABEL, ORIG_ID, PART, PREDICTION_COLUMNS, VID, VTYPE, DatasetVersion
 from glisp_core.errors import BadInputError, GlispError
 from glisp_core.storage.store import store_for
 from glisp_core.storage.uri import StoreURI
+from glisp_infer.index import ROW, located
 from glisp_infer.plan import InferPlan
 from glisp_infer.store import INDEX_LABEL, INDEX_ROW, layer_name, open_array, read_rows
 from glisp_spark.tables import read_csv, read_parquet, write_parquet
@@ -40,35 +44,119 @@ def _fixed_list(h: np.ndarray) -> Any:
     return pa.FixedSizeListArray.from_arrays(pa.array(h.reshape(-1)), h.shape[1]).cast(pa.list_(pa.float32()))
 
 
-def vertex_rows(plan: InferPlan) -> Any:
-    """mapInArrow over partition ids: the last layer's rows of each partition's vertices (node task: with their
-    labels, from ``index/label``, the arg-max class and its probability)."""
+class InOrder:
+    """Rows of an array asked for in increasing order, batch after batch: each chunk is decoded once (the one read
+    last is kept for the next batch). Rows in any order are still right, at a decode per change of chunk."""
+
+    def __init__(self, arr: Any) -> None:
+        self.arr, self.rows_per_chunk = arr, int(arr.chunks[0])
+        self.chunk, self.block = -1, np.empty((0, *arr.shape[1:]), arr.dtype)
+
+    def take(self, rows: np.ndarray) -> np.ndarray:
+        rows = np.asarray(rows, np.int64)
+        out = np.empty((len(rows), *self.arr.shape[1:]), self.arr.dtype)
+        c = self.rows_per_chunk
+        ks = rows // c
+        cuts = np.flatnonzero(np.diff(ks)) + 1
+        for lo, hi in zip(np.r_[0, cuts], np.r_[cuts, len(rows)], strict=True):
+            k = int(ks[lo])
+            if k != self.chunk:
+                self.chunk, self.block = k, np.asarray(self.arr[k * c : (k + 1) * c])
+            out[lo:hi] = self.block[rows[lo:hi] - k * c]
+        return out
+
+
+def _vertex_columns(b: Any, emb: InOrder, labels: InOrder | None) -> dict[str, Any]:
+    """The output columns of a batch of located ids (sorted by row): the ids, the last-layer row and, with
+    ``labels`` (node task), the label (null: none, as glisp train writes it), the arg-max class and its
+    probability."""
+    import pyarrow as pa
+
+    rows = b.column(ROW).to_numpy()
+    h = np.asarray(emb.take(rows), np.float32)
+    cols = {k: b.column(k) for k in (ORIG_ID, VTYPE, VID, PART, ROW)} | {"embedding": _fixed_list(h)}
+    if labels is not None:
+        lab = np.asarray(labels.take(rows), np.int64)
+        z = np.exp(h - h.max(axis=1, keepdims=True))
+        cols[LABEL] = pa.array(lab, pa.int64(), mask=lab < 0)
+        cols["prediction"] = pa.array(h.argmax(axis=1).astype(np.int32))
+        cols["score"] = pa.array((z.max(axis=1) / z.sum(axis=1)).astype(np.float32))
+    return cols
+
+
+def write_vertex_tables(ids: DataFrame, plan: InferPlan, tables: dict[str, Any]) -> int:
+    """Write ``tables`` (name -> (directory URI, pyarrow schema): ``index``, ``embeddings`` and, node task,
+    ``predictions``)
+    from ``ids`` (:func:`located_ids`) in one pass: each task reads its chunks of the last layer (and of
+    ``index/label``) once, in row order, and writes its own ``part-NNNNN.parquet`` of every table with pyarrow
+    (named by partition, so a retried task replaces its own), then ``_SUCCESS``. Returns the rows written."""
+    qualified = {t: (u.qualified, schema) for t, (u, schema) in tables.items()}
 
     def fn(batches: Iterator[Any]) -> Iterator[Any]:
-        freeze_worker_heap()
+        import contextlib
+
         import pyarrow as pa
+        import pyarrow.parquet as pq
+        from pyspark import TaskContext
 
-        from glisp_infer.task import task_vertices
+        freeze_worker_heap()
+        ctx = TaskContext.get()
+        assert ctx is not None, "the outputs' writer runs inside a Spark task"
+        emb = InOrder(open_array(plan.store, layer_name(plan.layers)))
+        labels = InOrder(open_array(plan.store, INDEX_LABEL)) if plan.task == "node" else None
+        rows = 0
+        with contextlib.ExitStack() as stack:
+            writers = {}
+            for t, (base, schema) in qualified.items():
+                name = f"{base}/part-{ctx.partitionId():05d}.parquet"
+                writers[t] = (
+                    stack.enter_context(
+                        pq.ParquetWriter(stack.enter_context(store_for(name).open_output(name)), schema)
+                    ),
+                    schema,
+                )
+            for b in batches:
+                cols = _vertex_columns(b, emb, labels)
+                for w, schema in writers.values():
+                    w.write_batch(pa.RecordBatch.from_arrays([cols[f.name] for f in schema], schema=schema))
+                rows += b.num_rows
+        yield pa.RecordBatch.from_pydict({"rows": [rows]})
 
-        arr = open_array(plan.store, layer_name(plan.layers))
-        labels = open_array(plan.store, INDEX_LABEL) if plan.task == "node" else None
-        step = plan.layout.chunk_rows * max(1, (1 << 16) // plan.layout.chunk_rows)
-        for b in batches:
-            for part in b.column(0).to_pylist():
-                start, vids = plan.layout.starts[part], task_vertices(plan, part)
-                for a in range(0, len(vids), step):
-                    e = min(a + step, len(vids))
-                    h = np.asarray(arr[start + a : start + e], np.float32)
-                    cols = {VID: pa.array(vids[a:e]), "embedding": _fixed_list(h)}
-                    if labels is not None:
-                        lab = np.asarray(labels[start + a : start + e], np.int64)
-                        cols[LABEL] = pa.array(lab, pa.int64(), mask=lab < 0)  # null: no label, as glisp train
-                        z = np.exp(h - h.max(axis=1, keepdims=True))
-                        cols["prediction"] = pa.array(h.argmax(axis=1).astype(np.int32))
-                        cols["score"] = pa.array((z.max(axis=1) / z.sum(axis=1)).astype(np.float32))
-                    yield pa.RecordBatch.from_pydict(cols)
+    total = sum(int(r["rows"]) for r in ids.mapInArrow(fn, "rows long").collect())
+    for u, _ in tables.values():
+        store_for(u).write_bytes(u / "_SUCCESS", b"")
+    return total
 
-    return fn
+
+def located_ids(idm: DataFrame, plan: InferPlan) -> DataFrame:
+    """Every vertex's ids with its row in the run, shuffled by chunk of rows and sorted by row. The id map's rows
+    find their rows by the order's lookup arrays (map only); a task then reads each of its chunks of the arrays
+    once, in order. Only the ids cross the shuffle, never the rows (a join by vid moved every embedding: 256
+    floats a vertex for a link task's)."""
+    from pyspark.sql import functions as F
+
+    ids = located(idm.select(ORIG_ID, VTYPE, VID), plan)
+    return ids.repartition(F.floor(F.col(ROW) / plan.layout.chunk_rows)).sortWithinPartitions(ROW)
+
+
+def vertex_schemas(idm: DataFrame, node: bool) -> dict[str, Any]:
+    """The pyarrow schemas of the run's ``index`` (each vertex's ids, partition and row), ``embeddings`` and
+    (``node``) ``predictions``: the ids in the id map's own types."""
+    import pyarrow as pa
+    from pyspark.sql.pandas.types import to_arrow_schema
+
+    ids = to_arrow_schema(idm.select(ORIG_ID, VTYPE, VID).schema)
+    out = {
+        "index": pa.schema([*ids, pa.field(PART, pa.int32()), pa.field(ROW, pa.int64())]),
+        "embeddings": pa.schema([*ids, pa.field("embedding", pa.list_(pa.float32()))]),
+    }
+    if node:
+        by_name = {f.name: f for f in ids}
+        extra = {LABEL: pa.int64(), "prediction": pa.int32(), "score": pa.float32()}
+        out["predictions"] = pa.schema(
+            [by_name[c] if c in by_name else pa.field(c, extra[c]) for c in PREDICTION_COLUMNS]
+        )
+    return out
 
 
 def pair_scores(plan: InferPlan, src: np.ndarray, dst: np.ndarray) -> np.ndarray:
@@ -150,21 +238,14 @@ def write_outputs(
     edge_types: list[str],
 ) -> dict[str, int]:
     """Write embeddings (and predictions or scores) under ``out`` (the stage's attempt prefix); returns row counts."""
-    from pyspark import StorageLevel
     from pyspark.sql import functions as F
 
     idm = _idmap(spark, dv, vertex_types)
-    node = ", label long, prediction int, score float" if plan.task == "node" else ""
-    rows = (
-        _parts_df(spark, plan).mapInArrow(vertex_rows(plan), "vid long, embedding array<float>" + node).join(idm, VID)
-    )
-    counts = {"embeddings": plan.layout.num_vertices}
-    if plan.task == "node":  # the labels came with the rows (index/label): one join, with the id map
-        rows = rows.persist(StorageLevel.MEMORY_AND_DISK)
-        write_parquet(rows.select(*PREDICTION_COLUMNS), out / "predictions", "error")
-        counts["predictions"] = plan.layout.num_vertices
-    write_parquet(rows.select(ORIG_ID, VTYPE, VID, "embedding"), out / "embeddings", "error")
-    rows.unpersist()
+    tables = {t: (out / t, schema) for t, schema in vertex_schemas(idm, plan.task == "node").items()}
+    written = write_vertex_tables(located_ids(idm, plan), plan, tables)
+    if written != plan.layout.num_vertices:
+        raise GlispError(f"{out}: {written:,} vertices written, the run has {plan.layout.num_vertices:,}")
+    counts = {t: written for t in tables if t != "index"}
     if plan.task == "link":
         if cfg.infer.edges:
             scored, counts["scores"] = _score_edge_list(spark, plan, cfg, idm)
