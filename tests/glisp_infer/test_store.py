@@ -112,3 +112,31 @@ def test_a_link_split_model_infers_over_the_full_run() -> None:
     m = Manifest("g", "v", stages={r.name: r for r in (part("p2"), part("p2-lp", edge_subset=True, derived_from="p2"))})
     assert full_run(m, "p2-lp") == "p2" and full_run(m, "p2") == "p2"
     assert full_run(m, "gone") == "gone" and full_run(m, None) is None
+
+
+def test_rows_asked_in_order_decode_each_chunk_once_and_any_order_is_still_right(tmp_path) -> None:
+    """The outputs' pass reads its rows sorted by row, batch after batch (glisp_infer.outputs.InOrder)."""
+    from glisp_infer.outputs import InOrder
+
+    lay = RowLayout(4, (10, 5))
+    url = str(tmp_path / "z")
+    create_arrays(url, lay, [2], 15, Codec("blosclz", 5, "bitshuffle"), {"order": "pds"})
+    arr = open_array(url, layer_name(0), mode="r+")
+    vals = np.arange(20 * 2, dtype=np.float32).reshape(20, 2)
+    arr[:] = vals
+    decoded: list[int] = []
+
+    class Counted:  # the array, counting the chunks decoded
+        chunks, shape, dtype = arr.chunks, arr.shape, arr.dtype
+
+        def __getitem__(self, sel):
+            decoded.append(sel.start // 4)
+            return arr[sel]
+
+    r = InOrder(Counted())
+    batches = [np.array([0, 1, 3, 5]), np.array([6, 7, 12]), np.array([13, 14, 17, 19])]
+    for b in batches:
+        np.testing.assert_array_equal(r.take(b), vals[b])
+    assert decoded == [0, 1, 3, 4]  # chunk 1 kept across the first two batches, chunk 2 never read
+    np.testing.assert_array_equal(r.take(np.array([18, 2, 9, 2])), vals[[18, 2, 9, 2]])
+    assert decoded[4:] == [0, 2, 0]  # unordered rows: a decode per change of chunk, still the right rows
