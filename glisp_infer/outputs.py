@@ -66,7 +66,7 @@ class InOrder:
         return out
 
 
-def _vertex_columns(b: Any, emb: InOrder, labels: InOrder | None) -> dict[str, Any]:
+def vertex_columns(b: Any, emb: InOrder, labels: InOrder | None) -> dict[str, Any]:
     """The output columns of a batch of located ids (sorted by row): the ids, the last-layer row and, with
     ``labels`` (node task), the label (null: none, as glisp train writes it), the arg-max class and its
     probability."""
@@ -86,10 +86,10 @@ def _vertex_columns(b: Any, emb: InOrder, labels: InOrder | None) -> dict[str, A
 
 def write_vertex_tables(ids: DataFrame, plan: InferPlan, tables: dict[str, Any]) -> int:
     """Write ``tables`` (name -> (directory URI, pyarrow schema): ``index``, ``embeddings`` and, node task,
-    ``predictions``)
-    from ``ids`` (:func:`located_ids`) in one pass: each task reads its chunks of the last layer (and of
-    ``index/label``) once, in row order, and writes its own ``part-NNNNN.parquet`` of every table with pyarrow
-    (named by partition, so a retried task replaces its own), then ``_SUCCESS``. Returns the rows written."""
+    ``predictions``) from ``ids`` (:func:`located_ids`) in one pass: each task reads its chunks of the last
+    layer (and of ``index/label``) once, in row order, and writes its own ``part-NNNNN.parquet`` of every table
+    with pyarrow (named by partition, so a retried task replaces its own), then ``_SUCCESS``. Returns the rows
+    written."""
     qualified = {t: (u.qualified, schema) for t, (u, schema) in tables.items()}
 
     def fn(batches: Iterator[Any]) -> Iterator[Any]:
@@ -116,7 +116,7 @@ def write_vertex_tables(ids: DataFrame, plan: InferPlan, tables: dict[str, Any])
                     schema,
                 )
             for b in batches:
-                cols = _vertex_columns(b, emb, labels)
+                cols = vertex_columns(b, emb, labels)
                 for w, schema in writers.values():
                     w.write_batch(pa.RecordBatch.from_arrays([cols[f.name] for f in schema], schema=schema))
                 rows += b.num_rows

@@ -140,3 +140,32 @@ def test_rows_asked_in_order_decode_each_chunk_once_and_any_order_is_still_right
     assert decoded == [0, 1, 3, 4]  # chunk 1 kept across the first two batches, chunk 2 never read
     np.testing.assert_array_equal(r.take(np.array([18, 2, 9, 2])), vals[[18, 2, 9, 2]])
     assert decoded[4:] == [0, 2, 0]  # unordered rows: a decode per change of chunk, still the right rows
+
+
+def test_a_batch_of_located_ids_gets_its_rows_labels_predictions_and_probabilities(tmp_path) -> None:
+    """The outputs' columns of one batch (glisp_infer.outputs.vertex_columns): each id beside its own row, a
+    negative label null (as glisp train writes it), the arg-max class and its softmax probability."""
+    import pyarrow as pa
+
+    from glisp_infer.outputs import InOrder, vertex_columns
+
+    lay = RowLayout(4, (6, 3))
+    url = str(tmp_path / "z")
+    create_arrays(url, lay, [3], 9, Codec("blosclz", 5, "bitshuffle"), {"order": "pds"}, labels=True)
+    emb, lab = open_array(url, layer_name(0), mode="r+"), open_array(url, "index/label", mode="r+")
+    h = np.random.default_rng(0).normal(size=(12, 3)).astype(np.float32)
+    emb[:] = h
+    lab[:] = np.array([2, -1, 0, 1, 1, 0, -1, -1, 2, 0, 1, -1], np.int64)
+    rows = np.array([1, 2, 8, 10])
+    b = pa.RecordBatch.from_pydict(
+        {"orig_id": ["b", "c", "x", "y"], "vtype": ["v0"] * 4, "vid": [5, 0, 7, 3], "part": [0, 0, 1, 1], "row": rows}
+    )
+    cols = vertex_columns(b, InOrder(emb), InOrder(lab))
+    got = np.stack(cols["embedding"].to_pylist())
+    np.testing.assert_array_equal(got, h[rows])
+    assert cols["vid"].to_pylist() == [5, 0, 7, 3] and cols["row"].to_pylist() == rows.tolist()
+    assert cols["label"].to_pylist() == [None, 0, 2, 1]
+    assert cols["prediction"].to_pylist() == h[rows].argmax(1).tolist()
+    p = np.exp(h[rows]) / np.exp(h[rows]).sum(1, keepdims=True)
+    np.testing.assert_allclose(cols["score"].to_numpy(), p.max(1), rtol=1e-6)
+    assert "label" not in vertex_columns(b, InOrder(emb), None)  # a link task: ids and rows only
