@@ -32,7 +32,7 @@ the driver, the JVM and the Python workers; sample-wise: its process and the clu
 5. --sweep B[:C] ...: the batch size / cache chunk trade-off (reads against hits, and the Belady bound of
    the same reads) for one task of layer 1, in process;
 6. --compare KEY A B (an ``[infer]`` key and two values, e.g. ``scratch_dir /tmp/x ""``) with --compare-runs N:
-   N alternating pairs of --time-order runs, the medians per value (index + layers, CPU, the time split's sums);
+   N alternating pairs of --time-order runs, the medians per value (plan + layers, CPU, the time split's sums);
 7. --halo-compare N: N pairs of --time-order runs without and with the halo exchange (infer.halo), each
    run's time split and the medians of fill/model and exchange/model.
 
@@ -236,12 +236,12 @@ def layerwise(
     rec = run_infer(spark, c, info["dv"], force=True, log=lambda s: None)
     wall, cpu = time.perf_counter() - t0, _tree_cpu() - cpu0
     t = rec.timings
-    # index + layers: everything before the outputs; the outputs and the scores (evaluation, read back from the
+    # plan + layers: everything before the outputs; the outputs and the scores (evaluation, read back from the
     # outputs) come after the last layer
     lw = t["total_s"] - t["outputs_s"] - t.get("scores_s", 0.0)
     m = rec.metrics
     print(
-        f"  layerwise {order} (halo {'on' if halo else 'off'}): {wall:.1f}s wall ({lw:.1f}s index + layers, "
+        f"  layerwise {order} (halo {'on' if halo else 'off'}): {wall:.1f}s wall ({lw:.1f}s plan + layers, "
         f"{t['outputs_s']:.1f}s Parquet outputs, {t.get('scores_s', 0.0):.1f}s scores), {cpu:.1f} CPU-s; "
         f"chunk reads {m['chunk_reads']:,}, hit ratio "
         f"{m['dynamic_hit_ratio']}, fill/model {m['fill_over_model']}, exchange/model {m['exchange_over_model']}",
@@ -484,7 +484,7 @@ def time_split(t: dict, what: str) -> str:
     """The per-layer time split of one run (task seconds summed over partitions)."""
     m = t["metrics"]
     out = [
-        f"\nTime split of {what} ({t['layers_s']:.1f}s index + layers; task seconds summed over partitions; "
+        f"\nTime split of {what} ({t['layers_s']:.1f}s plan + layers; task seconds summed over partitions; "
         f"fill/model {m['fill_over_model']}, exchange/model {m['exchange_over_model']}, sampling/model "
         f"{m['sample_over_model']}):\n",
         "| layer | sample | needs | fill | read | slice | write | halo write | fill/model | exchange/model | "
@@ -530,10 +530,8 @@ def compare(spark, cfg, info: dict, model_run: str, args: argparse.Namespace) ->
 
 
 def compare_table(runs: list[dict]) -> str:
-    """Medians per setting of --compare, and the ratio of B's index + layers to A's."""
-    out = [
-        "\n| setting | runs | index + layers s | CPU s | read | slice | write | index s |\n|---|---|---|---|---|---|---|---|"
-    ]
+    """Medians per setting of --compare, and the ratio of B's plan + layers to A's."""
+    out = ["\n| setting | runs | plan + layers s | CPU s | read | slice | write |\n|---|---|---|---|---|---|---|"]
     meds = []
     for setting in dict.fromkeys(x["setting"] for x in runs):
         xs = [x for x in runs if x["setting"] == setting]
@@ -548,17 +546,17 @@ def compare_table(runs: list[dict]) -> str:
         out.append(
             f"| {setting} | {len(xs)} | {meds[-1]:.1f} | {med(lambda x: x['cpu_s']):.1f} | "
             f"{med(lambda x: total(x, 'read_s')):.2f} | {med(lambda x: total(x, 'compute_s')):.2f} | "
-            f"{med(lambda x: total(x, 'write_s')):.2f} | {med(lambda x: x['timings'].get('index_s', 0.0)):.1f} |"
+            f"{med(lambda x: total(x, 'write_s')):.2f} |"
         )
     if len(meds) == 2:
-        out.append(f"\nindex + layers, second setting against the first: {meds[1] / meds[0]:.2f}x (medians)")
+        out.append(f"\nplan + layers, second setting against the first: {meds[1] / meds[0]:.2f}x (medians)")
     return "\n".join(out)
 
 
 def halo_table(runs: list[dict]) -> str:
     """Medians of the alternating halo off / on runs."""
     out = [
-        "\n| halo | runs | fill/model | exchange/model | fill s | model s | index + layers s | CPU s |\n"
+        "\n| halo | runs | fill/model | exchange/model | fill s | model s | plan + layers s | CPU s |\n"
         "|---|---|---|---|---|---|---|---|"
     ]
     for h in (False, True):
@@ -603,10 +601,6 @@ def per_row_table(r: dict) -> str:
         return sum(d.get(col, 0.0) for d in (layers or t["metrics"]["layers"]).values())
 
     items = [
-        (
-            "index (the id map's start: tasks read the order's arrays; wall x 2 cores)",
-            2 * t["timings"].get("index_s", 0.0),
-        ),
         ("sample (plan job)", total("sample_s")),
         ("halo needs (plan job)", total("needs_s")),
         ("fill (static cache from the halo)", total("fill_s")),
@@ -622,7 +616,7 @@ def per_row_table(r: dict) -> str:
     ]
     for name, sec in items:
         out.append(f"| {name} | {sec:.2f} | {1e6 * sec / rows:.2f} |")
-    listed = sum(sec for _, sec in items[1:])
+    listed = sum(sec for _, sec in items)
     out.append(f"| everything in the tasks (task CPU s) | {total('cpu_s'):.2f} | {1e6 * total('cpu_s') / rows:.2f} |")
     out.append(f"| listed task items | {listed:.2f} | {1e6 * listed / rows:.2f} |")
     sw = r.get("samplewise")
@@ -633,7 +627,7 @@ def per_row_table(r: dict) -> str:
 
 
 def bound_line(r: dict) -> str:
-    """The node task's last line, for scripts: layerwise's speedup (index + layers, wall) over the in-process
+    """The node task's last line, for scripts: layerwise's speedup (plan + layers, wall) over the in-process
     sample-wise run of the same session, the bound of that speedup (the sample-wise slice rows per seed over
     layerwise's rows per vertex, one per layer) and their ratio; "" without a sample-wise run."""
     sw = r.get("samplewise")
@@ -650,6 +644,69 @@ def bound_line(r: dict) -> str:
     )
 
 
+def _speedup_table(r: dict) -> list[str]:
+    """Layerwise against the sample-wise runs (in process, and through the service): wall, CPU and speedups."""
+    sws = [x for x in (r.get("samplewise"), r.get("samplewise_service")) if x]
+    if not sws:
+        return []
+    t, cold = r["timed"], r["cold"]
+    layers = len(t["metrics"]["layers"]) - 1
+    out = ["\n| | wall s | CPU s | speedup (wall) | speedup (CPU) |\n|---|---|---|---|---|"]
+    for sw in sws:
+        out.append(
+            f"| {_samplewise_row(sw, layers, r['n'])} | {sw['est_wall_s']:.0f} | {sw['est_cpu_s']:.0f} | 1 | 1 |"
+        )
+    rows = [
+        ("layerwise: plan + layers, all Zarr I/O", t["layers_s"], t["cpu_s"] * t["layers_s"] / t["wall_s"]),
+        ("layerwise: the whole stage, with Parquet outputs", t["wall_s"], t["cpu_s"]),
+        (
+            f"layerwise: the first run of the session ({cold['order']}), cold Python workers",
+            cold["wall_s"],
+            cold["cpu_s"],
+        ),
+    ]
+    for name, wall, cpu in rows:
+        speed_wall = " / ".join(f"{x['est_wall_s'] / wall:.1f}x" for x in sws)
+        speed_cpu = " / ".join(f"{x['est_cpu_s'] / cpu:.1f}x" for x in sws)
+        out.append(f"| {name} | {wall:.1f} | {cpu:.0f} | {speed_wall} | {speed_cpu} |")
+    return out
+
+
+def _order_tables(r: dict) -> list[str]:
+    """Chunk reads and hits per order, the cache replays' hit ratios, and the --sweep's trade-off."""
+    out = []
+    runs = r["orders"]
+    ns = next((x for x in runs if x["order"] == "ns"), None)
+    out.append("\n| order | chunk reads | vs NS | hit ratio | fill chunks | cache share |\n|---|---|---|---|---|---|")
+    for x in runs:
+        mm = x["metrics"]
+        vs = f"{mm['chunk_reads'] / ns['metrics']['chunk_reads']:.3f}" if ns else "-"
+        out.append(
+            f"| {x['order']} | {mm['chunk_reads']:,} | {vs} | {mm['dynamic_hit_ratio']} | "
+            f"{mm['fill_chunks']:,} | {mm['cache_share_max']} |"
+        )
+    replayed = [x for x in [r["cold"], *runs] if x["metrics"]["shadow_hit_ratio"].get("fifo")]
+    replayed = [x for k, x in enumerate(replayed) if x["order"] not in {y["order"] for y in replayed[:k]}]
+    if replayed:  # the timed run does not replay (infer.cache_replays): the other runs' reads, same counts
+        fracs = replayed[0]["metrics"]["shadow_hit_ratio"]["fifo"]
+        out.append("\n| order | policy | " + " | ".join(f"{f}" for f in fracs) + " |\n|---|---|" + "---|" * len(fracs))
+        for x in replayed:
+            for pol, v in x["metrics"]["shadow_hit_ratio"].items():
+                out.append(f"| {x['order']} | {pol} | " + " | ".join(f"{h:.3f}" for h in v.values()) + " |")
+    if r.get("sweep"):
+        out.append(
+            "\n| order | batch | cache chunk rows | chunk reads | vs NS | FIFO hit ratio | every miss admitted "
+            "| LRU | Belady bound | cache/chunks | read+slice s |\n|---|---|---|---|---|---|---|---|---|---|---|"
+        )
+        for x in r["sweep"]:
+            out.append(
+                f"| {x['order']} | {x['batch']} | {x['cache_rows']} | {x['chunk_reads']:,} | {x['vs_ns']:.3f} | "
+                f"{x['hit_ratio']:.3f} | {x['every_miss']:.3f} | {x['lru']:.3f} | {x['belady']:.3f} | "
+                f"{x['cache']}/{x['chunks']} | {x['model_s']:.2f} |"
+            )
+    return out
+
+
 def markdown(res: dict) -> str:
     out = []
     for g, r in res["graphs"].items():
@@ -659,32 +716,7 @@ def markdown(res: dict) -> str:
         t = r["timed"]
         task = r.get("task", "node")
         out.append(f"\n### {g}: {r['n']:,} vertices, {r['m']:,} directed edges, model {r['model']} ({task} task)")
-        sws = [x for x in (r.get("samplewise"), r.get("samplewise_service")) if x]
-        if sws:
-            layers = len(r["timed"]["metrics"]["layers"]) - 1
-            out.append("\n| | wall s | CPU s | speedup (wall) | speedup (CPU) |\n|---|---|---|---|---|")
-            for sw in sws:
-                row = _samplewise_row(sw, layers, r["n"])
-                out.append(f"| {row} | {sw['est_wall_s']:.0f} | {sw['est_cpu_s']:.0f} | 1 | 1 |")
-            sw = sws[0]
-            cold = r["cold"]
-            rows = [
-                ("layerwise: index + layers, all Zarr I/O", t["layers_s"], t["cpu_s"] * t["layers_s"] / t["wall_s"]),
-                ("layerwise: the whole stage, with Parquet outputs", t["wall_s"], t["cpu_s"]),
-                (
-                    f"layerwise: the first run of the session ({cold['order']}), cold Python workers",
-                    cold["wall_s"],
-                    cold["cpu_s"],
-                ),
-            ]
-            for name, wall, cpu in rows:
-                out.append(
-                    f"| {name} | {wall:.1f} | {cpu:.0f} | "
-                    + " / ".join(f"{x['est_wall_s'] / wall:.1f}x" for x in sws)
-                    + " | "
-                    + " / ".join(f"{x['est_cpu_s'] / cpu:.1f}x" for x in sws)
-                    + " |"
-                )
+        out += _speedup_table(r)
         m = t["metrics"]
         out.append(time_split(t, f"the timed {t['order']} run"))
         for k, x in enumerate(r.get("halo_compare", [])):
@@ -694,44 +726,12 @@ def markdown(res: dict) -> str:
         if r.get("compare"):
             out.append(compare_table(r["compare"]))
         out.append(
-            f"\nIndex {t['timings']['index_s']:.1f}s (the reorder stage wrote the order's lookup arrays once: "
+            f"\nNo index job (the reorder stage wrote the order's lookup arrays once: "
             f"{t.get('order_index_s') or 0:.1f}s), layer 0 (features) {t['timings']['layer0_s']:.1f}s, "
-            f"Parquet outputs {t['timings']['outputs_s']:.1f}s; {m['bytes_written']:,} bytes written, "
+            f"Parquet outputs with the id index {t['timings']['outputs_s']:.1f}s; {m['bytes_written']:,} bytes written, "
             f"compression {m['compression_ratio']}."
         )
-        runs = r["orders"]
-        ns = next((x for x in runs if x["order"] == "ns"), None)
-        out.append(
-            "\n| order | chunk reads | vs NS | hit ratio | fill chunks | cache share |\n|---|---|---|---|---|---|"
-        )
-        for x in runs:
-            mm = x["metrics"]
-            vs = f"{mm['chunk_reads'] / ns['metrics']['chunk_reads']:.3f}" if ns else "-"
-            out.append(
-                f"| {x['order']} | {mm['chunk_reads']:,} | {vs} | {mm['dynamic_hit_ratio']} | "
-                f"{mm['fill_chunks']:,} | {mm['cache_share_max']} |"
-            )
-        replayed = [x for x in [r["cold"], *runs] if x["metrics"]["shadow_hit_ratio"].get("fifo")]
-        replayed = [x for k, x in enumerate(replayed) if x["order"] not in {y["order"] for y in replayed[:k]}]
-        if replayed:  # the timed run does not replay (infer.cache_replays): the other runs' reads, same counts
-            fracs = replayed[0]["metrics"]["shadow_hit_ratio"]["fifo"]
-            out.append(
-                "\n| order | policy | " + " | ".join(f"{f}" for f in fracs) + " |\n|---|---|" + "---|" * len(fracs)
-            )
-            for x in replayed:
-                for pol, v in x["metrics"]["shadow_hit_ratio"].items():
-                    out.append(f"| {x['order']} | {pol} | " + " | ".join(f"{h:.3f}" for h in v.values()) + " |")
-        if r.get("sweep"):
-            out.append(
-                "\n| order | batch | cache chunk rows | chunk reads | vs NS | FIFO hit ratio | every miss admitted "
-                "| LRU | Belady bound | cache/chunks | read+slice s |\n|---|---|---|---|---|---|---|---|---|---|---|"
-            )
-            for x in r["sweep"]:
-                out.append(
-                    f"| {x['order']} | {x['batch']} | {x['cache_rows']} | {x['chunk_reads']:,} | {x['vs_ns']:.3f} | "
-                    f"{x['hit_ratio']:.3f} | {x['every_miss']:.3f} | {x['lru']:.3f} | {x['belady']:.3f} | "
-                    f"{x['cache']}/{x['chunks']} | {x['model_s']:.2f} |"
-                )
+        out += _order_tables(r)
         if r.get("task", "node") == "node":
             out.append(per_row_table(r))
         if line := bound_line(r):
@@ -739,7 +739,7 @@ def markdown(res: dict) -> str:
     return "\n".join(out)
 
 
-def main() -> int:
+def _parse_args() -> argparse.Namespace:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--graphs", nargs="+", default=["rmat"], help="rmat, cora, imdb, lastfm, tolokers")
     ap.add_argument("--scale", type=int, default=18)
@@ -793,7 +793,44 @@ def main() -> int:
     ap.add_argument("--compare-runs", type=int, default=3, help="pairs of runs for --compare")
     ap.add_argument("--driver-memory", default="4g")
     ap.add_argument("--json", help="also write the results here")
-    args = ap.parse_args()
+    return ap.parse_args()
+
+
+def _run_graph(spark: Any, cfg: Any, info: dict, args: argparse.Namespace, orders: list[str]) -> dict:
+    """One graph's runs: every order (the timed one last), --compare, the halo pairs, sample-wise and --sweep."""
+    name, model = publish(info, args)
+    runs = [layerwise(spark, cfg, info, name, args, o, replays=k < len(orders) - 1) for k, o in enumerate(orders)]
+    r = {
+        "n": info["n"],
+        "m": info["m"],
+        "model": name,
+        "task": args.task,
+        "orders": runs[len(runs) - len(set(orders)) :],
+        "timed": runs[-1],
+        "cold": runs[0],
+    }
+    if args.compare:
+        r["compare"] = compare(spark, cfg, info, name, args)
+    if args.halo_compare:
+        r["halo_compare"] = [
+            layerwise(spark, cfg, info, name, args, args.time_order, halo=h)
+            for _ in range(args.halo_compare)
+            for h in (False, True)
+        ]
+    sw_fn, sw_count = (
+        (samplewise_pairs, args.samplewise_edges) if args.task == "link" else (samplewise, args.samplewise_seeds)
+    )
+    if sw_count:
+        r["samplewise"] = sw_fn(info, model, args)
+        if args.samplewise_service:
+            r["samplewise_service"] = sw_fn(info, model, args, service=True)
+    if args.sweep:
+        r["sweep"] = sweep(info, runs[-1], args)
+    return r
+
+
+def main() -> int:
+    args = _parse_args()
     root = Path(args.root)
     args.scratch = root / "scratch"
     args.scratch.mkdir(parents=True, exist_ok=True)
@@ -821,34 +858,7 @@ def main() -> int:
         orders = [args.time_order] + orders  # the first run starts the Python workers; time the second
     for g, info in infos.items():
         print(f"[{g}] load {os.getloadavg()}", flush=True)
-        name, model = publish(info, args)
-        runs = [layerwise(spark, cfg, info, name, args, o, replays=k < len(orders) - 1) for k, o in enumerate(orders)]
-        r = {
-            "n": info["n"],
-            "m": info["m"],
-            "model": name,
-            "task": args.task,
-            "orders": runs[len(runs) - len(set(orders)) :],
-            "timed": runs[-1],
-            "cold": runs[0],
-        }
-        if args.compare:
-            r["compare"] = compare(spark, cfg, info, name, args)
-        if args.halo_compare:
-            r["halo_compare"] = [
-                layerwise(spark, cfg, info, name, args, args.time_order, halo=h)
-                for _ in range(args.halo_compare)
-                for h in (False, True)
-            ]
-        sw_fn, sw_count = (
-            (samplewise_pairs, args.samplewise_edges) if args.task == "link" else (samplewise, args.samplewise_seeds)
-        )
-        if sw_count:
-            r["samplewise"] = sw_fn(info, model, args)
-            if args.samplewise_service:
-                r["samplewise_service"] = sw_fn(info, model, args, service=True)
-        if args.sweep:
-            r["sweep"] = sweep(info, runs[-1], args)
+        r = _run_graph(spark, cfg, info, args, orders)
         r["load_after"] = os.getloadavg()
         res["graphs"][g] = r
     spark.stop()

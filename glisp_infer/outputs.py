@@ -28,7 +28,7 @@ from glisp_core.storage.uri import StoreURI
 from glisp_infer.index import ROW, located
 from glisp_infer.plan import InferPlan
 from glisp_infer.store import INDEX_LABEL, INDEX_ROW, layer_name, open_array, read_rows
-from glisp_spark.tables import read_csv, read_parquet, write_parquet
+from glisp_spark.tables import mark_written, part_writer, read_csv, read_parquet, write_parquet
 from glisp_spark.worker_heap import freeze_worker_heap
 
 if TYPE_CHECKING:
@@ -87,44 +87,31 @@ def vertex_columns(b: Any, emb: InOrder, labels: InOrder | None) -> dict[str, An
 def write_vertex_tables(ids: DataFrame, plan: InferPlan, tables: dict[str, Any]) -> int:
     """Write ``tables`` (name -> (directory URI, pyarrow schema): ``index``, ``embeddings`` and, node task,
     ``predictions``) from ``ids`` (:func:`located_ids`) in one pass: each task reads its chunks of the last
-    layer (and of ``index/label``) once, in row order, and writes its own ``part-NNNNN.parquet`` of every table
-    with pyarrow (named by partition, so a retried task replaces its own), then ``_SUCCESS``. Returns the rows
-    written."""
-    qualified = {t: (u.qualified, schema) for t, (u, schema) in tables.items()}
+    layer (and of ``index/label``) once, in row order, and writes its own part file of every table
+    (:func:`glisp_spark.tables.part_writer`), then ``_SUCCESS``. Returns the rows written."""
+    qualified = [(u.qualified, schema) for u, schema in tables.values()]
 
     def fn(batches: Iterator[Any]) -> Iterator[Any]:
         import contextlib
 
         import pyarrow as pa
-        import pyarrow.parquet as pq
-        from pyspark import TaskContext
 
         freeze_worker_heap()
-        ctx = TaskContext.get()
-        assert ctx is not None, "the outputs' writer runs inside a Spark task"
         emb = InOrder(open_array(plan.store, layer_name(plan.layers)))
         labels = InOrder(open_array(plan.store, INDEX_LABEL)) if plan.task == "node" else None
         rows = 0
         with contextlib.ExitStack() as stack:
-            writers = {}
-            for t, (base, schema) in qualified.items():
-                name = f"{base}/part-{ctx.partitionId():05d}.parquet"
-                writers[t] = (
-                    stack.enter_context(
-                        pq.ParquetWriter(stack.enter_context(store_for(name).open_output(name)), schema)
-                    ),
-                    schema,
-                )
+            writers = [(part_writer(stack, base, schema), schema) for base, schema in qualified]
             for b in batches:
                 cols = vertex_columns(b, emb, labels)
-                for w, schema in writers.values():
+                for w, schema in writers:
                     w.write_batch(pa.RecordBatch.from_arrays([cols[f.name] for f in schema], schema=schema))
                 rows += b.num_rows
         yield pa.RecordBatch.from_pydict({"rows": [rows]})
 
     total = sum(int(r["rows"]) for r in ids.mapInArrow(fn, "rows long").collect())
     for u, _ in tables.values():
-        store_for(u).write_bytes(u / "_SUCCESS", b"")
+        mark_written(u)
     return total
 
 

@@ -18,6 +18,7 @@ or predicate pushdown, so callers select and filter after reading as they would 
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any, Literal
 
@@ -187,25 +188,44 @@ def write_files(df: DataFrame, uri: StoreURI | str, fmt: Literal["parquet", "csv
     schema, base = to_arrow_schema(df.schema), u.qualified
 
     def write(batches: Iterator[pyarrow.RecordBatch]) -> Iterator[pyarrow.RecordBatch]:
-        import pyarrow as pa
-        import pyarrow.csv as pacsv
-        import pyarrow.parquet as pq
-        from pyspark import TaskContext
+        import contextlib
 
-        ctx = TaskContext.get()
-        assert ctx is not None, "write_files's writer runs inside a Spark task"
-        name = f"{base}/part-{ctx.partitionId():05d}.{fmt}"
+        import pyarrow as pa
+
         rows = 0
-        with store_for(name).open_output(name) as f:
-            with pq.ParquetWriter(f, schema) if fmt == "parquet" else pacsv.CSVWriter(f, schema) as w:
-                for b in batches:
-                    w.write_batch(b.cast(schema) if b.schema != schema else b)
-                    rows += b.num_rows
+        with contextlib.ExitStack() as stack:
+            w = part_writer(stack, base, schema, fmt)
+            for b in batches:
+                w.write_batch(b.cast(schema) if b.schema != schema else b)
+                rows += b.num_rows
         yield pa.RecordBatch.from_pydict({"rows": [rows]})
 
     total = sum(int(r["rows"]) for r in df.mapInArrow(write, "rows long").collect())
-    store_for(u).write_bytes(u / "_SUCCESS", b"")
+    mark_written(u)
     return total
+
+
+def part_writer(
+    stack: contextlib.ExitStack, base: str, schema: pyarrow.Schema, fmt: Literal["parquet", "csv"] = "parquet"
+) -> Any:
+    """Inside a Spark task: a writer of ``schema`` to ``base/part-NNNNN.<fmt>`` (NNNNN the task's partition, so
+    a retried or speculative task replaces its own file), closed with ``stack``: the object appears whole when
+    its stream closes. How :func:`write_files` and other passes that write tables from their tasks name them."""
+    import pyarrow.csv as pacsv
+    import pyarrow.parquet as pq
+    from pyspark import TaskContext
+
+    ctx = TaskContext.get()
+    assert ctx is not None, "a part file is written inside a Spark task"
+    name = f"{base}/part-{ctx.partitionId():05d}.{fmt}"
+    f = stack.enter_context(store_for(name).open_output(name))
+    return stack.enter_context(pq.ParquetWriter(f, schema) if fmt == "parquet" else pacsv.CSVWriter(f, schema))
+
+
+def mark_written(uri: StoreURI | str) -> None:
+    """``_SUCCESS`` in a table directory whose tasks all wrote their part files."""
+    u = parse_uri(uri)
+    store_for(u).write_bytes(u / "_SUCCESS", b"")
 
 
 def read_arrow_table(uri: StoreURI | str, **kw: Any) -> pyarrow.Table:
