@@ -10,6 +10,8 @@ from glisp_core.config import Config, with_values
 from glisp_core.dataset.layout import resolve_dataset
 from glisp_core.errors import GlispError
 
+TASK_MODULES = ("torch", "torch_geometric")  # what every inference task imports (the model: glisp_core.models)
+
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("dataset", help="graph, graph/version or a version directory")
@@ -57,7 +59,8 @@ def main(args: argparse.Namespace, cfg: Config) -> int:
         incremental=args.incremental,
     )
     dv = resolve_dataset(args.dataset, cfg.dataset.root)
-    spark = lazy_spark(cfg.spark, checkpoint_dir=str(dv.root / "_checkpoints"))  # none when up to date
+    # none when up to date; every task loads the model, so its workers start with torch and PyG imported
+    spark = lazy_spark(cfg.spark, checkpoint_dir=str(dv.root / "_checkpoints"), preload=TASK_MODULES)
     for o in orders:
         run = args.run or cfg.infer.run
         name = (f"{run}-{o}" if len(orders) > 1 else run) if run else ""

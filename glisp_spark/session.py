@@ -13,6 +13,7 @@ from __future__ import annotations
 import os
 import shutil
 import sys
+from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, cast
 
@@ -20,6 +21,7 @@ from glisp_core.config import SparkConfig
 from glisp_core.errors import GlispError
 from glisp_core.storage.limits import limits_env
 from glisp_core.storage.uri import is_local, parse_uri, qualify
+from glisp_spark import daemon
 from glisp_spark.executor_watch import watch
 from glisp_spark.tables import jvm_opens
 
@@ -28,6 +30,7 @@ if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
 MIN_JAVA = 17
+WORKER_PRELOAD = ("numpy", "pyarrow", "pyarrow.parquet", "numba")  # what every stage's tasks import
 LOG4J2 = Path(__file__).with_name("log4j2.properties")  # the driver's logging: WARN and up, no start-up notices
 
 
@@ -86,8 +89,12 @@ def size_shuffles(spark: SparkSession, conf: SparkConfig, rows: int) -> int:
     return n
 
 
-def get_spark(conf: SparkConfig | None = None, checkpoint_dir: str | None = None) -> SparkSession:
-    """Build or reuse the session; under spark-submit the master and resources come from spark-submit."""
+def get_spark(
+    conf: SparkConfig | None = None, checkpoint_dir: str | None = None, preload: Sequence[str] = ()
+) -> SparkSession:
+    """Build or reuse the session; under spark-submit the master and resources come from spark-submit.
+    ``preload``: modules a local master's Python workers get imported before they fork (besides
+    :data:`WORKER_PRELOAD`); for a session already running, what it started with."""
     from pyspark import SparkConf
     from pyspark.sql import SparkSession
 
@@ -117,7 +124,10 @@ def get_spark(conf: SparkConfig | None = None, checkpoint_dir: str | None = None
         # Spark's start-up notices (loopback hostname, native-hadoop library) stay off the user's terminal
         "spark.driver.extraJavaOptions": f"-Dlog4j2.configurationFile={LOG4J2.as_uri()}",
     }
-    if not is_local_master(master):
+    if is_local_master(master):  # the daemon comes from this interpreter's GLISP (glisp_spark.daemon)
+        settings["spark.python.daemon.module"] = daemon.MODULE
+        settings[f"spark.executorEnv.{daemon.PRELOAD_ENV}"] = ",".join(dict.fromkeys((*WORKER_PRELOAD, *preload)))
+    else:
         from glisp_core.numba_cache import LOCATORS
 
         # executors import GLISP from the shipped zip: numba's kernel cache keyed by its content, not its path
@@ -143,22 +153,26 @@ class LazySpark:
     """A SparkSession that starts on first use, so that a stage with nothing to do (its record current) says so
     without starting a JVM. Every attribute is the session's; :func:`started` tells whether it ever started."""
 
-    def __init__(self, conf: SparkConfig | None = None, checkpoint_dir: str | None = None) -> None:
-        self._conf, self._checkpoint_dir = conf, checkpoint_dir
+    def __init__(
+        self, conf: SparkConfig | None = None, checkpoint_dir: str | None = None, preload: Sequence[str] = ()
+    ) -> None:
+        self._conf, self._checkpoint_dir, self._preload = conf, checkpoint_dir, tuple(preload)
         self._session: SparkSession | None = None
 
     def session(self) -> SparkSession:
         if self._session is None:
-            self._session = get_spark(self._conf, self._checkpoint_dir)
+            self._session = get_spark(self._conf, self._checkpoint_dir, self._preload)
         return self._session
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self.session(), name)
 
 
-def lazy_spark(conf: SparkConfig | None = None, checkpoint_dir: str | None = None) -> SparkSession:
+def lazy_spark(
+    conf: SparkConfig | None = None, checkpoint_dir: str | None = None, preload: Sequence[str] = ()
+) -> SparkSession:
     """:class:`LazySpark` typed as the session it stands for (the stage functions take a SparkSession)."""
-    return cast("SparkSession", LazySpark(conf, checkpoint_dir))
+    return cast("SparkSession", LazySpark(conf, checkpoint_dir, preload))
 
 
 def started(spark: Any) -> bool:

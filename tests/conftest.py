@@ -185,7 +185,9 @@ def spark(tmp_path_factory: pytest.TempPathFactory):
         ui=False,
         log_level="ERROR",
     )
-    s = get_spark(conf, checkpoint_dir=str(tmp_path_factory.mktemp("checkpoints")))
+    # the session's Python workers start with torch and PyG imported (glisp_spark.daemon): its inference and
+    # training tests' tasks load models, and a fresh worker would import them anew (about 4.5 CPU-s)
+    s = get_spark(conf, str(tmp_path_factory.mktemp("checkpoints")), preload=("torch", "torch_geometric"))
     yield s
     s.stop()
 

@@ -1,0 +1,67 @@
+"""The Python worker daemon of a local session: its tasks' libraries imported before it forks a worker."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+from pyspark import cloudpickle
+
+from glisp_spark import daemon
+from glisp_spark.session import WORKER_PRELOAD
+
+cloudpickle.register_pickle_by_value(sys.modules[__name__])  # the workers cannot import a test module
+
+
+def test_preload_imports_what_it_can_says_why_not_and_keeps_stdout_clean(tmp_path: Path):
+    """The daemon's stdout is where it tells the JVM its port: a module that prints at import, from Python or
+    from C, must not write there. One that is missing leaves the daemon running."""
+    (tmp_path / "noisy.py").write_text("import os\nprint('python print')\nos.write(1, b'fd write\\n')\n")
+    code = (
+        "import json, sys\nfrom glisp_spark.daemon import preload\n"
+        "r = preload(['noisy', 'json', 'no_such_module_glisp'])\n"
+        "sys.stdout.write('RESULT ' + json.dumps(r))\n"
+    )
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(tmp_path), *sys.path]))
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=60)
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.startswith("RESULT "), r.stdout  # nothing before the caller's own output
+    assert "python print" in r.stderr and "fd write" in r.stderr
+    import json
+
+    got = json.loads(r.stdout.removeprefix("RESULT "))
+    assert got["noisy"] is None and got["json"] is None
+    assert got["no_such_module_glisp"].startswith("ModuleNotFoundError")
+
+
+def test_requested_modules_come_from_the_environment():
+    assert daemon.requested({daemon.PRELOAD_ENV: "numpy, torch,,pyarrow.parquet "}) == [
+        "numpy",
+        "torch",
+        "pyarrow.parquet",
+    ]
+    assert daemon.requested({}) == []
+
+
+def _parent() -> list[tuple[str, str, bool]]:
+    """In a task: the parent's command line, its preload variable and whether it mapped libtorch."""
+    import os as _os
+
+    ppid = _os.getppid()
+    cmd = open(f"/proc/{ppid}/cmdline", "rb").read().replace(b"\0", b" ").decode()
+    env = dict(kv.split("=", 1) for kv in open(f"/proc/{ppid}/environ", "rb").read().decode().split("\0") if "=" in kv)
+    torch = "libtorch_cpu" in open(f"/proc/{ppid}/maps").read()
+    return [(cmd, env.get("GLISP_WORKER_PRELOAD", ""), torch)]
+
+
+def test_a_local_sessions_workers_are_forked_from_a_daemon_that_imported_their_libraries(spark):
+    """The test session asks for torch and PyG besides every stage's modules (tests/conftest.py): the daemon
+    each worker was forked from is GLISP's, it was asked for them, and libtorch is in its memory."""
+    rows = spark.sparkContext.parallelize([0, 1], 2).mapPartitions(lambda _: _parent()).collect()
+    assert len(rows) == 2
+    for cmd, asked, torch in rows:
+        assert f"-m {daemon.MODULE}" in cmd, cmd
+        assert asked.split(",") == [*WORKER_PRELOAD, "torch", "torch_geometric"], asked
+        assert torch
