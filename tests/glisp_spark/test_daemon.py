@@ -36,6 +36,11 @@ def test_preload_imports_what_it_can_says_why_not_and_keeps_stdout_clean(tmp_pat
     assert got["no_such_module_glisp"].startswith("ModuleNotFoundError")
 
 
+def test_preload_in_this_process_reports_each_module():
+    got = daemon.preload(["json", "no_such_module_glisp"])
+    assert got["json"] is None and got["no_such_module_glisp"].startswith("ModuleNotFoundError")
+
+
 def test_requested_modules_come_from_the_environment():
     assert daemon.requested({daemon.PRELOAD_ENV: "numpy, torch,,pyarrow.parquet "}) == [
         "numpy",
