@@ -19,7 +19,7 @@ from __future__ import annotations
 import importlib
 import os
 import sys
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 
 PRELOAD_ENV = "GLISP_WORKER_PRELOAD"
 MODULE = "glisp_spark.daemon"  # spark.python.daemon.module
@@ -45,12 +45,15 @@ def preload(names: Iterable[str]) -> dict[str, str | None]:
     return out
 
 
-def requested(env: dict[str, str] | os._Environ[str] = os.environ) -> list[str]:
+def requested(env: Mapping[str, str] = os.environ) -> list[str]:
+    """The modules ``GLISP_WORKER_PRELOAD`` names, in its order."""
     return [n.strip() for n in env.get(PRELOAD_ENV, "").split(",") if n.strip()]
 
 
 if __name__ == "__main__":
-    preload(requested())
+    for _name, _why in preload(requested()).items():
+        if _why:  # in the executor's log: the tasks that need it will fail with the same error
+            print(f"glisp_spark.daemon: not preloaded {_name}: {_why}", file=sys.stderr, flush=True)
     from pyspark.daemon import manager
 
     manager()

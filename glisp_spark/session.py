@@ -124,7 +124,7 @@ def get_spark(
         # Spark's start-up notices (loopback hostname, native-hadoop library) stay off the user's terminal
         "spark.driver.extraJavaOptions": f"-Dlog4j2.configurationFile={LOG4J2.as_uri()}",
     }
-    if is_local_master(master):  # the daemon comes from this interpreter's GLISP (glisp_spark.daemon)
+    if is_local_master(master):  # nothing is shipped: the workers import GLISP from their path, so can the daemon
         settings["spark.python.daemon.module"] = daemon.MODULE
         settings[f"spark.executorEnv.{daemon.PRELOAD_ENV}"] = ",".join(dict.fromkeys((*WORKER_PRELOAD, *preload)))
     else:

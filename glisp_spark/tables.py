@@ -188,8 +188,6 @@ def write_files(df: DataFrame, uri: StoreURI | str, fmt: Literal["parquet", "csv
     schema, base = to_arrow_schema(df.schema), u.qualified
 
     def write(batches: Iterator[pyarrow.RecordBatch]) -> Iterator[pyarrow.RecordBatch]:
-        import contextlib
-
         import pyarrow as pa
 
         rows = 0

@@ -168,6 +168,7 @@ def any_root(request: pytest.FixtureRequest, tmp_path: Path):
 @needs("spark")
 def spark(tmp_path_factory: pytest.TempPathFactory):
     from glisp_core.config import SparkConfig
+    from glisp_infer.cli import TASK_MODULES
     from glisp_spark.session import get_spark
 
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
@@ -187,7 +188,7 @@ def spark(tmp_path_factory: pytest.TempPathFactory):
     )
     # the session's Python workers start with torch and PyG imported (glisp_spark.daemon): its inference and
     # training tests' tasks load models, and a fresh worker would import them anew (about 4.5 CPU-s)
-    s = get_spark(conf, str(tmp_path_factory.mktemp("checkpoints")), preload=("torch", "torch_geometric"))
+    s = get_spark(conf, str(tmp_path_factory.mktemp("checkpoints")), preload=TASK_MODULES)
     yield s
     s.stop()
 
