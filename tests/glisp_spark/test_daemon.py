@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -29,8 +30,6 @@ def test_preload_imports_what_it_can_says_why_not_and_keeps_stdout_clean(tmp_pat
     assert r.returncode == 0, r.stderr
     assert r.stdout.startswith("RESULT "), r.stdout  # nothing before the caller's own output
     assert "python print" in r.stderr and "fd write" in r.stderr
-    import json
-
     got = json.loads(r.stdout.removeprefix("RESULT "))
     assert got["noisy"] is None and got["json"] is None
     assert got["no_such_module_glisp"].startswith("ModuleNotFoundError")
@@ -52,9 +51,7 @@ def test_requested_modules_come_from_the_environment():
 
 def _parent() -> list[tuple[str, str, bool]]:
     """In a task: the parent's command line, its preload variable and whether it mapped libtorch."""
-    import os as _os
-
-    ppid = _os.getppid()
+    ppid = os.getppid()
     cmd = open(f"/proc/{ppid}/cmdline", "rb").read().replace(b"\0", b" ").decode()
     env = dict(kv.split("=", 1) for kv in open(f"/proc/{ppid}/environ", "rb").read().decode().split("\0") if "=" in kv)
     torch = "libtorch_cpu" in open(f"/proc/{ppid}/maps").read()
