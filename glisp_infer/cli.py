@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import argparse
 import time
+from typing import Any
 
 from glisp_core.config import Config, with_values
 from glisp_core.dataset.layout import resolve_dataset
@@ -42,8 +43,7 @@ def parse_fanouts(text: str | None) -> list[int] | None:
 
 
 def main(args: argparse.Namespace, cfg: Config) -> int:
-    from glisp_infer.job import run_infer
-    from glisp_spark.session import lazy_spark
+    from glisp_spark.session import lazy_spark, prestart
     from spark_jobs.serialize.reorder import check_order
 
     orders = [o.strip() for o in args.order.split(",")] if args.order else [cfg.infer.order]
@@ -61,9 +61,13 @@ def main(args: argparse.Namespace, cfg: Config) -> int:
     dv = resolve_dataset(args.dataset, cfg.dataset.root)
     # none when up to date; every task loads the model, so its workers start with torch and PyG imported
     spark = lazy_spark(cfg.spark, checkpoint_dir=str(dv.root / "_checkpoints"), preload=TASK_MODULES)
-    for o in orders:
-        run = args.run or cfg.infer.run
-        name = (f"{run}-{o}" if len(orders) > 1 else run) if run else ""
+    names = [_run_name(args.run or cfg.infer.run, o, len(orders)) for o in orders]
+    if args.force or not all(_published(dv, n, cfg.infer.model, o) for n, o in zip(names, orders, strict=True)):
+        prestart(spark)  # work to do: the JVM starts while the next import loads torch and PyG
+
+    from glisp_infer.job import run_infer
+
+    for o, name in zip(orders, names, strict=True):
         t0 = time.time()
         rec = run_infer(spark, with_values(cfg, "infer", order=o, run=name or None), dv, force=args.force)
         if rec.completed_at < time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(t0)):
@@ -81,6 +85,25 @@ def main(args: argparse.Namespace, cfg: Config) -> int:
         if "evaluation" in met:
             print(f"{rec.name}: {describe_scores(met['evaluation'])}")
     return 0
+
+
+def _run_name(run: str | None, order: str, orders: int) -> str:
+    """The run's name as given (``--run``, suffixed by the order when several run), "" for the default."""
+    return (f"{run}-{order}" if orders > 1 else run) if run else ""
+
+
+def _published(dv: Any, name: str, model: str | None, order: str) -> bool:
+    """Whether the version already has a record of the run (``name``, else ``<model>-<order>`` of the latest
+    training run), from the manifest alone: without one the run surely has work, and the session can start
+    before the model is loaded; with one, whether it is current needs the model, and is decided later."""
+    from glisp_core.dataset.manifest import read_manifest
+
+    try:
+        man = read_manifest(dv)
+        model = model or man.latest_run("train")
+    except GlispError:
+        return True  # the run fails on its own, before any job: nothing to start
+    return model is None or f"infer/{name or f'{model}-{order}'}" in man.stages
 
 
 def describe_scores(ev: dict) -> str:

@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
+
 import numpy as np
 import pyarrow as pa
 import pyarrow.csv as pcsv
@@ -122,3 +126,40 @@ def test_cli_errors(infer_graph, capsys) -> None:
     publish_model(g.dv, "three", make_model("sage", layers=2), g.run)
     assert main(["infer", str(g.dv.path), "--model", "three", "--fanouts", "5,5,5"]) == 1
     assert "the model has 2 layers, so give 2 fanouts (got [5, 5, 5])" in capsys.readouterr().err
+
+
+def test_the_cli_starts_spark_early_only_for_a_run_that_has_work(infer_graph, link, monkeypatch, capsys) -> None:
+    """Without a record of the run (or with --force) the session starts in the background while the model's
+    imports load; a run with a record may be current, which needs the model to tell: nothing starts early."""
+    import glisp_spark.session as S
+    from glisp_app.cli import main
+    from glisp_infer.cli import _published
+
+    g = infer_graph
+    assert _published(g.dv, "", "link", "pds") and _published(g.dv, "link-pds", None, "ns")
+    assert not _published(g.dv, "", "link", "ns") and not _published(g.dv, "other", "link", "pds")
+    man = read_manifest(g.dv)
+    assert _published(g.dv, "", None, "pds") == (f"infer/{man.latest_run('train')}-pds" in man.stages)
+    early: list[bool] = []
+    real = S.LazySpark.prestart
+
+    def spy(self: S.LazySpark) -> None:
+        early.append(True)
+        real(self)
+
+    monkeypatch.setattr(S.LazySpark, "prestart", spy)
+    assert main(LINK_ARGS(g)) == 0
+    assert "up to date" in capsys.readouterr().out and early == []
+    assert main([*LINK_ARGS(g), "--run", "link-early"]) == 0  # no record of it: it runs, the session started early
+    assert early == [True] and read_manifest(g.dv).stage("infer/link-early").counts["scores"] == len(g.src)
+    # the start failing in the background (no Java here) is what the run says, with its exit code
+    env = {**os.environ, "JAVA_HOME": "/nonexistent-java", "PYTHONPATH": os.getcwd()}
+    r = subprocess.run(
+        [sys.executable, "-m", "glisp_app.cli", *LINK_ARGS(g), "--run", "link-nojava"],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=300,
+    )
+    assert r.returncode != 0 and "Java not found" in r.stderr, r.stdout + r.stderr
+    assert "infer/link-nojava" not in read_manifest(g.dv).stages
