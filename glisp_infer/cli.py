@@ -5,11 +5,14 @@ from __future__ import annotations
 
 import argparse
 import time
-from typing import Any
+from typing import TYPE_CHECKING
 
 from glisp_core.config import Config, with_values
 from glisp_core.dataset.layout import resolve_dataset
 from glisp_core.errors import GlispError
+
+if TYPE_CHECKING:
+    from glisp_core.dataset.layout import DatasetVersion
 
 TASK_MODULES = ("torch", "torch_geometric")  # what every inference task imports (the model: glisp_core.models)
 
@@ -92,7 +95,7 @@ def _run_name(run: str | None, order: str, orders: int) -> str:
     return (f"{run}-{order}" if orders > 1 else run) if run else ""
 
 
-def _published(dv: Any, name: str, model: str | None, order: str) -> bool:
+def _published(dv: DatasetVersion, name: str, model: str | None, order: str) -> bool:
     """Whether the version already has a record of the run (``name``, else ``<model>-<order>`` of the latest
     training run), from the manifest alone: without one the run surely has work, and the session can start
     before the model is loaded; with one, whether it is current needs the model, and is decided later."""
