@@ -65,7 +65,7 @@ def main(args: argparse.Namespace, cfg: Config) -> int:
     # none when up to date; every task loads the model, so its workers start with torch and PyG imported
     spark = lazy_spark(cfg.spark, checkpoint_dir=str(dv.root / "_checkpoints"), preload=TASK_MODULES)
     names = [_run_name(args.run or cfg.infer.run, o, len(orders)) for o in orders]
-    if args.force or not all(_published(dv, n, cfg.infer.model, o) for n, o in zip(names, orders, strict=True)):
+    if args.force or not _published(dv, list(zip(names, orders, strict=True)), cfg.infer.model):
         prestart(spark)  # work to do: the JVM starts while the next import loads torch and PyG
 
     from glisp_infer.job import run_infer
@@ -95,18 +95,19 @@ def _run_name(run: str | None, order: str, orders: int) -> str:
     return (f"{run}-{order}" if orders > 1 else run) if run else ""
 
 
-def _published(dv: DatasetVersion, name: str, model: str | None, order: str) -> bool:
-    """Whether the version already has a record of the run (``name``, else ``<model>-<order>`` of the latest
-    training run), from the manifest alone: without one the run surely has work, and the session can start
-    before the model is loaded; with one, whether it is current needs the model, and is decided later."""
+def _published(dv: DatasetVersion, runs: list[tuple[str, str]], model: str | None) -> bool:
+    """Whether the version already holds a record of every run (name, else "", and order; named as the job
+    names them), from its manifest alone: without one a run surely has work, and the session can start before
+    the model is loaded; with one, whether it is current needs the model, and is decided later."""
     from glisp_core.dataset.manifest import read_manifest
+    from glisp_infer.run_name import latest_train_run, run_name
 
     try:
         man = read_manifest(dv)
-        model = model or man.latest_run("train")
+        model_run = model or latest_train_run(man)
     except GlispError:
         return True  # the run fails on its own, before any job: nothing to start
-    return model is None or f"infer/{name or f'{model}-{order}'}" in man.stages
+    return all(f"infer/{run_name(name, model_run, order)}" in man.stages for name, order in runs)
 
 
 def describe_scores(ev: dict) -> str:

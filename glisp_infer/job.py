@@ -44,6 +44,7 @@ from glisp_core.storage.zarr_arrays import in_dataset_store
 from glisp_infer.halo import remove_layer_files
 from glisp_infer.metrics import summarize_layers
 from glisp_infer.plan import SHADOW_FRACTIONS, InferPlan
+from glisp_infer.run_name import latest_train_run, run_name
 from glisp_infer.sampling import check_fanouts
 from glisp_infer.scratch import disk_scratch, marker
 from glisp_infer.store import STORE_FILE, ZARR_DIR, Codec, RowLayout, create_arrays, store_url
@@ -61,15 +62,6 @@ def effective_chunk_rows(chunk_rows: int, counts: list[int]) -> int:
     multiple of 256, so that a small graph is not padded to 32,768 rows per partition."""
     largest = -(-max(counts, default=0) // 256) * 256
     return max(1, min(chunk_rows, max(largest, 256)))
-
-
-def latest_train_run(man: Manifest) -> str:
-    run = man.latest_run("train")
-    if run is None:
-        raise StageError(
-            f"{man.graph}/{man.version}: no training run published; run 'glisp train' first (or pass --model RUN)"
-        )
-    return run
 
 
 def _published_store_url(dv: DatasetVersion, run: str) -> str | None:
@@ -176,7 +168,7 @@ class Inputs:
         self.num_vertices = int(schema.get("num_vertices", 0))
         self.vertex_types = list(schema.get("vertex_types", []))
         self.edge_types = list(schema.get("edge_types", []))
-        self.name = ic.run or f"{self.model_run}-{ic.order}"
+        self.name = run_name(ic.run, self.model_run, ic.order)
 
     def _node_embeddings(self) -> tuple[str, int]:
         """The checkpoint's learnable node embeddings (train.node_embeddings): their directory and width, which
