@@ -506,6 +506,7 @@ def _infer_layers(
                 if refresh.incremental:
                     refresh.after_features(run_tasks(spark, plan, I.compare_signatures, "refresh: what changed"))
                     timings["refresh_compare_s"] = time.perf_counter() - t
+                    plan = replace(plan, double=refresh.double)  # float32 after a fallback from layer 1
             else:
                 refresh.after_layer(layer, res)
             if layer == plan.layers:

@@ -52,6 +52,7 @@ class InferPlan:
     token: str = ""  # unique per run: names its files under the scratch directory
     shadow_fractions: tuple[float, ...] = field(default=SHADOW_FRACTIONS)
     stable: bool = False  # neighbour samples by keys of original ids (glisp_infer.stable): infer.incremental
+    double: bool = False  # slices in float64, rounded to float32: rows a later refresh can copy (glisp_infer.refresh)
     incremental_dir: str = ""  # the refresh's masks and row map (glisp_infer.incremental); "": every row computed
     prev_store: str = ""  # the previous version's Zarr group of the same run: rows copied and drift measured
     prev_last_layer: int = -1  # its final layer (drift compares the two final layers; -1: the same as this run's)

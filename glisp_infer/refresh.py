@@ -13,7 +13,8 @@ With ``infer.incremental`` on, a run of ``infer/<run>`` in a new version:
    job compares each partition's row signatures with the previous run's rows of the same vertices: changed
    features give ``A_0``, changed neighbourhoods and new vertices ``changed``; if their share of layer 1's work
    (their sampled edges and rows in the plan job's samples: a lower bound of ``A_1``'s) passes
-   ``infer.incremental_max_share`` the run falls back to computing every row from layer 1;
+   ``infer.incremental_max_share`` the run falls back to computing every row from layer 1, in float32 as a plain
+   run does (no row is copied; its rows then depend on their batches, so the next refresh copies none of them);
 4. each layer's tasks write their part of ``A_l`` for the next layer's and return its size and its share of the
    layer's work (sampled edges and rows: what a layer's compute follows; on a power-law graph a third of the
    vertices can hold most of the edges); once a layer's affected work share passes the bound, the later layers
@@ -145,6 +146,8 @@ class Refresh:
     lease: VersionLease | None = None
     info: dict[str, Any] = field(default_factory=dict)
     renumbered: str = ""  # why the vids are known to have moved since the previous run (the row map joins)
+    double: bool = True  # float64 slices (rows a later refresh can copy); False once layer 1 falls back
+    prev_float32: bool = False  # the previous run's rows depend on their batches: none can be copied
 
     @classmethod
     def resolve(cls, ic: InferConfig, dv: DatasetVersion, name: str, params: dict[str, Any], inp: Any) -> Refresh:
@@ -160,6 +163,7 @@ class Refresh:
         r.lease = VersionLease(found[0], f"infer refresh of {dv.graph}/{dv.version}").acquire()
         r.prev_url = store_url(found[0], found[0].path / found[1].path)
         r.refused = r.reason = refusal(found[1], params, r.digest) or ""
+        r.prev_float32 = (found[1].counts.get("incremental") or {}).get("arithmetic") == "float32"
         if not r.refused and not _has_arrays(r.prev_url):
             r.close()  # its record stays, its arrays are gone (removed by hand or by another tool): a full run
             r.prev = None
@@ -181,6 +185,7 @@ class Refresh:
         self.last = len(dims) - 1  # the last layer: no layer after it to fall back to
         return {
             "stable": True,
+            "double": True,
             "incremental_dir": str(self.root),
             "prev_store": self.prev_url if same_width else "",
             "prev_last_layer": self.prev_last if same_width else -1,
@@ -238,6 +243,21 @@ class Refresh:
             self._check(1, share, "work")
         else:
             self._check(1, rows, "rows")
+        self._first_layer()
+
+    def _first_layer(self) -> None:
+        """Before layer 1's tasks: a fallback from layer 1 copies no row, so the run computes in float32, as a
+        plain run does (its rows then depend on their batches, and the next refresh copies none of them: the
+        share that passed the bound here predicts its own). A previous run in float32 holds no row to copy: with
+        the share under the bound every row is computed in float64, so that the next refresh can copy."""
+        if self.full_from == 1:
+            self.double = False
+        elif self.prev_float32:
+            self.full_from = 1
+            self.reason = (
+                "the previous run's rows were computed in float32 (its own refresh computed every layer in full): "
+                "none is copied; every layer computed in full in float64, for the next refresh to copy from"
+            )
 
     def _check(self, layer: int, share: float, of: str) -> None:
         """Fall back to full layers from ``layer`` when its affected share (at least ``share`` of its ``of``)
@@ -283,7 +303,7 @@ class Refresh:
             path = "full"
         else:
             path = "partial" if self.full_from else "incremental"
-        out: dict[str, Any] = {"path": path, "reason": self.reason}
+        out: dict[str, Any] = {"path": path, "reason": self.reason, "arithmetic": self.arithmetic}
         if self.prev is not None:
             out.update(previous=f"{self.prev[0].graph}/{self.prev[0].version}", previous_run=self.prev[1].name)
         if self.incremental:
@@ -296,6 +316,11 @@ class Refresh:
                 **self.info,
             )
         return out
+
+    @property
+    def arithmetic(self) -> str:
+        """What the slices computed in: "float64" (rows that do not depend on their batch) or "float32"."""
+        return "float64" if self.double else "float32"
 
     def drift(self, url: str, last: list[dict[str, Any]], layer: int, task: str) -> dict[str, Any]:
         """``metrics.drift`` of the last layer against the previous version (empty without one), from the tasks'

@@ -613,10 +613,10 @@ def stream(
     from glisp_sampling.apply import relabel
 
     device = resolve_device(plan.device)
-    # stable samples: float64 arithmetic, rounded to float32 rows, so a row does not depend on which other rows
+    # a refresh's base: float64 arithmetic, rounded to float32 rows, so a row does not depend on which other rows
     # share its batch (a GEMM's rounding does): an incremental refresh computes other batches than a full run
-    model = load_model(plan.checkpoint, str(device), plan.stable)
-    xtype = torch.float64 if plan.stable else torch.float32
+    model = load_model(plan.checkpoint, str(device), plan.double)
+    xtype = torch.float64 if plan.double else torch.float32
     cast = RowCast(xtype, device)
     n = len(vids)
     loc_v, loc_n = cache.local_ids(vids), cache.local_ids(sample.nbrs)
@@ -624,7 +624,7 @@ def stream(
     eoff = np.zeros(n + 1, np.int64)
     np.cumsum(per_vertex, out=eoff[1:])
     slots = torch.from_numpy(edge_slots(sample.counts)) if plan.relations else None
-    itemsize = 8 if plan.stable else 4
+    itemsize = 8 if plan.double else 4
     proj = (
         P.projection_for(model, layer - 1, len(cache.ids), n, len(loc_n), itemsize)
         if plan.project_first and slots is None
