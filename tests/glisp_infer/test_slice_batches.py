@@ -36,7 +36,7 @@ def test_slice_batches_bound_vertices_and_edges() -> None:
     assert T.batch_edges(256, 8) == T.BATCH_BYTES // 2048 and T.batch_edges(1 << 40, 8) == 1
 
 
-def _stream(tmp_path, stable: bool, sub: str) -> tuple[np.ndarray, dict]:
+def _stream(tmp_path, double: bool, sub: str) -> tuple[np.ndarray, dict]:
     rng = np.random.default_rng(3)
     model = make_model("sage")
     ckpt = save_checkpoint(tmp_path / "ckpt", model)
@@ -50,7 +50,7 @@ def _stream(tmp_path, stable: bool, sub: str) -> tuple[np.ndarray, dict]:
     cache = StaticCache(tmp_path / sub, ids, 6, 4)
     cache.put(np.arange(len(ids)), feats)
     plan = SimpleNamespace(
-        device="cpu", checkpoint=str(ckpt), stable=stable, relations=(), batch_size=32, dims=(6, 8, 3),
+        device="cpu", checkpoint=str(ckpt), stable=double, double=double, relations=(), batch_size=32, dims=(6, 8, 3),
         cache_admit_window=1, shadow_fractions=(), project_first=True,
     )  # fmt: skip
     sample = SimpleNamespace(nbrs=nbrs, counts=per_vertex.reshape(-1, 1))
@@ -62,22 +62,22 @@ def _stream(tmp_path, stable: bool, sub: str) -> tuple[np.ndarray, dict]:
     # the reference: slice 0 over the whole graph at once
     dst = np.repeat(vids, per_vertex)
     with torch.no_grad():
-        x = torch.from_numpy(feats).double() if stable else torch.from_numpy(feats)
-        ref = model.double() if stable else model
+        x = torch.from_numpy(feats).double() if double else torch.from_numpy(feats)
+        ref = model.double() if double else model
         want = ref.layer(0, x, torch.from_numpy(np.stack([nbrs, dst])), len(ids), None)[:N].float().numpy()
     return np.concatenate(out.parts), {**m, "want": want}
 
 
-@pytest.mark.parametrize("stable", [True, False], ids=["stable", "float32"])
-def test_a_batch_of_hubs_is_split_by_its_edges_with_the_same_rows(tmp_path, monkeypatch, stable) -> None:
-    free, mf = _stream(tmp_path, stable, "free")
+@pytest.mark.parametrize("double", [True, False], ids=["float64", "float32"])
+def test_a_batch_of_hubs_is_split_by_its_edges_with_the_same_rows(tmp_path, monkeypatch, double) -> None:
+    free, mf = _stream(tmp_path, double, "free")
     assert mf["batches"] == 4 and mf["batch_edges_max"] > 440  # the hubs' batch: 440 edges and more
-    width = 8 if stable else 4
+    width = 8 if double else 4
     monkeypatch.setattr(T, "BATCH_BYTES", 100 * 6 * width)  # at most 100 edges of rows of 6 values
-    got, mb = _stream(tmp_path, stable, "bounded")
+    got, mb = _stream(tmp_path, double, "bounded")
     assert mb["batches"] > 4
     assert mb["batch_edges_max"] == 200  # the largest hub, alone; every other batch holds 100 edges or fewer
-    if stable:  # float64 per row: a row does not depend on its batch
+    if double:  # float64 per row: a row does not depend on its batch
         np.testing.assert_array_equal(got, free)
     np.testing.assert_allclose(got, mf["want"], rtol=1e-5, atol=1e-6)
     np.testing.assert_allclose(free, mf["want"], rtol=1e-5, atol=1e-6)
