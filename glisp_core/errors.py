@@ -67,6 +67,9 @@ _KNOWN = (
     ("Py4JError: An error occurred while calling ", "the Spark JVM died or stopped answering"),
     # a store's client failing to connect (boto3/urllib3, pyarrow's S3 and GCS clients, the Azure SDK): the
     # store cannot be reached, not the JVM; before the JVM's own "Connection refused", which they also contain
+    # curl's "Timeout was reached" (code 28) comes wrapped in NETWORK_CONNECTION too: an endpoint that stopped
+    # answering, not one that cannot be reached
+    ("Timeout was reached", "the store's endpoint did not answer in time"),
     ("AWSHTTPConnection", "the S3 endpoint cannot be reached"),
     ("Could not connect to the endpoint URL", "the S3 endpoint cannot be reached"),
     ("AWS Error NETWORK_CONNECTION", "the S3 endpoint cannot be reached"),

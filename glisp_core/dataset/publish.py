@@ -13,6 +13,7 @@ import calendar
 import functools
 import hashlib
 import json
+import logging
 import os
 import time
 import uuid
@@ -143,9 +144,17 @@ class Attempt:
         """
         self.lease.release()
 
-    def discard(self, up_to: StoreURI | None = None) -> None:
+    def discard(self, up_to: StoreURI | None = None, failure: BaseException | None = None) -> None:
         """Remove the attempt (once a record names it, only its lease), and the directories above it up to
-        ``up_to`` that it leaves empty on a disk (object stores have no directories to leave behind)."""
+        ``up_to`` that it leaves empty on a disk (object stores have no directories to leave behind).
+
+        Where ``failure`` (what ended the writer) is the store not answering, nothing is asked of it: each call
+        would wait the store's limits again (minutes with the defaults) before failing the same way. The
+        attempt stays with its lease; the next run of the stage removes it (its holder is gone)."""
+        if not self.published and stalled(self.store, failure):
+            self.lease.stop(wait=False)
+            log.warning("left %s for the next run to remove: the store did not answer", self.uri)
+            return
         if self.published:
             self.lease.release()
             return
@@ -158,6 +167,15 @@ class Attempt:
             except OSError:
                 break
             d = d.parent
+
+
+log = logging.getLogger("glisp.publish")
+
+
+def stalled(store: Store, failure: BaseException | None) -> bool:
+    """``failure`` says the store did not answer within its limits (a call of the driver's, or a task's
+    traceback in a Spark failure's text)."""
+    return failure is not None and "did not answer" in (store.backend.hint(failure) or "")
 
 
 def remove_abandoned(
@@ -342,12 +360,17 @@ class StagePublisher:
 
     def __exit__(self, et: type[BaseException] | None, e: BaseException | None, tb: TracebackType | None) -> None:
         if et is not None:
-            self.abort()
+            self.abort(e)
 
-    def abort(self) -> None:
+    def abort(self, failure: BaseException | None = None) -> None:
+        """Remove the attempt and drop the claim; where ``failure`` is the store not answering, leave both (the
+        next run removes them, their holder gone) rather than wait on the store again."""
         if self._attempt is not None:
-            self._attempt.discard(up_to=self.dv.path)
+            self._attempt.discard(up_to=self.dv.path, failure=failure)
             self._attempt = None
+        if stalled(self.dv.store, failure) and self._claim is not None:
+            self._claim.stop(wait=False)
+            self._claim = None
         self._release_claim()
 
     def commit(
@@ -433,7 +456,7 @@ class VersionPublisher:
 
     def __exit__(self, et: type[BaseException] | None, e: BaseException | None, tb: TracebackType | None) -> None:
         if not self._done and self._attempt is not None:
-            self._attempt.discard(up_to=self.dv.path.parent)
+            self._attempt.discard(up_to=self.dv.path.parent, failure=e)
             self._attempt = None
 
     def commit(self, manifest: Any) -> DatasetVersion:

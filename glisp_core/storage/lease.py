@@ -106,11 +106,12 @@ class LeaseKeeper:
         doc = read_lease(self.store, self.uri)
         return doc is not None and doc.get("pid") == os.getpid() and doc.get("host") == socket.gethostname()
 
-    def stop(self) -> None:
+    def stop(self, wait: bool = True) -> None:
+        """Stop renewing; ``wait``: until a renewal under way ends (at most 5 s), not for a store that hangs."""
         self._stop.set()
-        if self._thread is not None:
+        if self._thread is not None and wait:
             self._thread.join(timeout=5)
-            self._thread = None
+        self._thread = None
 
     def release(self) -> None:
         self.stop()

@@ -181,9 +181,21 @@ class Store:
 
     @contextmanager
     def open_atomic(self, uri: StoreURI | str) -> Iterator[Any]:
-        """An output stream whose file appears under its name whole, when the block ends, or not at all."""
-        with self.backend.open_atomic(self._as_uri(uri)) as f:
-            yield f
+        """An output stream whose file appears under its name whole, when the block ends, or not at all. A
+        failure of the store itself while the stream writes or closes is raised as a StoreUnavailable naming
+        the URI, as every other call's (a part upload that timed out is not "an endpoint that cannot be
+        reached")."""
+        u = self._as_uri(uri)
+        try:
+            with self.backend.open_atomic(u) as f:
+                yield f
+        except (FileNotFoundError, StoreError):
+            raise
+        except OSError as e:
+            err = self.backend.failure(u, self.what, e)
+            if err is None:
+                raise
+            raise err from e
 
     # ---- listing and removal ----
     @_named()

@@ -792,3 +792,46 @@ def test_an_identical_run_in_progress_is_waited_for_not_repeated(dv: DatasetVers
     assert again.claim()  # the holder died: its claim does not hold anyone up
     again.abort()
     assert not dv.store.exists(claim)
+
+
+def test_a_stage_that_failed_as_the_store_stopped_answering_asks_nothing_more_of_it(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Once the store stopped answering, removing the attempt and the claim would wait out the store's limits
+    again for each call (minutes with the defaults), then fail the same way: both are left, without a call, for
+    the next run to remove (their holder gone). Any other failure removes them as before; so does ingest's."""
+    from glisp_core.dataset.publish import RUNNING, VersionPublisher
+    from glisp_core.storage.store import Store
+
+    dv = write_dataset(parse_uri(tmp_path / "root"), "g", np.array([0, 1, 2, 2]), np.array([1, 2, 0, 3]))
+    stalled = OSError("AWS Error NETWORK_CONNECTION during PutObject operation: curl code 28, Timeout was reached")
+    claim = dv.path / RUNNING / f"{STAGE.replace('/', '--')}.json"
+
+    def hangs(self: Store, uri: object) -> None:
+        raise AssertionError(f"the store was asked to delete {uri} after it stopped answering")
+
+    pub = StagePublisher(dv, STAGE, {"tag": "A"}, depends=["ingest"])
+    assert pub.claim()
+    with pytest.raises(OSError, match="Timeout was reached"), pub:
+        write_output(pub, "A")
+        left = pub.tmp.name
+        monkeypatch.setattr(Store, "delete", hangs)
+        raise stalled
+    monkeypatch.undo()
+    assert attempts(dv) == [left] and dv.store.exists(claim)  # for the next run, whose holder check finds us gone
+    dv.store.delete(claim)  # this process still lives: the claim would hold for a run of the same parameters
+    pub = StagePublisher(dv, STAGE, {"tag": "B"}, depends=["ingest"])
+    assert pub.claim()
+    with pytest.raises(ValueError, match="bad row"), pub:
+        write_output(pub, "B")
+        mine = pub.tmp.name
+        raise ValueError("bad row")
+    assert mine not in attempts(dv) and not dv.store.exists(claim)
+    ing = VersionPublisher(dv.root, "g", "v9")
+    first = ing._attempt.uri if ing._attempt else None
+    assert first is not None
+    with pytest.raises(OSError, match="Timeout"), ing:
+        monkeypatch.setattr(Store, "delete", hangs)
+        raise stalled
+    monkeypatch.undo()
+    assert dv.store.exists(first)

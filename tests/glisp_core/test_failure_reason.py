@@ -89,3 +89,32 @@ def test_a_stage_failure_trace_names_its_deepest_cause():
     )
     want = "java.io.FileNotFoundException: /tmp/blockmgr-1/shuffle_0_1.data (No such file or directory)"
     assert failure_reason(RuntimeError(trace)) == f"{want} (raised in Spark)"  # the text of py4j's Py4JJavaError
+
+
+def test_an_upload_that_timed_out_is_the_store_not_answering(monkeypatch):
+    """An S3 endpoint that takes the connection and never answers: the part upload of an atomic write times out
+    (pyarrow says "AWS Error NETWORK_CONNECTION ... Timeout was reached"). The store raises it as the store not
+    answering within its limits, naming the URI, and the bare client error is not read as "cannot be reached"."""
+    from glisp_core.storage.backend import StoreUnavailable
+    from glisp_core.storage.store import Store
+
+    silent = socket.socket()
+    silent.bind(("127.0.0.1", 0))
+    silent.listen(16)  # the kernel completes every connection; nothing ever reads or answers
+    endpoint = f"http://127.0.0.1:{silent.getsockname()[1]}"
+    for k, v in {"AWS_ENDPOINT_URL": endpoint, "AWS_ACCESS_KEY_ID": "x", "AWS_SECRET_ACCESS_KEY": "y"}.items():
+        monkeypatch.setenv(k, v)
+    monkeypatch.delenv("AWS_ENDPOINT_URL_S3", raising=False)
+    for k, v in {"TIMEOUT_S": "1", "CONNECT_TIMEOUT_S": "1", "RETRIES": "1"}.items():
+        monkeypatch.setenv(f"GLISP_DATASET__STORE_{k}", v)
+    try:
+        st = Store("s3://glisp-stalled/root")
+        with pytest.raises(StoreUnavailable) as ei, st.open_atomic(st.root / "part.bin") as f:
+            f.write(b"x" * 1000)
+    finally:
+        silent.close()
+    msg = str(ei.value)
+    assert "s3://glisp-stalled/root/part.bin" in msg and "did not answer within dataset.store_timeout_s=1" in msg, msg
+    raw = ei.value.__cause__
+    assert isinstance(raw, OSError) and "Timeout was reached" in str(raw), raw
+    assert failure_reason(raw).startswith("the store's endpoint did not answer in time"), failure_reason(raw)
