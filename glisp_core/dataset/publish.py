@@ -151,7 +151,7 @@ class Attempt:
         Where ``failure`` (what ended the writer) is the store not answering, nothing is asked of it: each call
         would wait the store's limits again (minutes with the defaults) before failing the same way. The
         attempt stays with its lease; the next run of the stage removes it (its holder is gone)."""
-        if not self.published and stalled(self.store, failure):
+        if not self.published and stalled(failure):
             self.lease.stop(wait=False)
             log.warning("left %s for the next run to remove: the store did not answer", self.uri)
             return
@@ -172,10 +172,15 @@ class Attempt:
 log = logging.getLogger("glisp.publish")
 
 
-def stalled(store: Store, failure: BaseException | None) -> bool:
-    """``failure`` says the store did not answer within its limits (a call of the driver's, or a task's
-    traceback in a Spark failure's text)."""
-    return failure is not None and "did not answer" in (store.backend.hint(failure) or "")
+def stalled(failure: BaseException | None) -> bool:
+    """``failure`` is the store not answering within its limits: a :class:`StoreUnavailable` of a call of the
+    driver's, or of a task's, whose words a Spark failure's text carries (a timeout of anything else is not)."""
+    seen = 0
+    while failure is not None and seen < 10:
+        if "did not answer within" in str(failure):
+            return True
+        failure, seen = failure.__cause__ or failure.__context__, seen + 1
+    return False
 
 
 def remove_abandoned(
@@ -368,7 +373,7 @@ class StagePublisher:
         if self._attempt is not None:
             self._attempt.discard(up_to=self.dv.path, failure=failure)
             self._attempt = None
-        if stalled(self.dv.store, failure) and self._claim is not None:
+        if stalled(failure) and self._claim is not None:
             self._claim.stop(wait=False)
             self._claim = None
         self._release_claim()
