@@ -448,7 +448,7 @@ class VersionPublisher:
         self.dv = DatasetVersion(root, graph, version)
         store = self.dv.store
         if not store.exists(self.dv.manifest_path):
-            _remove_unpublished(store, self.dv.path)
+            remove_unpublished(store, self.dv.path)
         sdir = self.dv.stage_dir("ingest")
         keep = _named(store, self.dv.path, "ingest")
         remove_abandoned(store, sdir, keep, named=lambda: _named(store, self.dv.path, "ingest"))
@@ -482,7 +482,7 @@ class VersionPublisher:
             "created_ns": time.time_ns(),
         }
 
-        def create_version() -> None:  # while the attempt is still leased: see _remove_unpublished
+        def create_version() -> None:  # while the attempt is still leased: see remove_unpublished
             self.dv.store.create_exclusive(self.dv.manifest_path, json.dumps(head, indent=2).encode())
 
         _, ours = _commit(self.dv, att, rec, published=create_version)
@@ -493,18 +493,20 @@ class VersionPublisher:
         return self.dv
 
 
-def _remove_unpublished(store: Store, vdir: StoreURI) -> None:
+def remove_unpublished(store: Store, vdir: StoreURI) -> bool:
     """A version prefix without ``_version.json`` is a crashed first ingest: remove it unless someone writes it.
+    True when it was removed.
 
     The leases are read before ``_version.json`` is looked for: an ingest creates ``_version.json`` before it
     drops its lease, so one that finished meanwhile is seen either way.
     """
     if not store.exists(vdir):
-        return
+        return False
     for stage_dir in [vdir / "ingest"]:
         for name in store.names(stage_dir):
             if name.startswith(ATTEMPT) and is_live(read_lease(store, stage_dir / name / LEASE)):
-                return
+                return False
     if store.exists(vdir / VERSION_FILE):
-        return
+        return False
     store.delete(vdir)
+    return True

@@ -20,7 +20,7 @@ from types import TracebackType
 from typing import Any
 
 from glisp_core.dataset.layout import LATEST, DatasetVersion, _latest_named, check_name, list_versions
-from glisp_core.dataset.publish import remove_abandoned_in
+from glisp_core.dataset.publish import remove_abandoned_in, remove_unpublished
 from glisp_core.dataset.records import VERSION_FILE
 from glisp_core.errors import StageError
 from glisp_core.storage.lease import DEFAULT_TTL_S, LeaseKeeper, is_live, read_lease
@@ -116,7 +116,20 @@ def apply_retention(
         log(f"retention: removed {graph}/{v}")
     for v in set(versions) - set(removed):  # what killed writers left in the versions that stay
         remove_abandoned_in(DatasetVersion(gdir.parent, graph, v))
+    _remove_failed_ingests(gdir, set(versions), log)
     return removed
+
+
+def _remove_failed_ingests(gdir: StoreURI, published: set[str], log: Callable[[str], None]) -> None:
+    """Version prefixes a first ingest left without publishing them (killed, or failed on a store that stopped
+    answering) under names nobody ingests again: gone once no live ingest writes there. Only a prefix with an
+    ``ingest/`` directory is a version's; anything else under the graph is not retention's."""
+    store = store_for(gdir)
+    for name in store.names(gdir):
+        if name.startswith((".", "_")) or name == LATEST or name in published:
+            continue
+        if store.is_dir(gdir / name / "ingest") and remove_unpublished(store, gdir / name):
+            log(f"retention: removed {gdir.name}/{name}, a first ingest that never published")
 
 
 # ---- the refresh lock --------------------------------------------------------------------------

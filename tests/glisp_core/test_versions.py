@@ -318,3 +318,25 @@ def test_retention_sweeps_what_killed_writers_left_in_the_versions_it_keeps(any_
     apply_retention(any_root, "g", keep=5)
     assert store.exists(live / LEASE) and store.exists(published / "data.bin")
     assert not store.exists(dead / "data.bin")
+
+
+def test_retention_removes_first_ingests_that_never_published_under_other_names(any_root: StoreURI) -> None:
+    """A first ingest killed, or failed on a store that stopped answering, leaves a version prefix without
+    ``_version.json`` under a name nobody ingests again: retention removes it once no live ingest writes there.
+    A live ingest's prefix and anything under the graph that is not a version's are left alone."""
+    from glisp_core.dataset.publish import ATTEMPT, LEASE
+
+    dv = _versions(any_root, 1)[0]
+    store, gdir = dv.store, dv.path.parent
+    failed = gdir / "20260101T000000-deadbeef" / "ingest" / f"{ATTEMPT}20260101T000000-aaaaaaaaaaaa"
+    store.write_bytes(failed / LEASE, json.dumps({**lease_doc("a failed ingest", 600), "pid": _dead_pid()}).encode())
+    store.write_bytes(failed / "edges" / "part-0.parquet", b"half")
+    live = gdir / "20260101T000001-cafecafe" / "ingest" / f"{ATTEMPT}20260101T000001-bbbbbbbbbbbb"
+    store.write_bytes(live / LEASE, json.dumps(lease_doc("an ingest writing now", 600)).encode())
+    other = gdir / "notes" / "readme.txt"  # not a version's: no ingest directory
+    store.write_bytes(other, b"kept")
+    said: list[str] = []
+    apply_retention(any_root, "g", keep=5, log=said.append)
+    assert not store.exists(failed / "edges" / "part-0.parquet") and not store.exists(failed.parent.parent)
+    assert store.exists(live / LEASE) and store.exists(other) and list_versions(any_root, "g") == [dv.version]
+    assert said == ["retention: removed g/20260101T000000-deadbeef, a first ingest that never published"], said
