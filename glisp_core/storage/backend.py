@@ -132,8 +132,7 @@ class Backend(ABC):
             return f"bucket {self.root.authority.partition('@')[0]!r} does not exist: create it first"
         if any(w in low for w in ("timeout", "timed out", "deadline")):
             return (
-                f"the {self.name} store did not answer within {limits().describe()}: check {self.endpoint}; "
-                "a re-run resumes"
+                f"the {self.name} store {NOT_ANSWERING} {limits().describe()}: check {self.endpoint}; a re-run resumes"
             )
         if any(w in low for w in _UNREACHABLE):
             return f"the {self.name} store cannot be reached: check {self.endpoint} and the network"
@@ -170,6 +169,7 @@ _NO_BUCKET = (
     "container does not exist",
     "containernotfound",
 )
+NOT_ANSWERING = "did not answer within"  # a StoreUnavailable's words for a timeout (glisp_core.dataset.publish)
 _UNREACHABLE = ("connect", "resolve", "unreachable", "network_connection", "name or service not known")
 
 

@@ -40,16 +40,9 @@ def _named(arg: int = 0) -> Callable[[F], F]:
     def wrap(fn: F) -> F:
         @functools.wraps(fn)
         def call(self: Store, *args: Any, **kw: Any) -> Any:
-            try:
+            u = args[arg] if len(args) > arg and isinstance(args[arg], (str, StoreURI)) else self.root
+            with self.failures(u):
                 return fn(self, *args, **kw)
-            except (FileNotFoundError, StoreError):
-                raise
-            except OSError as e:
-                u = args[arg] if len(args) > arg and isinstance(args[arg], (str, StoreURI)) else self.root
-                err = self.backend.failure(self._as_uri(u), self.what, e)
-                if err is None:
-                    raise
-                raise err from e
 
         return call  # type: ignore[return-value]
 
@@ -186,13 +179,19 @@ class Store:
         the URI, as every other call's (a part upload that timed out is not "an endpoint that cannot be
         reached")."""
         u = self._as_uri(uri)
+        with self.failures(u), self.backend.open_atomic(u) as f:
+            yield f
+
+    @contextmanager
+    def failures(self, uri: StoreURI | str) -> Iterator[None]:
+        """A failure of the store itself inside the block raised as a StoreUnavailable naming ``uri`` (see
+        :func:`_named`); a missing object and any other error pass through unchanged."""
         try:
-            with self.backend.open_atomic(u) as f:
-                yield f
+            yield
         except (FileNotFoundError, StoreError):
             raise
         except OSError as e:
-            err = self.backend.failure(u, self.what, e)
+            err = self.backend.failure(self._as_uri(uri), self.what, e)
             if err is None:
                 raise
             raise err from e
