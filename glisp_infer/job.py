@@ -470,7 +470,6 @@ def _infer_layers(
 ) -> tuple[list[list[dict[str, Any]]], dict[str, Any]]:
     """Layer 0 (the features), then each layer's tasks in turn (layer 0 only for a sample-wise model); returns the
     tasks' metrics per layer and, for a refresh, the last layer's drift."""
-    from glisp_infer import incremental as I
     from glisp_infer import task as T
 
     exchange, url = plan.exchange(), plan.store
@@ -485,7 +484,9 @@ def _infer_layers(
     for layer in range(plan.layers + 1 if inp.layerwise else 1):
         t = time.perf_counter()
         if layer == 0:
-            res = run_tasks(spark, plan, lambda p, k, a: T.write_features(p, k, a), "layer 0 (features)")
+            compare = refresh is not None and refresh.incremental  # in the same tasks: no job of its own
+            features = T.write_features_and_compare if compare else T.write_features
+            res = run_tasks(spark, plan, lambda p, k, a, f=features: f(p, k, a), "layer 0 (features)")
         else:
             mode = refresh.layer_mode(layer) if refresh is not None else ""
             res = run_tasks(
@@ -504,8 +505,8 @@ def _infer_layers(
             t = time.perf_counter()
             if layer == 0:
                 if refresh.incremental:
-                    refresh.after_features(run_tasks(spark, plan, I.compare_signatures, "refresh: what changed"))
-                    timings["refresh_compare_s"] = time.perf_counter() - t
+                    refresh.after_features([r.pop(T.CHANGES) for r in res])
+                    timings["refresh_compare_s"] = max(r["compare_s"] for r in res)  # the longest task's
                     plan = replace(plan, double=refresh.double)  # float32 after a fallback from layer 1
             else:
                 refresh.after_layer(layer, res)

@@ -9,9 +9,9 @@ With ``infer.incremental`` on, a run of ``infer/<run>`` in a new version:
    same fanouts, seed, direction and widths; otherwise the run is a full one and says why (``counts.incremental``);
 3. before any task, has Spark tasks write the new-vid -> previous-row map (:mod:`glisp_infer.row_map`: by vid,
    in the keys' job, where every vertex the two versions share kept its vid; else this version's id map joined
-   with the previous run's index by vertex type and original id); after layer 0, a
-   job compares each partition's row signatures with the previous run's rows of the same vertices: changed
-   features give ``A_0``, changed neighbourhoods and new vertices ``changed``; if their share of layer 1's work
+   with the previous run's index by vertex type and original id); layer 0's tasks, after their features,
+   compare each partition's row signatures with the previous run's rows of the same vertices (no job of its
+   own): changed features give ``A_0``, changed neighbourhoods and new vertices ``changed``; if their share of layer 1's work
    (their sampled edges and rows in the plan job's samples: a lower bound of ``A_1``'s) passes
    ``infer.incremental_max_share`` the run falls back to computing every row from layer 1, in float32 as a plain
    run does (no row is copied; its rows then depend on their batches, so the next refresh copies none of them);
@@ -224,7 +224,7 @@ class Refresh:
         )
 
     def after_features(self, res: list[dict[str, Any]]) -> None:
-        """After layer 0, with the signature job's counts per partition (it wrote ``A_0`` and ``changed``):
+        """After layer 0, with its tasks' comparison counts per partition (they wrote ``A_0`` and ``changed``):
         what changed, and the full-run fallback by their share of layer 1's work (of the rows without a plan
         job): on a power-law graph the 5 % of vertices with a changed edge can hold three quarters of it."""
         prev_n = int(self.prev[1].counts.get("vertices", 0)) if self.prev else 0

@@ -204,6 +204,23 @@ def task_vertices(plan: InferPlan, part: int) -> np.ndarray:
     return plan.order_index().vertices(part)
 
 
+CHANGES = "changes"  # write_features_and_compare's key for compare_signatures' counts
+
+
+def write_features_and_compare(plan: InferPlan, part: int, attempt: int = 0) -> dict[str, Any]:
+    """Layer 0 of a refresh: the partition's features, then what changed in its vertices' features and
+    neighbourhoods (:func:`glisp_infer.incremental.compare_signatures`: the signatures this task and the plan job
+    just wrote against the previous run's) in the same task, so that the comparison costs no Spark job (a
+    barrier, and on a cluster a round of task launches) of its own."""
+    m = write_features(plan, part, attempt)
+    t, c = time.perf_counter(), time.process_time()
+    m[CHANGES] = I.compare_signatures(plan, part, attempt)
+    m["compare_s"] = time.perf_counter() - t
+    m["total_s"] += m["compare_s"]
+    m["cpu_s"] += time.process_time() - c
+    return m
+
+
 def write_features(plan: InferPlan, part: int, attempt: int = 0) -> dict[str, Any]:
     """Layer 0: the features of the partition's vertices, read from the partition they are stored in (then their
     learnable node embedding rows, for a model trained with them)."""

@@ -307,15 +307,23 @@ def test_incremental_refresh_on_an_s3_root(
     assert not [k for k in keys if k.startswith(("incremental/", "exchange/"))]  # masks removed before publishing
 
 
-def test_an_unchanged_snapshot_copies_every_row(spark, two_versions, make_infer_cfg, new_model) -> None:
-    """A new version with the same graph under the same ids: nothing affected, every row copied, no drift."""
+def test_an_unchanged_snapshot_copies_every_row(spark, two_versions, make_infer_cfg, new_model, monkeypatch) -> None:
+    """A new version with the same graph under the same ids: nothing affected, every row copied, no drift. The
+    refresh runs the task jobs a first run does: layer 0's tasks find what changed, no job of its own does."""
+    from glisp_infer import job as J
     from glisp_testing.stores import copy_version
 
+    jobs: list[list[str]] = []
+    real = J.run_tasks
+    monkeypatch.setattr(J, "run_tasks", lambda sp, plan, fn, what: jobs[-1].append(what) or real(sp, plan, fn, what))
     v = two_versions
     same = copy_version(v.old, v.old.root, version="v1-again")
     model = new_model("sage", layers=2)
+    jobs.append([])
     first = _infer(spark, v.old, v.old_run, model, "nochange", make_infer_cfg, fanouts=[3, 4])
+    jobs.append([])
     rec = _infer(spark, same, v.old_run, model, "nochange", make_infer_cfg, fanouts=[3, 4])
+    assert jobs[1] == jobs[0] and "layer 0 (features)" in jobs[0], jobs
     inc = rec.counts["incremental"]
     assert inc["path"] == "incremental" and inc["previous"] == "g/v1", inc
     assert inc["row_map"] == "by vid" and inc["removed"] == inc["added"] == 0, inc  # the same vids: no join
