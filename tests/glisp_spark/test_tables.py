@@ -80,3 +80,64 @@ def test_csv_in_a_bucket_is_read_by_the_tasks(spark, s3_root):
     assert read_csv(spark, one).count() == 250
     with pytest.raises(Exception, match="no CSV files"):
         read_csv(spark, s3_root / "none.csv")
+
+
+def _tables(root):
+    """Three local tables: plain columns in two files; columns Spark converts its own way (unsigned, timestamp,
+    dictionary); a partition directory ``k=1``."""
+    import datetime
+
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    n = 5
+    plain = pa.table(
+        {
+            "i8": pa.array(range(n), pa.int8()),
+            "i16": pa.array(range(n), pa.int16()),
+            "i32": pa.array(range(n), pa.int32()),
+            "i64": pa.array(range(n), pa.int64()),
+            "f32": pa.array([0.5 * i for i in range(n)], pa.float32()),
+            "f64": pa.array([0.25 * i for i in range(n)], pa.float64()),
+            "ok": pa.array([i % 2 == 0 for i in range(n)]),
+            "s": pa.array([f"v{i}" for i in range(n)]),
+            "ls": pa.array([f"w{i}" for i in range(n)], pa.large_string()),
+            "b": pa.array([bytes([i]) for i in range(n)], pa.binary()),
+            "d": pa.array([datetime.date(2026, 1, 1 + i) for i in range(n)], pa.date32()),
+            "feat": pa.array([[float(i), None] for i in range(n)], pa.list_(pa.float32())),
+            "ids": pa.array([[i] for i in range(n)], pa.list_(pa.int64())),
+        }
+    )
+    odd = pa.table(
+        {
+            "u32": pa.array(range(n), pa.uint32()),
+            "t": pa.array([datetime.datetime(2026, 1, 1, i) for i in range(n)], pa.timestamp("us")),
+            "cat": pa.array(["a", "b", "a", "c", "b"]).dictionary_encode(),
+        }
+    )
+    for name, t, files in (
+        ("plain", plain, ("part-0", "part-1")),
+        ("odd", odd, ("part-0",)),
+        ("parted/k=1", plain, ("part-0",)),
+    ):
+        (root / name).mkdir(parents=True)
+        for f in files:
+            pq.write_table(t, root / name / f"{f}.parquet")
+    return {"plain": False, "odd": True, "parted": True}  # whether Spark must infer the schema (a job)
+
+
+def test_a_local_table_opens_with_sparks_own_schema_and_no_job_where_its_footer_says_it(spark, tmp_path):
+    """Spark runs a job to read a footer for every table it opens without a schema; the driver reads it instead
+    where the conversion is certain, and the table is the one Spark's own reader gives."""
+    sc = spark.sparkContext
+    for name, infers in _tables(tmp_path).items():
+        sc.setJobGroup(f"footer-{name}", name)
+        try:
+            df = read_parquet(spark, tmp_path / name)
+            jobs = sc.statusTracker().getJobIdsForGroup(f"footer-{name}")
+        finally:
+            sc.setLocalProperty("spark.jobGroup.id", None)  # type: ignore[arg-type]
+        assert bool(jobs) == infers, (name, jobs)
+        own = spark.read.parquet(str(tmp_path / name))
+        assert df.schema == own.schema, name
+        assert sorted(map(str, df.collect())) == sorted(map(str, own.collect())) and df.count() in (5, 10)
