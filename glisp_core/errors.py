@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import re
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 
 
 class GlispError(ValueError):
@@ -112,14 +112,19 @@ def root_cause(lines: list[str]) -> str | None:
     return best.removeprefix("Caused by: ")
 
 
+def chain(e: BaseException | None, limit: int = 11) -> Iterator[BaseException]:
+    """``e`` and what caused it (``__cause__``, else ``__context__``), at most ``limit`` of them: Py4J wraps a
+    dead JVM's socket error twice, and a Spark failure wraps a task's error in its own."""
+    seen = 0
+    while e is not None and seen < limit:
+        yield e
+        e, seen = e.__cause__ or e.__context__, seen + 1
+
+
 def failure_reason(e: BaseException, limit: int = 4000) -> str:
     """A known cause when one is recognised, else the root cause inside Spark's and Py4J's wrappers (in
     full), else the exception's first line."""
-    text = f"{type(e).__name__}: {e}"
-    cause, seen = e.__cause__ or e.__context__, 0
-    while cause is not None and seen < 10:  # the whole chain: Py4J wraps a dead JVM's socket error twice
-        text += f"\n{type(cause).__name__}: {cause}"
-        cause, seen = cause.__cause__ or cause.__context__, seen + 1
+    text = "\n".join(f"{type(c).__name__}: {c}" for c in chain(e))
     lines = [ln.strip() for ln in text.splitlines() if ln.strip()]
     for own in ("BadInputError: ", "StoreUnavailable: "):
         # raised by a Spark task: the message names the file, row and column, or the store, URI and limits

@@ -196,14 +196,17 @@ def _version_doc(store: Store, vdir: StoreURI) -> dict[str, object] | None:
         return None
 
 
+def candidate_versions(store: Store, gdir: StoreURI) -> list[str]:
+    """The names under a graph directory that can be versions: not hidden (``.``, ``_``), not ``LATEST``."""
+    return [n for n in store.names(gdir) if not n.startswith((".", "_")) and n != LATEST]
+
+
 def list_versions(root: StoreURI | str | os.PathLike[str], graph: str) -> list[str]:
     """Published versions of a graph, oldest first (only prefixes holding ``_version.json`` count)."""
     gdir = parse_uri(root) / graph
     store = store_for(gdir)
     found = []
-    for name in store.names(gdir):
-        if name.startswith((".", "_")) or name == LATEST:
-            continue
+    for name in candidate_versions(store, gdir):
         doc = _version_doc(store, gdir / name)
         if doc is not None:
             found.append((int(str(doc.get("created_ns", 0))), name))

@@ -25,7 +25,7 @@ from typing import Any
 from glisp_core.dataset.layout import DatasetVersion
 from glisp_core.dataset.manifest import SCHEMA_VERSION, StageRecord, now_iso, read_manifest
 from glisp_core.dataset.records import VERSION_FILE, create_record, current_record, current_records, json_default
-from glisp_core.errors import StageError
+from glisp_core.errors import StageError, chain
 from glisp_core.storage.backend import NOT_ANSWERING
 from glisp_core.storage.lease import DEFAULT_TTL_S, LeaseKeeper, is_live, read_lease
 from glisp_core.storage.store import Store, store_for
@@ -176,12 +176,7 @@ log = logging.getLogger("glisp.publish")
 def stalled(failure: BaseException | None) -> bool:
     """``failure`` is the store not answering within its limits: a :class:`StoreUnavailable` of a call of the
     driver's, or of a task's, whose words a Spark failure's text carries (a timeout of anything else is not)."""
-    seen = 0
-    while failure is not None and seen < 10:
-        if NOT_ANSWERING in str(failure):
-            return True
-        failure, seen = failure.__cause__ or failure.__context__, seen + 1
-    return False
+    return any(NOT_ANSWERING in str(e) for e in chain(failure))
 
 
 def remove_abandoned(

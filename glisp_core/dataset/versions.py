@@ -19,7 +19,14 @@ from collections.abc import Callable
 from types import TracebackType
 from typing import Any
 
-from glisp_core.dataset.layout import LATEST, DatasetVersion, _latest_named, check_name, list_versions
+from glisp_core.dataset.layout import (
+    LATEST,
+    DatasetVersion,
+    _latest_named,
+    candidate_versions,
+    check_name,
+    list_versions,
+)
 from glisp_core.dataset.publish import remove_abandoned_in, remove_unpublished
 from glisp_core.dataset.records import VERSION_FILE
 from glisp_core.errors import StageError
@@ -125,10 +132,8 @@ def _remove_failed_ingests(gdir: StoreURI, published: set[str], log: Callable[[s
     answering) under names nobody ingests again: gone once no live ingest writes there. Only a prefix with an
     ``ingest/`` directory is a version's; anything else under the graph is not retention's."""
     store = store_for(gdir)
-    for name in store.names(gdir):
-        if name.startswith((".", "_")) or name == LATEST or name in published:
-            continue
-        if store.is_dir(gdir / name / "ingest") and remove_unpublished(store, gdir / name):
+    for name in candidate_versions(store, gdir):
+        if name not in published and store.is_dir(gdir / name / "ingest") and remove_unpublished(store, gdir / name):
             log(f"retention: removed {gdir.name}/{name}, a first ingest that never published")
 
 
