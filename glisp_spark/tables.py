@@ -87,7 +87,7 @@ def footer_schema(u: StoreURI) -> Any:
     must infer it: not a local path, partition directories (``k=v``, whose columns no footer holds), or a
     column type whose conversion is not the one Spark's reader makes (only plain numbers, booleans, text,
     bytes, dates and lists of those are converted). Without it Spark runs a job, one task reading one footer,
-    for every table it opens: 14 of a Cora pipeline's 62 jobs, a barrier each on a cluster."""
+    for every table it opens: a barrier each on a cluster."""
     import pyarrow.parquet as pq
     from pyspark.sql.pandas.types import from_arrow_schema
 
