@@ -12,10 +12,10 @@ a task recomputes at layer ``l`` only its vertices in ``A_l`` and copies every o
 version's layer ``l`` (matched by original id through the id maps). Everything per vertex is written by tasks
 into the refresh's directory in the dataset's store, never held by the driver: the new-vid → previous-row map
 (a Zarr array by vid, :mod:`glisp_infer.row_map`), then per partition its vertices of ``changed`` and ``A_0``
-(:func:`compare_signatures`, in layer 0's tasks after their features) and of each ``A_l`` (the layer's task), as lists of vids; a task
-builds the masks it needs from every partition's list and returns counts only. A task whose affected share
-passes ``infer.incremental_max_share`` computes all its vertices (copying most rows would cost more than it
-saves).
+(:func:`compare_signatures`, in layer 0's tasks after their features) and of each ``A_l`` (the layer's task),
+as lists of vids; a task builds the masks it needs from every partition's list and returns counts only. A task
+whose affected share passes ``infer.incremental_max_share`` computes all its vertices (copying most rows would
+cost more than it saves).
 """
 
 from __future__ import annotations

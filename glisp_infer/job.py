@@ -473,6 +473,7 @@ def _infer_layers(
     from glisp_infer import task as T
 
     exchange, url = plan.exchange(), plan.store
+    compare = refresh is not None and refresh.incremental  # in layer 0's tasks: no job of its own
     per_layer: list[list[dict[str, Any]]] = []
     drift: dict[str, Any] = {}
     if not inp.layerwise:
@@ -484,7 +485,6 @@ def _infer_layers(
     for layer in range(plan.layers + 1 if inp.layerwise else 1):
         t = time.perf_counter()
         if layer == 0:
-            compare = refresh is not None and refresh.incremental  # in the same tasks: no job of its own
             features = T.write_features_and_compare if compare else T.write_features
             res = run_tasks(spark, plan, lambda p, k, a, f=features: f(p, k, a), "layer 0 (features)")
         else:
@@ -502,9 +502,8 @@ def _infer_layers(
         if layer and exchange is not None:
             remove_layer_files(exchange, layer - 1)
         if refresh is not None:
-            t = time.perf_counter()
             if layer == 0:
-                if refresh.incremental:
+                if compare:
                     refresh.after_features([r.pop(T.CHANGES) for r in res])
                     timings["refresh_compare_s"] = max(r["compare_s"] for r in res)  # the longest task's
                     plan = replace(plan, double=refresh.double)  # float32 after a fallback from layer 1

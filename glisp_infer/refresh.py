@@ -11,8 +11,8 @@ With ``infer.incremental`` on, a run of ``infer/<run>`` in a new version:
    in the keys' job, where every vertex the two versions share kept its vid; else this version's id map joined
    with the previous run's index by vertex type and original id); layer 0's tasks, after their features,
    compare each partition's row signatures with the previous run's rows of the same vertices (no job of its
-   own): changed features give ``A_0``, changed neighbourhoods and new vertices ``changed``; if their share of layer 1's work
-   (their sampled edges and rows in the plan job's samples: a lower bound of ``A_1``'s) passes
+   own): changed features give ``A_0``, changed neighbourhoods and new vertices ``changed``; if their share of
+   layer 1's work (their sampled edges and rows in the plan job's samples: a lower bound of ``A_1``'s) passes
    ``infer.incremental_max_share`` the run falls back to computing every row from layer 1, in float32 as a plain
    run does (no row is copied; its rows then depend on their batches, so the next refresh copies none of them);
 4. each layer's tasks write their part of ``A_l`` for the next layer's and return its size and its share of the

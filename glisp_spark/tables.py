@@ -62,15 +62,12 @@ def read_parquet(spark: SparkSession, uri: StoreURI | str) -> DataFrame:
         known = footer_schema(u)
         reader = spark.read if known is None else spark.read.schema(known)
         return reader.parquet(spark_path(u))
-    import pyarrow.parquet as pq
     from pyspark.sql.pandas.types import from_arrow_schema
 
-    store = store_for(u)
     files = parquet_files(u)
     if not files:
         raise GlispError(f"{u}: no Parquet files to read (an empty or missing table)")
-    with store.open_input(files[0]) as f:
-        schema = pq.read_schema(f)
+    schema = first_footer(files)
     names = [f.qualified for f in files]
 
     def read(batches: Iterator[pyarrow.RecordBatch]) -> Iterator[pyarrow.RecordBatch]:
@@ -88,7 +85,6 @@ def footer_schema(u: StoreURI) -> Any:
     column type whose conversion is not the one Spark's reader makes (only plain numbers, booleans, text,
     bytes, dates and lists of those are converted). Without it Spark runs a job, one task reading one footer,
     for every table it opens: a barrier each on a cluster."""
-    import pyarrow.parquet as pq
     from pyspark.sql.pandas.types import from_arrow_schema
 
     if not u.is_local:
@@ -96,10 +92,18 @@ def footer_schema(u: StoreURI) -> Any:
     files = parquet_files(u)
     if not files or any("=" in part for f in files for part in f.local.parts[len(u.local.parts) :]):
         return None
-    schema = pq.read_schema(files[0].local)
+    schema = first_footer(files)
     if not all(_plain(f.type) for f in schema):
         return None
     return as_nullable(from_arrow_schema(schema))
+
+
+def first_footer(files: list[StoreURI]) -> pyarrow.Schema:
+    """The Arrow schema in the footer of a table's first file, read through its store."""
+    import pyarrow.parquet as pq
+
+    with store_for(files[0]).open_input(files[0]) as f:
+        return pq.read_schema(f)
 
 
 def _plain(t: pyarrow.DataType) -> bool:

@@ -386,8 +386,8 @@ def test_the_fallback_follows_the_affected_share_of_the_work_not_of_the_rows() -
 
 
 def test_layer_1_falls_back_by_the_work_the_changed_vertices_hold() -> None:
-    """After layer 0 the signature comparison's counts decide layer 1: 5 % of the rows holding 77 % of the layer's work
-    (R-MAT 22's hubs) computes it in full from the start; without work counts (no plan job) the rows decide."""
+    """After layer 0 the signature comparison's counts decide layer 1: 5 % of the rows holding 77 % of the layer's
+    work (R-MAT 22's hubs) computes it in full from the start; without work counts (no plan job) the rows decide."""
     from glisp_core.config import InferConfig
     from glisp_infer.refresh import Refresh
 
