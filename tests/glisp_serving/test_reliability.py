@@ -326,7 +326,8 @@ def test_sigterm_during_warm_up_exits_zero(graph, tmp_path):
 def replicated(graph, tmp_path_factory):
     c = Cluster(graph.dv, EC_RUN, tmp_path_factory.mktemp("replicated"), ["--replicas", "2", "--threads", "1"])
     yield c
-    assert c.stop() == 0
+    rc = c.stop()
+    assert rc == 0, "".join(c.lines[-60:])  # what the cluster said before it exited
 
 
 def _replica_pid(cluster: Cluster, part: int, replica: int) -> int:
