@@ -311,12 +311,31 @@ def test_restarts_prefer_a_start_within_the_balance_bounds(cfg):
     assert (capped.starts(1000), capped.starts(1001)) == (4, 1)  # past starts_max_edges: one start
 
 
-def test_two_identical_partition_runs_at_once_do_the_work_once(spark, cfg, tmp_path_factory, capsys):
+def test_two_identical_partition_runs_at_once_do_the_work_once(spark, cfg, tmp_path_factory, capsys, monkeypatch):
     """Two `glisp partition` runs of one version, name and parameters at the same time (two driver threads on
     one Spark session, as two schedulers' tasks would be): one partitions, the other waits for its claim
-    and returns the same record; the stage has one record."""
+    and returns the same record; the stage has one record. The first run's write is held until the second
+    has found the claim live (a run of 0.4 s otherwise can finish before the second starts)."""
+    from glisp_core.dataset import publish
     from glisp_core.dataset.records import RECORDS
+    from spark_jobs.partition import job
     from spark_jobs.partition.job import run_partition
+
+    seen_live = threading.Event()
+    real_is_live, real_write = publish.is_live, job.write_outputs
+
+    def is_live(doc):  # the second run finding the first's claim live releases the first's write
+        live = real_is_live(doc)
+        if live and threading.current_thread() is threads[1]:
+            seen_live.set()
+        return live
+
+    def write_outputs(*a, **k):
+        seen_live.wait(60)
+        return real_write(*a, **k)
+
+    monkeypatch.setattr(publish, "is_live", is_live)
+    monkeypatch.setattr(job, "write_outputs", write_outputs)
 
     src, dst = rmat_edges(10, edge_factor=8, seed=5)
     dv = write_dataset(tmp_path_factory.mktemp("twice"), "g", src, dst, num_vertices=1 << 10)
@@ -328,10 +347,14 @@ def test_two_identical_partition_runs_at_once_do_the_work_once(spark, cfg, tmp_p
 
     threads = [threading.Thread(target=run, args=(i,)) for i in range(2)]
     threads[0].start()
-    time.sleep(0.5)  # the first holds the claim by now
+    claim, deadline = dv.path / publish.RUNNING / "partition--twice.json", time.time() + 120
+    while not dv.store.exists(claim):  # the first holds its claim; its write waits for the second
+        assert time.time() < deadline and threads[0].is_alive(), "the first run never claimed the stage"
+        time.sleep(0.005)
     threads[1].start()
     for t in threads:
         t.join(300)
+    assert seen_live.is_set()
     assert out[0] == out[1]
     assert dv.store.names(dv.path / RECORDS / "partition/twice") == ["00000001.json"]
     assert "an identical run is in progress" in capsys.readouterr().out
