@@ -130,8 +130,7 @@ def write_keys(spark: SparkSession, dv: DatasetVersion, url: str, array: str) ->
     them; the driver receives one count per chunk. Returns the number of vertices written."""
     from glisp_core.dataset.layout import ORIG_ID, VID, VTYPE
     from glisp_core.storage.zarr_arrays import open_array
-    from glisp_spark.by_vid import write_by_vid
-    from glisp_spark.tables import read_parquet
+    from glisp_spark.by_vid import write_table_by_vid
 
     arr = open_array(url, array)
     n = int(arr.shape[0])
@@ -141,9 +140,8 @@ def write_keys(spark: SparkSession, dv: DatasetVersion, url: str, array: str) ->
     if -(-n // int(arr.chunks[0])) == 1:  # one chunk, at most INDEX_CHUNK vertices: written here, without a job
         _one_chunk(dv, open_array(url, array, mode="r+"), types)
         return n
-    # the text is made in the task by Arrow, so the shuffle moves the id map's own columns
-    rows = read_parquet(spark, dv.idmap).select(VID, VTYPE, ORIG_ID)
-    write_by_vid(rows, url, array, n, lambda b: keys_of(b, types), str(dv.idmap))
+    # the text is made in the task by Arrow from the id map's own columns
+    write_table_by_vid(spark, dv.idmap, [VID, VTYPE, ORIG_ID], url, array, n, lambda b: keys_of(b, types))
     return n
 
 

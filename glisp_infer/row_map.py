@@ -86,8 +86,7 @@ def write_kept_rows(
     from glisp_core.dataset.layout import ORIG_ID, VID, VTYPE
     from glisp_infer.keys import key_type_names
     from glisp_infer.store import INDEX_ROW, open_array
-    from glisp_spark.by_vid import write_by_vid
-    from glisp_spark.tables import read_parquet
+    from glisp_spark.by_vid import write_table_by_vid
 
     chunk = int(open_array(*keys).chunks[0])
     I.create_prev_row(root, n, chunk)
@@ -112,8 +111,10 @@ def write_kept_rows(
         open_array(*keys, mode="r+")[:] = kept.keys(t)
         missing = lost(vids, rows)
     else:
-        rows_in = read_parquet(spark, dv.idmap).select(VID, VTYPE, ORIG_ID)
-        missing = write_by_vid(rows_in, url, I.PREV_ROW, n, kept.prev_rows, str(dv.idmap), lost, [(*keys, kept.keys)])
+        cols = [VID, VTYPE, ORIG_ID]
+        missing = write_table_by_vid(
+            spark, dv.idmap, cols, url, I.PREV_ROW, n, kept.prev_rows, lost, [(*keys, kept.keys)]
+        )
     return both if missing == 0 else None
 
 

@@ -94,3 +94,50 @@ def test_an_id_map_missing_a_vertex_fails_naming_it(spark, tmp_path, chunk, ids)
     url = _array(tmp_path, n, chunk=chunk)
     with pytest.raises(Exception, match=rf"idmap: vertex ids {ids} are not each there once"):
         write_keys(spark, dv, url, "key")
+
+
+def _stages(spark, group: str, fn) -> int:
+    """Spark stages the jobs of ``fn()`` ran (they run under the job group ``group``)."""
+    sc = spark.sparkContext
+    tracker = sc.statusTracker()
+    sc.setJobGroup(group, group)
+    try:
+        fn()
+    finally:
+        sc.setJobGroup("", "")  # type: ignore[arg-type]
+    return sum(len(tracker.getJobInfo(j).stageIds) for j in tracker.getJobIdsForGroup(group))
+
+
+def test_an_id_map_in_vid_ranges_is_read_by_each_chunks_task_without_a_shuffle(spark, tmp_path):
+    """Ingest's id map holds a range of vids per file: each chunk's task reads the files that meet it (ranges
+    that straddle chunks, files in any name order), one stage; without footer statistics, or with files whose
+    ranges overlap, Spark shuffles the rows (two stages); a chunk no file holds fails naming its ids."""
+    from glisp_core.storage.zarr_arrays import open_array
+
+    n = 50_000
+    dv, vt, orig = _graph(tmp_path / "root", n, seed=3)
+    store, table = dv.store, dv.store.read_table(dv.idmap).sort_by("vid")
+
+    def layout(ranges, statistics=True):
+        for f, _ in list(store.files(dv.idmap)):
+            store.delete(dv.idmap / f)
+        for k, (lo, hi) in enumerate(ranges):  # named from the last range to the first
+            name = dv.idmap / f"part-{len(ranges) - k:05d}.parquet"
+            store.write_table(table.slice(lo, hi - lo), name, write_statistics=statistics)
+
+    cuts = [0, 100, 16_000, 16_500, 33_000, 49_990, n]  # chunks of 16,384: files meet one, two or three of them
+    ranged = list(zip(cuts[:-1], cuts[1:], strict=True))
+    layout(ranged)
+    url = _array(tmp_path, n, chunk=16384)
+    assert _stages(spark, "ranged", lambda: write_keys(spark, dv, url, "key")) == 1
+    assert np.array_equal(np.asarray(open_array(url, "key")[:]), pandas_keys(vt, orig))
+    layout(ranged, statistics=False)
+    url = _array(tmp_path, n, chunk=8192)
+    assert _stages(spark, "no-stats", lambda: write_keys(spark, dv, url, "key")) == 2
+    assert np.array_equal(np.asarray(open_array(url, "key")[:]), pandas_keys(vt, orig))
+    layout([(0, 30_000), (29_000, n)])  # the second file holds the first's last 1,000 rows again
+    with pytest.raises(Exception, match=r"idmap: vertex ids 16384\.\.32767 are not each there once"):
+        write_keys(spark, dv, _array(tmp_path, n, chunk=16384), "key")
+    layout([(0, 16_000), (16_000, 16_384), (32_768, n)])  # no file holds chunk 1's vids
+    with pytest.raises(Exception, match=r"idmap: vertex ids 16384\.\.32767 are not each there once"):
+        write_keys(spark, dv, _array(tmp_path, n, chunk=16384), "key")
