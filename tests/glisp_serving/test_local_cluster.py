@@ -55,3 +55,40 @@ def test_a_cluster_that_cannot_start_is_a_clear_error(graph, tmp_path, server_pr
     with pytest.raises(StageError, match="serve-cluster of .* run no-such-run exited with code 1: .*no-such-run"):
         start_cluster(graph.dv.path, "no-such-run", tmp_path / "c.json", timeout_s=120)
     assert not (tmp_path / "c.json").exists()
+
+
+_EARLY_STOP = """
+import json, sys
+from glisp_serving.cluster.forked import fork_context, start_server
+from glisp_serving.cluster.supervisor import stop_children
+if __name__ == "__main__":
+    ctx = fork_context()
+    argv = ["serve", sys.argv[1], "--run", sys.argv[2], "--partition", "0", "--port", "0"]
+    procs = [start_server(ctx, argv, 0, r) for r in range(3)]  # each stopped as soon as it is forked
+    print(json.dumps([stop_children([p], 30.0)[0] for p in procs]), flush=True)
+"""
+
+
+def test_a_server_stopped_as_it_is_forked_is_a_clean_stop(graph, tmp_path, server_processes):
+    """serve-cluster's stop can meet a server it has just restarted: SIGTERM in its first milliseconds, before
+    it installs its handlers, ends it with -15 (it held nothing yet); that stop is clean, so the cluster exits
+    0. A server that exits 1, or is SIGKILLed after the grace, is not."""
+    import json
+
+    from glisp_serving.cluster.supervisor import unclean_stops
+
+    script = tmp_path / "early_stop.py"  # a file: the fork server re-imports the main module by its path
+    script.write_text(_EARLY_STOP)
+    r = subprocess.run(
+        [sys.executable, str(script), str(graph.dv.path), VC_RUN],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env=dict(os.environ, PYTHONPATH=str(ROOT)),
+    )
+    assert r.returncode == 0, r.stderr[-3000:]
+    codes = json.loads(r.stdout.strip().splitlines()[-1])
+    assert -signal.SIGTERM in codes and set(codes) <= {0, -signal.SIGTERM}, codes  # the signal, or a clean start's stop
+    names = [f"replica {i}" for i in range(len(codes))]
+    assert unclean_stops(names, codes) == []
+    assert unclean_stops(["a", "b", "c"], [0, -signal.SIGKILL, 1]) == ["b (code -9)", "c (code 1)"]
