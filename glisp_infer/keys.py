@@ -137,10 +137,7 @@ def write_keys(spark: SparkSession, dv: DatasetVersion, url: str, array: str) ->
     if n == 0:
         return 0
     types = key_type_names(dv)
-    if -(-n // int(arr.chunks[0])) == 1:  # one chunk, at most INDEX_CHUNK vertices: written here, without a job
-        _one_chunk(dv, open_array(url, array, mode="r+"), types)
-        return n
-    # the text is made in the task by Arrow from the id map's own columns
+    # the text is made in the task by Arrow from the id map's own columns; one chunk is written here, without a job
     write_table_by_vid(spark, dv.idmap, [VID, VTYPE, ORIG_ID], url, array, n, lambda b: keys_of(b, types))
     return n
 
@@ -150,15 +147,6 @@ def key_type_names(dv: DatasetVersion) -> list[str]:
     from glisp_core.dataset.manifest import read_manifest
 
     return read_manifest(dv).schema.get("vertex_types") or ["v0"]
-
-
-def _one_chunk(dv: DatasetVersion, out: Any, types: list[str]) -> None:
-    from glisp_core.dataset.layout import ORIG_ID, VID, VTYPE
-    from glisp_spark.by_vid import check_chunk
-
-    t = dv.store.read_table(dv.idmap, columns=[VID, VTYPE, ORIG_ID]).sort_by(VID)
-    check_chunk(0, t.column(VID).to_numpy(), int(out.chunks[0]), int(out.shape[0]), str(dv.idmap))
-    out[:] = keys_of(t, types)
 
 
 def keys_of(b: pa.RecordBatch | pa.Table, types: list[str], code: str = "") -> np.ndarray:

@@ -100,21 +100,8 @@ def write_kept_rows(
         return int(((vids < both) & (rows < 0)).sum())
 
     url = I.prev_row_url(root)
-    if -(-n // chunk) == 1:  # one chunk, at most INDEX_CHUNK vertices: here, without a job (as write_keys)
-        from glisp_spark.by_vid import check_chunk
-
-        t = dv.store.read_table(dv.idmap, columns=[VID, VTYPE, ORIG_ID]).sort_by(VID)
-        vids = t.column(VID).to_numpy().astype(np.int64)
-        check_chunk(0, vids, chunk, n, str(dv.idmap))
-        rows = kept.prev_rows(t)
-        open_array(url, I.PREV_ROW, mode="r+")[:] = rows
-        open_array(*keys, mode="r+")[:] = kept.keys(t)
-        missing = lost(vids, rows)
-    else:
-        cols = [VID, VTYPE, ORIG_ID]
-        missing = write_table_by_vid(
-            spark, dv.idmap, cols, url, I.PREV_ROW, n, kept.prev_rows, lost, [(*keys, kept.keys)]
-        )
+    cols = [VID, VTYPE, ORIG_ID]  # one chunk (at most INDEX_CHUNK vertices) is written here, without a job
+    missing = write_table_by_vid(spark, dv.idmap, cols, url, I.PREV_ROW, n, kept.prev_rows, lost, [(*keys, kept.keys)])
     return both if missing == 0 else None
 
 

@@ -78,32 +78,31 @@ def write_table_by_vid(
 ) -> int:
     """:func:`write_by_vid` of the Parquet table ``table``'s ``columns`` (``vid`` among them). Where every file's
     footer gives its vids' range, the ranges are disjoint and inside ``0..n-1``, each chunk's task reads only the
-    files whose range meets the chunk (no shuffle, no JVM scan); otherwise Spark reads and shuffles the rows."""
+    files whose range meets the chunk (no shuffle, no JVM scan); otherwise Spark reads and shuffles the rows. A
+    table of one chunk (at most a chunk's vertices, a bounded read) is written by the driver, without a job."""
     from glisp_spark.tables import parquet_files, read_parquet
     from glisp_spark.tasks import run_tasks
 
     chunk = _chunk_rows(url, array, also)
-    chunks = -(-n // chunk)
+    chunks, where = -(-n // chunk), str(table)
     files = parquet_files(table)
+    write = _ChunkWriter(url, array, n, chunk, values_of, where, count_of, also)
+    if chunks == 1:  # one chunk (at most INDEX_CHUNK vertices): written here from every file, without a job
+        return _total([write.chunk(0, _rows_in([str(f) for f in files], list(columns)))], 1, n, where)
     ranges = vid_ranges(files) if 0 < len(files) <= MAX_RANGED_FILES else None
     order = np.argsort(ranges[:, 0], kind="stable") if ranges is not None else None
     if ranges is None or order is None or not _disjoint_inside(ranges[order], n):
         rows = read_parquet(spark, table).select(*columns)
-        return write_by_vid(rows, url, array, n, values_of, str(table), count_of, also)
+        return write_by_vid(rows, url, array, n, values_of, where, count_of, also)
     lo, hi = ranges[order, 0], ranges[order, 1]
     names = [str(files[i]) for i in order]
-    write = _ChunkWriter(url, array, n, chunk, values_of, str(table), count_of, also)
 
     def one(c: int) -> dict[str, int]:
         first = int(np.searchsorted(hi, c * chunk, "left"))
         last = int(np.searchsorted(lo, (c + 1) * chunk - 1, "right"))
-        batches = _rows_in(names[first:last], list(columns), c * chunk, (c + 1) * chunk)
-        got = list(write(batches))
-        if not got:  # no file holds a vid of the chunk
-            check_chunk(c, np.empty(0, np.int64), chunk, n, str(table))
-        return {"chunk": c, "rows": sum(g[1] for g in got), "counted": sum(g[2] for g in got)}
+        return write.chunk(c, _rows_in(names[first:last], list(columns), (c * chunk, (c + 1) * chunk)))
 
-    return _total(run_tasks(spark, chunks, one), chunks, n, str(table))
+    return _total(run_tasks(spark, chunks, one), chunks, n, where)
 
 
 def vid_ranges(files: Sequence[StoreURI]) -> np.ndarray | None:
@@ -138,8 +137,8 @@ def _disjoint_inside(ranges: np.ndarray, n: int) -> bool:
     )
 
 
-def _rows_in(names: list[str], columns: list[str], lo: int, hi: int) -> Iterator[pa.RecordBatch]:
-    """The rows of the files ``names`` whose vid is in ``lo..hi-1``."""
+def _rows_in(names: list[str], columns: list[str], span: tuple[int, int] | None = None) -> Iterator[pa.RecordBatch]:
+    """The rows of the files ``names``; with ``span`` (lo, hi), only those whose vid is in ``lo..hi-1``."""
     import pyarrow.compute as pc
     import pyarrow.parquet as pq
 
@@ -149,8 +148,10 @@ def _rows_in(names: list[str], columns: list[str], lo: int, hi: int) -> Iterator
     for name in names:
         with store_for(name).open_input(name) as fh:
             t = pq.ParquetFile(fh).read(columns=columns)
-        v = t.column(VID)
-        yield from t.filter(pc.and_(pc.greater_equal(v, lo), pc.less(v, hi))).to_batches()
+        if span is not None:
+            v = t.column(VID)
+            t = t.filter(pc.and_(pc.greater_equal(v, span[0]), pc.less(v, span[1])))
+        yield from t.to_batches()
 
 
 class _ChunkWriter:
@@ -170,18 +171,25 @@ class _ChunkWriter:
     ) -> None:
         self.targets = [(url, array), *((u, a) for u, a, _ in also)]
         self.values = [values_of, *(f for _, _, f in also)]
-        self.n, self.chunk, self.where, self.count_of = n, chunk, where, count_of
+        self.n, self.chunk_rows, self.where, self.count_of = n, chunk, where, count_of
 
     def __call__(self, batches: Iterator[pa.RecordBatch]) -> Iterator[tuple[int, int, int]]:
         from glisp_core.storage.zarr_arrays import open_array
 
         outs = [open_array(u, a, mode="r+") for u, a in self.targets]
-        chunk = self.chunk
+        chunk = self.chunk_rows
         for c, vids, vals in chunks_of(batches, chunk, self.values):
             check_chunk(c, vids, chunk, self.n, self.where)
             for out, v in zip(outs, vals, strict=True):
                 out[c * chunk : c * chunk + len(v)] = v
             yield c, len(vids), self.count_of(vids, vals[0]) if self.count_of is not None else 0
+
+    def chunk(self, c: int, batches: Iterator[pa.RecordBatch]) -> dict[str, int]:
+        """Write chunk ``c`` from ``batches`` (its rows, and no other chunk's but in error); its rows and count."""
+        got = list(self(batches))
+        if not got:  # no row of the chunk at all
+            check_chunk(c, np.empty(0, np.int64), self.chunk_rows, self.n, self.where)
+        return {"chunk": c, "rows": sum(g[1] for g in got), "counted": sum(g[2] for g in got)}
 
 
 def _chunk_rows(url: str, array: str, also: Sequence[tuple[str, str, Values]]) -> int:
