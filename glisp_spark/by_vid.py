@@ -90,8 +90,8 @@ def write_table_by_vid(
     if chunks == 1:  # one chunk (at most INDEX_CHUNK vertices): written here from every file, without a job
         return _total([write.chunk(0, _rows_in([str(f) for f in files], list(columns)))], 1, n, where)
     ranges = vid_ranges(files) if 0 < len(files) <= MAX_RANGED_FILES else None
-    order = np.argsort(ranges[:, 0], kind="stable") if ranges is not None else None
-    if ranges is None or order is None or not _disjoint_inside(ranges[order], n):
+    order = np.argsort(ranges[:, 0], kind="stable") if ranges is not None else np.empty(0, np.int64)
+    if ranges is None or not _disjoint_inside(ranges[order], n):
         rows = read_parquet(spark, table).select(*columns)
         return write_by_vid(rows, url, array, n, values_of, where, count_of, also)
     lo, hi = ranges[order, 0], ranges[order, 1]
@@ -116,7 +116,7 @@ def vid_ranges(files: Sequence[StoreURI]) -> np.ndarray | None:
     out = np.empty((len(files), 2), np.int64)
     for i, f in enumerate(files):
         with store_for(f).open_input(f) as fh:
-            meta = pq.ParquetFile(fh).metadata
+            meta = pq.read_metadata(fh)
         col = meta.schema.names.index(VID) if VID in meta.schema.names else -1
         if col < 0 or meta.num_rows == 0:
             return None
