@@ -52,6 +52,7 @@ from glisp_infer.store import STORE_FILE, ZARR_DIR, Codec, RowLayout, create_arr
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
+    from glisp_infer.predict import Prediction
     from glisp_infer.refresh import Refresh
 
 EXCHANGE_DIR = "exchange"  # the halo exchange between layers (glisp_infer.halo), removed before publishing
@@ -234,6 +235,28 @@ def _params(ic: Any, inp: Inputs, layout: RowLayout) -> dict[str, Any]:
     return params
 
 
+def _predict(ic: Any, dv: DatasetVersion, inp: Inputs, params: dict[str, Any]) -> Prediction | None:
+    """A refresh predicted to compute every row (:mod:`glisp_infer.predict`): the run is then a plain one, and its
+    parameters say it drew kernel samples."""
+    if not (ic.incremental and inp.layerwise):
+        return None
+    from glisp_infer.predict import predict
+
+    got = predict(ic, dv, inp, params)
+    if got is not None:
+        params["sampling"] = "kernel"
+    return got
+
+
+def _predicted_drift(p: Prediction, cfg: Config, inp: Inputs, url: str) -> dict[str, Any]:
+    """A predicted run's drift against its previous run, on a sample of the vertices."""
+    from glisp_infer.predict import sampled_drift
+
+    pdv, prec = p.prev
+    prev_url = store_url(pdv, pdv.path / prec.path)
+    return sampled_drift(p, url, prev_url, len(inp.dims) - 1, inp.num_vertices, cfg.infer.seed, inp.spec.task)
+
+
 def run_infer(
     spark: SparkSession,
     cfg: Config,
@@ -254,6 +277,7 @@ def run_infer(
     layout = RowLayout(effective_chunk_rows(ic.chunk_rows, counts), tuple(counts))
     codec = Codec(ic.compressor, ic.clevel, ic.shuffle, ic.intermediate_compressor)
     params = _params(ic, inp, layout)
+    predicted = _predict(ic, dv, inp, params)
     extra = None
     if ic.edges:  # a local edge list is fingerprinted; a URL is taken as named
         extra = (
@@ -278,21 +302,24 @@ def run_infer(
     refresh = None
     try:
         with pub:
-            if ic.incremental and not inp.layerwise:
+            if predicted is not None:
+                predicted.acquire(dv)  # its drift reads the previous run
+            elif ic.incremental and not inp.layerwise:
                 log(f"infer/{inp.name}: a full run: incremental inference needs the slice protocol")
             elif ic.incremental:
                 from glisp_infer.refresh import Refresh
 
                 refresh = Refresh.resolve(ic, dv, inp.name, params, inp)
             url = _new_store(dv, ic.store, inp.name, pub.tmp)
-            rec = _run(spark, cfg, dv, inp, layout, codec, url, pub, fault, log, refresh)
+            rec = _run(spark, cfg, dv, inp, layout, codec, url, pub, fault, log, refresh, predicted)
     except BaseException:
         if url and ic.store:
             _remove_store(url)
         raise
     finally:
-        if refresh is not None:
-            refresh.close()
+        for held in (refresh, predicted):
+            if held is not None:
+                held.close()
     if old_url and old_url != url:
         _remove_store(old_url)
     return rec
@@ -398,13 +425,14 @@ def _run(
     fault: str | None,
     log: Any,
     refresh: Refresh | None = None,
+    predicted: Prediction | None = None,
 ) -> StageRecord:
     t0 = time.perf_counter()
     plan = _plan(cfg, spark, inp, layout, codec, url, fault, pub.tmp)
     if refresh is not None:
         plan = replace(plan, **refresh.plan_fields(pub.tmp, list(inp.dims)))
     try:
-        return _run_layers(spark, cfg, dv, inp, plan, pub, log, t0, refresh)
+        return _run_layers(spark, cfg, dv, inp, plan, pub, log, t0, refresh, predicted)
     finally:
         shutil.rmtree(plan.scratch(), ignore_errors=True)  # this host's leftovers (tasks remove their own)
         shutil.rmtree(disk_scratch(plan.token), ignore_errors=True)
@@ -561,6 +589,7 @@ def _run_layers(
     log: Any,
     t0: float,
     refresh: Refresh | None = None,
+    predicted: Prediction | None = None,
 ) -> StageRecord:
     """Arrays, the plan job, every layer, the outputs and scores; publishes the stage."""
     from glisp_infer import task as T
@@ -608,5 +637,9 @@ def _run_layers(
         counts["model_digest"] = refresh.digest
         if drift:
             metrics["drift"] = drift
+    if predicted is not None:
+        t = time.perf_counter()
+        counts["incremental"], metrics["drift"] = predicted.record(), _predicted_drift(predicted, cfg, inp, url)
+        timings["drift_s"] = time.perf_counter() - t
     timings["total_s"] = time.perf_counter() - t0
     return pub.commit(counts=counts, metrics=metrics, timings={k: round(v, 3) for k, v in timings.items()})

@@ -19,7 +19,9 @@ With ``infer.incremental`` on, a run of ``infer/<run>`` in a new version:
    layer's work (sampled edges and rows: what a layer's compute follows; on a power-law graph a third of the
    vertices can hold most of the edges); once a layer's affected work share passes the bound, the later layers
    are computed in full (the reason is recorded);
-5. records per layer the affected and recomputed shares and the drift of the last layer against the previous
+5. records what it measured of layer 1 with the share of edge rows that changed (a calibration from which the
+   next refresh predicts its own fallback before it finds out what changed: :mod:`glisp_infer.predict`), and
+   per layer the affected and recomputed shares and the drift of the last layer against the previous
    version (cosine distance quantiles, the share of a seeded sample of vertices whose top-k nearest
    neighbours changed, for a node task the share of changed predictions) in ``counts.incremental`` and
    ``metrics.drift``.
@@ -98,11 +100,28 @@ def renumbered(partition: str, counts: dict[str, Any], prev: DatasetVersion) -> 
     return ""
 
 
+def edge_change(partition_counts: dict[str, Any], prev: DatasetVersion) -> float | None:
+    """The share of ``prev``'s edge rows this version's partition refresh found removed or added
+    (``(added + removed) / (kept + removed)``), where it was refreshed from ``prev`` and found every vertex of
+    ``prev`` at its vid; else None (a fresh partition, another base, or vids that moved: nothing to predict from)."""
+    inc = partition_counts.get("incremental") or {}
+    if inc.get("base") != f"{prev.graph}/{prev.version}" or not inc.get("same_vids", inc.get("same_ids")):
+        return None
+    try:
+        kept, added, removed = (int(inc[k]) for k in ("kept", "added", "removed"))
+    except (KeyError, TypeError, ValueError):
+        return None
+    return (added + removed) / (kept + removed) if kept + removed else None
+
+
 def refusal(prev: StageRecord, params: dict[str, Any], digest: str) -> str | None:
     """Why the previous run's rows cannot be copied into this one, or None."""
     pp = prev.params
     if pp.get("sampling") != "stable":
-        return f"the previous run {prev.name} drew kernel samples (it ran without infer.incremental)"
+        return (
+            f"the previous run {prev.name} drew kernel samples (it ran without infer.incremental, or predicted that "
+            "it computes every row)"
+        )
     if prev.counts.get("model_digest") != digest:
         return (
             f"the model differs from the previous run's (checkpoint digest {digest} against "
@@ -114,9 +133,9 @@ def refusal(prev: StageRecord, params: dict[str, Any], digest: str) -> str | Non
     return None
 
 
-def _has_arrays(url: str) -> bool:
+def _has_arrays(url: str, name: str = INDEX_ROW) -> bool:
     try:
-        open_array(url, INDEX_ROW)
+        open_array(url, name)
     except FileNotFoundError:
         return False
     return True
@@ -148,6 +167,7 @@ class Refresh:
     renumbered: str = ""  # why the vids are known to have moved since the previous run (the row map joins)
     double: bool = True  # float64 slices (rows a later refresh can copy); False once layer 1 falls back
     prev_float32: bool = False  # the previous run's rows depend on their batches: none can be copied
+    change: float | None = None  # the share of edge rows changed since the previous run's version, where known
 
     @classmethod
     def resolve(cls, ic: InferConfig, dv: DatasetVersion, name: str, params: dict[str, Any], inp: Any) -> Refresh:
@@ -160,6 +180,7 @@ class Refresh:
             return r
         r.prev = found
         r.renumbered = renumbered(inp.partition, inp.partition_counts, found[0])
+        r.change = edge_change(inp.partition_counts, found[0])
         r.lease = VersionLease(found[0], f"infer refresh of {dv.graph}/{dv.version}").acquire()
         r.prev_url = store_url(found[0], found[0].path / found[1].path)
         r.refused = r.reason = refusal(found[1], params, r.digest) or ""
@@ -202,12 +223,15 @@ class Refresh:
             write_keys(spark, self.dv, url, INDEX_KEY)
             return
         assert self.root is not None
-        if not self.renumbered:
+        join_why = self.renumbered
+        if not join_why and not _has_arrays(self.prev_url, INDEX_KEY):
+            join_why = f"the previous run {self.prev[1].name} holds no vertex keys (it drew kernel samples)"
+        if not join_why:
             kept = write_kept_rows(spark, self.dv, (url, INDEX_KEY), self.prev_url, self.root, self.n)
             if kept is not None:
                 self.info["row_map"], self.matched = "by vid", kept
                 return
-        why = self.renumbered or "a vertex both versions count is at another vid"
+        why = join_why or "a vertex both versions count is at another vid"
         self.info.update(row_map="joined by original id", row_map_why=why)
         pdv, rec = self.prev
         as_text = read_manifest(pdv).schema.get("id_type") != read_manifest(self.dv).schema.get("id_type")
@@ -220,7 +244,7 @@ class Refresh:
             as_text,
             self.root,
             self.n,
-            keys=(url, INDEX_KEY) if self.renumbered else None,
+            keys=(url, INDEX_KEY) if join_why else None,
         )
 
     def after_features(self, res: list[dict[str, Any]]) -> None:
@@ -306,6 +330,7 @@ class Refresh:
         out: dict[str, Any] = {"path": path, "reason": self.reason, "arithmetic": self.arithmetic}
         if self.prev is not None:
             out.update(previous=f"{self.prev[0].graph}/{self.prev[0].version}", previous_run=self.prev[1].name)
+            out.update({k: self.info[k] for k in ("row_map", "row_map_why") if k in self.info})  # the drift's map
         if self.incremental:
             out.update(
                 full_from_layer=self.full_from,
@@ -315,7 +340,22 @@ class Refresh:
                 recomputed_share=self.shares["recomputed"],
                 **self.info,
             )
+            cal = self.calibration()
+            if cal:
+                out["calibration"] = cal
         return out
+
+    def calibration(self) -> dict[str, Any] | None:
+        """What the next refresh predicts its layer 1 share from (:mod:`glisp_infer.predict`): this run's measured
+        share of layer 1's work and the share of edge rows whose change caused it; None where it measured rows
+        only, the change is not known, or features changed too (a share that edge rows alone did not cause)."""
+        if self.change is None or "first_work_share" not in self.info or self.info.get("changed_features"):
+            return None
+        return {
+            "version": self.dv.version,
+            "edge_change": round(self.change, 6),
+            "first_work_share": self.info["first_work_share"],
+        }
 
     @property
     def arithmetic(self) -> str:
@@ -381,7 +421,14 @@ def knn_changed(url: str, prev_url: str, root: str, layers: tuple[int, int], see
     prev_of = np.asarray(rows_by_vid.get_orthogonal_selection(cand), np.int64)
     keep = np.flatnonzero(prev_of >= 0)
     keep = np.sort(rng.choice(keep, min(KNN_POOL, len(keep)), replace=False))
-    pool, prev_rows = cand[keep], prev_of[keep]
+    return knn_share(url, prev_url, layers, cand[keep], prev_of[keep], rng)
+
+
+def knn_share(
+    url: str, prev_url: str, layers: tuple[int, int], pool: np.ndarray, prev_rows: np.ndarray, rng: np.random.Generator
+) -> tuple[float, int]:
+    """The share of seeded queries among the vertices ``pool`` (vids; ``prev_rows`` their rows in the previous
+    run) whose top-k cosine neighbours in the pool differ between the two runs' layers ``layers``; the queries."""
     k = min(KNN_K, len(pool) - 1)
     if k < 1:
         return 0.0, 0

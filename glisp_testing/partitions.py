@@ -29,9 +29,15 @@ def replica_sets(src: np.ndarray, dst: np.ndarray, part: np.ndarray, n: int, num
 
 
 def publish_partition(
-    dv: DatasetVersion, part: np.ndarray, num_parts: int, run: str | None = None, algorithm: str = "fixture"
+    dv: DatasetVersion,
+    part: np.ndarray,
+    num_parts: int,
+    run: str | None = None,
+    algorithm: str = "fixture",
+    counts: dict | None = None,
 ) -> str:
-    """Publish stage ``partition/<run>`` holding this per-edge assignment (edges in eid order)."""
+    """Publish stage ``partition/<run>`` holding this per-edge assignment (edges in eid order); ``counts`` are
+    added to its record's (a refresh's ``incremental`` counts, as the partition stage writes them)."""
     tbl = pq.read_table(dv.edges, columns=["eid", "src", "dst"]).sort_by("eid")
     src, dst = tbl["src"].to_numpy(), tbl["dst"].to_numpy()
     part = np.asarray(part, np.int32)
@@ -58,7 +64,12 @@ def publish_partition(
             else np.zeros(num_parts)
         )
         pub.commit(
-            counts={"parts": num_parts, "edges_per_part": epp.tolist(), "vertices_per_part": vpp.tolist()},
+            counts={
+                "parts": num_parts,
+                "edges_per_part": epp.tolist(),
+                "vertices_per_part": vpp.tolist(),
+                **(counts or {}),
+            },
             metrics={"rf": float(vpp.sum() / max(len(have), 1))},
         )
     return run

@@ -120,8 +120,9 @@ class Versions:
     changed_features: list[str]  # original ids
 
 
-def _publish_version(spark, root, version, orig, src, dst, etype, feats, salt):
-    """One version: ingest contract, a pair-hash partition of its own vids, serialize and the PDS order."""
+def _publish_version(spark, root, version, orig, src, dst, etype, feats, salt, partition_counts=None):
+    """One version: ingest contract, a pair-hash partition of its own vids (``partition_counts`` added to its
+    record), serialize and the PDS order."""
     from glisp_core.config import load_config, with_values
     from glisp_testing.graphs import write_dataset
     from glisp_testing.partitions import publish_partition
@@ -141,7 +142,7 @@ def _publish_version(spark, root, version, orig, src, dst, etype, feats, salt):
         orig_ids=list(orig),
     )
     lo, hi = np.minimum(src, dst), np.maximum(src, dst)
-    run = publish_partition(dv, ((lo * 7919 + hi * 104729 + salt) % 1009) % P, P)
+    run = publish_partition(dv, ((lo * 7919 + hi * 104729 + salt) % 1009) % P, P, counts=partition_counts)
     cfg = with_values(load_config(env={}), "serialize", parquet_copy=False)
     run_serialize(spark, cfg, dv, run=run)
     run_reorders(spark, cfg, dv, ["pds"], run=run)
