@@ -73,6 +73,7 @@ DRIFT_KEYS = (
     ("moved_share", "share of vertices moved"),
     ("knn_changed_share", "share with top-k neighbours changed"),
     ("predictions_changed_share", "share of predictions changed"),
+    ("sampled", "vertices the drift sampled (a predicted run)"),
 )
 
 

@@ -104,7 +104,8 @@ def predict(ic: InferConfig, dv: DatasetVersion, inp: Any, params: dict[str, Any
     """A prediction that this refresh computes every row (its share over the bound), or None: no previous
     run, no calibration, parameters that make the previous run's shares another graph's, or a change that is
     not counted against the previous run's version. ``inp``: the run's inputs (:class:`glisp_infer.job.Inputs`)."""
-    from glisp_infer.refresh import MATCHED_PARAMS, edge_change, find_previous
+    from glisp_infer.refresh import MATCHED_PARAMS, edge_change, find_previous, has_arrays
+    from glisp_infer.store import store_url
 
     found = find_previous(dv, inp.name)
     if found is None:
@@ -118,6 +119,8 @@ def predict(ic: InferConfig, dv: DatasetVersion, inp: Any, params: dict[str, Any
     share = predicted_share(cal, change)
     if share <= ic.incremental_max_share:
         return None
+    if not has_arrays(store_url(found[0], found[0].path / found[1].path)):
+        return None  # its arrays are gone: no drift to measure; the refresh says so and runs in full
     return Prediction(found, change, share, cal, ic.incremental_max_share)
 
 

@@ -133,7 +133,7 @@ def refusal(prev: StageRecord, params: dict[str, Any], digest: str) -> str | Non
     return None
 
 
-def _has_arrays(url: str, name: str = INDEX_ROW) -> bool:
+def has_arrays(url: str, name: str = INDEX_ROW) -> bool:
     try:
         open_array(url, name)
     except FileNotFoundError:
@@ -185,7 +185,7 @@ class Refresh:
         r.prev_url = store_url(found[0], found[0].path / found[1].path)
         r.refused = r.reason = refusal(found[1], params, r.digest) or ""
         r.prev_float32 = (found[1].counts.get("incremental") or {}).get("arithmetic") == "float32"
-        if not r.refused and not _has_arrays(r.prev_url):
+        if not has_arrays(r.prev_url):  # refused or not: no row to copy, and no drift to measure against
             r.close()  # its record stays, its arrays are gone (removed by hand or by another tool): a full run
             r.prev = None
             r.refused = r.reason = (
@@ -224,7 +224,7 @@ class Refresh:
             return
         assert self.root is not None
         join_why = self.renumbered
-        if not join_why and not _has_arrays(self.prev_url, INDEX_KEY):
+        if not join_why and not has_arrays(self.prev_url, INDEX_KEY):
             join_why = f"the previous run {self.prev[1].name} holds no vertex keys (it drew kernel samples)"
         if not join_why:
             kept = write_kept_rows(spark, self.dv, (url, INDEX_KEY), self.prev_url, self.root, self.n)

@@ -116,6 +116,24 @@ def test_a_refresh_predicted_to_compute_every_row_runs_as_a_plain_run(
     assert again.params["sampling"] == "stable" and "refresh_start_s" in again.timings
     assert again.metrics["drift"]["matched"] == 262  # against v3's rows, through the joined map
 
+    # glisp report --compare says which path v3's run took and that its drift is a sample's
+    from glisp_app.report_compare import compare_text
+    from glisp_core.dataset.manifest import read_manifest
+
+    block = compare_text(read_manifest(v2), read_manifest(v3)).split("Embedding versions")[1]
+    assert "v3:infer/pred" in block and "full: predicted:" in block and "vertices the drift sampled" in block
+
+    # v3's arrays removed by hand: nothing to measure the drift against, so no prediction; a full run says why
+    import shutil
+
+    from glisp_core.storage.uri import parse_uri
+    from glisp_infer.store import store_url
+
+    shutil.rmtree(parse_uri(store_url(v3, v3.path / third.path)).local)
+    gone = run_infer(spark, make_infer_cfg(model="m", run="pred", incremental=True, **kw), v4, force=True)
+    inc = gone.counts["incremental"]
+    assert "predicted" not in inc and inc["path"] == "full" and "has no arrays" in inc["reason"], inc
+
 
 def _rec(counts: dict, params: dict | None = None) -> StageRecord:
     return StageRecord(name="infer/r", path="infer/r/@x", fingerprint="", params=params or {}, counts=counts)
