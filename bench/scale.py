@@ -20,7 +20,12 @@ through the pipeline with the ``glisp`` CLI, each stage its own process, default
   sample the degrees; the vertex files are the first snapshot's);
 - ``refresh-ingest``, ``refresh-partition`` (``--incremental`` from the first version), ``refresh-serialize``,
   ``refresh-reorder``, ``refresh-infer`` (``--incremental``; ``glisp infer`` carries the model trained on the
-  first version into the new one, as ``glisp pipeline`` does).
+  first version into the new one, as ``glisp pipeline`` does);
+- ``refresh2-*``: a second refresh, of the first refresh's snapshot changed again (another seed), from the
+  first refresh's version (``--refreshes``): a scheduled refresh's steady state, where inference can predict
+  its fallback from the refresh before it (docs/inference.md).
+
+The report ends with each refresh against the fresh run, stage by stage and in total.
 
 Per stage and rung: wall seconds (from the CLI's start, after the lock); edges/s/core (edges of the rung / wall
 / os.cpu_count()); peak RSS sampled from /proc every 0.2 s over the stage's process tree: the driver (the CLI's
@@ -89,8 +94,15 @@ STAGES = [
     "refresh-serialize",
     "refresh-reorder",
     "refresh-infer",
+    "refresh2-input",
+    "refresh2-ingest",
+    "refresh2-partition",
+    "refresh2-serialize",
+    "refresh2-reorder",
+    "refresh2-infer",
 ]
-PREP = {"generate", "refresh-input"}  # input preparation: timed, marked
+PREP = {"generate", "refresh-input", "refresh2-input"}  # input preparation: timed, marked
+REFRESHED = ("ingest", "partition", "serialize", "reorder", "infer")  # a refresh's stages, each against the fresh one
 IO_SOURCE = "/proc/<pid>/io read_bytes/write_bytes of the stage's process tree (storage layer)"
 LIVE: set[int] = set()  # stage processes this script started and still waits for (never reaped by settle)
 REAPED: set[int] = set()  # adopted processes settle reaped: their I/O is in ours already
@@ -471,7 +483,7 @@ def sample_windows(cf: str, windows: int = 3, window_s: float = 8.0) -> dict[str
 
 
 # ---- the changed snapshot --------------------------------------------------------------------------------------
-def write_refresh_inputs(src: Path, out: Path, frac: float, batch_rows: int = 1 << 22) -> dict[str, Any]:
+def write_refresh_inputs(src: Path, out: Path, frac: float, batch_rows: int = 1 << 22, seed: int = 1) -> dict[str, Any]:
     """The changed snapshot's input files: ``change`` per Parquet batch of each generated edge file (written as it
     goes), the same vertex files; ``ingest.toml`` last, so its presence means the files are complete."""
     import pyarrow as pa
@@ -487,7 +499,7 @@ def write_refresh_inputs(src: Path, out: Path, frac: float, batch_rows: int = 1 
             raise StageFailed(f"{f}: expected the generator's columns src, dst (got {schema.names})")
         with pq.ParquetWriter(out / "edges" / f"part-{i:05d}.parquet", schema) as w:
             for j, batch in enumerate(pf.iter_batches(batch_size=batch_rows)):
-                rng = np.random.default_rng([1, i, j])
+                rng = np.random.default_rng([seed, i, j])
                 s, d = change(batch.column(0).to_numpy(), batch.column(1).to_numpy(), frac, rng)
                 w.write_table(pa.Table.from_arrays([pa.array(s), pa.array(d)], schema=schema))
                 rows += len(s)
@@ -500,10 +512,12 @@ def write_refresh_inputs(src: Path, out: Path, frac: float, batch_rows: int = 1 
     return {"edge_rows": rows, "changed_rows": changed}
 
 
-def refresh_input(b: Bench, rung: str, src: Path, out: Path, frac: float) -> tuple[Measured, dict[str, Any]]:
+def refresh_input(
+    b: Bench, rung: str, src: Path, out: Path, frac: float, k: int = 1
+) -> tuple[Measured, dict[str, Any]]:
     """Input preparation as a stage of its own: this script in a child process (``--write-refresh``)."""
-    cmd = [sys.executable, str(Path(__file__).resolve()), "--write-refresh", str(src), str(out), str(frac)]
-    m = run_cmd(b, rung, "refresh-input", cmd, spark=False)
+    cmd = [sys.executable, str(Path(__file__).resolve()), "--write-refresh", str(src), str(out), str(frac), str(k)]
+    m = run_cmd(b, rung, f"{refresh_prefix(k)}input", cmd, spark=False)
     return m, json.loads(m.output.strip().splitlines()[-1])
 
 
@@ -587,7 +601,18 @@ class Rung:
 
     @property
     def refresh_inputs(self) -> Path:
-        return self.root / "inputs" / f"{self.name}-refresh"
+        return self.refresh_dir(1)
+
+    def refresh_dir(self, k: int) -> Path:
+        """The input files of refresh ``k`` (0: the first snapshot's)."""
+        if k == 0:
+            return self.inputs
+        return self.root / "inputs" / (f"{self.name}-refresh" + (str(k) if k > 1 else ""))
+
+
+def refresh_prefix(k: int) -> str:
+    """The stage names' prefix of refresh ``k``: ``refresh-``, ``refresh2-``, ..."""
+    return "refresh-" if k == 1 else f"refresh{k}-"
 
 
 def result_line(r: Rung, stage: str, m: Measured, out_bytes: int, extra: dict[str, Any]) -> dict[str, Any]:
@@ -721,21 +746,25 @@ def serve_train_infer(b: Bench, r: Rung, ds: str, steps: int) -> None:
     dstep(b, r, "infer", ds, argv, f"infer/{MODEL}-pds", infer_extra)
 
 
-def refresh(b: Bench, r: Rung, base: str, change_frac: float) -> None:
-    """The changed snapshot through ingest, incremental partition, serialize, reorder, incremental inference."""
+def refresh(b: Bench, r: Rung, base: str, change_frac: float, k: int = 1) -> str:
+    """Refresh ``k``: the snapshot before it changed again, through ingest, incremental partition from ``base``
+    (a version), serialize, reorder, incremental inference; the version it made."""
+    pre, src, out = refresh_prefix(k), r.refresh_dir(k - 1), r.refresh_dir(k)
 
     def prep() -> tuple[Measured, int, dict[str, Any]]:
-        m, extra = refresh_input(b, r.name, r.inputs, r.refresh_inputs, change_frac)
-        return m, dir_bytes(r.refresh_inputs / "edges"), extra
+        m, extra = refresh_input(b, r.name, src, out, change_frac, k)
+        return m, dir_bytes(out / "edges"), extra
 
-    step(b, r, "refresh-input", prep)
-    ds = f"{r.graph}/{ingest(b, r, 'refresh-ingest', r.refresh_inputs)}"
+    step(b, r, f"{pre}input", prep)
+    version = ingest(b, r, f"{pre}ingest", out)
+    ds = f"{r.graph}/{version}"
     argv = ["partition", ds, "--algorithm", "adadne", "--parts", "8", "--name", RUN8, "--incremental"]
     argv += ["--set", f"partition.incremental_base={base}", "--force"]
-    dstep(b, r, "refresh-partition", ds, argv, f"partition/{RUN8}", partition_extra)
-    serialize_reorder(b, r, ds, "refresh-")
+    dstep(b, r, f"{pre}partition", ds, argv, f"partition/{RUN8}", partition_extra)
+    serialize_reorder(b, r, ds, pre)
     argv = ["infer", ds, "--model", MODEL, "--incremental", "--force"]
-    dstep(b, r, "refresh-infer", ds, argv, f"infer/{MODEL}-pds", infer_extra)  # glisp infer carries the model
+    dstep(b, r, f"{pre}infer", ds, argv, f"infer/{MODEL}-pds", infer_extra)  # glisp infer carries the model
+    return version
 
 
 # ---- the report ------------------------------------------------------------------------------------------------
@@ -837,7 +866,7 @@ def notes(lines: list[dict[str, Any]]) -> list[str]:
     out = []
     for x in lines:
         e, st = x["extra"], x["stage"]
-        if st.startswith(("partition", "refresh-partition")) and e.get("rf") is not None:
+        if "partition" in st and e.get("rf") is not None:
             path = f", {e['path']} ({e.get('mode', '')}: {e.get('reason', '')})" if "path" in e else ""
             out.append(f"{x['rung']} {st}: RF {e['rf']:.3f} VB {e['vb']:.3f} EB {e['eb']:.3f}{path}")
         elif st == "train" and "batches" in e:  # a line rebuilt from a published table has no figures
@@ -853,7 +882,7 @@ def notes(lines: list[dict[str, Any]]) -> list[str]:
                 f"vertices/s; a batch: {e.get('edges_per_batch', '-')} sampled edges, {e.get('inputs_per_batch', '-')} "
                 "distinct inputs"
             )
-        elif st in ("infer", "refresh-infer"):
+        elif st == "infer" or st.endswith("-infer"):
             path = e.get("path", "-")
             out.append(
                 f"{x['rung']} {st}: {e.get('vertices')} vertices, path {path} {e.get('reason', '')} "
@@ -901,6 +930,29 @@ def cost_model(lines: list[dict[str, Any]], machines: int, net: float) -> list[l
     return rows
 
 
+def refresh_rows(lines: list[dict[str, Any]]) -> list[list[list[str]]]:
+    """Per rung and refresh: [rung refresh, stage, fresh s, refresh s, ratio] for each refreshed stage and the
+    total (over the stages both ran), one table each."""
+    wall_of = {(x["rung"], x["stage"]): x["wall_s"] for x in lines}
+    out = []
+    for rung in dict.fromkeys(x["rung"] for x in lines):
+        for k in range(1, 10):
+            pre = refresh_prefix(k)
+            pairs: list[tuple[str, float, float]] = []
+            for st in REFRESHED:
+                f, s = wall_of.get((rung, "partition-p8" if st == "partition" else st)), wall_of.get((rung, pre + st))
+                if f and s:
+                    pairs.append((st, float(f), float(s)))
+            if not pairs:
+                continue
+            name = f"{rung} {pre.rstrip('-')}"
+            rows = [[name, st, f"{f:.1f}", f"{s:.1f}", f"{s / f:.2f}"] for st, f, s in pairs]
+            fresh, ref = sum(f for _, f, _ in pairs), sum(s for _, _, s in pairs)
+            rows.append([name, "total", f"{fresh:.1f}", f"{ref:.1f}", f"{ref / fresh:.2f}"])
+            out.append(rows)
+    return out
+
+
 def report(root: Path, net: float = NET) -> None:
     """The table, the exponents, the cost model and the PNG, from the result lines alone."""
     lines = ordered(load_results(root))
@@ -925,6 +977,9 @@ def report(root: Path, net: float = NET) -> None:
             f"\ncost model: 10^10 edges on {machines} machines x {MACHINE_CORES} cores ({MACHINE_GB} GB), network factor {net}"
         )
         print_table(head, cost_model(lines, machines, net))
+    for rows in refresh_rows(lines):
+        print(f"\n{rows[0][0]} against the fresh run (wall seconds; the fresh partition is p = 8's)")
+        print_table(["refresh", "stage", "fresh s", "refresh s", "refresh/fresh"], rows)
     png = root / "scale.png"
     plot(lines, png)
     print(f"plot: {png}")
@@ -944,19 +999,20 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--features", type=int, default=32, help="synthetic feature width of the generated graph")
     ap.add_argument("--train-steps", type=int, default=50, help="training batches (train.max_batches, one epoch)")
     ap.add_argument("--change", type=float, default=0.01, help="share of edge rows changed by the refresh")
+    ap.add_argument("--refreshes", type=int, default=2, help="refreshes in a row, each of the one before")
     ap.add_argument("--lock", default="/tmp/glisp-bench.lock", help="flock this file per stage ('' for none)")
     ap.add_argument("--report", action="store_true", help="only print the table and write the plot")
     ap.add_argument("--net", type=float, default=NET, help="cost model: the cluster's time per edge over local mode's")
     ap.add_argument("--p32-last", action="store_true", help="partition at p = 32 after the refresh (nothing needs it)")
-    ap.add_argument("--write-refresh", nargs=3, metavar=("SRC", "OUT", "FRAC"), help=argparse.SUPPRESS)
+    ap.add_argument("--write-refresh", nargs=4, metavar=("SRC", "OUT", "FRAC", "SEED"), help=argparse.SUPPRESS)
     ap.add_argument("--service-rate", metavar="CLUSTER_FILE", help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
     if args.service_rate:  # the serve stage's sampling-only client, a process of its own
         print(json.dumps(sample_windows(args.service_rate)), flush=True)
         return 0
     if args.write_refresh:  # the refresh-input stage's own process
-        src, out, frac = args.write_refresh
-        print(json.dumps(write_refresh_inputs(Path(src), Path(out), float(frac))), flush=True)
+        src, out, frac, seed = args.write_refresh
+        print(json.dumps(write_refresh_inputs(Path(src), Path(out), float(frac), seed=int(seed))), flush=True)
         return 0
     root = Path(args.root).resolve()
     root.mkdir(parents=True, exist_ok=True)
@@ -968,7 +1024,9 @@ def main(argv: list[str] | None = None) -> int:
             try:
                 base = first_version(b, r, args)
                 serve_train_infer(b, r, f"{r.graph}/{base}", args.train_steps)
-                refresh(b, r, base, args.change)
+                version = base
+                for k in range(1, args.refreshes + 1):
+                    version = refresh(b, r, version, args.change, k)
                 if args.p32_last:
                     partition(b, r, f"{r.graph}/{base}", 32, RUN32)
             except StageFailed as e:

@@ -59,3 +59,21 @@ def test_hours_carry_the_largest_rungs_cost_by_the_exponent_and_the_cluster_fact
     # twice the machines: half the hours
     twice = {r[0]: r for r in scale.cost_model(lines, 128, 1.11)}
     assert float(twice["serialize"][4]) == pytest.approx(float(rows["serialize"][4]) / 2, rel=0.02)
+
+
+def test_each_refresh_is_set_against_the_fresh_run_stage_by_stage_and_in_total(scale):
+    walls = {"ingest": 30.0, "partition-p8": 60.0, "partition-p32": 90.0, "serialize": 70.0, "reorder": 30.0}
+    walls |= {"infer": 60.0, "refresh-ingest": 33.0, "refresh-partition": 75.0, "refresh-serialize": 63.0}
+    walls |= {"refresh-reorder": 24.0, "refresh-infer": 54.0, "refresh2-ingest": 30.0, "refresh2-infer": 30.0}
+    lines = [{"rung": "s20", "stage": st, "wall_s": w} for st, w in walls.items()]
+    first, second = scale.refresh_rows(lines)
+    assert [r[1] for r in first] == ["ingest", "partition", "serialize", "reorder", "infer", "total"]
+    assert first[1][2:] == ["60.0", "75.0", "1.25"]  # against p = 8's partition, not p = 32's
+    assert first[-1] == ["s20 refresh", "total", "250.0", "249.0", "1.00"]
+    # a refresh not through every stage yet: the stages both ran
+    assert second == [
+        ["s20 refresh2", "ingest", "30.0", "30.0", "1.00"],
+        ["s20 refresh2", "infer", "60.0", "30.0", "0.50"],
+        ["s20 refresh2", "total", "90.0", "60.0", "0.67"],
+    ]
+    assert scale.refresh_prefix(1) == "refresh-" and scale.refresh_prefix(2) == "refresh2-"
