@@ -149,19 +149,26 @@ def _publish_version(spark, root, version, orig, src, dst, etype, feats, salt, p
     return dv, run
 
 
-@pytest.fixture(scope="session")
-def two_versions(spark, tmp_path_factory) -> Versions:
-    """v1, and v2 = v1 with 6 vertices removed (with their edges), 5 added (with edges), 4% of the edges
-    removed and 4% added, 3 feature rows changed, every vid renumbered and a different partition."""
+def first_version(rng: np.random.Generator):
+    """The refresh tests' first version: R-MAT scale 8 (edge factor 6) with 6 isolated vertices, random edge
+    types (2) and features (6-d), ids ``u<vid>``: (src, dst, etype, features, ids)."""
     from glisp_testing.graphs import rmat_edges
 
-    root = tmp_path_factory.mktemp("incr")
-    rng = np.random.default_rng(5)
     src, dst = rmat_edges(8, edge_factor=6, seed=3)
     n = 262
     et = rng.integers(0, 2, len(src)).astype(np.int32)
     feats = rng.normal(size=(n, 6)).astype(np.float32)
-    ids = np.array([f"u{i}" for i in range(n)], object)
+    return src, dst, et, feats, np.array([f"u{i}" for i in range(n)], object)
+
+
+@pytest.fixture(scope="session")
+def two_versions(spark, tmp_path_factory) -> Versions:
+    """v1, and v2 = v1 with 6 vertices removed (with their edges), 5 added (with edges), 4% of the edges
+    removed and 4% added, 3 feature rows changed, every vid renumbered and a different partition."""
+    root = tmp_path_factory.mktemp("incr")
+    rng = np.random.default_rng(5)
+    src, dst, et, feats, ids = first_version(rng)
+    n = len(ids)
     old, old_run = _publish_version(spark, root, "v1", ids, src, dst, et, feats, 0)
     gone = rng.choice(n, 6, replace=False)
     keep_e = ~np.isin(src, gone) & ~np.isin(dst, gone) & (rng.random(len(src)) > 0.04)

@@ -27,16 +27,12 @@ def same_vid_versions(spark, tmp_path_factory):
     """v1 to v4 of one graph with the same vertices, ids and features: each version replaces 3 % of the
     previous one's edge rows by random rows; each partition record counts the change as a partition refresh
     from the previous version does (every vertex at its vid)."""
-    from glisp_testing.graphs import rmat_edges
-    from tests.glisp_infer.conftest import _publish_version
+    from tests.glisp_infer.conftest import _publish_version, first_version
 
     root = tmp_path_factory.mktemp("predict")
     rng = np.random.default_rng(8)
-    src, dst = rmat_edges(8, edge_factor=6, seed=3)
-    n = 262
-    et = rng.integers(0, 2, len(src)).astype(np.int32)
-    feats = rng.normal(size=(n, 6)).astype(np.float32)
-    ids = np.array([f"u{i}" for i in range(n)], object)
+    src, dst, et, feats, ids = first_version(rng)
+    n = len(ids)
     out, changes, prev = [], [], None
     for name in ("v1", "v2", "v3", "v4"):
         if prev is not None:
