@@ -570,6 +570,16 @@ def _create_layer_arrays(dv: DatasetVersion, inp: Inputs, plan: InferPlan) -> No
     )
 
 
+def _work_profile(plan: InferPlan, planned: dict[int, dict[str, Any]]) -> dict[str, Any]:
+    """``work_profile`` (:mod:`glisp_infer.profile`) from the plan job's tasks: a later refresh predicts from it."""
+    from glisp_infer import task as T
+    from glisp_infer.profile import record
+
+    hists = [r.pop(T.WORK_PROFILE) for r in planned.values() if r.get(T.WORK_PROFILE) is not None]
+    got = record(hists, T.first_hop_capped(plan) and not plan.stable) if len(hists) == len(planned) else None
+    return {T.WORK_PROFILE: got} if got else {}
+
+
 def _plan_metrics(planned: dict[int, dict[str, Any]]) -> dict[str, Any]:
     """The plan job's seconds and CPU summed over its tasks, and its attempts per partition."""
     return {
@@ -631,7 +641,7 @@ def _run_layers(
         metrics["evaluation"] = scores
     if planned:
         metrics["plan"] = _plan_metrics(planned)
-    counts = {**_layout_counts(plan), **out_counts}
+    counts = {**_layout_counts(plan), **out_counts, **_work_profile(plan, planned)}
     if refresh is not None:
         counts["incremental"] = refresh.record()
         counts["model_digest"] = refresh.digest

@@ -14,6 +14,10 @@ float32, no keys, row map or signatures) and says so, with the drift against the
 seeded sample of vertices; the calibration goes on to the next run. A smaller change predicts less, and that
 refresh measures again (in full with stable samples where the previous run was a plain one: it has no row to
 copy).
+
+A refresh with no calibration to read (the first of a lineage, or after runs that measured none) predicts from the
+previous run's work per in-degree (:mod:`glisp_infer.profile`, recorded by every run with a plan job), where its
+partition refresh found the change spread over the graph; a change inside one region measures instead.
 """
 
 from __future__ import annotations
@@ -59,19 +63,29 @@ class Prediction:
     prev: tuple[DatasetVersion, StageRecord]
     change: float
     share: float
-    calibration: dict[str, Any]
+    calibration: dict[str, Any] | None  # None: predicted from the previous run's work profile
     bound: float
+    spread: dict[str, Any] = field(default_factory=dict)  # the profile's check of the change's spread
     lease: VersionLease | None = field(default=None, repr=False)
 
     @property
     def reason(self) -> str:
         cal = self.calibration
+        if cal is None:
+            basis = (
+                f"spread over the graph (its added rows touched {self.spread.get('touched_vertices', 0):,} vertices, "
+                f"about {self.spread.get('expected_touched', 0):,.0f} expected of their in-ends), by the work per "
+                f"in-degree of the previous run's layer 1 it reaches about {self.share:.3f} of that work"
+            )
+        else:
+            basis = (
+                f"the refresh of {cal['version']} ({float(cal['edge_change']):.2%} changed) reached "
+                f"{float(cal['first_work_share']):.3f} of layer 1's work, so this change reaches about {self.share:.3f}"
+            )
         return (
-            f"predicted: {self.change:.2%} of the edge rows changed since {self.prev[0].version}; the refresh of "
-            f"{cal['version']} ({float(cal['edge_change']):.2%} changed) reached {float(cal['first_work_share']):.3f} "
-            f"of layer 1's work, so this change reaches about {self.share:.3f} > infer.incremental_max_share "
-            f"{self.bound}: every row computed as a plain run does (kernel samples, float32), without finding out "
-            "what changed"
+            f"predicted: {self.change:.2%} of the edge rows changed since {self.prev[0].version}; {basis} > "
+            f"infer.incremental_max_share {self.bound}: every row computed as a plain run does (kernel samples, "
+            "float32), without finding out what changed"
         )
 
     def record(self) -> dict[str, Any]:
@@ -87,7 +101,8 @@ class Prediction:
             "edge_change": round(self.change, 6),
             "predicted_work_share": round(self.share, 6),
             "max_share": self.bound,
-            "calibration": self.calibration,
+            **({"calibration": self.calibration} if self.calibration else {"predicted_from": "work_profile"}),
+            **self.spread,
         }
 
     def acquire(self, dv: DatasetVersion) -> Prediction:
@@ -110,18 +125,34 @@ def predict(ic: InferConfig, dv: DatasetVersion, inp: Any, params: dict[str, Any
     found = find_previous(dv, inp.name)
     if found is None:
         return None
-    cal = calibration_of(found[1])
     change = edge_change(inp.partition_counts, found[0])
-    if cal is None or change is None:
+    if change is None or any(found[1].params.get(k) != params.get(k) for k in MATCHED_PARAMS):
         return None
-    if any(found[1].params.get(k) != params.get(k) for k in MATCHED_PARAMS):
-        return None
-    share = predicted_share(cal, change)
+    cal, spread = calibration_of(found[1]), dict[str, Any]()
+    if cal is not None:
+        share = predicted_share(cal, change)
+    else:  # no refresh measured yet: the previous run's work by in-degree, for a change spread over the graph
+        got = from_profile(found[1], inp.partition_counts, change)
+        if got is None:
+            return None
+        share, spread = got
     if share <= ic.incremental_max_share:
         return None
     if not has_arrays(store_url(found[0], found[0].path / found[1].path)):
         return None  # its arrays are gone: no drift to measure; the refresh says so and runs in full
-    return Prediction(found, change, share, cal, ic.incremental_max_share)
+    return Prediction(found, change, share, cal, ic.incremental_max_share, spread)
+
+
+def from_profile(prev: StageRecord, partition_counts: dict[str, Any], change: float) -> tuple[float, dict] | None:
+    """Layer 1's share predicted from the previous run's work profile (:mod:`glisp_infer.profile`) with the
+    figures of the change's spread, or None: no profile, or a change the partition refresh did not find spread."""
+    from glisp_infer.profile import profile_of, spread_like_rows, work_share
+
+    profile = profile_of(prev.counts)
+    if profile is None:
+        return None
+    spread, figures = spread_like_rows(profile, partition_counts.get("incremental") or {})
+    return (work_share(profile, change), figures) if spread else None
 
 
 def sampled_drift(p: Prediction, url: str, prev_url: str, layer: int, n: int, seed: int, task: str) -> dict[str, Any]:

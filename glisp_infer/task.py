@@ -437,6 +437,24 @@ def layer_sample(
     return sample, interior, int(full if f == FULL else f)
 
 
+WORK_PROFILE = "work_profile"  # a plan task's result: its vertices and work per in-degree bin (glisp_infer.profile)
+
+
+def first_hop_capped(plan: InferPlan) -> bool:
+    """Whether layer 1 samples a finite fanout: a plain run's plan job then sees at most that many in-edges."""
+    return plan.fanouts[hop_of(0, plan.layers)] != FULL
+
+
+def _work_histogram(plan: InferPlan, sample: Any, whole: Any) -> np.ndarray:
+    """Vertices and layer-1 work per in-degree bin; the in-degree from every neighbour where the run gathered them
+    (stable samples), else from the sample itself."""
+    from glisp_infer.profile import histogram
+
+    work = sample.counts.sum(axis=1).astype(np.int64)
+    degree = whole[0].counts.sum(axis=1) if whole is not None else work
+    return histogram(degree, work + 1)
+
+
 def plan_exchange(plan: InferPlan, part: int, attempt: int = 0) -> dict[str, Any]:
     """The plan task of a partition (before layer 0): sample every layer's hop for its vertices, keep the
     samples for its layer tasks and write what it needs from every other partition (``glisp_infer.halo``)."""
@@ -451,7 +469,7 @@ def plan_exchange(plan: InferPlan, part: int, attempt: int = 0) -> dict[str, Any
     own = np.zeros(plan.layout.num_vertices, bool)
     own[vids] = True
     sample_s, needs_s, foreign = [], [], []
-    whole = None
+    whole, profile = None, None
     if plan.stable:  # every neighbour gathered once: every layer's draw, and the neighbourhood signatures
         whole = every_neighbour(plan, reader, vids, engines)
         I.write_neighbour_signatures(plan, part, whole[0])
@@ -459,6 +477,8 @@ def plan_exchange(plan: InferPlan, part: int, attempt: int = 0) -> dict[str, Any
         t = time.perf_counter()
         sample, interior, fanout = layer_sample(plan, reader, vids, layer, engines, whole)
         t1 = time.perf_counter()
+        if layer == 1:  # layer 1's work by in-degree: what a later refresh predicts its share from
+            profile = _work_histogram(plan, sample, whole)
         mark = own.copy()  # distinct ids by marking: np.unique would sort every sampled edge
         mark[sample.nbrs] = True
         ids = np.flatnonzero(mark)  # the static cache's, then in the order's global position
@@ -474,6 +494,7 @@ def plan_exchange(plan: InferPlan, part: int, attempt: int = 0) -> dict[str, Any
         "sample_s": sample_s,
         "needs_s": needs_s,
         "foreign_rows": foreign,
+        WORK_PROFILE: profile,
         "total_s": time.perf_counter() - t0,
         "cpu_s": time.process_time() - c0,
     }

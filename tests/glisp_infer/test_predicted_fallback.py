@@ -7,7 +7,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from glisp_core.dataset.manifest import StageRecord
+from glisp_core.dataset.manifest import StageRecord, read_manifest
 from glisp_infer.incremental import cosine_distance
 from glisp_infer.predict import calibration_of, predicted_share, sample_vids
 from glisp_infer.refresh import edge_change
@@ -22,23 +22,30 @@ def _kept(a: np.ndarray, b: np.ndarray) -> int:
     return int(np.minimum(ca[ia], cb[ib]).sum())
 
 
-@pytest.fixture(scope="module")
-def same_vid_versions(spark, tmp_path_factory):
-    """v1 to v4 of one graph with the same vertices, ids and features: each version replaces 3 % of the
-    previous one's edge rows by random rows; each partition record counts the change as a partition refresh
-    from the previous version does (every vertex at its vid)."""
+def _added(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """The row keys of ``b`` not matched by a row of ``a`` (the multiset difference), each as often as added."""
+    ub, cb = np.unique(b, return_counts=True)
+    ua, ca = np.unique(a, return_counts=True)
+    at = np.searchsorted(ua, ub).clip(0, max(len(ua) - 1, 0))
+    had = np.where((len(ua) > 0) & (ua[at] == ub), ca[at], 0)
+    return np.repeat(ub, np.maximum(cb - had, 0))
+
+
+def _chain(spark, root, rng, names, among: int | None = None, touched: bool = False):
+    """Versions ``names`` of one graph with the same vertices, ids and features: each replaces 3 % of the previous
+    one's edge rows by random rows (between the first ``among`` vertices only, where given); each partition record
+    counts the change as a partition refresh from the previous version does (every vertex at its vid), with the
+    vertices its added rows touched where ``touched``. Returns [(dv, run)], the changes and each version's dst."""
     from tests.glisp_infer.conftest import _publish_version, first_version
 
-    root = tmp_path_factory.mktemp("predict")
-    rng = np.random.default_rng(8)
     src, dst, et, feats, ids = first_version(rng)
     n = len(ids)
-    out, changes, prev = [], [], None
-    for name in ("v1", "v2", "v3", "v4"):
+    out, changes, dsts, prev = [], [], [], None
+    for name in names:
         if prev is not None:
             keep = rng.random(len(src)) > 0.03
             m = int((~keep).sum())
-            s, d = rng.integers(0, n, m), rng.integers(0, n, m)
+            s, d = rng.integers(0, among or n, m), rng.integers(0, among or n, m)
             ok = s != d
             src = np.concatenate([src[keep], s[ok]])
             dst = np.concatenate([dst[keep], d[ok]])
@@ -48,10 +55,23 @@ def same_vid_versions(spark, tmp_path_factory):
         if prev is not None:
             kept = _kept(prev[1], rows)
             inc = {"kept": kept, "added": len(rows) - kept, "removed": len(prev[1]) - kept}
+            if touched:
+                ends = _added(prev[1], rows) // 2
+                inc["touched_vertices"] = len(np.unique(np.concatenate([ends // n, ends % n])))
             counts = {"incremental": {"base": f"g/{prev[0]}", "same_vids": True, **inc}}
             changes.append((inc["added"] + inc["removed"]) / (inc["kept"] + inc["removed"]))
         out.append(_publish_version(spark, root, name, ids, src, dst, et, feats, 0, counts))
+        dsts.append(dst)
         prev = (name, rows)
+    return out, changes, dsts
+
+
+@pytest.fixture(scope="module")
+def same_vid_versions(spark, tmp_path_factory):
+    """v1 to v4 (:func:`_chain`), their partition records without the touched vertices: no profile to predict from."""
+    out, changes, _ = _chain(
+        spark, tmp_path_factory.mktemp("predict"), np.random.default_rng(8), ("v1", "v2", "v3", "v4")
+    )
     return out, changes
 
 
@@ -129,6 +149,74 @@ def test_a_refresh_predicted_to_compute_every_row_runs_as_a_plain_run(
     gone = run_infer(spark, make_infer_cfg(model="m", run="pred", incremental=True, **kw), v4, force=True)
     inc = gone.counts["incremental"]
     assert "predicted" not in inc and inc["path"] == "full" and "has no arrays" in inc["reason"], inc
+
+
+@pytest.fixture(scope="module")
+def spread_and_local_versions(spark, tmp_path_factory):
+    """Two pairs of versions whose partition records count the vertices the added rows touched: in one the 3 %
+    of new rows fall anywhere, in the other between 12 vertices."""
+    spread = _chain(spark, tmp_path_factory.mktemp("spread"), np.random.default_rng(8), ("v1", "v2"), touched=True)
+    local = _chain(spark, tmp_path_factory.mktemp("local"), np.random.default_rng(8), ("v1", "v2"), 12, True)
+    return spread, local
+
+
+def test_a_first_refresh_predicts_from_the_previous_runs_work_per_in_degree_where_the_change_is_spread(
+    spark, spread_and_local_versions, make_infer_cfg, new_model
+):
+    from glisp_infer.profile import bin_floor, bin_of, profile_of, spread_like_rows, work_share
+
+    (((v1, r1), (v2, r2)), (c12,), (dst1, _)), local = spread_and_local_versions
+    model = new_model("sage", layers=2)
+    kw = {"fanouts": [3, 4], "incremental_max_share": 0.15}
+    first = _infer(spark, v1, r1, model, "prof", make_infer_cfg, **kw)
+    prof = first.counts["work_profile"]  # the plan job's, by every in-edge (stable samples gather them all)
+    deg = np.bincount(dst1, minlength=262)
+    bins, vertices = np.unique(bin_of(deg), return_counts=True)
+    assert prof["vertices"] == vertices.tolist() and prof["capped"] is False, prof
+    assert prof["degree"] == bin_floor(bins).tolist()  # a vertex's work: its sampled in-edges and its own row
+    assert all(v <= w <= v * (d + 1) for d, v, w in zip(prof["degree"], vertices, prof["work"], strict=True))
+
+    second = _infer(spark, v2, r2, model, "prof", make_infer_cfg, **kw)
+    inc = second.counts["incremental"]
+    part_inc = read_manifest(v2).stage(f"partition/{r2}").counts["incremental"]
+    assert inc["path"] == "full" and inc["predicted"] is True and inc["predicted_from"] == "work_profile", inc
+    assert "calibration" not in inc and "refresh_start_s" not in second.timings
+    assert inc["predicted_work_share"] == pytest.approx(work_share(profile_of(first.counts), c12), abs=1e-6)
+    assert inc["touched_vertices"] == part_inc["touched_vertices"] and "touched" in inc["reason"], inc
+    assert second.params["sampling"] == "kernel" and second.counts["work_profile"]["capped"] is True
+
+    # the same share of new rows between 12 vertices: the model would predict as much, but the touched vertices
+    # say the change is not spread, so the refresh measures (and finds far less)
+    ((l1, q1), (l2, q2)), (cl,), _ = local
+    first = _infer(spark, l1, q1, model, "prof", make_infer_cfg, **kw)
+    profile = profile_of(first.counts)
+    assert work_share(profile, cl) > 0.15
+    part_inc = read_manifest(l2).stage(f"partition/{q2}").counts["incremental"]
+    assert part_inc["touched_vertices"] <= 12 and not spread_like_rows(profile, part_inc)[0]
+    measured = _infer(spark, l2, q2, model, "prof", make_infer_cfg, **kw).counts["incremental"]
+    assert "predicted" not in measured and measured["first_work_share"] < work_share(profile, cl), measured
+
+
+def test_the_work_profile_is_a_lower_bound_of_the_models_share_within_its_bins() -> None:
+    from glisp_infer.profile import NUM_BINS, histogram, profile_of, record, spread_like_rows, work_share
+
+    rng = np.random.default_rng(3)
+    deg = np.minimum(rng.zipf(1.8, 200_000) - 1, 10**7)
+    work = deg + 1
+    parts = [histogram(deg[i::3], work[i::3]) for i in range(3)]  # three tasks' histograms, summed
+    rec = record(parts, capped=False)
+    assert rec is not None and len(rec["degree"]) <= NUM_BINS and sum(rec["vertices"]) == len(deg)
+    prof = profile_of({"work_profile": rec})
+    for c in (0.001, 0.01, 0.05):
+        exact = float((work * (1 - (1 - c) ** deg)).sum() / work.sum())
+        assert exact - 0.01 <= work_share(prof, c) <= exact + 1e-12, (c, exact)
+    small = np.arange(64).repeat(3)  # degrees under 64 have a bin each: the share is exact
+    sp = profile_of({"work_profile": record([histogram(small, small + 1)], False)})
+    exact = float(((small + 1) * (1 - 0.98**small)).sum() / (small + 1).sum())
+    assert work_share(sp, 0.02) == pytest.approx(exact, rel=1e-12) and work_share(sp, 0.0) == 0.0
+    assert profile_of({}) is None and profile_of({"work_profile": {"degree": [1]}}) is None
+    inc = {"kept": 9700, "added": 300, "removed": 300}
+    assert spread_like_rows(prof, inc) == (False, {})  # no touched count: no prediction from the profile
 
 
 def _rec(counts: dict, params: dict | None = None) -> StageRecord:
