@@ -576,7 +576,7 @@ def _work_profile(plan: InferPlan, planned: dict[int, dict[str, Any]]) -> dict[s
     from glisp_infer.profile import record
 
     hists = [r.pop(T.WORK_PROFILE) for r in planned.values() if r.get(T.WORK_PROFILE) is not None]
-    got = record(hists, T.first_hop_capped(plan) and not plan.stable) if len(hists) == len(planned) else None
+    got = record(hists, T.profile_capped(plan)) if len(hists) == len(planned) else None
     return {T.WORK_PROFILE: got} if got else {}
 
 

@@ -418,7 +418,8 @@ def layer_sample(
     plan: InferPlan, reader: Any, vids: np.ndarray, layer: int, engines: Any, whole: Any = None
 ) -> tuple[Any, np.ndarray, int]:
     """One hop for every vertex the task infers at ``layer``: (sample, interior, the fanout used). With stable
-    samples, drawn from ``whole`` (:func:`every_neighbour`, gathered when not given) by keys of original ids."""
+    samples, drawn from ``whole`` (:func:`every_neighbour`, gathered when not given) by keys of original ids;
+    without, ``whole`` where the layer takes every neighbour (the plan gathered them once for its layers)."""
     from glisp_sampling.khop import hop_seed
 
     hop = hop_of(layer - 1, plan.layers)
@@ -431,6 +432,8 @@ def layer_sample(
             interior,
             deg if f == FULL else f,
         )
+    if f == FULL and whole is not None:  # the draw of every neighbour: the same edges whatever the hop's seed
+        return whole
     full = max_degree([reader], plan.direction, reader.to_local(vids)) if f == FULL else 0
     req = layer_request(f, plan.relations, full, plan.seed, hop, plan.direction)
     sample, interior = sample_masters(reader, vids, req, engines)
@@ -440,9 +443,18 @@ def layer_sample(
 WORK_PROFILE = "work_profile"  # a plan task's result: its vertices and work per in-degree bin (glisp_infer.profile)
 
 
-def first_hop_capped(plan: InferPlan) -> bool:
-    """Whether layer 1 samples a finite fanout: a plain run's plan job then sees at most that many in-edges."""
-    return plan.fanouts[hop_of(0, plan.layers)] != FULL
+def gathers_every_neighbour(plan: InferPlan) -> bool:
+    """Whether the plan job gathers every neighbour of its vertices once: stable samples are drawn from them,
+    and a plain run of an untyped graph takes them for each layer of full fanout where there are several (the
+    kernels return every edge in storage order whatever the hop's seed; per relation they draw them in an order
+    of the seed's, so a typed graph's layers keep their own draws)."""
+    return plan.stable or (not plan.relations and sum(f == FULL for f in plan.fanouts) > 1)
+
+
+def profile_capped(plan: InferPlan) -> bool:
+    """Whether the work profile's in-degrees are capped: layer 1 samples a finite fanout and the plan job does
+    not gather every neighbour, so it sees at most that many in-edges of a vertex."""
+    return plan.fanouts[hop_of(0, plan.layers)] != FULL and not gathers_every_neighbour(plan)
 
 
 def _work_histogram(plan: InferPlan, sample: Any, whole: Any) -> np.ndarray:
@@ -473,6 +485,8 @@ def plan_exchange(plan: InferPlan, part: int, attempt: int = 0) -> dict[str, Any
     if plan.stable:  # every neighbour gathered once: every layer's draw, and the neighbourhood signatures
         whole = every_neighbour(plan, reader, vids, engines)
         I.write_neighbour_signatures(plan, part, whole[0])
+    elif gathers_every_neighbour(plan):  # every neighbour at several layers: gathered once for all of them
+        whole = every_neighbour(plan, reader, vids, engines)
     for layer in range(1, plan.layers + 1):
         t = time.perf_counter()
         sample, interior, fanout = layer_sample(plan, reader, vids, layer, engines, whole)

@@ -433,3 +433,41 @@ def test_a_task_gathers_every_neighbour_past_the_servers_fanout_bound(infer_grap
         PartitionSampler(reader).gather(many, 1, method="uniform_exact", direction="in")
     res = task_engine(reader).gather(many, 1, method="uniform_exact", direction="in")
     assert np.asarray(res.counts).sum() == np.resize(np.minimum(deg, 1), len(many)).sum()
+
+
+def test_a_plain_plan_takes_every_neighbour_once_for_its_layers_of_full_fanout(infer_graph):
+    """A plain run of an untyped graph whose layers take every neighbour gathers them once
+    (``task.every_neighbour``) and hands the same sample to each such layer: the edges, their order and the counts
+    the kernels draw for each hop's own request, so the run's rows do not change. Per relation the kernels
+    order every neighbour by the hop's seed, so a typed graph's layers keep their own draws."""
+    from types import SimpleNamespace
+
+    from glisp_infer import task as T
+    from glisp_infer.sampling import FULL
+    from glisp_testing.partitions import open_all
+    from tests.glisp_infer.conftest import P
+
+    readers = open_all(infer_graph.dv.serialized(infer_graph.run), P, verify=False)
+    plan = SimpleNamespace(
+        fanouts=(FULL, FULL, 3), layers=3, stable=False, relations=(), seed=7, direction="in",
+        open_partition=lambda k: readers[k],
+    )  # fmt: skip
+    assert T.gathers_every_neighbour(plan) and not T.profile_capped(plan)
+    for reader in readers:
+        vids = np.asarray(reader.master_gids)
+        engines = T._Engines(plan, reader)
+        whole = T.every_neighbour(plan, reader, vids, engines)
+        for layer in (1, 2, 3):
+            drawn, interior, fanout = T.layer_sample(plan, reader, vids, layer, engines)  # the hop's own request
+            got, got_interior, got_fanout = T.layer_sample(plan, reader, vids, layer, engines, whole)
+            assert np.array_equal(got.counts, drawn.counts) and np.array_equal(got.nbrs, drawn.nbrs), layer
+            assert np.array_equal(got_interior, interior) and got_fanout == fanout
+            assert (got is whole[0]) == (layer > 1)  # layers 2 and 3 take every neighbour: not drawn again
+    plan.fanouts = (FULL, 3, 3)  # one layer of full fanout: nothing to gather once for; layer 1 draws 3
+    assert not T.gathers_every_neighbour(plan) and T.profile_capped(plan)
+    plan.fanouts, plan.relations = (FULL, FULL, 3), ("cites", "likes")
+    assert not T.gathers_every_neighbour(plan)
+    reader = readers[0]
+    vids, engines = np.asarray(reader.master_gids), T._Engines(plan, reader)
+    one, two = (T.layer_sample(plan, reader, vids, layer, engines)[0] for layer in (2, 3))
+    assert np.array_equal(one.counts, two.counts) and not np.array_equal(one.nbrs, two.nbrs)  # why: the order
