@@ -117,8 +117,8 @@ class Prediction:
 
 def predict(ic: InferConfig, dv: DatasetVersion, inp: Any, params: dict[str, Any]) -> Prediction | None:
     """A prediction that this refresh computes every row (its share over the bound), or None: no previous
-    run, no calibration, parameters that make the previous run's shares another graph's, or a change that is
-    not counted against the previous run's version. ``inp``: the run's inputs (:class:`glisp_infer.job.Inputs`)."""
+    run, neither a calibration nor a work profile with a change found spread, parameters that make the previous
+    run's shares another graph's, or a change that is not counted against the previous run's version. ``inp``: the run's inputs (:class:`glisp_infer.job.Inputs`)."""
     from glisp_infer.refresh import MATCHED_PARAMS, edge_change, find_previous, has_arrays
     from glisp_infer.store import store_url
 
