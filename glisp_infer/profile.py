@@ -39,8 +39,7 @@ def bin_of(degree: np.ndarray) -> np.ndarray:
 def bin_floor(bins: np.ndarray) -> np.ndarray:
     """The lowest degree of each bin (rounded up to a whole degree)."""
     b = np.asarray(bins, np.int64)
-    lo = np.where(b < EXACT, b, np.ceil(EXACT * 2.0 ** ((b - EXACT) / PER_OCTAVE) - 1e-9)).astype(np.int64)
-    return lo
+    return np.where(b < EXACT, b, np.ceil(EXACT * 2.0 ** ((b - EXACT) / PER_OCTAVE) - 1e-9)).astype(np.int64)
 
 
 def histogram(degree: np.ndarray, work: np.ndarray) -> np.ndarray:

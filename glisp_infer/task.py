@@ -482,11 +482,13 @@ def plan_exchange(plan: InferPlan, part: int, attempt: int = 0) -> dict[str, Any
     own[vids] = True
     sample_s, needs_s, foreign = [], [], []
     whole, profile = None, None
-    if plan.stable:  # every neighbour gathered once: every layer's draw, and the neighbourhood signatures
+    gathered = 0.0  # seconds of the one gather, charged to layer 1's sampling (the first layer that uses it)
+    if gathers_every_neighbour(plan):  # stable draws of every layer, or a plain run's layers of full fanout
+        t = time.perf_counter()
         whole = every_neighbour(plan, reader, vids, engines)
-        I.write_neighbour_signatures(plan, part, whole[0])
-    elif gathers_every_neighbour(plan):  # every neighbour at several layers: gathered once for all of them
-        whole = every_neighbour(plan, reader, vids, engines)
+        gathered = time.perf_counter() - t
+        if plan.stable:  # and the neighbourhood signatures
+            I.write_neighbour_signatures(plan, part, whole[0])
     for layer in range(1, plan.layers + 1):
         t = time.perf_counter()
         sample, interior, fanout = layer_sample(plan, reader, vids, layer, engines, whole)
@@ -500,7 +502,7 @@ def plan_exchange(plan: InferPlan, part: int, attempt: int = 0) -> dict[str, Any
         H.save_sample(ex, layer, part, sample, interior, fanout, ids, vids)
         mark[vids] = False
         foreign.append(H.write_needs(ex, layer - 1, part, np.flatnonzero(mark), lambda v: oi.rows(v, starts), starts))
-        sample_s.append(t1 - t)
+        sample_s.append(t1 - t + (gathered if layer == 1 else 0.0))
         needs_s.append(time.perf_counter() - t1)
     return {
         "part": part,
