@@ -7,7 +7,7 @@ would. It prints ``ready`` once every thread has a batch, then reads one command
 
 - ``stop``: the threads finish their batch and the clients close;
 - ``close``: the clients are closed while the threads are still sampling (streams open, requests in
-  flight), then the threads stop.
+  flight); each thread calls on until a call fails.
 
 Then it collects garbage (asyncio reports an exception nobody retrieved when its future is collected)
 and prints one JSON line: ``batches``, ``errors`` (requests that failed before the close), ``after_close``
@@ -93,14 +93,18 @@ def main(argv: list[str] | None = None) -> int:
     while min(done) == 0 and not errors:
         time.sleep(0.05)
     print("ready", flush=True)
+    # after a close the threads go on calling until a call fails (each returns then), so every one meets the
+    # closed client's error instead of stopping between two calls
     if sys.stdin.readline().strip() == "close":
         closing.set()
         for c in clients:
             c.close()
-    stop.set()
+    else:
+        stop.set()
     t = time.monotonic()
     for w in workers:
         w.join(max(0.0, 20 - (time.monotonic() - t)))
+    stop.set()
     hung = sum(w.is_alive() for w in workers)
     for c in clients:
         c.close()
