@@ -17,6 +17,7 @@ the graph in the driver.
 
 from __future__ import annotations
 
+import contextlib
 import math
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -30,11 +31,12 @@ from pyspark.sql import functions as F
 from glisp_core.dataset.manifest import read_manifest
 from glisp_core.errors import StageError
 from glisp_core.storage.store import store_for
-from glisp_spark.tables import read_parquet, write_parquet
+from glisp_spark.tables import mark_written, part_writer, read_parquet, write_parquet
 from glisp_spark.worker_heap import freeze_worker_heap
 from spark_jobs.partition import incremental_match
 from spark_jobs.partition.incremental_ids import is_identity, vid_map_of, vids_unchanged, write_vid_map
 from spark_jobs.partition.incremental_place import Done, Laps, Placed, place_capped
+from spark_jobs.partition.incremental_touched import degrees_and_words
 from spark_jobs.partition.rounds import ALLOC_PA
 from spark_jobs.partition.staging import stream_batches
 
@@ -46,7 +48,11 @@ if TYPE_CHECKING:
     from glisp_core.storage.uri import StoreURI
     from spark_jobs.partition.base import PartitionContext
 
-MATCHED_SCHEMA = "eid long, src long, dst long, part int, how int, rows long, k long"
+MATCHED_PA = pa.schema(
+    [(n, pa.int64()) for n in ("eid", "src", "dst")]
+    + [("part", pa.int32()), ("how", pa.int32())]
+    + [(n, pa.int64()) for n in ("rows", "k")]
+)
 # driver bytes per touched vertex besides its bitset: its vid and degree, and the Arrow tables they come from
 PLACE_BYTES_PER_VERTEX = 96
 BROADCAST_TOUCHED = 1 << 21  # touched vertices sent to every task by broadcast up to this many (16 MB of vids)
@@ -163,25 +169,35 @@ def _match_batches(batches: list[pa.RecordBatch], seed: int) -> pa.RecordBatch |
     )
 
 
-def match_spark(ctx: PartitionContext, old: DataFrame, new: DatasetVersion, rows_total: int) -> DataFrame:
-    """New edge rows (eid, src, dst, part, how, rows, k) as :func:`incremental_match.match` decides them:
-    the base rows ``old`` (in new ids) and the new rows are hashed to tasks by unordered pair, each task runs
-    the match over its pairs."""
+def match_spark(ctx: PartitionContext, old: DataFrame, new: DatasetVersion, rows_total: int, out: StoreURI) -> None:
+    """Write the new edge rows (eid, src, dst, part, how, rows, k) as :func:`incremental_match.match` decides
+    them to the Parquet table ``out``: the base rows ``old`` (in new ids) and the new rows are hashed to tasks
+    by unordered pair, each task runs the match over its pairs and writes its rows itself (pyarrow, a file per
+    task), so they never go back through the JVM's rows and Parquet writer (most of the match's time at R-MAT
+    22 was that). Every new row must come out decided once: the rows written are checked against the version's.
+    """
     cur = read_parquet(ctx.spark, new.edges).select(
         "eid", "src", "dst", row_tag(F.col("etype"), F.lit(-1), 1).alias("tag")
     )
     tasks = max(1, math.ceil(rows_total / ctx.cfg.incremental_batch_edges))
-    seed = ctx.seed
+    seed, base = ctx.seed, out.qualified
 
     def fn(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         freeze_worker_heap()
-        out = _match_batches(list(batches), seed)
-        if out is not None:
-            yield out
+        got = _match_batches(list(batches), seed)
+        with contextlib.ExitStack() as stack:  # a file for every task, empty or not: the table has its schema
+            part_writer(stack, base, MATCHED_PA).write_batch(got if got is not None else MATCHED_PA.empty_table())
+        yield pa.RecordBatch.from_pydict({"rows": [0 if got is None else got.num_rows]})
 
+    store_for(out).delete(out)
     u = old.select("eid", "src", "dst", row_tag(F.col("etype"), F.col("part"), 0).alias("tag")).unionByName(cur)
     u = u.repartition(tasks, F.least("src", "dst"), F.greatest("src", "dst"))
-    return u.mapInArrow(fn, MATCHED_SCHEMA)
+    written = sum(int(r["rows"]) for r in u.mapInArrow(fn, "rows long").collect())
+    if written != ctx.num_edges:
+        raise StageError(
+            f"partition refresh: the match decided {written:,} rows of the new version's {ctx.num_edges:,}"
+        )
+    mark_written(out)
 
 
 # ---- the placement's state: the vertices the added rows touch ----------------------------------------
@@ -223,9 +239,10 @@ def _done_counts(matched: DataFrame, p: int) -> tuple[np.ndarray, int, int]:
     return sizes, kept, int(cnt.sum()) - kept
 
 
-def touched_state(ctx: PartitionContext, matched: DataFrame, done: Done) -> Touched | str:
+def touched_state(ctx: PartitionContext, matched: DataFrame, matched_dir: StoreURI, done: Done) -> Touched | str:
     """The placement's state for the vertices of the fresh rows (their partition sets set in ``done.bits``), or
-    why it would not fit the driver."""
+    why it would not fit the driver. Up to ``BROADCAST_TOUCHED`` of them, tasks read the match's files
+    (:mod:`spark_jobs.partition.incremental_touched`); past that, a Spark aggregate of the rows' ends."""
     p = ctx.parts
     tdir = ctx.staging / "inc_touched"
     write_parquet(_ends(matched.where(F.col("how") == FRESH)).distinct(), tdir)
@@ -238,16 +255,25 @@ def touched_state(ctx: PartitionContext, matched: DataFrame, done: Done) -> Touc
             f"touch, past partition.state_auto_mb = {ctx.cfg.state_auto_mb}"
         )
     words = (p + 63) // 64
-    t = _degrees_and_words(matched, touched, words, n <= BROADCAST_TOUCHED).toArrow()  # a row per touched vertex
+    if n <= BROADCAST_TOUCHED:
+        vids = np.sort(touched.toArrow().column("vid").to_numpy())
+        _check_vids(ctx, vids, n)
+        d, done.bits = degrees_and_words(ctx.spark, matched_dir, vids, words, ctx.staging / "inc_touched_parts")
+        return Touched(vids, d, done)
+    t = _degrees_and_words(matched, touched, words, False).toArrow()  # a row per touched vertex
     order = np.argsort(t.column("vid").to_numpy())
     vids, d = t.column("vid").to_numpy()[order], t.column("d").to_numpy()[order].astype(np.int64)
+    _check_vids(ctx, vids, n)
+    done.bits = np.stack([t.column(f"w{w}").to_numpy()[order].view(np.uint64) for w in range(words)], axis=1)
+    return Touched(vids, d, done)
+
+
+def _check_vids(ctx: PartitionContext, vids: np.ndarray, n: int) -> None:
     if len(vids) != n or (n and (vids[0] < 0 or vids[-1] >= ctx.num_vertices)):
         raise StageError(
             f"partition refresh: {n:,} vertices touched by added rows, {len(vids):,} with a degree in the new "
             f"rows, vids {vids[:1].tolist()}..{vids[-1:].tolist()} of 0..{ctx.num_vertices - 1}"
         )
-    done.bits = np.stack([t.column(f"w{w}").to_numpy()[order].view(np.uint64) for w in range(words)], axis=1)
-    return Touched(vids, d, done)
 
 
 def _degrees_and_words(matched: DataFrame, touched: DataFrame, words: int, broadcast: bool) -> DataFrame:
@@ -303,11 +329,11 @@ def refresh_spark(
     lap("ids")
     matched_dir = ctx.staging / "inc_matched"
     old, source = base_rows_in_new_ids(ctx.spark, base_man, run, None if same_vids else vmap_url, emap)
-    write_parquet(match_spark(ctx, old, new, base_m + ctx.num_edges), matched_dir)
+    match_spark(ctx, old, new, base_m + ctx.num_edges, matched_dir)
     lap("match")
     matched = read_parquet(ctx.spark, matched_dir)
     done = Done(np.zeros((0, 1), np.uint64), *_done_counts(matched, ctx.parts))
-    st = touched_state(ctx, matched, done)
+    st = touched_state(ctx, matched, matched_dir, done)
     lap("state")
     if isinstance(st, str):
         return Placed(None, done, 0, same, st, {"base_rows": source, "vid_map": vmap}, same_vids)

@@ -231,7 +231,7 @@ def canonical_order(src: np.ndarray, dst: np.ndarray, eid: np.ndarray) -> np.nda
     if int(lo.min()) < 0 or n > _MAX_KEY_IDS:
         return np.lexsort((eid, hi, lo))
     key = lo * n + hi
-    return _ties_by_eid(key, eid, np.argsort(key).astype(np.int64, copy=False))
+    return ties_by_eid(key, eid, np.argsort(key).astype(np.int64, copy=False))
 
 
 @njit(nogil=True, cache=True)
@@ -249,7 +249,7 @@ _MAX_KEY_IDS = 3_037_000_499  # n * n < 2**63: the pair key min * n + max fits i
 
 
 @njit(nogil=True, cache=True)
-def _ties_by_eid(key: np.ndarray, eid: np.ndarray, o: np.ndarray) -> np.ndarray:
+def ties_by_eid(key: np.ndarray, eid: np.ndarray, o: np.ndarray) -> np.ndarray:
     """Order each run of equal ``key[o]`` by eid, in place: insertion sort for a pair's few rows, an
     argsort for a long run (a multigraph kept with ``duplicates = "keep"`` can hold many parallel rows)."""
     m = o.shape[0]

@@ -245,6 +245,21 @@ def test_match_kernel_keeps_attaches_and_leaves_fresh():
     assert r["rows"].tolist()[:5] == [0] * 5 and r["k"].tolist()[:5] == [0] * 5 and (r["k"][5:] != 0).all()
 
 
+@pytest.mark.parametrize("ids", [60, 1 << 32, 1 << 40], ids=["packed-key", "two-keys", "four-keys"])
+def test_the_match_order_is_pair_side_and_eid_whatever_the_ids(ids):
+    """The rows' order (lo, hi, sub, eid) from one packed argsort with ties put in eid order, or from the
+    lexsorts where the ids do not pack, is the four-key lexsort's: many repeated keys (multi-edges)."""
+    from spark_jobs.partition import incremental_match as im
+
+    rng = np.random.default_rng(3)
+    n = 5000
+    a, b = rng.integers(0, 60, n) * (ids // 60), rng.integers(0, 60, n) * (ids // 60)
+    lo, hi = np.minimum(a, b), np.maximum(a, b)
+    sub, eid = rng.integers(0, 4, n), rng.permutation(n) * 7
+    order = im._sort_order(lo, hi, sub, eid)
+    assert (order == np.lexsort((eid, sub, hi, lo))).all()
+
+
 def test_spark_path_places_exactly_as_the_local_path(spark, snapshots, refreshed):
     """Above ``incremental_local_edges`` the match runs in Spark tasks and the fresh rows stream through the
     driver; the placement must be the one the in-process path gives (same kernel, same order)."""
@@ -351,3 +366,39 @@ def test_the_match_rows_tag_carries_edge_type_partition_and_side(spark):
     assert got_e.tolist() == et.tolist() and got_p.tolist() == part.tolist() and got_s.tolist() == [0] * 6
     ones = [r["tag"] for r in df.select(row_tag(F.col("etype"), F.col("part"), 1).alias("tag")).collect()]
     assert split_tag(np.array(ones))[2].tolist() == [1] * 6
+
+
+def test_the_touched_vertices_state_from_the_match_files_equals_the_spark_aggregate(spark, tmp_path):
+    """Degrees (every row, a self-loop twice) and partition bits (decided rows only) of the touched vertices:
+    the tasks reading the match's files give what the Spark aggregate of the rows' ends gives, over several
+    files and past 64 partitions; a touched vertex no row names is an error."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    from glisp_core.errors import StageError
+    from glisp_core.storage.uri import parse_uri
+    from spark_jobs.partition import incremental_spark as isp
+    from spark_jobs.partition.incremental_touched import degrees_and_words
+
+    rng = np.random.default_rng(5)
+    d = tmp_path / "matched"
+    d.mkdir()
+    for f in range(3):
+        n = 400
+        src, dst = rng.integers(0, 50, n), rng.integers(0, 50, n)
+        src[:3] = dst[:3]  # self-loops
+        cols = {"eid": np.arange(n) + f * n, "src": src, "dst": dst, "part": rng.integers(0, 70, n).astype(np.int32)}
+        cols["how"] = rng.integers(0, 3, n).astype(np.int32)
+        cols |= {"rows": np.zeros(n, np.int64), "k": np.zeros(n, np.int64)}
+        pq.write_table(pa.table(cols).cast(isp.MATCHED_PA), d / f"part-{f:05d}.parquet")
+    matched = spark.read.parquet(str(d))
+    vids = np.array([0, 3, 7, 21, 49])
+    got_d, got_bits = degrees_and_words(spark, parse_uri(str(d)), vids, 2, parse_uri(str(tmp_path / "spill")))
+    touched = spark.createDataFrame(pd.DataFrame({"vid": vids}))
+    t = isp._degrees_and_words(matched, touched, 2, False).toPandas().sort_values("vid")
+    assert t.vid.tolist() == vids.tolist()
+    assert got_d.tolist() == t.d.tolist()
+    assert got_bits.tolist() == np.stack([t.w0.to_numpy(), t.w1.to_numpy()], axis=1).view(np.uint64).tolist()
+    assert (got_bits[:, 1] != 0).any()  # partitions 64..69 set bits in the second word
+    with pytest.raises(StageError, match=r"touched vertices \[99\]"):
+        degrees_and_words(spark, parse_uri(str(d)), np.array([3, 99]), 2, parse_uri(str(tmp_path / "spill")))
