@@ -29,26 +29,37 @@ if TYPE_CHECKING:
 FRESH = 2  # incremental_match.FRESH: rows without a partition yet add to the degree only
 
 
+_GOLDEN = np.uint64(0x9E3779B97F4A7C15)
+
+
+@njit(nogil=True, cache=True)
+def _slot(v, shift):  # noqa: ANN001, ANN202
+    """Fibonacci hashing: the product's high bits, so strided ids (all even, all multiples of 1024) spread too."""
+    return np.int64((np.uint64(v) * _GOLDEN) >> np.uint64(shift))
+
+
 @njit(nogil=True, cache=True)
 def _table(vids):  # noqa: ANN001, ANN202
-    """Open addressing (linear probing) of ``vids`` -> their index; a power-of-two size at least twice theirs."""
-    size = 1
-    while size < 2 * len(vids) + 2:
-        size *= 2
+    """Open addressing (linear probing) of ``vids`` -> their index; a power-of-two size at least twice theirs.
+    Returns the keys, the values and the shift of :func:`_slot`."""
+    bits = 1
+    while (1 << bits) < 2 * len(vids) + 2:
+        bits += 1
+    size, shift = 1 << bits, 64 - bits
     keys = np.full(size, -1, np.int64)
     vals = np.zeros(size, np.int64)
     for i in range(len(vids)):
-        h = (vids[i] * 0x9E3779B97F4A7C15) & (size - 1)
+        h = _slot(vids[i], shift)
         while keys[h] != -1:
             h = (h + 1) & (size - 1)
         keys[h], vals[h] = vids[i], i
-    return keys, vals
+    return keys, vals, shift
 
 
 @njit(nogil=True, cache=True)
-def _find(keys, vals, v):  # noqa: ANN001, ANN202
+def _find(keys, vals, shift, v):  # noqa: ANN001, ANN202
     mask = len(keys) - 1
-    h = (v * 0x9E3779B97F4A7C15) & mask
+    h = _slot(v, shift)
     while keys[h] != -1:
         if keys[h] == v:
             return vals[h]
@@ -57,12 +68,12 @@ def _find(keys, vals, v):  # noqa: ANN001, ANN202
 
 
 @njit(nogil=True, cache=True)
-def _scan(src, dst, part, how, keys, vals, d, bits):  # noqa: ANN001, ANN202
+def _scan(src, dst, part, how, keys, vals, shift, d, bits):  # noqa: ANN001, ANN202
     """Add each row's ends that are touched vertices to ``d`` (a self-loop twice) and, for a decided row, set
     its partition's bit in ``bits``."""
     for r in range(len(src)):
         for v in (src[r], dst[r]):
-            i = _find(keys, vals, v)
+            i = _find(keys, vals, shift, v)
             if i >= 0:
                 d[i] += 1
                 if how[r] != FRESH:
@@ -76,10 +87,10 @@ def _file_task(files: list[str], vids_bc: Any, words: int) -> Any:
         vids = vids_bc.value
         t = read_arrow_table(files[i], columns=["src", "dst", "part", "how"])
         src, dst, part, how = (np.ascontiguousarray(t.column(c).to_numpy()) for c in ("src", "dst", "part", "how"))
-        keys, vals = _table(vids)
+        keys, vals, shift = _table(vids)
         d = np.zeros(len(vids), np.int64)
         bits = np.zeros((len(vids), words), np.uint64)
-        _scan(src.astype(np.int64), dst.astype(np.int64), part.astype(np.int64), how, keys, vals, d, bits)
+        _scan(src.astype(np.int64), dst.astype(np.int64), part.astype(np.int64), how, keys, vals, shift, d, bits)
         seen = np.flatnonzero(d)
         return seen.astype(np.int32), d[seen].astype(np.int32), bits[seen]
 

@@ -402,3 +402,17 @@ def test_the_touched_vertices_state_from_the_match_files_equals_the_spark_aggreg
     assert (got_bits[:, 1] != 0).any()  # partitions 64..69 set bits in the second word
     with pytest.raises(StageError, match=r"touched vertices \[99\]"):
         degrees_and_words(spark, parse_uri(str(d)), np.array([3, 99]), 2, parse_uri(str(tmp_path / "spill")))
+
+
+def test_the_touched_vertices_table_spreads_strided_ids():
+    """The touched vertices' hash table finds every id and stays short-probed for ids with many low zero bits
+    (all multiples of 1024): indexed by the product's low bits they would share one slot in 1,024."""
+    from spark_jobs.partition import incremental_touched as it
+
+    vids = np.arange(100_000, dtype=np.int64) * 1024
+    keys, vals, shift = it._table(vids)
+    assert [it._find(keys, vals, shift, v) for v in vids[::997]] == list(range(0, len(vids), 997))
+    assert it._find(keys, vals, shift, 5) == -1
+    occupied = np.flatnonzero(keys != -1)
+    runs = np.diff(np.flatnonzero(np.diff(np.r_[-2, occupied, len(keys) + 2]) != 1))
+    assert runs.max() <= 16, runs.max()
