@@ -6,11 +6,13 @@ the graph in the driver.
    base vid -> new vid is a Spark join of both id maps, written by tasks as a Zarr array
    (:func:`spark_jobs.partition.incremental_ids.write_vid_map`) that the tasks rewriting the base's rows read.
    ``counts.incremental.vid_map`` says which ("identity" or "written").
-2. The match runs in Spark tasks, each over the pairs hashed to it (:func:`match_spark`).
+2. The match runs in Spark tasks, each over the pairs hashed to it, writing the rows it decides itself
+   (:func:`match_spark`).
 3. The added rows that joined no kept pair are placed in the driver, streamed in (k, pair, eid) order through
    :func:`spark_jobs.partition.incremental_place.place_capped`. The placement only reads and updates the
-   vertices those rows touch: one Spark aggregate gathers their degrees and partition sets (as bitset
-   words), and the driver indexes them compactly (O(touched vertices), about ``PLACE_BYTES_PER_VERTEX`` each). When that state would pass
+   vertices those rows touch: tasks over the match's files gather their degrees and partition sets (as
+   bitset words; :mod:`spark_jobs.partition.incremental_touched`), and the driver indexes them compactly
+   (O(touched vertices), about ``PLACE_BYTES_PER_VERTEX`` each). When that state would pass
    ``partition.state_auto_mb`` the refresh declines and a full (sharded) run follows.
 4. replicas/ is then written by a Spark group-by over the allocation, not from driver bitsets.
 """

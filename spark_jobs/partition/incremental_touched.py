@@ -3,7 +3,7 @@
 The placement of the fresh rows needs, for each vertex they touch, its degree among all new rows and the
 partitions its decided (kept and attached) rows are in. A Spark aggregate of every row's two ends (explode,
 semi-join with the touched vertices, group by vertex) moved 2 x |E| ends through the JVM's rows: 32 s of a
-270 s refresh at R-MAT 23. Here each Spark task reads one of the match's Parquet files itself (pyarrow),
+310 s partition refresh at R-MAT 23. Here each Spark task reads one of the match's Parquet files itself (pyarrow),
 looks both ends of its rows up in a hash table of the touched vertices (numba) and sends back only the
 touched vertices it saw, with their partial degree and partition bits, through the run's store; the driver adds
 them up one task's at a time in arrays of one entry per touched vertex (what it holds for the placement anyway).
