@@ -416,3 +416,32 @@ def test_the_touched_vertices_table_spreads_strided_ids():
     occupied = np.flatnonzero(keys != -1)
     runs = np.diff(np.flatnonzero(np.diff(np.r_[-2, occupied, len(keys) + 2]) != 1))
     assert runs.max() <= 16, runs.max()
+
+
+def test_a_touched_vertices_task_in_python_gives_what_its_kernels_give(spark, tmp_path):
+    """One file's task run in this process, its kernels as plain Python (``py_func``) against the compiled
+    ones: the same touched vertices, degrees and bits (the compiled kernels run only in Spark's workers)."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    from spark_jobs.partition import incremental_spark as isp
+    from spark_jobs.partition import incremental_touched as it
+
+    rng = np.random.default_rng(9)
+    n = 300
+    cols = {"eid": np.arange(n), "src": rng.integers(0, 40, n), "dst": rng.integers(0, 40, n)}
+    cols |= {"part": rng.integers(0, 70, n).astype(np.int32), "how": rng.integers(0, 3, n).astype(np.int32)}
+    cols |= {"rows": np.zeros(n, np.int64), "k": np.zeros(n, np.int64)}
+    f = tmp_path / "part-00000.parquet"
+    pq.write_table(pa.table(cols).cast(isp.MATCHED_PA), f)
+    vids = np.array([1, 5, 8, 13, 39], np.int64)
+    seen, d, bits = it._file_task([str(f)], spark.sparkContext.broadcast(vids), 2)(0)
+    keys, vals, shift = it._table.py_func(vids)
+    assert [it._find.py_func(keys, vals, shift, v) for v in vids] == [0, 1, 2, 3, 4]
+    d2, bits2 = np.zeros(len(vids), np.int64), np.zeros((len(vids), 2), np.uint64)
+    src, dst, part, how = (cols[c].astype(np.int64) for c in ("src", "dst", "part", "how"))
+    it._scan.py_func(src, dst, part, how, keys, vals, shift, d2, bits2)
+    assert seen.tolist() == np.flatnonzero(d2).tolist() and d.tolist() == d2[seen].tolist()
+    assert bits.tolist() == bits2[seen].tolist()
+    ends = np.r_[cols["src"], cols["dst"]]
+    assert d.tolist() == [int((ends == vids[i]).sum()) for i in seen]  # every row's two ends, counted
