@@ -262,7 +262,7 @@ def touched_state(ctx: PartitionContext, matched: DataFrame, matched_dir: StoreU
         _check_vids(ctx, vids, n)
         d, done.bits = degrees_and_words(ctx.spark, matched_dir, vids, words, ctx.staging / "inc_touched_parts")
         return Touched(vids, d, done)
-    t = _degrees_and_words(matched, touched, words, False).toArrow()  # a row per touched vertex
+    t = _degrees_and_words(matched, touched, words).toArrow()  # a row per touched vertex
     order = np.argsort(t.column("vid").to_numpy())
     vids, d = t.column("vid").to_numpy()[order], t.column("d").to_numpy()[order].astype(np.int64)
     _check_vids(ctx, vids, n)
@@ -278,13 +278,13 @@ def _check_vids(ctx: PartitionContext, vids: np.ndarray, n: int) -> None:
         )
 
 
-def _degrees_and_words(matched: DataFrame, touched: DataFrame, words: int, broadcast: bool) -> DataFrame:
+def _degrees_and_words(matched: DataFrame, touched: DataFrame, words: int) -> DataFrame:
     """Per vertex of ``touched``: its degree in the new rows (``matched`` holds each once; a self-loop counts
     twice) and its partition set among the decided rows as ``words`` bitset words ``w0..``, in one hash
-    aggregate. The ends are first kept to the touched vertices by a semi-join (``broadcast``: the touched
-    vids sent to every task, no shuffle of the ends), so the aggregate holds their groups, not every vertex's
-    of the graph."""
-    ends = _ends(matched, "part", "how").join(F.broadcast(touched) if broadcast else touched, "vid", "left_semi")
+    aggregate. The ends are first kept to the touched vertices by a shuffled semi-join (past
+    ``BROADCAST_TOUCHED`` of them, where this path runs), so the aggregate holds their groups, not every
+    vertex's of the graph."""
+    ends = _ends(matched, "part", "how").join(touched, "vid", "left_semi")
     bit = f"CASE WHEN how != {FRESH} AND part DIV 64 = {{w}} THEN shiftleft(1L, part % 64) ELSE 0L END"
     words_of = [F.expr(f"bit_or({bit.format(w=w)})").alias(f"w{w}") for w in range(words)]
     return ends.groupBy("vid").agg(F.count(F.lit(1)).alias("d"), *words_of)

@@ -20,22 +20,19 @@ from glisp_core.errors import StageError
 from glisp_core.storage.store import store_for
 from glisp_spark.tables import read_arrow_table
 from glisp_spark.tasks import iter_tasks
+from spark_jobs.partition.incremental_match import FRESH  # rows without a partition add to the degree only
+from spark_jobs.partition.kernels import MIX
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
     from glisp_core.storage.uri import StoreURI
 
-FRESH = 2  # incremental_match.FRESH: rows without a partition yet add to the degree only
-
-
-_GOLDEN = np.uint64(0x9E3779B97F4A7C15)
-
 
 @njit(nogil=True, cache=True)
 def _slot(v, shift):  # noqa: ANN001, ANN202
     """Fibonacci hashing: the product's high bits, so strided ids (all even, all multiples of 1024) spread too."""
-    return np.int64((np.uint64(v) * _GOLDEN) >> np.uint64(shift))
+    return np.int64((np.uint64(v) * MIX) >> np.uint64(shift))
 
 
 @njit(nogil=True, cache=True)
@@ -86,11 +83,11 @@ def _file_task(files: list[str], vids_bc: Any, words: int) -> Any:
     def fn(i: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         vids = vids_bc.value
         t = read_arrow_table(files[i], columns=["src", "dst", "part", "how"])
-        src, dst, part, how = (np.ascontiguousarray(t.column(c).to_numpy()) for c in ("src", "dst", "part", "how"))
+        src, dst, part, how = (np.asarray(t.column(c).to_numpy(), np.int64) for c in ("src", "dst", "part", "how"))
         keys, vals, shift = _table(vids)
         d = np.zeros(len(vids), np.int64)
         bits = np.zeros((len(vids), words), np.uint64)
-        _scan(src.astype(np.int64), dst.astype(np.int64), part.astype(np.int64), how, keys, vals, shift, d, bits)
+        _scan(src, dst, part, how, keys, vals, shift, d, bits)
         seen = np.flatnonzero(d)
         return seen.astype(np.int32), d[seen].astype(np.int32), bits[seen]
 

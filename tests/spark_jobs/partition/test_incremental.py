@@ -395,7 +395,7 @@ def test_the_touched_vertices_state_from_the_match_files_equals_the_spark_aggreg
     vids = np.array([0, 3, 7, 21, 49])
     got_d, got_bits = degrees_and_words(spark, parse_uri(str(d)), vids, 2, parse_uri(str(tmp_path / "spill")))
     touched = spark.createDataFrame(pd.DataFrame({"vid": vids}))
-    t = isp._degrees_and_words(matched, touched, 2, False).toPandas().sort_values("vid")
+    t = isp._degrees_and_words(matched, touched, 2).toPandas().sort_values("vid")
     assert t.vid.tolist() == vids.tolist()
     assert got_d.tolist() == t.d.tolist()
     assert got_bits.tolist() == np.stack([t.w0.to_numpy(), t.w1.to_numpy()], axis=1).view(np.uint64).tolist()
