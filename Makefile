@@ -41,9 +41,17 @@ test: $(STAMP) tools java-check check test-fast test-rest
 test-fast: $(STAMP)
 	$(PY) -m pytest -q -m fast -n 2 tests
 
-# two workers: each test group runs whole on one (docs/testing.md)
+# Two runs at once (docs/testing.md): the tests that use the session's Spark JVM on two workers (each test group
+# whole on one), and beside them, in one process with no session JVM, the tests that need none (the standalone
+# cluster, CLI subprocesses, the object stores alone): it works while the workers wait. Its report follows theirs.
 test-rest: $(STAMP) tools java-check
-	$(PY) -m pytest -q -m "not fast" -n 2 --dist loadgroup --durations=25 tests
+	@out=$$(mktemp); \
+	$(PY) -m pytest -q -m "not fast and not spark" --durations=25 tests >$$out 2>&1 & beside=$$!; \
+	$(PY) -m pytest -q -m "not fast and spark" -n 2 --dist loadgroup --durations=25 tests; spark=$$?; \
+	wait $$beside; other=$$?; \
+	echo "== beside it: the tests with no session JVM (pytest -q -m 'not fast and not spark') =="; \
+	cat $$out; rm -f $$out; \
+	[ $$spark -eq 0 ] && [ $$other -eq 0 ]
 
 # line coverage of the library by the whole suite (both lanes, in-process code only)
 coverage: $(STAMP) tools java-check

@@ -72,6 +72,11 @@ def primary(item: pytest.Item) -> str:
     return next((t for t in TIERS if t in names), FAST)
 
 
+# every collected test's marker names, before ``-m`` deselects any: what tests/test_lanes.py checks the
+# Makefile's lanes against
+COLLECTED: dict[str, frozenset[str]] = {}
+
+
 @pytest.hookimpl(tryfirst=True)
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     for item in items:
@@ -79,6 +84,7 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         tiers |= {IMPLIES[t] for t in tiers if t in IMPLIES}
         for t in sorted(tiers) or [FAST]:
             item.add_marker(getattr(pytest.mark, t))
+        COLLECTED[item.nodeid] = frozenset(m.name for m in item.iter_markers())
 
 
 def _load_groups(config: pytest.Config) -> bool:
@@ -277,12 +283,13 @@ def pytest_runtest_logreport(report: pytest.TestReport) -> None:
 
 def pytest_sessionfinish(session: pytest.Session) -> None:
     """GLISP_TEST_TIMELINE=FILE: every phase of every test as JSON lines (worker, tier, seconds, CPU, end time),
-    to see how the workers' time was spent."""
+    to see how the workers' time was spent. Appended: ``make test``'s pytest runs all land in one file."""
     path = os.environ.get("GLISP_TEST_TIMELINE")
     if path and _timeline:
         import json
 
-        Path(path).write_text("".join(json.dumps(row) + "\n" for row in _timeline))
+        with open(path, "a") as f:
+            f.write("".join(json.dumps(row) + "\n" for row in _timeline))
 
 
 @pytest.hookimpl(wrapper=True)
