@@ -30,6 +30,7 @@ from glisp_core.partition_format import open_partition
 from glisp_core.storage.store import store_for
 from glisp_core.storage.uri import StoreURI, parse_uri
 from glisp_testing.graphs import rmat_edges
+from tests.tiers import needs
 
 STAGES = {  # where a stage's attempts appear, relative to the graph directory
     "ingest": re.compile(r"^[^/]+/ingest/@[^/]+/"),
@@ -173,23 +174,21 @@ def _check_consistent(gdir: StoreURI) -> None:
 
 
 @pytest.fixture(scope="module", params=["local", "s3"])
-def published(spark, tmp_path_factory, request):
+@needs("subprocess_jvm")
+def published(tmp_path_factory, request):
     """A root holding one fully published version (snapshot A) that no later fault may touch; the root is a
-    local directory, then a prefix of the S3 server's bucket (inputs in the bucket too)."""
-    from glisp_app.pipeline import run_pipeline
-    from glisp_core.config import EdgeSource, load_config, with_values
-
+    local directory, then a prefix of the S3 server's bucket (inputs in the bucket too). Published by the
+    same command the faults interrupt, not in the test session's JVM: these tests then need no session, and
+    run beside the Spark workers (docs/testing.md)."""
     if request.param == "local":
         root = parse_uri(tmp_path_factory.mktemp("faults") / "root")
     else:
         root = request.getfixturevalue("new_s3_root")("faults") / "root"
     a = _write_edges(root.parent / "in" / "snapshot-a.csv", seed=1)
     b = _write_edges(root.parent / "in" / "snapshot-b.csv", seed=2)
-    cfg = with_values(load_config(env={}), "dataset", root=str(root))
-    cfg = with_values(cfg, "partition", parts=2, progress=False)
-    cfg = with_values(cfg, "ingest", graph="g", edges=[EdgeSource(path=str(a))])
-    dv_a = run_pipeline(spark, cfg, force=False)
-    return root / "g", dv_a, b
+    done = subprocess.run(_cmd(a, root), capture_output=True, text=True, timeout=900)
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    return root / "g", DatasetVersion(root, "g", read_latest(root / "g")), b
 
 
 def test_killed_jvm_or_driver_in_every_stage_loses_nothing_and_a_rerun_completes(published, jvm_processes):
