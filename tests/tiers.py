@@ -285,7 +285,8 @@ def pytest_sessionfinish(session: pytest.Session) -> None:
     """GLISP_TEST_TIMELINE=FILE: every phase of every test as JSON lines (worker, tier, seconds, CPU, end time),
     to see how the workers' time was spent. Appended: ``make test``'s pytest runs all land in one file."""
     path = os.environ.get("GLISP_TEST_TIMELINE")
-    if path and _timeline:
+    worker = hasattr(session.config, "workerinput")  # an xdist worker: its controller writes its rows
+    if path and _timeline and not worker:
         import json
 
         with open(path, "a") as f:
