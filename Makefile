@@ -6,6 +6,10 @@ PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.glisp-installed
 AZURITE_VERSION := 3.35.0
 AZURITE := .tools/node_modules/.bin/azurite-blob
+# pytest with Python's bytecode cache on, even where the environment turns it off (PYTHONDONTWRITEBYTECODE):
+# each of make test's five pytest processes would otherwise rewrite and compile every test module's assertions
+# anew while collecting (about 5 CPU-s each); the caches go to __pycache__, which git ignores
+PYTEST := env -u PYTHONDONTWRITEBYTECODE $(PY) -m pytest
 COV    := $(foreach p,glisp_app glisp_core glisp_spark glisp_sampling spark_jobs glisp_serving glisp_train glisp_infer glisp_testing,--cov=$(p))
 
 .PHONY: demo test test-fast test-rest coverage check docs bench-partition bench-serialize bench-sampling clean java-check tools
@@ -39,15 +43,15 @@ demo: $(STAMP) java-check
 test: $(STAMP) tools java-check check test-fast test-rest
 
 test-fast: $(STAMP)
-	$(PY) -m pytest -q -m fast -n 2 tests
+	$(PYTEST) -q -m fast -n 2 tests
 
 # Two runs at once (docs/testing.md): the tests that use the session's Spark JVM on two workers (each test group
 # whole on one), and beside them, in one process with no session JVM, the tests that need none (the standalone
 # cluster, CLI subprocesses, the object stores alone): it works while the workers wait. Its report follows theirs.
 test-rest: $(STAMP) tools java-check
 	@out=$$(mktemp); \
-	$(PY) -m pytest -q -m "not fast and not spark" --durations=25 tests >$$out 2>&1 & beside=$$!; \
-	$(PY) -m pytest -q -m "not fast and spark" -n 2 --dist loadgroup --durations=25 tests; spark=$$?; \
+	$(PYTEST) -q -m "not fast and not spark" --durations=25 tests >$$out 2>&1 & beside=$$!; \
+	$(PYTEST) -q -m "not fast and spark" -n 2 --dist loadgroup --durations=25 tests; spark=$$?; \
 	wait $$beside; other=$$?; \
 	echo "== beside it: the tests with no session JVM (pytest -q -m 'not fast and not spark') =="; \
 	cat $$out; rm -f $$out; \
@@ -55,8 +59,8 @@ test-rest: $(STAMP) tools java-check
 
 # line coverage of the library by the whole suite (both lanes, in-process code only)
 coverage: $(STAMP) tools java-check
-	$(PY) -m pytest -q -m fast -n 2 $(COV) --cov-report= tests
-	$(PY) -m pytest -q -m "not fast" -n 2 --dist loadgroup $(COV) --cov-append --cov-report=term tests
+	$(PYTEST) -q -m fast -n 2 $(COV) --cov-report= tests
+	$(PYTEST) -q -m "not fast" -n 2 --dist loadgroup $(COV) --cov-append --cov-report=term tests
 
 # the static gate CI runs before the tests: lint, layout, import layers and circles, types, the generated
 # reference pages current, the docs site built with warnings as errors (a broken link or anchor fails)

@@ -32,7 +32,7 @@ def lanes() -> list[str]:
     """The ``-m`` expression of every pytest command ``make test`` runs."""
     deps = re.search(r"^test:(.*)$", MAKEFILE.read_text(), re.M)
     assert deps and "test-fast" in deps.group(1).split() and "test-rest" in deps.group(1).split()
-    pattern = r'\$\(PY\) -m pytest -q -m (?:"([^"]+)"|(\S+))'
+    pattern = r'\$\(PYTEST\) -q -m (?:"([^"]+)"|(\S+))'
     found = [a or b for t in ("test-fast", "test-rest") for a, b in re.findall(pattern, recipe(t))]
     assert found, "no pytest command with -m in test-fast or test-rest"
     return found
