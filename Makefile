@@ -51,10 +51,11 @@ test-fast: $(STAMP)
 test-rest: $(STAMP) tools java-check
 	@out=$$(mktemp); \
 	$(PYTEST) -q -m "not fast and not spark" --durations=25 tests >$$out 2>&1 & beside=$$!; \
+	trap 'kill $$beside 2>/dev/null; rm -f $$out' INT TERM EXIT; \
 	$(PYTEST) -q -m "not fast and spark" -n 2 --dist loadgroup --durations=25 tests; spark=$$?; \
 	wait $$beside; other=$$?; \
 	echo "== beside it: the tests with no session JVM (pytest -q -m 'not fast and not spark') =="; \
-	cat $$out; rm -f $$out; \
+	cat $$out; \
 	[ $$spark -eq 0 ] && [ $$other -eq 0 ]
 
 # line coverage of the library by the whole suite (both lanes, in-process code only)

@@ -6,7 +6,12 @@ neither expression would silently never run, and one that matched both would run
 
 from __future__ import annotations
 
+import os
 import re
+import signal
+import subprocess
+import sys
+import time
 from pathlib import Path
 
 from _pytest.mark.expression import Expression
@@ -58,3 +63,36 @@ def test_an_expression_that_leaves_a_tier_out_is_caught() -> None:
     exprs = ["fast", "not fast and spark"]
     missed = [m for m in map(frozenset, some) if not any(runs(e, m) for e in exprs)]
     assert missed == [frozenset({"standalone", "slow"})]
+
+
+SLEEPER = """
+import os, time, pytest
+from pathlib import Path
+
+@pytest.fixture
+def held():
+    Path(os.environ["STARTED"]).write_text("")
+    yield
+    Path(os.environ["DONE"]).write_text("torn down")
+
+def test_sleeps(held):
+    time.sleep(120)
+"""
+
+
+def test_sigterm_stops_a_run_as_ctrl_c_does_with_its_fixtures_torn_down(tmp_path: Path) -> None:
+    """``make test-rest`` stops the run beside the workers with SIGTERM when it is interrupted (a shell starts
+    that run with SIGINT ignored): its fixtures' teardown, which stops servers and JVMs, still runs."""
+    (tmp_path / "test_sleeps.py").write_text(SLEEPER)
+    started, done = tmp_path / "started", tmp_path / "done"
+    cmd = [sys.executable, "-m", "pytest", "-q", "-p", "tests.tiers", "-p", "no:cacheprovider", str(tmp_path)]
+    env = {**os.environ, "PYTHONPATH": str(MAKEFILE.parent), "STARTED": str(started), "DONE": str(done)}
+    proc = subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    deadline = time.monotonic() + 60
+    while not started.exists() and proc.poll() is None and time.monotonic() < deadline:
+        time.sleep(0.05)
+    proc.send_signal(signal.SIGTERM)
+    out, _ = proc.communicate(timeout=60)
+    assert started.exists(), out
+    assert proc.returncode == 2 and "KeyboardInterrupt" in out, out  # pytest's exit code when interrupted
+    assert done.read_text() == "torn down", out

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import functools
 import os
+import signal
 import stat
 import subprocess
 import tempfile
@@ -196,7 +197,16 @@ def _java_stub(dir_: Path) -> Path:
     return dir_
 
 
+def _stop(signum: int, frame: Any) -> None:
+    raise KeyboardInterrupt
+
+
 def pytest_configure(config: pytest.Config) -> None:
+    if not hasattr(config, "workerinput"):
+        # SIGTERM stops a run as Ctrl-C does, its fixtures torn down (servers and JVMs stopped): make test-rest
+        # sends it to the run beside the workers when it is interrupted, and a shell starts that run with
+        # SIGINT ignored. (xdist's workers are stopped by their controller.)
+        signal.signal(signal.SIGTERM, _stop)
     if _load_groups(config):
         config.pluginmanager.register(HeaviestFirst(), "glisp-heaviest-first")
     if not _fast_lane(config):
