@@ -213,6 +213,7 @@ class Touched:
     vids: np.ndarray
     deg: np.ndarray
     done: Done
+    source: str = "tasks"  # how they were gathered: "tasks" reading the match's files, or a Spark "aggregate"
 
     def index(self, vid: np.ndarray) -> np.ndarray:
         """The compact index of each of ``vid`` (all among the touched vertices, or an error)."""
@@ -261,13 +262,13 @@ def touched_state(ctx: PartitionContext, matched: DataFrame, matched_dir: StoreU
         vids = np.sort(touched.toArrow().column("vid").to_numpy())
         _check_vids(ctx, vids, n)
         d, done.bits = degrees_and_words(ctx.spark, matched_dir, vids, words, ctx.staging / "inc_touched_parts")
-        return Touched(vids, d, done)
+        return Touched(vids, d, done, "tasks")
     t = _degrees_and_words(matched, touched, words).toArrow()  # a row per touched vertex
     order = np.argsort(t.column("vid").to_numpy())
     vids, d = t.column("vid").to_numpy()[order], t.column("d").to_numpy()[order].astype(np.int64)
     _check_vids(ctx, vids, n)
     done.bits = np.stack([t.column(f"w{w}").to_numpy()[order].view(np.uint64) for w in range(words)], axis=1)
-    return Touched(vids, d, done)
+    return Touched(vids, d, done, "aggregate")
 
 
 def _check_vids(ctx: PartitionContext, vids: np.ndarray, n: int) -> None:
@@ -344,6 +345,7 @@ def refresh_spark(
     decided = matched.where(F.col("how") != FRESH).select("eid", "src", "dst", "part")
     state: dict[str, int | str] = {
         "touched_vertices": len(st.vids),
+        "touched_state": st.source,
         "driver_state_bytes": st.nbytes,
         "base_rows": source,
         "vid_map": vmap,

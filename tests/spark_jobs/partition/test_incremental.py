@@ -276,6 +276,7 @@ def test_spark_path_places_exactly_as_the_local_path(spark, snapshots, refreshed
     assert inc_l["same_vids"] is inc_s["same_vids"] is False, (inc_l, inc_s)
     assert inc_s["vid_map"] == "written", inc_s
     assert inc_s["base_rows"] == "assignment"  # the base run is not serialized: its edges joined with it
+    assert inc_s["touched_state"] == "tasks", inc_s  # few touched vertices: tasks read the match's files
     for key in ("kept", "added", "attached", "placed", "capacity"):
         assert inc_l[key] == inc_s[key], key
     a_l = pd.read_parquet(v2.assignment(run)).sort_values("eid").reset_index(drop=True)
@@ -284,10 +285,46 @@ def test_spark_path_places_exactly_as_the_local_path(spark, snapshots, refreshed
     assert rec.metrics == rec_s.metrics
 
 
-def test_a_spark_refresh_reads_the_base_rows_from_a_current_serialize_copy(spark, snapshots, refreshed):
+def test_a_row_the_match_leaves_undecided_fails_the_refresh_naming_both_counts(spark, snapshots, refreshed):
+    """The match's tasks write their rows themselves and send back their counts, which must add up to the
+    version's edges: a row lost between them (here the version's edge table lost its last row after it was
+    published, the manifest still counting it) fails the Spark refresh naming both counts, and no run is
+    published."""
+    import pyarrow.parquet as pq
+
+    from glisp_core.errors import StageError
+    from glisp_core.storage.store import store_for
+
+    v1, v2, run = snapshots
+    cfg, _ = refreshed
+    e = pd.read_parquet(v2.edges).sort_values("eid")
+    m = len(e)
+    v3 = write_dataset(
+        v1.root,
+        "g",
+        e.src.to_numpy(),
+        e.dst.to_numpy(),
+        num_vertices=len(_orig(v2)),
+        orig_ids=list(_orig(v2)),
+        version="v3-lost-row",
+    )
+    files = sorted(rel for rel, _ in store_for(v3.edges).files(v3.edges) if rel.endswith(".parquet"))
+    last = v3.edges / files[-1]
+    t = pq.read_table(last.local)
+    assert t.num_rows > 1
+    pq.write_table(t.slice(0, t.num_rows - 1), last.local)
+    with pytest.raises(StageError, match=rf"the match decided {m - 1:,} rows of the new version's {m:,}"):
+        run_partition(spark, with_values(cfg, "partition", name=run, incremental_local_edges=0), v3)
+    assert f"partition/{run}" not in read_manifest(v3).stages
+
+
+def test_a_spark_refresh_reads_the_base_rows_from_a_current_serialize_copy(spark, snapshots, refreshed, monkeypatch):
     """Where the base run is serialized with its Parquet copies, the Spark refresh reads the base's rows from
     that copy instead of joining the base's edges with its assignment (one scan, no shuffle by eid), and
-    places exactly as the in-process path. A copy built from an older partition run is not used."""
+    places exactly as the in-process path. A copy built from an older partition run is not used. This run
+    also takes the path of more touched vertices than tasks are sent (``BROADCAST_TOUCHED``, 2^21, set to 0
+    here): their degrees and partition sets from a Spark aggregate, placing the same."""
+    from spark_jobs.partition import incremental_spark as isp
     from spark_jobs.partition.incremental_spark import serialized_edges
     from spark_jobs.serialize.job import run_serialize
 
@@ -298,9 +335,10 @@ def test_a_spark_refresh_reads_the_base_rows_from_a_current_serialize_copy(spark
     assert serialized_edges(read_manifest(v1), other) is None
     run_serialize(spark, cfg, v1, run=other)
     assert serialized_edges(read_manifest(v1), other) is not None
+    monkeypatch.setattr(isp, "BROADCAST_TOUCHED", 0)  # the driver reads it at the call (local mode: this process)
     rec_s = run_partition(spark, with_values(cfg, "partition", name=other, incremental_local_edges=0), v2)
     inc = rec_s.counts["incremental"]
-    assert (inc["mode"], inc["base_rows"]) == ("spark", f"serialize/{other}"), inc
+    assert (inc["mode"], inc["base_rows"], inc["touched_state"]) == ("spark", f"serialize/{other}", "aggregate"), inc
     a_l = pd.read_parquet(v2.assignment(run)).sort_values("eid").reset_index(drop=True)
     a_s = pd.read_parquet(v2.assignment(other)).sort_values("eid").reset_index(drop=True)
     assert a_l.equals(a_s)
