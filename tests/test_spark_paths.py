@@ -74,6 +74,27 @@ def test_code_zip_holds_the_packages_and_is_kept_when_unchanged(tmp_path):
     assert [p.name for p in tmp_path.iterdir()] == [z.name]
 
 
+def test_the_code_zip_of_the_same_code_in_another_checkout_is_the_same_bytes(tmp_path):
+    """A fresh clone's files have new modification times: its zip must still be byte for byte the zip of the same
+    code elsewhere (the executors' kernel caches are keyed by the zip's content digest), and another file's
+    content must change it."""
+    import shutil
+
+    from glisp_spark.codezip import PACKAGES as SHIPPED
+    from glisp_spark.codezip import build_zip
+
+    a = build_zip(tmp_path / "a", ROOT)
+    other = tmp_path / "checkout"
+    for pkg in SHIPPED:
+        shutil.copytree(ROOT / pkg, other / pkg, ignore=shutil.ignore_patterns("__pycache__"))
+    moved = other / "glisp_spark" / "codezip.py"
+    os.utime(moved, (1_000_000_000, 1_000_000_000))
+    b = build_zip(tmp_path / "b", other)
+    assert a.read_bytes() == b.read_bytes()
+    moved.write_text(moved.read_text() + "\n# changed\n")
+    assert build_zip(tmp_path / "c", other).read_bytes() != a.read_bytes()
+
+
 def test_builtin_inputs_are_copied_to_the_shared_root(tmp_path):
     pytest.importorskip("graphdatascience")
     from spark_jobs.generate.builtin import builtin_config, resources_dir, share_builtin
