@@ -42,12 +42,10 @@ def zip_dir(root: Path | None = None) -> Path:
 def build_zip(out_dir: Path, root: Path | None = None) -> Path:
     """Zip the GLISP packages under ``root`` (sources, protos, type markers) into ``out_dir/glisp-<version>.zip``.
 
-    An unchanged zip is kept as it is: numba keys its on-disk cache of compiled kernels by the zip's
-    modification time, so rewriting it on every submit would make every stage compile them again (13 s of
-    cora's 52 s inference). The zip's bytes depend on the files' contents alone (every entry dated
+    An unchanged zip is kept as it is, and its bytes depend on the files' contents alone (every entry dated
     1980-01-01, mode 0644): the same code in another checkout, whose files have other modification times,
-    gives the same zip, so the executors' kernel caches keyed by its content
-    (:class:`glisp_core.numba_cache.ContentZipLocator`) serve it too.
+    gives the same zip, so the executors' kernel caches, keyed by the zip's content
+    (:class:`glisp_core.numba_cache.ContentZipLocator`), serve it without compiling again.
     """
     from glisp_core import __version__
 
