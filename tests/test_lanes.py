@@ -109,3 +109,52 @@ def test_sigterm_stops_a_run_as_ctrl_c_does_with_its_fixtures_torn_down(tmp_path
     assert started.exists(), out
     assert proc.returncode == 2 and "KeyboardInterrupt" in out, out  # pytest's exit code when interrupted
     assert done.read_text() == "torn down", out
+
+
+STUB = """#!/bin/sh
+# a stand-in for the virtualenv's {name}: logs how it was called, exits with $RC_{key} (0 when unset)
+echo "{name} $*" >> "$STUB_LOG"
+exit "${{RC_{key}:-0}}"
+"""
+
+
+def _stub_make(tmp_path: Path, **rc: int) -> tuple[int, str, list[str]]:
+    """``make test`` with every tool of the virtualenv a stub that logs its call (the rest of the Makefile as it
+    is; ``java-check`` taken as done, since the fast lane puts a failing ``java`` on the PATH): the exit code,
+    the output, and the calls in the order they came."""
+    venv = tmp_path / "venv"
+    (venv / "bin").mkdir(parents=True, exist_ok=True)
+    for name, key in (("python", "PYTHON"), ("ruff", "RUFF"), ("mypy", "MYPY"), ("mkdocs", "MKDOCS")):
+        (venv / "bin" / name).write_text(STUB.format(name=name, key=key))
+        (venv / "bin" / name).chmod(0o755)
+    (venv / ".glisp-installed").touch()  # newer than pyproject.toml: nothing to install
+    azurite = tmp_path / "azurite-blob"
+    azurite.touch()
+    log = tmp_path / "calls.log"
+    log.unlink(missing_ok=True)
+    env = {**os.environ, "STUB_LOG": str(log), "TMPDIR": str(tmp_path), **{f"RC_{k}": str(v) for k, v in rc.items()}}
+    env.pop("MAKEFLAGS", None)
+    cmd = ["make", "--no-print-directory", "-C", str(MAKEFILE.parent), "-o", "java-check", "test"]
+    cmd += [f"VENV={venv}", f"AZURITE={azurite}"]
+    done = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=120)
+    calls = log.read_text().splitlines() if log.exists() else []
+    return done.returncode, done.stdout + done.stderr, calls
+
+
+def test_a_failing_gate_or_fast_lane_fails_make_test_before_the_slow_tiers(tmp_path: Path) -> None:
+    """CI fails fast (issue 41): the gate and the fast lane both run, the gate's report follows the lane's, and
+    a failure of either ends ``make test`` before the rest lane starts; with both passing the rest lane runs."""
+    rest = ("not fast and spark", "not fast and not spark")
+
+    code, out, calls = _stub_make(tmp_path)
+    assert code == 0, out
+    assert any("-m fast" in c for c in calls) and any("ruff check" in c for c in calls), calls
+    assert all(any(e in c for c in calls) for e in rest), calls
+    # the gate's captured report comes after the fast lane's
+    assert out.index("-m fast") < out.index("== beside it: the static gate") < out.index("bin/mypy"), out
+
+    for failing in ({"RUFF": 1}, {"PYTHON": 1}):
+        code, out, calls = _stub_make(tmp_path, **failing)
+        assert code != 0, (failing, out)
+        assert any("-m fast" in c for c in calls) and any("ruff check" in c for c in calls), (failing, calls)
+        assert not any(e in c for c in calls for e in rest), (failing, calls)
