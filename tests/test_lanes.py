@@ -36,10 +36,10 @@ def recipe(target: str) -> str:
 def reached(target: str) -> set[str]:
     """The targets ``make <target>`` runs: its prerequisites and those its recipe runs with ``$(MAKE)``, and
     theirs."""
-    seen, todo = set(), [target]
+    text, seen, todo = MAKEFILE.read_text(), set(), [target]
     while todo:
         t = todo.pop()
-        deps = re.search(rf"^{re.escape(t)}:(.*)$", MAKEFILE.read_text(), re.M)
+        deps = re.search(rf"^{re.escape(t)}:(.*)$", text, re.M)
         if t in seen or not deps:
             continue
         seen.add(t)

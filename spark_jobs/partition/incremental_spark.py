@@ -213,7 +213,7 @@ class Touched:
     vids: np.ndarray
     deg: np.ndarray
     done: Done
-    source: str = "tasks"  # how they were gathered: "tasks" reading the match's files, or a Spark "aggregate"
+    source: str  # how they were gathered: "tasks" reading the match's files, or a Spark "aggregate"
 
     def index(self, vid: np.ndarray) -> np.ndarray:
         """The compact index of each of ``vid`` (all among the touched vertices, or an error)."""
