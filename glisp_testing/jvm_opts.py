@@ -3,7 +3,10 @@ cluster's daemons and executors).
 
 Those JVMs live for seconds to minutes on small data: the client compiler alone and the serial collector
 cost about a third less CPU than the defaults (C2's compiler threads and the parallel GC's threads compete
-with the work on two cores). Only the tests run this way; a user's JVMs keep Spark's and the JDK's defaults.
+with the work on two cores). The client compiler alone gets the JDK's small code cache (48 MB), which a
+session JVM of the Spark lane outgrows (about 70 MB of code): nearly full, the JVM swept and recompiled all
+along, a quarter of its CPU; so the cache is the tiered default's size, 240 MB. Only the tests run this way;
+a user's JVMs keep Spark's and the JDK's defaults.
 
 Class data sharing: a Spark driver loads some 10,000 classes at start. A dynamic CDS archive of them (the
 JDK's ``-XX:ArchiveClassesAtExit``, written once per machine, JDK and pyspark by :func:`build_archive`, kept in
@@ -22,7 +25,7 @@ import sys
 from collections.abc import MutableMapping
 from pathlib import Path
 
-TEST_JVM_OPTS = "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC"
+TEST_JVM_OPTS = "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC -XX:ReservedCodeCacheSize=240m"
 # what Spark's launch scripts add to the driver (spark-submit, which PySpark runs too), to the launcher JVM that
 # builds its command line, and to a standalone master's and worker's JVMs
 VARIABLES = ("SPARK_SUBMIT_OPTS", "SPARK_LAUNCHER_OPTS", "SPARK_DAEMON_JAVA_OPTS")
