@@ -82,7 +82,7 @@ def timed(fn):
             os.close(fd)
 
 
-def main() -> int:
+def _parse_args() -> argparse.Namespace:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--scale", type=int, default=16)
     ap.add_argument("--edge-factor", type=int, default=16)
@@ -102,7 +102,11 @@ def main() -> int:
     ap.add_argument("--master", default="local[2]")
     ap.add_argument("--root", default="")
     ap.add_argument("--lock", default="", help="flock this file around each timed run (e.g. /tmp/glisp-bench.lock)")
-    args = ap.parse_args()
+    return ap.parse_args()
+
+
+def main() -> int:
+    args = _parse_args()
     global LOCK
     LOCK = args.lock
 

@@ -163,7 +163,7 @@ def lookup_ms(dv, n: int, batch: int, batches: int) -> tuple[float, float]:
     return times[0], float(np.median(times[1:]))
 
 
-def main() -> int:
+def _parse_args() -> argparse.Namespace:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--graph", choices=["rmat", "tolokers"], default="rmat")
     ap.add_argument("--scale", type=int, default=18)
@@ -180,7 +180,11 @@ def main() -> int:
     ap.add_argument("--master", default="local[2]")
     ap.add_argument("--lock", default="")
     ap.add_argument("--shares-only", action="store_true", help="only the refresh, untimed: affected shares, drift")
-    args = ap.parse_args()
+    return ap.parse_args()
+
+
+def main() -> int:
+    args = _parse_args()
     global LOCK
     LOCK = args.lock
 

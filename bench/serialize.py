@@ -36,7 +36,7 @@ def numpy_hash2d(src: np.ndarray, dst: np.ndarray, parts: int) -> np.ndarray:
     return ((h(lo, 1) % np.uint64(rows)) * np.uint64(cols) + h(hi, 2) % np.uint64(cols)).astype(np.int32)
 
 
-def main() -> int:
+def _parse_args() -> argparse.Namespace:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--scale", type=int, default=16)
     ap.add_argument("--edge-factor", type=int, default=16)
@@ -46,7 +46,11 @@ def main() -> int:
     ap.add_argument("--opens", type=int, default=7, help="opens per partition for the median open time")
     ap.add_argument("--root", help="dataset root (default: a temp dir, removed afterwards)")
     ap.add_argument("--driver-memory", default="6g")
-    args = ap.parse_args()
+    return ap.parse_args()
+
+
+def main() -> int:
+    args = _parse_args()
 
     from glisp_core.config import load_config, with_values
     from glisp_core.dataset.stages import run_of

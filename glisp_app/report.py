@@ -260,96 +260,67 @@ def _same_setup(a: StageRecord, b: StageRecord) -> bool:
     return {k: v for k, v in a.params.items() if k not in skip} == {k: v for k, v in b.params.items() if k not in skip}
 
 
+# (header, metric key, number?) of an inference run's row after its setup columns, and of a layer's row
+INFER_COLUMNS = (
+    ("cache share", "cache_share_max", True),
+    ("chunk reads", "chunk_reads", False),
+    ("vs ns", "vs_ns", False),  # the run's chunk reads against the NS run of the same setup (computed here)
+    ("hit ratio", "dynamic_hit_ratio", True),
+    ("fill chunks", "fill_chunks", False),
+    ("fill/model", "fill_over_model", True),
+    ("exchange/model", "exchange_over_model", True),
+    ("bytes written", "bytes_written", False),
+    ("compression", "compression_ratio", True),
+)
+INFER_LAYER_COLUMNS = (
+    ("fill s", "fill_s", True),
+    ("model s", "model_s", True),
+    ("fill/model", "fill_over_model", True),
+    ("exchange/model", "exchange_over_model", True),
+    ("halo rows", "halo_rows", False),
+    ("static hits", "static_hits", False),
+    ("chunk reads", "chunk_reads", False),
+    ("hit ratio", "dynamic_hit_ratio", True),
+    ("fill chunks", "fill_chunks", False),
+    ("bytes written", "bytes_written", False),
+    ("compression", "compression_ratio", True),
+    ("wall s", "wall_s", True),
+)
+
+
+def _metric_cells(d: Mapping[str, Any], columns: tuple[tuple[str, str, bool], ...]) -> list[Any]:
+    return [(as_number(d.get(k)) if number else d.get(k)) for _, k, number in columns]
+
+
+def _infer_row(rec: StageRecord, recs: list[StageRecord]) -> list[Any]:
+    p, met = rec.params, rec.metrics
+    ns = next((r for r in recs if r.params.get("order") == "ns" and _same_setup(r, rec)), None)
+    vs = met.get("chunk_reads", 0) / ns.metrics["chunk_reads"] if ns and ns.metrics.get("chunk_reads") else None
+    fan = p.get("fanouts")
+    setup = [
+        run_of(rec.name),
+        str(p.get("order")),
+        str(p.get("task")),
+        "full" if fan and all(f == -1 for f in fan) else fmt(fan),
+        str(p.get("cache_policy")),
+    ]
+    return [*setup, *_metric_cells({**met, "vs_ns": vs}, INFER_COLUMNS), as_number(rec.timings.get("total_s"))]
+
+
 def infer_lines(m: Manifest) -> list[str]:
     """One row per inference run (chunk reads against the NS run of the same setup), then per layer."""
     recs = m.stages_with_prefix("infer/")
     if not recs:
         return []
-    rows = []
-    for rec in recs:
-        p, met = rec.params, rec.metrics
-        ns = next((r for r in recs if r.params.get("order") == "ns" and _same_setup(r, rec)), None)
-        vs = met.get("chunk_reads", 0) / ns.metrics["chunk_reads"] if ns and ns.metrics.get("chunk_reads") else None
-        fan = p.get("fanouts")
-        rows.append(
-            [
-                run_of(rec.name),
-                str(p.get("order")),
-                str(p.get("task")),
-                "full" if fan and all(f == -1 for f in fan) else fmt(fan),
-                str(p.get("cache_policy")),
-                as_number(met.get("cache_share_max")),
-                met.get("chunk_reads"),
-                vs,
-                as_number(met.get("dynamic_hit_ratio")),
-                met.get("fill_chunks"),
-                as_number(met.get("fill_over_model")),
-                as_number(met.get("exchange_over_model")),
-                met.get("bytes_written"),
-                as_number(met.get("compression_ratio")),
-                as_number(rec.timings.get("total_s")),
-            ]
-        )
-    head = [
-        "run",
-        "order",
-        "task",
-        "fanouts",
-        "policy",
-        "cache share",
-        "chunk reads",
-        "vs ns",
-        "hit ratio",
-        "fill chunks",
-        "fill/model",
-        "exchange/model",
-        "bytes written",
-        "compression",
-        "seconds",
-    ]
+    head = ["run", "order", "task", "fanouts", "policy", *(h for h, _, _ in INFER_COLUMNS), "seconds"]
     lines = ["Inference runs (chunk reads: distinct static-cache chunks per batch; hit ratio: of the dynamic cache)"]
-    lines += table(head, rows)
+    lines += table(head, [_infer_row(rec, recs) for rec in recs])
     for rec in recs:
         layers = rec.metrics.get("layers", {})
-        lrows = [
-            [
-                k,
-                as_number(d.get("fill_s")),
-                as_number(d.get("model_s")),
-                as_number(d.get("fill_over_model")),
-                as_number(d.get("exchange_over_model")),
-                d.get("halo_rows"),
-                d.get("static_hits"),
-                d.get("chunk_reads"),
-                as_number(d.get("dynamic_hit_ratio")),
-                d.get("fill_chunks"),
-                d.get("bytes_written"),
-                as_number(d.get("compression_ratio")),
-                as_number(d.get("wall_s")),
-            ]
-            for k, d in layers.items()
-        ]
+        lrows = [[k, *_metric_cells(d, INFER_LAYER_COLUMNS)] for k, d in layers.items()]
         if lrows:
             lines.append(f"  {rec.name} per layer (seconds summed over tasks)")
-            lines += table(
-                [
-                    "layer",
-                    "fill s",
-                    "model s",
-                    "fill/model",
-                    "exchange/model",
-                    "halo rows",
-                    "static hits",
-                    "chunk reads",
-                    "hit ratio",
-                    "fill chunks",
-                    "bytes written",
-                    "compression",
-                    "wall s",
-                ],
-                lrows,
-                "    ",
-            )
+            lines += table(["layer", *(h for h, _, _ in INFER_LAYER_COLUMNS)], lrows, "    ")
     return lines
 
 

@@ -17,6 +17,7 @@ from glisp_core.dataset.layout import DatasetVersion
 from glisp_core.dataset.manifest import Manifest, StageRecord, now_iso
 from glisp_core.dataset.publish import VersionPublisher, fingerprint
 from glisp_core.dataset.records import create_record, current_record
+from glisp_core.storage.store import Store
 
 
 def rmat_edges(
@@ -35,6 +36,41 @@ def rmat_edges(
         dst |= right.astype(np.int64) << level
     perm = rng.permutation(1 << scale)
     return perm[src], perm[dst]
+
+
+def _write_vertices(
+    store: Store,
+    tmp: DatasetVersion,
+    n: int,
+    vtype: np.ndarray,
+    labels: np.ndarray | None,
+    split: np.ndarray | None,
+    orig_ids: list[str] | None,
+) -> None:
+    """The ingest contract's vertex table and id map, one row per vid in [0, n)."""
+    vcols = {
+        "vid": np.arange(n, dtype=np.int64),
+        "vtype": vtype,
+        "label": pa.array(labels, pa.int64()) if labels is not None else pa.nulls(n, pa.int64()),
+        "split": np.asarray(split, np.int8) if split is not None else np.full(n, -1, np.int8),
+    }
+    store.write_table(pa.table(vcols), tmp.vertices / "part-00000.parquet")
+    ids = orig_ids or pa.array(np.arange(n)).cast(pa.string())
+    store.write_table(
+        pa.table({"vid": np.arange(n, dtype=np.int64), "orig_id": ids, "vtype": vtype}),
+        tmp.idmap / "part-00000.parquet",
+    )
+
+
+def _write_features(store: Store, tmp: DatasetVersion, n: int, features: np.ndarray) -> int:
+    """The feature table (one list<float> row per vid); returns the feature dimension."""
+    fdim = int(features.shape[1])
+    arr = pa.FixedSizeListArray.from_arrays(pa.array(features.ravel()), fdim)
+    store.write_table(
+        pa.table({"vid": np.arange(n, dtype=np.int64), "feat": arr.cast(pa.list_(pa.float32()))}),
+        tmp.features / "part-00000.parquet",
+    )
+    return fdim
 
 
 def write_dataset(
@@ -75,32 +111,8 @@ def write_dataset(
         if ts is not None:
             cols["ts"] = np.asarray(ts, np.int64)
         store.write_table(pa.table(cols), tmp.edges / "part-00000.parquet")
-        vcols = {
-            "vid": np.arange(n, dtype=np.int64),
-            "vtype": vtype,
-            "label": pa.array(labels, pa.int64()) if labels is not None else pa.nulls(n, pa.int64()),
-            "split": np.asarray(split, np.int8) if split is not None else np.full(n, -1, np.int8),
-        }
-        store.write_table(pa.table(vcols), tmp.vertices / "part-00000.parquet")
-        store.write_table(
-            pa.table(
-                {
-                    "vid": np.arange(n, dtype=np.int64),
-                    "orig_id": orig_ids or pa.array(np.arange(n)).cast(pa.string()),
-                    "vtype": vtype,
-                }
-            ),
-            tmp.idmap / "part-00000.parquet",
-        )
-        fdim = 0
-        if features is not None:
-            features = np.asarray(features, np.float32)
-            fdim = features.shape[1]
-            arr = pa.FixedSizeListArray.from_arrays(pa.array(features.ravel()), fdim)
-            store.write_table(
-                pa.table({"vid": np.arange(n, dtype=np.int64), "feat": arr.cast(pa.list_(pa.float32()))}),
-                tmp.features / "part-00000.parquet",
-            )
+        _write_vertices(store, tmp, n, vtype, labels, split, orig_ids)
+        fdim = 0 if features is None else _write_features(store, tmp, n, np.asarray(features, np.float32))
         schema = {
             "directed": directed,
             "num_vertices": n,
