@@ -1,13 +1,14 @@
 """The S3 server of the tests decides conditional creates atomically, as S3 does (moto alone checks, then
 writes: two racing creates can both pass). A stand-in app with moto's check-then-write and a pause between
-the two steps: bare, two racing creates both "win"; behind ``atomic_preconditions``, exactly one does."""
+the two steps: bare, two racing creates both "win"; behind ``atomic_preconditions``, exactly one does. Its
+dispatcher finds each host's backend once (``memoized_backends``), with moto's own answer."""
 
 from __future__ import annotations
 
 import threading
 import time
 
-from glisp_testing.moto_atomic import atomic_preconditions
+from glisp_testing.moto_atomic import atomic_preconditions, memoized_backends
 
 
 def _check_then_write_app():
@@ -47,3 +48,31 @@ def _race(app, writers: int = 8) -> int:
 def test_conditional_creates_are_atomic_behind_the_lock():
     assert _race(_check_then_write_app()) > 1  # what moto does by itself
     assert _race(atomic_preconditions(_check_then_write_app())) == 1
+
+
+HOSTS = [
+    None,
+    "moto_api",
+    "s3",
+    "s3.amazonaws.com",
+    "s3.us-east-1.amazonaws.com",
+    "bucket.s3.amazonaws.com",
+    "sqs.us-east-1.amazonaws.com",
+    "nothing.example",
+]
+
+
+def test_each_hosts_backend_is_motos_own_answer_found_once():
+    from moto.moto_server.werkzeug_app import DomainDispatcherApplication, create_backend_app
+
+    plain = DomainDispatcherApplication(create_backend_app)
+    app = DomainDispatcherApplication(create_backend_app)
+    asked: list[str | None] = []
+    find = app.get_backend_for_host
+    app.get_backend_for_host = lambda host: asked.append(host) or find(host)
+    memoized_backends(app)
+    want = [plain.get_backend_for_host(h) for h in HOSTS]
+    assert "s3" in want and want[0] is None
+    assert [app.get_backend_for_host(h) for h in HOSTS] == want
+    assert [app.get_backend_for_host(h) for h in HOSTS] == want
+    assert asked == HOSTS  # each host looked up once
