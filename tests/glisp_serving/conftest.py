@@ -133,6 +133,11 @@ class Cluster:
     def stop(self) -> int:
         return stop_process(self.proc, 30)
 
+    def output(self, last: int = 40) -> str:
+        """The last lines the stopped cluster printed (its servers' included): what a failed stop says."""
+        self._reader.join(10)
+        return "".join(self.lines[-last:])
+
 
 def stop_process(proc: subprocess.Popen, timeout: float) -> int:
     """SIGTERM, wait up to ``timeout`` s for a clean exit, else SIGKILL; the exit code."""
