@@ -123,8 +123,7 @@ class Cluster:
         deadline = time.time() + 300  # generous: a shared 2-core machine under load starts servers slowly
         while not self.cluster_file.exists():
             if self.proc.poll() is not None:
-                self._reader.join(10)
-                raise RuntimeError(f"serve-cluster exited {self.proc.returncode}: {''.join(self.lines)}")
+                raise RuntimeError(f"serve-cluster exited {self.proc.returncode}: {self.output()}")
             if time.time() > deadline:
                 self.stop()
                 raise RuntimeError("serve-cluster did not write its cluster file in 300 s")
@@ -133,10 +132,10 @@ class Cluster:
     def stop(self) -> int:
         return stop_process(self.proc, 30)
 
-    def output(self, last: int = 40) -> str:
-        """The last lines the stopped cluster printed (its servers' included): what a failed stop says."""
+    def output(self, last: int | None = None) -> str:
+        """What the ended cluster printed (its servers' included), or its ``last`` lines: what a failure says."""
         self._reader.join(10)
-        return "".join(self.lines[-last:])
+        return "".join(self.lines[-last:] if last else self.lines)
 
 
 def stop_process(proc: subprocess.Popen, timeout: float) -> int:

@@ -590,5 +590,5 @@ def test_serve_sigterm_clean_shutdown(graph, tmp_path, server_processes):
 
 def test_serve_cluster_sigterm_stops_children(vc_cluster):  # last: it stops the module's cluster
     code = vc_cluster.stop()
-    assert code == 0, vc_cluster.output()  # which server did not stop cleanly, and how
+    assert code == 0, vc_cluster.output(40)  # which server did not stop cleanly, and how
     assert not vc_cluster.cluster_file.exists()
