@@ -17,12 +17,13 @@ JDK checks it and, with its CDS logging off, says nothing.
 
 from __future__ import annotations
 
+import fcntl
 import hashlib
 import os
 import shutil
 import subprocess
 import sys
-from collections.abc import MutableMapping
+from collections.abc import Callable, MutableMapping
 from pathlib import Path
 
 TEST_JVM_OPTS = "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC -XX:ReservedCodeCacheSize=240m"
@@ -61,26 +62,43 @@ def archive_path() -> Path:
 
 
 def build_archive(path: Path) -> bool:
-    """Write ``path`` by running a small local Spark job in a fresh driver (once: an existing archive is kept).
-    The archive appears by one rename, so a JVM never maps half of one. False when it could not be built."""
+    """Write ``path`` by running a small local Spark job in a fresh driver, once (an existing archive is kept;
+    a run's two pytest processes and ``make test``'s early build share one). False when it could not be built."""
+    return built_once(path, _dump_archive)
+
+
+def built_once(path: Path, build: Callable[[Path], object]) -> bool:
+    """``path`` made by ``build(tmp)`` and one rename, so a reader never sees half of it, and made once however
+    many processes ask at a time: the first holds a lock beside it while it builds, the others wait on the lock
+    and then find the file. True when the file is there."""
     if path.exists():
         return True
     path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.{os.getpid()}")
+    with open(path.with_name(f".{path.name}.lock"), "a") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)  # released when the file closes, or when a builder dies
+        if not path.exists():
+            tmp = path.with_name(f".{path.name}.{os.getpid()}")
+            try:
+                build(tmp)
+                if tmp.exists() and tmp.stat().st_size > 0:
+                    os.replace(tmp, path)
+            finally:
+                tmp.unlink(missing_ok=True)
+    return path.exists()
+
+
+def _dump_archive(tmp: Path) -> None:
+    """The warm-up driver, started with ``-XX:ArchiveClassesAtExit=tmp``: the JDK writes ``tmp`` as it exits."""
     env = dict(os.environ)
     env["SPARK_SUBMIT_OPTS"] = f"{TEST_JVM_OPTS} -XX:ArchiveClassesAtExit={tmp} {QUIET_CDS}"
     env["PYSPARK_PYTHON"] = sys.executable
-    out = path.parent / f".warm-up-{os.getpid()}"
+    out = tmp.parent / f".warm-up-{os.getpid()}"
     try:
         subprocess.run([sys.executable, "-c", _WARM_UP, str(out)], env=env, capture_output=True, timeout=300)
-        if tmp.exists() and tmp.stat().st_size > 0:
-            os.replace(tmp, path)
     except (OSError, subprocess.SubprocessError):
         pass
     finally:
-        tmp.unlink(missing_ok=True)
         shutil.rmtree(out, ignore_errors=True)
-    return path.exists()
 
 
 def use_test_jvm_options(env: MutableMapping[str, str]) -> None:
@@ -94,3 +112,7 @@ def use_driver_archive(env: MutableMapping[str, str], archive: Path) -> None:
     opt = f"-XX:SharedArchiveFile={archive} {QUIET_CDS}"
     if opt not in env.get("SPARK_SUBMIT_OPTS", ""):
         env["SPARK_SUBMIT_OPTS"] = f"{env.get('SPARK_SUBMIT_OPTS', '')} {opt}".strip()
+
+
+if __name__ == "__main__":  # make test starts this beside the fast lane, so the rest lane finds the archive made
+    sys.exit(0 if build_archive(archive_path()) else 1)

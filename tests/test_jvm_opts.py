@@ -8,7 +8,13 @@ CPU (docs/results/testing-2026-12-06-code-cache.md).
 
 from __future__ import annotations
 
-from glisp_testing.jvm_opts import TEST_JVM_OPTS
+import threading
+import time
+from pathlib import Path
+
+import pytest
+
+from glisp_testing.jvm_opts import TEST_JVM_OPTS, built_once
 
 MIB = 1 << 20
 
@@ -26,3 +32,42 @@ def test_the_session_jvm_runs_the_test_options_with_room_for_its_compiled_code(s
     assert reserved >= 200 * MIB, f"{reserved / MIB:.0f} MiB of code cache"
     # the JDK sweeps hard once less than 10 % is free (StartAggressiveSweepingAt): far from it here
     assert used < 0.5 * reserved, (used / MIB, reserved / MIB)
+
+
+def test_the_archive_is_built_once_when_two_runs_ask_at_once(tmp_path: Path):
+    """``make test`` starts the archive's build beside the fast lane and the rest lane's two pytest processes ask
+    for it too: on a fresh machine the later ones wait for that build instead of running their own."""
+    path = tmp_path / "cache" / "driver.jsa"
+    start, built, found = threading.Barrier(3), [], []
+
+    def build(tmp: Path) -> None:
+        built.append(tmp)
+        time.sleep(0.5)  # the others ask while this one builds
+        tmp.write_bytes(b"classes")
+
+    def ask() -> None:
+        start.wait()
+        found.append(built_once(path, build))
+
+    askers = [threading.Thread(target=ask) for _ in range(3)]
+    for t in askers:
+        t.start()
+    for t in askers:
+        t.join(30)
+    assert found == [True, True, True] and len(built) == 1, (found, built)
+    assert path.read_bytes() == b"classes"
+    assert sorted(p.name for p in path.parent.iterdir()) == [".driver.jsa.lock", "driver.jsa"]  # no partial file
+
+
+def test_a_failed_archive_build_leaves_no_file_and_the_next_run_builds_it(tmp_path: Path):
+    path = tmp_path / "driver.jsa"
+
+    def crash(tmp: Path) -> None:
+        tmp.write_bytes(b"half")
+        raise OSError("the warm-up driver died")
+
+    with pytest.raises(OSError):
+        built_once(path, crash)
+    assert built_once(path, lambda tmp: None) is False  # a build that wrote nothing
+    assert sorted(p.name for p in tmp_path.iterdir()) == [".driver.jsa.lock"]
+    assert built_once(path, lambda tmp: tmp.write_bytes(b"classes")) is True and path.read_bytes() == b"classes"

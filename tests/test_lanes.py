@@ -150,6 +150,7 @@ def test_a_failing_gate_or_fast_lane_fails_make_test_before_the_slow_tiers(tmp_p
     assert code == 0, out
     assert any("-m fast" in c for c in calls) and any("ruff check" in c for c in calls), calls
     assert all(any(e in c for c in calls) for e in rest), calls
+    assert "python -m glisp_testing.jvm_opts" in calls, calls  # the drivers' archive, built beside the fast lane
     # the gate's captured report comes after the fast lane's
     assert out.index("-m fast") < out.index("== beside it: the static gate") < out.index("bin/mypy"), out
 
