@@ -51,7 +51,7 @@ os.environ.setdefault("OMP_NUM_THREADS", "1")
 
 def pytest_configure(config: pytest.Config) -> None:
     """Before any test, unless this run is the fast lane (which starts no JVM): the drivers' class archive,
-    built by the controller before xdist starts its workers (once per machine and virtualenv, about 20 s; under
+    built by the controller before xdist starts its workers (once per machine and virtualenv, about 30 s; under
     ``make test`` already built beside the fast lane, or waited for) and mapped by every driver a test starts;
     a driver started without it runs as before."""
     if (config.option.markexpr or "").strip() == "fast":
