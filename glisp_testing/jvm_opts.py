@@ -74,9 +74,15 @@ def built_once(path: Path, build: Callable[[Path], object]) -> bool:
     if path.exists():
         return True
     path.parent.mkdir(parents=True, exist_ok=True)
-    with open(path.with_name(f".{path.name}.lock"), "a") as lock:
+    lock_path = path.with_name(f".{path.name}.lock")
+    with open(lock_path, "a") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)  # released when the file closes, or when a builder dies
         if not path.exists():
+            for stale in path.parent.glob(f".{path.name}.*"):  # a stopped build's leftovers: nobody else builds now
+                if stale.is_dir():
+                    shutil.rmtree(stale, ignore_errors=True)
+                elif stale != lock_path:
+                    stale.unlink(missing_ok=True)
             tmp = path.with_name(f".{path.name}.{os.getpid()}")
             try:
                 build(tmp)
@@ -88,11 +94,12 @@ def built_once(path: Path, build: Callable[[Path], object]) -> bool:
 
 
 def _dump_archive(tmp: Path) -> None:
-    """The warm-up driver, started with ``-XX:ArchiveClassesAtExit=tmp``: the JDK writes ``tmp`` as it exits."""
+    """The warm-up driver, started with ``-XX:ArchiveClassesAtExit=tmp``: the JDK writes ``tmp`` as it exits
+    (also when a stopped build's SIGTERM reaches it after this process has gone: the next build removes it)."""
     env = dict(os.environ)
     env["SPARK_SUBMIT_OPTS"] = f"{TEST_JVM_OPTS} -XX:ArchiveClassesAtExit={tmp} {QUIET_CDS}"
     env["PYSPARK_PYTHON"] = sys.executable
-    out = tmp.parent / f".warm-up-{os.getpid()}"
+    out = tmp.with_name(f"{tmp.name}.warm-up")  # beside ``tmp``, under its name: a stopped build's is removed too
     try:
         subprocess.run([sys.executable, "-c", _WARM_UP, str(out)], env=env, capture_output=True, timeout=300)
     except (OSError, subprocess.SubprocessError):
@@ -115,4 +122,8 @@ def use_driver_archive(env: MutableMapping[str, str], archive: Path) -> None:
 
 
 if __name__ == "__main__":  # make test starts this beside the fast lane, so the rest lane finds the archive made
+    import signal
+
+    # make stops the build when the gate or the fast lane fails: exit through the cleanup, no half archive left
+    signal.signal(signal.SIGTERM, lambda signum, frame: sys.exit(128 + signum))
     sys.exit(0 if build_archive(archive_path()) else 1)

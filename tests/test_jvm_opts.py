@@ -4,6 +4,9 @@ With the client compiler alone (``-XX:TieredStopAtLevel=1``) the JDK's default c
 JVM of the Spark lane compiles about 70 MB of code, so with 48 MB it ran with the cache nearly full and swept
 and recompiled all along (1,955 sweeps, 88,188 methods reclaimed in one lane): a quarter of the session JVMs'
 CPU (docs/results/testing-2026-12-06-code-cache.md).
+
+The drivers' class archive those JVMs map is built once however many runs ask for it at a time (``make test``
+beside the fast lane, and the rest lane's two pytest processes): the others wait for that build.
 """
 
 from __future__ import annotations
@@ -71,3 +74,14 @@ def test_a_failed_archive_build_leaves_no_file_and_the_next_run_builds_it(tmp_pa
     assert built_once(path, lambda tmp: None) is False  # a build that wrote nothing
     assert sorted(p.name for p in tmp_path.iterdir()) == [".driver.jsa.lock"]
     assert built_once(path, lambda tmp: tmp.write_bytes(b"classes")) is True and path.read_bytes() == b"classes"
+
+
+def test_a_stopped_builds_leftovers_are_removed_by_the_next_build(tmp_path: Path):
+    """make stops the build when the gate or the fast lane fails; its JVM may still write its temporary archive
+    after the build's own cleanup: the next build removes what a stopped one left."""
+    path = tmp_path / "driver.jsa"
+    (tmp_path / ".driver.jsa.999").write_bytes(b"half")
+    (tmp_path / ".driver.jsa.999.warm-up").mkdir()
+    (tmp_path / ".driver.jsa.999.warm-up" / "part-0.parquet").write_bytes(b"rows")
+    assert built_once(path, lambda tmp: tmp.write_bytes(b"classes"))
+    assert sorted(p.name for p in tmp_path.iterdir()) == [".driver.jsa.lock", "driver.jsa"]
