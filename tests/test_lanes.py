@@ -111,6 +111,33 @@ def test_sigterm_stops_a_run_as_ctrl_c_does_with_its_fixtures_torn_down(tmp_path
     assert done.read_text() == "torn down", out
 
 
+JAVA_SEEN = """
+import os, shutil
+
+def test_java_is_the_stub():
+    java = shutil.which("java")
+    with open(os.environ["SEEN"], "a") as f:
+        f.write(java + "\\n")
+    assert os.path.basename(os.path.dirname(java)).startswith("glisp-fast-lane-")
+"""
+
+
+def test_the_fast_lane_removes_its_java_stubs_when_it_ends(tmp_path: Path) -> None:
+    """Each process of a fast-lane run (the controller and every xdist worker) puts a failing ``java`` in a
+    temporary directory on its PATH; the run leaves none of them behind."""
+    (tmp_path / "tests").mkdir()
+    (tmp_path / "tests" / "test_java.py").write_text(JAVA_SEEN)
+    tmp, seen = tmp_path / "tmp", tmp_path / "seen"
+    tmp.mkdir()
+    cmd = [sys.executable, "-m", "pytest", "-q", "-m", FAST, "-n", "2", "-p", "tests.tiers", "-p", "no:cacheprovider"]
+    env = {**os.environ, "PYTHONPATH": str(MAKEFILE.parent), "TMPDIR": str(tmp), "SEEN": str(seen)}
+    done = subprocess.run([*cmd, str(tmp_path / "tests")], env=env, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stdout + done.stderr
+    stubs = [Path(line) for line in seen.read_text().splitlines()]
+    assert stubs and all(p.parent.parent == tmp for p in stubs), stubs
+    assert not list(tmp.glob("glisp-fast-lane-*")), list(tmp.iterdir())
+
+
 STUB = """#!/bin/sh
 # a stand-in for the virtualenv's {name}: logs how it was called, exits with $RC_{key} (0 when unset)
 echo "{name} $*" >> "$STUB_LOG"

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import functools
 import os
+import shutil
 import signal
 import stat
 import subprocess
@@ -201,6 +202,9 @@ def _stop(signum: int, frame: Any) -> None:
     raise KeyboardInterrupt
 
 
+_STUB_DIR = pytest.StashKey[Path]()
+
+
 def pytest_configure(config: pytest.Config) -> None:
     if not hasattr(config, "workerinput"):
         # SIGTERM stops a run as Ctrl-C does, its fixtures torn down (servers and JVMs stopped): make test-rest
@@ -212,8 +216,16 @@ def pytest_configure(config: pytest.Config) -> None:
     if not _fast_lane(config):
         return
     stub_dir = _java_stub(Path(tempfile.mkdtemp(prefix="glisp-fast-lane-")))
+    config.stash[_STUB_DIR] = stub_dir
     os.environ.pop("JAVA_HOME", None)
     os.environ["PATH"] = f"{stub_dir}{os.pathsep}{os.environ.get('PATH', '')}"
+
+
+def pytest_unconfigure(config: pytest.Config) -> None:
+    """Every process of a fast-lane run (the controller and each xdist worker) made its own stub directory."""
+    stub_dir = config.stash.get(_STUB_DIR, None)
+    if stub_dir is not None:
+        shutil.rmtree(stub_dir, ignore_errors=True)
 
 
 @pytest.fixture(autouse=True)
