@@ -89,7 +89,7 @@ check: $(STAMP)
 	$(PY) tools/import_layers.py
 	$(VENV)/bin/mypy
 	$(PY) tools/gen_reference.py --check
-	$(VENV)/bin/mkdocs build --strict --quiet --site-dir $$(mktemp -d)
+	@site=$$(mktemp -d); trap 'rm -rf $$site' EXIT; set -x; $(VENV)/bin/mkdocs build --strict --quiet --site-dir $$site
 
 # the docs site (guides, design, generated reference, results) into site/: open site/index.html
 docs: $(STAMP)

@@ -180,6 +180,8 @@ def test_a_failing_gate_or_fast_lane_fails_make_test_before_the_slow_tiers(tmp_p
     assert "python -m glisp_testing.jvm_opts" in calls, calls  # the drivers' archive, built beside the fast lane
     # the gate's captured report comes after the fast lane's
     assert out.index("-m fast") < out.index("== beside it: the static gate") < out.index("bin/mypy"), out
+    # nothing left in the temporary folder: the docs site the gate builds, the reports captured beside the lanes
+    assert not list(tmp_path.glob("tmp.*")), list(tmp_path.iterdir())
 
     for failing in ({"RUFF": 1}, {"PYTHON": 1}):
         code, out, calls = _stub_make(tmp_path, **failing)
