@@ -59,6 +59,7 @@ from torch import Tensor, nn
 from torch_geometric.nn import GATConv, GCNConv, RGCNConv, SAGEConv
 
 from glisp_core.errors import FormatError, GlispError
+from glisp_core.pyg_sources import forget_generated_sources
 from glisp_core.storage.store import store_for
 from glisp_core.storage.uri import StoreURI, parse_uri
 
@@ -328,7 +329,15 @@ class LightGCN(nn.Module):
 
 
 def build_model(spec: ModelSpec) -> Any:
-    """The model of ``spec``: a built-in :class:`GNN` or :class:`LightGCN`, or what the spec's factory builds."""
+    """The model of ``spec``: a built-in :class:`GNN` or :class:`LightGCN`, or what the spec's factory builds.
+    PyG's layer code generated for it is then kept in memory, not in the temporary folder
+    (:mod:`glisp_core.pyg_sources`)."""
+    model = _build(spec)
+    forget_generated_sources()
+    return model
+
+
+def _build(spec: ModelSpec) -> Any:
     if spec.arch == "lightgcn":
         return LightGCN(spec)
     if not spec.factory:
