@@ -202,9 +202,6 @@ def _stop(signum: int, frame: Any) -> None:
     raise KeyboardInterrupt
 
 
-_STUB_DIR = pytest.StashKey[Path]()
-
-
 def pytest_configure(config: pytest.Config) -> None:
     if not hasattr(config, "workerinput"):
         # SIGTERM stops a run as Ctrl-C does, its fixtures torn down (servers and JVMs stopped): make test-rest
@@ -216,16 +213,9 @@ def pytest_configure(config: pytest.Config) -> None:
     if not _fast_lane(config):
         return
     stub_dir = _java_stub(Path(tempfile.mkdtemp(prefix="glisp-fast-lane-")))
-    config.stash[_STUB_DIR] = stub_dir
+    config.add_cleanup(functools.partial(shutil.rmtree, stub_dir, ignore_errors=True))  # each process made its own
     os.environ.pop("JAVA_HOME", None)
     os.environ["PATH"] = f"{stub_dir}{os.pathsep}{os.environ.get('PATH', '')}"
-
-
-def pytest_unconfigure(config: pytest.Config) -> None:
-    """Every process of a fast-lane run (the controller and each xdist worker) made its own stub directory."""
-    stub_dir = config.stash.get(_STUB_DIR, None)
-    if stub_dir is not None:
-        shutil.rmtree(stub_dir, ignore_errors=True)
 
 
 @pytest.fixture(autouse=True)
