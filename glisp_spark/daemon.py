@@ -8,6 +8,12 @@ local session forks dozens. Imported here, in the daemon, each worker starts wit
 memory. Which modules: the executor environment's ``GLISP_WORKER_PRELOAD`` (comma-separated), set by
 :func:`glisp_spark.session.get_spark` for a local master.
 
+PySpark puts its own sources first on the path, as ``pyspark.zip`` and py4j's source zip: zips hold no
+bytecode, so every daemon, and every worker for what the daemon did not import, compiled PySpark again (about
+0.5 CPU-s a daemon). Where those zips are the ones inside the PySpark installed in this interpreter (with
+a pip-installed PySpark, a local master's always are), :func:`prefer_installed_pyspark` takes them off the
+path and the installed package, the same files with their bytecode, is imported instead.
+
 PySpark's own daemon imports nothing before it forks, so that no library's thread is running at a fork. The
 libraries preloaded here start none at import but the Arrow allocator's background thread, which jemalloc
 itself makes safe across fork. A module that cannot be imported is left to the task, which fails with its own
@@ -17,9 +23,12 @@ error; nothing an import prints reaches the daemon's stdout, where it tells the 
 from __future__ import annotations
 
 import importlib
+import importlib.metadata
 import os
+import re
 import sys
 from collections.abc import Iterable, Mapping
+from pathlib import Path
 
 PRELOAD_ENV = "GLISP_WORKER_PRELOAD"
 MODULE = "glisp_spark.daemon"  # spark.python.daemon.module
@@ -45,12 +54,40 @@ def preload(names: Iterable[str]) -> dict[str, str | None]:
     return out
 
 
+def installed_copies(path: Iterable[str]) -> list[str]:
+    """The entries of ``path`` that are PySpark's source zips of the PySpark installed here: ``pyspark.zip``
+    inside the installed package, and py4j's ``py4j-<version>-src.zip`` there when that py4j version is the
+    installed one. A zip from another Spark (a cluster's own installation) is not one of them."""
+    try:
+        home = Path(str(importlib.metadata.distribution("pyspark").locate_file("pyspark"))).resolve()
+        py4j = importlib.metadata.version("py4j")
+    except importlib.metadata.PackageNotFoundError:
+        return []
+    out = []
+    for entry in path:
+        p = Path(entry)
+        if p.suffix != ".zip" or not p.resolve().is_relative_to(home):
+            continue
+        m = re.fullmatch(r"py4j-(.+)-src\.zip", p.name)
+        if p.name == "pyspark.zip" or (m and m.group(1) == py4j):
+            out.append(entry)
+    return out
+
+
+def prefer_installed_pyspark() -> list[str]:
+    """Take the installed PySpark's own source zips off ``sys.path`` (see the module's docstring); what it took."""
+    dropped = installed_copies(sys.path)
+    sys.path[:] = [e for e in sys.path if e not in dropped]
+    return dropped
+
+
 def requested(env: Mapping[str, str] = os.environ) -> list[str]:
     """The modules ``GLISP_WORKER_PRELOAD`` names, in its order."""
     return [n.strip() for n in env.get(PRELOAD_ENV, "").split(",") if n.strip()]
 
 
 if __name__ == "__main__":
+    prefer_installed_pyspark()
     for _name, _why in preload(requested()).items():
         if _why:  # in the executor's log: the tasks that need it will fail with the same error
             print(f"glisp_spark.daemon: not preloaded {_name}: {_why}", file=sys.stderr, flush=True)

@@ -8,6 +8,9 @@ import subprocess
 import sys
 from pathlib import Path
 
+import py4j
+import py4j.version
+import pyspark
 from pyspark import cloudpickle
 
 from glisp_spark import daemon
@@ -47,6 +50,38 @@ def test_requested_modules_come_from_the_environment():
         "pyarrow.parquet",
     ]
     assert daemon.requested({}) == []
+
+
+def test_only_the_installed_pysparks_own_zips_are_taken_off_the_path(tmp_path: Path):
+    """A local master's workers get the zips inside the installed package: taken off. A zip of another Spark
+    (a cluster's installation) or of another py4j stays, as does everything that is not such a zip."""
+    lib = Path(pyspark.__file__).parent / "python" / "lib"
+    own = [str(lib / "pyspark.zip"), str(lib / f"py4j-{py4j.version.__version__}-src.zip")]
+    other = [str(tmp_path / "spark" / "python" / "lib" / "pyspark.zip"), str(lib / "py4j-0.0.1-src.zip")]
+    path = [str(tmp_path), own[0], other[0], own[1], other[1], str(lib / "pyspark.zip.d"), str(tmp_path / "a.zip")]
+    assert daemon.installed_copies(path) == own
+    saved = list(sys.path)
+    try:
+        sys.path[:] = [*path, *saved]  # where the installed packages' metadata is found, as in a daemon
+        assert daemon.prefer_installed_pyspark() == own
+        assert sys.path == [*(e for e in path if e not in own), *saved]
+    finally:
+        sys.path[:] = saved
+
+
+def _pyspark_files() -> list[tuple[str, str, list[str]]]:
+    import py4j as p4
+    import pyspark as ps
+
+    return [(ps.__file__, p4.__file__, [e for e in sys.path if Path(e).name.startswith(("pyspark", "py4j"))])]
+
+
+def test_a_local_sessions_workers_import_the_installed_pyspark_with_its_bytecode(spark):
+    """PySpark's zips first on the workers' path (it puts them there) would make each daemon compile PySpark
+    from its sources: the workers import the installed package instead, and neither zip is on their path."""
+    rows = spark.sparkContext.parallelize([0, 1], 2).mapPartitions(lambda _: _pyspark_files()).collect()
+    assert rows == [(pyspark.__file__, py4j.__file__, [])] * 2, rows
+    assert ".zip" not in pyspark.__file__
 
 
 def _parent() -> list[tuple[str, str, bool]]:
