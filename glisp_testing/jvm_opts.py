@@ -61,10 +61,34 @@ def archive_path() -> Path:
     return cache / "glisp-tests" / f"spark-driver-{key}.jsa"
 
 
+ARCHIVES_KEPT = 4  # archives left in the cache directory: this checkout's and the others used last
+
+
 def build_archive(path: Path) -> bool:
     """Write ``path`` by running a small local Spark job in a fresh driver, once (an existing archive is kept;
-    a run's two pytest processes and ``make test``'s early build share one). False when it could not be built."""
-    return built_once(path, _dump_archive)
+    a run's two pytest processes and ``make test``'s early build share one). False when it could not be built.
+    Marks ``path`` used and removes the archives of other virtualenvs used least recently (:func:`prune`)."""
+    built = built_once(path, _dump_archive)
+    if built:
+        os.utime(path)
+        prune(path)
+    return built
+
+
+def prune(path: Path, kept: int = ARCHIVES_KEPT) -> list[Path]:
+    """Remove the archives beside ``path`` (each a virtualenv's, 180 MB, one more for every fresh clone) but
+    ``path`` and the ``kept - 1`` others used last, with their locks. A JVM that mapped a removed archive keeps
+    its mapping; one that starts later finds none and starts as before. Returns the archives removed."""
+    others = sorted(
+        (p for p in path.parent.glob("spark-driver-*.jsa") if p != path),
+        key=lambda p: p.stat().st_mtime,
+        reverse=True,
+    )
+    gone = others[max(kept - 1, 0) :]
+    for old in gone:
+        old.unlink(missing_ok=True)
+        old.with_name(f".{old.name}.lock").unlink(missing_ok=True)
+    return gone
 
 
 def built_once(path: Path, build: Callable[[Path], object]) -> bool:

@@ -11,13 +11,14 @@ beside the fast lane, and the rest lane's two pytest processes): the others wait
 
 from __future__ import annotations
 
+import os
 import threading
 import time
 from pathlib import Path
 
 import pytest
 
-from glisp_testing.jvm_opts import TEST_JVM_OPTS, built_once
+from glisp_testing.jvm_opts import TEST_JVM_OPTS, built_once, prune
 
 MIB = 1 << 20
 
@@ -85,3 +86,21 @@ def test_a_stopped_builds_leftovers_are_removed_by_the_next_build(tmp_path: Path
     (tmp_path / ".driver.jsa.999.warm-up" / "part-0.parquet").write_bytes(b"rows")
     assert built_once(path, lambda tmp: tmp.write_bytes(b"classes"))
     assert sorted(p.name for p in tmp_path.iterdir()) == [".driver.jsa.lock", "driver.jsa"]
+
+
+def test_only_the_archives_used_last_are_kept_beside_this_checkouts(tmp_path: Path):
+    """Every virtualenv (each fresh clone) gets its own 180 MB archive; the cache keeps this checkout's and the
+    others used last, whatever their age against this one's."""
+    names = [f"spark-driver-{k:016x}.jsa" for k in range(6)]
+    used = [1000, 1005, 1001, 1004, 1002, 1003]  # when each was last used: not the order of their names
+    for name, t in zip(names, used, strict=True):
+        (tmp_path / name).write_bytes(b"classes")
+        (tmp_path / f".{name}.lock").touch()
+        os.utime(tmp_path / name, (t, t))
+    (tmp_path / "notes.txt").write_text("not an archive")
+    this = tmp_path / names[0]  # the oldest: kept all the same
+    gone = prune(this, kept=3)
+    assert sorted(p.name for p in gone) == [names[2], names[4], names[5]]
+    left = sorted(p.name for p in tmp_path.iterdir())
+    kept = [names[0], names[1], names[3]]
+    assert left == sorted(["notes.txt", *kept, *(f".{n}.lock" for n in kept)])
