@@ -79,16 +79,22 @@ def prune(path: Path, kept: int = ARCHIVES_KEPT) -> list[Path]:
     """Remove the archives beside ``path`` (each a virtualenv's, 180 MB, one more for every fresh clone) but
     ``path`` and the ``kept - 1`` others used last, with their locks. A JVM that mapped a removed archive keeps
     its mapping; one that starts later finds none and starts as before. Returns the archives removed."""
-    others = sorted(
-        (p for p in path.parent.glob("spark-driver-*.jsa") if p != path),
-        key=lambda p: p.stat().st_mtime,
-        reverse=True,
-    )
+    others = sorted((p for p in path.parent.glob("spark-driver-*.jsa") if p != path), key=_last_used, reverse=True)
     gone = others[max(kept - 1, 0) :]
     for old in gone:
-        old.unlink(missing_ok=True)
-        old.with_name(f".{old.name}.lock").unlink(missing_ok=True)
+        for f in (old, old.with_name(f".{old.name}.lock")):
+            try:  # another checkout's run may prune at the same time: what it removed first is gone either way
+                f.unlink(missing_ok=True)
+            except OSError:
+                pass
     return gone
+
+
+def _last_used(p: Path) -> float:
+    try:
+        return p.stat().st_mtime
+    except OSError:  # removed meanwhile by another run's prune
+        return 0.0
 
 
 def built_once(path: Path, build: Callable[[Path], object]) -> bool:
